@@ -1,0 +1,44 @@
+# ormlock — see README.md.
+GO       ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
+export PATH := $(dir $(GO)):$(PATH)
+# Every module of the repository; `go test ./...` at the root does not enter
+# nested modules.
+MODULES  := . $(patsubst %/go.mod,%,$(wildcard */go.mod))
+PACKAGES := postgresql pgbouncer mariadb-server
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+.PHONY: test deps lint bench chaos fmt
+
+## test: install missing servers (as root), then run the race-enabled tests of every module
+test: deps
+	@set -e; for m in $(MODULES); do \
+		echo "==> go test -race ./... in $$m"; \
+		(cd $$m && $(GO) test -race -timeout 20m ./...); \
+	done
+
+## deps: install the Debian packages the tests need, when missing
+deps:
+	@missing=""; \
+	command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || missing="$$missing pgbouncer"; \
+	ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	[ -x /usr/sbin/mariadbd ] || command -v mariadbd >/dev/null 2>&1 || missing="$$missing mariadb-server"; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ]; then \
+			echo "==> installing:$$missing"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+		else \
+			echo "missing test servers:$$missing"; \
+			echo "run as root: apt-get update && apt-get install -y$$missing"; \
+			exit 1; \
+		fi; \
+	fi
+
+## lint: go vet and staticcheck over every module
+lint:
+	@set -e; for m in $(MODULES); do \
+		echo "==> vet + staticcheck in $$m"; \
+		(cd $$m && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...); \
+	done
+
+fmt:
+	gofmt -w .

@@ -1,0 +1,29 @@
+// Package ormlock holds the shared vocabulary of ormlock: keys, options,
+// events and errors. The verbs live in the adapters: gormlock for GORM and
+// entlock for ent.
+//
+// ormlock takes distributed locks on the database a service already runs:
+// PostgreSQL advisory locks and MySQL/MariaDB named locks (GET_LOCK), inside
+// the ORM's own transaction. Three replicas of a service that run the same
+// midnight job can make exactly one of them do the work:
+//
+//	err := gormlock.Transaction(db, "daily-settlement", func(tx *gorm.DB) error {
+//		return settle(tx)
+//	})
+//	if errors.Is(err, ormlock.ErrNotAcquired) {
+//		return nil // another replica is doing it
+//	}
+//
+// # Keys
+//
+// Names are hashed to PostgreSQL keys by package keyhash (spec v1, a
+// compatibility promise). See [Key] for how each key form maps to each
+// server.
+//
+// # Errors
+//
+// Every outcome has one sentinel ([ErrNotAcquired], [ErrLockLost],
+// [ErrAlreadyDone], [ErrUnsupportedDialect], [ErrInvalidKey],
+// [ErrInvalidArgument]); compare with errors.Is. The callback's own error is
+// returned unchanged.
+package ormlock

@@ -1,0 +1,34 @@
+package ormlock
+
+import "errors"
+
+// ErrNotAcquired is returned when the lock is held by another holder and could
+// not be taken: at once in the default try-once mode, or within the wait set by
+// [WithWait]. The callback is not called. When the caller's context ended the
+// wait, the returned error also matches the context's error
+// (context.DeadlineExceeded or context.Canceled) with errors.Is.
+var ErrNotAcquired = errors.New("ormlock: lock not acquired")
+
+// ErrLockLost is returned when a lock held by a Session was lost while the
+// callback ran: the lock connection was killed, the server restarted or failed
+// over, or a keepalive failed. The callback's context is cancelled with this
+// error as its cause (see context.Cause).
+var ErrLockLost = errors.New("ormlock: lock lost")
+
+// ErrAlreadyDone is returned when RunOnce finds that the (job, slot) already
+// has a committed run in the ledger; the callback is not called.
+var ErrAlreadyDone = errors.New("ormlock: job already done for this slot")
+
+// ErrUnsupportedDialect is returned when the database is neither PostgreSQL
+// nor MySQL/MariaDB (for example SQLite), at plugin registration or at the
+// first call of a verb.
+var ErrUnsupportedDialect = errors.New("ormlock: unsupported dialect")
+
+// ErrInvalidKey is returned when a lock key is unusable: an empty name, or a
+// name that is not valid UTF-8 or contains a NUL byte.
+var ErrInvalidKey = errors.New("ormlock: invalid key")
+
+// ErrInvalidArgument is returned when an argument other than the key is
+// unusable: a nil database or callback, a negative duration, an invalid ledger
+// table name. The error text names the argument.
+var ErrInvalidArgument = errors.New("ormlock: invalid argument")

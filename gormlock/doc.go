@@ -1,0 +1,66 @@
+// Package gormlock takes ormlock's distributed locks inside GORM's own
+// transactions: PostgreSQL advisory locks and MySQL/MariaDB named locks.
+//
+//	err := gormlock.Transaction(db.WithContext(ctx), "daily-settlement", func(tx *gorm.DB) error {
+//		return tx.Create(&Settlement{Day: day}).Error
+//	})
+//	switch {
+//	case errors.Is(err, ormlock.ErrNotAcquired):
+//		// another replica holds the lock: nothing to do
+//	case err != nil:
+//		return err
+//	}
+//
+// # Transaction
+//
+// [Transaction] runs fn inside one GORM transaction while the lock is held.
+// By default it tries once; [ormlock.WithWait] waits up to a duration.
+//
+// On PostgreSQL the lock is pg_try_advisory_xact_lock (or, with a wait,
+// pg_advisory_xact_lock under a SET LOCAL lock_timeout) taken inside GORM's
+// transaction. COMMIT or ROLLBACK releases it, so it cannot leak, and it is
+// correct behind PgBouncer in transaction pooling mode.
+//
+// On MySQL/MariaDB the lock is GET_LOCK on one pinned connection; the
+// transaction begins on that same connection, and RELEASE_LOCK runs after
+// COMMIT (so no other instance starts before this one's writes are visible),
+// on every path including errors, panics and a cancelled context. When the
+// release fails or does not return 1, the connection is destroyed rather than
+// returned to the pool, and the server frees the lock with it.
+//
+// fn's error is returned unchanged; a panic rolls back, releases and
+// re-panics.
+//
+// # Nested calls
+//
+// When db is already inside a transaction:
+//
+//   - PostgreSQL: the lock is taken inside a SAVEPOINT of the outer
+//     transaction (GORM's nested transaction). It is held until the outer
+//     transaction ends, not until fn returns. If fn fails, the savepoint is
+//     rolled back, which drops the lock together with fn's work; the outer
+//     transaction goes on. With DisableNestedTransaction there is no
+//     savepoint and the lock stays with the outer transaction.
+//   - MySQL/MariaDB: not supported. The lock would have to be released before
+//     the outer transaction commits, so another instance could run before
+//     this one's writes are visible. Transaction returns an error wrapping
+//     [ErrNestedTransaction] without calling fn.
+//
+// # Session
+//
+// [Session] is for long jobs that must not run inside one long transaction:
+// a dedicated connection holds the lock while fn uses the normal pool, and a
+// keepalive cancels fn's context with cause [ormlock.ErrLockLost] when the
+// lock connection is lost.
+//
+// # Plugin and read replicas
+//
+// db.Use(gormlock.New(opts...)) sets defaults (namespace, wait, observer,
+// ledger table) for every call on that db, and rejects a dialect other than
+// postgres or mysql with [ormlock.ErrUnsupportedDialect] at registration.
+// With gorm.io/plugin/dbresolver registered, the lock and the transaction
+// always run on a source (primary) connection, never a replica: a lock taken
+// on a replica would exclude nobody. PrepareStmt: true is supported; the lock
+// statements themselves are never prepared, so they also work behind
+// PgBouncer.
+package gormlock

@@ -1,0 +1,152 @@
+package gormlock
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"gorm.io/gorm"
+	"gorm.io/plugin/dbresolver"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/lockproto"
+)
+
+// Transaction runs fn inside one GORM transaction while the lock named by key
+// is held, and returns fn's error unchanged. key is a name (string), an id
+// (int64 or int) or an [ormlock.Key].
+//
+// By default it tries once: when another holder has the lock, fn is not
+// called and the error wraps [ormlock.ErrNotAcquired]. With
+// [ormlock.WithWait] it waits up to that long; the context is GORM's
+// (db.WithContext), and when it ends the wait, the error matches both
+// ErrNotAcquired and the context's error.
+//
+// See the package documentation for the protocol per dialect, nested calls
+// and dbresolver.
+func Transaction[K ormlock.KeyType](db *gorm.DB, key K, fn func(tx *gorm.DB) error, opts ...ormlock.Option) error {
+	if fn == nil {
+		return fmt.Errorf("%w: gormlock.Transaction: nil fn", ormlock.ErrInvalidArgument)
+	}
+	c, err := prepare(db, "Transaction", ormlock.KeyOf(key), opts)
+	if err != nil {
+		return err
+	}
+	return c.transaction(fn)
+}
+
+// call is one verb call on a *gorm.DB.
+type call struct {
+	db  *gorm.DB
+	ctx context.Context
+	op  *lockproto.Op
+}
+
+func prepare(db *gorm.DB, verb string, key ormlock.Key, opts []ormlock.Option) (*call, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: gormlock.%s: nil *gorm.DB", ormlock.ErrInvalidArgument, verb)
+	}
+	if db.Error != nil {
+		return nil, db.Error
+	}
+	d, err := dialectOf(db)
+	if err != nil {
+		return nil, err
+	}
+	op, err := lockproto.NewOp(d, verb, key, configFor(db, opts))
+	if err != nil {
+		return nil, err
+	}
+	ctx := context.Background()
+	if db.Statement != nil && db.Statement.Context != nil {
+		ctx = db.Statement.Context
+	}
+	return &call{db: db, ctx: ctx, op: op}, nil
+}
+
+// inTx reports whether db is already inside a transaction.
+func inTx(db *gorm.DB) bool {
+	if db.Statement == nil {
+		return false
+	}
+	_, ok := db.Statement.ConnPool.(gorm.TxCommitter)
+	return ok
+}
+
+// primary returns db routed to a source (primary) connection pool: with
+// gorm.io/plugin/dbresolver registered, the Write clause switches the
+// statement's pool to a source; without it the clause does nothing.
+func primary(db *gorm.DB) *gorm.DB {
+	if inTx(db) {
+		return db
+	}
+	return db.Clauses(dbresolver.Write)
+}
+
+// sqlTx returns the *sql.Tx (or other raw transaction) under a GORM
+// transaction, bypassing GORM's prepared-statement wrapper, so that lock
+// statements are never prepared (PgBouncer in transaction mode cannot keep
+// prepared statements).
+func sqlTx(tx *gorm.DB) (lockproto.Querier, error) {
+	pool := tx.Statement.ConnPool
+	if p, ok := pool.(*gorm.PreparedStmtTX); ok {
+		pool = p.Tx
+	}
+	q, ok := pool.(lockproto.Querier)
+	if !ok {
+		return nil, fmt.Errorf("ormlock: GORM transaction pool %T cannot run queries", pool)
+	}
+	return q, nil
+}
+
+// primarySQL returns the *sql.DB of db's source (primary) pool.
+func primarySQL(db *gorm.DB) (*sql.DB, error) {
+	sqlDB, err := primary(db).DB()
+	if err != nil {
+		return nil, fmt.Errorf("ormlock: get *sql.DB from gorm: %w", err)
+	}
+	return sqlDB, nil
+}
+
+func (c *call) transaction(fn func(tx *gorm.DB) error) error {
+	switch c.op.D {
+	case lockproto.Postgres:
+		return c.pgTransaction(fn)
+	default:
+		return c.mysqlTransaction(fn)
+	}
+}
+
+func (c *call) pgTransaction(fn func(tx *gorm.DB) error) error {
+	defer c.op.EndXact(c.ctx)
+	return primary(c.db).Transaction(func(tx *gorm.DB) error {
+		q, err := sqlTx(tx)
+		if err != nil {
+			return err
+		}
+		if err := c.op.AcquireXact(c.ctx, q); err != nil {
+			return err
+		}
+		return fn(tx)
+	}, c.op.Cfg.TxOptions)
+}
+
+func (c *call) mysqlTransaction(fn func(tx *gorm.DB) error) error {
+	if inTx(c.db) {
+		return fmt.Errorf("%w: gormlock.%s on %q", ErrNestedTransaction, c.op.Verb, c.op.Key.String())
+	}
+	sqlDB, err := primarySQL(c.db)
+	if err != nil {
+		return err
+	}
+	return c.op.WithNamed(c.ctx, sqlDB, func(conn *sql.Conn) error {
+		return onConn(c.db, c.ctx, conn).Transaction(fn, c.op.Cfg.TxOptions)
+	})
+}
+
+// onConn returns a session of db whose statements run on conn.
+func onConn(db *gorm.DB, ctx context.Context, conn *sql.Conn) *gorm.DB {
+	tx := db.Session(&gorm.Session{Context: ctx})
+	tx.Statement.ConnPool = conn
+	return tx
+}

@@ -1,0 +1,220 @@
+// Package lockproto is ormlock's lock protocol, written once: acquire and
+// release per dialect on a pinned *sql.Conn or an open transaction. It is the
+// only place where lock SQL text lives; the adapters (gormlock, entlock) and
+// the flows in this package call these functions.
+package lockproto
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/ormlock/ormlock"
+)
+
+// Dialect is the lock protocol family of a database.
+type Dialect uint8
+
+const (
+	// Postgres covers PostgreSQL, directly or behind PgBouncer.
+	Postgres Dialect = iota + 1
+	// MySQL covers MySQL and MariaDB.
+	MySQL
+)
+
+// String returns "postgres" or "mysql".
+func (d Dialect) String() string {
+	switch d {
+	case Postgres:
+		return "postgres"
+	case MySQL:
+		return "mysql"
+	}
+	return "unknown"
+}
+
+// DialectOf maps an ORM's dialect name to a Dialect. Names: "postgres",
+// "pgx", "postgresql" and "mysql" (MariaDB uses the mysql name in both GORM
+// and ent). Anything else wraps ormlock.ErrUnsupportedDialect.
+func DialectOf(name string) (Dialect, error) {
+	switch name {
+	case "postgres", "postgresql", "pgx":
+		return Postgres, nil
+	case "mysql", "mariadb":
+		return MySQL, nil
+	}
+	return 0, fmt.Errorf("%w: %q (ormlock supports postgres and mysql/mariadb)", ormlock.ErrUnsupportedDialect, name)
+}
+
+// Querier is what the protocol needs of a connection or transaction:
+// *sql.Conn, *sql.Tx and *sql.DB all satisfy it, and so do GORM's ConnPools.
+type Querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// ---- PostgreSQL: transaction-level advisory locks ----
+
+// PGTryXact tries pg_try_advisory_xact_lock on the transaction q.
+func PGTryXact(ctx context.Context, q Querier, k ormlock.PostgresKey) (bool, error) {
+	var ok bool
+	var err error
+	if k.IsPair {
+		err = q.QueryRowContext(ctx, "SELECT pg_try_advisory_xact_lock($1::int4, $2::int4)", k.ClassID, k.ObjID).Scan(&ok)
+	} else {
+		err = q.QueryRowContext(ctx, "SELECT pg_try_advisory_xact_lock($1::int8)", k.Int64).Scan(&ok)
+	}
+	if err != nil {
+		return false, fmt.Errorf("ormlock: pg_try_advisory_xact_lock: %w", err)
+	}
+	return ok, nil
+}
+
+// sqlStateLockNotAvailable is PostgreSQL's lock_not_available, raised when
+// lock_timeout expires.
+const sqlStateLockNotAvailable = "55P03"
+
+// PGWaitXact waits up to wait for pg_advisory_xact_lock on the transaction q,
+// bounded by a server-side lock_timeout rather than by context cancellation
+// (which would make the driver close the connection). lock_timeout is
+// restored to its previous value once the lock is held. When the timeout
+// expires it returns false and the transaction is aborted: the caller must
+// roll it back (or roll back to its savepoint).
+func PGWaitXact(ctx context.Context, q Querier, k ormlock.PostgresKey, wait time.Duration) (bool, error) {
+	ms := wait.Milliseconds()
+	if ms < 1 {
+		ms = 1
+	}
+	var prev string
+	if err := q.QueryRowContext(ctx, "SELECT current_setting('lock_timeout'), set_config('lock_timeout', $1, true)",
+		strconv.FormatInt(ms, 10)+"ms").Scan(&prev, new(string)); err != nil {
+		return false, fmt.Errorf("ormlock: set lock_timeout: %w", err)
+	}
+	var err error
+	if k.IsPair {
+		_, err = q.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1::int4, $2::int4), set_config('lock_timeout', $3, true)", k.ClassID, k.ObjID, prev)
+	} else {
+		_, err = q.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1::int8), set_config('lock_timeout', $2, true)", k.Int64, prev)
+	}
+	if err != nil {
+		if SQLState(err) == sqlStateLockNotAvailable {
+			return false, nil
+		}
+		return false, fmt.Errorf("ormlock: pg_advisory_xact_lock: %w", err)
+	}
+	return true, nil
+}
+
+// PGIdleTimeout returns the session's idle_in_transaction_session_timeout
+// (0 when disabled).
+func PGIdleTimeout(ctx context.Context, q Querier) (time.Duration, error) {
+	var ms int64
+	if err := q.QueryRowContext(ctx, "SELECT setting::int8 FROM pg_settings WHERE name = 'idle_in_transaction_session_timeout'").Scan(&ms); err != nil {
+		return 0, fmt.Errorf("ormlock: read idle_in_transaction_session_timeout: %w", err)
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+// PGPing is the keepalive of a PostgreSQL lock transaction. It takes no
+// arguments, so the driver sends it with the simple protocol, which also
+// closes the unnamed portal the lock query left behind: an idle READ
+// COMMITTED transaction then holds no snapshot (backend_xmin is NULL).
+func PGPing(ctx context.Context, q Querier) error {
+	if _, err := q.ExecContext(ctx, "SELECT 1"); err != nil {
+		return fmt.Errorf("ormlock: keepalive: %w", err)
+	}
+	return nil
+}
+
+// SQLState returns the SQLSTATE of a server error, or "".
+func SQLState(err error) string {
+	var s interface{ SQLState() string }
+	if errors.As(err, &s) {
+		return s.SQLState()
+	}
+	return ""
+}
+
+// ---- MySQL / MariaDB: named locks ----
+
+// MySQLGetLock runs GET_LOCK(name, timeout) on the pinned connection q. A
+// result of 1 is acquired, 0 is held elsewhere (timeout); NULL (an error such
+// as a killed query) is never "acquired" and is returned as an error.
+func MySQLGetLock(ctx context.Context, q Querier, name string, wait time.Duration) (bool, error) {
+	var res sql.NullInt64
+	var err error
+	if wait <= 0 {
+		err = q.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0)", name).Scan(&res)
+	} else {
+		err = q.QueryRowContext(ctx, "SELECT GET_LOCK(?, ?)", name, wait.Seconds()).Scan(&res)
+	}
+	if err != nil {
+		return false, fmt.Errorf("ormlock: GET_LOCK: %w", err)
+	}
+	if !res.Valid {
+		return false, errors.New("ormlock: GET_LOCK returned NULL")
+	}
+	return res.Int64 == 1, nil
+}
+
+// ErrNotHeld is returned by MySQLReleaseLock when the server says the lock
+// was not held by this connection (RELEASE_LOCK returned 0 or NULL).
+var ErrNotHeld = errors.New("ormlock: lock was not held by this connection")
+
+// MySQLReleaseLock runs RELEASE_LOCK(name) on the pinned connection q. Any
+// result but 1 is an error: 0 (held by another connection) and NULL (no such
+// lock) wrap ErrNotHeld.
+func MySQLReleaseLock(ctx context.Context, q Querier, name string) error {
+	var res sql.NullInt64
+	if err := q.QueryRowContext(ctx, "SELECT RELEASE_LOCK(?)", name).Scan(&res); err != nil {
+		return fmt.Errorf("ormlock: RELEASE_LOCK: %w", err)
+	}
+	if !res.Valid {
+		return fmt.Errorf("%w: RELEASE_LOCK returned NULL (no such lock)", ErrNotHeld)
+	}
+	if res.Int64 != 1 {
+		return fmt.Errorf("%w: RELEASE_LOCK returned %d", ErrNotHeld, res.Int64)
+	}
+	return nil
+}
+
+// MySQLHeld is the keepalive of a MySQL lock connection: it checks that the
+// named lock is still held by this very connection.
+func MySQLHeld(ctx context.Context, q Querier, name string) error {
+	var held sql.NullBool
+	if err := q.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?) = CONNECTION_ID()", name).Scan(&held); err != nil {
+		return fmt.Errorf("ormlock: keepalive: %w", err)
+	}
+	if !held.Valid || !held.Bool {
+		return fmt.Errorf("%w: IS_USED_LOCK no longer names this connection", ErrNotHeld)
+	}
+	return nil
+}
+
+// MySQLKeepSession raises the connection's wait_timeout so that the server
+// does not drop an idle lock connection (and its lock) between keepalives.
+func MySQLKeepSession(ctx context.Context, q Querier, atLeast time.Duration) error {
+	secs := int64(atLeast / time.Second)
+	if secs < 60 {
+		secs = 60
+	}
+	if _, err := q.ExecContext(ctx, "SET SESSION wait_timeout = GREATEST(@@session.wait_timeout, ?)", secs); err != nil {
+		return fmt.Errorf("ormlock: raise wait_timeout: %w", err)
+	}
+	return nil
+}
+
+// ---- connections ----
+
+// Destroy closes a pinned connection so that it is never handed back to the
+// pool: the driver connection is marked bad and closed, and the server frees
+// whatever the session held. It is used when a release failed or could not be
+// confirmed.
+func Destroy(c *sql.Conn) {
+	_ = c.Raw(func(any) error { return driver.ErrBadConn })
+	_ = c.Close()
+}

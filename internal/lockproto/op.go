@@ -1,0 +1,169 @@
+package lockproto
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ormlock/ormlock"
+)
+
+// Op is one use of a lock by a verb: the resolved key, the settings, and the
+// timings its observer events report. An Op is used by one goroutine at a
+// time, apart from the Session keepalive, which only reads it.
+type Op struct {
+	D    Dialect
+	Key  ormlock.Key
+	Cfg  ormlock.Config
+	Verb string
+
+	pg    ormlock.PostgresKey
+	mysql string
+
+	start    time.Time
+	acquired time.Time
+}
+
+// NewOp validates the key and settings and resolves the key for d.
+func NewOp(d Dialect, verb string, k ormlock.Key, cfg ormlock.Config) (*Op, error) {
+	if err := cfg.Err(); err != nil {
+		return nil, err
+	}
+	if err := k.Validate(); err != nil {
+		return nil, err
+	}
+	o := &Op{D: d, Key: k, Cfg: cfg, Verb: verb}
+	switch d {
+	case Postgres:
+		o.pg = k.Postgres(cfg.Namespace)
+	case MySQL:
+		o.mysql = k.MySQL(cfg.Namespace)
+	default:
+		return nil, fmt.Errorf("%w: dialect %d", ormlock.ErrUnsupportedDialect, d)
+	}
+	return o, nil
+}
+
+// MySQLName is the resolved GET_LOCK name (MySQL only).
+func (o *Op) MySQLName() string { return o.mysql }
+
+// PostgresKey is the resolved advisory lock key (PostgreSQL only).
+func (o *Op) PostgresKey() ormlock.PostgresKey { return o.pg }
+
+// Emit sends an event to the observer, if any.
+func (o *Op) Emit(ctx context.Context, kind ormlock.EventKind, err error) {
+	obs := o.Cfg.Observer
+	if obs == nil {
+		return
+	}
+	e := ormlock.Event{Kind: kind, Verb: o.Verb, Dialect: o.D.String(), Key: o.Key, Namespace: o.Cfg.Namespace, Err: err}
+	switch kind {
+	case ormlock.EventAcquired, ormlock.EventNotAcquired:
+		e.Wait = time.Since(o.start)
+	case ormlock.EventReleased, ormlock.EventReleaseFailed, ormlock.EventLockLost:
+		e.Held = time.Since(o.acquired)
+	}
+	obs.Observe(ctx, e)
+}
+
+// budget returns how long to wait for the lock: the configured wait, cut
+// short by the context's deadline (bounded reports whether it was). A context
+// that has already ended yields an error.
+func (o *Op) budget(ctx context.Context) (wait time.Duration, bounded bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return 0, false, o.notAcquired(ctx, err)
+	}
+	wait = o.Cfg.Wait
+	if wait > 0 {
+		if dl, ok := ctx.Deadline(); ok {
+			if left := time.Until(dl); left < wait {
+				if left <= 0 {
+					return 0, false, o.notAcquired(ctx, context.DeadlineExceeded)
+				}
+				wait, bounded = left, true
+			}
+		}
+	}
+	return wait, bounded, nil
+}
+
+// notAcquired builds the ErrNotAcquired outcome. When cause is a context
+// error, the result matches both ErrNotAcquired and cause.
+func (o *Op) notAcquired(ctx context.Context, cause error) error {
+	o.Emit(ctx, ormlock.EventNotAcquired, cause)
+	if cause == nil {
+		return fmt.Errorf("%w: %q is held by another holder", ormlock.ErrNotAcquired, o.Key.String())
+	}
+	return fmt.Errorf("%w: %q: %w", ormlock.ErrNotAcquired, o.Key.String(), cause)
+}
+
+// failed classifies an error raised while acquiring: when the context ended
+// it is a not-acquired outcome that also matches the context error.
+func (o *Op) failed(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		return o.notAcquired(ctx, errors.Join(cerr, err))
+	}
+	o.Emit(ctx, ormlock.EventNotAcquired, err)
+	return err
+}
+
+// AcquireXact takes the PostgreSQL transaction-level lock on the open
+// transaction q (try once, or wait per the settings). It returns nil when the
+// lock is held, an error wrapping ormlock.ErrNotAcquired when another holder
+// has it, or another error. After a failed wait the transaction is aborted and
+// must be rolled back. The lock is released by the transaction's end; call
+// EndXact then.
+func (o *Op) AcquireXact(ctx context.Context, q Querier) error {
+	o.start = time.Now()
+	o.Emit(ctx, ormlock.EventAttempt, nil)
+	wait, bounded, err := o.budget(ctx)
+	if err != nil {
+		return err
+	}
+	var ok bool
+	if wait > 0 {
+		ok, err = PGWaitXact(ctx, q, o.pg, wait)
+	} else {
+		ok, err = PGTryXact(ctx, q, o.pg)
+	}
+	return o.settle(ctx, ok, bounded, err)
+}
+
+func (o *Op) settle(ctx context.Context, ok, bounded bool, err error) error {
+	if err != nil {
+		return o.failed(ctx, err)
+	}
+	if !ok {
+		if bounded {
+			return o.notAcquired(ctx, context.DeadlineExceeded)
+		}
+		return o.notAcquired(ctx, nil)
+	}
+	o.acquired = time.Now()
+	o.Emit(ctx, ormlock.EventAcquired, nil)
+	return nil
+}
+
+// Acquired reports whether the lock was taken by this Op.
+func (o *Op) Acquired() bool { return !o.acquired.IsZero() }
+
+// EndXact reports the end of the transaction that held a PostgreSQL xact
+// lock: the lock was released with it.
+func (o *Op) EndXact(ctx context.Context) {
+	if o.Acquired() {
+		o.Emit(ctx, ormlock.EventReleased, nil)
+	}
+}
+
+// AcquireNamed runs GET_LOCK on the pinned connection q.
+func (o *Op) AcquireNamed(ctx context.Context, q Querier) error {
+	o.start = time.Now()
+	o.Emit(ctx, ormlock.EventAttempt, nil)
+	wait, bounded, err := o.budget(ctx)
+	if err != nil {
+		return err
+	}
+	ok, err := MySQLGetLock(ctx, q, o.mysql, wait)
+	return o.settle(ctx, ok, bounded, err)
+}

@@ -1,0 +1,72 @@
+package lockproto
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ormlock/ormlock"
+)
+
+// releaseTimeout bounds a release that runs detached from the caller's
+// context, so that a hung server cannot hang the caller; a release that
+// times out destroys the connection instead.
+const releaseTimeout = 15 * time.Second
+
+// releaseCtx is the context of a release: never the caller's (possibly
+// cancelled) context, but its values, bounded by releaseTimeout.
+func releaseCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+}
+
+// WithNamed runs body on a connection pinned from db while it holds the
+// MySQL/MariaDB named lock: GET_LOCK on the connection, body (which opens,
+// commits or rolls back its transaction on that same connection), then
+// RELEASE_LOCK after body returns, on every path, panics included, with a
+// context that ignores the caller's cancellation. When the release fails or
+// does not return 1 the connection is destroyed, so the server frees the lock
+// and no connection holding a lock goes back to the pool.
+func (o *Op) WithNamed(ctx context.Context, db *sql.DB, body func(conn *sql.Conn) error) error {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return o.failed(ctx, fmt.Errorf("ormlock: pin a connection: %w", err))
+	}
+	if err := o.AcquireNamed(ctx, conn); err != nil {
+		o.dropUnlocked(conn, err)
+		return err
+	}
+	defer o.releaseNamed(ctx, conn)
+	return body(conn)
+}
+
+// dropUnlocked gives back a connection on which no lock was taken: to the
+// pool after a clean "held elsewhere", destroyed after any error, since its
+// state (a GET_LOCK still running server-side, a broken link) is unknown.
+func (o *Op) dropUnlocked(conn *sql.Conn, err error) {
+	if errors.Is(err, ormlock.ErrNotAcquired) && !isCtxErr(err) {
+		_ = conn.Close()
+		return
+	}
+	Destroy(conn)
+}
+
+func isCtxErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// releaseNamed releases the named lock and returns or destroys conn. It
+// reports whether the release was confirmed.
+func (o *Op) releaseNamed(ctx context.Context, conn *sql.Conn) error {
+	rctx, cancel := releaseCtx(ctx)
+	defer cancel()
+	if err := MySQLReleaseLock(rctx, conn, o.mysql); err != nil {
+		Destroy(conn)
+		o.Emit(ctx, ormlock.EventReleaseFailed, err)
+		return err
+	}
+	_ = conn.Close()
+	o.Emit(ctx, ormlock.EventReleased, nil)
+	return nil
+}

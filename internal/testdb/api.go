@@ -1,0 +1,111 @@
+// Package testdb starts real, ephemeral database servers for tests:
+// PostgreSQL, PgBouncer (pool_mode=transaction) in front of it, and MariaDB.
+//
+// Every server lives in its own temp dir, listens on 127.0.0.1 on a free port
+// and runs as a child process of the test binary (as root, under an
+// unprivileged user: "postgres" or "mysql", else "nobody"). Shared servers are
+// started lazily, once per test binary, on the first DSN/Open/AdminDB call for
+// their Kind, and stopped by Main after the tests; children also get
+// SIGKILL if the test binary dies (Pdeathsig), so no server outlives it.
+//
+// API (other packages rely on it):
+//
+//	type Kind string
+//	const Postgres, PgBouncer, MariaDB Kind
+//	func Kinds() []Kind                         // all three, in that order
+//	func (k Kind) Dialect() string              // "postgres" (Postgres, PgBouncer) or "mysql"
+//	func Binaries(k Kind) error                 // nil when the server binaries are installed; else wraps ErrMissingBinaries
+//	var ErrMissingBinaries error
+//
+//	func Main(m *testing.M) int                 // TestMain: os.Exit(testdb.Main(m)); stops servers started by the binary
+//	func DSN(tb testing.TB, k Kind) string      // shared server of this test binary, started on first use
+//	func Open(tb testing.TB, k Kind) *sql.DB    // new pool (driver "pgx" or "mysql") on the shared server, closed in tb.Cleanup
+//	func AdminDB(tb testing.TB, k Kind) *sql.DB // superuser pool straight to the server (PgBouncer kind: to the PostgreSQL behind it), shared, never closed by tests
+//	func LogPath(tb testing.TB, k Kind) string  // log of the shared server that runs the SQL (PgBouncer kind: PostgreSQL's); "" when a DSN env var overrides
+//	func AssertNoLeaks(tb testing.TB, k Kind, dbs ...*sql.DB) // polls up to 5s: no advisory lock in pg_locks / no user lock in MariaDB, and InUse == 0 for each db
+//	func Leaks(k Kind, dbs ...*sql.DB) error    // one check of the same, on the shared server; nil when nothing leaks
+//
+//	func Start(tb testing.TB, k Kind) *Server   // a private server for restart/kill tests, stopped in tb.Cleanup
+//	func StartServer(k Kind) (*Server, error)   // the same without testing.TB (for tools); the caller must Close it
+//	func (s *Server) Kind() Kind
+//	func (s *Server) DSN() string
+//	func (s *Server) AdminDSN() string
+//	func (s *Server) Port() int
+//	func (s *Server) LogPath() string           // this process's own log (PgBouncer server: PgBouncer's)
+//	func (s *Server) Backend() *Server          // the private PostgreSQL behind a Start(PgBouncer) server; nil otherwise
+//	func (s *Server) Restart(tb testing.TB)     // stop and start again on the same port and data dir (PgBouncer server: PgBouncer only)
+//	func (s *Server) Stop(tb testing.TB)        // stop the process, keep the data dir (Restart starts it again)
+//	func (s *Server) Close() error              // stop (backend too) and remove the temp dir; idempotent
+//	func (s *Server) Leaks(dbs ...*sql.DB) error
+//	func (s *Server) AssertNoLeaks(tb testing.TB, dbs ...*sql.DB)
+//
+// Environment: ORMLOCK_TEST_POSTGRES_DSN, ORMLOCK_TEST_PGBOUNCER_DSN and
+// ORMLOCK_TEST_MYSQL_DSN, when set, are used by DSN/Open/AdminDB instead of
+// starting a shared server (AdminDB uses the same DSN; for PgBouncer it uses
+// ORMLOCK_TEST_POSTGRES_DSN when set). When only ORMLOCK_TEST_POSTGRES_DSN is
+// set, the shared PgBouncer fronts that server. Start and StartServer always
+// start private servers.
+//
+// Missing binaries make the TB functions skip the test with a message naming
+// the install command, except when the CI environment variable is non-empty,
+// where they fail it.
+//
+// The PgBouncer DSN carries default_query_exec_mode=simple_protocol so that pgx
+// does not use named prepared statements through a transaction-mode pooler.
+package testdb
+
+// Kind names a database server flavour.
+type Kind string
+
+// The server kinds.
+const (
+	Postgres  Kind = "postgres"
+	PgBouncer Kind = "pgbouncer"
+	MariaDB   Kind = "mariadb"
+)
+
+// Kinds returns all kinds: Postgres, PgBouncer, MariaDB.
+func Kinds() []Kind { return []Kind{Postgres, PgBouncer, MariaDB} }
+
+// Dialect is "postgres" for Postgres and PgBouncer and "mysql" for MariaDB.
+func (k Kind) Dialect() string {
+	if k == MariaDB {
+		return "mysql"
+	}
+	return "postgres"
+}
+
+// driver is the database/sql driver name for the kind.
+func (k Kind) driver() string {
+	if k == MariaDB {
+		return "mysql"
+	}
+	return "pgx"
+}
+
+func (k Kind) valid() bool {
+	switch k {
+	case Postgres, PgBouncer, MariaDB:
+		return true
+	}
+	return false
+}
+
+// Environment variables that override the shared servers.
+const (
+	envPostgresDSN  = "ORMLOCK_TEST_POSTGRES_DSN"
+	envPgBouncerDSN = "ORMLOCK_TEST_PGBOUNCER_DSN"
+	envMySQLDSN     = "ORMLOCK_TEST_MYSQL_DSN"
+)
+
+func envDSN(k Kind) string {
+	switch k {
+	case Postgres:
+		return envOr(envPostgresDSN)
+	case PgBouncer:
+		return envOr(envPgBouncerDSN)
+	case MariaDB:
+		return envOr(envMySQLDSN)
+	}
+	return ""
+}

@@ -1,0 +1,166 @@
+package ormlock
+
+import (
+	"fmt"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/ormlock/ormlock/keyhash"
+)
+
+// Key names a lock. Most code names locks with a string; numeric keys exist so
+// that code which already calls pg_advisory_xact_lock(12345) or
+// pg_advisory_xact_lock(1, 2) keeps excluding ormlock during a migration.
+//
+// The verbs accept a Key or, through [KeyType], a plain string (a name) or an
+// int64/int (an ID), so gormlock.Transaction(db, "daily-settlement", fn) works
+// as written.
+//
+// How a key maps to the server (keyhash spec v1):
+//
+//   - Name on PostgreSQL: the bigint keyhash.Int64NS(namespace, name).
+//   - Name on MySQL/MariaDB: keyhash.MySQLName(namespace, name).
+//   - ID on PostgreSQL: the bigint itself; the namespace is ignored, so the
+//     key equals what existing code passes to pg_advisory_xact_lock(bigint).
+//   - ID on MySQL/MariaDB: the decimal text of the id, prefixed "ns:" when a
+//     namespace is set.
+//   - Pair on PostgreSQL: the (int, int) form; the namespace is ignored.
+//     PostgreSQL keeps bigint keys and (int, int) keys in separate lock spaces
+//     (pg_locks.objsubid 1 and 2): a Pair never excludes a Name or an ID.
+//   - Pair on MySQL/MariaDB: "classid:objid" (with the "ns:" prefix when set).
+type Key struct {
+	kind   keyKind
+	name   string
+	id     int64
+	cl, ob int32
+}
+
+type keyKind uint8
+
+const (
+	kindNone keyKind = iota
+	kindName
+	kindID
+	kindPair
+)
+
+// KeyType is the set of types the verbs accept as a key: a name (string), an
+// id (int64 or int) or a [Key].
+type KeyType interface {
+	string | int64 | int | Key
+}
+
+// Name returns the key for a lock name. The name must be non-empty valid
+// UTF-8 without NUL bytes; [Key.Validate] reports otherwise.
+func Name(name string) Key { return Key{kind: kindName, name: name} }
+
+// ID returns the key for a numeric lock id, used as-is as a PostgreSQL bigint
+// advisory lock key.
+func ID(id int64) Key { return Key{kind: kindID, id: id} }
+
+// Pair returns the key for PostgreSQL's two-int form,
+// pg_advisory_xact_lock(classID, objID).
+func Pair(classID, objID int32) Key { return Key{kind: kindPair, cl: classID, ob: objID} }
+
+// KeyOf converts any [KeyType] to a Key.
+func KeyOf[K KeyType](k K) Key {
+	switch v := any(k).(type) {
+	case string:
+		return Name(v)
+	case int64:
+		return ID(v)
+	case int:
+		return ID(int64(v))
+	case Key:
+		return v
+	}
+	return Key{}
+}
+
+// IsName reports whether k is a name key; Name returns it.
+func (k Key) IsName() bool { return k.kind == kindName }
+
+// IsPair reports whether k is a (classid, objid) pair.
+func (k Key) IsPair() bool { return k.kind == kindPair }
+
+// NameValue returns the name of a name key, or "".
+func (k Key) NameValue() string { return k.name }
+
+// Validate returns an error wrapping [ErrInvalidKey] when k cannot name a lock.
+func (k Key) Validate() error {
+	switch k.kind {
+	case kindNone:
+		return fmt.Errorf("%w: zero Key (use ormlock.Name, ormlock.ID or ormlock.Pair)", ErrInvalidKey)
+	case kindName:
+		return ValidateName("key", k.name)
+	}
+	return nil
+}
+
+// ValidateName checks a lock name or namespace (what names the value in the
+// error): names must be non-empty (namespaces may be empty), valid UTF-8 and
+// free of NUL bytes, so that every dialect and the psql expression in the
+// keyhash docs agree on the key.
+func ValidateName(what, s string) error {
+	if s == "" && what == "key" {
+		return fmt.Errorf("%w: empty lock name", ErrInvalidKey)
+	}
+	if !utf8.ValidString(s) {
+		return fmt.Errorf("%w: %s %q is not valid UTF-8", ErrInvalidKey, what, s)
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0 {
+			return fmt.Errorf("%w: %s %q contains a NUL byte", ErrInvalidKey, what, s)
+		}
+	}
+	return nil
+}
+
+// String returns a readable form: the name, "id:N" or "pair:C,O".
+func (k Key) String() string {
+	switch k.kind {
+	case kindName:
+		return k.name
+	case kindID:
+		return "id:" + strconv.FormatInt(k.id, 10)
+	case kindPair:
+		return "pair:" + strconv.FormatInt(int64(k.cl), 10) + "," + strconv.FormatInt(int64(k.ob), 10)
+	}
+	return "<invalid key>"
+}
+
+// PostgresKey is a key resolved for PostgreSQL: either a bigint (IsPair false)
+// or a (classid, objid) pair.
+type PostgresKey struct {
+	IsPair  bool
+	Int64   int64
+	ClassID int32
+	ObjID   int32
+}
+
+// Postgres resolves k in namespace ns to the PostgreSQL advisory lock key.
+func (k Key) Postgres(ns string) PostgresKey {
+	switch k.kind {
+	case kindName:
+		return PostgresKey{Int64: keyhash.Int64NS(ns, k.name)}
+	case kindID:
+		return PostgresKey{Int64: k.id}
+	case kindPair:
+		return PostgresKey{IsPair: true, ClassID: k.cl, ObjID: k.ob}
+	}
+	return PostgresKey{}
+}
+
+// MySQL resolves k in namespace ns to the MySQL/MariaDB GET_LOCK name (at
+// most 64 bytes).
+func (k Key) MySQL(ns string) string {
+	switch k.kind {
+	case kindName:
+		return keyhash.MySQLName(ns, k.name)
+	case kindID:
+		return keyhash.MySQLName(ns, strconv.FormatInt(k.id, 10))
+	case kindPair:
+		return keyhash.MySQLName(ns, strconv.FormatInt(int64(k.cl), 10)+":"+strconv.FormatInt(int64(k.ob), 10))
+	}
+	return ""
+}

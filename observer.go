@@ -1,0 +1,70 @@
+package ormlock
+
+import (
+	"context"
+	"time"
+)
+
+// EventKind says what happened to a lock.
+type EventKind uint8
+
+// The events an [Observer] receives.
+const (
+	// EventAttempt: an acquisition is about to be tried.
+	EventAttempt EventKind = iota + 1
+	// EventAcquired: the lock was taken; Event.Wait is the time it took.
+	EventAcquired
+	// EventNotAcquired: another holder has the lock (or the wait ran out).
+	EventNotAcquired
+	// EventReleased: the lock was released; Event.Held is the hold time.
+	EventReleased
+	// EventReleaseFailed: the release failed or reported the lock not held;
+	// the connection was destroyed so the server frees the lock.
+	EventReleaseFailed
+	// EventLockLost: a Session's lock connection failed while fn ran.
+	EventLockLost
+	// EventAlreadyDone: RunOnce found the slot already done.
+	EventAlreadyDone
+)
+
+var eventNames = [...]string{"", "attempt", "acquired", "not_acquired", "released", "release_failed", "lock_lost", "already_done"}
+
+// String returns the event's snake_case name, e.g. "not_acquired".
+func (k EventKind) String() string {
+	if int(k) < len(eventNames) {
+		return eventNames[k]
+	}
+	return "unknown"
+}
+
+// Event describes one thing that happened to a lock.
+type Event struct {
+	Kind EventKind
+	// Verb is "Transaction", "Session" or "RunOnce".
+	Verb string
+	// Dialect is "postgres" or "mysql".
+	Dialect string
+	// Key is the lock's key and Namespace its namespace.
+	Key       Key
+	Namespace string
+	// Wait is how long acquisition took (EventAcquired, EventNotAcquired).
+	Wait time.Duration
+	// Held is how long the lock was held (EventReleased, EventReleaseFailed,
+	// EventLockLost).
+	Held time.Duration
+	// Err is the error behind EventReleaseFailed and EventLockLost.
+	Err error
+}
+
+// Observer receives lock events. Observe is called synchronously on the
+// locking goroutine (or the keepalive goroutine for EventLockLost) and must
+// not block. When no observer is set, no event is built at all.
+type Observer interface {
+	Observe(ctx context.Context, e Event)
+}
+
+// ObserverFunc adapts a function to [Observer].
+type ObserverFunc func(ctx context.Context, e Event)
+
+// Observe calls f(ctx, e).
+func (f ObserverFunc) Observe(ctx context.Context, e Event) { f(ctx, e) }
