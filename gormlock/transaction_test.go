@@ -86,7 +86,7 @@ func TestTransactionFnErrorRollsBack(t *testing.T) {
 		key := "fnerr-" + t.Name()
 		boom := errors.New("boom")
 		err := gormlock.Transaction(db, key, func(tx *gorm.DB) error {
-			if err := tx.Exec("INSERT INTO "+tbl+" (id, note) VALUES (1, 'x')").Error; err != nil {
+			if err := tx.Exec("INSERT INTO " + tbl + " (id, note) VALUES (1, 'x')").Error; err != nil {
 				return err
 			}
 			return boom
