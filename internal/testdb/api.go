@@ -90,22 +90,3 @@ func (k Kind) valid() bool {
 	}
 	return false
 }
-
-// Environment variables that override the shared servers.
-const (
-	envPostgresDSN  = "ORMLOCK_TEST_POSTGRES_DSN"
-	envPgBouncerDSN = "ORMLOCK_TEST_PGBOUNCER_DSN"
-	envMySQLDSN     = "ORMLOCK_TEST_MYSQL_DSN"
-)
-
-func envDSN(k Kind) string {
-	switch k {
-	case Postgres:
-		return envOr(envPostgresDSN)
-	case PgBouncer:
-		return envOr(envPgBouncerDSN)
-	case MariaDB:
-		return envOr(envMySQLDSN)
-	}
-	return ""
-}

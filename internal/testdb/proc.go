@@ -36,7 +36,6 @@ func startProc(path string, args []string, dir, logPath string, cred *syscall.Cr
 	defer f.Close() // the child has its own copy
 	cmd := exec.Command(path, args...)
 	cmd.Dir = dir
-	cmd.Stdin = nil
 	cmd.Stdout = f
 	cmd.Stderr = f
 	cmd.Env = childEnv()

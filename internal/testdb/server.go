@@ -39,11 +39,12 @@ type Server struct {
 	target  pgTarget // PgBouncer: the PostgreSQL it fronts
 	backend *Server  // PgBouncer started by StartServer: its private PostgreSQL
 
-	mu          sync.Mutex
-	p           *proc
-	initialized bool // data dir made and database created
-	closed      bool
-	admin       *sql.DB
+	mu        sync.Mutex
+	p         *proc
+	dataMade  bool // initdb / mariadb-install-db done
+	dbCreated bool // database "ormlock" created
+	closed    bool
+	admin     *sql.DB
 }
 
 // pgTarget is the PostgreSQL server behind a PgBouncer.
@@ -257,10 +258,11 @@ func (s *Server) startLocked(fixedPort bool) error {
 	if s.p != nil {
 		return nil
 	}
-	if !s.initialized {
+	if !s.dataMade {
 		if err := s.initData(); err != nil {
 			return err
 		}
+		s.dataMade = true
 	}
 	for attempt := 1; ; attempt++ {
 		if !fixedPort {
@@ -279,12 +281,12 @@ func (s *Server) startLocked(fixedPort bool) error {
 			return err
 		}
 	}
-	if !s.initialized {
+	if !s.dbCreated {
 		if err := s.createDatabase(); err != nil {
 			s.stopLocked()
 			return err
 		}
-		s.initialized = true
+		s.dbCreated = true
 	}
 	return nil
 }
@@ -557,5 +559,3 @@ func targetFromDSN(dsn string) (pgTarget, error) {
 	return pgTarget{host: cfg.Host, port: int(cfg.Port), user: cfg.User, password: cfg.Password,
 		database: cfg.Database, adminDSN: dsn}, nil
 }
-
-func envOr(name string) string { return os.Getenv(name) }

@@ -3,6 +3,7 @@ package testdb
 import (
 	"database/sql"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -237,4 +238,23 @@ func Start(tb testing.TB, k Kind) *Server {
 		}
 	})
 	return s
+}
+
+// Environment variables that override the shared servers.
+const (
+	envPostgresDSN  = "ORMLOCK_TEST_POSTGRES_DSN"
+	envPgBouncerDSN = "ORMLOCK_TEST_PGBOUNCER_DSN"
+	envMySQLDSN     = "ORMLOCK_TEST_MYSQL_DSN"
+)
+
+func envDSN(k Kind) string {
+	switch k {
+	case Postgres:
+		return os.Getenv(envPostgresDSN)
+	case PgBouncer:
+		return os.Getenv(envPgBouncerDSN)
+	case MariaDB:
+		return os.Getenv(envMySQLDSN)
+	}
+	return ""
 }
