@@ -37,6 +37,11 @@ func openGorm(t *testing.T, k testdb.Kind, cfg ...*gorm.Config) (*gorm.DB, *sql.
 
 func gormOn(t *testing.T, k testdb.Kind, sqlDB *sql.DB, cfg ...*gorm.Config) *gorm.DB {
 	t.Helper()
+	return gormOnTB(t, k, sqlDB, cfg...)
+}
+
+func gormOnTB(t testing.TB, k testdb.Kind, sqlDB *sql.DB, cfg ...*gorm.Config) *gorm.DB {
+	t.Helper()
 	c := &gorm.Config{Logger: logger.Discard}
 	if len(cfg) > 0 {
 		c = cfg[0]

@@ -77,11 +77,17 @@ func inTx(db *gorm.DB) bool {
 // gorm.io/plugin/dbresolver registered, the Write clause switches the
 // statement's pool to a source; without it the clause does nothing.
 func primary(db *gorm.DB) *gorm.DB {
-	if inTx(db) {
+	if inTx(db) || db.Config == nil {
 		return db
+	}
+	if _, ok := db.Config.Plugins[dbresolverName]; !ok {
+		return db // no resolver: the statement's pool is the only one
 	}
 	return db.Clauses(dbresolver.Write)
 }
+
+// dbresolverName is the name gorm.io/plugin/dbresolver registers under.
+var dbresolverName = (&dbresolver.DBResolver{}).Name()
 
 // sqlTx returns the *sql.Tx (or other raw transaction) under a GORM
 // transaction, bypassing GORM's prepared-statement wrapper, so that lock
