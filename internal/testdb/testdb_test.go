@@ -92,10 +92,10 @@ func TestShared(t *testing.T) {
 			db := testdb.Open(t, k)
 			selectOne(t, db)
 			selectOne(t, testdb.AdminDB(t, k))
-			if testdb.AdminDB(t, k) != testdb.AdminDB(t, k) {
+			if a1, a2 := testdb.AdminDB(t, k), testdb.AdminDB(t, k); a1 != a2 {
 				t.Error("AdminDB is not shared")
 			}
-			if testdb.DSN(t, k) != testdb.DSN(t, k) {
+			if d1, d2 := testdb.DSN(t, k), testdb.DSN(t, k); d1 != d2 {
 				t.Error("DSN changes")
 			}
 			lock(t, k, db, fmt.Sprintf("testdb-shared-%d", i), int64(1000+i))
