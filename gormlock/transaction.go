@@ -125,7 +125,7 @@ func (c *call) transaction(fn func(tx *gorm.DB) error) error {
 
 func (c *call) pgTransaction(fn func(tx *gorm.DB) error) error {
 	defer c.op.EndXact(c.ctx)
-	return primary(c.db).Transaction(func(tx *gorm.DB) error {
+	err := detached(primary(c.db), c.ctx).Transaction(func(tx *gorm.DB) error {
 		q, err := sqlTx(tx)
 		if err != nil {
 			return err
@@ -133,8 +133,12 @@ func (c *call) pgTransaction(fn func(tx *gorm.DB) error) error {
 		if err := c.op.AcquireXact(c.ctx, q); err != nil {
 			return err
 		}
-		return fn(tx)
+		return c.run(fn, tx)
 	}, c.op.Cfg.TxOptions)
+	// a transaction that could not begin never reached the lock: a failed
+	// acquisition, for the observer and, when the context ended, for the
+	// caller too (no-op once the lock was tried)
+	return c.op.Abandon(c.ctx, err)
 }
 
 func (c *call) mysqlTransaction(fn func(tx *gorm.DB) error) error {
@@ -146,13 +150,28 @@ func (c *call) mysqlTransaction(fn func(tx *gorm.DB) error) error {
 		return err
 	}
 	return c.op.WithNamed(c.ctx, sqlDB, func(conn *sql.Conn) error {
-		return onConn(c.db, c.ctx, conn).Transaction(fn, c.op.Cfg.TxOptions)
+		tx := detached(c.db, c.ctx)
+		tx.Statement.ConnPool = conn
+		return tx.Transaction(func(tx *gorm.DB) error { return c.run(fn, tx) }, c.op.Cfg.TxOptions)
 	})
 }
 
-// onConn returns a session of db whose statements run on conn.
-func onConn(db *gorm.DB, ctx context.Context, conn *sql.Conn) *gorm.DB {
-	tx := db.Session(&gorm.Session{Context: ctx})
-	tx.Statement.ConnPool = conn
-	return tx
+// detached returns a session of db whose context carries ctx's values but not
+// its cancellation. The transaction is begun with it: database/sql rolls back
+// a transaction whose context ends, at once and while fn may still be
+// running, which on PostgreSQL would drop the lock under fn's feet. The
+// transaction instead ends when fn returns (see run).
+func detached(db *gorm.DB, ctx context.Context) *gorm.DB {
+	return db.Session(&gorm.Session{Context: context.WithoutCancel(ctx)})
+}
+
+// run calls fn with the caller's context restored on tx, so fn's statements
+// still observe cancellation. A context that ended while fn ran rolls the
+// transaction back (fn's error, or else the context's, is returned), as
+// GORM's own context-bound transactions do, only not before fn returns.
+func (c *call) run(fn func(tx *gorm.DB) error, tx *gorm.DB) error {
+	if err := fn(tx.WithContext(c.ctx)); err != nil {
+		return err
+	}
+	return c.ctx.Err()
 }

@@ -88,9 +88,35 @@ func (o *Op) budget(ctx context.Context) (wait time.Duration, bounded bool, err 
 	return wait, bounded, nil
 }
 
+// attempted makes sure that an outcome reported before the lock call (no
+// connection, no transaction) follows an EventAttempt and has a clock, so an
+// observer always sees attempt, then not_acquired, with a Wait measured from
+// the attempt rather than from the zero time.
+func (o *Op) attempted(ctx context.Context) {
+	if o.start.IsZero() {
+		o.start = time.Now()
+		o.Emit(ctx, ormlock.EventAttempt, nil)
+	}
+}
+
+// Abandon handles an error err that ended the verb before the lock was
+// tried (its transaction could not begin, for one) as a failed acquisition:
+// the observer gets an EventAttempt, then an EventNotAcquired carrying err,
+// and when ctx has ended the returned error also matches
+// ormlock.ErrNotAcquired and the context's error, as a wait cut short does;
+// otherwise err is returned unchanged. It does nothing and returns err when
+// err is nil or the lock was tried, whose outcome was reported already.
+func (o *Op) Abandon(ctx context.Context, err error) error {
+	if err == nil || !o.start.IsZero() {
+		return err
+	}
+	return o.failed(ctx, err)
+}
+
 // notAcquired builds the ErrNotAcquired outcome. When cause is a context
 // error, the result matches both ErrNotAcquired and cause.
 func (o *Op) notAcquired(ctx context.Context, cause error) error {
+	o.attempted(ctx)
 	o.Emit(ctx, ormlock.EventNotAcquired, cause)
 	if cause == nil {
 		return fmt.Errorf("%w: %q is held by another holder", ormlock.ErrNotAcquired, o.Key.String())
@@ -104,6 +130,7 @@ func (o *Op) failed(ctx context.Context, err error) error {
 	if cerr := ctx.Err(); cerr != nil {
 		return o.notAcquired(ctx, errors.Join(cerr, err))
 	}
+	o.attempted(ctx)
 	o.Emit(ctx, ormlock.EventNotAcquired, err)
 	return err
 }

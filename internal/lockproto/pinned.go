@@ -29,16 +29,30 @@ func releaseCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 // does not return 1 the connection is destroyed, so the server frees the lock
 // and no connection holding a lock goes back to the pool.
 func (o *Op) WithNamed(ctx context.Context, db *sql.DB, body func(conn *sql.Conn) error) error {
+	conn, err := o.LockNamed(ctx, db)
+	if err != nil {
+		return err
+	}
+	defer o.ReleaseNamed(ctx, conn)
+	return body(conn)
+}
+
+// LockNamed is the first half of WithNamed, for callers whose body does not
+// fit in one function call (entlock hands the transaction to ent and releases
+// when ent commits or rolls back): it pins a connection from db and takes the
+// named lock on it. On success the caller owns conn and must call
+// ReleaseNamed exactly once, on every path; on failure the connection has
+// already been given back or destroyed.
+func (o *Op) LockNamed(ctx context.Context, db *sql.DB) (*sql.Conn, error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {
-		return o.failed(ctx, fmt.Errorf("ormlock: pin a connection: %w", err))
+		return nil, o.failed(ctx, fmt.Errorf("ormlock: pin a connection: %w", err))
 	}
 	if err := o.AcquireNamed(ctx, conn); err != nil {
 		o.dropUnlocked(conn, err)
-		return err
+		return nil, err
 	}
-	defer o.releaseNamed(ctx, conn)
-	return body(conn)
+	return conn, nil
 }
 
 // dropUnlocked gives back a connection on which no lock was taken: to the
@@ -56,9 +70,11 @@ func isCtxErr(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
-// releaseNamed releases the named lock and returns or destroys conn. It
-// reports whether the release was confirmed.
-func (o *Op) releaseNamed(ctx context.Context, conn *sql.Conn) error {
+// ReleaseNamed is the second half of WithNamed: it releases the named lock
+// taken by LockNamed with a context that ignores ctx's cancellation, then
+// returns conn to the pool, or destroys it when the release failed or was not
+// confirmed (the error says why; the lock is freed with the connection).
+func (o *Op) ReleaseNamed(ctx context.Context, conn *sql.Conn) error {
 	rctx, cancel := releaseCtx(ctx)
 	defer cancel()
 	if err := MySQLReleaseLock(rctx, conn, o.mysql); err != nil {

@@ -1,0 +1,86 @@
+// Package entlock takes ormlock's distributed locks inside ent's own
+// transactions: PostgreSQL advisory locks and MySQL/MariaDB named locks.
+//
+// ent generates its client per project, so this package cannot name your
+// *ent.Tx. It works through a driver wrapper instead, and generic helpers
+// that infer the transaction type from your client:
+//
+//	drv := entlock.Wrap(entsql.OpenDB(dialect.Postgres, db))
+//	client := ent.NewClient(ent.Driver(drv))
+//
+//	err := entlock.Transaction(ctx, client, "daily-settlement", func(tx *ent.Tx) error {
+//		return tx.Settlement.Create().SetDay(day).Exec(ctx)
+//	})
+//	switch {
+//	case errors.Is(err, ormlock.ErrNotAcquired):
+//		// another replica holds the lock: nothing to do
+//	case err != nil:
+//		return err
+//	}
+//
+// No code generation feature is needed, and both dialects are supported.
+//
+// # The wrapper
+//
+// [Wrap] returns a [Driver] that passes everything ent does (queries,
+// client.Tx, client.BeginTx, migrations, Close) to the wrapped driver
+// unchanged. The verbs reach it through the context of client.Tx: the
+// generated client hands its context to its driver, and the wrapper then
+// starts the transaction with the lock held. If the client's driver is not
+// wrapped, the verbs return [ErrNotWrapped] and never run fn unlocked.
+// A driver of another dialect (sqlite3, ...) or one without a *sql.DB makes
+// the verbs return [ormlock.ErrUnsupportedDialect]; [Driver.Err] reports it
+// at start-up. Options given to Wrap are the defaults of every verb called
+// through that driver, like the GORM plugin's.
+//
+// # Transaction
+//
+// [Transaction] runs fn inside one ent transaction while the lock is held.
+// By default it tries once; [ormlock.WithWait] waits up to a duration.
+//
+// On PostgreSQL the transaction begins on a connection from the pool and the
+// lock is pg_try_advisory_xact_lock (or, with a wait, pg_advisory_xact_lock
+// under a SET LOCAL lock_timeout) inside it. COMMIT or ROLLBACK releases it,
+// so it cannot leak, and it is correct behind PgBouncer in transaction
+// pooling mode.
+//
+// On MySQL/MariaDB a connection is pinned, GET_LOCK runs on it, and the
+// transaction begins on that same connection. When ent's transaction ends,
+// RELEASE_LOCK runs after the COMMIT (so no other instance starts before
+// this one's writes are visible), on every path including errors, panics and
+// a cancelled context. When the release fails or does not return 1, the
+// connection is destroyed rather than returned to the pool, and the server
+// frees the lock with it.
+//
+// fn's error is returned unchanged; a panic rolls back, releases and
+// re-panics. The lock is held until fn returns, on both dialects: when ctx
+// ends while fn runs, fn's statements fail with ctx's error, and the
+// transaction is rolled back (not committed) after fn returns; it is not
+// rolled back behind fn's back, which on PostgreSQL would drop the lock
+// while fn still works.
+//
+// # Nested calls
+//
+// ent has no nested transactions, and a transaction cannot be found from a
+// context, so a call inside fn is never nested in the outer transaction:
+//
+//   - On the transactional client (tx.Client()), ent refuses to start a
+//     transaction; Transaction returns an error wrapping ent's
+//     "cannot start a transaction within a transaction" and does not call
+//     fn.
+//   - On the plain client, it is a new, independent transaction on another
+//     connection. It commits or rolls back on its own: the outer
+//     transaction's rollback does not undo it. Locks are per connection, so
+//     the same key is not re-entrant: the inner call returns ErrNotAcquired
+//     at once (try-once), or after its whole wait (WithWait), because the
+//     outer holder waits for it. A different key works. The inner call needs
+//     a second connection: with a pool of MaxOpenConns 1 it blocks until ctx
+//     ends, so give ctx a deadline if the pool may be exhausted.
+//
+// # Session
+//
+// [Session] is for long jobs that must not run inside one long transaction:
+// a dedicated connection holds the lock while fn uses the normal pool, and a
+// keepalive cancels fn's context with cause [ormlock.ErrLockLost] when the
+// lock connection is lost. It accepts the client or the *Driver.
+package entlock

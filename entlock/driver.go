@@ -1,0 +1,247 @@
+package entlock
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"entgo.io/ent/dialect"
+	entsql "entgo.io/ent/dialect/sql"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/lockproto"
+)
+
+// Driver is an ent dialect.Driver that can take ormlock's locks. It wraps the
+// driver a client was built on; every operation ent itself performs (queries,
+// client.Tx, client.BeginTx, migrations, Close) is passed to the wrapped
+// driver unchanged. Only the verbs of this package ([Transaction], [Session])
+// make it do something else. Build it with [Wrap].
+//
+// A Driver is safe for concurrent use, like the driver it wraps.
+type Driver struct {
+	drv  dialect.Driver
+	db   *sql.DB
+	dial lockproto.Dialect
+	conn entsql.Conn // template for the Conn of a locked transaction
+	cfg  ormlock.Config
+	err  error
+}
+
+var _ dialect.Driver = (*Driver)(nil)
+
+// Wrap returns drv wrapped so that the verbs of this package can take locks
+// through a client built on it:
+//
+//	client := ent.NewClient(ent.Driver(entlock.Wrap(entsql.OpenDB(dialect.Postgres, db))))
+//
+// opts are the defaults of every verb called through this driver (namespace,
+// wait, observer, ...); per-call options apply on top. The default is
+// ormlock's defaults (no namespace, try once, no observer).
+//
+// drv must be a PostgreSQL or MySQL/MariaDB driver that exposes its *sql.DB:
+// an *entsql.Driver (from entsql.Open or entsql.OpenDB), optionally inside
+// dialect.Debug, or any driver with a DB() *sql.DB method. Wrap never fails,
+// so that it can be used inline; when drv does not qualify (nil, another
+// dialect such as sqlite3, no *sql.DB) or an option is invalid, plain use of
+// the driver still works as before and every verb returns the problem without
+// calling fn: an error wrapping [ormlock.ErrUnsupportedDialect] or
+// [ormlock.ErrInvalidArgument]. Check [Driver.Err] at start-up to fail early.
+//
+// Put dialect.Debug outside the wrapper (or use the client's Debug method),
+// not inside it: the locked transactions of the verbs run on the *sql.DB
+// directly and bypass a Debug driver that is wrapped.
+func Wrap(drv dialect.Driver, opts ...ormlock.Option) *Driver {
+	d := &Driver{drv: drv, cfg: ormlock.NewConfig(opts...)}
+	d.err = d.cfg.Err()
+	if drv == nil {
+		d.err = fmt.Errorf("%w: entlock.Wrap: nil driver", ormlock.ErrInvalidArgument)
+		return d
+	}
+	name := drv.Dialect()
+	dial, err := lockproto.DialectOf(name)
+	if err != nil {
+		if d.err == nil {
+			d.err = fmt.Errorf("entlock.Wrap: %w", err)
+		}
+		return d
+	}
+	d.dial = dial
+	d.db = sqlDBOf(drv)
+	if d.db == nil {
+		if d.err == nil {
+			d.err = fmt.Errorf("%w: entlock.Wrap: driver %T does not expose its *sql.DB (wrap an *entsql.Driver from entsql.Open or entsql.OpenDB, or a driver with a DB() *sql.DB method)", ormlock.ErrUnsupportedDialect, drv)
+		}
+		return d
+	}
+	d.conn = entsql.OpenDB(name, d.db).Conn
+	return d
+}
+
+// sqlDBOf finds the *sql.DB under an ent driver.
+func sqlDBOf(drv dialect.Driver) *sql.DB {
+	for {
+		switch v := drv.(type) {
+		case *entsql.Driver:
+			// (*entsql.Driver).DB panics when the driver is not over a *sql.DB.
+			db, _ := v.ExecQuerier.(*sql.DB)
+			return db
+		case *dialect.DebugDriver:
+			drv = v.Driver
+		case interface{ DB() *sql.DB }:
+			return v.DB()
+		default:
+			return nil
+		}
+	}
+}
+
+// Err reports why the verbs cannot take locks through d: an invalid option
+// (wrapping [ormlock.ErrInvalidArgument] or [ormlock.ErrInvalidKey]), or a
+// driver that is nil, of another dialect or without a *sql.DB (wrapping
+// [ormlock.ErrUnsupportedDialect] or ErrInvalidArgument). It is nil when d
+// is usable.
+func (d *Driver) Err() error { return d.err }
+
+// DB returns the *sql.DB under the wrapped driver, or nil when there is none.
+func (d *Driver) DB() *sql.DB { return d.db }
+
+// Dialect returns the wrapped driver's dialect name.
+func (d *Driver) Dialect() string {
+	if d.drv == nil {
+		return ""
+	}
+	return d.drv.Dialect()
+}
+
+// Exec passes the call to the wrapped driver.
+func (d *Driver) Exec(ctx context.Context, query string, args, v any) error {
+	if d.drv == nil {
+		return d.err
+	}
+	return d.drv.Exec(ctx, query, args, v)
+}
+
+// Query passes the call to the wrapped driver.
+func (d *Driver) Query(ctx context.Context, query string, args, v any) error {
+	if d.drv == nil {
+		return d.err
+	}
+	return d.drv.Query(ctx, query, args, v)
+}
+
+// ExecContext passes the call to the wrapped driver (used by clients
+// generated with the sql/execquery feature).
+func (d *Driver) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	ex, ok := d.drv.(interface {
+		ExecContext(context.Context, string, ...any) (sql.Result, error)
+	})
+	if !ok {
+		return nil, fmt.Errorf("ormlock: entlock: driver %T does not support ExecContext", d.drv)
+	}
+	return ex.ExecContext(ctx, query, args...)
+}
+
+// QueryContext passes the call to the wrapped driver (used by clients
+// generated with the sql/execquery feature).
+func (d *Driver) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	q, ok := d.drv.(interface {
+		QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+	})
+	if !ok {
+		return nil, fmt.Errorf("ormlock: entlock: driver %T does not support QueryContext", d.drv)
+	}
+	return q.QueryContext(ctx, query, args...)
+}
+
+// Close closes the wrapped driver.
+func (d *Driver) Close() error {
+	if d.drv == nil {
+		return nil
+	}
+	return d.drv.Close()
+}
+
+// Tx starts a transaction. Called by ent's client.Tx, it passes the call to
+// the wrapped driver, unless the call comes from [Transaction]: then the
+// transaction starts with the lock held.
+func (d *Driver) Tx(ctx context.Context) (dialect.Tx, error) {
+	if r := claim(ctx); r != nil {
+		return d.serve(ctx, r, nil)
+	}
+	if d.drv == nil {
+		return nil, d.err
+	}
+	return d.drv.Tx(ctx)
+}
+
+// BeginTx starts a transaction with options. Called by ent's client.BeginTx,
+// it passes the call to the wrapped driver.
+func (d *Driver) BeginTx(ctx context.Context, opts *sql.TxOptions) (dialect.Tx, error) {
+	if r := claim(ctx); r != nil {
+		return d.serve(ctx, r, opts)
+	}
+	b, ok := d.drv.(interface {
+		BeginTx(context.Context, *sql.TxOptions) (dialect.Tx, error)
+	})
+	if !ok {
+		if d.drv == nil {
+			return nil, d.err
+		}
+		return nil, fmt.Errorf("ormlock: entlock: driver %T does not support BeginTx", d.drv)
+	}
+	return b.BeginTx(ctx, opts)
+}
+
+// serve answers a request of this package's verbs that reached d.
+func (d *Driver) serve(ctx context.Context, r *request, opts *sql.TxOptions) (dialect.Tx, error) {
+	if r.probe {
+		r.drv = d
+		return nil, errProbe
+	}
+	tx, err := d.begin(ctx, r, opts)
+	if err != nil {
+		r.err = err
+		return nil, err
+	}
+	r.tx = tx
+	return tx, nil
+}
+
+// begin starts a transaction with the lock of r held.
+func (d *Driver) begin(ctx context.Context, r *request, opts *sql.TxOptions) (*lockedTx, error) {
+	if d.err != nil {
+		return nil, d.err
+	}
+	cfg := d.cfg.With(r.opts...)
+	if opts == nil {
+		opts = cfg.TxOptions
+	}
+	op, err := lockproto.NewOp(d.dial, r.verb, r.key, cfg)
+	if err != nil {
+		return nil, err
+	}
+	lt, err := op.BeginLocked(ctx, d.db, opts)
+	if err != nil {
+		return nil, err
+	}
+	t := &lockedTx{Conn: d.conn, lt: lt}
+	t.ExecQuerier = lt.Tx
+	return t, nil
+}
+
+// lockedTx is the ent transaction of a verb: a transaction begun with the
+// lock held, whose Commit and Rollback end the lock after the transaction
+// (see lockproto.LockedTx).
+type lockedTx struct {
+	entsql.Conn // over the *sql.Tx: Exec, Query, ExecContext and QueryContext run in it
+	lt          *lockproto.LockedTx
+}
+
+var _ dialect.Tx = (*lockedTx)(nil)
+
+// Commit commits the transaction, then releases the lock.
+func (t *lockedTx) Commit() error { return t.lt.Commit() }
+
+// Rollback rolls the transaction back, then releases the lock.
+func (t *lockedTx) Rollback() error { return t.lt.Rollback() }

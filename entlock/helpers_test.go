@@ -1,0 +1,96 @@
+package entlock_test
+
+import (
+	"context"
+	"database/sql"
+	"os"
+	"sync"
+	"testing"
+
+	entsql "entgo.io/ent/dialect/sql"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/entlock"
+	"github.com/ormlock/ormlock/internal/enttest"
+	"github.com/ormlock/ormlock/internal/enttest/ent"
+	"github.com/ormlock/ormlock/internal/testdb"
+)
+
+func TestMain(m *testing.M) { os.Exit(testdb.Main(m)) }
+
+// forEachKind runs f once per real server kind.
+func forEachKind(t *testing.T, f func(t *testing.T, k testdb.Kind)) {
+	t.Helper()
+	for _, k := range testdb.Kinds() {
+		t.Run(string(k), func(t *testing.T) { f(t, k) })
+	}
+}
+
+// openEnt opens a new pool on the shared server of kind k, builds an ent
+// client on entlock.Wrap(opts...), and asserts after the test that no lock
+// and no connection leaked.
+func openEnt(t *testing.T, k testdb.Kind, opts ...ormlock.Option) (*ent.Client, *sql.DB) {
+	t.Helper()
+	return enttest.Open(t, k, opts...)
+}
+
+// openPlain opens a client whose driver is not wrapped.
+func openPlain(t *testing.T, k testdb.Kind) (*ent.Client, *sql.DB) {
+	t.Helper()
+	db := testdb.Open(t, k)
+	enttest.Migrate(t, k)
+	t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
+	return ent.NewClient(ent.Driver(entsql.OpenDB(k.Dialect(), db))), db
+}
+
+func rawHold(t *testing.T, k testdb.Kind, name string) func() {
+	t.Helper()
+	return enttest.RawHold(t, k, name)
+}
+
+func rawFree(t *testing.T, k testdb.Kind, name string) bool {
+	t.Helper()
+	return enttest.RawFree(t, k, name)
+}
+
+func count(t *testing.T, k testdb.Kind, owner string) int {
+	t.Helper()
+	return enttest.Count(t, k, owner)
+}
+
+// insert writes one item in tx.
+func insert(ctx context.Context, tx *ent.Tx, owner string, n int) error {
+	return tx.Item.Create().SetOwner(owner).SetN(n).Exec(ctx)
+}
+
+// recorder is an observer that records event kinds.
+type recorder struct {
+	mu    sync.Mutex
+	kinds []ormlock.EventKind
+}
+
+func (r *recorder) Observe(_ context.Context, e ormlock.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.kinds = append(r.kinds, e.Kind)
+}
+
+func (r *recorder) events() []ormlock.EventKind {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]ormlock.EventKind(nil), r.kinds...)
+}
+
+// openDriver is openEnt that also returns the wrapper, for calls that take
+// the *entlock.Driver.
+func openDriver(t *testing.T, k testdb.Kind, opts ...ormlock.Option) (*entlock.Driver, *ent.Client, *sql.DB) {
+	t.Helper()
+	db := testdb.Open(t, k)
+	enttest.Migrate(t, k)
+	t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
+	drv := entlock.Wrap(entsql.OpenDB(k.Dialect(), db), opts...)
+	if err := drv.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return drv, ent.NewClient(ent.Driver(drv)), db
+}

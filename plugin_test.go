@@ -1,0 +1,529 @@
+package ormlock_test
+
+// Cross-ORM conformance: one suite, written once against a small adapter
+// interface, run for every adapter (gormlock, entlock) on every server
+// (PostgreSQL, PgBouncer in transaction mode, MariaDB); then gormlock,
+// entlock and hand-written SQL contend for the same keys and must exclude
+// each other. Every pool is checked for leaks (no advisory or named lock
+// left, no connection in use) when its test ends.
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	gmysql "gorm.io/driver/mysql"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/entlock"
+	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/enttest"
+	"github.com/ormlock/ormlock/internal/enttest/ent"
+	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/keyhash"
+)
+
+func TestMain(m *testing.M) { os.Exit(testdb.Main(m)) }
+
+// locker is what the suite needs of an adapter: the two verbs, over one pool.
+type locker interface {
+	// Transaction runs fn in a transaction while key's lock is held.
+	Transaction(ctx context.Context, key string, fn func(tx txn) error, opts ...ormlock.Option) error
+	// Session holds key's lock on a dedicated connection while fn runs.
+	Session(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...ormlock.Option) error
+}
+
+// txn is a transaction handed to fn.
+type txn interface {
+	// Insert writes an item row in the transaction.
+	Insert(owner string, n int) error
+}
+
+// adapter opens a locker on a new pool of kind k; the pool is checked for
+// leaks when the test ends.
+type adapter struct {
+	name string
+	open func(t *testing.T, k testdb.Kind) locker
+}
+
+var adapters = []adapter{
+	{"gormlock", openGorm},
+	{"entlock", openEnt},
+}
+
+// ---- gormlock ----
+
+type gormLocker struct{ db *gorm.DB }
+
+type gormTx struct{ tx *gorm.DB }
+
+func (g gormTx) Insert(owner string, n int) error {
+	return g.tx.Exec("INSERT INTO items (owner, n) VALUES (?, ?)", owner, n).Error
+}
+
+func openGorm(t *testing.T, k testdb.Kind) locker {
+	t.Helper()
+	sqlDB := testdb.Open(t, k)
+	enttest.Migrate(t, k)
+	t.Cleanup(func() { testdb.AssertNoLeaks(t, k, sqlDB) })
+	var dial gorm.Dialector
+	if k.Dialect() == "postgres" {
+		dial = postgres.New(postgres.Config{Conn: sqlDB})
+	} else {
+		dial = gmysql.New(gmysql.Config{Conn: sqlDB, SkipInitializeWithVersion: true})
+	}
+	db, err := gorm.Open(dial, &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		t.Fatalf("gorm.Open: %v", err)
+	}
+	return gormLocker{db}
+}
+
+func (g gormLocker) Transaction(ctx context.Context, key string, fn func(txn) error, opts ...ormlock.Option) error {
+	return gormlock.Transaction(g.db.WithContext(ctx), key, func(tx *gorm.DB) error { return fn(gormTx{tx}) }, opts...)
+}
+
+func (g gormLocker) Session(ctx context.Context, key string, fn func(context.Context) error, opts ...ormlock.Option) error {
+	return gormlock.Session(g.db.WithContext(ctx), key, fn, opts...)
+}
+
+// ---- entlock ----
+
+type entLocker struct{ client *ent.Client }
+
+type entTx struct {
+	ctx context.Context
+	tx  *ent.Tx
+}
+
+func (e entTx) Insert(owner string, n int) error {
+	return e.tx.Item.Create().SetOwner(owner).SetN(n).Exec(e.ctx)
+}
+
+func openEnt(t *testing.T, k testdb.Kind) locker {
+	t.Helper()
+	client, _ := enttest.Open(t, k)
+	return entLocker{client}
+}
+
+func (e entLocker) Transaction(ctx context.Context, key string, fn func(txn) error, opts ...ormlock.Option) error {
+	return entlock.Transaction(ctx, e.client, key, func(tx *ent.Tx) error { return fn(entTx{ctx, tx}) }, opts...)
+}
+
+func (e entLocker) Session(ctx context.Context, key string, fn func(context.Context) error, opts ...ormlock.Option) error {
+	return entlock.Session(ctx, e.client, key, fn, opts...)
+}
+
+// ---- hand-written SQL, as existing code would lock (try once, no options) ----
+
+type rawLocker struct {
+	k  testdb.Kind
+	db *sql.DB
+}
+
+type rawTx struct {
+	ctx context.Context
+	tx  *sql.Tx
+	k   testdb.Kind
+}
+
+func (r rawTx) Insert(owner string, n int) error {
+	q := "INSERT INTO items (owner, n) VALUES (?, ?)"
+	if r.k.Dialect() == "postgres" {
+		q = "INSERT INTO items (owner, n) VALUES ($1, $2)"
+	}
+	_, err := r.tx.ExecContext(r.ctx, q, owner, n)
+	return err
+}
+
+func openRaw(t *testing.T, k testdb.Kind) locker {
+	t.Helper()
+	db := testdb.Open(t, k)
+	enttest.Migrate(t, k)
+	t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
+	return rawLocker{k, db}
+}
+
+var errRawNotAcquired = fmt.Errorf("raw: %w", ormlock.ErrNotAcquired)
+
+func (r rawLocker) Transaction(ctx context.Context, key string, fn func(txn) error, opts ...ormlock.Option) (err error) {
+	if len(opts) > 0 {
+		return errors.New("raw locker takes no options")
+	}
+	var conn *sql.Conn
+	var tx *sql.Tx
+	if r.k.Dialect() == "postgres" {
+		if tx, err = r.db.BeginTx(ctx, nil); err != nil {
+			return err
+		}
+		var ok bool
+		if err := tx.QueryRowContext(ctx, "SELECT pg_try_advisory_xact_lock($1)", keyhash.Int64(key)).Scan(&ok); err != nil || !ok {
+			_ = tx.Rollback()
+			if err != nil {
+				return err
+			}
+			return errRawNotAcquired
+		}
+	} else {
+		if conn, err = r.db.Conn(ctx); err != nil {
+			return err
+		}
+		name := keyhash.MySQLName("", key)
+		var ok bool
+		if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0) = 1", name).Scan(&ok); err != nil || !ok {
+			conn.Close()
+			if err != nil {
+				return err
+			}
+			return errRawNotAcquired
+		}
+		defer func() {
+			if _, rerr := conn.ExecContext(context.WithoutCancel(ctx), "DO RELEASE_LOCK(?)", name); rerr != nil {
+				err = errors.Join(err, rerr)
+			}
+			conn.Close()
+		}()
+		if tx, err = conn.BeginTx(ctx, nil); err != nil {
+			return err
+		}
+	}
+	if err := fn(rawTx{ctx, tx, r.k}); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+func (r rawLocker) Session(context.Context, string, func(context.Context) error, ...ormlock.Option) error {
+	return errors.New("raw locker has no Session")
+}
+
+// ---- helpers ----
+
+// forEach runs f for every adapter on every server kind.
+func forEach(t *testing.T, f func(t *testing.T, a adapter, k testdb.Kind)) {
+	t.Helper()
+	for _, a := range adapters {
+		t.Run(a.name, func(t *testing.T) {
+			for _, k := range testdb.Kinds() {
+				t.Run(string(k), func(t *testing.T) { f(t, a, k) })
+			}
+		})
+	}
+}
+
+// free reports whether hand-written SQL can take key's lock right now.
+func free(t *testing.T, k testdb.Kind, key string) bool {
+	t.Helper()
+	return enttest.RawFree(t, k, key)
+}
+
+// exclusion runs rounds of lockers contending for key and asserts at most
+// one holder inside fn at any instant, and that someone wins every round.
+func exclusion(t *testing.T, k testdb.Kind, owner, key string, lockers []locker, rounds int) {
+	t.Helper()
+	ctx := context.Background()
+	var inside, maxInside, wins, losses atomic.Int64
+	for r := 0; r < rounds; r++ {
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		errs := make([]error, len(lockers))
+		for i, l := range lockers {
+			wg.Go(func() {
+				<-start
+				errs[i] = l.Transaction(ctx, key, func(tx txn) error {
+					n := inside.Add(1)
+					defer inside.Add(-1)
+					for {
+						m := maxInside.Load()
+						if n <= m || maxInside.CompareAndSwap(m, n) {
+							break
+						}
+					}
+					time.Sleep(time.Millisecond)
+					return tx.Insert(owner, r)
+				})
+			})
+		}
+		close(start)
+		wg.Wait()
+		roundWins := 0
+		for i, err := range errs {
+			switch {
+			case err == nil:
+				roundWins++
+				wins.Add(1)
+			case errors.Is(err, ormlock.ErrNotAcquired):
+				losses.Add(1)
+			default:
+				t.Fatalf("round %d, locker %d: unexpected error: %v", r, i, err)
+			}
+		}
+		if roundWins == 0 {
+			t.Fatalf("round %d: nobody acquired a free lock", r)
+		}
+	}
+	if got := maxInside.Load(); got != 1 {
+		t.Fatalf("max holders inside fn at once = %d, want 1", got)
+	}
+	if losses.Load() == 0 {
+		t.Fatalf("no contention in %d rounds: the test did not exercise exclusion", rounds)
+	}
+	if n := enttest.Count(t, k, owner); n != int(wins.Load()) {
+		t.Fatalf("%d rows committed, want one per win (%d)", n, wins.Load())
+	}
+	t.Logf("%d rounds: %d wins, %d ErrNotAcquired", rounds, wins.Load(), losses.Load())
+}
+
+// ---- the conformance suite ----
+
+func TestConformanceMutualExclusion(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		lockers := []locker{a.open(t, k), a.open(t, k), a.open(t, k)}
+		exclusion(t, k, enttest.Owner(t, k), "conf-mutex-"+t.Name(), lockers, 100)
+	})
+}
+
+func TestConformanceFnError(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		l := a.open(t, k)
+		ctx := context.Background()
+		owner, key := enttest.Owner(t, k), "conf-err-"+t.Name()
+		boom := errors.New("boom")
+		err := l.Transaction(ctx, key, func(tx txn) error {
+			if err := tx.Insert(owner, 1); err != nil {
+				return err
+			}
+			return boom
+		})
+		if err != boom {
+			t.Fatalf("err = %v, want fn's error unchanged", err)
+		}
+		if n := enttest.Count(t, k, owner); n != 0 {
+			t.Fatalf("%d rows after fn failed, want 0", n)
+		}
+		if !free(t, k, key) {
+			t.Fatal("lock held after fn failed")
+		}
+		if err := l.Transaction(ctx, key, func(tx txn) error { return tx.Insert(owner, 2) }); err != nil {
+			t.Fatal(err)
+		}
+		if n := enttest.Count(t, k, owner); n != 1 {
+			t.Fatalf("%d rows after commit, want 1", n)
+		}
+	})
+}
+
+func TestConformancePanic(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		l := a.open(t, k)
+		owner, key := enttest.Owner(t, k), "conf-panic-"+t.Name()
+		var got any
+		func() {
+			defer func() { got = recover() }()
+			_ = l.Transaction(context.Background(), key, func(tx txn) error {
+				if err := tx.Insert(owner, 1); err != nil {
+					t.Error(err)
+				}
+				panic("kaboom")
+			})
+		}()
+		if got != "kaboom" {
+			t.Fatalf("recovered %v, want the original panic", got)
+		}
+		if n := enttest.Count(t, k, owner); n != 0 {
+			t.Fatalf("%d rows after panic, want 0", n)
+		}
+		if !free(t, k, key) {
+			t.Fatal("lock held after panic")
+		}
+	})
+}
+
+func TestConformanceWaitAndCancel(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		l := a.open(t, k)
+		key := "conf-wait-" + t.Name()
+		release := enttest.RawHold(t, k, key)
+		called := false
+		fn := func(txn) error { called = true; return nil }
+		ctx := context.Background()
+
+		if err := l.Transaction(ctx, key, fn); !errors.Is(err, ormlock.ErrNotAcquired) {
+			t.Fatalf("try-once: %v, want ErrNotAcquired", err)
+		}
+		if err := l.Transaction(ctx, key, fn, ormlock.WithWait(200*time.Millisecond)); !errors.Is(err, ormlock.ErrNotAcquired) {
+			t.Fatalf("wait: %v, want ErrNotAcquired", err)
+		}
+		cctx, cancel := context.WithCancel(ctx)
+		time.AfterFunc(200*time.Millisecond, cancel)
+		if err := l.Transaction(cctx, key, fn, ormlock.WithWait(30*time.Second)); !errors.Is(err, ormlock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancel: %v, want ErrNotAcquired and context.Canceled", err)
+		}
+		dctx, dcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer dcancel()
+		if err := l.Transaction(dctx, key, fn, ormlock.WithWait(30*time.Second)); !errors.Is(err, ormlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("deadline: %v, want ErrNotAcquired and context.DeadlineExceeded", err)
+		}
+		if called {
+			t.Fatal("fn called without the lock")
+		}
+		time.AfterFunc(100*time.Millisecond, release)
+		if err := l.Transaction(ctx, key, fn, ormlock.WithWait(30*time.Second)); err != nil || !called {
+			t.Fatalf("wait for release: err=%v called=%v", err, called)
+		}
+	})
+}
+
+func TestConformanceCancelInsideFn(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		l := a.open(t, k)
+		owner, key := enttest.Owner(t, k), "conf-cancelfn-"+t.Name()
+		ctx, cancel := context.WithCancel(context.Background())
+		err := l.Transaction(ctx, key, func(tx txn) error {
+			cancel()
+			return tx.Insert(owner, 1)
+		})
+		if err == nil {
+			t.Fatal("want an error after the context was cancelled inside fn")
+		}
+		if n := enttest.Count(t, k, owner); n != 0 {
+			t.Fatalf("%d rows committed after cancel, want 0", n)
+		}
+		// gormlock on PostgreSQL: database/sql rolls the cancelled
+		// transaction back on its own goroutine, so the lock may outlive
+		// the call by a moment; poll rather than demand it at once.
+		start := time.Now()
+		for !free(t, k, key) {
+			if time.Since(start) > 5*time.Second {
+				t.Fatal("lock still held 5s after the cancelled call returned")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Logf("lock free %v after return", time.Since(start))
+	})
+}
+
+// The lock is held until fn returns, even when ctx ends while fn runs: fn
+// may still be doing work the lock protects.
+func TestConformanceHeldUntilFnReturns(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		l := a.open(t, k)
+		key := "conf-heldfn-" + t.Name()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		_ = l.Transaction(ctx, key, func(txn) error {
+			cancel()
+			time.Sleep(100 * time.Millisecond) // database/sql reacts to ctx at once
+			if free(t, k, key) {
+				t.Error("lock free while fn still runs")
+			}
+			return nil
+		})
+	})
+}
+
+func TestConformanceSession(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		l, other := a.open(t, k), a.open(t, k)
+		key := "conf-session-" + t.Name()
+		ctx := context.Background()
+		err := l.Session(ctx, key, func(ctx context.Context) error {
+			if free(t, k, key) {
+				return errors.New("raw SQL took the lock during the Session")
+			}
+			return other.Transaction(ctx, key, func(txn) error { return errors.New("fn called") })
+		}, ormlock.WithKeepalive(100*time.Millisecond))
+		if !errors.Is(err, ormlock.ErrNotAcquired) {
+			t.Fatalf("Transaction during Session: %v, want ErrNotAcquired", err)
+		}
+		if !free(t, k, key) {
+			t.Fatal("lock held after Session")
+		}
+	})
+}
+
+// ---- cross-ORM interop ----
+
+// Three instances, one per way of locking (gormlock, entlock, raw SQL),
+// contend for one key: at most one holder at any instant.
+func TestCrossORMMutualExclusion(t *testing.T) {
+	for _, k := range testdb.Kinds() {
+		t.Run(string(k), func(t *testing.T) {
+			lockers := []locker{openGorm(t, k), openEnt(t, k), openRaw(t, k)}
+			exclusion(t, k, enttest.Owner(t, k), "cross-mutex-"+t.Name(), lockers, 100)
+		})
+	}
+}
+
+// A holder of each kind excludes the other two, for each verb and for names
+// that need quoting or are not ASCII.
+func TestCrossORMInterop(t *testing.T) {
+	for _, k := range testdb.Kinds() {
+		t.Run(string(k), func(t *testing.T) {
+			ctx := context.Background()
+			all := map[string]locker{"gormlock": openGorm(t, k), "entlock": openEnt(t, k), "raw": openRaw(t, k)}
+			for _, key := range []string{"interop-" + t.Name(), `it's "quoted"; --`, "Zürich-日本-🔒"} {
+				for hname, h := range all {
+					err := h.Transaction(ctx, key, func(txn) error {
+						for oname, o := range all {
+							if oname == hname {
+								continue
+							}
+							if err := o.Transaction(ctx, key, func(txn) error { return errors.New("fn called") }); !errors.Is(err, ormlock.ErrNotAcquired) {
+								return fmt.Errorf("%s holder did not exclude %s: %v", hname, oname, err)
+							}
+						}
+						return nil
+					})
+					if err != nil {
+						t.Fatalf("%q: %v", key, err)
+					}
+					if !free(t, k, key) {
+						t.Fatalf("%q: lock held after the %s holder returned", key, hname)
+					}
+				}
+				// Sessions exclude the other adapter's Transaction too
+				for hname, oname := range map[string]string{"gormlock": "entlock", "entlock": "gormlock"} {
+					err := all[hname].Session(ctx, key, func(ctx context.Context) error {
+						return all[oname].Transaction(ctx, key, func(txn) error { return errors.New("fn called") })
+					})
+					if !errors.Is(err, ormlock.ErrNotAcquired) {
+						t.Fatalf("%q: %s Session did not exclude %s: %v", key, hname, oname, err)
+					}
+				}
+			}
+		})
+	}
+}
+
+// The adapters agree on namespaced keys: the same namespace excludes, none
+// does not.
+func TestCrossORMNamespace(t *testing.T) {
+	for _, k := range testdb.Kinds() {
+		t.Run(string(k), func(t *testing.T) {
+			ctx := context.Background()
+			g, e := openGorm(t, k), openEnt(t, k)
+			key := "ns-" + t.Name()
+			ns := ormlock.WithNamespace("billing")
+			err := g.Transaction(ctx, key, func(txn) error {
+				if err := e.Transaction(ctx, key, func(txn) error { return errors.New("fn called") }, ns); !errors.Is(err, ormlock.ErrNotAcquired) {
+					return fmt.Errorf("same namespace not excluded: %v", err)
+				}
+				return e.Transaction(ctx, key, func(txn) error { return nil })
+			}, ns)
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
