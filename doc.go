@@ -26,4 +26,13 @@
 // [ErrAlreadyDone], [ErrUnsupportedDialect], [ErrInvalidKey],
 // [ErrInvalidArgument]); compare with errors.Is. The callback's own error is
 // returned unchanged.
+//
+// # Observing locks
+//
+// An [Observer], set with [WithObserver], receives an [Event] for each step
+// of a lock's use: attempt, acquired (with the wait), not_acquired,
+// released (with the hold time), release_failed, lock_lost and, for
+// RunOnce, already_done. Nothing is built when no observer is set.
+// [SlogObserver] writes the events to a log/slog logger. [HolderInfo] is the
+// answer of the adapters' Holder lookups: who holds a lock right now.
 package ormlock

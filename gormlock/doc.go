@@ -63,4 +63,14 @@
 // on a replica would exclude nobody. PrepareStmt: true is supported; the lock
 // statements themselves are never prepared, so they also work behind
 // PgBouncer.
+//
+// # Observing locks
+//
+// [ormlock.WithObserver] (per call or as the plugin's default) receives an
+// [ormlock.Event] for every attempt, acquisition, refusal, release, failed
+// release and lost lock; [ormlock.SlogObserver] logs them. With no observer
+// set no event is built, and with one the Transaction path allocates nothing
+// more (BenchmarkTransactionObserver). [Holder] asks the database who holds
+// a lock right now: backend pid or connection id, user, client, state, last
+// query, hold time.
 package gormlock

@@ -28,8 +28,8 @@ func Transaction[K ormlock.KeyType](db *gorm.DB, key K, fn func(tx *gorm.DB) err
 	if fn == nil {
 		return fmt.Errorf("%w: gormlock.Transaction: nil fn", ormlock.ErrInvalidArgument)
 	}
-	c, err := prepare(db, "Transaction", ormlock.KeyOf(key), opts)
-	if err != nil {
+	var c call // on the stack: one allocation fewer than prepare
+	if err := c.init(db, "Transaction", ormlock.KeyOf(key), opts); err != nil {
 		return err
 	}
 	return c.transaction(fn)
@@ -43,25 +43,35 @@ type call struct {
 }
 
 func prepare(db *gorm.DB, verb string, key ormlock.Key, opts []ormlock.Option) (*call, error) {
+	c := new(call)
+	if err := c.init(db, verb, key, opts); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// init validates the arguments of a verb call and fills in c.
+func (c *call) init(db *gorm.DB, verb string, key ormlock.Key, opts []ormlock.Option) error {
 	if db == nil {
-		return nil, fmt.Errorf("%w: gormlock.%s: nil *gorm.DB", ormlock.ErrInvalidArgument, verb)
+		return fmt.Errorf("%w: gormlock.%s: nil *gorm.DB", ormlock.ErrInvalidArgument, verb)
 	}
 	if db.Error != nil {
-		return nil, db.Error
+		return db.Error
 	}
 	d, err := dialectOf(db)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	op, err := lockproto.NewOp(d, verb, key, configFor(db, opts))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	ctx := context.Background()
 	if db.Statement != nil && db.Statement.Context != nil {
 		ctx = db.Statement.Context
 	}
-	return &call{db: db, ctx: ctx, op: op}, nil
+	*c = call{db: db, ctx: ctx, op: op}
+	return nil
 }
 
 // inTx reports whether db is already inside a transaction.
@@ -125,7 +135,11 @@ func (c *call) transaction(fn func(tx *gorm.DB) error) error {
 
 func (c *call) pgTransaction(fn func(tx *gorm.DB) error) error {
 	defer c.op.EndXact(c.ctx)
-	err := detached(primary(c.db), c.ctx).Transaction(func(tx *gorm.DB) error {
+	db := primary(c.db)
+	if c.ctx.Done() != nil {
+		db = detached(db, c.ctx)
+	} // else the context never ends: db's own (c.ctx) is already detached
+	err := db.Transaction(func(tx *gorm.DB) error {
 		q, err := sqlTx(tx)
 		if err != nil {
 			return err
@@ -160,9 +174,14 @@ func (c *call) mysqlTransaction(fn func(tx *gorm.DB) error) error {
 // its cancellation. The transaction is begun with it: database/sql rolls back
 // a transaction whose context ends, at once and while fn may still be
 // running, which on PostgreSQL would drop the lock under fn's feet. The
-// transaction instead ends when fn returns (see run).
+// transaction instead ends when fn returns (see run). A context that can
+// never be cancelled (Done returns nil, as for GORM's default
+// context.Background) is kept as it is.
 func detached(db *gorm.DB, ctx context.Context) *gorm.DB {
-	return db.Session(&gorm.Session{Context: context.WithoutCancel(ctx)})
+	if ctx.Done() != nil {
+		ctx = context.WithoutCancel(ctx)
+	}
+	return db.Session(&gorm.Session{Context: ctx})
 }
 
 // run calls fn with the caller's context restored on tx, so fn's statements
@@ -170,6 +189,11 @@ func detached(db *gorm.DB, ctx context.Context) *gorm.DB {
 // transaction back (fn's error, or else the context's, is returned), as
 // GORM's own context-bound transactions do, only not before fn returns.
 func (c *call) run(fn func(tx *gorm.DB) error, tx *gorm.DB) error {
+	if c.ctx.Done() == nil {
+		// The context never ends, and tx already carries it: no new
+		// session (and its allocations) is needed.
+		return fn(tx)
+	}
 	if err := fn(tx.WithContext(c.ctx)); err != nil {
 		return err
 	}

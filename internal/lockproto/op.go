@@ -150,7 +150,9 @@ func (o *Op) AcquireXact(ctx context.Context, q Querier) error {
 	}
 	var ok bool
 	if wait > 0 {
-		ok, err = PGWaitXact(ctx, q, o.pg, wait)
+		wctx, done := waitCtx(ctx)
+		ok, err = PGWaitXact(wctx, q, o.pg, wait)
+		done()
 	} else {
 		ok, err = PGTryXact(ctx, q, o.pg)
 	}
@@ -191,6 +193,35 @@ func (o *Op) AcquireNamed(ctx context.Context, q Querier) error {
 	if err != nil {
 		return err
 	}
-	ok, err := MySQLGetLock(ctx, q, o.mysql, wait)
+	wctx, done := waitCtx(ctx)
+	ok, err := MySQLGetLock(wctx, q, o.mysql, wait)
+	done()
 	return o.settle(ctx, ok, bounded, err)
+}
+
+// deadlineGrace is how long a lock wait may outlive the caller's deadline
+// before its statement is cancelled after all (a server that stopped
+// answering).
+const deadlineGrace = 2 * time.Second
+
+// waitCtx returns the context for a lock statement that waits. The server
+// bounds the wait itself (lock_timeout or GET_LOCK's timeout, already cut to
+// the caller's deadline), so the statement is not also cut by that deadline:
+// the driver would close the connection while the server-side waiter lived
+// on and could take the lock after all, for a moment, for nobody. An explicit
+// cancellation still interrupts the statement at once; a deadline only after
+// deadlineGrace.
+func waitCtx(ctx context.Context) (context.Context, func()) {
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			time.AfterFunc(deadlineGrace, cancel) // a no-op once done ran
+			return
+		}
+		cancel()
+	})
+	return wctx, func() {
+		stop()
+		cancel()
+	}
 }

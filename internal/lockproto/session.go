@@ -6,18 +6,19 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ormlock/ormlock"
 )
 
-// holder is a lock held on a dedicated connection for a Session.
-type holder struct {
-	conn    *sql.Conn
+// sessionHold is a lock held on a dedicated connection for a Session.
+type sessionHold struct {
+	// ping confirms that the lock is still held; release gives it up. Both
+	// run on the dedicated connection, never at the same time.
 	ping    func(ctx context.Context) error
 	release func(ctx context.Context) error
-	every   time.Duration
+	// every is the keepalive interval, and the timeout of one ping.
+	every time.Duration
 }
 
 // Session holds the lock on a connection pinned from db, for as long as fn
@@ -28,40 +29,72 @@ type holder struct {
 // session-level lock it is correct behind PgBouncer in transaction pooling
 // mode (the server connection stays with the transaction), and an idle READ
 // COMMITTED transaction with no open portal holds no snapshot, so it does not
-// hold back VACUUM. The keepalive is kept under a third of the server's
-// idle_in_transaction_session_timeout; should the server end the transaction
-// anyway, that is reported as a lost lock. Release is a ROLLBACK.
+// hold back VACUUM. The last statement before the transaction goes idle is
+// one without arguments, which the driver sends by the simple protocol: that
+// closes the unnamed portal an extended-protocol lock query leaves open,
+// which would otherwise keep backend_xmin set. The keepalive, "SELECT 1" on
+// the lock transaction, proves the transaction is alive, hence the lock
+// held: an aborted transaction (which has dropped its locks) fails it. The
+// interval is kept under a third of the session's
+// idle_in_transaction_session_timeout, read when the lock is taken; should
+// the server end the transaction anyway (the timeout lowered later, a
+// PgBouncer idle_transaction_timeout, which the server cannot show), that is
+// a lost lock. Release is a ROLLBACK.
 //
 // MySQL/MariaDB: GET_LOCK on the pinned connection, whose wait_timeout is
-// raised first so an idle timeout cannot drop the lock; the keepalive checks
-// IS_USED_LOCK(name) = CONNECTION_ID(). Release is RELEASE_LOCK.
+// first raised (never lowered) to at least a minute and ten intervals, so an
+// idle timeout shorter than the keepalive cannot drop the lock; the raised
+// value stays with the connection when it goes back to the pool. The
+// keepalive checks IS_USED_LOCK(name) = CONNECTION_ID(). Release is
+// RELEASE_LOCK, which must return 1.
 //
-// A keepalive runs every Cfg.Keepalive with a timeout of one interval; when it
-// fails, fn's context is cancelled with cause ormlock.ErrLockLost, so loss is
-// seen within two intervals, and Session returns an error wrapping
-// ormlock.ErrLockLost (joined with fn's error). A release that fails or
-// cannot be confirmed destroys the connection and is reported the same way,
-// since the lock may have gone before fn finished.
+// The keepalive runs every interval (Cfg.Keepalive, clamped as above) on its
+// own goroutine, with a timeout of one interval per check and a context that
+// ignores the caller's cancellation. When a check fails, fn's context is
+// cancelled with cause ormlock.ErrLockLost, so loss is seen within two
+// intervals (a dead connection fails at the next check; a hung one times out
+// by the end of it), and Session returns an error wrapping
+// ormlock.ErrLockLost, joined with fn's own error when fn returned one (such
+// as ctx.Err()). The caller cancelling ctx ends fn's context with the
+// caller's cause and is not a loss.
+//
+// Races and end of fn: once fn returns (or panics), the keepalive is stopped
+// and waited for before the release, so the two never share the connection.
+// A check that began while fn ran and then failed counts as a loss even if
+// fn returned meanwhile: the lock may have gone before fn finished. A loss
+// nobody checked for (the connection killed after the last check) is found
+// by the release: a release that fails or is not confirmed destroys the
+// connection, so the server frees whatever it held and it never goes back
+// to the pool, and is reported as ormlock.ErrLockLost too. The release runs
+// on every path, a panic included (the panic then goes on), with a context
+// that ignores the caller's cancellation, bounded by releaseTimeout.
+//
+// The pinned connection counts against db's MaxOpenConns while fn runs.
 func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Context) error) (err error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return o.failed(ctx, fmt.Errorf("ormlock: pin a connection: %w", err))
 	}
-	var h *holder
+	var h *sessionHold
 	switch o.D {
 	case Postgres:
 		h, err = o.holdPostgres(ctx, conn)
 	case MySQL:
 		h, err = o.holdMySQL(ctx, conn)
+	default:
+		_ = conn.Close()
+		return fmt.Errorf("%w: dialect %d", ormlock.ErrUnsupportedDialect, o.D)
 	}
 	if err != nil {
 		return err
 	}
 
-	lctx, cancel := context.WithCancelCause(ctx)
+	fctx, cancel := context.WithCancelCause(ctx)
 	stop := make(chan struct{})
-	var lost atomic.Pointer[error]
-	var wg sync.WaitGroup
+	var (
+		lost error // the failed check, if any: written by the keepalive, read after wg.Wait
+		wg   sync.WaitGroup
+	)
 	wg.Go(func() {
 		t := time.NewTicker(h.every)
 		defer t.Stop()
@@ -71,16 +104,16 @@ func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Contex
 				return
 			case <-t.C:
 			}
+			select {
+			case <-stop: // fn returned as the tick came: no check needed
+				return
+			default:
+			}
 			pctx, pcancel := context.WithTimeout(context.WithoutCancel(ctx), h.every)
 			perr := h.ping(pctx)
 			pcancel()
 			if perr != nil {
-				select {
-				case <-stop: // fn already returned; release will tell
-					return
-				default:
-				}
-				lost.Store(&perr)
+				lost = perr
 				o.Emit(ctx, ormlock.EventLockLost, perr)
 				cancel(ormlock.ErrLockLost)
 				return
@@ -92,22 +125,28 @@ func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Contex
 		close(stop)
 		wg.Wait()
 		cancel(context.Canceled)
-		lostErr := lost.Load()
+		lostErr := lost
 		rctx, rcancel := releaseCtx(ctx)
 		rerr := h.release(rctx)
 		rcancel()
-		if rerr != nil {
+		switch {
+		case rerr != nil:
 			Destroy(conn)
 			if lostErr == nil {
 				o.Emit(ctx, ormlock.EventReleaseFailed, rerr)
-				lostErr = &rerr
+				lostErr = rerr
 			}
-		} else {
+		case lostErr != nil:
+			// The check failed but the connection survived (a PostgreSQL
+			// transaction aborted by an error, which drops its locks):
+			// the release ended the transaction; the loss stands.
+			_ = conn.Close()
+		default:
 			_ = conn.Close()
 			o.Emit(ctx, ormlock.EventReleased, nil)
 		}
 		if lostErr != nil {
-			lerr := fmt.Errorf("%w: %q: %w", ormlock.ErrLockLost, o.Key.String(), *lostErr)
+			lerr := fmt.Errorf("%w: %q: %w", ormlock.ErrLockLost, o.Key.String(), lostErr)
 			if err != nil {
 				err = errors.Join(lerr, err)
 			} else {
@@ -115,19 +154,31 @@ func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Contex
 			}
 		}
 	}()
-	return fn(lctx)
+	return fn(fctx)
 }
 
-func (o *Op) holdPostgres(ctx context.Context, conn *sql.Conn) (*holder, error) {
+func (o *Op) holdPostgres(ctx context.Context, conn *sql.Conn) (*sessionHold, error) {
 	// The transaction must outlive ctx: database/sql rolls back a transaction
-	// whose context ends, which would drop the lock under a running fn.
-	tx, err := conn.BeginTx(context.WithoutCancel(ctx), &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	// whose context ends, which would drop the lock under a running fn. Its
+	// own context is cancelled only to bound the ROLLBACK (which takes no
+	// context of its own): the driver runs it with the transaction's context.
+	txCtx, txCancel := context.WithCancel(context.WithoutCancel(ctx))
+	tx, err := conn.BeginTx(txCtx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
+		txCancel()
 		Destroy(conn)
 		return nil, o.failed(ctx, fmt.Errorf("ormlock: begin lock transaction: %w", err))
 	}
-	fail := func(err error) (*holder, error) {
-		if rerr := tx.Rollback(); rerr != nil || isCtxErr(err) || !errors.Is(err, ormlock.ErrNotAcquired) {
+	rollback := func(ctx context.Context) error {
+		defer txCancel()
+		stop := context.AfterFunc(ctx, txCancel)
+		defer stop()
+		return tx.Rollback()
+	}
+	fail := func(err error) (*sessionHold, error) {
+		rctx, rcancel := releaseCtx(ctx)
+		defer rcancel()
+		if rerr := rollback(rctx); rerr != nil || isCtxErr(err) || !errors.Is(err, ormlock.ErrNotAcquired) {
 			Destroy(conn)
 		} else {
 			_ = conn.Close()
@@ -151,15 +202,14 @@ func (o *Op) holdPostgres(ctx context.Context, conn *sql.Conn) (*holder, error) 
 	if idle > 0 && every > idle/3 {
 		every = max(idle/3, time.Millisecond)
 	}
-	return &holder{
-		conn:    conn,
+	return &sessionHold{
 		ping:    func(ctx context.Context) error { return PGPing(ctx, tx) },
-		release: func(context.Context) error { return tx.Rollback() },
+		release: rollback,
 		every:   every,
 	}, nil
 }
 
-func (o *Op) holdMySQL(ctx context.Context, conn *sql.Conn) (*holder, error) {
+func (o *Op) holdMySQL(ctx context.Context, conn *sql.Conn) (*sessionHold, error) {
 	if err := MySQLKeepSession(ctx, conn, 10*o.Cfg.Keepalive); err != nil {
 		Destroy(conn)
 		return nil, o.failed(ctx, err)
@@ -169,8 +219,7 @@ func (o *Op) holdMySQL(ctx context.Context, conn *sql.Conn) (*holder, error) {
 		return nil, err
 	}
 	name := o.mysql
-	return &holder{
-		conn:    conn,
+	return &sessionHold{
 		ping:    func(ctx context.Context) error { return MySQLHeld(ctx, conn, name) },
 		release: func(ctx context.Context) error { return MySQLReleaseLock(ctx, conn, name) },
 		every:   o.Cfg.Keepalive,

@@ -1,0 +1,172 @@
+// Command prometheus shows ormlock's observer feeding Prometheus metrics.
+// Several "replicas" (each with its own connection pool, as separate
+// processes would have) run the same cron job at every tick; exactly one
+// takes the lock and works, the others see it held. Every lock event is
+// counted by [Metrics] and logged by ormlock.SlogObserver.
+//
+// Serve /metrics until interrupted:
+//
+//	go run ./prometheus -dsn 'postgres://app@localhost:5432/app' -addr :2112
+//	curl -s localhost:2112/metrics | grep ^ormlock_
+//
+// Or run a few rounds and print the metrics (MySQL/MariaDB DSNs work too):
+//
+//	go run ./prometheus -dsn 'app:secret@tcp(127.0.0.1:3306)/app' -rounds 3
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/common/expfmt"
+	"gorm.io/driver/mysql"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/gormlock"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("prometheus", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dsn := fs.String("dsn", os.Getenv("ORMLOCK_DSN"), "database: a postgres:// URL, or a MySQL/MariaDB DSN (user:pass@tcp(host:port)/db); default $ORMLOCK_DSN")
+	replicas := fs.Int("replicas", 3, "replicas competing for the job")
+	every := fs.Duration("every", 2*time.Second, "interval between job runs")
+	rounds := fs.Int("rounds", 0, "run this many rounds, print the metrics and exit; 0 runs until interrupted and serves -addr")
+	addr := fs.String("addr", ":2112", "address serving /metrics (when -rounds is 0)")
+	job := fs.String("job", "daily-settlement", "the job's lock name")
+	work := fs.Duration("work", 200*time.Millisecond, "how long the job works while holding the lock")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *dsn == "" {
+		return errors.New("no database: pass -dsn or set ORMLOCK_DSN")
+	}
+	if *replicas < 1 {
+		return fmt.Errorf("-replicas %d: need at least 1", *replicas)
+	}
+
+	reg := prometheus.NewRegistry()
+	metrics, err := NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+	logs := ormlock.SlogObserver(slog.New(slog.NewTextHandler(stderr, nil)))
+	observer := ormlock.ObserverFunc(func(ctx context.Context, e ormlock.Event) {
+		metrics.Observe(ctx, e)
+		logs.Observe(ctx, e)
+	})
+
+	dbs := make([]*gorm.DB, *replicas)
+	for i := range dbs {
+		db, err := open(*dsn)
+		if err != nil {
+			return err
+		}
+		sqlDB, err := db.DB()
+		if err != nil {
+			return err
+		}
+		defer sqlDB.Close()
+		if err := db.Use(gormlock.New(ormlock.WithObserver(observer))); err != nil {
+			return err
+		}
+		dbs[i] = db
+	}
+
+	round := func() error {
+		var wg sync.WaitGroup
+		errs := make([]error, len(dbs))
+		for i, db := range dbs {
+			wg.Go(func() {
+				err := gormlock.Transaction(db.WithContext(ctx), *job, func(tx *gorm.DB) error {
+					time.Sleep(*work) // the job's work, inside its transaction
+					return tx.Exec("SELECT 1").Error
+				})
+				if errors.Is(err, ormlock.ErrNotAcquired) {
+					err = nil // another replica runs it
+				}
+				errs[i] = err
+			})
+		}
+		wg.Wait()
+		return errors.Join(errs...)
+	}
+
+	if *rounds > 0 {
+		for range *rounds {
+			if err := round(); err != nil {
+				return err
+			}
+		}
+		return printMetrics(stdout, reg)
+	}
+
+	srv := &http.Server{Addr: *addr, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+	srvErr := make(chan error, 1)
+	go func() { srvErr <- srv.ListenAndServe() }()
+	defer srv.Close()
+	t := time.NewTicker(*every)
+	defer t.Stop()
+	for {
+		if err := round(); err != nil {
+			slog.Error("job round", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-srvErr:
+			return err
+		case <-t.C:
+		}
+	}
+}
+
+// open connects GORM to a postgres:// URL or a MySQL/MariaDB DSN.
+func open(dsn string) (*gorm.DB, error) {
+	var dial gorm.Dialector
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		dial = postgres.Open(dsn)
+	} else {
+		dial = mysql.Open(dsn)
+	}
+	return gorm.Open(dial, &gorm.Config{Logger: logger.Discard})
+}
+
+// printMetrics writes the ormlock_ series in Prometheus' text format.
+func printMetrics(w io.Writer, g prometheus.Gatherer) error {
+	families, err := g.Gather()
+	if err != nil {
+		return err
+	}
+	enc := expfmt.NewEncoder(w, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, f := range families {
+		if err := enc.Encode(f); err != nil {
+			return err
+		}
+	}
+	return nil
+}

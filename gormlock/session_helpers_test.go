@@ -1,0 +1,336 @@
+package gormlock_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"gorm.io/gorm"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/keyhash"
+)
+
+// holders counts the callers inside a critical section and remembers the
+// most seen at once: the in-process proof of mutual exclusion.
+type holders struct{ inside, max atomic.Int64 }
+
+// enter records one more holder; call the result when it leaves.
+func (h *holders) enter() (leave func()) {
+	n := h.inside.Add(1)
+	for {
+		m := h.max.Load()
+		if n <= m || h.max.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	return func() { h.inside.Add(-1) }
+}
+
+// events records observer events; the keepalive goroutine reports
+// EventLockLost, so it is safe for concurrent use.
+type events struct {
+	mu   sync.Mutex
+	list []ormlock.Event
+}
+
+func (e *events) Observe(_ context.Context, ev ormlock.Event) {
+	e.mu.Lock()
+	e.list = append(e.list, ev)
+	e.mu.Unlock()
+}
+
+func (e *events) kinds() []ormlock.EventKind {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]ormlock.EventKind, len(e.list))
+	for i, ev := range e.list {
+		out[i] = ev.Kind
+	}
+	return out
+}
+
+func (e *events) has(k ormlock.EventKind) bool {
+	for _, got := range e.kinds() {
+		if got == k {
+			return true
+		}
+	}
+	return false
+}
+
+// checkGoroutines fails the test if it leaves a goroutine behind. Call it
+// first in a test, so that its check runs after every other cleanup (pools
+// closed, private servers stopped). The shared admin pools of the kinds
+// named, which live for the whole test binary, are opened before the
+// snapshot. Session tests do not run in parallel with other top-level tests,
+// whose goroutines would show up here.
+func checkGoroutines(t *testing.T, kinds ...testdb.Kind) {
+	t.Helper()
+	if len(kinds) == 0 {
+		kinds = testdb.Kinds()
+	}
+	for _, k := range kinds {
+		testdb.AdminDB(t, k)
+	}
+	opts := []goleak.Option{
+		goleak.IgnoreCurrent(),
+		// A restarted server process gets a new waiter goroutine; servers
+		// are stopped by their own cleanup (or testdb.Main).
+		goleak.IgnoreAnyFunction("github.com/ormlock/ormlock/internal/testdb.startProc.func1"),
+		// The shared admin pools outlive the test: database/sql starts and
+		// stops their idle-connection cleaner as connections come and go,
+		// and go-sql-driver/mysql runs a watcher goroutine per open
+		// connection. Pools the test opens are closed before the check;
+		// a connection the library failed to give back shows up in
+		// testdb.AssertNoLeaks (InUse != 0) instead.
+		goleak.IgnoreAnyFunction("database/sql.(*DB).connectionCleaner"),
+		goleak.IgnoreAnyFunction("github.com/go-sql-driver/mysql.(*mysqlConn).startWatcher.func1"),
+	}
+	t.Cleanup(func() { goleak.VerifyNone(t, opts...) })
+}
+
+// pgLockBackendQuery finds the backend holding a bigint advisory lock (pg_locks
+// keeps its high half in classid and its low half in objid).
+const pgLockBackendQuery = `
+SELECT a.pid, a.backend_xmin IS NULL, coalesce(a.state, '')
+FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted
+  AND l.classid::int8 = $1 AND l.objid::int8 = $2`
+
+// lockBackend describes the server connection that holds a lock.
+type lockBackend struct {
+	id       int64  // PostgreSQL pid, or MariaDB connection id
+	xminNull bool   // PostgreSQL: backend_xmin IS NULL
+	state    string // PostgreSQL: pg_stat_activity.state
+}
+
+// findLockConn looks up, through admin (a superuser pool straight to the
+// server), the connection that holds the lock for name (no namespace). ok is
+// false when nobody holds it.
+func findLockConn(ctx context.Context, dialect string, admin *sql.DB, name string) (b lockBackend, ok bool, err error) {
+	if dialect == "postgres" {
+		k := uint64(keyhash.Int64(name))
+		err = admin.QueryRowContext(ctx, pgLockBackendQuery, int64(k>>32), int64(k&0xffffffff)).Scan(&b.id, &b.xminNull, &b.state)
+	} else {
+		var id sql.NullInt64
+		err = admin.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", keyhash.MySQLName("", name)).Scan(&id)
+		if err == nil && !id.Valid {
+			err = sql.ErrNoRows
+		}
+		b.id = id.Int64
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return b, false, nil
+	}
+	return b, err == nil, err
+}
+
+// lockConn returns the connection holding the lock for name, waiting up to
+// 10s for one to appear.
+func lockConn(t *testing.T, dialect string, admin *sql.DB, name string) lockBackend {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, ok, err := findLockConn(context.Background(), dialect, admin, name)
+		if err != nil {
+			t.Fatalf("find the lock connection of %q: %v", name, err)
+		}
+		if ok {
+			return b
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nobody holds %q", name)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// killConn ends a server connection from admin: pg_terminate_backend on
+// PostgreSQL, KILL CONNECTION on MariaDB.
+func killConn(t *testing.T, dialect string, admin *sql.DB, id int64) {
+	t.Helper()
+	var err error
+	if dialect == "postgres" {
+		var ok bool
+		err = admin.QueryRow("SELECT pg_terminate_backend($1)", id).Scan(&ok)
+		if err == nil && !ok {
+			err = fmt.Errorf("pg_terminate_backend(%d) returned false", id)
+		}
+	} else {
+		_, err = admin.Exec(fmt.Sprintf("KILL CONNECTION %d", id))
+	}
+	if err != nil {
+		t.Fatalf("kill connection %d: %v", id, err)
+	}
+}
+
+// waitConnGone waits up to 10s until the server connection id has ended.
+func waitConnGone(t *testing.T, dialect string, admin *sql.DB, id int64) {
+	t.Helper()
+	q := "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?"
+	if dialect == "postgres" {
+		q = "SELECT COUNT(*) FROM pg_stat_activity WHERE pid = $1"
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		if err := admin.QueryRow(q, id).Scan(&n); err != nil {
+			t.Fatalf("look for connection %d: %v", id, err)
+		}
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("connection %d still open after 10s", id)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// lockFree reports whether hand-written SQL through admin can take the lock
+// for name right now (releasing it at once): rawFree for any server, safe
+// on any goroutine.
+func lockFree(ctx context.Context, dialect string, admin *sql.DB, name string) (ok bool, err error) {
+	if dialect == "postgres" {
+		tx, err := admin.BeginTx(ctx, nil)
+		if err != nil {
+			return false, err
+		}
+		defer tx.Rollback()
+		if err := tx.QueryRowContext(ctx, "SELECT pg_try_advisory_xact_lock($1)", keyhash.Int64(name)).Scan(&ok); err != nil {
+			return false, fmt.Errorf("try %q: %w", name, err)
+		}
+		return ok, nil
+	}
+	conn, err := admin.Conn(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close()
+	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0) = 1", keyhash.MySQLName("", name)).Scan(&ok); err != nil {
+		return false, fmt.Errorf("try %q: %w", name, err)
+	}
+	if ok {
+		if _, err := conn.ExecContext(ctx, "DO RELEASE_LOCK(?)", keyhash.MySQLName("", name)); err != nil {
+			return false, fmt.Errorf("release %q: %w", name, err)
+		}
+	}
+	return ok, nil
+}
+
+// driverOf is the database/sql driver name of kind k.
+func driverOf(k testdb.Kind) string {
+	if k.Dialect() == "mysql" {
+		return "mysql"
+	}
+	return "pgx"
+}
+
+// openDSN opens a pool on dsn for a server of kind k, wrapped in GORM; the
+// pool is closed in Cleanup.
+func openDSN(t *testing.T, k testdb.Kind, dsn string) (*gorm.DB, *sql.DB) {
+	t.Helper()
+	sqlDB, err := sql.Open(driverOf(k), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sqlDB.Close() })
+	return gormOn(t, k, sqlDB), sqlDB
+}
+
+// openPrivate opens a pool on the private server s (or on dsn, when given,
+// a DSN of s) and asserts after the test that nothing leaked on s. It also
+// returns a superuser pool straight to the server that runs the SQL.
+func openPrivate(t *testing.T, s *testdb.Server, dsn string) (db *gorm.DB, sqlDB, admin *sql.DB) {
+	t.Helper()
+	k := s.Kind()
+	if dsn == "" {
+		dsn = s.DSN()
+	}
+	db, sqlDB = openDSN(t, k, dsn)
+	admin, err := sql.Open(driverOf(k), s.AdminDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close() })
+	t.Cleanup(func() { s.AssertNoLeaks(t, sqlDB) })
+	return db, sqlDB, admin
+}
+
+// withDatabase returns the pgx URL dsn pointed at database name.
+func withDatabase(t *testing.T, dsn, name string) string {
+	t.Helper()
+	const from = "/ormlock?"
+	if !strings.Contains(dsn, from) {
+		t.Fatalf("unexpected DSN shape: %s", dsn)
+	}
+	return strings.Replace(dsn, from, "/"+name+"?", 1)
+}
+
+// withParam adds a query parameter (key=value, already escaped) to a pgx URL
+// or a go-sql-driver/mysql DSN. A keyword/value PostgreSQL DSN (from an
+// environment variable) cannot take one: the test is skipped.
+func withParam(t *testing.T, dsn, kv string) string {
+	t.Helper()
+	if !strings.Contains(dsn, "/") {
+		t.Skipf("DSN %q is not a URL: cannot add %s", dsn, kv)
+	}
+	if strings.Contains(dsn, "?") {
+		return dsn + "&" + kv
+	}
+	return dsn + "?" + kv
+}
+
+// waitDone waits for ctx to end, up to limit, and returns how long it took.
+func waitDone(t *testing.T, ctx context.Context, limit time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	select {
+	case <-ctx.Done():
+		return time.Since(start)
+	case <-time.After(limit):
+		t.Fatalf("fn's context not cancelled within %v", limit)
+		return 0
+	}
+}
+
+var privatePG struct {
+	once sync.Once
+	srv  *testdb.Server
+	err  error
+}
+
+// privatePgBouncer returns a private PgBouncer in front of a private
+// PostgreSQL (Backend), for the Session tests that restart servers or change
+// server-wide settings. It is started on first use and shared by those tests,
+// which run one after the other and undo their changes; testdb.Main stops it
+// with the test binary. Call it before checkGoroutines: its processes and
+// admin pools outlive the test.
+func privatePgBouncer(t *testing.T) *testdb.Server {
+	t.Helper()
+	privatePG.once.Do(func() {
+		s, err := testdb.StartServer(testdb.PgBouncer)
+		if err == nil {
+			// open the servers' own admin pools now, not inside a test
+			err = errors.Join(s.Leaks(), s.Backend().Leaks())
+		}
+		privatePG.srv, privatePG.err = s, err
+	})
+	if err := privatePG.err; err != nil {
+		if errors.Is(err, testdb.ErrMissingBinaries) && os.Getenv("CI") == "" {
+			t.Skipf("%v", err)
+		}
+		t.Fatalf("private PgBouncer: %v", err)
+	}
+	return privatePG.srv
+}

@@ -1,0 +1,955 @@
+package gormlock_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/keyhash"
+)
+
+// sessionKeepalive is the keepalive interval of the loss tests.
+const sessionKeepalive = 200 * time.Millisecond
+
+// lossBound is how soon a loss must be seen: two keepalive intervals, plus
+// slack for a loaded machine.
+const lossBound = 2*sessionKeepalive + 2*time.Second
+
+func TestSessionMutualExclusion(t *testing.T) {
+	checkGoroutines(t)
+	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+		const instances, rounds = 3, 50
+		dbs := make([]*gorm.DB, instances)
+		for i := range dbs {
+			dbs[i], _ = openGorm(t, k)
+		}
+		key := "s-mutex-" + t.Name()
+		var h holders
+		wins, losses := 0, 0
+		start := time.Now()
+		for r := 0; r < rounds; r++ {
+			var wg sync.WaitGroup
+			gate := make(chan struct{})
+			errs := make([]error, instances)
+			for i, db := range dbs {
+				wg.Go(func() {
+					<-gate
+					errs[i] = gormlock.Session(db, key, func(ctx context.Context) error {
+						defer h.enter()()
+						time.Sleep(2 * time.Millisecond)
+						return db.WithContext(ctx).Exec("SELECT 1").Error
+					})
+				})
+			}
+			close(gate)
+			wg.Wait()
+			roundWins := 0
+			for _, err := range errs {
+				switch {
+				case err == nil:
+					roundWins++
+				case errors.Is(err, ormlock.ErrNotAcquired):
+					losses++
+				default:
+					t.Fatalf("round %d: unexpected error: %v", r, err)
+				}
+			}
+			if roundWins == 0 {
+				t.Fatalf("round %d: nobody acquired a free lock", r)
+			}
+			wins += roundWins
+		}
+		if got := h.max.Load(); got != 1 {
+			t.Fatalf("max holders inside fn at once = %d, want 1", got)
+		}
+		if losses == 0 {
+			t.Fatalf("no contention seen in %d rounds (wins %d): the test did not exercise exclusion", rounds, wins)
+		}
+		t.Logf("%d rounds in %v: %d wins, %d ErrNotAcquired", rounds, time.Since(start).Round(time.Millisecond), wins, losses)
+	})
+}
+
+// Session and Transaction on the same key exclude each other, both ways.
+func TestSessionExcludesTransaction(t *testing.T) {
+	checkGoroutines(t)
+	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+		sdb, _ := openGorm(t, k)
+		tdb, _ := openGorm(t, k)
+		key := "s-vs-tx-" + t.Name()
+		err := gormlock.Session(sdb, key, func(ctx context.Context) error {
+			err := gormlock.Transaction(tdb, key, func(*gorm.DB) error { return errors.New("Transaction ran while a Session held the lock") })
+			if !errors.Is(err, ormlock.ErrNotAcquired) {
+				return fmt.Errorf("Transaction during a Session: %v, want ErrNotAcquired", err)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = gormlock.Transaction(tdb, key, func(*gorm.DB) error {
+			err := gormlock.Session(sdb, key, func(context.Context) error { return errors.New("Session ran while a Transaction held the lock") })
+			if !errors.Is(err, ormlock.ErrNotAcquired) {
+				return fmt.Errorf("Session during a Transaction: %v, want ErrNotAcquired", err)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		// and racing each other
+		const rounds = 50
+		var h holders
+		sWins, tWins := 0, 0
+		for r := 0; r < rounds; r++ {
+			var wg sync.WaitGroup
+			gate := make(chan struct{})
+			var serr, terr error
+			wg.Go(func() {
+				<-gate
+				serr = gormlock.Session(sdb, key, func(ctx context.Context) error {
+					defer h.enter()()
+					time.Sleep(2 * time.Millisecond)
+					return nil
+				})
+			})
+			wg.Go(func() {
+				<-gate
+				terr = gormlock.Transaction(tdb, key, func(tx *gorm.DB) error {
+					defer h.enter()()
+					time.Sleep(2 * time.Millisecond)
+					return tx.Exec("SELECT 1").Error
+				})
+			})
+			close(gate)
+			wg.Wait()
+			for _, e := range []error{serr, terr} {
+				if e != nil && !errors.Is(e, ormlock.ErrNotAcquired) {
+					t.Fatalf("round %d: %v", r, e)
+				}
+			}
+			if serr == nil {
+				sWins++
+			}
+			if terr == nil {
+				tWins++
+			}
+		}
+		if got := h.max.Load(); got != 1 {
+			t.Fatalf("max holders at once = %d, want 1", got)
+		}
+		t.Logf("%d rounds: Session won %d, Transaction won %d", rounds, sWins, tWins)
+	})
+}
+
+// Behind PgBouncer in transaction mode, the Session's lock lives in a
+// transaction, so PgBouncer keeps its server connection out of the pool: no
+// other client transaction can land on it and take the lock.
+func TestSessionBehindPgBouncer(t *testing.T) {
+	checkGoroutines(t, testdb.PgBouncer)
+	k := testdb.PgBouncer
+	db, _ := openGorm(t, k)
+	others := make([]*gorm.DB, 3)
+	for i := range others {
+		others[i], _ = openGorm(t, k)
+	}
+	key := "s-bouncer-" + t.Name()
+	id := keyhash.Int64(key)
+	const attempts = 60
+	err := gormlock.Session(db, key, func(ctx context.Context) error {
+		var mu sync.Mutex
+		pids := map[int64]bool{}
+		var wg sync.WaitGroup
+		errs := make(chan error, 2*attempts)
+		for i := range attempts {
+			other := others[i%len(others)]
+			wg.Go(func() {
+				err := gormlock.Transaction(other, key, func(*gorm.DB) error { return errors.New("fn ran") })
+				if !errors.Is(err, ormlock.ErrNotAcquired) {
+					errs <- fmt.Errorf("gormlock.Transaction through PgBouncer: %v, want ErrNotAcquired", err)
+				}
+				// hand-written SQL in a transaction, as other code would
+				err = other.Transaction(func(tx *gorm.DB) error {
+					var got struct {
+						Pid int64
+						Ok  bool
+					}
+					if err := tx.Raw("SELECT pg_backend_pid() AS pid, pg_try_advisory_xact_lock(?) AS ok", id).Scan(&got).Error; err != nil {
+						return err
+					}
+					mu.Lock()
+					pids[got.Pid] = true
+					mu.Unlock()
+					if got.Ok {
+						return fmt.Errorf("backend %d took the lock held by the Session", got.Pid)
+					}
+					return nil
+				})
+				if err != nil {
+					errs <- err
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		if err, ok := <-errs; ok {
+			return err
+		}
+		t.Logf("%d transactions through PgBouncer on %d server connections: none took the lock", 2*attempts, len(pids))
+		if len(pids) < 2 {
+			return fmt.Errorf("all transactions ran on %d server connection(s): PgBouncer did not spread them", len(pids))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Why not a session-level lock: through PgBouncer, the server connection
+	// that holds it goes back to PgBouncer's pool after each transaction,
+	// and the next client that lands on it "takes" the lock again.
+	t.Run("session-level lock excludes nobody", func(t *testing.T) {
+		a, _ := openGorm(t, k)
+		b, _ := openGorm(t, k)
+		admin := testdb.AdminDB(t, k)
+		name := "s-bouncer-session-" + t.Name()
+		t.Cleanup(func() {
+			// The lock belongs to a PgBouncer server connection no client
+			// holds: end that backend (PgBouncer drops it from its pool).
+			rows, err := admin.Query("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND classid::int8 = $1 AND objid::int8 = $2",
+				int64(uint64(keyhash.Int64(name))>>32), int64(uint64(keyhash.Int64(name))&0xffffffff))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			rows.Close()
+		})
+		var ok bool
+		if err := a.Raw("SELECT pg_try_advisory_lock(?)", keyhash.Int64(name)).Scan(&ok).Error; err != nil || !ok {
+			t.Fatalf("first session lock: ok=%v err=%v", ok, err)
+		}
+		taken := 0
+		for range 5 {
+			if err := b.Raw("SELECT pg_try_advisory_lock(?)", keyhash.Int64(name)).Scan(&ok).Error; err != nil {
+				t.Fatal(err)
+			}
+			if ok {
+				taken++
+			}
+		}
+		if taken == 0 {
+			t.Fatal("another client never took the session-level lock: PgBouncer kept the server connection to the first client")
+		}
+		t.Logf("another client took the session-level lock %d of 5 times through PgBouncer", taken)
+	})
+}
+
+// fn does its work through the normal pool, on other connections than the
+// one holding the lock.
+func TestSessionUsesPool(t *testing.T) {
+	checkGoroutines(t)
+	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+		db, _ := openGorm(t, k)
+		tbl := table(t, k, db)
+		admin := testdb.AdminDB(t, k)
+		key := "s-pool-" + t.Name()
+		err := gormlock.Session(db, key, func(ctx context.Context) error {
+			lock := lockConn(t, k.Dialect(), admin, key)
+			idQuery := "SELECT CONNECTION_ID()"
+			if k.Dialect() == "postgres" {
+				idQuery = "SELECT pg_backend_pid()"
+			}
+			for i := range 5 {
+				var id int64
+				if err := db.WithContext(ctx).Raw(idQuery).Scan(&id).Error; err != nil {
+					return err
+				}
+				if id == lock.id {
+					return fmt.Errorf("fn's query ran on the lock connection %d", id)
+				}
+				if err := db.WithContext(ctx).Exec("INSERT INTO "+tbl+" (id, note) VALUES (?, 'x')", i).Error; err != nil {
+					return err
+				}
+			}
+			// a transaction of fn's own is fine too
+			return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+				return tx.Exec("UPDATE " + tbl + " SET note = 'y'").Error
+			})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := count(t, db, tbl); n != 5 {
+			t.Fatalf("rows = %d, want 5", n)
+		}
+	})
+}
+
+// The idle lock transaction holds no snapshot (backend_xmin IS NULL), so it
+// does not hold back VACUUM: with pgx's default extended protocol (Postgres)
+// and with the simple protocol (PgBouncer DSN).
+func TestSessionHoldsNoSnapshot(t *testing.T) {
+	checkGoroutines(t, testdb.Postgres, testdb.PgBouncer)
+	for _, k := range []testdb.Kind{testdb.Postgres, testdb.PgBouncer} {
+		t.Run(string(k), func(t *testing.T) {
+			db, sqlDB := openGorm(t, k)
+			tbl := table(t, k, db)
+			admin := testdb.AdminDB(t, k)
+			key := "s-xmin-" + t.Name()
+			if k == testdb.Postgres {
+				// Control: the check below does see a snapshot when one is
+				// held. An idle transaction whose last statement was an
+				// extended-protocol query keeps its portal, and so its
+				// backend_xmin (what the Session must avoid).
+				ctl := "s-xmin-control-" + t.Name()
+				tx, err := sqlDB.Begin()
+				if err != nil {
+					t.Fatal(err)
+				}
+				var ok bool
+				if err := tx.QueryRow("SELECT pg_try_advisory_xact_lock($1)", keyhash.Int64(ctl)).Scan(&ok); err != nil || !ok {
+					t.Fatalf("control lock: ok=%v err=%v", ok, err)
+				}
+				b := lockConn(t, k.Dialect(), admin, ctl)
+				_ = tx.Rollback()
+				if b.xminNull {
+					t.Fatalf("control: idle transaction after an extended-protocol query shows no backend_xmin (state %q); the check below proves nothing", b.state)
+				}
+			}
+			err := gormlock.Session(db, key, func(ctx context.Context) error {
+				// other work moves the xid horizon on meanwhile
+				for i := range 3 {
+					if err := db.WithContext(ctx).Exec("INSERT INTO "+tbl+" (id) VALUES (?)", i).Error; err != nil {
+						return err
+					}
+				}
+				// The backend shows 'active' while a keepalive runs: look
+				// until it is seen idle.
+				deadline := time.Now().Add(10 * time.Second)
+				for {
+					b := lockConn(t, k.Dialect(), admin, key)
+					if b.state == "idle in transaction" {
+						if !b.xminNull {
+							return fmt.Errorf("lock backend %d holds a snapshot (backend_xmin is set)", b.id)
+						}
+						t.Logf("lock backend %d: state %q, backend_xmin NULL", b.id, b.state)
+						return nil
+					}
+					if time.Now().After(deadline) {
+						return fmt.Errorf("lock backend %d never seen idle in transaction (last state %q)", b.id, b.state)
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// Killing the lock connection cancels fn's context with cause ErrLockLost
+// within two keepalive intervals; Session reports the loss even though fn
+// returns ctx.Err().
+func TestSessionLockLost(t *testing.T) {
+	checkGoroutines(t)
+	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+		db, _ := openGorm(t, k)
+		admin := testdb.AdminDB(t, k)
+		key := "s-lost-" + t.Name()
+		var ev events
+		var detected time.Duration
+		var cause error
+		var lockID int64
+		err := gormlock.Session(db, key, func(ctx context.Context) error {
+			lockID = lockConn(t, k.Dialect(), admin, key).id
+			killConn(t, k.Dialect(), admin, lockID)
+			detected = waitDone(t, ctx, 15*time.Second)
+			cause = context.Cause(ctx)
+			return ctx.Err()
+		}, ormlock.WithKeepalive(sessionKeepalive), ormlock.WithObserver(&ev))
+		t.Logf("loss seen %v after the kill (keepalive %v); Session: %v", detected.Round(time.Millisecond), sessionKeepalive, err)
+		if !errors.Is(err, ormlock.ErrLockLost) {
+			t.Fatalf("Session error = %v, want ErrLockLost", err)
+		}
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Session error = %v, want fn's ctx.Err() joined in", err)
+		}
+		if !errors.Is(cause, ormlock.ErrLockLost) {
+			t.Fatalf("context.Cause(ctx) = %v, want ErrLockLost", cause)
+		}
+		if detected > lossBound {
+			t.Errorf("loss seen after %v, want within %v (two intervals plus slack)", detected, lossBound)
+		}
+		if !ev.has(ormlock.EventLockLost) {
+			t.Errorf("events = %v, want lock_lost", ev.kinds())
+		}
+		waitConnGone(t, k.Dialect(), admin, lockID)
+		// the job's own pool keeps working, and so does the next Session
+		if err := db.Exec("SELECT 1").Error; err != nil {
+			t.Fatalf("pool after the loss: %v", err)
+		}
+		if err := gormlock.Session(db, key, func(ctx context.Context) error {
+			return db.WithContext(ctx).Exec("SELECT 1").Error
+		}); err != nil {
+			t.Fatalf("next Session: %v", err)
+		}
+	})
+}
+
+// A hung server (its backend stopped with SIGSTOP) is a lost lock too: the
+// keepalive's check times out within one interval.
+func TestSessionHungServer(t *testing.T) {
+	checkGoroutines(t, testdb.Postgres, testdb.PgBouncer)
+	for _, k := range []testdb.Kind{testdb.Postgres, testdb.PgBouncer} {
+		t.Run(string(k), func(t *testing.T) {
+			if testdb.LogPath(t, k) == "" {
+				t.Skip("the server is external (DSN env var): its backends are not processes of this machine")
+			}
+			db, _ := openGorm(t, k)
+			admin := testdb.AdminDB(t, k)
+			key := "s-hung-" + t.Name()
+			var detected time.Duration
+			err := gormlock.Session(db, key, func(ctx context.Context) error {
+				pid := int(lockConn(t, k.Dialect(), admin, key).id)
+				if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+					return fmt.Errorf("stop backend %d: %w", pid, err)
+				}
+				defer syscall.Kill(pid, syscall.SIGCONT)
+				detected = waitDone(t, ctx, 15*time.Second)
+				return ctx.Err()
+			}, ormlock.WithKeepalive(sessionKeepalive))
+			t.Logf("loss seen %v after the backend stopped (keepalive %v); Session: %v", detected.Round(time.Millisecond), sessionKeepalive, err)
+			if !errors.Is(err, ormlock.ErrLockLost) {
+				t.Fatalf("Session error = %v, want ErrLockLost", err)
+			}
+			if detected > lossBound {
+				t.Errorf("loss seen after %v, want within %v", detected, lossBound)
+			}
+		})
+	}
+}
+
+// Keepalive checks racing fn's return and the release: with a keepalive of
+// a few milliseconds, checks start as fn returns, and some time out (a
+// timed-out check is a loss). Every Session must end cleanly (nil or
+// ErrLockLost), with nothing left behind; run with -race.
+func TestSessionKeepaliveRace(t *testing.T) {
+	checkGoroutines(t)
+	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+		const workers, runs = 2, 30
+		key := "s-race-" + t.Name()
+		var mu sync.Mutex
+		outcomes := map[string]int{}
+		var wg sync.WaitGroup
+		for w := range workers {
+			db, _ := openGorm(t, k)
+			wg.Go(func() {
+				for i := range runs {
+					err := gormlock.Session(db, key, func(ctx context.Context) error {
+						select {
+						case <-ctx.Done():
+						case <-time.After(time.Duration((i+w)%7) * time.Millisecond):
+						}
+						return nil
+					}, ormlock.WithKeepalive(3*time.Millisecond), ormlock.WithWait(5*time.Second))
+					what := "ok"
+					switch {
+					case err == nil:
+					case errors.Is(err, ormlock.ErrLockLost):
+						what = "lost"
+					default:
+						t.Errorf("worker %d run %d: %v", w, i, err)
+						what = "error"
+					}
+					mu.Lock()
+					outcomes[what]++
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		t.Logf("%d Sessions with a 3ms keepalive: %v", workers*runs, outcomes)
+	})
+}
+
+// A loss that the keepalive has not seen by the time fn returns is reported
+// by the release, and the dead connection is not given back to the pool.
+func TestSessionLossSeenAtRelease(t *testing.T) {
+	checkGoroutines(t)
+	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+		db, _ := openGorm(t, k)
+		admin := testdb.AdminDB(t, k)
+		key := "s-lost-rel-" + t.Name()
+		var ev events
+		err := gormlock.Session(db, key, func(ctx context.Context) error {
+			id := lockConn(t, k.Dialect(), admin, key).id
+			killConn(t, k.Dialect(), admin, id)
+			waitConnGone(t, k.Dialect(), admin, id)
+			return nil
+		}, ormlock.WithKeepalive(time.Hour), ormlock.WithObserver(&ev))
+		if !errors.Is(err, ormlock.ErrLockLost) {
+			t.Fatalf("Session error = %v, want ErrLockLost", err)
+		}
+		if kinds := ev.kinds(); kinds[len(kinds)-1] != ormlock.EventReleaseFailed {
+			t.Errorf("events = %v, want release_failed last", kinds)
+		}
+		if err := db.Exec("SELECT 1").Error; err != nil {
+			t.Fatalf("pool after the loss: %v", err)
+		}
+	})
+}
+
+// On MariaDB, a release that fails on a live connection that still holds the
+// lock destroys that connection, so the server frees the lock, and Session
+// reports the lock as lost.
+func TestSessionReleaseFailureDestroysConnection(t *testing.T) {
+	checkGoroutines(t, testdb.MariaDB)
+	k := testdb.MariaDB
+	db, sqlDB := openGorm(t, k)
+	sqlDB.SetMaxIdleConns(4)
+	admin := testdb.AdminDB(t, k)
+	key := "s-relfail-" + t.Name()
+	var prev int64
+	if err := admin.QueryRow("SELECT @@GLOBAL.max_prepared_stmt_count").Scan(&prev); err != nil {
+		t.Fatal(err)
+	}
+	restore := func() {
+		if _, err := admin.Exec(fmt.Sprintf("SET GLOBAL max_prepared_stmt_count = %d", prev)); err != nil {
+			t.Errorf("restore max_prepared_stmt_count: %v", err)
+		}
+	}
+	t.Cleanup(restore)
+	var ev events
+	var lockID int64
+	err := gormlock.Session(db, key, func(ctx context.Context) error {
+		lockID = lockConn(t, k.Dialect(), admin, key).id
+		// From now on the server refuses to prepare statements, so the
+		// release (RELEASE_LOCK(?), a prepared statement) fails on a live
+		// connection that still holds the lock. Given back to the pool,
+		// that connection would keep the lock forever.
+		_, err := admin.Exec("SET GLOBAL max_prepared_stmt_count = 0")
+		return err
+	}, ormlock.WithObserver(&ev))
+	restore()
+	if !errors.Is(err, ormlock.ErrLockLost) {
+		t.Fatalf("Session error = %v, want ErrLockLost", err)
+	}
+	if kinds := ev.kinds(); kinds[len(kinds)-1] != ormlock.EventReleaseFailed {
+		t.Errorf("events = %v, want release_failed last", kinds)
+	}
+	waitConnGone(t, k.Dialect(), admin, lockID)
+	if !rawFree(t, k, key) {
+		t.Fatal("lock still held after the failed release")
+	}
+	for range 3 {
+		var id int64
+		if err := sqlDB.QueryRow("SELECT CONNECTION_ID()").Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		if id == lockID {
+			t.Fatal("destroyed lock connection handed out again")
+		}
+	}
+}
+
+// A server restart while fn runs is a lost lock, not a panic, and the next
+// Session works once the server is back.
+func TestSessionServerRestart(t *testing.T) {
+	pgb := privatePgBouncer(t)
+	checkGoroutines(t)
+	type target struct {
+		name    string
+		srv     *testdb.Server // where the pool connects
+		restart func(testing.TB)
+	}
+	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+		var targets []target
+		switch k {
+		case testdb.Postgres:
+			targets = []target{{"restart", pgb.Backend(), pgb.Backend().Restart}}
+		case testdb.PgBouncer:
+			targets = []target{
+				{"restart pgbouncer", pgb, pgb.Restart},
+				{"restart postgres behind it", pgb, pgb.Backend().Restart},
+			}
+		case testdb.MariaDB:
+			s := testdb.Start(t, k)
+			targets = []target{{"restart", s, s.Restart}}
+		}
+		for _, c := range targets {
+			t.Run(c.name, func(t *testing.T) {
+				db, _, _ := openPrivate(t, c.srv, "")
+				key := "s-restart-" + t.Name()
+				var detected time.Duration
+				err := gormlock.Session(db, key, func(ctx context.Context) error {
+					if err := db.WithContext(ctx).Exec("SELECT 1").Error; err != nil {
+						return err
+					}
+					start := time.Now()
+					c.restart(t)
+					t.Logf("restart took %v", time.Since(start).Round(time.Millisecond))
+					detected = time.Since(start) + waitDone(t, ctx, 15*time.Second)
+					return ctx.Err()
+				}, ormlock.WithKeepalive(sessionKeepalive))
+				t.Logf("loss seen %v after the restart began; Session: %v", detected.Round(time.Millisecond), err)
+				if !errors.Is(err, ormlock.ErrLockLost) {
+					t.Fatalf("Session error = %v, want ErrLockLost", err)
+				}
+				ran := false
+				if err := gormlock.Session(db, key, func(ctx context.Context) error {
+					ran = true
+					return db.WithContext(ctx).Exec("SELECT 1").Error
+				}); err != nil || !ran {
+					t.Fatalf("Session after the restart: ran=%v err=%v", ran, err)
+				}
+			})
+		}
+	})
+}
+
+// A server that kills idle transactions (PostgreSQL's
+// idle_in_transaction_session_timeout) or idle connections (MariaDB's
+// wait_timeout) sooner than the keepalive interval does not take the lock
+// away: the keepalive is clamped below the timeout (PostgreSQL) or the lock
+// connection's wait_timeout is raised (MariaDB). When the server kills the
+// lock transaction anyway, the loss is reported.
+func TestSessionIdleTimeout(t *testing.T) {
+	// a private PostgreSQL (and PgBouncer) whose settings the test may change
+	srv := privatePgBouncer(t)
+	checkGoroutines(t)
+	const job = 5 * time.Second
+	padmin, err := sql.Open("pgx", srv.AdminDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { padmin.Close() })
+	// PgBouncer does not pass the options startup parameter on, so its
+	// clients get the setting from the database: a database of its own,
+	// created before any connection to it.
+	t.Cleanup(func() {
+		if _, err := padmin.Exec("DROP DATABASE IF EXISTS idle WITH (FORCE)"); err != nil {
+			t.Errorf("drop database idle: %v", err)
+		}
+	})
+	for _, q := range []string{
+		"DROP DATABASE IF EXISTS idle WITH (FORCE)",
+		"CREATE DATABASE idle",
+		"ALTER DATABASE idle SET idle_in_transaction_session_timeout = '1500ms'",
+	} {
+		if _, err := padmin.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+
+	// keep runs a Session for a job longer than the server's timeout, with
+	// the default keepalive, and checks that the timeout is real by letting
+	// a control connection sit idle (in a transaction, on PostgreSQL) past
+	// it. It runs on its own goroutine, so it returns its error.
+	keep := func(k testdb.Kind, db *gorm.DB, sqlDB, admin *sql.DB, key string) error {
+		start := time.Now()
+		err := gormlock.Session(db, key, func(ctx context.Context) error {
+			control, err := sqlDB.Conn(ctx)
+			if err != nil {
+				return err
+			}
+			defer control.Close()
+			if k.Dialect() == "postgres" {
+				var v string
+				if err := control.QueryRowContext(ctx, "SHOW idle_in_transaction_session_timeout").Scan(&v); err != nil {
+					return err
+				}
+				if v != "1500ms" {
+					return fmt.Errorf("idle_in_transaction_session_timeout = %q, want 1500ms", v)
+				}
+				if _, err := control.ExecContext(ctx, "BEGIN"); err != nil {
+					return err
+				}
+			} else {
+				var v int
+				if err := control.QueryRowContext(ctx, "SELECT @@session.wait_timeout").Scan(&v); err != nil {
+					return err
+				}
+				if v != 1 {
+					return fmt.Errorf("wait_timeout = %d, want 1", v)
+				}
+			}
+			for time.Since(start) < job {
+				select {
+				case <-ctx.Done():
+					return fmt.Errorf("after %v: %w", time.Since(start), context.Cause(ctx))
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+			if _, err := control.ExecContext(ctx, "SELECT 1"); err == nil {
+				return errors.New("control connection idle for the whole job was not killed: the server timeout did not bite")
+			}
+			free, err := lockFree(ctx, k.Dialect(), admin, key)
+			if err != nil {
+				return err
+			}
+			if free {
+				return errors.New("lock free at the end of fn")
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("%s: %w", k, err)
+		}
+		return nil
+	}
+
+	// The three jobs run at once, to keep the test short.
+	t.Run("keeps the lock", func(t *testing.T) {
+		type idleJob struct {
+			k           testdb.Kind
+			db          *gorm.DB
+			sqlDB, admn *sql.DB
+		}
+		var jobs []idleJob
+		{
+			k := testdb.Postgres
+			db, sqlDB := openDSN(t, k, withParam(t, testdb.DSN(t, k), "options=-c%20idle_in_transaction_session_timeout%3D1500"))
+			t.Cleanup(func() { testdb.AssertNoLeaks(t, k, sqlDB) })
+			jobs = append(jobs, idleJob{k, db, sqlDB, testdb.AdminDB(t, k)})
+		}
+		{
+			db, sqlDB, _ := openPrivate(t, srv, withDatabase(t, srv.DSN(), "idle"))
+			admin, err := sql.Open("pgx", withDatabase(t, srv.AdminDSN(), "idle"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { admin.Close() })
+			t.Cleanup(func() {
+				var n int
+				if err := admin.QueryRow("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'").Scan(&n); err != nil || n != 0 {
+					t.Errorf("advisory locks left on the server: %d (%v)", n, err)
+				}
+			})
+			jobs = append(jobs, idleJob{testdb.PgBouncer, db, sqlDB, admin})
+		}
+		{
+			k := testdb.MariaDB
+			db, sqlDB := openDSN(t, k, withParam(t, testdb.DSN(t, k), "wait_timeout=1"))
+			t.Cleanup(func() { testdb.AssertNoLeaks(t, k, sqlDB) })
+			jobs = append(jobs, idleJob{k, db, sqlDB, testdb.AdminDB(t, k)})
+		}
+		start := time.Now()
+		var wg sync.WaitGroup
+		for _, j := range jobs {
+			wg.Go(func() {
+				if err := keep(j.k, j.db, j.sqlDB, j.admn, "s-idle-"+t.Name()+"-"+string(j.k)); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		t.Logf("three %v jobs ran at once in %v", job, time.Since(start).Round(time.Millisecond))
+	})
+
+	t.Run("killed anyway", func(t *testing.T) {
+		// Sessions on the private server, straight and through PgBouncer,
+		// with no timeout when they start; then the timeout is set below
+		// their keepalive for every session (ALTER SYSTEM and a reload).
+		const every = time.Second
+		targets := []struct {
+			k   testdb.Kind
+			dsn string
+		}{{testdb.Postgres, srv.Backend().DSN()}, {testdb.PgBouncer, srv.DSN()}}
+		t.Cleanup(func() {
+			for _, q := range []string{"ALTER SYSTEM RESET idle_in_transaction_session_timeout", "SELECT pg_reload_conf()"} {
+				if _, err := padmin.Exec(q); err != nil {
+					t.Errorf("%s: %v", q, err)
+				}
+			}
+		})
+		var acquired, wg sync.WaitGroup
+		acquired.Add(len(targets))
+		errs := make([]error, len(targets))
+		took := make([]time.Duration, len(targets))
+		var set time.Time
+		setDone := make(chan struct{})
+		for i, tg := range targets {
+			db, _, _ := openPrivate(t, srv, tg.dsn)
+			wg.Go(func() {
+				once := sync.OnceFunc(acquired.Done)
+				defer once()
+				errs[i] = gormlock.Session(db, fmt.Sprintf("s-killed-%s-%d", t.Name(), i), func(ctx context.Context) error {
+					once()
+					<-setDone
+					select {
+					case <-ctx.Done():
+						took[i] = time.Since(set)
+						return ctx.Err()
+					case <-time.After(20 * time.Second):
+						return errors.New("not killed within 20s")
+					}
+				}, ormlock.WithKeepalive(every))
+			})
+		}
+		acquired.Wait()
+		set = time.Now()
+		for _, q := range []string{"ALTER SYSTEM SET idle_in_transaction_session_timeout = '300ms'", "SELECT pg_reload_conf()"} {
+			if _, err := padmin.Exec(q); err != nil {
+				t.Errorf("%s: %v", q, err)
+			}
+		}
+		close(setDone)
+		wg.Wait()
+		for i, tg := range targets {
+			t.Logf("%s: loss seen %v after the timeout was lowered; Session: %v", tg.k, took[i].Round(time.Millisecond), errs[i])
+			if !errors.Is(errs[i], ormlock.ErrLockLost) {
+				t.Errorf("%s: Session error = %v, want ErrLockLost", tg.k, errs[i])
+			}
+		}
+	})
+}
+
+// Unlock on every path: completion, fn's error (returned unchanged), panic
+// (re-panicked).
+func TestSessionUnlock(t *testing.T) {
+	checkGoroutines(t)
+	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+		db, _ := openGorm(t, k)
+		key := "s-unlock-" + t.Name()
+		var ev events
+		err := gormlock.Session(db, key, func(ctx context.Context) error {
+			if rawFree(t, k, key) {
+				return errors.New("lock free inside fn")
+			}
+			return ctx.Err()
+		}, ormlock.WithObserver(&ev))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !rawFree(t, k, key) {
+			t.Fatal("lock held after Session returned")
+		}
+		want := []ormlock.EventKind{ormlock.EventAttempt, ormlock.EventAcquired, ormlock.EventReleased}
+		if got := ev.kinds(); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("events = %v, want %v", got, want)
+		}
+
+		boom := errors.New("boom")
+		err = gormlock.Session(db, key, func(context.Context) error { return boom })
+		if err != boom {
+			t.Fatalf("err = %v, want fn's error unchanged", err)
+		}
+		if !rawFree(t, k, key) {
+			t.Fatal("lock held after fn error")
+		}
+
+		var got any
+		func() {
+			defer func() { got = recover() }()
+			_ = gormlock.Session(db, key, func(context.Context) error { panic("kaboom") })
+		}()
+		if got != "kaboom" {
+			t.Fatalf("recovered %v, want the original panic value", got)
+		}
+		if !rawFree(t, k, key) {
+			t.Fatal("lock held after panic")
+		}
+	})
+}
+
+// Try-once, waiting and context cancellation while waiting, as in
+// Transaction; a caller's cancellation inside fn is not a lost lock.
+func TestSessionWaitAndContext(t *testing.T) {
+	checkGoroutines(t)
+	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+		db, _ := openGorm(t, k)
+		key := "s-wait-" + t.Name()
+		release := rawHold(t, k, key)
+		called := false
+		fn := func(context.Context) error { called = true; return nil }
+
+		if err := gormlock.Session(db, key, fn); !errors.Is(err, ormlock.ErrNotAcquired) || called {
+			t.Fatalf("try-once: err=%v called=%v, want ErrNotAcquired", err, called)
+		}
+		if err := gormlock.Session(db, key, fn, ormlock.WithWait(300*time.Millisecond)); !errors.Is(err, ormlock.ErrNotAcquired) || called {
+			t.Fatalf("wait timeout: err=%v called=%v, want ErrNotAcquired", err, called)
+		}
+
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(200*time.Millisecond, cancel)
+		err := gormlock.Session(db.WithContext(ctx), key, fn, ormlock.WithWait(30*time.Second))
+		if !errors.Is(err, ormlock.ErrNotAcquired) || !errors.Is(err, context.Canceled) || called {
+			t.Fatalf("cancel while waiting: err=%v called=%v, want ErrNotAcquired and context.Canceled", err, called)
+		}
+		dctx, dcancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer dcancel()
+		err = gormlock.Session(db.WithContext(dctx), key, fn, ormlock.WithWait(30*time.Second))
+		if !errors.Is(err, ormlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) || called {
+			t.Fatalf("deadline while waiting: err=%v called=%v, want ErrNotAcquired and context.DeadlineExceeded", err, called)
+		}
+		cctx, ccancel := context.WithCancel(context.Background())
+		ccancel()
+		if err := gormlock.Session(db.WithContext(cctx), key+"-free", fn); !errors.Is(err, context.Canceled) || called {
+			t.Fatalf("already cancelled: err=%v called=%v, want context.Canceled", err, called)
+		}
+
+		// a wait that outlasts the holder succeeds
+		time.AfterFunc(200*time.Millisecond, release)
+		start := time.Now()
+		if err := gormlock.Session(db, key, fn, ormlock.WithWait(20*time.Second)); err != nil || !called {
+			t.Fatalf("wait for release: err=%v called=%v", err, called)
+		}
+		t.Logf("acquired after %v of waiting", time.Since(start).Round(time.Millisecond))
+
+		// the caller cancelling during fn ends fn's context, not the lock
+		ictx, icancel := context.WithCancel(context.Background())
+		var cause error
+		err = gormlock.Session(db.WithContext(ictx), key, func(ctx context.Context) error {
+			icancel()
+			<-ctx.Done()
+			cause = context.Cause(ctx)
+			return ctx.Err()
+		})
+		if !errors.Is(err, context.Canceled) || errors.Is(err, ormlock.ErrLockLost) {
+			t.Fatalf("caller cancel in fn: err=%v, want context.Canceled and not ErrLockLost", err)
+		}
+		if !errors.Is(cause, context.Canceled) || errors.Is(cause, ormlock.ErrLockLost) {
+			t.Fatalf("caller cancel in fn: cause=%v, want context.Canceled", cause)
+		}
+		if !rawFree(t, k, key) {
+			t.Fatal("lock held after the caller's cancellation")
+		}
+	})
+}
+
+func TestSessionBadInput(t *testing.T) {
+	checkGoroutines(t, testdb.Postgres)
+	db, _ := openGorm(t, testdb.Postgres)
+	called := false
+	fn := func(context.Context) error { called = true; return nil }
+	check := func(what string, err, want error, text string) {
+		t.Helper()
+		if !errors.Is(err, want) || !strings.Contains(err.Error(), text) {
+			t.Errorf("%s: err = %v, want %v mentioning %q", what, err, want, text)
+		}
+		if !strings.HasPrefix(err.Error(), "ormlock: ") {
+			t.Errorf("%s: error %q lacks the \"ormlock: \" prefix", what, err)
+		}
+	}
+	check("nil db", gormlock.Session(nil, "k", fn), ormlock.ErrInvalidArgument, "nil *gorm.DB")
+	check("nil fn", gormlock.Session(db, "k", nil), ormlock.ErrInvalidArgument, "nil fn")
+	check("empty key", gormlock.Session(db, "", fn), ormlock.ErrInvalidKey, "empty lock name")
+	check("zero Key", gormlock.Session(db, ormlock.Key{}, fn), ormlock.ErrInvalidKey, "zero Key")
+	check("zero keepalive", gormlock.Session(db, "k", fn, ormlock.WithKeepalive(0)), ormlock.ErrInvalidArgument, "WithKeepalive")
+	check("negative wait", gormlock.Session(db, "k", fn, ormlock.WithWait(-time.Second)), ormlock.ErrInvalidArgument, "WithWait")
+	if called {
+		t.Error("fn called on bad input")
+	}
+}

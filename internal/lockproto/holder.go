@@ -1,0 +1,144 @@
+package lockproto
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/ormlock/ormlock"
+)
+
+// PGLockTag returns the pg_locks coordinates of an advisory lock key, as
+// PostgreSQL stores them (SET_LOCKTAG_INT64 / SET_LOCKTAG_INT32 in its
+// lockfuncs.c): a bigint key is classid = its high 32 bits, objid = its low
+// 32 bits, objsubid = 1; a pair is classid = the first int, objid = the
+// second, objsubid = 2. classid and objid are oid columns, so the int32
+// halves read as unsigned.
+func PGLockTag(k ormlock.PostgresKey) (classid, objid uint32, objsubid int) {
+	if k.IsPair {
+		return uint32(k.ClassID), uint32(k.ObjID), 2
+	}
+	return uint32(uint64(k.Int64) >> 32), uint32(k.Int64), 1
+}
+
+// pgHolderQuery finds the granted holder of one advisory lock in the current
+// database (the lowest pid if several hold it shared) and counts the
+// sessions queued for it, in one statement. statement_timestamp() is the
+// server's clock, so durations are free of client clock skew.
+const pgHolderQuery = `
+SELECT l.granted, coalesce(l.pid, 0)::int8, l.mode,
+       coalesce(a.usename::text, ''), coalesce(a.application_name, ''),
+       coalesce(host(a.client_addr) || ':' || a.client_port, ''),
+       coalesce(a.datname::text, ''), coalesce(a.state, ''), coalesce(a.query, ''),
+       a.backend_start, a.xact_start, a.state_change, statement_timestamp(),
+       count(*) FILTER (WHERE NOT l.granted) OVER ()
+FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'advisory'
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND l.classid::int8 = $1 AND l.objid::int8 = $2 AND l.objsubid = $3
+ORDER BY l.granted DESC, l.pid
+LIMIT 1`
+
+// mysqlHolderQuery resolves the named lock's holder and its PROCESSLIST row
+// in one statement, so the holder cannot go away between the two.
+const mysqlHolderQuery = `
+SELECT l.id, p.USER, p.HOST, p.DB, p.COMMAND, p.TIME, p.STATE, p.INFO
+FROM (SELECT IS_USED_LOCK(?) AS id) AS l
+LEFT JOIN information_schema.PROCESSLIST AS p ON p.ID = l.id`
+
+// LookupHolder asks the server who holds op's lock (the key as op resolved
+// it, namespace included, exactly as the verbs lock it). q must reach the
+// primary that the locks are taken on; any connection, pool or transaction
+// there will do. A free lock is Held false with a nil error. See
+// ormlock.HolderInfo for what each field means per dialect.
+//
+// It is the protocol behind gormlock.Holder and is meant for entlock's twin
+// as well: build the Op with NewOp(d, "Holder", key, cfg).
+func LookupHolder(ctx context.Context, q Querier, op *Op) (ormlock.HolderInfo, error) {
+	if op == nil {
+		return ormlock.HolderInfo{}, fmt.Errorf("%w: lockproto.LookupHolder: nil Op", ormlock.ErrInvalidArgument)
+	}
+	switch op.D {
+	case Postgres:
+		return pgHolder(ctx, q, op.pg)
+	case MySQL:
+		return mysqlHolder(ctx, q, op.mysql)
+	}
+	return ormlock.HolderInfo{}, fmt.Errorf("%w: dialect %d", ormlock.ErrUnsupportedDialect, op.D)
+}
+
+func pgHolder(ctx context.Context, q Querier, k ormlock.PostgresKey) (ormlock.HolderInfo, error) {
+	classid, objid, objsubid := PGLockTag(k)
+	h := ormlock.HolderInfo{
+		Dialect: Postgres.String(),
+		Lock:    "classid=" + strconv.FormatUint(uint64(classid), 10) + " objid=" + strconv.FormatUint(uint64(objid), 10) + " objsubid=" + strconv.Itoa(objsubid),
+	}
+	var (
+		granted                              bool
+		backendStart, xactStart, stateChange sql.NullTime
+		now                                  time.Time
+		waiters                              int64
+	)
+	err := q.QueryRowContext(ctx, pgHolderQuery, int64(classid), int64(objid), objsubid).Scan(
+		&granted, &h.PID, &h.Mode, &h.User, &h.Application, &h.ClientAddr, &h.Database, &h.State, &h.Query,
+		&backendStart, &xactStart, &stateChange, &now, &waiters)
+	if errors.Is(err, sql.ErrNoRows) {
+		return ormlock.HolderInfo{Dialect: h.Dialect, Lock: h.Lock}, nil
+	}
+	if err != nil {
+		return ormlock.HolderInfo{}, fmt.Errorf("ormlock: look up lock holder in pg_locks: %w", err)
+	}
+	h.Waiters = int(waiters)
+	if !granted { // only waiters: free this instant
+		return ormlock.HolderInfo{Dialect: h.Dialect, Lock: h.Lock, Waiters: h.Waiters}, nil
+	}
+	h.Held = true
+	if backendStart.Valid {
+		h.ConnStart = backendStart.Time
+	}
+	if xactStart.Valid {
+		h.TxStart = xactStart.Time
+		h.HeldFor = nonNegative(now.Sub(xactStart.Time))
+	} else if backendStart.Valid {
+		h.HeldFor = nonNegative(now.Sub(backendStart.Time))
+	}
+	if stateChange.Valid {
+		h.StateFor = nonNegative(now.Sub(stateChange.Time))
+	}
+	return h, nil
+}
+
+func mysqlHolder(ctx context.Context, q Querier, name string) (ormlock.HolderInfo, error) {
+	h := ormlock.HolderInfo{Dialect: MySQL.String(), Lock: name}
+	var (
+		id                                   sql.NullInt64
+		user, host, db, command, state, info sql.NullString
+		secs                                 sql.NullInt64
+	)
+	err := q.QueryRowContext(ctx, mysqlHolderQuery, name).Scan(&id, &user, &host, &db, &command, &secs, &state, &info)
+	if err != nil {
+		return ormlock.HolderInfo{}, fmt.Errorf("ormlock: look up lock holder with IS_USED_LOCK: %w", err)
+	}
+	if !id.Valid {
+		return h, nil
+	}
+	h.Held = true
+	h.PID = id.Int64
+	h.User, h.ClientAddr, h.Database, h.Query = user.String, host.String, db.String, info.String
+	h.State = command.String
+	if state.String != "" {
+		h.State += " (" + state.String + ")"
+	}
+	h.StateFor = time.Duration(secs.Int64) * time.Second
+	return h, nil
+}
+
+func nonNegative(d time.Duration) time.Duration {
+	if d < 0 {
+		return 0
+	}
+	return d
+}

@@ -1,0 +1,101 @@
+package ormlock
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+)
+
+// SlogObserver returns an [Observer] that writes every event to logger as one
+// structured record; a nil logger means slog.Default() at the time of each
+// event. Use it per call or as a plugin default:
+//
+//	db.Use(gormlock.New(ormlock.WithObserver(ormlock.SlogObserver(logger))))
+//
+// The message is "ormlock: " followed by the event's name (EventKind.String,
+// e.g. "ormlock: not_acquired"). Levels are chosen so that at the default
+// Info level each use of a lock leaves one line that says how it ended, and
+// the steps in between are Debug:
+//
+//	attempt                  Debug
+//	acquired                 Debug (the job started; its end is logged at Info)
+//	released                 Info  (the job ran; held= says for how long)
+//	not_acquired             Info  (another holder had it, or the wait or context ran out)
+//	                         Warn  when err is not a context error (e.g. the database was unreachable)
+//	already_done             Info
+//	release_failed           Error (the connection was destroyed; exclusion may not have held)
+//	lock_lost                Error (a Session's fn was cancelled)
+//
+// Attributes: verb, dialect, key ([Key.String]), namespace (when set), wait
+// (acquired, not_acquired), held (released, release_failed, lock_lost) and
+// err (when the event carries one). A logger whose handler is not enabled
+// for an event's level costs a level check and nothing else; an enabled
+// one is called through LogAttrs with at most six attributes, built without
+// allocating (apart from the text of a numeric key).
+func SlogObserver(logger *slog.Logger) Observer { return slogObserver{l: logger} }
+
+type slogObserver struct{ l *slog.Logger }
+
+var slogMessages = [...]string{
+	"ormlock: unknown",
+	"ormlock: attempt",
+	"ormlock: acquired",
+	"ormlock: not_acquired",
+	"ormlock: released",
+	"ormlock: release_failed",
+	"ormlock: lock_lost",
+	"ormlock: already_done",
+}
+
+// slogLevel is the level of e; see SlogObserver.
+func slogLevel(e Event) slog.Level {
+	switch e.Kind {
+	case EventAttempt, EventAcquired:
+		return slog.LevelDebug
+	case EventNotAcquired:
+		if e.Err != nil && !errors.Is(e.Err, context.Canceled) && !errors.Is(e.Err, context.DeadlineExceeded) {
+			return slog.LevelWarn
+		}
+		return slog.LevelInfo
+	case EventReleased, EventAlreadyDone:
+		return slog.LevelInfo
+	case EventReleaseFailed, EventLockLost:
+		return slog.LevelError
+	}
+	return slog.LevelWarn
+}
+
+// Observe implements Observer.
+func (s slogObserver) Observe(ctx context.Context, e Event) {
+	l := s.l
+	if l == nil {
+		l = slog.Default()
+	}
+	level := slogLevel(e)
+	if !l.Enabled(ctx, level) {
+		return
+	}
+	msg := slogMessages[0]
+	if int(e.Kind) < len(slogMessages) {
+		msg = slogMessages[e.Kind]
+	}
+	var buf [6]slog.Attr
+	a := append(buf[:0],
+		slog.String("verb", e.Verb),
+		slog.String("dialect", e.Dialect),
+		slog.String("key", e.Key.String()),
+	)
+	if e.Namespace != "" {
+		a = append(a, slog.String("namespace", e.Namespace))
+	}
+	switch e.Kind {
+	case EventAcquired, EventNotAcquired:
+		a = append(a, slog.Duration("wait", e.Wait))
+	case EventReleased, EventReleaseFailed, EventLockLost:
+		a = append(a, slog.Duration("held", e.Held))
+	}
+	if e.Err != nil {
+		a = append(a, slog.Any("err", e.Err))
+	}
+	l.LogAttrs(ctx, level, msg, a...)
+}
