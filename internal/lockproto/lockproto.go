@@ -208,6 +208,15 @@ func MySQLKeepSession(ctx context.Context, q Querier, atLeast time.Duration) err
 	return nil
 }
 
+// MySQLRestoreSession sets the connection's wait_timeout back to the server's
+// default once a Session is done with it, before it goes back to the pool.
+func MySQLRestoreSession(ctx context.Context, q Querier) error {
+	if _, err := q.ExecContext(ctx, "SET SESSION wait_timeout = DEFAULT"); err != nil {
+		return fmt.Errorf("ormlock: restore wait_timeout: %w", err)
+	}
+	return nil
+}
+
 // ---- connections ----
 
 // Destroy closes a pinned connection so that it is never handed back to the

@@ -215,13 +215,23 @@ func (o *Op) holdMySQL(ctx context.Context, conn *sql.Conn) (*sessionHold, error
 		return nil, o.failed(ctx, err)
 	}
 	if err := o.AcquireNamed(ctx, conn); err != nil {
+		if MySQLRestoreSession(ctx, conn) != nil {
+			Destroy(conn)
+			return nil, err
+		}
 		o.dropUnlocked(conn, err)
 		return nil, err
 	}
 	name := o.mysql
 	return &sessionHold{
 		ping:    func(ctx context.Context) error { return MySQLHeld(ctx, conn, name) },
-		release: func(ctx context.Context) error { return MySQLReleaseLock(ctx, conn, name) },
+		release: func(ctx context.Context) error {
+			if err := MySQLReleaseLock(ctx, conn, name); err != nil {
+				return err
+			}
+			// a failure here destroys the connection, like a failed release
+			return MySQLRestoreSession(ctx, conn)
+		},
 		every:   o.Cfg.Keepalive,
 	}, nil
 }
