@@ -224,7 +224,7 @@ func (o *Op) holdMySQL(ctx context.Context, conn *sql.Conn) (*sessionHold, error
 	}
 	name := o.mysql
 	return &sessionHold{
-		ping:    func(ctx context.Context) error { return MySQLHeld(ctx, conn, name) },
+		ping: func(ctx context.Context) error { return MySQLHeld(ctx, conn, name) },
 		release: func(ctx context.Context) error {
 			if err := MySQLReleaseLock(ctx, conn, name); err != nil {
 				return err
@@ -232,6 +232,6 @@ func (o *Op) holdMySQL(ctx context.Context, conn *sql.Conn) (*sessionHold, error
 			// a failure here destroys the connection, like a failed release
 			return MySQLRestoreSession(ctx, conn)
 		},
-		every:   o.Cfg.Keepalive,
+		every: o.Cfg.Keepalive,
 	}, nil
 }
