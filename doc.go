@@ -20,6 +20,13 @@
 // compatibility promise). See [Key] for how each key form maps to each
 // server.
 //
+// # Slots
+//
+// RunOnce records one run per (job, slot). A [Schedule] maps the time a job
+// was triggered to its slot: [Every] for a period aligned to midnight in a
+// stated time zone, [Cron] for a five-field cron expression. Instances whose
+// clocks or start times differ by seconds agree on the slot.
+//
 // # Errors
 //
 // Every outcome has one sentinel ([ErrNotAcquired], [ErrLockLost],

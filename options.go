@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Defaults of the shared options.
@@ -144,9 +145,25 @@ func WithLedgerTable(name string) Option {
 	}
 }
 
-// WithOwner sets the instance id written to the ledger's owner column. The
-// default is "hostname/pid".
-func WithOwner(id string) Option { return func(c *Config) { c.Owner = id } }
+// MaxOwnerLen is the longest owner id [WithOwner] accepts, in characters
+// (the ledger's owner column).
+const MaxOwnerLen = 255
+
+// WithOwner sets the instance id written to the ledger's owner column: valid
+// UTF-8 without NUL bytes, at most [MaxOwnerLen] characters. The default (or
+// WithOwner("")) is "hostname/pid".
+func WithOwner(id string) Option {
+	return func(c *Config) {
+		switch {
+		case !utf8.ValidString(id) || strings.ContainsRune(id, 0):
+			c.fail(fmt.Errorf("%w: WithOwner: owner %q is not valid UTF-8 without NUL bytes", ErrInvalidArgument, id))
+		case utf8.RuneCountInString(id) > MaxOwnerLen:
+			c.fail(fmt.Errorf("%w: WithOwner: owner is %d characters long, the ledger keeps at most %d", ErrInvalidArgument, utf8.RuneCountInString(id), MaxOwnerLen))
+		default:
+			c.Owner = id
+		}
+	}
+}
 
 // WithTxOptions sets the options (isolation level, read-only) of the
 // transaction the verb opens. The default is the driver's default (nil).

@@ -53,6 +53,16 @@
 // keepalive cancels fn's context with cause [ormlock.ErrLockLost] when the
 // lock connection is lost.
 //
+// # RunOnce
+//
+// [RunOnce] runs a job at most once per (job, slot) across every instance,
+// with an audit trail in a ledger table created by [Migrate] (name from
+// [ormlock.WithLedgerTable], default "ormlock_runs"). The slot is the
+// scheduled time, never the wall clock of whoever came first: map a trigger
+// time to it with an [ormlock.Schedule] ([ormlock.Every] or [ormlock.Cron]).
+// A slot that already ran returns [ormlock.ErrAlreadyDone]; [Runs] reads the
+// ledger. [ormlock.WithClaim] selects claim mode for long jobs.
+//
 // # Plugin and read replicas
 //
 // db.Use(gormlock.New(opts...)) sets defaults (namespace, wait, observer,

@@ -218,8 +218,8 @@ func TestTransactionContext(t *testing.T) {
 				t.Error("fn called")
 				return nil
 			})
-			if !errors.Is(err, context.Canceled) {
-				t.Fatalf("err = %v, want context.Canceled", err)
+			if !errors.Is(err, ormlock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+				t.Fatalf("err = %v, want ErrNotAcquired and context.Canceled", err)
 			}
 		})
 		t.Run("cancel inside fn", func(t *testing.T) {

@@ -1,0 +1,51 @@
+package gormlock
+
+import (
+	"fmt"
+
+	"gorm.io/gorm"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/ledger"
+)
+
+// Migrate creates the RunOnce ledger table if it does not exist (CREATE
+// TABLE IF NOT EXISTS; calling it again is harmless). The table is
+// [ormlock.DefaultLedgerTable] ("ormlock_runs") or the one set with
+// [ormlock.WithLedgerTable], per call or as a plugin default; the name must
+// be a plain identifier (an error wrapping [ormlock.ErrInvalidArgument]
+// otherwise, before anything is sent to the server) and is quoted. On
+// PostgreSQL it is created in the first schema of the search_path.
+//
+// Replicas may all call Migrate at start-up: it holds a lock on the table
+// name while it creates it (waiting up to a minute, or the longer
+// [ormlock.WithWait]), because concurrent CREATE TABLE IF NOT EXISTS can fail
+// on PostgreSQL. It runs on its own connection of db's primary pool, not in
+// db's transaction.
+//
+// Columns: job, slot, status ('running', 'done', 'failed'), owner,
+// started_at, finished_at, error; primary key (job, slot); times in UTC
+// (timestamptz on PostgreSQL, DATETIME(6) on MySQL/MariaDB).
+func Migrate(db *gorm.DB, opts ...ormlock.Option) error {
+	if db == nil {
+		return fmt.Errorf("%w: gormlock.Migrate: nil *gorm.DB", ormlock.ErrInvalidArgument)
+	}
+	if db.Error != nil {
+		return db.Error
+	}
+	cfg := configFor(db, opts)
+	if err := cfg.Err(); err != nil {
+		return err
+	}
+	wait := max(cfg.Wait, ledger.MigrateWait)
+	opts = append(opts[:len(opts):len(opts)], ormlock.WithWait(wait))
+	c, err := prepare(db, "Migrate", ledger.MigrateKey(cfg.LedgerTable), opts)
+	if err != nil {
+		return err
+	}
+	sqlDB, err := primarySQL(c.db)
+	if err != nil {
+		return err
+	}
+	return ledger.Migrate(c.ctx, sqlDB, c.op)
+}

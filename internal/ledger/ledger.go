@@ -1,0 +1,427 @@
+// Package ledger is the RunOnce job ledger, written once for gormlock and
+// entlock: the ledger table's SQL per dialect (create, claim, finish, read)
+// and the RunOnce flows on top of the lock protocol. It works on database/sql
+// values (a lockproto.Querier, *sql.DB) and a lockproto.Dialect, never on an
+// ORM's types; lock SQL stays in lockproto.
+//
+// # The table
+//
+// One row per (job, slot), primary key (job, slot):
+//
+//	job          varchar(191)   the job name (utf8mb4_bin on MySQL: exact match)
+//	slot         timestamptz / DATETIME(6) in UTC
+//	status       'running', 'done' or 'failed'
+//	owner        varchar(255)   the instance (ormlock.WithOwner)
+//	started_at   timestamptz / DATETIME(6) in UTC, the server's clock
+//	finished_at  timestamptz / DATETIME(6) in UTC, NULL while running
+//	error        text           a failed claim-mode run's error, else NULL
+//
+// Times come from the database server's clock (clock_timestamp(),
+// UTC_TIMESTAMP(6)), so the audit trail of all instances shares one clock.
+// MySQL DATETIME values are written and read as text in UTC, so neither the
+// session time_zone nor the driver's loc/parseTime settings can shift them.
+//
+// # Claiming a slot
+//
+// Both modes claim the slot with one statement that never raises a
+// duplicate-key error: it inserts a 'running' row, or takes over an existing
+// row that is not 'done' (a claim-mode run that failed, or whose owner died;
+// safe because the caller holds the (job, slot) lock), and leaves a 'done'
+// row untouched.
+//
+//   - PostgreSQL: INSERT ... ON CONFLICT (job, slot) DO UPDATE ... WHERE
+//     status <> 'done' RETURNING started_at. A row comes back exactly when the
+//     slot was claimed; on a 'done' row it acts as ON CONFLICT DO NOTHING
+//     (nothing written, no error, no row, RowsAffected 0).
+//   - MySQL/MariaDB: INSERT ... ON DUPLICATE KEY UPDATE col = IF(status =
+//     'done', col, new value), ... rather than INSERT IGNORE, which would also
+//     turn other errors (a value too long, a NULL in a NOT NULL column, a
+//     CHECK failure) into warnings and insert something else than asked.
+//     RowsAffected is 1 for an insert, 2 for a take-over and 0 for a 'done'
+//     row, except that with the driver's clientFoundRows=true a 'done' row
+//     also reports 1; so any non-zero count is confirmed by reading the row
+//     back (its status is then 'running' with this owner, or 'done').
+//
+// After fn the row is marked 'done' (or, in claim mode, 'failed' with the
+// error text) by an UPDATE that matches only this claim (status 'running',
+// this owner and started_at), so a run that lost its lock can never
+// overwrite the row of an instance that took over.
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/lockproto"
+)
+
+// MaxJobLen is the longest job name, in characters: the job column is
+// varchar(191), which keeps the (job, slot) primary key within InnoDB's
+// 767-byte index limit for utf8mb4 on older row formats.
+const MaxJobLen = 191
+
+// maxErrorBytes bounds the error text written to the ledger.
+const maxErrorBytes = 4000
+
+// finishTimeout bounds the statement that records the end of a claim-mode
+// run; it runs detached from fn's (possibly cancelled) context.
+const finishTimeout = 15 * time.Second
+
+// MigrateWait is how long Migrate waits for a concurrent Migrate of the same
+// table (replicas starting together) before giving up.
+const MigrateWait = time.Minute
+
+// MigrateKey is the lock Migrate holds while it creates table, so that
+// replicas starting together do not race in CREATE TABLE IF NOT EXISTS (on
+// PostgreSQL the loser of that race fails with a duplicate key in pg_type).
+func MigrateKey(table string) ormlock.Key { return ormlock.Name("ormlock.migrate:" + table) }
+
+// ValidateJob checks a job name: non-empty valid UTF-8 without NUL bytes, at
+// most MaxJobLen characters. verb names the caller in the error.
+func ValidateJob(verb, job string) error {
+	switch {
+	case job == "":
+		return fmt.Errorf("%w: %s: empty job name", ormlock.ErrInvalidArgument, verb)
+	case !utf8.ValidString(job) || strings.ContainsRune(job, 0):
+		return fmt.Errorf("%w: %s: job name %q is not valid UTF-8 without NUL bytes", ormlock.ErrInvalidArgument, verb, job)
+	case utf8.RuneCountInString(job) > MaxJobLen:
+		return fmt.Errorf("%w: %s: job name is %d characters long, at most %d fit the ledger", ormlock.ErrInvalidArgument, verb, utf8.RuneCountInString(job), MaxJobLen)
+	}
+	return nil
+}
+
+// ValidateSlot checks a slot: non-zero, in years 1000 to 9999 (the range of
+// MySQL's DATETIME).
+func ValidateSlot(verb string, slot time.Time) error {
+	if slot.IsZero() {
+		return fmt.Errorf("%w: %s: zero slot (pass the scheduled time, e.g. from ormlock.Every or ormlock.Cron)", ormlock.ErrInvalidArgument, verb)
+	}
+	if y := slot.UTC().Year(); y < 1000 || y > 9999 {
+		return fmt.Errorf("%w: %s: slot %v is outside years 1000-9999", ormlock.ErrInvalidArgument, verb, slot)
+	}
+	return nil
+}
+
+// DefaultOwner is "hostname/pid".
+var DefaultOwner = sync.OnceValue(func() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	s := host + "/" + strconv.Itoa(os.Getpid())
+	if utf8.RuneCountInString(s) > ormlock.MaxOwnerLen || !utf8.ValidString(s) {
+		s = "pid/" + strconv.Itoa(os.Getpid())
+	}
+	return s
+})
+
+// Table is the ledger table of one dialect.
+type Table struct {
+	d    lockproto.Dialect
+	name string
+	q    string // quoted name
+}
+
+// NewTable validates name (ormlock.ValidIdentifier) for dialect d.
+func NewTable(d lockproto.Dialect, name string) (*Table, error) {
+	if err := ormlock.ValidIdentifier("ledger table name", name); err != nil {
+		return nil, err
+	}
+	t := &Table{d: d, name: name}
+	switch d {
+	case lockproto.Postgres:
+		t.q = `"` + name + `"`
+	case lockproto.MySQL:
+		t.q = "`" + name + "`"
+	default:
+		return nil, fmt.Errorf("%w: dialect %d", ormlock.ErrUnsupportedDialect, d)
+	}
+	return t, nil
+}
+
+// Name returns the table's (unquoted) name.
+func (t *Table) Name() string { return t.name }
+
+func (t *Table) pg() bool { return t.d == lockproto.Postgres }
+
+// CreateSQL returns the CREATE TABLE IF NOT EXISTS statement.
+func (t *Table) CreateSQL() string {
+	if t.pg() {
+		return `CREATE TABLE IF NOT EXISTS ` + t.q + ` (
+	job         varchar(191) NOT NULL,
+	slot        timestamptz  NOT NULL,
+	status      varchar(16)  NOT NULL CHECK (status IN ('running', 'done', 'failed')),
+	owner       varchar(255) NOT NULL DEFAULT '',
+	started_at  timestamptz  NOT NULL,
+	finished_at timestamptz,
+	error       text,
+	PRIMARY KEY (job, slot)
+)`
+	}
+	return "CREATE TABLE IF NOT EXISTS " + t.q + ` (
+	job         VARCHAR(191) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+	slot        DATETIME(6)  NOT NULL,
+	status      VARCHAR(16)  NOT NULL,
+	owner       VARCHAR(255) CHARACTER SET utf8mb4 NOT NULL DEFAULT '',
+	started_at  DATETIME(6)  NOT NULL,
+	finished_at DATETIME(6)  NULL,
+	error       TEXT         CHARACTER SET utf8mb4 NULL,
+	PRIMARY KEY (job, slot),
+	CHECK (status IN ('running', 'done', 'failed'))
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`
+}
+
+// Create runs CreateSQL on q.
+func (t *Table) Create(ctx context.Context, q lockproto.Querier) error {
+	if _, err := q.ExecContext(ctx, t.CreateSQL()); err != nil {
+		return fmt.Errorf("ormlock: create ledger table %q: %w", t.name, err)
+	}
+	return nil
+}
+
+// Migrate creates the ledger table op.Cfg.LedgerTable on db if it does not
+// exist, while holding op's lock (made with MigrateKey and a wait), so that
+// replicas starting together do not race: on PostgreSQL the lock and the
+// CREATE share one transaction; on MySQL/MariaDB the lock is taken on the
+// pinned connection that runs the CREATE (DDL commits implicitly there).
+func Migrate(ctx context.Context, db *sql.DB, op *lockproto.Op) error {
+	t, err := NewTable(op.D, op.Cfg.LedgerTable)
+	if err != nil {
+		return err
+	}
+	if op.D == lockproto.MySQL {
+		return op.WithNamed(ctx, db, func(conn *sql.Conn) error { return t.Create(ctx, conn) })
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return op.Abandon(ctx, fmt.Errorf("ormlock: begin: %w", err))
+	}
+	defer op.EndXact(ctx)
+	if err := op.AcquireXact(ctx, tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if err := t.Create(ctx, tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("ormlock: commit ledger table %q: %w", t.name, err)
+	}
+	return nil
+}
+
+// MySQL DATETIME values are passed and read as text in UTC.
+const (
+	mysqlTime   = "2006-01-02 15:04:05.000000"
+	mysqlFormat = "'%Y-%m-%d %H:%i:%s.%f'"
+)
+
+// slotArg is the slot as a statement argument.
+func (t *Table) slotArg(slot time.Time) any {
+	if t.pg() {
+		return slot
+	}
+	return slot.UTC().Format(mysqlTime)
+}
+
+func parseMySQLTime(s string) (time.Time, error) {
+	v, err := time.ParseInLocation(mysqlTime, s, time.UTC)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("ormlock: ledger time %q: %w", s, err)
+	}
+	return v, nil
+}
+
+// wrap annotates a ledger statement's error, with a hint when the table is
+// missing.
+func (t *Table) wrap(what string, err error) error {
+	if missingTable(err) {
+		return fmt.Errorf("ormlock: ledger table %q does not exist (create it with Migrate): %s: %w", t.name, what, err)
+	}
+	return fmt.Errorf("ormlock: ledger table %q: %s: %w", t.name, what, err)
+}
+
+func missingTable(err error) bool {
+	if lockproto.SQLState(err) == "42P01" { // undefined_table
+		return true
+	}
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1146 // ER_NO_SUCH_TABLE
+}
+
+// claim claims (job, slot) for owner (see the package doc): ok is false when
+// the slot is already done; started is the claim's started_at, which the
+// finishing UPDATE matches.
+func (t *Table) claim(ctx context.Context, q lockproto.Querier, job string, slot time.Time, owner string) (started time.Time, ok bool, err error) {
+	if t.pg() {
+		err := q.QueryRowContext(ctx, `INSERT INTO `+t.q+` AS r (job, slot, status, owner, started_at)
+VALUES ($1, $2, 'running', $3, clock_timestamp())
+ON CONFLICT (job, slot) DO UPDATE
+SET status = 'running', owner = EXCLUDED.owner, started_at = EXCLUDED.started_at, finished_at = NULL, error = NULL
+WHERE r.status <> 'done'
+RETURNING started_at`, job, slot, owner).Scan(&started)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return time.Time{}, false, nil
+		case err != nil:
+			return time.Time{}, false, t.wrap("claim", err)
+		}
+		return started, true, nil
+	}
+	res, err := q.ExecContext(ctx, "INSERT INTO "+t.q+` (job, slot, status, owner, started_at)
+VALUES (?, ?, 'running', ?, UTC_TIMESTAMP(6))
+ON DUPLICATE KEY UPDATE
+owner = IF(status = 'done', owner, ?),
+started_at = IF(status = 'done', started_at, UTC_TIMESTAMP(6)),
+finished_at = IF(status = 'done', finished_at, NULL),
+error = IF(status = 'done', error, NULL),
+status = IF(status = 'done', status, 'running')`, job, t.slotArg(slot), owner, owner)
+	if err != nil {
+		return time.Time{}, false, t.wrap("claim", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return time.Time{}, false, t.wrap("claim", err)
+	}
+	if n == 0 {
+		return time.Time{}, false, nil
+	}
+	var status, rowOwner, startedText string
+	err = q.QueryRowContext(ctx, "SELECT status, owner, DATE_FORMAT(started_at, "+mysqlFormat+") FROM "+t.q+
+		" WHERE job = ? AND slot = ?", job, t.slotArg(slot)).Scan(&status, &rowOwner, &startedText)
+	if err != nil {
+		return time.Time{}, false, t.wrap("read back the claim", err)
+	}
+	switch {
+	case status == string(ormlock.RunDone):
+		return time.Time{}, false, nil
+	case status == string(ormlock.RunRunning) && rowOwner == owner:
+		started, err = parseMySQLTime(startedText)
+		return started, err == nil, err
+	}
+	return time.Time{}, false, fmt.Errorf("ormlock: ledger table %q: claim of %q at %s left status %q owner %q; is another writer bypassing the lock?", t.name, job, slot.Format(time.RFC3339Nano), status, rowOwner)
+}
+
+// finish records the end of the claim (job, slot, owner, started): status
+// done or failed, finished_at now, error text (NULL when empty). It reports
+// an error wrapping ormlock.ErrLockLost when the claim is no longer there,
+// i.e. another instance took the row over.
+func (t *Table) finish(ctx context.Context, q lockproto.Querier, job string, slot time.Time, owner string, started time.Time, status ormlock.RunStatus, errText string) error {
+	var errArg any
+	if errText != "" {
+		errArg = ErrorText(errText)
+	}
+	var query string
+	var startedArg any = started
+	if t.pg() {
+		query = `UPDATE ` + t.q + ` SET status = $1, finished_at = clock_timestamp(), error = $2
+WHERE job = $3 AND slot = $4 AND status = 'running' AND owner = $5 AND started_at = $6`
+	} else {
+		query = "UPDATE " + t.q + ` SET status = ?, finished_at = UTC_TIMESTAMP(6), error = ?
+WHERE job = ? AND slot = ? AND status = 'running' AND owner = ? AND started_at = ?`
+		startedArg = started.UTC().Format(mysqlTime)
+	}
+	res, err := q.ExecContext(ctx, query, string(status), errArg, job, t.slotArg(slot), owner, startedArg)
+	if err != nil {
+		return t.wrap("mark "+string(status), err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return t.wrap("mark "+string(status), err)
+	}
+	if n != 1 {
+		return fmt.Errorf("%w: ledger table %q: the claim of %q at %s by %q was taken over before it could be marked %s",
+			ormlock.ErrLockLost, t.name, job, slot.Format(time.RFC3339Nano), owner, status)
+	}
+	return nil
+}
+
+// ErrorText prepares an error message for the ledger's error column: valid
+// UTF-8 without NUL bytes, at most 4000 bytes (cut at a character boundary,
+// marked "…[truncated]").
+func ErrorText(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = strings.ReplaceAll(s, "\x00", "")
+	if len(s) <= maxErrorBytes {
+		return s
+	}
+	const mark = "…[truncated]"
+	cut := maxErrorBytes - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
+}
+
+// Runs returns the last limit rows of job, newest slot first.
+func (t *Table) Runs(ctx context.Context, q interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}, job string, limit int) ([]ormlock.Run, error) {
+	var query string
+	if t.pg() {
+		query = `SELECT job, slot, status, owner, started_at, finished_at, error FROM ` + t.q +
+			` WHERE job = $1 ORDER BY slot DESC LIMIT $2`
+	} else {
+		query = "SELECT job, DATE_FORMAT(slot, " + mysqlFormat + "), status, owner, DATE_FORMAT(started_at, " + mysqlFormat +
+			"), DATE_FORMAT(finished_at, " + mysqlFormat + "), error FROM " + t.q + " WHERE job = ? ORDER BY slot DESC LIMIT ?"
+	}
+	rows, err := q.QueryContext(ctx, query, job, limit)
+	if err != nil {
+		return nil, t.wrap("read runs", err)
+	}
+	defer rows.Close()
+	var out []ormlock.Run
+	for rows.Next() {
+		var r ormlock.Run
+		var status string
+		var errText sql.NullString
+		if t.pg() {
+			var finished sql.NullTime
+			if err := rows.Scan(&r.Job, &r.Slot, &status, &r.Owner, &r.Started, &finished, &errText); err != nil {
+				return nil, t.wrap("read runs", err)
+			}
+			r.Finished = finished.Time
+		} else {
+			var slot, started string
+			var finished sql.NullString
+			if err := rows.Scan(&r.Job, &slot, &status, &r.Owner, &started, &finished, &errText); err != nil {
+				return nil, t.wrap("read runs", err)
+			}
+			if r.Slot, err = parseMySQLTime(slot); err != nil {
+				return nil, err
+			}
+			if r.Started, err = parseMySQLTime(started); err != nil {
+				return nil, err
+			}
+			if finished.Valid {
+				if r.Finished, err = parseMySQLTime(finished.String); err != nil {
+					return nil, err
+				}
+			}
+		}
+		r.Status = ormlock.RunStatus(status)
+		r.Error = errText.String
+		r.Slot, r.Started = r.Slot.UTC(), r.Started.UTC()
+		if !r.Finished.IsZero() {
+			r.Finished = r.Finished.UTC()
+			r.Duration = r.Finished.Sub(r.Started)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, t.wrap("read runs", err)
+	}
+	return out, nil
+}

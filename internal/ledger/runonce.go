@@ -1,0 +1,151 @@
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/lockproto"
+)
+
+// sqlStateSerialization is PostgreSQL's serialization_failure.
+const sqlStateSerialization = "40001"
+
+// Run is one RunOnce call: a validated (job, slot), the ledger table and the
+// lock Op (made with ormlock.RunKey(job, slot)) whose settings and observer
+// it uses.
+type Run struct {
+	op    *lockproto.Op
+	t     *Table
+	job   string
+	slot  time.Time
+	owner string
+}
+
+// NewRun checks job and slot (verb names the caller in errors) and the
+// ledger settings of op.Cfg: the table name, and the owner, which defaults
+// to DefaultOwner.
+func NewRun(verb string, op *lockproto.Op, job string, slot time.Time) (*Run, error) {
+	if err := ValidateJob(verb, job); err != nil {
+		return nil, err
+	}
+	if err := ValidateSlot(verb, slot); err != nil {
+		return nil, err
+	}
+	t, err := NewTable(op.D, op.Cfg.LedgerTable)
+	if err != nil {
+		return nil, err
+	}
+	owner := op.Cfg.Owner
+	if owner == "" {
+		owner = DefaultOwner()
+	}
+	return &Run{op: op, t: t, job: job, slot: ormlock.NormalizeSlot(slot), owner: owner}, nil
+}
+
+// Slot is the normalized slot (UTC, whole microseconds).
+func (r *Run) Slot() time.Time { return r.slot }
+
+func (r *Run) alreadyDone(ctx context.Context) error {
+	r.op.Emit(ctx, ormlock.EventAlreadyDone, nil)
+	return fmt.Errorf("%w: job %q, slot %s", ormlock.ErrAlreadyDone, r.job, r.slot.Format(time.RFC3339Nano))
+}
+
+// InTx is the body of the transactional mode. The caller has opened a
+// transaction q and taken the (job, slot) lock in it (PostgreSQL xact lock,
+// or MySQL GET_LOCK on the connection the transaction runs on); InTx claims
+// the slot, runs fn in the same transaction and marks the row done. The
+// caller commits when InTx returns nil and rolls back otherwise, so a failed
+// fn leaves no row.
+//
+// It returns an error wrapping ormlock.ErrAlreadyDone (fn not called) when
+// the slot is done, and fn's error unchanged when fn fails.
+func (r *Run) InTx(ctx context.Context, q lockproto.Querier, fn func() error) error {
+	started, ok, err := r.t.claim(ctx, q, r.job, r.slot, r.owner)
+	if err != nil {
+		if lockproto.SQLState(err) == sqlStateSerialization {
+			return fmt.Errorf("ormlock: job %q, slot %s: another instance ran this slot while this call waited for the lock, "+
+				"and the transaction's snapshot (REPEATABLE READ or SERIALIZABLE, taken before the wait) cannot see its outcome; "+
+				"call again (ErrAlreadyDone if that run succeeded), or use READ COMMITTED: %w",
+				r.job, r.slot.Format(time.RFC3339Nano), err)
+		}
+		return err
+	}
+	if !ok {
+		return r.alreadyDone(ctx)
+	}
+	if err := fn(); err != nil {
+		return err
+	}
+	return r.t.finish(ctx, q, r.job, r.slot, r.owner, started, ormlock.RunDone, "")
+}
+
+// Claimed is the claim mode: it holds the (job, slot) lock with
+// (*lockproto.Op).Session on a connection pinned from db for the whole run,
+// commits a 'running' row (taking over a failed one, or one left running by
+// a dead owner), runs fn with the Session's context (cancelled with cause
+// ormlock.ErrLockLost if the lock is lost) and then marks the row 'done' or
+// 'failed' with fn's error text (a panic is recorded as failed and
+// re-raised). The ledger statements run on db outside any transaction; the
+// final one runs detached from fn's context so that it is written after a
+// cancellation too.
+//
+// If the lock is lost while fn runs, the error wraps ormlock.ErrLockLost. The
+// row is then marked failed when fn failed; when fn returned nil its work is
+// done and the row is marked done, since no other instance can have claimed
+// the slot as long as the row is still this run's 'running' claim (the
+// finishing UPDATE matches only that). If another instance did take it over,
+// the row is left to it.
+func (r *Run) Claimed(ctx context.Context, db *sql.DB, fn func(ctx context.Context) error) error {
+	return r.op.Session(ctx, db, func(lctx context.Context) error {
+		started, ok, err := r.t.claim(lctx, db, r.job, r.slot, r.owner)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return r.alreadyDone(lctx)
+		}
+		return r.runClaimed(ctx, lctx, db, started, fn)
+	})
+}
+
+func (r *Run) runClaimed(ctx, lctx context.Context, db *sql.DB, started time.Time, fn func(ctx context.Context) error) (err error) {
+	panicked := true
+	defer func() {
+		if !panicked {
+			return
+		}
+		p := recover()
+		if p == nil { // runtime.Goexit (t.FailNow, say): record it, let it go on
+			_ = r.finishDetached(ctx, db, started, ormlock.RunFailed, "fn exited the goroutine (runtime.Goexit)")
+			return
+		}
+		_ = r.finishDetached(ctx, db, started, ormlock.RunFailed, fmt.Sprintf("panic: %v", p))
+		panic(p)
+	}()
+	ferr := fn(lctx)
+	panicked = false
+	status, text := ormlock.RunDone, ""
+	if ferr != nil {
+		status, text = ormlock.RunFailed, ferr.Error()
+		if cause := context.Cause(lctx); errors.Is(cause, ormlock.ErrLockLost) && !errors.Is(ferr, ormlock.ErrLockLost) {
+			text = cause.Error() + ": " + text
+		}
+	}
+	if werr := r.finishDetached(ctx, db, started, status, text); werr != nil {
+		if ferr != nil {
+			return errors.Join(ferr, werr)
+		}
+		return werr
+	}
+	return ferr
+}
+
+func (r *Run) finishDetached(ctx context.Context, db *sql.DB, started time.Time, status ormlock.RunStatus, text string) error {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	defer cancel()
+	return r.t.finish(fctx, db, r.job, r.slot, r.owner, started, status, text)
+}

@@ -1,0 +1,359 @@
+package ormlock_test
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ormlock/ormlock"
+)
+
+func utc(t *testing.T, s string) time.Time {
+	t.Helper()
+	v, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v.UTC()
+}
+
+func zone(t *testing.T, name string) *time.Location {
+	t.Helper()
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		t.Skipf("time zone data for %s not available: %v", name, err)
+	}
+	return loc
+}
+
+func every(t *testing.T, d time.Duration, loc *time.Location) ormlock.Schedule {
+	t.Helper()
+	s, err := ormlock.Every(d, loc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func cron(t *testing.T, expr string, loc *time.Location) ormlock.Schedule {
+	t.Helper()
+	s, err := ormlock.Cron(expr, loc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// slotCase: a trigger time and the slot it must map to (both RFC 3339).
+type slotCase struct{ trigger, want string }
+
+func checkSlots(t *testing.T, s ormlock.Schedule, cases []slotCase) {
+	t.Helper()
+	for _, c := range cases {
+		got := s.Slot(utc(t, c.trigger))
+		if want := utc(t, c.want); !got.Equal(want) || got.Location() != time.UTC {
+			t.Errorf("%v: Slot(%s) = %s, want %s (UTC)", s, c.trigger, got.Format(time.RFC3339Nano), c.want)
+		}
+	}
+}
+
+func TestEveryDayBerlin(t *testing.T) {
+	berlin := zone(t, "Europe/Berlin")
+	s := every(t, 24*time.Hour, berlin)
+	checkSlots(t, s, []slotCase{
+		// an ordinary winter midnight (CET, UTC+1): on time, early, late
+		{"2025-01-15T23:00:00Z", "2025-01-15T23:00:00Z"},
+		{"2025-01-15T22:59:59.7Z", "2025-01-15T23:00:00Z"}, // 300ms early
+		{"2025-01-15T23:00:05Z", "2025-01-15T23:00:00Z"},   // 5s late
+		{"2025-01-16T09:00:00Z", "2025-01-15T23:00:00Z"},   // catch-up 10h late
+		{"2025-01-16T22:59:50Z", "2025-01-15T23:00:00Z"},   // 10s before the next: still today
+		{"2025-01-16T22:59:55Z", "2025-01-16T23:00:00Z"},   // SlotTolerance before the next
+		// summer (CEST, UTC+2)
+		{"2025-07-01T22:00:00.3Z", "2025-07-01T22:00:00Z"},
+		// the day the clocks go forward (30 March 2025, 23h long) and the
+		// day after
+		{"2025-03-29T23:00:00Z", "2025-03-29T23:00:00Z"},
+		{"2025-03-30T21:59:59.9Z", "2025-03-30T22:00:00Z"},
+		{"2025-03-30T21:59:00Z", "2025-03-29T23:00:00Z"},
+		// the day the clocks go back (26 October 2025, 25h long)
+		{"2025-10-25T22:00:00Z", "2025-10-25T22:00:00Z"},
+		{"2025-10-26T22:30:00Z", "2025-10-25T22:00:00Z"},
+		{"2025-10-26T23:00:00Z", "2025-10-26T23:00:00Z"},
+	})
+}
+
+func TestEveryHourDST(t *testing.T) {
+	berlin := zone(t, "Europe/Berlin")
+	s := every(t, time.Hour, berlin)
+	checkSlots(t, s, []slotCase{
+		// 30 March 2025: 02:00 CET jumps to 03:00 CEST (01:00Z). The local
+		// times 02:00-02:59 do not exist; their slot is the jump.
+		{"2025-03-30T00:00:01Z", "2025-03-30T00:00:00Z"}, // 01:00 CET
+		{"2025-03-30T00:59:59Z", "2025-03-30T01:00:00Z"}, // early for 03:00 CEST
+		{"2025-03-30T01:00:00Z", "2025-03-30T01:00:00Z"}, // 03:00 CEST
+		{"2025-03-30T01:30:00Z", "2025-03-30T01:00:00Z"},
+		{"2025-03-30T02:00:00Z", "2025-03-30T02:00:00Z"}, // 04:00 CEST
+		// 26 October 2025: 03:00 CEST goes back to 02:00 CET (01:00Z). The
+		// local hour 02:00-02:59 happens twice: one slot, its first pass.
+		{"2025-10-26T00:00:00Z", "2025-10-26T00:00:00Z"}, // 02:00 CEST
+		{"2025-10-26T01:00:00Z", "2025-10-26T00:00:00Z"}, // 02:00 CET, second pass
+		{"2025-10-26T01:59:57Z", "2025-10-26T02:00:00Z"}, // early for 03:00 CET
+		{"2025-10-26T02:00:00Z", "2025-10-26T02:00:00Z"}, // 03:00 CET
+	})
+	ny := zone(t, "America/New_York")
+	s6 := every(t, 6*time.Hour, ny)
+	checkSlots(t, s6, []slotCase{
+		// 9 March 2025: 02:00 EST -> 03:00 EDT. Local 00, 06, 12, 18.
+		{"2025-03-09T05:00:00Z", "2025-03-09T05:00:00Z"}, // 00:00 EST
+		{"2025-03-09T09:59:58Z", "2025-03-09T10:00:00Z"}, // early for 06:00 EDT
+		{"2025-03-09T10:00:00Z", "2025-03-09T10:00:00Z"},
+		{"2025-03-09T16:00:03Z", "2025-03-09T16:00:00Z"}, // 12:00 EDT
+		// 2 November 2025: 02:00 EDT -> 01:00 EST.
+		{"2025-11-02T04:00:00Z", "2025-11-02T04:00:00Z"}, // 00:00 EDT
+		{"2025-11-02T10:59:00Z", "2025-11-02T04:00:00Z"},
+		{"2025-11-02T11:00:00Z", "2025-11-02T11:00:00Z"}, // 06:00 EST
+	})
+}
+
+func TestEveryMultiDay(t *testing.T) {
+	s := every(t, 48*time.Hour, nil) // nil location is UTC
+	checkSlots(t, s, []slotCase{
+		{"1970-01-01T00:00:00Z", "1970-01-01T00:00:00Z"},
+		{"1970-01-02T12:00:00Z", "1970-01-01T00:00:00Z"},
+		{"1970-01-03T00:00:00Z", "1970-01-03T00:00:00Z"},
+		{"1969-12-31T12:00:00Z", "1969-12-30T00:00:00Z"},
+	})
+	week := every(t, 7*24*time.Hour, time.UTC)
+	if got := week.Slot(utc(t, "2025-06-15T12:00:00Z")); got.Weekday() != time.Thursday {
+		t.Errorf("Every(168h) slot %v is a %v, want the Thursdays counted from 1970-01-01", got, got.Weekday())
+	}
+}
+
+func TestCronDST(t *testing.T) {
+	berlin := zone(t, "Europe/Berlin")
+	s := cron(t, "30 2 * * *", berlin)
+	checkSlots(t, s, []slotCase{
+		{"2025-03-29T01:30:00Z", "2025-03-29T01:30:00Z"}, // 02:30 CET
+		// 30 March: 02:30 does not exist; the slot is the jump at 03:00 CEST,
+		// whether the scheduler fires then or at 03:30 CEST.
+		{"2025-03-30T01:00:00Z", "2025-03-30T01:00:00Z"},
+		{"2025-03-30T01:30:00Z", "2025-03-30T01:00:00Z"},
+		{"2025-03-31T00:30:00Z", "2025-03-31T00:30:00Z"}, // 02:30 CEST
+		// 26 October: 02:30 happens twice; both triggers get one slot.
+		{"2025-10-26T00:30:00Z", "2025-10-26T00:30:00Z"}, // 02:30 CEST
+		{"2025-10-26T01:30:00Z", "2025-10-26T00:30:00Z"}, // 02:30 CET
+		{"2025-10-27T01:30:00Z", "2025-10-27T01:30:00Z"},
+	})
+	ny := zone(t, "America/New_York")
+	checkSlots(t, cron(t, "0 2 * * *", ny), []slotCase{
+		{"2025-03-09T07:00:00Z", "2025-03-09T07:00:00Z"}, // 02:00 EST does not exist: 03:00 EDT
+		{"2025-11-02T07:00:00Z", "2025-11-02T07:00:00Z"}, // 02:00 EST, once
+	})
+	checkSlots(t, cron(t, "0 1 * * *", ny), []slotCase{
+		{"2025-11-02T05:00:00Z", "2025-11-02T05:00:00Z"}, // 01:00 EDT
+		{"2025-11-02T06:00:00Z", "2025-11-02T05:00:00Z"}, // 01:00 EST, repeated
+		{"2025-03-09T06:00:00Z", "2025-03-09T06:00:00Z"}, // 01:00 EST
+	})
+	// a zone whose clocks skip midnight (Santiago, 7 September 2025, 00:00
+	// -> 01:00): the daily slot is the jump, and the day is not skipped
+	santiago := zone(t, "America/Santiago")
+	checkSlots(t, every(t, 24*time.Hour, santiago), []slotCase{
+		{"2025-09-07T04:00:00Z", "2025-09-07T04:00:00Z"},
+		{"2025-09-07T10:00:00Z", "2025-09-07T04:00:00Z"},
+		{"2025-09-06T04:00:00Z", "2025-09-06T04:00:00Z"},
+	})
+}
+
+func TestCronFields(t *testing.T) {
+	cases := []struct {
+		expr  string
+		cases []slotCase
+	}{
+		{"*/15 * * * *", []slotCase{
+			{"2025-05-05T10:14:59Z", "2025-05-05T10:15:00Z"},
+			{"2025-05-05T10:29:00Z", "2025-05-05T10:15:00Z"},
+		}},
+		// weekdays 9-17 every 2 hours: 9, 11, 13, 15, 17; Saturday maps back
+		// to Friday 17:00 (2025-05-09 is a Friday)
+		{"0 9-17/2 * * MON-FRI", []slotCase{
+			{"2025-05-09T12:00:00Z", "2025-05-09T11:00:00Z"},
+			{"2025-05-10T12:00:00Z", "2025-05-09T17:00:00Z"},
+			{"2025-05-12T08:59:58Z", "2025-05-12T09:00:00Z"},
+		}},
+		{"0 0 1,15 * *", []slotCase{
+			{"2025-05-14T00:00:00Z", "2025-05-01T00:00:00Z"},
+			{"2025-05-15T00:00:00Z", "2025-05-15T00:00:00Z"},
+		}},
+		// both day fields restricted: the 13th OR a Friday
+		{"0 0 13 * 5", []slotCase{
+			{"2025-05-13T10:00:00Z", "2025-05-13T00:00:00Z"}, // a Tuesday, the 13th
+			{"2025-05-10T10:00:00Z", "2025-05-09T00:00:00Z"}, // Saturday -> Friday 9th
+		}},
+		// a starred day field makes it AND: odd days that are Mondays
+		{"0 0 */2 * 1", []slotCase{
+			{"2025-05-20T00:00:00Z", "2025-05-19T00:00:00Z"}, // Mon 19th (odd)
+			{"2025-05-13T00:00:00Z", "2025-05-05T00:00:00Z"}, // Mon 12th is even: back to Mon 5th
+		}},
+		{"0 0 29 2 *", []slotCase{
+			{"2025-06-01T00:00:00Z", "2024-02-29T00:00:00Z"},
+			{"2028-02-29T00:00:03Z", "2028-02-29T00:00:00Z"},
+		}},
+		{"0 0 * * 7", []slotCase{{"2025-05-13T00:00:00Z", "2025-05-11T00:00:00Z"}}}, // 7 is Sunday
+		{"0 0 * * sun", []slotCase{{"2025-05-13T00:00:00Z", "2025-05-11T00:00:00Z"}}},
+		{"@weekly", []slotCase{{"2025-05-13T00:00:00Z", "2025-05-11T00:00:00Z"}}},
+		{"@monthly", []slotCase{{"2025-05-13T00:00:00Z", "2025-05-01T00:00:00Z"}}},
+		{"@yearly", []slotCase{{"2025-05-13T00:00:00Z", "2025-01-01T00:00:00Z"}}},
+		{"@hourly", []slotCase{{"2025-05-13T07:59:59.5Z", "2025-05-13T08:00:00Z"}}},
+		{"0 0 1 jan,Jul *", []slotCase{{"2025-05-13T00:00:00Z", "2025-01-01T00:00:00Z"}}},
+		{"5/20 * * * *", []slotCase{{"2025-05-13T00:50:00Z", "2025-05-13T00:45:00Z"}}}, // 5, 25, 45
+		{"0 0 ? * MON", []slotCase{{"2025-05-13T00:00:00Z", "2025-05-12T00:00:00Z"}}},
+		{"59 23 31 12 *", []slotCase{{"2025-12-31T23:59:56Z", "2025-12-31T23:59:00Z"}}},
+		// a per-minute schedule: the tolerance shrinks to half a minute
+		{"* * * * *", []slotCase{
+			{"2025-05-13T00:00:29Z", "2025-05-13T00:00:00Z"},
+			{"2025-05-13T00:00:56Z", "2025-05-13T00:01:00Z"},
+		}},
+	}
+	for _, c := range cases {
+		checkSlots(t, cron(t, c.expr, time.UTC), c.cases)
+	}
+}
+
+func TestCronBadExpressions(t *testing.T) {
+	cases := []struct{ expr, want string }{
+		{"", "empty expression"},
+		{"* * * *", "want 5 fields"},
+		{"0 * * * * *", "want 5 fields"},
+		{"60 * * * *", "minute field \"60\": value 60 out of range 0-59"},
+		{"* 24 * * *", "hour field"},
+		{"0 0 0 * *", "day-of-month field"},
+		{"0 0 32 * *", "day-of-month field"},
+		{"0 0 * 13 *", "month field"},
+		{"0 0 * * 8", "day-of-week field"},
+		{"5-1 * * * *", "runs backwards"},
+		{"*/0 * * * *", "not a positive number"},
+		{"*/x * * * *", "not a positive number"},
+		{"*/61 * * * *", "larger than the field's range"},
+		{"a b c d e", "minute field \"a\""},
+		{"0 0 * FOO *", "neither a number in 1-12 nor a name"},
+		{"0 0 * * FRIDAY", "neither a number in 0-7 nor a name"},
+		{"1,,2 * * * *", "empty list item"},
+		{"1- * * * *", "missing value"},
+		{"? * * * *", "minute field"},
+		{"0 0 31 2 *", "never matches"},
+		{"0 0 30 2 *", "never matches"},
+		{"0 0 31 4,6,9,11 *", "never matches"},
+		{"TZ=UTC 0 0 * * *", "pass the location"},
+		{"CRON_TZ=Europe/Berlin 0 0 * * *", "pass the location"},
+		{"@every 1h", "use ormlock.Every"},
+		{"@reboot", "unknown macro"},
+		{"0 0 L * *", "day-of-month field"},
+	}
+	for _, c := range cases {
+		s, err := ormlock.Cron(c.expr, time.UTC)
+		if err == nil {
+			t.Errorf("Cron(%q) = %v, want an error", c.expr, s)
+			continue
+		}
+		if !errors.Is(err, ormlock.ErrInvalidArgument) || !strings.Contains(err.Error(), c.want) || !strings.HasPrefix(err.Error(), "ormlock: ") {
+			t.Errorf("Cron(%q): %v\n  want ErrInvalidArgument mentioning %q", c.expr, err, c.want)
+		}
+	}
+	// a day both restricted fields can reach is fine even in February
+	if _, err := ormlock.Cron("0 0 31 2 MON", time.UTC); err != nil {
+		t.Errorf("OR of day fields rejected: %v", err)
+	}
+}
+
+func TestEveryBadPeriods(t *testing.T) {
+	for _, d := range []time.Duration{0, -time.Hour, 7 * time.Hour, 36 * time.Hour, 1500 * time.Millisecond, 25 * time.Hour} {
+		if s, err := ormlock.Every(d, time.UTC); !errors.Is(err, ormlock.ErrInvalidArgument) {
+			t.Errorf("Every(%v) = %v, %v; want ErrInvalidArgument", d, s, err)
+		} else {
+			t.Logf("Every(%v): %v", d, err)
+		}
+	}
+	for _, d := range []time.Duration{time.Second, 90 * time.Second, 15 * time.Minute, 8 * time.Hour, 24 * time.Hour, 72 * time.Hour} {
+		if _, err := ormlock.Every(d, time.UTC); err != nil {
+			t.Errorf("Every(%v): %v", d, err)
+		}
+	}
+}
+
+// Properties over random times in zones with daylight saving: Slot is
+// idempotent, monotone, never after t + SlotTolerance, and equal for Every
+// and the equivalent cron expression; triggers a little early or late agree.
+func TestSlotProperties(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	start := utc(t, "2024-01-01T00:00:00Z")
+	span := int64(2 * 365 * 24 * time.Hour)
+	for _, name := range []string{"UTC", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Asia/Kolkata"} {
+		loc := zone(t, name)
+		pairs := []struct {
+			d    time.Duration
+			expr string
+		}{
+			{time.Hour, "0 * * * *"},
+			{15 * time.Minute, "*/15 * * * *"},
+			{24 * time.Hour, "0 0 * * *"},
+			{6 * time.Hour, "0 */6 * * *"},
+		}
+		for _, p := range pairs {
+			e, c := every(t, p.d, loc), cron(t, p.expr, loc)
+			for range 400 {
+				tt := start.Add(time.Duration(r.Int64N(span)))
+				se, sc := e.Slot(tt), c.Slot(tt)
+				if !se.Equal(sc) {
+					t.Fatalf("%s: Every(%v).Slot(%v) = %v but Cron(%q) = %v", name, p.d, tt, se, p.expr, sc)
+				}
+				if se.After(tt.Add(ormlock.SlotTolerance)) {
+					t.Fatalf("%s %v: Slot(%v) = %v is more than SlotTolerance after the trigger", name, p.d, tt, se)
+				}
+				if again := e.Slot(se); !again.Equal(se) {
+					t.Fatalf("%s %v: Slot(Slot(%v)) = %v, want %v", name, p.d, tt, again, se)
+				}
+				if later := e.Slot(tt.Add(time.Minute)); later.Before(se) {
+					t.Fatalf("%s %v: not monotone at %v", name, p.d, tt)
+				}
+				// a trigger at the slot, 300ms early or 5s late agrees
+				for _, j := range []time.Duration{-300 * time.Millisecond, 5 * time.Second} {
+					if got := e.Slot(se.Add(j)); !got.Equal(se) {
+						t.Fatalf("%s %v: Slot(%v%+v) = %v, want %v", name, p.d, se, j, got, se)
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestScheduleString(t *testing.T) {
+	berlin := zone(t, "Europe/Berlin")
+	for s, want := range map[ormlock.Schedule]string{
+		every(t, 24*time.Hour, berlin): "every 24h0m0s in Europe/Berlin",
+		cron(t, "0 0 * * *", nil):      "0 0 * * * in UTC",
+	} {
+		if got := fmt.Sprint(s); got != want {
+			t.Errorf("String() = %q, want %q", got, want)
+		}
+	}
+}
+
+func TestRunKey(t *testing.T) {
+	berlin := zone(t, "Europe/Berlin")
+	slot := time.Date(2025, 3, 31, 0, 0, 0, 123456789, berlin)
+	k := ormlock.RunKey("daily-settlement", slot)
+	if got, want := k.NameValue(), "ormlock.runonce:daily-settlement@2025-03-30T22:00:00.123456Z"; got != want {
+		t.Fatalf("RunKey = %q, want %q", got, want)
+	}
+	// the same instant in another zone, and with a monotonic reading, is the
+	// same key
+	if k2 := ormlock.RunKey("daily-settlement", slot.UTC().Round(0)); k2 != k {
+		t.Fatalf("RunKey depends on the location: %v vs %v", k2, k)
+	}
+	if got := ormlock.NormalizeSlot(slot); got.Location() != time.UTC || got.Nanosecond() != 123456000 {
+		t.Fatalf("NormalizeSlot = %v", got)
+	}
+}
