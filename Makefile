@@ -4,7 +4,6 @@ export PATH := $(dir $(GO)):$(PATH)
 # Every module of the repository; `go test ./...` at the root does not enter
 # nested modules.
 MODULES  := . $(patsubst %/go.mod,%,$(wildcard */go.mod))
-PACKAGES := postgresql pgbouncer mariadb-server
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 .PHONY: test deps lint bench chaos fmt
@@ -16,12 +15,14 @@ test: deps
 		(cd $$m && $(GO) test -race -timeout 20m ./...); \
 	done
 
-## deps: install the Debian packages the tests need, when missing
+## deps: install the Debian packages the tests need, when missing (redis-server
+## serves the bench module's Redis contender, whose smoke test runs in make test)
 deps:
 	@missing=""; \
-	command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || missing="$$missing pgbouncer"; \
 	ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	[ -x /usr/sbin/pgbouncer ] || command -v pgbouncer >/dev/null 2>&1 || missing="$$missing pgbouncer"; \
 	[ -x /usr/sbin/mariadbd ] || command -v mariadbd >/dev/null 2>&1 || missing="$$missing mariadb-server"; \
+	[ -x /usr/bin/redis-server ] || command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ]; then \
 			echo "==> installing:$$missing"; \
@@ -32,6 +33,13 @@ deps:
 			exit 1; \
 		fi; \
 	fi
+
+## bench: side-by-side lock benchmarks (module bench/): prints one table and
+## writes docs/bench.png. Tune with BENCHFLAGS, e.g.
+## make bench BENCHFLAGS='-cell 3s -rounds 5'.
+BENCHFLAGS ?=
+bench: deps
+	cd bench && $(GO) run ./cmd/ormlockbench -png ../docs/bench.png -command "$(strip make bench $(BENCHFLAGS))" $(BENCHFLAGS)
 
 ## lint: go vet and staticcheck over every module
 lint:

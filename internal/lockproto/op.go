@@ -193,9 +193,14 @@ func (o *Op) AcquireNamed(ctx context.Context, q Querier) error {
 	if err != nil {
 		return err
 	}
-	wctx, done := waitCtx(ctx)
-	ok, err := MySQLGetLock(wctx, q, o.mysql, wait)
-	done()
+	var ok bool
+	if wait > 0 {
+		wctx, done := waitCtx(ctx)
+		ok, err = MySQLGetLock(wctx, q, o.mysql, wait)
+		done()
+	} else { // GET_LOCK(name, 0) answers at once: nothing to detach
+		ok, err = MySQLGetLock(ctx, q, o.mysql, 0)
+	}
 	return o.settle(ctx, ok, bounded, err)
 }
 
@@ -211,7 +216,15 @@ const deadlineGrace = 2 * time.Second
 // on and could take the lock after all, for a moment, for nobody. An explicit
 // cancellation still interrupts the statement at once; a deadline only after
 // deadlineGrace.
+//
+// A context that is never cancelled (Done returns nil, as for
+// context.Background) is returned as it is: it has nothing to detach from,
+// and a cancellable copy would only make the driver watch it (go-sql-driver
+// hands every statement on a cancellable context to a watcher goroutine).
 func waitCtx(ctx context.Context) (context.Context, func()) {
+	if ctx.Done() == nil {
+		return ctx, func() {}
+	}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(ctx, func() {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {

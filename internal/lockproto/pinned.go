@@ -16,8 +16,15 @@ import (
 const releaseTimeout = 15 * time.Second
 
 // releaseCtx is the context of a release: never the caller's (possibly
-// cancelled) context, but its values, bounded by releaseTimeout.
+// cancelled) context, but its values, bounded by releaseTimeout. A caller
+// whose context can never end (context.Background) gets it unchanged and no
+// bound, like every other statement it runs: a cancellable context costs a
+// driver-side watcher per statement (go-sql-driver/mysql), which on the
+// release path measurably slows the common case.
 func releaseCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Done() == nil {
+		return ctx, func() {}
+	}
 	return context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 }
 

@@ -1,0 +1,176 @@
+// Command ormlockbench runs the side-by-side lock benchmark of package bench
+// on ephemeral servers it starts itself (PostgreSQL, PgBouncer in
+// transaction mode in front of it, MariaDB, Redis; all on 127.0.0.1, in
+// temporary directories, stopped at the end) and prints one Markdown table.
+//
+//	make bench
+//	cd bench && go run ./cmd/ormlockbench -png ../docs/bench.png
+//
+// Flags set the measured time per cell, the rounds it is split into, the
+// chart's path, and, instead of starting a server, the DSN or address of an
+// existing one.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/ormlock/ormlock/bench"
+	"github.com/ormlock/ormlock/internal/testdb"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "ormlockbench:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	cell := flag.Duration("cell", 2*time.Second, "measured time per (database, contender, load) cell")
+	rounds := flag.Int("rounds", 6, "interleaved rounds each cell is split into")
+	png := flag.String("png", "", "write the chart to this PNG file")
+	command := flag.String("command", "", "the command to print with the results (default: this program and its flags)")
+	pgDSN := flag.String("postgres", "", "PostgreSQL DSN to use instead of starting a server")
+	bouncerDSN := flag.String("pgbouncer", "", "PgBouncer (transaction mode) DSN to use instead of starting one")
+	mysqlDSN := flag.String("mariadb", "", "MariaDB DSN (go-sql-driver/mysql) to use instead of starting a server")
+	redisAddr := flag.String("redis", "", "Redis host:port to use instead of starting redis-server")
+	onlyTargets := flag.String("targets", "", "comma-separated database names to run (default: all), e.g. PostgreSQL,MariaDB+interp")
+	onlyContenders := flag.String("contenders", "", "comma-separated substrings of contender names to run (default: all), e.g. gormlock,hand-written")
+	flag.Parse()
+	if *command == "" {
+		*command = "go run ./cmd/ormlockbench " + strings.Join(os.Args[1:], " ")
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	m := bench.ThisMachine()
+
+	fmt.Fprintln(os.Stderr, "starting servers ...")
+	var (
+		mu      sync.Mutex
+		errs    []error
+		closers []func() error
+		wg      sync.WaitGroup
+	)
+	defer func() {
+		for _, c := range closers {
+			_ = c()
+		}
+	}()
+	fail := func(err error) { mu.Lock(); errs = append(errs, err); mu.Unlock() }
+	addCloser := func(c func() error) { mu.Lock(); closers = append(closers, c); mu.Unlock() }
+	if *bouncerDSN == "" {
+		wg.Go(func() {
+			s, err := testdb.StartServer(testdb.PgBouncer)
+			if err != nil {
+				fail(err)
+				return
+			}
+			addCloser(s.Close)
+			mu.Lock()
+			*bouncerDSN = s.DSN()
+			if *pgDSN == "" {
+				// PostgreSQL direct is the very server behind the PgBouncer.
+				*pgDSN = s.Backend().DSN()
+			}
+			mu.Unlock()
+		})
+	}
+	if *mysqlDSN == "" {
+		wg.Go(func() {
+			s, err := testdb.StartServer(testdb.MariaDB)
+			if err != nil {
+				fail(err)
+				return
+			}
+			addCloser(s.Close)
+			mu.Lock()
+			*mysqlDSN = s.DSN()
+			mu.Unlock()
+		})
+	}
+	if *redisAddr == "" {
+		wg.Go(func() {
+			s, err := bench.StartRedis()
+			if err != nil {
+				fail(err)
+				return
+			}
+			addCloser(s.Close)
+			mu.Lock()
+			*redisAddr = s.Addr
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+
+	targets := filter(bench.Targets(*pgDSN, *bouncerDSN, *mysqlDSN, *redisAddr), *onlyTargets,
+		func(t bench.Target, f string) bool { return t.Name == f })
+	contenders := filter(bench.Contenders(), *onlyContenders,
+		func(c bench.Contender, f string) bool { return strings.Contains(c.Name, f) })
+	if len(targets) == 0 || len(contenders) == 0 {
+		return errors.New("no database or no contender left by -targets / -contenders")
+	}
+	for _, t := range targets {
+		v, err := t.ServerVersion(ctx)
+		if err != nil {
+			return fmt.Errorf("%s: %w", t.Name, err)
+		}
+		m.Servers[t.Name] = v
+	}
+	m.Servers["pgbouncer"] = bench.PgBouncerVersion()
+
+	fmt.Fprintln(os.Stderr, "measuring ...")
+	rep, err := bench.Run(ctx, targets, contenders, bench.Loads(),
+		bench.Options{Cell: *cell, Rounds: *rounds, Progress: os.Stderr})
+	if err != nil {
+		return err
+	}
+	m.LoadAfter = bench.LoadAvg()
+
+	fmt.Println()
+	rep.Header(os.Stdout, m, *command)
+	fmt.Println()
+	rep.Table(os.Stdout)
+	fmt.Println()
+	rep.Checks(os.Stdout)
+	if *png != "" {
+		caption := fmt.Sprintf("%s · %d CPUs %s · load %s → %s · %s",
+			m.Date.UTC().Format("2006-01-02"), m.NumCPU, m.CPU, m.LoadBefore, m.LoadAfter, *command)
+		if err := rep.Chart(*png, caption); err != nil {
+			return err
+		}
+		fmt.Fprintln(os.Stderr, "chart written to", *png)
+	}
+	return rep.Err()
+}
+
+// filter keeps the items that match one of the comma-separated filters in
+// list; an empty list keeps everything.
+func filter[T any](items []T, list string, match func(T, string) bool) []T {
+	if list == "" {
+		return items
+	}
+	var kept []T
+	for _, it := range items {
+		for _, f := range strings.Split(list, ",") {
+			if f = strings.TrimSpace(f); f != "" && match(it, f) {
+				kept = append(kept, it)
+				break
+			}
+		}
+	}
+	return kept
+}
