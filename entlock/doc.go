@@ -83,4 +83,41 @@
 // a dedicated connection holds the lock while fn uses the normal pool, and a
 // keepalive cancels fn's context with cause [ormlock.ErrLockLost] when the
 // lock connection is lost. It accepts the client or the *Driver.
+//
+// # RunOnce
+//
+// [RunOnce] runs a job at most once per (job, slot) across every instance,
+// with an audit trail in a ledger table created by [Migrate] (name from
+// [ormlock.WithLedgerTable], default "ormlock_runs") and read by [Runs]. It
+// is gormlock.RunOnce for ent, on the same lock ([ormlock.RunKey]) and the
+// same table, so services on either ORM share a job's runs. The slot is the
+// scheduled time, never the wall clock of whoever came first: map a trigger
+// time to it with an [ormlock.Schedule] ([ormlock.Every] or [ormlock.Cron]).
+// A slot that already ran returns [ormlock.ErrAlreadyDone].
+//
+//	err := entlock.RunOnce(ctx, client, "daily-settlement", slot, func(tx *ent.Tx) error {
+//		return tx.Settlement.Create().SetDay(slot).Exec(ctx)
+//	})
+//
+// By default the lock, the ledger row and fn's work share one ent
+// transaction: they commit together, and a failed fn leaves no row behind.
+//
+// Claim mode ([ormlock.WithClaim]) is for long jobs: the lock is held as
+// [Session] holds it, a 'running' row is committed before fn starts, and the
+// row is marked 'done' or 'failed' (with fn's error) after it. Where
+// gormlock hands fn a plain, non-transactional *gorm.DB in this mode, an
+// *ent.Tx has to be a transaction, so fn gets an ordinary one of its own:
+// not the lock's, not the ledger's, begun at fn's first statement on it (a
+// job that does not use it holds no transaction open), committed when fn
+// returns nil and before the row is marked done, rolled back when fn fails.
+// It is bound to the lock's session, so losing the lock rolls it back rather
+// than committing work another instance may be redoing. Keep in tx only
+// what should commit as one unit; work done through the plain client inside
+// fn commits as it goes, as in gormlock.
+//
+// # Who holds a lock
+//
+// [Holder] reports the connection that holds a lock (PostgreSQL backend pid,
+// MySQL/MariaDB connection id, user, client address, state, last query):
+// the answer to "why didn't my job run?".
 package entlock

@@ -15,8 +15,8 @@ import (
 // Driver is an ent dialect.Driver that can take ormlock's locks. It wraps the
 // driver a client was built on; every operation ent itself performs (queries,
 // client.Tx, client.BeginTx, migrations, Close) is passed to the wrapped
-// driver unchanged. Only the verbs of this package ([Transaction], [Session])
-// make it do something else. Build it with [Wrap].
+// driver unchanged. Only the verbs of this package ([Transaction], [Session],
+// [RunOnce], ...) make it do something else. Build it with [Wrap].
 //
 // A Driver is safe for concurrent use, like the driver it wraps.
 type Driver struct {
@@ -199,6 +199,11 @@ func (d *Driver) serve(ctx context.Context, r *request, opts *sql.TxOptions) (di
 		r.drv = d
 		return nil, errProbe
 	}
+	if r.work {
+		tx := d.workTx(ctx, r, opts)
+		r.tx = tx
+		return tx, nil
+	}
 	tx, err := d.begin(ctx, r, opts)
 	if err != nil {
 		r.err = err
@@ -213,13 +218,15 @@ func (d *Driver) begin(ctx context.Context, r *request, opts *sql.TxOptions) (*l
 	if d.err != nil {
 		return nil, d.err
 	}
-	cfg := d.cfg.With(r.opts...)
-	if opts == nil {
-		opts = cfg.TxOptions
+	op := r.op
+	if op == nil {
+		var err error
+		if op, err = lockproto.NewOp(d.dial, r.verb, r.key, d.cfg.With(r.opts...)); err != nil {
+			return nil, err
+		}
 	}
-	op, err := lockproto.NewOp(d.dial, r.verb, r.key, cfg)
-	if err != nil {
-		return nil, err
+	if opts == nil {
+		opts = op.Cfg.TxOptions
 	}
 	lt, err := op.BeginLocked(ctx, d.db, opts)
 	if err != nil {

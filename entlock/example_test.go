@@ -90,3 +90,108 @@ func ExampleSession_driver() {
 		log.Print(err)
 	}
 }
+
+// The midnight settlement of three replicas: each one's scheduler fires at
+// local midnight in Berlin, each maps its trigger time to the same slot, and
+// exactly one of them settles the day. The ledger row commits together with
+// fn's writes, so a failed run leaves nothing behind and the next trigger
+// retries it.
+func ExampleRunOnce() {
+	var client *ent.Client // built on entlock.Wrap
+	ctx := context.Background()
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		log.Fatal(err)
+	}
+	daily, err := ormlock.Every(24*time.Hour, berlin)
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	// in the scheduler's callback:
+	slot := daily.Slot(time.Now())
+	err = entlock.RunOnce(ctx, client, "daily-settlement", slot, func(tx *ent.Tx) error {
+		return tx.Item.Create().SetOwner("settlement").SetN(slot.YearDay()).Exec(ctx)
+	})
+	switch {
+	case errors.Is(err, ormlock.ErrAlreadyDone):
+		log.Print("another replica settled this day")
+	case errors.Is(err, ormlock.ErrNotAcquired):
+		log.Print("another replica is settling right now")
+	case err != nil:
+		log.Printf("settlement failed, the next trigger retries: %v", err)
+	}
+}
+
+// A long job in claim mode: a "running" row is committed first and the lock
+// is held on a dedicated connection. fn's tx is a transaction of its own,
+// begun at its first statement and committed before the row is marked done;
+// the bulk of the work goes through the client and commits as it goes. Runs
+// shows the audit trail.
+func ExampleRunOnce_claim() {
+	var client *ent.Client // built on entlock.Wrap
+	ctx := context.Background()
+	hourly, err := ormlock.Cron("0 * * * *", time.UTC)
+	if err != nil {
+		log.Fatal(err)
+	}
+	slot := hourly.Slot(time.Now())
+	err = entlock.RunOnce(ctx, client, "export-orders", slot, func(tx *ent.Tx) error {
+		for page := 0; page < 100; page++ {
+			if err := client.Item.Create().SetOwner("export").SetN(page).Exec(ctx); err != nil {
+				return err
+			}
+		}
+		// the summary commits with the end of the run, or not at all if the
+		// lock was lost meanwhile
+		return tx.Item.Create().SetOwner("export-summary").SetN(100).Exec(ctx)
+	}, ormlock.WithClaim(), ormlock.WithOwner("exporter-1"))
+	if err != nil && !errors.Is(err, ormlock.ErrAlreadyDone) && !errors.Is(err, ormlock.ErrNotAcquired) {
+		log.Print(err)
+	}
+
+	last, err := entlock.Runs(ctx, client, "export-orders", 24)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, r := range last {
+		log.Printf("%s %s by %s in %v %s", r.Slot.Format(time.RFC3339), r.Status, r.Owner, r.Duration, r.Error)
+	}
+}
+
+// Create the ledger table at start-up; every replica may do it. A custom
+// table name can be set once, as a default of the wrapped driver.
+func ExampleMigrate() {
+	var db *sql.DB // opened elsewhere
+	drv := entlock.Wrap(entsql.OpenDB(dialect.Postgres, db), ormlock.WithLedgerTable("billing_runs"))
+	client := ent.NewClient(ent.Driver(drv))
+	if err := entlock.Migrate(context.Background(), client); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// The audit trail of a job: the last week of daily runs, newest first.
+func ExampleRuns() {
+	var client *ent.Client // built on entlock.Wrap
+	runs, err := entlock.Runs(context.Background(), client, "daily-settlement", 7)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, r := range runs {
+		log.Printf("%s: %s by %s, took %v", r.Slot.Format("2006-01-02"), r.Status, r.Owner, r.Duration)
+	}
+}
+
+// Why didn't the nightly job run? Ask who holds its lock.
+func ExampleHolder() {
+	var client *ent.Client // built on entlock.Wrap
+	ctx := context.Background()
+	err := entlock.Transaction(ctx, client, "daily-settlement", func(tx *ent.Tx) error { return nil })
+	if errors.Is(err, ormlock.ErrNotAcquired) {
+		h, herr := entlock.Holder(ctx, client, "daily-settlement")
+		if herr == nil && h.Held {
+			// e.g. held pid=5311 user=app client=10.0.0.7:56870 state="idle in transaction" held_for=2h0m3s ...
+			log.Printf("daily-settlement is held: %s", h)
+		}
+	}
+}

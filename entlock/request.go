@@ -5,7 +5,10 @@ import (
 	"errors"
 	"sync/atomic"
 
+	"entgo.io/ent/dialect"
+
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
 // The verbs cannot name the generated *ent.Tx or reach the driver inside a
@@ -22,11 +25,13 @@ type request struct {
 	verb  string
 	key   ormlock.Key
 	opts  []ormlock.Option
-	probe bool // only find the driver (Session)
+	probe bool          // only find the driver (Session, RunOnce, ...)
+	op    *lockproto.Op // the lock, when the verb built it (RunOnce); else made from key and opts
+	work  bool          // no lock: fn's own transaction in RunOnce's claim mode (see workTx)
 
 	// set by the driver that claimed it
 	drv *Driver
-	tx  *lockedTx
+	tx  dialect.Tx // the transaction started for the request: a *lockedTx, or a *workTx
 	err error
 }
 

@@ -50,27 +50,39 @@ func Transaction[T TxLike, K ormlock.KeyType](ctx context.Context, client interf
 	if err != nil {
 		return err
 	}
-	r := &request{verb: "Transaction", key: k, opts: opts}
+	tx, err := begin(ctx, client, &request{verb: "Transaction", key: k, opts: opts})
+	if err != nil {
+		return err
+	}
+	return run("Transaction", tx, fn)
+}
+
+// begin has client.Tx start the transaction that r asks the Driver under
+// client for (see request), and returns ent's transaction over it.
+func begin[T TxLike](ctx context.Context, client interface {
+	Tx(context.Context) (T, error)
+}, r *request) (T, error) {
+	var zero T
 	tx, err := client.Tx(r.with(ctx))
 	if err != nil {
 		if r.tx != nil { // the lock was taken, but ent did not take the transaction
 			_ = r.tx.Rollback()
 		}
 		if r.err != nil {
-			return r.err
+			return zero, r.err
 		}
-		return fmt.Errorf("ormlock: entlock.Transaction: start transaction: %w", err)
+		return zero, fmt.Errorf("ormlock: entlock.%s: start transaction: %w", r.verb, err)
 	}
 	if r.tx == nil {
 		_ = tx.Rollback()
-		return fmt.Errorf("%w: entlock.Transaction: %T: build the client with ent.Driver(entlock.Wrap(drv))", ErrNotWrapped, client)
+		return zero, fmt.Errorf("%w: entlock.%s: %T: build the client with ent.Driver(entlock.Wrap(drv))", ErrNotWrapped, r.verb, client)
 	}
-	return run(tx, fn)
+	return tx, nil
 }
 
 // run calls fn and ends tx: commit when fn returns nil, rollback when it
-// fails or panics.
-func run[T TxLike](tx T, fn func(tx T) error) error {
+// fails or panics. verb names the caller in a commit error.
+func run[T TxLike](verb string, tx T, fn func(tx T) error) error {
 	done := false
 	defer func() {
 		if !done { // fn panicked or called runtime.Goexit
@@ -87,7 +99,7 @@ func run[T TxLike](tx T, fn func(tx T) error) error {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("ormlock: entlock.Transaction: commit: %w", err)
+		return fmt.Errorf("ormlock: entlock.%s: commit: %w", verb, err)
 	}
 	return nil
 }

@@ -1,0 +1,325 @@
+package entlock
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sync"
+	"time"
+
+	"entgo.io/ent/dialect"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/ledger"
+	"github.com/ormlock/ormlock/internal/lockproto"
+)
+
+// RunOnce runs fn at most once per (job, slot) across every instance that
+// shares the database, and records each run in the ledger table (create it
+// with [Migrate]). It is gormlock.RunOnce for ent: the same lock, the same
+// ledger table and rows, so the two exclude each other and see each other's
+// runs. slot is the scheduled time the run is for, the same on every
+// instance: take it from the schedule ([ormlock.Every], [ormlock.Cron]),
+// never from time.Now(). It is stored in UTC, truncated to whole
+// microseconds.
+//
+// client is the generated *ent.Client built on a [Driver] (or the *Driver
+// itself, and fn then gets a dialect.Tx); T, the generated *ent.Tx, is
+// inferred from its Tx method. Options apply on top of the defaults given to
+// [Wrap], which may set the ledger table, the owner or the mode.
+//
+// Transactional mode (the default): in one ent transaction,
+//
+//  1. the lock [ormlock.RunKey](job, slot) is taken as [Transaction] takes
+//     it (PostgreSQL transaction-level advisory lock; MySQL/MariaDB GET_LOCK
+//     on the pinned connection, released after COMMIT),
+//  2. the ledger row (job, slot) is claimed as 'running' without any
+//     duplicate-key error; if the slot is already done, the transaction
+//     rolls back and RunOnce returns an error wrapping
+//     [ormlock.ErrAlreadyDone] (observer event EventAlreadyDone) without
+//     calling fn,
+//  3. fn(tx) runs,
+//  4. the row is marked 'done' and the transaction commits: fn's writes and
+//     the ledger row commit together.
+//
+// If fn fails (or panics) everything rolls back, no row remains, fn's error
+// is returned unchanged (the panic re-raised), and a later trigger may retry.
+// When another instance is running the slot right now, RunOnce returns an
+// error wrapping [ormlock.ErrNotAcquired] at once, or waits per
+// [ormlock.WithWait] (and then usually finds the slot done). As in
+// [Transaction], the lock is held until fn returns even when ctx ends; the
+// transaction then rolls back. On PostgreSQL with [ormlock.WithTxOptions] at
+// REPEATABLE READ or SERIALIZABLE, a call that waited while another instance
+// ran the slot fails with an explained serialization error (SQLSTATE
+// 40001); calling again returns ErrAlreadyDone.
+//
+// Claim mode ([ormlock.WithClaim]), for long jobs: the lock is held for the
+// whole run as [Session] holds it (a dedicated connection with a keepalive),
+// a 'running' row is committed first (taking over a row left 'failed', or
+// 'running' by an owner that died), fn runs, and the row is then marked
+// 'done', or 'failed' with fn's error text, so the ledger shows the run
+// while it goes on and keeps the error of a failed one. fn's tx is then
+// neither the lock's transaction nor the ledger's, but an ordinary ent
+// transaction of its own, with no lock in it:
+//
+//   - it begins at fn's first statement on it, with the options of
+//     [ormlock.WithTxOptions]; a job that never uses tx keeps no connection
+//     idle in a transaction while it runs;
+//   - it commits when fn returns nil, before the row is marked 'done'; when
+//     fn fails or panics it rolls back and the row is marked 'failed';
+//   - it is bound to the lock's session: when the lock is lost, database/sql
+//     rolls it back, fn's further statements on it fail, and RunOnce returns
+//     an error wrapping [ormlock.ErrLockLost] with the row marked 'failed'.
+//
+// So a long job puts in tx what must commit as one unit, and does the rest
+// through the plain client, where each statement commits on its own (as
+// gormlock's claim mode does with its non-transactional db); that part has
+// no lock context to watch, so use [Session] for work that must stop when
+// the lock is lost. Claim mode needs two connections of the pool while fn
+// uses tx (the lock's and tx's).
+//
+// Calls on a transactional client (tx.Client()) fail with an error wrapping
+// [ormlock.ErrInvalidArgument]: ent has no nested transactions. Bad input is
+// an error wrapping ErrInvalidArgument too: a nil ctx, client or fn, an
+// empty job name (or one longer than 191 characters), a zero slot.
+func RunOnce[T TxLike](ctx context.Context, client interface {
+	Tx(context.Context) (T, error)
+}, job string, slot time.Time, fn func(tx T) error, opts ...ormlock.Option) error {
+	const verb = "RunOnce"
+	if err := checkCall(ctx, verb, client, opts); err != nil {
+		return err
+	}
+	if fn == nil {
+		return fmt.Errorf("%w: entlock.%s: nil fn", ormlock.ErrInvalidArgument, verb)
+	}
+	if err := ledger.ValidateJob("entlock."+verb, job); err != nil {
+		return err
+	}
+	if err := ledger.ValidateSlot("entlock."+verb, slot); err != nil {
+		return err
+	}
+	d, cfg, err := driverFor(ctx, verb, client, opts)
+	if err != nil {
+		return err
+	}
+	op, err := lockproto.NewOp(d.dial, verb, ormlock.RunKey(job, slot), cfg)
+	if err != nil {
+		return err
+	}
+	r, err := ledger.NewRun("entlock."+verb, op, job, slot)
+	if err != nil {
+		return err
+	}
+	if cfg.Claim {
+		return r.Claimed(ctx, d.db, func(lctx context.Context) error {
+			tx, err := begin(lctx, client, &request{verb: verb, op: op, work: true})
+			if err != nil {
+				return err
+			}
+			return run(verb, tx, fn)
+		})
+	}
+	lr := &request{verb: verb, op: op}
+	tx, err := begin(ctx, client, lr)
+	if err != nil {
+		return err
+	}
+	q := lr.tx.(*lockedTx).lt.Tx
+	return run(verb, tx, func(tx T) error {
+		return r.InTx(ctx, q, func() error { return fn(tx) })
+	})
+}
+
+// Runs returns the last limit runs of job from the ledger table, newest slot
+// first: the audit trail of who ran which slot, when, for how long, and with
+// which error. x is the client or the *Driver, as for [Session]; the ledger
+// table is the one of [ormlock.WithLedgerTable] (per call, or given to
+// [Wrap]). It reads through the pool, outside any transaction (a
+// transactional client, tx.Client(), is refused: ent has no way to reach its
+// transaction). limit must be positive.
+func Runs[T TxLike](ctx context.Context, x interface {
+	Tx(context.Context) (T, error)
+}, job string, limit int, opts ...ormlock.Option) ([]ormlock.Run, error) {
+	const verb = "Runs"
+	if err := checkCall(ctx, verb, x, opts); err != nil {
+		return nil, err
+	}
+	if err := ledger.ValidateJob("entlock."+verb, job); err != nil {
+		return nil, err
+	}
+	if limit < 1 {
+		return nil, fmt.Errorf("%w: entlock.%s: limit must be positive, got %d", ormlock.ErrInvalidArgument, verb, limit)
+	}
+	d, cfg, err := driverFor(ctx, verb, x, opts)
+	if err != nil {
+		return nil, err
+	}
+	t, err := ledger.NewTable(d.dial, cfg.LedgerTable)
+	if err != nil {
+		return nil, err
+	}
+	return t.Runs(ctx, d.db, job, limit)
+}
+
+// checkCall validates what every ledger and lookup verb is given: a context,
+// a client (or Driver), and options that are valid on their own.
+func checkCall(ctx context.Context, verb string, x any, opts []ormlock.Option) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: entlock.%s: nil context", ormlock.ErrInvalidArgument, verb)
+	}
+	if isNil(x) {
+		return fmt.Errorf("%w: entlock.%s: nil client", ormlock.ErrInvalidArgument, verb)
+	}
+	return ormlock.NewConfig(opts...).Err()
+}
+
+// driverFor finds the Driver under x (see driverOf) and returns it with its
+// defaults and opts applied, or why it cannot take locks.
+func driverFor[T TxLike](ctx context.Context, verb string, x interface {
+	Tx(context.Context) (T, error)
+}, opts []ormlock.Option) (*Driver, ormlock.Config, error) {
+	d, err := driverOf(ctx, verb, x)
+	if err != nil {
+		return nil, ormlock.Config{}, err
+	}
+	if d.err != nil {
+		return nil, ormlock.Config{}, d.err
+	}
+	cfg := d.cfg.With(opts...)
+	if err := cfg.Err(); err != nil {
+		return nil, ormlock.Config{}, err
+	}
+	return d, cfg, nil
+}
+
+// workTx answers a claim-mode request (r.work): fn's own transaction, an
+// ordinary one of the wrapped driver, begun on ctx (the lock's session
+// context) at its first statement.
+func (d *Driver) workTx(ctx context.Context, r *request, opts *sql.TxOptions) *workTx {
+	if opts == nil && r.op != nil {
+		opts = r.op.Cfg.TxOptions
+	}
+	return &workTx{ctx: ctx, begin: func(ctx context.Context) (dialect.Tx, error) {
+		if opts == nil {
+			return d.drv.Tx(ctx)
+		}
+		b, ok := d.drv.(interface {
+			BeginTx(context.Context, *sql.TxOptions) (dialect.Tx, error)
+		})
+		if !ok {
+			return nil, fmt.Errorf("ormlock: entlock: driver %T does not support BeginTx, needed for WithTxOptions", d.drv)
+		}
+		return b.BeginTx(ctx, opts)
+	}}
+}
+
+// workTx is fn's transaction in RunOnce's claim mode. It begins the
+// transaction of the wrapped driver at the first statement, so a job that
+// never uses it holds no connection idle in a transaction; Commit and
+// Rollback of a transaction never begun do nothing.
+type workTx struct {
+	ctx   context.Context
+	begin func(context.Context) (dialect.Tx, error)
+
+	mu    sync.Mutex
+	tx    dialect.Tx
+	ended bool
+}
+
+var _ dialect.Tx = (*workTx)(nil)
+
+// get returns the transaction, beginning it on first use.
+func (w *workTx) get() (dialect.Tx, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ended {
+		return nil, sql.ErrTxDone
+	}
+	if w.tx == nil {
+		tx, err := w.begin(w.ctx)
+		if err != nil {
+			return nil, fmt.Errorf("ormlock: entlock.RunOnce: begin fn's transaction: %w", err)
+		}
+		w.tx = tx
+	}
+	return w.tx, nil
+}
+
+// end marks w ended and returns the transaction, nil if it never began.
+func (w *workTx) end() (dialect.Tx, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ended {
+		return nil, sql.ErrTxDone
+	}
+	w.ended = true
+	return w.tx, nil
+}
+
+// Exec runs the statement in the transaction.
+func (w *workTx) Exec(ctx context.Context, query string, args, v any) error {
+	tx, err := w.get()
+	if err != nil {
+		return err
+	}
+	return tx.Exec(ctx, query, args, v)
+}
+
+// Query runs the query in the transaction.
+func (w *workTx) Query(ctx context.Context, query string, args, v any) error {
+	tx, err := w.get()
+	if err != nil {
+		return err
+	}
+	return tx.Query(ctx, query, args, v)
+}
+
+// ExecContext runs the statement in the transaction (used by clients
+// generated with the sql/execquery feature).
+func (w *workTx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	tx, err := w.get()
+	if err != nil {
+		return nil, err
+	}
+	ex, ok := tx.(interface {
+		ExecContext(context.Context, string, ...any) (sql.Result, error)
+	})
+	if !ok {
+		return nil, fmt.Errorf("ormlock: entlock: transaction %T does not support ExecContext", tx)
+	}
+	return ex.ExecContext(ctx, query, args...)
+}
+
+// QueryContext runs the query in the transaction (used by clients generated
+// with the sql/execquery feature).
+func (w *workTx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	tx, err := w.get()
+	if err != nil {
+		return nil, err
+	}
+	q, ok := tx.(interface {
+		QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+	})
+	if !ok {
+		return nil, fmt.Errorf("ormlock: entlock: transaction %T does not support QueryContext", tx)
+	}
+	return q.QueryContext(ctx, query, args...)
+}
+
+// Commit commits the transaction, if it began.
+func (w *workTx) Commit() error {
+	tx, err := w.end()
+	if err != nil || tx == nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// Rollback rolls the transaction back, if it began.
+func (w *workTx) Rollback() error {
+	tx, err := w.end()
+	if err != nil || tx == nil {
+		return err
+	}
+	return tx.Rollback()
+}
