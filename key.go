@@ -28,6 +28,11 @@ import (
 //     PostgreSQL keeps bigint keys and (int, int) keys in separate lock spaces
 //     (pg_locks.objsubid 1 and 2): a Pair never excludes a Name or an ID.
 //   - Pair on MySQL/MariaDB: "classid:objid" (with the "ns:" prefix when set).
+//
+// MySQL and MariaDB compare lock names without regard to case: "Settle" and
+// "settle" are one lock there and two on PostgreSQL. Across dialects this can
+// only make two names exclude each other, never let one name be held twice;
+// name locks in one case to keep the dialects alike.
 type Key struct {
 	kind   keyKind
 	name   string
