@@ -16,16 +16,23 @@ import (
 const releaseTimeout = 15 * time.Second
 
 // releaseCtx is the context of a release: never the caller's (possibly
-// cancelled) context, but its values, bounded by releaseTimeout. A caller
-// whose context can never end (context.Background) gets it unchanged and no
-// bound, like every other statement it runs: a cancellable context costs a
-// driver-side watcher per statement (go-sql-driver/mysql), which on the
-// release path measurably slows the common case.
+// cancelled) context, but its values, bounded by releaseTimeout.
 func releaseCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+}
+
+// txReleaseCtx is the context of the release that follows a Transaction's
+// COMMIT or ROLLBACK on the same connection: releaseCtx, except that a
+// caller whose context can never end (context.Background) gets it unchanged
+// and no bound, like every statement of its transaction had. A cancellable
+// context costs a driver-side watcher per statement (go-sql-driver/mysql),
+// which measurably slows this, the common path. Session releases, which
+// follow a long idle hold, are always bounded.
+func txReleaseCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	if ctx.Done() == nil {
 		return ctx, func() {}
 	}
-	return context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	return releaseCtx(ctx)
 }
 
 // WithNamed runs body on a connection pinned from db while it holds the
@@ -82,7 +89,7 @@ func isCtxErr(err error) bool {
 // returns conn to the pool, or destroys it when the release failed or was not
 // confirmed (the error says why; the lock is freed with the connection).
 func (o *Op) ReleaseNamed(ctx context.Context, conn *sql.Conn) error {
-	rctx, cancel := releaseCtx(ctx)
+	rctx, cancel := txReleaseCtx(ctx)
 	defer cancel()
 	if err := MySQLReleaseLock(rctx, conn, o.mysql); err != nil {
 		Destroy(conn)

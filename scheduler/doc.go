@@ -1,0 +1,65 @@
+// Package scheduler connects job schedulers to ormlock, so that of several
+// replicas running the same schedule, each scheduled run happens once:
+//
+//   - [Locker]: a gocron v2 distributed locker (gocron.WithDistributedLocker)
+//     with RunOnce semantics — one run per (job, slot), recorded in the
+//     ledger, however far apart the replicas' clocks and start times are.
+//   - [Elector]: a gocron v2 elector (gocron.WithDistributedElector): one
+//     replica leads, through a long-held lock, and only the leader runs jobs.
+//   - [JobWrapper]: a robfig/cron v3 JobWrapper with the Locker's semantics.
+//
+// Each takes a [Backend]: [GORM] on a *gorm.DB (or [Ent] on an ent client),
+// with ormlock options such as the namespace or the ledger's owner id.
+//
+//	db.Use(gormlock.New(ormlock.WithOwner(hostname)))
+//	if err := gormlock.Migrate(db); err != nil { ... } // the ledger table
+//	midnight, _ := ormlock.Cron("0 0 * * *", berlin)
+//	locker, err := scheduler.NewLocker(scheduler.GORM(db), midnight)
+//	s, err := gocron.NewScheduler(gocron.WithLocation(berlin), gocron.WithDistributedLocker(locker))
+//	s.NewJob(gocron.CronJob("0 0 * * *", false), gocron.NewTask(settle), gocron.WithName("daily-settlement"))
+//
+// This package is a module of its own (github.com/ormlock/ormlock/scheduler)
+// so that the library's go.mod names no scheduler.
+//
+// # Why slots, not a mutex
+//
+// A distributed mutex on the job name makes runs exclusive, not unique:
+// when replica A fires at 00:00:00.0 and finishes in 200 ms, replica B,
+// whose timer fires at 00:00:00.3, finds the mutex free and runs the job a
+// second time. The adapters here map the time a job fires to its slot — the
+// scheduled time it is for, from an [ormlock.Schedule] ([ormlock.Cron],
+// [ormlock.Every]) — and claim (job, slot) in the RunOnce ledger: B finds
+// the slot done ([ormlock.ErrAlreadyDone]) and skips. A trigger up to
+// [ormlock.SlotTolerance] early (at most half the period) counts for the
+// scheduled time it precedes, so a replica whose clock runs ahead agrees on
+// the slot too.
+//
+// # Decisions
+//
+//   - Claim mode. The job runs outside any transaction (the scheduler calls
+//     it, not ormlock), so the adapters use RunOnce's claim mode
+//     ([ormlock.WithClaim]): the (job, slot) lock is held on a dedicated
+//     connection with a keepalive, a 'running' row is committed before the
+//     job starts, and the row is marked 'done' (or, for a failed [JobFunc]
+//     or a panic, 'failed', which a later trigger of the slot may retry)
+//     when it ends.
+//   - Skips are not errors to report. ErrAlreadyDone and ErrNotAcquired are
+//     what every replica but one sees at every run; they reach gocron (which
+//     skips the run) but not the error handler. Everything else does
+//     ([WithErrorHandler]; the default logs through log/slog).
+//   - Contexts. gocron hands the job's context to Lock and Unlock; it is
+//     cancelled at shutdown, possibly while the job runs. The lock attempt
+//     honours it; the hold and the release do not (Unlock ignores its
+//     context), so a shutdown never leaves a held lock or a 'running' row.
+//     ormlock's own release paths are detached from cancellation too
+//     (context.WithoutCancel, bounded by timeouts).
+//   - The Locker marks a run 'done' at Unlock whatever the job returned,
+//     since gocron does not tell a locker how the job ended.
+//   - The Elector is for "one replica does the scheduling" and is only as
+//     exclusive as the keepalive allows (see [Elector]); the Locker gives
+//     the stronger, per-run guarantee. gocron consults the Elector instead
+//     of the Locker when both are set.
+//   - The ledger table is not created here: call gormlock.Migrate (or
+//     entlock.Migrate) at start-up, as for RunOnce; a missing table makes
+//     every run fail with an error that says so.
+package scheduler

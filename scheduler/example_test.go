@@ -1,0 +1,164 @@
+package scheduler_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"log"
+	"log/slog"
+	"os"
+	"time"
+
+	"entgo.io/ent/dialect"
+	entsql "entgo.io/ent/dialect/sql"
+	"github.com/go-co-op/gocron/v2"
+	_ "github.com/jackc/pgx/v5/stdlib"
+	"github.com/robfig/cron/v3"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/entlock"
+	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/enttest/ent"
+	"github.com/ormlock/ormlock/scheduler"
+)
+
+func settle() { /* the job */ }
+
+// Every replica runs the same gocron scheduler; each midnight (Berlin time)
+// exactly one of them settles the day, and the ledger says which.
+func ExampleNewLocker() {
+	db, err := gorm.Open(postgres.Open("postgres://app@localhost/app"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	host, _ := os.Hostname()
+	if err := db.Use(gormlock.New(ormlock.WithOwner(host))); err != nil {
+		log.Fatal(err)
+	}
+	if err := gormlock.Migrate(db); err != nil { // the ledger table
+		log.Fatal(err)
+	}
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		log.Fatal(err)
+	}
+	midnight, err := ormlock.Cron("0 0 * * *", berlin) // the gocron job's spec, for ormlock
+	if err != nil {
+		log.Fatal(err)
+	}
+	locker, err := scheduler.NewLocker(scheduler.GORM(db), midnight)
+	if err != nil {
+		log.Fatal(err)
+	}
+	s, err := gocron.NewScheduler(gocron.WithLocation(berlin), gocron.WithDistributedLocker(locker))
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := s.NewJob(gocron.CronJob("0 0 * * *", false), gocron.NewTask(settle),
+		gocron.WithName("daily-settlement")); err != nil {
+		log.Fatal(err)
+	}
+	s.Start()
+	defer s.Shutdown()
+}
+
+// Jobs on other schedules get their own; the rest use the default.
+func ExampleWithJobSchedule() {
+	var db *gorm.DB // with the ledger table migrated
+	daily, _ := ormlock.Cron("@daily", time.UTC)
+	quarterHour, _ := ormlock.Every(15*time.Minute, time.UTC)
+	locker, err := scheduler.NewLocker(scheduler.GORM(db), daily,
+		scheduler.WithJobSchedule("refresh-rates", quarterHour),
+		scheduler.WithErrorHandler(func(err error) { slog.Error("scheduled run", "err", err) }))
+	if err != nil {
+		log.Fatal(err)
+	}
+	s, _ := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
+	_, _ = s.NewJob(gocron.DurationJob(15*time.Minute), gocron.NewTask(func() { /* refresh */ }),
+		gocron.WithName("refresh-rates"),
+		// runs on multiples of 15 minutes, the schedule's times
+		gocron.WithStartAt(gocron.WithStartDateTime(time.Now().Truncate(15*time.Minute).Add(15*time.Minute))))
+	s.Start()
+}
+
+// One replica leads and runs every job; the others stand by and take over
+// within the retry interval when it stops.
+func ExampleNewElector() {
+	var db *gorm.DB
+	elector, err := scheduler.NewElector(scheduler.GORM(db), "billing-scheduler-leader")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer elector.Close() // gives up the lead at shutdown
+	s, err := gocron.NewScheduler(gocron.WithDistributedElector(elector))
+	if err != nil {
+		log.Fatal(err)
+	}
+	s.Start()
+	defer s.Shutdown()
+}
+
+// robfig/cron: wrap each job, with the schedule its spec describes. A
+// JobFunc gets the lock's context, and its error is kept in the ledger.
+func ExampleJobWrapper() {
+	var db *gorm.DB // with the ledger table migrated
+	logger := cron.VerbosePrintfLogger(log.Default())
+	nightly, _ := ormlock.Cron("30 2 * * *", time.UTC)
+	w, err := scheduler.JobWrapper(scheduler.GORM(db), "nightly-export", nightly, scheduler.WithCronLogger(logger))
+	if err != nil {
+		log.Fatal(err)
+	}
+	c := cron.New(cron.WithLocation(time.UTC), cron.WithLogger(logger))
+	_, err = c.AddJob("30 2 * * *", cron.NewChain(cron.Recover(logger), w).Then(
+		scheduler.JobFunc(func(ctx context.Context) error {
+			return db.WithContext(ctx).Exec("CALL export_day()").Error
+		})))
+	if err != nil {
+		log.Fatal(err)
+	}
+	c.Start()
+	defer c.Stop()
+}
+
+// A per-second robfig/cron schedule (cron.WithSeconds) maps to ormlock.Every.
+func ExampleJobWrapper_seconds() {
+	var db *gorm.DB
+	every10s, _ := ormlock.Every(10*time.Second, time.UTC)
+	w, err := scheduler.JobWrapper(scheduler.GORM(db), "heartbeat", every10s)
+	if err != nil {
+		log.Fatal(err)
+	}
+	c := cron.New(cron.WithSeconds())
+	_, _ = c.AddJob("*/10 * * * * *", cron.NewChain(w).Then(cron.FuncJob(func() { /* beat */ })))
+	c.Start()
+}
+
+// The same adapters on an ent client built on entlock.Wrap.
+func ExampleEnt() {
+	db, err := sql.Open("pgx", "postgres://app@localhost/app")
+	if err != nil {
+		log.Fatal(err)
+	}
+	client := ent.NewClient(ent.Driver(entlock.Wrap(entsql.OpenDB(dialect.Postgres, db))))
+	if err := entlock.Migrate(context.Background(), client); err != nil {
+		log.Fatal(err)
+	}
+	midnight, _ := ormlock.Cron("@midnight", time.UTC)
+	locker, err := scheduler.NewLocker(scheduler.Ent(client, ormlock.WithOwner("replica-a")), midnight)
+	if err != nil {
+		log.Fatal(err)
+	}
+	s, _ := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
+	_, _ = s.NewJob(gocron.CronJob("0 0 * * *", false), gocron.NewTask(settle), gocron.WithName("daily-settlement"))
+	s.Start()
+}
+
+// IsLeader reports ErrNotLeader on the replicas that stand by.
+func ExampleElector_IsLeader() {
+	var elector *scheduler.Elector
+	if err := elector.IsLeader(context.Background()); errors.Is(err, scheduler.ErrNotLeader) {
+		log.Print("standing by")
+	}
+}

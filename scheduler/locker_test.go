@@ -1,0 +1,330 @@
+package scheduler_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-co-op/gocron/v2"
+	"gorm.io/gorm"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/scheduler"
+)
+
+// errs collects what the adapters hand to their error handler.
+type errs struct {
+	mu  sync.Mutex
+	all []error
+}
+
+func (e *errs) handle(err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.all = append(e.all, err)
+}
+
+func (e *errs) get() []error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]error(nil), e.all...)
+}
+
+// Three gocron schedulers, each with its own pool, run a job every second;
+// their start times differ, one clock runs 250 ms ahead and one 200 ms
+// behind. Each second's run happens exactly once.
+func TestLockerGocron(t *testing.T) {
+	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+		job := jobName(t)
+		var tl tally
+		var handled errs
+		skews := []time.Duration{0, 250 * time.Millisecond, -200 * time.Millisecond}
+		var scheds []gocron.Scheduler
+		var first time.Time
+		for i, skew := range skews {
+			db := openGorm(t, k)
+			if i == 0 {
+				migrate(t, db)
+			}
+			replica := fmt.Sprintf("replica-%c", 'a'+i)
+			locker, err := scheduler.NewLocker(scheduler.GORM(db, ormlock.WithOwner(replica)), everySecond(t),
+				scheduler.WithClock(skewed(skew)), scheduler.WithErrorHandler(handled.handle))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = s.NewJob(gocron.CronJob("* * * * * *", true), gocron.NewTask(func() {
+				tl.enter(replica)
+				defer tl.exit()
+				time.Sleep(100 * time.Millisecond) // the work
+			}), gocron.WithName(job))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Start()
+			if i == 0 {
+				first = time.Now()
+			}
+			scheds = append(scheds, s)
+			time.Sleep(300 * time.Millisecond) // staggered start-ups
+		}
+		time.Sleep(3500 * time.Millisecond)
+		last := time.Now()
+		for _, s := range scheds {
+			if err := s.Shutdown(); err != nil {
+				t.Errorf("Shutdown: %v", err)
+			}
+		}
+		// seconds that began while the first scheduler ran
+		want := int(last.Truncate(time.Second).Sub(first.Truncate(time.Second)) / time.Second)
+		checkLedger(t, openGorm(t, k), job, &tl, want)
+		for _, err := range handled.get() {
+			t.Errorf("error handler: %v", err)
+		}
+	})
+}
+
+// The late instance: while one replica runs the slot another is refused
+// (ErrNotAcquired); after it, a replica whose trigger comes late — or early,
+// by a skewed clock — finds the slot done. A mutex on the job name would
+// have let it run again. The job's context ending does not end the hold,
+// and Unlock ignores its (cancelled) context.
+func TestLockerLateInstance(t *testing.T) {
+	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+		ctx := context.Background()
+		job := jobName(t)
+		hourly, err := ormlock.Every(time.Hour, time.UTC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := func(s string) func() time.Time {
+			v, err := time.Parse(time.RFC3339Nano, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return func() time.Time { return v }
+		}
+		var handled errs
+		newLocker := func(owner, now string) *scheduler.Locker {
+			db := openGorm(t, k)
+			migrate(t, db)
+			l, err := scheduler.NewLocker(scheduler.GORM(db, ormlock.WithOwner(owner)), hourly,
+				scheduler.WithClock(at(now)), scheduler.WithErrorHandler(handled.handle))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		}
+		a := newLocker("a", "2031-05-06T10:00:00.1Z")
+		late := newLocker("late", "2031-05-06T10:00:03Z")
+		early := newLocker("early", "2031-05-06T09:59:58Z") // within SlotTolerance of 10:00
+
+		jobCtx, cancelJob := context.WithCancel(ctx)
+		held, err := a.Lock(jobCtx, job)
+		if err != nil {
+			t.Fatalf("a.Lock: %v", err)
+		}
+		for _, l := range []*scheduler.Locker{late, early} {
+			if _, err := l.Lock(ctx, job); !errors.Is(err, ormlock.ErrNotAcquired) {
+				t.Fatalf("Lock while a runs the slot: %v, want ErrNotAcquired", err)
+			}
+		}
+		cancelJob() // gocron shutting down while the job runs
+		time.Sleep(100 * time.Millisecond)
+		if _, err := late.Lock(ctx, job); !errors.Is(err, ormlock.ErrNotAcquired) {
+			t.Fatalf("Lock after a's context ended, while a still runs: %v, want ErrNotAcquired", err)
+		}
+		if err := held.Unlock(jobCtx); err != nil {
+			t.Fatalf("Unlock with the job's cancelled context: %v", err)
+		}
+		if err := held.Unlock(jobCtx); err != nil {
+			t.Fatalf("second Unlock: %v", err)
+		}
+		for _, l := range []*scheduler.Locker{late, early, a} {
+			if _, err := l.Lock(ctx, job); !errors.Is(err, ormlock.ErrAlreadyDone) {
+				t.Fatalf("Lock after the run: %v, want ErrAlreadyDone", err)
+			}
+		}
+		runs, err := gormlock.Runs(openGorm(t, k), job, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(runs) != 1 || runs[0].Owner != "a" || runs[0].Status != ormlock.RunDone ||
+			!runs[0].Slot.Equal(time.Date(2031, 5, 6, 10, 0, 0, 0, time.UTC)) {
+			t.Fatalf("ledger: %+v", runs)
+		}
+
+		// A context that ended before the attempt: no run, no row.
+		done, cancel := context.WithCancel(ctx)
+		cancel()
+		other := newLocker("a", "2031-05-06T11:00:00Z")
+		if _, err := other.Lock(done, job); !errors.Is(err, ormlock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("Lock on a cancelled context: %v, want ErrNotAcquired and context.Canceled", err)
+		}
+		if runs, _ := gormlock.Runs(openGorm(t, k), job, 10); len(runs) != 1 {
+			t.Fatalf("a cancelled attempt left a row: %+v", runs)
+		}
+		for _, err := range handled.get() {
+			t.Errorf("error handler got a skip or an error: %v", err)
+		}
+	})
+}
+
+// A lock lost while the job runs (its connection killed) is reported at
+// Unlock, to the caller and to the error handler, wrapping ErrLockLost.
+func TestLockerLockLost(t *testing.T) {
+	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+		ctx := context.Background()
+		job := jobName(t)
+		db := openGorm(t, k)
+		migrate(t, db)
+		var handled errs
+		now := time.Date(2031, 5, 6, 10, 0, 0, 0, time.UTC)
+		l, err := scheduler.NewLocker(scheduler.GORM(db, ormlock.WithKeepalive(100*time.Millisecond)), everySecond(t),
+			scheduler.WithClock(func() time.Time { return now }), scheduler.WithErrorHandler(handled.handle))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held, err := l.Lock(ctx, job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := gormlock.Holder(db, ormlock.RunKey(job, now))
+		if err != nil || !h.Held {
+			t.Fatalf("Holder: %+v, %v", h, err)
+		}
+		kill(t, k, h.PID)
+		time.Sleep(500 * time.Millisecond) // a few keepalive intervals
+		err = held.Unlock(ctx)
+		if !errors.Is(err, ormlock.ErrLockLost) {
+			t.Fatalf("Unlock after the lock connection was killed: %v, want ErrLockLost", err)
+		}
+		if got := handled.get(); len(got) != 1 || !errors.Is(got[0], ormlock.ErrLockLost) {
+			t.Fatalf("error handler got %v", got)
+		}
+		t.Logf("Unlock: %v", err)
+	})
+}
+
+// A run that cannot start for another reason than a skip is reported.
+func TestLockerMissingLedger(t *testing.T) {
+	db := openGorm(t, testdb.Postgres)
+	var handled errs
+	l, err := scheduler.NewLocker(scheduler.GORM(db, ormlock.WithLedgerTable("no_such_ledger")), everySecond(t),
+		scheduler.WithErrorHandler(handled.handle))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = l.Lock(context.Background(), jobName(t))
+	if err == nil || !strings.Contains(err.Error(), "Migrate") {
+		t.Fatalf("Lock without a ledger table: %v", err)
+	}
+	if got := handled.get(); len(got) != 1 {
+		t.Fatalf("error handler got %v", got)
+	}
+}
+
+func TestNewLockerBadInput(t *testing.T) {
+	s, _ := ormlock.Every(time.Minute, nil)
+	db := &gorm.DB{}
+	cases := map[string]func() error{
+		"zero Backend": func() error { _, err := scheduler.NewLocker(scheduler.Backend{}, s); return err },
+		"nil db":       func() error { _, err := scheduler.NewLocker(scheduler.GORM(nil), s); return err },
+		"nil schedule": func() error { _, err := scheduler.NewLocker(scheduler.GORM(db), nil); return err },
+		"bad lock option": func() error {
+			_, err := scheduler.NewLocker(scheduler.GORM(db, ormlock.WithLedgerTable("x; drop")), s)
+			return err
+		},
+		"nil job schedule": func() error {
+			_, err := scheduler.NewLocker(scheduler.GORM(db), s, scheduler.WithJobSchedule("j", nil))
+			return err
+		},
+		"empty job name": func() error {
+			_, err := scheduler.NewLocker(scheduler.GORM(db), s, scheduler.WithJobSchedule("", s))
+			return err
+		},
+		"nil clock": func() error {
+			_, err := scheduler.NewLocker(scheduler.GORM(db), s, scheduler.WithClock(nil))
+			return err
+		},
+		"nil handler": func() error {
+			_, err := scheduler.NewLocker(scheduler.GORM(db), s, scheduler.WithErrorHandler(nil))
+			return err
+		},
+		"zero retry": func() error {
+			_, err := scheduler.NewElector(scheduler.GORM(db), "leader", scheduler.WithRetry(0))
+			return err
+		},
+		"empty leader key": func() error { _, err := scheduler.NewElector(scheduler.GORM(db), ""); return err },
+		"empty wrapped job": func() error {
+			_, err := scheduler.JobWrapper(scheduler.GORM(db), "", s)
+			return err
+		},
+		"nil wrapper schedule": func() error {
+			_, err := scheduler.JobWrapper(scheduler.GORM(db), "j", nil)
+			return err
+		},
+		"nil cron logger": func() error {
+			_, err := scheduler.JobWrapper(scheduler.GORM(db), "j", s, scheduler.WithCronLogger(nil))
+			return err
+		},
+	}
+	for name, f := range cases {
+		err := f()
+		if !errors.Is(err, ormlock.ErrInvalidArgument) && !errors.Is(err, ormlock.ErrInvalidKey) {
+			t.Errorf("%s: %v, want ErrInvalidArgument or ErrInvalidKey", name, err)
+			continue
+		}
+		if !strings.HasPrefix(err.Error(), "ormlock: ") {
+			t.Errorf("%s: error text %q lacks the ormlock: prefix", name, err)
+		}
+		t.Logf("%s: %v", name, err)
+	}
+}
+
+// kill ends the server connection id (a PostgreSQL pid or a MySQL
+// connection id) from an admin connection.
+func kill(t *testing.T, k testdb.Kind, id int64) {
+	t.Helper()
+	q := fmt.Sprintf("KILL CONNECTION %d", id)
+	if k.Dialect() == "postgres" {
+		q = fmt.Sprintf("SELECT pg_terminate_backend(%d)", id)
+	}
+	if _, err := testdb.AdminDB(t, k).Exec(q); err != nil {
+		t.Fatalf("kill %d: %v", id, err)
+	}
+}
+
+// What Unlock relies on in the library: RunOnce in claim mode records the
+// end of the run and releases the lock even when the caller's context was
+// cancelled while the job ran (the release and the ledger update run
+// detached from it). AssertNoLeaks (in openGorm) checks the release.
+func TestClaimReleaseIgnoresCancellation(t *testing.T) {
+	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+		db := openGorm(t, k)
+		migrate(t, db)
+		job := jobName(t)
+		slot := time.Date(2031, 5, 6, 10, 0, 0, 0, time.UTC)
+		ctx, cancel := context.WithCancel(context.Background())
+		err := gormlock.RunOnce(db.WithContext(ctx), job, slot, func(*gorm.DB) error {
+			cancel() // the scheduler shuts down while the job runs
+			return nil
+		}, ormlock.WithClaim())
+		if err != nil {
+			t.Fatalf("RunOnce: %v", err)
+		}
+		runs, err := gormlock.Runs(db, job, 10)
+		if err != nil || len(runs) != 1 || runs[0].Status != ormlock.RunDone {
+			t.Fatalf("ledger after a cancelled run: %+v, %v", runs, err)
+		}
+	})
+}

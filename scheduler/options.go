@@ -1,0 +1,155 @@
+package scheduler
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/robfig/cron/v3"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/ledger"
+)
+
+// DefaultRetry is how often an [Elector] that is not the leader tries to
+// become it.
+const DefaultRetry = 2 * time.Second
+
+// Option configures [NewLocker], [NewElector] or [JobWrapper]; each option
+// says which of them it applies to, and the others ignore it.
+type Option func(*config)
+
+type config struct {
+	jobs    map[string]ormlock.Schedule
+	onError func(error)
+	logger  cron.Logger
+	now     func() time.Time
+	retry   time.Duration
+	err     error
+}
+
+func newConfig(opts []Option) (config, error) {
+	c := config{now: time.Now, retry: DefaultRetry}
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	return c, c.err
+}
+
+func (c *config) fail(err error) {
+	if c.err == nil {
+		c.err = err
+	}
+}
+
+// report hands err to the error handler: the one set with
+// [WithErrorHandler], else the cron.Logger of [WithCronLogger], else
+// slog.Default() at level Error.
+func (c *config) report(err error) {
+	switch {
+	case c.onError != nil:
+		c.onError(err)
+	case c.logger != nil:
+		c.logger.Error(err, "ormlock: scheduled run failed")
+	default:
+		slog.Default().Error(err.Error())
+	}
+}
+
+// skipped reports whether err is an expected outcome for a replica that
+// does not run: another instance holds the slot or leads, or the slot is
+// done.
+func skipped(err error) bool {
+	return errors.Is(err, ormlock.ErrAlreadyDone) || errors.Is(err, ormlock.ErrNotAcquired)
+}
+
+// WithJobSchedule sets the schedule of one job of a [Locker]: the slot of a
+// run of the gocron job named job (gocron.WithName) is
+// schedule.Slot(now). Jobs without their own schedule use the Locker's
+// default. Repeating it for the same job keeps the last. Applies to
+// NewLocker. The default is none.
+func WithJobSchedule(job string, schedule ormlock.Schedule) Option {
+	return func(c *config) {
+		if schedule == nil {
+			c.fail(fmt.Errorf("%w: scheduler.WithJobSchedule(%q): nil schedule", ormlock.ErrInvalidArgument, job))
+			return
+		}
+		if err := validJob("WithJobSchedule", job); err != nil {
+			c.fail(err)
+			return
+		}
+		if c.jobs == nil {
+			c.jobs = make(map[string]ormlock.Schedule)
+		}
+		c.jobs[job] = schedule
+	}
+}
+
+// WithErrorHandler sets the function that receives every error other than
+// a skip (a slot already done, or held by another instance): a run that
+// could not be started (database unreachable, ledger table missing), a
+// failed release or a lost lock at the end of a run, a wrapped job's error,
+// a leadership attempt that failed or a leadership lost. It is called on the
+// scheduler's goroutine, or on the Elector's; it must not block for long.
+// Applies to all constructors. The default logs the error through
+// slog.Default() at level Error (through the cron.Logger of
+// [WithCronLogger] instead, when that is set).
+func WithErrorHandler(f func(err error)) Option {
+	return func(c *config) {
+		if f == nil {
+			c.fail(fmt.Errorf("%w: scheduler.WithErrorHandler: nil function", ormlock.ErrInvalidArgument))
+			return
+		}
+		c.onError = f
+	}
+}
+
+// WithCronLogger makes [JobWrapper] log through l, as robfig/cron's own
+// wrappers do: a skipped firing at Info ("ormlock: skipped", with the job,
+// the slot and the reason) and errors at Error, unless [WithErrorHandler]
+// takes them. Applies to JobWrapper. The default logs no skips, and errors
+// as WithErrorHandler describes.
+func WithCronLogger(l cron.Logger) Option {
+	return func(c *config) {
+		if l == nil {
+			c.fail(fmt.Errorf("%w: scheduler.WithCronLogger: nil cron.Logger", ormlock.ErrInvalidArgument))
+			return
+		}
+		c.logger = l
+	}
+}
+
+// WithClock sets the clock whose reading is mapped to the slot when a job
+// fires. Applies to NewLocker and JobWrapper. The default is time.Now; tests
+// use it to give replicas skewed clocks.
+func WithClock(now func() time.Time) Option {
+	return func(c *config) {
+		if now == nil {
+			c.fail(fmt.Errorf("%w: scheduler.WithClock: nil function", ormlock.ErrInvalidArgument))
+			return
+		}
+		c.now = now
+	}
+}
+
+// WithRetry sets how often an [Elector] that is not the leader (or has lost
+// the lead) tries to become it; this bounds how long the instances go
+// leaderless after the leader stops. Applies to NewElector. The default is
+// [DefaultRetry] (2s).
+func WithRetry(d time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 {
+			c.fail(fmt.Errorf("%w: scheduler.WithRetry: duration must be positive, got %v", ormlock.ErrInvalidArgument, d))
+			return
+		}
+		c.retry = d
+	}
+}
+
+// validJob checks a job name as the ledger will (non-empty valid UTF-8
+// without NUL bytes, at most 191 characters), so that a bad name fails at
+// construction rather than at the first run.
+func validJob(verb, job string) error { return ledger.ValidateJob("scheduler."+verb, job) }
