@@ -29,10 +29,11 @@ import (
 //     (pg_locks.objsubid 1 and 2): a Pair never excludes a Name or an ID.
 //   - Pair on MySQL/MariaDB: "classid:objid" (with the "ns:" prefix when set).
 //
-// MySQL and MariaDB compare lock names without regard to case: "Settle" and
-// "settle" are one lock there and two on PostgreSQL. Across dialects this can
-// only make two names exclude each other, never let one name be held twice;
-// name locks in one case to keep the dialects alike.
+// MariaDB's manual says GET_LOCK names are compared without regard to case,
+// but MariaDB 10.11 keeps "Settle" and "settle" apart (measured), as
+// PostgreSQL keys do; other MySQL versions may fold case. Folding can only
+// make two names exclude each other, never let one name be held twice; name
+// locks in one case to behave alike everywhere.
 type Key struct {
 	kind   keyKind
 	name   string
