@@ -59,6 +59,23 @@
 // rolled back behind fn's back, which on PostgreSQL would drop the lock
 // while fn still works.
 //
+// # Cancellation while fn runs
+//
+// The transaction is not bound to the context's cancellation: it ends when fn
+// returns (rolled back when the context ended meanwhile), so merely
+// cancelling the context does not free the lock under a running fn. A
+// statement of fn that is running when the context ends is another matter:
+// the drivers abort it by closing the connection (go-sql-driver/mysql
+// always, pgx by default), the server ends the session, and with it the lock
+// (on MySQL/MariaDB the pinned connection holds it; on PostgreSQL the
+// transaction does). Nothing of fn's is committed, but another instance may
+// take the lock before fn returns. A fn must therefore stop at the first
+// statement error or once its context is done, before doing work outside
+// the database (sending mail, calling an API) that the lock protects. pgx
+// users can make a cancelled statement keep the connection by setting
+// pgconn.Config.BuildContextWatcherHandler to a
+// pgconn.CancelRequestContextWatcherHandler.
+//
 // # Nested calls
 //
 // ent has no nested transactions, and a transaction cannot be found from a

@@ -31,6 +31,23 @@
 // fn's error is returned unchanged; a panic rolls back, releases and
 // re-panics.
 //
+// # Cancellation while fn runs
+//
+// The transaction is not bound to the context's cancellation: it ends when fn
+// returns (rolled back when the context ended meanwhile), so merely
+// cancelling the context does not free the lock under a running fn. A
+// statement of fn that is running when the context ends is another matter:
+// the drivers abort it by closing the connection (go-sql-driver/mysql
+// always, pgx by default), the server ends the session, and with it the lock
+// (on MySQL/MariaDB the pinned connection holds it; on PostgreSQL the
+// transaction does). Nothing of fn's is committed, but another instance may
+// take the lock before fn returns. A fn must therefore stop at the first
+// statement error or once its context is done, before doing work outside
+// the database (sending mail, calling an API) that the lock protects. pgx
+// users can make a cancelled statement keep the connection by setting
+// pgconn.Config.BuildContextWatcherHandler to a
+// pgconn.CancelRequestContextWatcherHandler.
+//
 // # Nested calls
 //
 // When db is already inside a transaction:
@@ -62,6 +79,25 @@
 // time to it with an [ormlock.Schedule] ([ormlock.Every] or [ormlock.Cron]).
 // A slot that already ran returns [ormlock.ErrAlreadyDone]; [Runs] reads the
 // ledger. [ormlock.WithClaim] selects claim mode for long jobs.
+//
+// # Pool sizing
+//
+// While fn runs, [Transaction] and transactional [RunOnce] hold one
+// connection of db's pool (on MySQL/MariaDB the pinned connection that also
+// holds the lock), and [Session] and claim-mode RunOnce hold their lock
+// connection besides what fn (and the ledger) use. A fn that queries the
+// outer db, not tx, needs one more connection. When the pool has none to
+// spare (SetMaxOpenConns(1), or every connection held by callers waiting the
+// same way), that query waits until the context ends: database/sql has no
+// pool timeout, so with a context that never ends (GORM's default) the call
+// never returns. With a deadline (db.WithContext(ctx)) it returns an error
+// matching the context's error, fn's work is rolled back and the lock is
+// released; a caller still waiting for its first connection gets an error
+// matching both [ormlock.ErrNotAcquired] and the context's error. Give the
+// pool one connection per concurrent caller, two when fn uses the outer db
+// (and for Session and claim mode), and give calls a deadline. A fn that
+// uses only tx cannot starve the pool: with MaxOpenConns 1, callers queue
+// for the connection rather than for the lock.
 //
 // # Plugin and read replicas
 //

@@ -70,7 +70,8 @@ import (
 // on MySQL/MariaDB it is an error wrapping [ErrNestedTransaction].
 //
 // Bad input is an error wrapping [ormlock.ErrInvalidArgument]: a nil db or
-// fn, an empty job name (or one longer than 191 characters), a zero slot.
+// fn, an empty job name (or one longer than 191 characters, or one ending
+// with a space, which MySQL/MariaDB would not tell apart), a zero slot.
 func RunOnce(db *gorm.DB, job string, slot time.Time, fn func(tx *gorm.DB) error, opts ...ormlock.Option) error {
 	const verb = "gormlock.RunOnce"
 	if fn == nil {

@@ -88,13 +88,22 @@ const MigrateWait = time.Minute
 func MigrateKey(table string) ormlock.Key { return ormlock.Name("ormlock.migrate:" + table) }
 
 // ValidateJob checks a job name: non-empty valid UTF-8 without NUL bytes, at
-// most MaxJobLen characters. verb names the caller in the error.
+// most MaxJobLen characters, not ending with a space. verb names the caller
+// in the error.
+//
+// A trailing space is refused because MySQL/MariaDB compare the job column
+// (utf8mb4_bin, a PAD SPACE collation) ignoring trailing spaces: "report "
+// would share the ledger row of "report" and get ErrAlreadyDone without ever
+// running, while PostgreSQL keeps them apart. Refusing the name keeps both
+// dialects, and tables created by earlier versions, consistent.
 func ValidateJob(verb, job string) error {
 	switch {
 	case job == "":
 		return fmt.Errorf("%w: %s: empty job name", ormlock.ErrInvalidArgument, verb)
 	case !utf8.ValidString(job) || strings.ContainsRune(job, 0):
 		return fmt.Errorf("%w: %s: job name %q is not valid UTF-8 without NUL bytes", ormlock.ErrInvalidArgument, verb, job)
+	case strings.HasSuffix(job, " "):
+		return fmt.Errorf("%w: %s: job name %q ends with a space, which MySQL/MariaDB ignore when comparing job names (it would share the ledger row of the name without it)", ormlock.ErrInvalidArgument, verb, job)
 	case utf8.RuneCountInString(job) > MaxJobLen:
 		return fmt.Errorf("%w: %s: job name is %d characters long, at most %d fit the ledger", ormlock.ErrInvalidArgument, verb, utf8.RuneCountInString(job), MaxJobLen)
 	}

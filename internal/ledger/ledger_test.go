@@ -35,7 +35,7 @@ func TestErrorText(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
-	for _, job := range []string{"", "a\x00", "\xff", strings.Repeat("é", ledger.MaxJobLen+1)} {
+	for _, job := range []string{"", "a\x00", "\xff", strings.Repeat("é", ledger.MaxJobLen+1), "report ", " "} {
 		if err := ledger.ValidateJob("X", job); !errors.Is(err, ormlock.ErrInvalidArgument) || !strings.Contains(err.Error(), "X: ") {
 			t.Errorf("ValidateJob(%.20q) = %v", job, err)
 		}
