@@ -81,7 +81,8 @@ import (
 // Calls on a transactional client (tx.Client()) fail with an error wrapping
 // [ormlock.ErrInvalidArgument]: ent has no nested transactions. Bad input is
 // an error wrapping ErrInvalidArgument too: a nil ctx, client or fn, an
-// empty job name (or one longer than 191 characters), a zero slot.
+// empty job name (or one longer than 191 characters, or one ending with a
+// space, which MySQL/MariaDB would not tell apart), a zero slot.
 func RunOnce[T TxLike](ctx context.Context, client interface {
 	Tx(context.Context) (T, error)
 }, job string, slot time.Time, fn func(tx T) error, opts ...ormlock.Option) error {
