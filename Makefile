@@ -21,7 +21,7 @@ deps:
 	@missing=""; \
 	ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	[ -x /usr/sbin/pgbouncer ] || command -v pgbouncer >/dev/null 2>&1 || missing="$$missing pgbouncer"; \
-	[ -x /usr/sbin/mariadbd ] || command -v mariadbd >/dev/null 2>&1 || missing="$$missing mariadb-server"; \
+	{ [ -x /usr/sbin/mariadbd ] || command -v mariadbd >/dev/null 2>&1; } && ls /usr/lib/mysql/plugin/metadata_lock_info.so >/dev/null 2>&1 || missing="$$missing mariadb-server"; \
 	[ -x /usr/bin/redis-server ] || command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ]; then \
