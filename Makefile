@@ -12,7 +12,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 test: deps
 	@set -e; for m in $(MODULES); do \
 		echo "==> go test -race ./... in $$m"; \
-		(cd $$m && $(GO) test -race -timeout 20m ./...); \
+		(cd $$m && $(GO) test -race -count=1 -timeout 20m ./...); \
 	done
 
 ## deps: install the Debian packages the tests need, when missing (redis-server
