@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	_ "time/tzdata" // zone data for the DST tests, whatever the machine has
 
 	"github.com/ormlock/ormlock"
 )

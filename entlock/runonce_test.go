@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	_ "time/tzdata" // zone data for the DST tests, whatever the machine has
 
 	"entgo.io/ent/dialect"
 	entsql "entgo.io/ent/dialect/sql"

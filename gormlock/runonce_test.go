@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	_ "time/tzdata" // zone data for the DST tests, whatever the machine has
 
 	"gorm.io/gorm"
 
