@@ -224,7 +224,7 @@ func forEach(t *testing.T, f func(t *testing.T, a adapter, k testdb.Kind)) {
 // free reports whether hand-written SQL can take key's lock right now.
 func free(t *testing.T, k testdb.Kind, key string) bool {
 	t.Helper()
-	return enttest.RawFree(t, k, key)
+	return testdb.RawFree(t, k, "", key)
 }
 
 // exclusion runs rounds of lockers contending for key and asserts at most
@@ -353,7 +353,7 @@ func TestConformanceWaitAndCancel(t *testing.T) {
 	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
 		l := a.open(t, k)
 		key := "conf-wait-" + t.Name()
-		release := enttest.RawHold(t, k, key)
+		release := testdb.RawHold(t, k, "", key)
 		called := false
 		fn := func(txn) error { called = true; return nil }
 		ctx := context.Background()

@@ -45,12 +45,12 @@ func openPlain(t *testing.T, k testdb.Kind) (*ent.Client, *sql.DB) {
 
 func rawHold(t *testing.T, k testdb.Kind, name string) func() {
 	t.Helper()
-	return enttest.RawHold(t, k, name)
+	return testdb.RawHold(t, k, "", name)
 }
 
 func rawFree(t *testing.T, k testdb.Kind, name string) bool {
 	t.Helper()
-	return enttest.RawFree(t, k, name)
+	return testdb.RawFree(t, k, "", name)
 }
 
 func count(t *testing.T, k testdb.Kind, owner string) int {

@@ -1,7 +1,6 @@
 package gormlock_test
 
 import (
-	"context"
 	"database/sql"
 	"os"
 	"testing"
@@ -63,88 +62,23 @@ func gormOnTB(t testing.TB, k testdb.Kind, sqlDB *sql.DB, cfg ...*gorm.Config) *
 }
 
 // rawHold takes the lock for name (no namespace) with hand-written SQL on a
-// dedicated connection, as existing code would, and returns its release. On
-// PostgreSQL it uses a session-level lock straight on the server (session
-// locks do not survive PgBouncer's transaction mode).
+// dedicated connection and returns its release (see testdb.RawHold).
 func rawHold(t *testing.T, k testdb.Kind, name string) (release func()) {
 	t.Helper()
-	ctx := context.Background()
-	var pool *sql.DB
-	if k.Dialect() == "postgres" {
-		pool = testdb.AdminDB(t, k)
-	} else {
-		pool = testdb.Open(t, k)
-	}
-	conn, err := pool.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ok bool
-	if k.Dialect() == "postgres" {
-		err = conn.QueryRowContext(ctx, "SELECT pg_try_advisory_lock($1)", keyhash.Int64(name)).Scan(&ok)
-	} else {
-		err = conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0) = 1", keyhash.MySQLName("", name)).Scan(&ok)
-	}
-	if err != nil || !ok {
-		conn.Close()
-		t.Fatalf("raw lock on %q: ok=%v err=%v", name, ok, err)
-	}
-	done := false
-	release = func() {
-		if done {
-			return
-		}
-		done = true
-		var err error
-		if k.Dialect() == "postgres" {
-			_, err = conn.ExecContext(ctx, "SELECT pg_advisory_unlock($1)", keyhash.Int64(name))
-		} else {
-			_, err = conn.ExecContext(ctx, "DO RELEASE_LOCK(?)", keyhash.MySQLName("", name))
-		}
-		if err != nil {
-			t.Errorf("raw unlock: %v", err)
-		}
-		conn.Close()
-	}
-	t.Cleanup(release)
-	return release
+	return testdb.RawHold(t, k, "", name)
 }
 
 // rawFree reports whether hand-written SQL can take the lock for name right
 // now (and releases it at once).
 func rawFree(t *testing.T, k testdb.Kind, name string) bool {
 	t.Helper()
-	return rawFreeNS(t, k, "", name)
+	return testdb.RawFree(t, k, "", name)
 }
 
 // rawFreeNS is rawFree for a name in namespace ns.
 func rawFreeNS(t *testing.T, k testdb.Kind, ns, name string) bool {
 	t.Helper()
-	ctx := context.Background()
-	var ok bool
-	var err error
-	if k.Dialect() == "postgres" {
-		tx, terr := testdb.AdminDB(t, k).BeginTx(ctx, nil)
-		if terr != nil {
-			t.Fatal(terr)
-		}
-		err = tx.QueryRowContext(ctx, "SELECT pg_try_advisory_xact_lock($1)", keyhash.Int64NS(ns, name)).Scan(&ok)
-		_ = tx.Rollback()
-	} else {
-		conn, cerr := testdb.AdminDB(t, k).Conn(ctx)
-		if cerr != nil {
-			t.Fatal(cerr)
-		}
-		defer conn.Close()
-		err = conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0) = 1", keyhash.MySQLName(ns, name)).Scan(&ok)
-		if err == nil && ok {
-			_, err = conn.ExecContext(ctx, "DO RELEASE_LOCK(?)", keyhash.MySQLName(ns, name))
-		}
-	}
-	if err != nil {
-		t.Fatalf("rawFree(%q): %v", name, err)
-	}
-	return ok
+	return testdb.RawFree(t, k, ns, name)
 }
 
 // table creates a scratch table for the test and drops it afterwards.

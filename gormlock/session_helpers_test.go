@@ -201,31 +201,7 @@ func waitConnGone(t *testing.T, dialect string, admin *sql.DB, id int64) {
 // for name right now (releasing it at once): rawFree for any server, safe
 // on any goroutine.
 func lockFree(ctx context.Context, dialect string, admin *sql.DB, name string) (ok bool, err error) {
-	if dialect == "postgres" {
-		tx, err := admin.BeginTx(ctx, nil)
-		if err != nil {
-			return false, err
-		}
-		defer tx.Rollback()
-		if err := tx.QueryRowContext(ctx, "SELECT pg_try_advisory_xact_lock($1)", keyhash.Int64(name)).Scan(&ok); err != nil {
-			return false, fmt.Errorf("try %q: %w", name, err)
-		}
-		return ok, nil
-	}
-	conn, err := admin.Conn(ctx)
-	if err != nil {
-		return false, err
-	}
-	defer conn.Close()
-	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0) = 1", keyhash.MySQLName("", name)).Scan(&ok); err != nil {
-		return false, fmt.Errorf("try %q: %w", name, err)
-	}
-	if ok {
-		if _, err := conn.ExecContext(ctx, "DO RELEASE_LOCK(?)", keyhash.MySQLName("", name)); err != nil {
-			return false, fmt.Errorf("release %q: %w", name, err)
-		}
-	}
-	return ok, nil
+	return testdb.RawFreeOn(ctx, dialect, admin, "", name)
 }
 
 // driverOf is the database/sql driver name of kind k.

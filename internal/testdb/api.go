@@ -24,6 +24,9 @@
 //	func LogPath(tb testing.TB, k Kind) string  // log of the shared server that runs the SQL (PgBouncer kind: PostgreSQL's); "" when a DSN env var overrides
 //	func AssertNoLeaks(tb testing.TB, k Kind, dbs ...*sql.DB) // polls up to 5s: no advisory lock in pg_locks / no user lock in MariaDB, and InUse == 0 for each db
 //	func Leaks(k Kind, dbs ...*sql.DB) error    // one check of the same, on the shared server; nil when nothing leaks
+//	func RawHold(tb testing.TB, k Kind, ns, name string) (release func()) // hand-written session lock on a dedicated connection (PostgreSQL: via AdminDB); release idempotent, run at cleanup
+//	func RawFree(tb testing.TB, k Kind, ns, name string) bool             // hand-written try-and-release on AdminDB; fails the test on error
+//	func RawFreeOn(ctx context.Context, dialect string, db *sql.DB, ns, name string) (bool, error) // the same through db, without testing.TB
 //
 //	func Start(tb testing.TB, k Kind) *Server   // a private server for restart/kill tests, stopped in tb.Cleanup
 //	func StartServer(k Kind) (*Server, error)   // the same without testing.TB (for tools); the caller must Close it
