@@ -1,6 +1,6 @@
 module github.com/ormlock/ormlock/bench
 
-go 1.26.8
+go 1.25.0
 
 replace github.com/ormlock/ormlock => ../
 
@@ -43,7 +43,6 @@ require (
 	github.com/jinzhu/now v1.1.5 // indirect
 	github.com/mitchellh/go-wordwrap v1.0.1 // indirect
 	github.com/pmezard/go-difflib v1.0.0 // indirect
-	github.com/rogpeppe/go-internal v1.16.0 // indirect
 	github.com/zclconf/go-cty v1.14.4 // indirect
 	github.com/zclconf/go-cty-yaml v1.1.0 // indirect
 	golang.org/x/image v0.24.0 // indirect

@@ -1,6 +1,6 @@
 module github.com/ormlock/ormlock/scheduler
 
-go 1.26.8
+go 1.25.0
 
 replace github.com/ormlock/ormlock => ../
 
