@@ -44,9 +44,13 @@ type Event struct {
 	Verb string
 	// Dialect is "postgres" or "mysql".
 	Dialect string
-	// Key is the lock's key and Namespace its namespace.
+	// Key is the lock's key and Namespace its namespace. A RunOnce key has
+	// the slot in it (see RunKey), so there is one per run.
 	Key       Key
 	Namespace string
+	// Job is the RunOnce job name ("" for the other verbs): a label with a
+	// value per job, not per run.
+	Job string
 	// Wait is how long acquisition took (EventAcquired, EventNotAcquired).
 	Wait time.Duration
 	// Held is how long the lock was held (EventReleased, EventReleaseFailed,
@@ -59,6 +63,14 @@ type Event struct {
 // Observer receives lock events. Observe is called synchronously on the
 // locking goroutine (or the keepalive goroutine for EventLockLost) and must
 // not block. When no observer is set, no event is built at all.
+//
+// An observer cannot cost a lock, a connection or the process: a panic in
+// Observe is recovered, the verb goes on (and releases) as if Observe had
+// returned, and the first panic of each verb call is logged once, at
+// slog.LevelError on slog.Default(), with the event kind, verb, key, panic
+// value and stack. The observer still receives the call's later events.
+// Observe must not call runtime.Goexit (testing's t.FailNow does), which
+// cannot be recovered.
 type Observer interface {
 	Observe(ctx context.Context, e Event)
 }

@@ -39,6 +39,7 @@ func NewRun(verb string, op *lockproto.Op, job string, slot time.Time) (*Run, er
 	if err != nil {
 		return nil, err
 	}
+	op.Job = job // events carry the job: a bounded label, unlike the key
 	owner := op.Cfg.Owner
 	if owner == "" {
 		owner = DefaultOwner()

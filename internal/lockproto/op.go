@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/ormlock/ormlock"
@@ -17,12 +20,20 @@ type Op struct {
 	Key  ormlock.Key
 	Cfg  ormlock.Config
 	Verb string
+	// Job is the RunOnce job the lock is for ("" for other verbs); events
+	// carry it, so that an observer can label them by job rather than by
+	// key, which differs per slot.
+	Job string
 
 	pg    ormlock.PostgresKey
 	mysql string
 
 	start    time.Time
 	acquired time.Time
+
+	// observerPanicked is set by the first observer panic this Op
+	// contained, so that it is reported once.
+	observerPanicked atomic.Bool
 }
 
 // NewOp validates the key and settings and resolves the key for d.
@@ -51,20 +62,48 @@ func (o *Op) MySQLName() string { return o.mysql }
 // PostgresKey is the resolved advisory lock key (PostgreSQL only).
 func (o *Op) PostgresKey() ormlock.PostgresKey { return o.pg }
 
-// Emit sends an event to the observer, if any.
+// Emit sends an event to the observer, if any. A panic in the observer is
+// contained here, the one place every event goes through: it never reaches
+// the verb (whose lock and connection are then released as usual) nor the
+// Session keepalive goroutine (where it would end the process). The first
+// panic of an Op is reported once, as an error on slog.Default() (see
+// ormlock.Observer); the observer still gets the Op's later events.
 func (o *Op) Emit(ctx context.Context, kind ormlock.EventKind, err error) {
 	obs := o.Cfg.Observer
 	if obs == nil {
 		return
 	}
-	e := ormlock.Event{Kind: kind, Verb: o.Verb, Dialect: o.D.String(), Key: o.Key, Namespace: o.Cfg.Namespace, Err: err}
+	e := ormlock.Event{Kind: kind, Verb: o.Verb, Dialect: o.D.String(), Key: o.Key, Namespace: o.Cfg.Namespace, Job: o.Job, Err: err}
 	switch kind {
 	case ormlock.EventAcquired, ormlock.EventNotAcquired:
 		e.Wait = time.Since(o.start)
 	case ormlock.EventReleased, ormlock.EventReleaseFailed, ormlock.EventLockLost:
 		e.Held = time.Since(o.acquired)
 	}
+	defer func() {
+		if p := recover(); p != nil {
+			o.observerPanic(ctx, e, p)
+		}
+	}()
 	obs.Observe(ctx, e)
+}
+
+// ObserverPanicMessage is the message of the log record that reports an
+// observer's panic.
+const ObserverPanicMessage = "ormlock: observer panicked; the panic was contained and the lock handled as usual"
+
+// observerPanic reports the first observer panic of o on slog.Default().
+func (o *Op) observerPanic(ctx context.Context, e ormlock.Event, p any) {
+	if o.observerPanicked.Swap(true) {
+		return
+	}
+	slog.Default().LogAttrs(context.WithoutCancel(ctx), slog.LevelError, ObserverPanicMessage,
+		slog.String("event", e.Kind.String()),
+		slog.String("verb", e.Verb),
+		slog.String("key", e.Key.String()),
+		slog.Any("panic", p),
+		slog.String("stack", string(debug.Stack())),
+	)
 }
 
 // budget returns how long to wait for the lock: the configured wait, cut

@@ -114,8 +114,10 @@ func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Contex
 			pcancel()
 			if perr != nil {
 				lost = perr
-				o.Emit(ctx, ormlock.EventLockLost, perr)
+				// fn hears of the loss first; then the observer, whose
+				// panic Emit contains (it would end the process here)
 				cancel(ormlock.ErrLockLost)
+				o.Emit(ctx, ormlock.EventLockLost, perr)
 				return
 			}
 		}
