@@ -51,7 +51,8 @@ import (
 //
 // On MySQL/MariaDB the lock is GET_LOCK on the dedicated connection, whose
 // wait_timeout is raised (never lowered) so that an idle timeout cannot drop
-// the lock; the keepalive checks that the lock still names the connection.
+// the lock, and set back to the connection's own value before it returns to
+// the pool; the keepalive checks that the lock still names the connection.
 //
 // The dedicated connection counts against db's MaxOpenConns (and
 // PgBouncer's pool) while fn runs, so a pool of MaxOpenConns 1 cannot serve

@@ -195,23 +195,37 @@ func MySQLHeld(ctx context.Context, q Querier, name string) error {
 	return nil
 }
 
-// MySQLKeepSession raises the connection's wait_timeout so that the server
-// does not drop an idle lock connection (and its lock) between keepalives.
-func MySQLKeepSession(ctx context.Context, q Querier, atLeast time.Duration) error {
-	secs := int64(atLeast / time.Second)
-	if secs < 60 {
-		secs = 60
+// MySQLKeepSession makes sure that the server does not drop an idle lock
+// connection (and its lock) between keepalives: it reads the connection's
+// own wait_timeout and raises it to atLeast (never below a minute) when it
+// is shorter. It returns the previous value in seconds, for
+// MySQLRestoreSession, or 0 when the value was long enough and was left as
+// it was. Both statements are sent without arguments (the value is an
+// integer literal), one round trip each.
+func MySQLKeepSession(ctx context.Context, q Querier, atLeast time.Duration) (prev int64, err error) {
+	secs := max(int64(atLeast/time.Second), 60)
+	if err := q.QueryRowContext(ctx, "SELECT @@session.wait_timeout").Scan(&prev); err != nil {
+		return 0, fmt.Errorf("ormlock: read wait_timeout: %w", err)
 	}
-	if _, err := q.ExecContext(ctx, "SET SESSION wait_timeout = GREATEST(@@session.wait_timeout, ?)", secs); err != nil {
-		return fmt.Errorf("ormlock: raise wait_timeout: %w", err)
+	if prev >= secs {
+		return 0, nil
 	}
-	return nil
+	if _, err := q.ExecContext(ctx, "SET SESSION wait_timeout = "+strconv.FormatInt(secs, 10)); err != nil {
+		return 0, fmt.Errorf("ormlock: raise wait_timeout: %w", err)
+	}
+	return prev, nil
 }
 
-// MySQLRestoreSession sets the connection's wait_timeout back to the server's
-// default once a Session is done with it, before it goes back to the pool.
-func MySQLRestoreSession(ctx context.Context, q Querier) error {
-	if _, err := q.ExecContext(ctx, "SET SESSION wait_timeout = DEFAULT"); err != nil {
+// MySQLRestoreSession sets the connection's wait_timeout back to prev, the
+// value MySQLKeepSession found (the application's own, from the DSN or a SET
+// of its own, or the server's default), once a Session is done with the
+// connection and before it goes back to the pool. prev 0 means that nothing
+// was changed: it does nothing.
+func MySQLRestoreSession(ctx context.Context, q Querier, prev int64) error {
+	if prev <= 0 {
+		return nil
+	}
+	if _, err := q.ExecContext(ctx, "SET SESSION wait_timeout = "+strconv.FormatInt(prev, 10)); err != nil {
 		return fmt.Errorf("ormlock: restore wait_timeout: %w", err)
 	}
 	return nil

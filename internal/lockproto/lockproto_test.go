@@ -96,7 +96,7 @@ func TestMySQLNamed(t *testing.T) {
 	}
 	defer c2.Close()
 
-	if err := lockproto.MySQLKeepSession(ctx, c1, time.Hour); err != nil {
+	if _, err := lockproto.MySQLKeepSession(ctx, c1, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	if ok, err := lockproto.MySQLGetLock(ctx, c1, name, 0); err != nil || !ok {

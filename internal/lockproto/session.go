@@ -43,8 +43,10 @@ type sessionHold struct {
 //
 // MySQL/MariaDB: GET_LOCK on the pinned connection, whose wait_timeout is
 // first raised (never lowered) to at least a minute and ten intervals, so an
-// idle timeout shorter than the keepalive cannot drop the lock; the raised
-// value stays with the connection when it goes back to the pool. The
+// idle timeout shorter than the keepalive cannot drop the lock; a raised
+// value is set back to the connection's own previous one (from the DSN, the
+// application or the server default) before the connection goes back to the
+// pool. The
 // keepalive checks IS_USED_LOCK(name) = CONNECTION_ID(). Release is
 // RELEASE_LOCK, which must return 1.
 //
@@ -212,12 +214,13 @@ func (o *Op) holdPostgres(ctx context.Context, conn *sql.Conn) (*sessionHold, er
 }
 
 func (o *Op) holdMySQL(ctx context.Context, conn *sql.Conn) (*sessionHold, error) {
-	if err := MySQLKeepSession(ctx, conn, 10*o.Cfg.Keepalive); err != nil {
+	prev, err := MySQLKeepSession(ctx, conn, 10*o.Cfg.Keepalive)
+	if err != nil {
 		Destroy(conn)
 		return nil, o.failed(ctx, err)
 	}
 	if err := o.AcquireNamed(ctx, conn); err != nil {
-		if MySQLRestoreSession(ctx, conn) != nil {
+		if MySQLRestoreSession(ctx, conn, prev) != nil {
 			Destroy(conn)
 			return nil, err
 		}
@@ -232,7 +235,7 @@ func (o *Op) holdMySQL(ctx context.Context, conn *sql.Conn) (*sessionHold, error
 				return err
 			}
 			// a failure here destroys the connection, like a failed release
-			return MySQLRestoreSession(ctx, conn)
+			return MySQLRestoreSession(ctx, conn, prev)
 		},
 		every: o.Cfg.Keepalive,
 	}, nil
