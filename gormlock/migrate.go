@@ -33,7 +33,10 @@ func Migrate(db *gorm.DB, opts ...ormlock.Option) error {
 	if db.Error != nil {
 		return db.Error
 	}
-	cfg := configFor(db, opts)
+	cfg, err := configFor(db, opts)
+	if err != nil {
+		return err
+	}
 	if err := cfg.Err(); err != nil {
 		return err
 	}

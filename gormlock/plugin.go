@@ -34,18 +34,45 @@ func (p *Plugin) Name() string { return PluginName }
 // Initialize implements gorm.Plugin: it rejects invalid options and, with
 // ormlock.ErrUnsupportedDialect, any dialect other than postgres and mysql,
 // so that a misconfiguration fails at start-up rather than at midnight.
+//
+// It fails closed: GORM does not register a plugin whose Initialize failed,
+// so the failure is recorded on db's configuration instead, and every verb
+// called on db (or a session or transaction derived from it) returns this
+// error without taking a lock, even when the caller ignored db.Use's error.
+// A later successful db.Use(gormlock.New(...)) clears it.
 func (p *Plugin) Initialize(db *gorm.DB) error {
-	if err := p.cfg.Err(); err != nil {
-		return err
+	err := p.cfg.Err()
+	if err == nil {
+		_, err = dialectOf(db)
 	}
-	if _, err := dialectOf(db); err != nil {
-		return err
+	if db.Config != nil {
+		if db.Config.Plugins == nil {
+			db.Config.Plugins = map[string]gorm.Plugin{}
+		}
+		if err != nil {
+			err = fmt.Errorf("%w (gormlock: db.Use(gormlock.New(...)) failed with this error; every verb on this db returns it)", err)
+			db.Config.Plugins[failedName] = &failed{err: err}
+		} else {
+			delete(db.Config.Plugins, failedName)
+		}
 	}
-	return nil
+	return err
 }
 
 // Config returns the plugin's defaults.
 func (p *Plugin) Config() ormlock.Config { return p.cfg }
+
+// failedName is the key under which a failed registration is recorded in
+// gorm.Config.Plugins (GORM keeps no other trace of it).
+const failedName = PluginName + ".failed"
+
+// failed is the record of a failed registration: an entry in
+// gorm.Config.Plugins that the verbs find. Should the same gorm.Config be
+// given to another gorm.Open, its Initialize fails that Open with the error.
+type failed struct{ err error }
+
+func (f *failed) Name() string              { return failedName }
+func (f *failed) Initialize(*gorm.DB) error { return f.err }
 
 func dialectOf(db *gorm.DB) (lockproto.Dialect, error) {
 	if db.Dialector == nil {
@@ -54,12 +81,16 @@ func dialectOf(db *gorm.DB) (lockproto.Dialect, error) {
 	return lockproto.DialectOf(db.Dialector.Name())
 }
 
-// configFor returns the plugin's defaults (if registered) with opts on top.
-func configFor(db *gorm.DB, opts []ormlock.Option) ormlock.Config {
+// configFor returns the plugin's defaults (if registered) with opts on top,
+// or the error of a failed registration on db (see Plugin.Initialize).
+func configFor(db *gorm.DB, opts []ormlock.Option) (ormlock.Config, error) {
 	if db.Config != nil {
+		if f, ok := db.Config.Plugins[failedName].(*failed); ok {
+			return ormlock.Config{}, f.err
+		}
 		if p, ok := db.Config.Plugins[PluginName].(*Plugin); ok {
-			return p.cfg.With(opts...)
+			return p.cfg.With(opts...), nil
 		}
 	}
-	return ormlock.NewConfig(opts...)
+	return ormlock.NewConfig(opts...), nil
 }

@@ -134,7 +134,10 @@ func Runs(db *gorm.DB, job string, limit int, opts ...ormlock.Option) ([]ormlock
 	if err != nil {
 		return nil, err
 	}
-	cfg := configFor(db, opts)
+	cfg, err := configFor(db, opts)
+	if err != nil {
+		return nil, err
+	}
 	if err := cfg.Err(); err != nil {
 		return nil, err
 	}

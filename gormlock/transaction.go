@@ -62,7 +62,11 @@ func (c *call) init(db *gorm.DB, verb string, key ormlock.Key, opts []ormlock.Op
 	if err != nil {
 		return err
 	}
-	op, err := lockproto.NewOp(d, verb, key, configFor(db, opts))
+	cfg, err := configFor(db, opts)
+	if err != nil {
+		return err
+	}
+	op, err := lockproto.NewOp(d, verb, key, cfg)
 	if err != nil {
 		return err
 	}
