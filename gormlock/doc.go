@@ -102,8 +102,11 @@
 // # Plugin and read replicas
 //
 // db.Use(gormlock.New(opts...)) sets defaults (namespace, wait, observer,
-// ledger table) for every call on that db, and rejects a dialect other than
-// postgres or mysql with [ormlock.ErrUnsupportedDialect] at registration.
+// ledger table) for every call on that db, and rejects an invalid option,
+// or a dialect other than postgres or mysql ([ormlock.ErrUnsupportedDialect]),
+// at registration. It fails closed: after a failed registration every verb
+// on that db returns the registration's error and takes no lock, so an
+// ignored error cannot make the locks drop their namespace.
 // With gorm.io/plugin/dbresolver registered, the lock and the transaction
 // always run on a source (primary) connection, never a replica: a lock taken
 // on a replica would exclude nobody. PrepareStmt: true is supported; the lock
@@ -114,7 +117,8 @@
 //
 // [ormlock.WithObserver] (per call or as the plugin's default) receives an
 // [ormlock.Event] for every attempt, acquisition, refusal, release, failed
-// release and lost lock; [ormlock.SlogObserver] logs them. With no observer
+// release and lost lock; [ormlock.SlogObserver] logs them. A panicking
+// observer is contained and reported once (see [ormlock.Observer]). With no observer
 // set no event is built, and with one the Transaction path allocates nothing
 // more (BenchmarkTransactionObserver). [Holder] asks the database who holds
 // a lock right now: backend pid or connection id, user, client, state, last

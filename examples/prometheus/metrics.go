@@ -14,7 +14,12 @@ import (
 // ormlock.WithObserver, per call or as the gormlock plugin's default:
 //
 //	m, err := NewMetrics(prometheus.DefaultRegisterer)
-//	db.Use(gormlock.New(ormlock.WithObserver(m)))
+//	if err != nil {
+//		return err
+//	}
+//	if err := db.Use(gormlock.New(ormlock.WithObserver(m))); err != nil {
+//		return err
+//	}
 //
 // Exported series (labels verb, dialect, lock):
 //
@@ -28,12 +33,19 @@ import (
 //	ormlock_lost_total                   Session locks lost while fn ran
 //	ormlock_already_done_total           RunOnce calls that found their slot done
 //
-// The lock label is the key ([ormlock.Key.String]), prefixed "namespace/"
-// when a namespace is set. Keys made per entity (one lock per order id)
-// would make one series each: set LockLabel to map them to a few values.
+// Every label must take few values, or each new value makes new series
+// (a histogram's a dozen buckets each) for as long as the process lives. verb,
+// dialect and reason are bounded by ormlock itself: a handful of verbs, two
+// dialects, four reasons. The lock label is bounded by what the application
+// locks: it is the key ([ormlock.Key.String]), prefixed "namespace/" when a
+// namespace is set, except for RunOnce, whose key has the slot in it (one
+// key per run, without bound): its label is the job ([ormlock.Event.Job]),
+// so one job is one series however many slots it runs. Keys made per entity
+// (one lock per order id) would still make one series each: set LockLabel
+// to map them to a few values.
 type Metrics struct {
 	// LockLabel returns the value of the lock label for an event. The
-	// default is the namespace-qualified key.
+	// default is the namespace-qualified key, or job for RunOnce.
 	LockLabel func(e ormlock.Event) string
 
 	acquired      *prometheus.CounterVec
@@ -101,10 +113,14 @@ func (m *Metrics) lockLabel(e ormlock.Event) string {
 	if m.LockLabel != nil {
 		return m.LockLabel(e)
 	}
-	if e.Namespace != "" {
-		return e.Namespace + "/" + e.Key.String()
+	name := e.Key.String()
+	if e.Job != "" { // RunOnce: the job, not its per-slot key
+		name = e.Job
 	}
-	return e.Key.String()
+	if e.Namespace != "" {
+		return e.Namespace + "/" + name
+	}
+	return name
 }
 
 // reason classifies a not_acquired event.
