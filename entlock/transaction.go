@@ -63,7 +63,14 @@ func begin[T TxLike](ctx context.Context, client interface {
 	Tx(context.Context) (T, error)
 }, r *request) (T, error) {
 	var zero T
+	done := false
+	defer func() {
+		if !done && r.tx != nil { // client.Tx panicked after the lock was taken
+			_ = r.tx.Rollback()
+		}
+	}()
 	tx, err := client.Tx(r.with(ctx))
+	done = true
 	if err != nil {
 		if r.tx != nil { // the lock was taken, but ent did not take the transaction
 			_ = r.tx.Rollback()
