@@ -107,6 +107,7 @@
 // at registration. It fails closed: after a failed registration every verb
 // on that db returns the registration's error and takes no lock, so an
 // ignored error cannot make the locks drop their namespace.
+//
 // With gorm.io/plugin/dbresolver registered, the lock and the transaction
 // always run on a source (primary) connection, never a replica: a lock taken
 // on a replica would exclude nobody. PrepareStmt: true is supported; the lock
@@ -118,9 +119,9 @@
 // [ormlock.WithObserver] (per call or as the plugin's default) receives an
 // [ormlock.Event] for every attempt, acquisition, refusal, release, failed
 // release and lost lock; [ormlock.SlogObserver] logs them. A panicking
-// observer is contained and reported once (see [ormlock.Observer]). With no observer
-// set no event is built, and with one the Transaction path allocates nothing
-// more (BenchmarkTransactionObserver). [Holder] asks the database who holds
+// observer is contained and reported once (see [ormlock.Observer]). With no
+// observer set no event is built, and with one the Transaction path
+// allocates nothing more (BenchmarkTransactionObserver). [Holder] asks the database who holds
 // a lock right now: backend pid or connection id, user, client, state, last
 // query, hold time.
 package gormlock
