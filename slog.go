@@ -10,7 +10,9 @@ import (
 // structured record; a nil logger means slog.Default() at the time of each
 // event. Use it per call or as a plugin default:
 //
-//	db.Use(gormlock.New(ormlock.WithObserver(ormlock.SlogObserver(logger))))
+//	if err := db.Use(gormlock.New(ormlock.WithObserver(ormlock.SlogObserver(logger)))); err != nil {
+//		return err
+//	}
 //
 // The message is "ormlock: " followed by the event's name (EventKind.String,
 // e.g. "ormlock: not_acquired"). Levels are chosen so that at the default
