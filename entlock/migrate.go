@@ -28,7 +28,7 @@ import (
 // owner, started_at, finished_at, error; primary key (namespace, job, slot);
 // times in UTC (timestamptz on PostgreSQL, DATETIME(6) on MySQL/MariaDB). A
 // table created by an earlier version, without the namespace column, is
-// upgraded in place (existing rows get namespace '').
+// upgraded in place (existing rows get the empty namespace).
 func Migrate[T TxLike](ctx context.Context, x interface {
 	Tx(context.Context) (T, error)
 }, opts ...ormlock.Option) error {

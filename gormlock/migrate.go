@@ -27,7 +27,7 @@ import (
 // owner, started_at, finished_at, error; primary key (namespace, job, slot);
 // times in UTC (timestamptz on PostgreSQL, DATETIME(6) on MySQL/MariaDB). A
 // table created by an earlier version, without the namespace column, is
-// upgraded in place: the column is added (existing rows get namespace '')
+// upgraded in place: the column is added (existing rows get the empty namespace)
 // and the primary key becomes (namespace, job, slot).
 func Migrate(db *gorm.DB, opts ...ormlock.Option) error {
 	if db == nil {

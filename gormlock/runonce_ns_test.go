@@ -137,7 +137,7 @@ func oldLedger(t *testing.T, k testdb.Kind, name string) {
 }
 
 // TestMigrateUpgradesOldLedger: Migrate upgrades a ledger table created by
-// an earlier version in place: its rows stay, in namespace '', and RunOnce
+// an earlier version in place: its rows stay, in the empty namespace, and RunOnce
 // and Runs work on it, with and without a namespace.
 func TestMigrateUpgradesOldLedger(t *testing.T) {
 	forEachKind(t, func(t *testing.T, k testdb.Kind) {

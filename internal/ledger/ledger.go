@@ -22,7 +22,7 @@
 // ledger table under different namespaces each run their own job of the same
 // name. Tables created before the namespace column existed, with primary key
 // (job, slot), are upgraded in place by Migrate (upgrade.go); their rows get
-// namespace ''.
+// the empty namespace.
 //
 // Times come from the database server's clock (clock_timestamp(),
 // UTC_TIMESTAMP(6)), so the audit trail of all instances shares one clock.

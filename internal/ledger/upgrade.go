@@ -12,13 +12,12 @@ import (
 // (primary key (job, slot)): Migrate calls upgrade after CREATE TABLE IF NOT
 // EXISTS, under the same lock, so it runs once however many replicas start
 // together. It adds the column with default '' (every existing row keeps its
-// job, slot and status, in namespace '') and makes the primary key
+// job, slot and status, in the empty namespace) and makes the primary key
 // (namespace, job, slot). A table that has the column is left alone.
 //
 // PostgreSQL: the ALTER TABLEs run in Migrate's transaction, so a failure
 // leaves the table as it was. MySQL/MariaDB: one ALTER TABLE, which InnoDB
 // applies as a whole or not at all.
-
 
 // hasNamespace reports whether the table has the namespace column.
 func (t *Table) hasNamespace(ctx context.Context, q lockproto.Querier) (bool, error) {
