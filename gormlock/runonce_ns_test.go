@@ -2,6 +2,7 @@ package gormlock_test
 
 import (
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -144,6 +145,11 @@ func TestMigrateUpgradesOldLedger(t *testing.T) {
 		db, _ := openGorm(t, k)
 		name := "o_" + keyhashHex(t.Name())
 		oldLedger(t, k, name)
+		// before Migrate: RunOnce says what to do
+		err := gormlock.RunOnce(db, "old-job", slotAt(0), func(*gorm.DB) error { return nil }, ormlock.WithLedgerTable(name))
+		if err == nil || !strings.Contains(err.Error(), "upgrade it with Migrate") {
+			t.Fatalf("RunOnce on the old table: %v, want the upgrade hint", err)
+		}
 		// replicas starting together, with different namespaces
 		var wg sync.WaitGroup
 		errs := make([]error, 3)

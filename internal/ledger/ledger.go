@@ -278,7 +278,18 @@ func (t *Table) wrap(what string, err error) error {
 	if missingTable(err) {
 		return fmt.Errorf("ormlock: ledger table %q does not exist (create it with Migrate): %s: %w", t.name, what, err)
 	}
+	if missingColumn(err) {
+		return fmt.Errorf("ormlock: ledger table %q has an earlier shape (upgrade it with Migrate, which adds the namespace column): %s: %w", t.name, what, err)
+	}
 	return fmt.Errorf("ormlock: ledger table %q: %s: %w", t.name, what, err)
+}
+
+func missingColumn(err error) bool {
+	if lockproto.SQLState(err) == "42703" { // undefined_column
+		return true
+	}
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1054 // ER_BAD_FIELD_ERROR
 }
 
 func missingTable(err error) bool {
