@@ -44,6 +44,8 @@ import (
 //
 // If fn fails (or panics) everything rolls back, no row remains, fn's error
 // is returned unchanged (the panic re-raised), and a later trigger may retry.
+// The namespace in effect is part of the run's identity, as in gormlock's
+// RunOnce (lock and ledger row (namespace, job, slot)).
 // When another instance is running the slot right now, RunOnce returns an
 // error wrapping [ormlock.ErrNotAcquired] at once, or waits per
 // [ormlock.WithWait] (and then usually finds the slot done). As in

@@ -59,8 +59,13 @@ import (
 // slot over). Claim mode needs two connections of the pool while fn runs,
 // and a db that is not inside a transaction.
 //
-// Duplicate keys: the row is claimed with INSERT ... ON CONFLICT (job, slot)
-// DO UPDATE ... WHERE status <> 'done' on PostgreSQL and INSERT ... ON
+// The namespace in effect ([ormlock.WithNamespace]) is part of the run's
+// identity: the lock is RunKey in that namespace and the ledger row is
+// (namespace, job, slot), so services with different namespaces sharing a
+// ledger table run their own jobs of the same name (docs/PROTOCOL.md).
+//
+// Duplicate keys: the row is claimed with INSERT ... ON CONFLICT (namespace,
+// job, slot) DO UPDATE ... WHERE status <> 'done' on PostgreSQL and INSERT ... ON
 // DUPLICATE KEY UPDATE on MySQL/MariaDB, never with a plain INSERT that could
 // fail (and fill the server log with duplicate-key errors) nor with INSERT
 // IGNORE, which would also turn unrelated errors into warnings.

@@ -37,8 +37,8 @@
 // safe because the caller holds the (job, slot) lock), and leaves a 'done'
 // row untouched.
 //
-//   - PostgreSQL: INSERT ... ON CONFLICT (job, slot) DO UPDATE ... WHERE
-//     status <> 'done' RETURNING started_at. A row comes back exactly when the
+//   - PostgreSQL: INSERT ... ON CONFLICT (namespace, job, slot) DO UPDATE
+//     ... WHERE status <> 'done' RETURNING started_at. A row comes back exactly when the
 //     slot was claimed; on a 'done' row it acts as ON CONFLICT DO NOTHING
 //     (nothing written, no error, no row, RowsAffected 0).
 //   - MySQL/MariaDB: INSERT ... ON DUPLICATE KEY UPDATE col = IF(status =
@@ -75,8 +75,9 @@ import (
 )
 
 // MaxJobLen is the longest job name, in characters: the job column is
-// varchar(191), which keeps the (job, slot) primary key within InnoDB's
-// 767-byte index limit for utf8mb4 on older row formats.
+// varchar(191), which keeps the column within InnoDB's 767-byte index
+// limit for utf8mb4 on older row formats (the (namespace, job, slot) key is
+// 1,284 bytes, within InnoDB's 3,072-byte limit for a whole key).
 const MaxJobLen = 191
 
 // maxErrorBytes bounds the error text written to the ledger.
