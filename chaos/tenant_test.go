@@ -165,3 +165,80 @@ func TestHugeNamesBounded(t *testing.T) {
 		}
 	})
 }
+
+// TestHolderExposure checks what ormlock.HolderInfo's docs say a caller
+// without privileges sees of another user's lock: PostgreSQL (a plain LOGIN
+// role): Held, PID, Lock, Mode, User and Database, and Query as
+// "<insufficient privilege>", nothing else; MariaDB (a user without
+// PROCESS): Held, PID and Lock. The superuser's own view includes the
+// holder's last query, secret literal and all, which String leaves out.
+func TestHolderExposure(t *testing.T) {
+	for _, k := range []testdb.Kind{testdb.Postgres, testdb.MariaDB} {
+		t.Run(string(k), func(t *testing.T) {
+			admin := testdb.AdminDB(t, k)
+			dsn := testdb.DSN(t, k)
+			var peekDSN string
+			if k == testdb.Postgres {
+				if !strings.HasPrefix(dsn, "postgres://postgres@") {
+					t.Skipf("DSN %q: cannot derive a role's DSN", dsn)
+				}
+				_, _ = admin.Exec("DROP ROLE IF EXISTS chaos_peek")
+				t.Cleanup(func() { _, _ = admin.Exec("DROP ROLE IF EXISTS chaos_peek") })
+				if _, err := admin.Exec("CREATE ROLE chaos_peek LOGIN"); err != nil {
+					t.Fatal(err)
+				}
+				peekDSN = strings.Replace(dsn, "postgres://postgres@", "postgres://chaos_peek@", 1)
+			} else {
+				if !strings.HasPrefix(dsn, "root@") {
+					t.Skipf("DSN %q: cannot derive a user's DSN", dsn)
+				}
+				_, _ = admin.Exec("DROP USER IF EXISTS 'chaos_peek'@'%'")
+				t.Cleanup(func() { _, _ = admin.Exec("DROP USER IF EXISTS 'chaos_peek'@'%'") })
+				if _, err := admin.Exec("CREATE USER 'chaos_peek'@'%'"); err != nil {
+					t.Fatal(err)
+				}
+				// no grant at all: connect without a default database
+				peekDSN = strings.Replace(strings.Replace(dsn, "root@", "chaos_peek@", 1), "/ormlock?", "/?", 1)
+			}
+			owner, _ := openGorm(t, k)
+			peek, peekSQL := openDSN(t, k, peekDSN)
+			t.Cleanup(func() { testdb.AssertNoLeaks(t, k, peekSQL) })
+			const key = "chaos-holder-exposure"
+			var mine, theirs ormlock.HolderInfo
+			err := gormlock.Transaction(owner, key, func(tx *gorm.DB) error {
+				if err := tx.Exec("SELECT 'hunter2' AS secret").Error; err != nil {
+					return err
+				}
+				var err error
+				if theirs, err = gormlock.Holder(peek, key); err != nil {
+					return err
+				}
+				mine, err = gormlock.Holder(owner.Session(&gorm.Session{NewDB: true}), key)
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("figure: %s: unprivileged view: %+v", k, theirs)
+			if !theirs.Held || theirs.PID == 0 || theirs.PID != mine.PID || theirs.Lock == "" {
+				t.Errorf("unprivileged: %+v, want Held, PID and Lock", theirs)
+			}
+			if theirs.Application != "" || theirs.ClientAddr != "" || theirs.State != "" || !theirs.TxStart.IsZero() || !theirs.ConnStart.IsZero() {
+				t.Errorf("unprivileged sees more than documented: %+v", theirs)
+			}
+			if k == testdb.Postgres {
+				if theirs.User != "postgres" || theirs.Database != "ormlock" || theirs.Mode != "ExclusiveLock" || theirs.Query != "<insufficient privilege>" {
+					t.Errorf("PostgreSQL unprivileged: %+v, want user, database, mode and no query", theirs)
+				}
+				if !strings.Contains(mine.Query, "hunter2") {
+					t.Errorf("superuser's view of the query: %q", mine.Query)
+				}
+			} else if theirs.User != "" || theirs.Database != "" || theirs.Query != "" {
+				t.Errorf("MariaDB unprivileged: %+v, want only Held, PID and Lock", theirs)
+			}
+			if strings.Contains(mine.String(), "hunter2") || strings.Contains(theirs.String(), "insufficient") {
+				t.Errorf("String prints the query: %s / %s", mine, theirs)
+			}
+		})
+	}
+}
