@@ -6,7 +6,7 @@ export PATH := $(dir $(GO)):$(PATH)
 MODULES  := . $(patsubst %/go.mod,%,$(wildcard */go.mod))
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: test deps lint bench chaos fmt
+.PHONY: test deps lint bench chaos fmt vuln
 
 ## test: install missing servers (as root), then run the race-enabled tests of every module
 test: deps
@@ -56,6 +56,19 @@ lint:
 	@set -e; for m in $(MODULES); do \
 		echo "==> vet + staticcheck in $$m"; \
 		(cd $$m && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...); \
+	done
+
+## vuln: govulncheck in every module: reports the known vulnerabilities of the
+## code each module builds (the library, examples, scheduler, bench). It reads
+## the Go vulnerability database at https://vuln.go.dev, so it needs the
+## network and is not part of make test; offline, point it at a local copy:
+## make vuln VULNDB=file:///path/to/vulndb. Fails when a vulnerability is found.
+GOVULNCHECK ?= golang.org/x/vuln/cmd/govulncheck@latest
+VULNDB ?= https://vuln.go.dev
+vuln:
+	@set -e; for m in $(MODULES); do \
+		echo "==> govulncheck ./... in $$m"; \
+		(cd $$m && $(GO) run $(GOVULNCHECK) -db $(VULNDB) ./...); \
 	done
 
 fmt:

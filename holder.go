@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // HolderInfo says who holds a lock, as the database server sees it at the
@@ -14,10 +15,32 @@ import (
 // What the servers expose differs; each field says where it comes from.
 // PostgreSQL: pg_locks (locktype 'advisory') joined with pg_stat_activity.
 // MySQL/MariaDB: IS_USED_LOCK(name) joined with
-// information_schema.PROCESSLIST. A caller without the privilege to see
-// other sessions (PostgreSQL: pg_read_all_stats or the holder's role;
-// MySQL: PROCESS) still gets Held and PID, with the other fields empty or
-// PostgreSQL's "<insufficient privilege>".
+// information_schema.PROCESSLIST.
+//
+// What it reveals, and to whom. Any database user can look up any lock
+// (advisory and named locks need no grant, and namespaces are no boundary:
+// see [WithNamespace]), and then sees:
+//
+//   - PostgreSQL, without pg_read_all_stats and not a member of the holder's
+//     role: Held, Lock, PID, Mode, Waiters, User and Database (pg_locks and
+//     these pg_stat_activity columns are public); Application, ClientAddr,
+//     State and the times are empty or zero, Query is
+//     "<insufficient privilege>".
+//   - MySQL/MariaDB, without the PROCESS privilege and not the holder's
+//     user: Held, Lock and PID (IS_USED_LOCK is public); the PROCESSLIST
+//     fields are empty.
+//   - With those privileges (or as the holder's own role/user): everything,
+//     including Query, the holder's SQL text. It can carry secrets: values
+//     interpolated into the text appear in clear (go-sql-driver/mysql with
+//     interpolateParams=true, pgx's simple protocol, which the PgBouncer
+//     setups use, or any hand-built SQL), up to 64 KiB on MySQL/MariaDB and
+//     track_activity_query_size (1 KiB by default) on PostgreSQL.
+//
+// So [HolderInfo.String], meant for logs, leaves the query out; use
+// [HolderInfo.StringWithQuery] where the reader may see the holder's SQL.
+// Every value is printed quoted and escaped (strconv.Quote) when it holds
+// anything but printable characters without spaces, so a holder's
+// application_name or query cannot forge or rewrite a log or terminal line.
 type HolderInfo struct {
 	// Held reports whether some session holds the lock.
 	Held bool
@@ -53,7 +76,8 @@ type HolderInfo struct {
 	StateFor time.Duration
 	// Query is the holder's current statement, or on PostgreSQL its last
 	// one when idle (pg_stat_activity.query); MySQL's INFO is empty while
-	// the connection sleeps.
+	// the connection sleeps. It may contain secrets (see above) and
+	// arbitrary bytes: escape it before printing it.
 	Query string
 	// Mode is the lock mode on PostgreSQL ("ExclusiveLock", or "ShareLock"
 	// for pg_advisory_lock_shared, which ormlock never takes); "" on MySQL.
@@ -81,12 +105,32 @@ type HolderInfo struct {
 	Waiters int
 }
 
-// String returns a one-line, key=value description, e.g.
+// String returns a one-line, key=value description without the query, e.g.
 //
-//	held pid=4242 user=app application=billing client=10.0.0.7:51234 database=app state="idle in transaction" state_for=1.2s held_for=1.3s waiters=0 query="SELECT 1"
+//	held pid=4242 user=app application=billing client=10.0.0.7:51234 database=app state="idle in transaction" state_for=1.2s held_for=1.3s waiters=0
 //
-// or "free" (followed by waiters=N when some are queued).
-func (h HolderInfo) String() string {
+// or "free" (followed by waiters=N when some are queued). A value is quoted
+// with strconv.Quote when it contains a space, '"', '=', a backslash or any
+// character strconv.Quote would escape (control characters, U+2028...), so
+// the line is always one line of printable text.
+func (h HolderInfo) String() string { return h.format(0) }
+
+// StringWithQuery is [HolderInfo.String] followed by query="..." with at most
+// limit bytes of the holder's query (cut at a character boundary and marked
+// "…" when longer; all of it when limit <= 0), quoted. The query may carry
+// secrets: see [HolderInfo].
+func (h HolderInfo) StringWithQuery(limit int) string {
+	if limit <= 0 {
+		limit = max(len(h.Query), 1)
+	}
+	return h.format(limit)
+}
+
+// maxField bounds any other field String prints (they come from the server
+// too: application_name is up to 64 bytes, a MySQL state or host short).
+const maxField = 256
+
+func (h HolderInfo) format(maxQuery int) string {
 	var b strings.Builder
 	if !h.Held {
 		b.WriteString("free")
@@ -105,26 +149,50 @@ func (h HolderInfo) String() string {
 		b.WriteByte(' ')
 		b.WriteString(name)
 		b.WriteByte('=')
-		if strings.ContainsAny(v, " \"=\t\n") {
-			v = strconv.Quote(v)
-		}
-		b.WriteString(v)
+		b.WriteString(quote(v))
 	}
 	dur := func(name string, d time.Duration) {
 		if d > 0 {
 			field(name, d.Round(time.Millisecond).String())
 		}
 	}
-	field("user", h.User)
-	field("application", h.Application)
-	field("client", h.ClientAddr)
-	field("database", h.Database)
-	field("mode", h.Mode)
-	field("state", h.State)
+	field("user", cut(h.User, maxField))
+	field("application", cut(h.Application, maxField))
+	field("client", cut(h.ClientAddr, maxField))
+	field("database", cut(h.Database, maxField))
+	field("mode", cut(h.Mode, maxField))
+	field("state", cut(h.State, maxField))
 	dur("state_for", h.StateFor)
 	dur("held_for", h.HeldFor)
 	b.WriteString(" waiters=")
 	b.WriteString(strconv.Itoa(h.Waiters))
-	field("query", h.Query)
+	if maxQuery > 0 {
+		b.WriteString(" query=")
+		b.WriteString(strconv.Quote(cut(h.Query, maxQuery)))
+	}
 	return b.String()
+}
+
+// quote returns v as it is when it is made of printable characters other
+// than space, '"', '=' and '\' only, else strconv.Quote(v).
+func quote(v string) string {
+	for _, r := range v {
+		if r == ' ' || r == '"' || r == '=' || r == '\\' || r == utf8.RuneError || !strconv.IsPrint(r) {
+			return strconv.Quote(v)
+		}
+	}
+	return v
+}
+
+// cut returns at most limit bytes of s, cut at a character boundary and
+// marked "…" when shortened.
+func cut(s string, limit int) string {
+	if len(s) <= limit {
+		return s
+	}
+	n := limit
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }

@@ -29,6 +29,31 @@ import (
 //     (pg_locks.objsubid 1 and 2): a Pair never excludes a Name or an ID.
 //   - Pair on MySQL/MariaDB: "classid:objid" (with the "ns:" prefix when set).
 //
+// On MySQL/MariaDB all three kinds share one space of lock names, and these
+// map to the same GET_LOCK name, so they exclude each other there while
+// PostgreSQL keeps them apart:
+//
+//   - ID(n) and Name of n's decimal text: ID(42) and Name("42");
+//   - Pair(c, o) and Name("c:o"): Pair(1, 2) and Name("1:2");
+//   - a name in a namespace and the name "ns:name" without one: name "y" in
+//     namespace "x" and Name("x:y") without a namespace (likewise an ID or
+//     Pair in a namespace and the matching plain name);
+//   - two names longer than 64 bytes once prefixed, only if SHA-256 collides
+//     in its first 128 bits.
+//
+// This is kept, not re-encoded, on purpose: a plain name without a namespace
+// is the very string hand-written code passes to GET_LOCK
+// ('daily-settlement' keeps excluding Name("daily-settlement")), and so
+// "ns:name" and the decimal forms are producible by a plain name whatever
+// encoding the others used. Changing the encoding of IDs, pairs or namespaced
+// names would instead let replicas running the previous version and this one
+// hold "the same" lock at once during a rolling deploy. A collision only makes
+// two locks exclude each other (a call gets [ErrNotAcquired] or waits); it
+// never lets two holders in. To avoid it, use one key kind per application
+// and, when some code sets a namespace, give every application on the server
+// one (namespaces cannot contain ':'). Namespaces are not a security
+// boundary: see [WithNamespace].
+//
 // MariaDB's manual says GET_LOCK names are compared without regard to case,
 // but MariaDB 10.11 keeps "Settle" and "settle" apart (measured), as
 // PostgreSQL keys do; other MySQL versions may fold case. Folding can only
@@ -57,7 +82,8 @@ type KeyType interface {
 }
 
 // Name returns the key for a lock name. The name must be non-empty valid
-// UTF-8 without NUL bytes; [Key.Validate] reports otherwise.
+// UTF-8 without NUL bytes, at most [MaxNameLen] bytes; [Key.Validate]
+// reports otherwise.
 func Name(name string) Key { return Key{kind: kindName, name: name} }
 
 // ID returns the key for a numeric lock id, used as-is as a PostgreSQL bigint
@@ -103,13 +129,34 @@ func (k Key) Validate() error {
 	return nil
 }
 
+// Length limits of names and namespaces, in bytes of UTF-8.
+const (
+	// MaxNameLen is the longest lock name a [Name] key accepts: 1 KiB,
+	// room for every name ormlock derives itself ([RunKey] of the longest
+	// job name is 808 bytes). A name, which errors and observer events
+	// carry, stays bounded; a longer one is [ErrInvalidKey].
+	MaxNameLen = 1024
+	// MaxNamespaceLen is the longest namespace [WithNamespace] accepts:
+	// it must fit the RunOnce ledger's namespace column.
+	MaxNamespaceLen = 128
+)
+
 // ValidateName checks a lock name or namespace (what names the value in the
-// error): names must be non-empty (namespaces may be empty), valid UTF-8 and
+// error): names must be non-empty (namespaces may be empty), at most
+// [MaxNameLen] bytes ([MaxNamespaceLen] for a namespace), valid UTF-8 and
 // free of NUL bytes, so that every dialect and the psql expression in the
-// keyhash docs agree on the key.
+// keyhash docs agree on the key. The length is checked first, so that the
+// error never echoes more than the limit.
 func ValidateName(what, s string) error {
 	if s == "" && what == "key" {
 		return fmt.Errorf("%w: empty lock name", ErrInvalidKey)
+	}
+	limit := MaxNameLen
+	if what == "namespace" {
+		limit = MaxNamespaceLen
+	}
+	if len(s) > limit {
+		return fmt.Errorf("%w: %s is %d bytes long, at most %d are accepted (it begins %q)", ErrInvalidKey, what, len(s), limit, prefix(s, 32))
 	}
 	if !utf8.ValidString(s) {
 		return fmt.Errorf("%w: %s %q is not valid UTF-8", ErrInvalidKey, what, s)
@@ -120,6 +167,18 @@ func ValidateName(what, s string) error {
 		}
 	}
 	return nil
+}
+
+// prefix returns at most n bytes of the start of s, cut at a character
+// boundary when s is valid UTF-8.
+func prefix(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // String returns a readable form: the name, "id:N" or "pair:C,O".

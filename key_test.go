@@ -90,3 +90,30 @@ func TestOptions(t *testing.T) {
 		}
 	}
 }
+
+func TestNameLimits(t *testing.T) {
+	if err := ormlock.Name(strings.Repeat("é", ormlock.MaxNameLen/2)).Validate(); err != nil {
+		t.Errorf("name of MaxNameLen bytes: %v", err)
+	}
+	huge := strings.Repeat("x", 4<<20)
+	for _, err := range []error{
+		ormlock.Name(huge).Validate(),
+		ormlock.Name(huge + "\xff").Validate(),
+		ormlock.NewConfig(ormlock.WithNamespace(huge)).Err(),
+		ormlock.NewConfig(ormlock.WithNamespace(strings.Repeat("n", ormlock.MaxNamespaceLen+1))).Err(),
+	} {
+		if !errors.Is(err, ormlock.ErrInvalidKey) || len(err.Error()) > 200 {
+			t.Errorf("over the limit: %.300v (%d bytes), want a short ErrInvalidKey", err, len(err.Error()))
+		}
+	}
+	if err := ormlock.NewConfig(ormlock.WithNamespace(strings.Repeat("n", ormlock.MaxNamespaceLen))).Err(); err != nil {
+		t.Errorf("namespace of MaxNamespaceLen bytes: %v", err)
+	}
+	if err := ormlock.NewConfig(ormlock.WithNamespace("tenant ")).Err(); !errors.Is(err, ormlock.ErrInvalidKey) {
+		t.Errorf("namespace ending with a space: %v", err)
+	}
+	// the longest name ormlock derives itself fits
+	if err := ormlock.RunKey(strings.Repeat("日", 191), time.Now()).Validate(); err != nil {
+		t.Errorf("RunKey of the longest job: %v", err)
+	}
+}

@@ -26,6 +26,10 @@ const (
 // Run is one row of the RunOnce ledger: the audit trail of a (job, slot).
 // gormlock.Runs (and its entlock twin) return them.
 type Run struct {
+	// Namespace is the namespace RunOnce ran in ([WithNamespace]; "" for
+	// none). It is part of the run's identity: the same job and slot in two
+	// namespaces are two runs.
+	Namespace string
 	// Job is the job name given to RunOnce.
 	Job string
 	// Slot is the scheduled time the run is for, in UTC.

@@ -110,7 +110,10 @@
 // same table, so services on either ORM share a job's runs. The slot is the
 // scheduled time, never the wall clock of whoever came first: map a trigger
 // time to it with an [ormlock.Schedule] ([ormlock.Every] or [ormlock.Cron]).
-// A slot that already ran returns [ormlock.ErrAlreadyDone].
+// A slot that already ran returns [ormlock.ErrAlreadyDone]. A run is
+// identified by (namespace, job, slot): under different namespaces
+// ([ormlock.WithNamespace]) the same job name is two jobs, in the lock and in
+// the ledger (docs/PROTOCOL.md).
 //
 //	err := entlock.RunOnce(ctx, client, "daily-settlement", slot, func(tx *ent.Tx) error {
 //		return tx.Settlement.Create().SetDay(slot).Exec(ctx)

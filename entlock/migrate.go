@@ -24,9 +24,11 @@ import (
 // on PostgreSQL. It runs on its own connection of the pool. The table is not
 // part of ent's schema: client.Schema.Create neither creates nor drops it.
 //
-// Columns: job, slot, status ('running', 'done', 'failed'), owner,
-// started_at, finished_at, error; primary key (job, slot); times in UTC
-// (timestamptz on PostgreSQL, DATETIME(6) on MySQL/MariaDB).
+// Columns: namespace, job, slot, status ('running', 'done', 'failed'),
+// owner, started_at, finished_at, error; primary key (namespace, job, slot);
+// times in UTC (timestamptz on PostgreSQL, DATETIME(6) on MySQL/MariaDB). A
+// table created by an earlier version, without the namespace column, is
+// upgraded in place (existing rows get the empty namespace).
 func Migrate[T TxLike](ctx context.Context, x interface {
 	Tx(context.Context) (T, error)
 }, opts ...ormlock.Option) error {
@@ -38,7 +40,8 @@ func Migrate[T TxLike](ctx context.Context, x interface {
 	if err != nil {
 		return err
 	}
-	cfg = cfg.With(ormlock.WithWait(max(cfg.Wait, ledger.MigrateWait)))
+	// the table lock is the same whatever the namespace
+	cfg = cfg.With(ormlock.WithWait(max(cfg.Wait, ledger.MigrateWait)), ormlock.WithNamespace(""))
 	op, err := lockproto.NewOp(d.dial, verb, ledger.MigrateKey(cfg.LedgerTable), cfg)
 	if err != nil {
 		return err

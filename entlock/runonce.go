@@ -44,6 +44,8 @@ import (
 //
 // If fn fails (or panics) everything rolls back, no row remains, fn's error
 // is returned unchanged (the panic re-raised), and a later trigger may retry.
+// The namespace in effect is part of the run's identity, as in gormlock's
+// RunOnce (lock and ledger row (namespace, job, slot)).
 // When another instance is running the slot right now, RunOnce returns an
 // error wrapping [ormlock.ErrNotAcquired] at once, or waits per
 // [ormlock.WithWait] (and then usually finds the slot done). As in
@@ -133,7 +135,9 @@ func RunOnce[T TxLike](ctx context.Context, client interface {
 
 // Runs returns the last limit runs of job from the ledger table, newest slot
 // first: the audit trail of who ran which slot, when, for how long, and with
-// which error. x is the client or the *Driver, as for [Session]; the ledger
+// which error, in the namespace in effect ([ormlock.WithNamespace], per call
+// or given to [Wrap]; part of a run's identity). x is the client or the
+// *Driver, as for [Session]; the ledger
 // table is the one of [ormlock.WithLedgerTable] (per call, or given to
 // [Wrap]). It reads through the pool, outside any transaction (a
 // transactional client, tx.Client(), is refused: ent has no way to reach its
@@ -159,7 +163,7 @@ func Runs[T TxLike](ctx context.Context, x interface {
 	if err != nil {
 		return nil, err
 	}
-	return t.Runs(ctx, d.db, job, limit)
+	return t.Runs(ctx, d.db, cfg.Namespace, job, limit)
 }
 
 // checkCall validates what every ledger and lookup verb is given: a context,

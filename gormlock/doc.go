@@ -78,7 +78,10 @@
 // scheduled time, never the wall clock of whoever came first: map a trigger
 // time to it with an [ormlock.Schedule] ([ormlock.Every] or [ormlock.Cron]).
 // A slot that already ran returns [ormlock.ErrAlreadyDone]; [Runs] reads the
-// ledger. [ormlock.WithClaim] selects claim mode for long jobs.
+// ledger. [ormlock.WithClaim] selects claim mode for long jobs. A run is
+// identified by (namespace, job, slot): services sharing a database and a
+// ledger table under different namespaces ([ormlock.WithNamespace]) run their
+// own jobs of the same name; see docs/PROTOCOL.md.
 //
 // # Pool sizing
 //

@@ -23,9 +23,12 @@ import (
 // on PostgreSQL. It runs on its own connection of db's primary pool, not in
 // db's transaction.
 //
-// Columns: job, slot, status ('running', 'done', 'failed'), owner,
-// started_at, finished_at, error; primary key (job, slot); times in UTC
-// (timestamptz on PostgreSQL, DATETIME(6) on MySQL/MariaDB).
+// Columns: namespace, job, slot, status ('running', 'done', 'failed'),
+// owner, started_at, finished_at, error; primary key (namespace, job, slot);
+// times in UTC (timestamptz on PostgreSQL, DATETIME(6) on MySQL/MariaDB). A
+// table created by an earlier version, without the namespace column, is
+// upgraded in place: the column is added (existing rows get the empty namespace)
+// and the primary key becomes (namespace, job, slot).
 func Migrate(db *gorm.DB, opts ...ormlock.Option) error {
 	if db == nil {
 		return fmt.Errorf("%w: gormlock.Migrate: nil *gorm.DB", ormlock.ErrInvalidArgument)
@@ -41,7 +44,9 @@ func Migrate(db *gorm.DB, opts ...ormlock.Option) error {
 		return err
 	}
 	wait := max(cfg.Wait, ledger.MigrateWait)
-	opts = append(opts[:len(opts):len(opts)], ormlock.WithWait(wait))
+	// the table lock is the same whatever the namespace: services with
+	// different namespaces may share the table
+	opts = append(opts[:len(opts):len(opts)], ormlock.WithWait(wait), ormlock.WithNamespace(""))
 	c, err := prepare(db, "Migrate", ledger.MigrateKey(cfg.LedgerTable), opts)
 	if err != nil {
 		return err

@@ -59,8 +59,13 @@ import (
 // slot over). Claim mode needs two connections of the pool while fn runs,
 // and a db that is not inside a transaction.
 //
-// Duplicate keys: the row is claimed with INSERT ... ON CONFLICT (job, slot)
-// DO UPDATE ... WHERE status <> 'done' on PostgreSQL and INSERT ... ON
+// The namespace in effect ([ormlock.WithNamespace]) is part of the run's
+// identity: the lock is RunKey in that namespace and the ledger row is
+// (namespace, job, slot), so services with different namespaces sharing a
+// ledger table run their own jobs of the same name (docs/PROTOCOL.md).
+//
+// Duplicate keys: the row is claimed with INSERT ... ON CONFLICT (namespace,
+// job, slot) DO UPDATE ... WHERE status <> 'done' on PostgreSQL and INSERT ... ON
 // DUPLICATE KEY UPDATE on MySQL/MariaDB, never with a plain INSERT that could
 // fail (and fill the server log with duplicate-key errors) nor with INSERT
 // IGNORE, which would also turn unrelated errors into warnings.
@@ -114,7 +119,9 @@ func RunOnce(db *gorm.DB, job string, slot time.Time, fn func(tx *gorm.DB) error
 
 // Runs returns the last limit runs of job from the ledger table, newest slot
 // first: the audit trail of who ran which slot, when, for how long, and with
-// which error. It reads from the primary (with dbresolver), or from db's
+// which error. It returns the runs of the namespace in effect
+// ([ormlock.WithNamespace], per call or a plugin default), as RunOnce records
+// them: the namespace is part of a run's identity. It reads from the primary (with dbresolver), or from db's
 // transaction when db is inside one. limit must be positive.
 func Runs(db *gorm.DB, job string, limit int, opts ...ormlock.Option) ([]ormlock.Run, error) {
 	const verb = "gormlock.Runs"
@@ -166,5 +173,5 @@ func Runs(db *gorm.DB, job string, limit int, opts ...ormlock.Option) ([]ormlock
 	} else if q, err = primarySQL(db); err != nil {
 		return nil, err
 	}
-	return t.Runs(ctx, q, job, limit)
+	return t.Runs(ctx, q, cfg.Namespace, job, limit)
 }

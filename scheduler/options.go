@@ -55,7 +55,10 @@ func (c *config) report(err error) {
 	case c.logger != nil:
 		c.logger.Error(err, "ormlock: scheduled run failed")
 	default:
-		slog.Default().Error(err.Error())
+		// a fixed message, the error as an attribute: slog's handlers quote
+		// attribute values, while the message is written as it is, and the
+		// error carries the job's own text
+		slog.Default().Error("ormlock: scheduler error", "err", err)
 	}
 }
 

@@ -34,7 +34,6 @@ import (
 	"io"
 	"log"
 	"math/rand/v2"
-	"net/url"
 	"os"
 	"os/signal"
 	"sort"
@@ -267,20 +266,4 @@ func printRound(w io.Writer, round []outcome, names []string) {
 		}
 		fmt.Fprintln(w, line)
 	}
-}
-
-// redact hides the password of a DSN for printing.
-func redact(dsn string) string {
-	if isPostgres(dsn) {
-		if u, err := url.Parse(dsn); err == nil {
-			return u.Redacted()
-		}
-		return "postgres://..."
-	}
-	if at := strings.LastIndex(dsn, "@"); at > 0 {
-		if colon := strings.Index(dsn[:at], ":"); colon >= 0 {
-			return dsn[:colon+1] + "***" + dsn[at:]
-		}
-	}
-	return dsn
 }

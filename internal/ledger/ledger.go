@@ -6,8 +6,9 @@
 //
 // # The table
 //
-// One row per (job, slot), primary key (job, slot):
+// One row per (namespace, job, slot), the primary key:
 //
+//	namespace    varchar(128)   ormlock.WithNamespace, '' for none (utf8mb4_bin)
 //	job          varchar(191)   the job name (utf8mb4_bin on MySQL: exact match)
 //	slot         timestamptz / DATETIME(6) in UTC
 //	status       'running', 'done' or 'failed'
@@ -15,6 +16,13 @@
 //	started_at   timestamptz / DATETIME(6) in UTC, the server's clock
 //	finished_at  timestamptz / DATETIME(6) in UTC, NULL while running
 //	error        text           a failed claim-mode run's error, else NULL
+//
+// The namespace is part of a run's identity, as it is of the run's lock
+// (ormlock.RunKey in that namespace): services sharing a database and a
+// ledger table under different namespaces each run their own job of the same
+// name. Tables created before the namespace column existed, with primary key
+// (job, slot), are upgraded in place by Migrate (upgrade.go); their rows get
+// the empty namespace.
 //
 // Times come from the database server's clock (clock_timestamp(),
 // UTC_TIMESTAMP(6)), so the audit trail of all instances shares one clock.
@@ -29,8 +37,8 @@
 // safe because the caller holds the (job, slot) lock), and leaves a 'done'
 // row untouched.
 //
-//   - PostgreSQL: INSERT ... ON CONFLICT (job, slot) DO UPDATE ... WHERE
-//     status <> 'done' RETURNING started_at. A row comes back exactly when the
+//   - PostgreSQL: INSERT ... ON CONFLICT (namespace, job, slot) DO UPDATE
+//     ... WHERE status <> 'done' RETURNING started_at. A row comes back exactly when the
 //     slot was claimed; on a 'done' row it acts as ON CONFLICT DO NOTHING
 //     (nothing written, no error, no row, RowsAffected 0).
 //   - MySQL/MariaDB: INSERT ... ON DUPLICATE KEY UPDATE col = IF(status =
@@ -67,8 +75,9 @@ import (
 )
 
 // MaxJobLen is the longest job name, in characters: the job column is
-// varchar(191), which keeps the (job, slot) primary key within InnoDB's
-// 767-byte index limit for utf8mb4 on older row formats.
+// varchar(191), which keeps the column within InnoDB's 767-byte index
+// limit for utf8mb4 on older row formats (the (namespace, job, slot) key is
+// 1,284 bytes, within InnoDB's 3,072-byte limit for a whole key).
 const MaxJobLen = 191
 
 // maxErrorBytes bounds the error text written to the ledger.
@@ -168,6 +177,7 @@ func (t *Table) pg() bool { return t.d == lockproto.Postgres }
 func (t *Table) CreateSQL() string {
 	if t.pg() {
 		return `CREATE TABLE IF NOT EXISTS ` + t.q + ` (
+	namespace   varchar(128) NOT NULL DEFAULT '',
 	job         varchar(191) NOT NULL,
 	slot        timestamptz  NOT NULL,
 	status      varchar(16)  NOT NULL CHECK (status IN ('running', 'done', 'failed')),
@@ -175,10 +185,11 @@ func (t *Table) CreateSQL() string {
 	started_at  timestamptz  NOT NULL,
 	finished_at timestamptz,
 	error       text,
-	PRIMARY KEY (job, slot)
+	PRIMARY KEY (namespace, job, slot)
 )`
 	}
 	return "CREATE TABLE IF NOT EXISTS " + t.q + ` (
+	namespace   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL DEFAULT '',
 	job         VARCHAR(191) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
 	slot        DATETIME(6)  NOT NULL,
 	status      VARCHAR(16)  NOT NULL,
@@ -186,7 +197,7 @@ func (t *Table) CreateSQL() string {
 	started_at  DATETIME(6)  NOT NULL,
 	finished_at DATETIME(6)  NULL,
 	error       TEXT         CHARACTER SET utf8mb4 NULL,
-	PRIMARY KEY (job, slot),
+	PRIMARY KEY (namespace, job, slot),
 	CHECK (status IN ('running', 'done', 'failed'))
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`
 }
@@ -210,7 +221,12 @@ func Migrate(ctx context.Context, db *sql.DB, op *lockproto.Op) error {
 		return err
 	}
 	if op.D == lockproto.MySQL {
-		return op.WithNamed(ctx, db, func(conn *sql.Conn) error { return t.Create(ctx, conn) })
+		return op.WithNamed(ctx, db, func(conn *sql.Conn) error {
+			if err := t.Create(ctx, conn); err != nil {
+				return err
+			}
+			return t.upgrade(ctx, conn)
+		})
 	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
@@ -222,6 +238,10 @@ func Migrate(ctx context.Context, db *sql.DB, op *lockproto.Op) error {
 		return err
 	}
 	if err := t.Create(ctx, tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if err := t.upgrade(ctx, tx); err != nil {
 		_ = tx.Rollback()
 		return err
 	}
@@ -259,7 +279,18 @@ func (t *Table) wrap(what string, err error) error {
 	if missingTable(err) {
 		return fmt.Errorf("ormlock: ledger table %q does not exist (create it with Migrate): %s: %w", t.name, what, err)
 	}
+	if missingColumn(err) {
+		return fmt.Errorf("ormlock: ledger table %q has an earlier shape (upgrade it with Migrate, which adds the namespace column): %s: %w", t.name, what, err)
+	}
 	return fmt.Errorf("ormlock: ledger table %q: %s: %w", t.name, what, err)
+}
+
+func missingColumn(err error) bool {
+	if lockproto.SQLState(err) == "42703" { // undefined_column
+		return true
+	}
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1054 // ER_BAD_FIELD_ERROR
 }
 
 func missingTable(err error) bool {
@@ -270,17 +301,17 @@ func missingTable(err error) bool {
 	return errors.As(err, &me) && me.Number == 1146 // ER_NO_SUCH_TABLE
 }
 
-// claim claims (job, slot) for owner (see the package doc): ok is false when
+// claim claims (ns, job, slot) for owner (see the package doc): ok is false when
 // the slot is already done; started is the claim's started_at, which the
 // finishing UPDATE matches.
-func (t *Table) claim(ctx context.Context, q lockproto.Querier, job string, slot time.Time, owner string) (started time.Time, ok bool, err error) {
+func (t *Table) claim(ctx context.Context, q lockproto.Querier, ns, job string, slot time.Time, owner string) (started time.Time, ok bool, err error) {
 	if t.pg() {
-		err := q.QueryRowContext(ctx, `INSERT INTO `+t.q+` AS r (job, slot, status, owner, started_at)
-VALUES ($1, $2, 'running', $3, clock_timestamp())
-ON CONFLICT (job, slot) DO UPDATE
+		err := q.QueryRowContext(ctx, `INSERT INTO `+t.q+` AS r (namespace, job, slot, status, owner, started_at)
+VALUES ($4, $1, $2, 'running', $3, clock_timestamp())
+ON CONFLICT (namespace, job, slot) DO UPDATE
 SET status = 'running', owner = EXCLUDED.owner, started_at = EXCLUDED.started_at, finished_at = NULL, error = NULL
 WHERE r.status <> 'done'
-RETURNING started_at`, job, slot, owner).Scan(&started)
+RETURNING started_at`, job, slot, owner, ns).Scan(&started)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			return time.Time{}, false, nil
@@ -289,14 +320,14 @@ RETURNING started_at`, job, slot, owner).Scan(&started)
 		}
 		return started, true, nil
 	}
-	res, err := q.ExecContext(ctx, "INSERT INTO "+t.q+` (job, slot, status, owner, started_at)
-VALUES (?, ?, 'running', ?, UTC_TIMESTAMP(6))
+	res, err := q.ExecContext(ctx, "INSERT INTO "+t.q+` (namespace, job, slot, status, owner, started_at)
+VALUES (?, ?, ?, 'running', ?, UTC_TIMESTAMP(6))
 ON DUPLICATE KEY UPDATE
 owner = IF(status = 'done', owner, ?),
 started_at = IF(status = 'done', started_at, UTC_TIMESTAMP(6)),
 finished_at = IF(status = 'done', finished_at, NULL),
 error = IF(status = 'done', error, NULL),
-status = IF(status = 'done', status, 'running')`, job, t.slotArg(slot), owner, owner)
+status = IF(status = 'done', status, 'running')`, ns, job, t.slotArg(slot), owner, owner)
 	if err != nil {
 		return time.Time{}, false, t.wrap("claim", err)
 	}
@@ -309,7 +340,7 @@ status = IF(status = 'done', status, 'running')`, job, t.slotArg(slot), owner, o
 	}
 	var status, rowOwner, startedText string
 	err = q.QueryRowContext(ctx, "SELECT status, owner, DATE_FORMAT(started_at, "+mysqlFormat+") FROM "+t.q+
-		" WHERE job = ? AND slot = ?", job, t.slotArg(slot)).Scan(&status, &rowOwner, &startedText)
+		" WHERE namespace = ? AND job = ? AND slot = ?", ns, job, t.slotArg(slot)).Scan(&status, &rowOwner, &startedText)
 	if err != nil {
 		return time.Time{}, false, t.wrap("read back the claim", err)
 	}
@@ -327,7 +358,7 @@ status = IF(status = 'done', status, 'running')`, job, t.slotArg(slot), owner, o
 // done or failed, finished_at now, error text (NULL when empty). It reports
 // an error wrapping ormlock.ErrLockLost when the claim is no longer there,
 // i.e. another instance took the row over.
-func (t *Table) finish(ctx context.Context, q lockproto.Querier, job string, slot time.Time, owner string, started time.Time, status ormlock.RunStatus, errText string) error {
+func (t *Table) finish(ctx context.Context, q lockproto.Querier, ns, job string, slot time.Time, owner string, started time.Time, status ormlock.RunStatus, errText string) error {
 	var errArg any
 	if errText != "" {
 		errArg = ErrorText(errText)
@@ -336,13 +367,13 @@ func (t *Table) finish(ctx context.Context, q lockproto.Querier, job string, slo
 	var startedArg any = started
 	if t.pg() {
 		query = `UPDATE ` + t.q + ` SET status = $1, finished_at = clock_timestamp(), error = $2
-WHERE job = $3 AND slot = $4 AND status = 'running' AND owner = $5 AND started_at = $6`
+WHERE job = $3 AND slot = $4 AND status = 'running' AND owner = $5 AND started_at = $6 AND namespace = $7`
 	} else {
 		query = "UPDATE " + t.q + ` SET status = ?, finished_at = UTC_TIMESTAMP(6), error = ?
-WHERE job = ? AND slot = ? AND status = 'running' AND owner = ? AND started_at = ?`
+WHERE job = ? AND slot = ? AND status = 'running' AND owner = ? AND started_at = ? AND namespace = ?`
 		startedArg = started.UTC().Format(mysqlTime)
 	}
-	res, err := q.ExecContext(ctx, query, string(status), errArg, job, t.slotArg(slot), owner, startedArg)
+	res, err := q.ExecContext(ctx, query, string(status), errArg, job, t.slotArg(slot), owner, startedArg, ns)
 	if err != nil {
 		return t.wrap("mark "+string(status), err)
 	}
@@ -374,19 +405,20 @@ func ErrorText(s string) string {
 	return s[:cut] + mark
 }
 
-// Runs returns the last limit rows of job, newest slot first.
+// Runs returns the last limit rows of job in namespace ns, newest slot
+// first.
 func (t *Table) Runs(ctx context.Context, q interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-}, job string, limit int) ([]ormlock.Run, error) {
+}, ns, job string, limit int) ([]ormlock.Run, error) {
 	var query string
 	if t.pg() {
-		query = `SELECT job, slot, status, owner, started_at, finished_at, error FROM ` + t.q +
-			` WHERE job = $1 ORDER BY slot DESC LIMIT $2`
+		query = `SELECT namespace, job, slot, status, owner, started_at, finished_at, error FROM ` + t.q +
+			` WHERE namespace = $1 AND job = $2 ORDER BY slot DESC LIMIT $3`
 	} else {
-		query = "SELECT job, DATE_FORMAT(slot, " + mysqlFormat + "), status, owner, DATE_FORMAT(started_at, " + mysqlFormat +
-			"), DATE_FORMAT(finished_at, " + mysqlFormat + "), error FROM " + t.q + " WHERE job = ? ORDER BY slot DESC LIMIT ?"
+		query = "SELECT namespace, job, DATE_FORMAT(slot, " + mysqlFormat + "), status, owner, DATE_FORMAT(started_at, " + mysqlFormat +
+			"), DATE_FORMAT(finished_at, " + mysqlFormat + "), error FROM " + t.q + " WHERE namespace = ? AND job = ? ORDER BY slot DESC LIMIT ?"
 	}
-	rows, err := q.QueryContext(ctx, query, job, limit)
+	rows, err := q.QueryContext(ctx, query, ns, job, limit)
 	if err != nil {
 		return nil, t.wrap("read runs", err)
 	}
@@ -398,14 +430,14 @@ func (t *Table) Runs(ctx context.Context, q interface {
 		var errText sql.NullString
 		if t.pg() {
 			var finished sql.NullTime
-			if err := rows.Scan(&r.Job, &r.Slot, &status, &r.Owner, &r.Started, &finished, &errText); err != nil {
+			if err := rows.Scan(&r.Namespace, &r.Job, &r.Slot, &status, &r.Owner, &r.Started, &finished, &errText); err != nil {
 				return nil, t.wrap("read runs", err)
 			}
 			r.Finished = finished.Time
 		} else {
 			var slot, started string
 			var finished sql.NullString
-			if err := rows.Scan(&r.Job, &slot, &status, &r.Owner, &started, &finished, &errText); err != nil {
+			if err := rows.Scan(&r.Namespace, &r.Job, &slot, &status, &r.Owner, &started, &finished, &errText); err != nil {
 				return nil, t.wrap("read runs", err)
 			}
 			if r.Slot, err = parseMySQLTime(slot); err != nil {

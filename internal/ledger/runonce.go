@@ -20,14 +20,16 @@ const sqlStateSerialization = "40001"
 type Run struct {
 	op    *lockproto.Op
 	t     *Table
+	ns    string
 	job   string
 	slot  time.Time
 	owner string
 }
 
 // NewRun checks job and slot (verb names the caller in errors) and the
-// ledger settings of op.Cfg: the table name, and the owner, which defaults
-// to DefaultOwner.
+// ledger settings of op.Cfg: the table name, the namespace (part of the
+// row's identity, as it is of the lock's) and the owner, which defaults to
+// DefaultOwner.
 func NewRun(verb string, op *lockproto.Op, job string, slot time.Time) (*Run, error) {
 	if err := ValidateJob(verb, job); err != nil {
 		return nil, err
@@ -44,7 +46,7 @@ func NewRun(verb string, op *lockproto.Op, job string, slot time.Time) (*Run, er
 	if owner == "" {
 		owner = DefaultOwner()
 	}
-	return &Run{op: op, t: t, job: job, slot: ormlock.NormalizeSlot(slot), owner: owner}, nil
+	return &Run{op: op, t: t, ns: op.Cfg.Namespace, job: job, slot: ormlock.NormalizeSlot(slot), owner: owner}, nil
 }
 
 // Slot is the normalized slot (UTC, whole microseconds).
@@ -52,6 +54,9 @@ func (r *Run) Slot() time.Time { return r.slot }
 
 func (r *Run) alreadyDone(ctx context.Context) error {
 	r.op.Emit(ctx, ormlock.EventAlreadyDone, nil)
+	if r.ns != "" {
+		return fmt.Errorf("%w: job %q in namespace %q, slot %s", ormlock.ErrAlreadyDone, r.job, r.ns, r.slot.Format(time.RFC3339Nano))
+	}
 	return fmt.Errorf("%w: job %q, slot %s", ormlock.ErrAlreadyDone, r.job, r.slot.Format(time.RFC3339Nano))
 }
 
@@ -65,7 +70,7 @@ func (r *Run) alreadyDone(ctx context.Context) error {
 // It returns an error wrapping ormlock.ErrAlreadyDone (fn not called) when
 // the slot is done, and fn's error unchanged when fn fails.
 func (r *Run) InTx(ctx context.Context, q lockproto.Querier, fn func() error) error {
-	started, ok, err := r.t.claim(ctx, q, r.job, r.slot, r.owner)
+	started, ok, err := r.t.claim(ctx, q, r.ns, r.job, r.slot, r.owner)
 	if err != nil {
 		if lockproto.SQLState(err) == sqlStateSerialization {
 			return fmt.Errorf("ormlock: job %q, slot %s: another instance ran this slot while this call waited for the lock, "+
@@ -81,7 +86,7 @@ func (r *Run) InTx(ctx context.Context, q lockproto.Querier, fn func() error) er
 	if err := fn(); err != nil {
 		return err
 	}
-	return r.t.finish(ctx, q, r.job, r.slot, r.owner, started, ormlock.RunDone, "")
+	return r.t.finish(ctx, q, r.ns, r.job, r.slot, r.owner, started, ormlock.RunDone, "")
 }
 
 // Claimed is the claim mode: it holds the (job, slot) lock with
@@ -102,7 +107,7 @@ func (r *Run) InTx(ctx context.Context, q lockproto.Querier, fn func() error) er
 // the row is left to it.
 func (r *Run) Claimed(ctx context.Context, db *sql.DB, fn func(ctx context.Context) error) error {
 	return r.op.Session(ctx, db, func(lctx context.Context) error {
-		started, ok, err := r.t.claim(lctx, db, r.job, r.slot, r.owner)
+		started, ok, err := r.t.claim(lctx, db, r.ns, r.job, r.slot, r.owner)
 		if err != nil {
 			return err
 		}
@@ -148,5 +153,5 @@ func (r *Run) runClaimed(ctx, lctx context.Context, db *sql.DB, started time.Tim
 func (r *Run) finishDetached(ctx context.Context, db *sql.DB, started time.Time, status ormlock.RunStatus, text string) error {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
-	return r.t.finish(fctx, db, r.job, r.slot, r.owner, started, status, text)
+	return r.t.finish(fctx, db, r.ns, r.job, r.slot, r.owner, started, status, text)
 }
