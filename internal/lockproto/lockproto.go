@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/ormlock/ormlock"
 )
 
@@ -78,6 +80,10 @@ func PGTryXact(ctx context.Context, q Querier, k ormlock.PostgresKey) (bool, err
 // lock_timeout expires.
 const sqlStateLockNotAvailable = "55P03"
 
+// pgMaxLockTimeout is the largest lock_timeout PostgreSQL accepts, in
+// milliseconds (INT_MAX, about 24.8 days); a longer wait is clamped to it.
+const pgMaxLockTimeout = 1<<31 - 1
+
 // PGWaitXact waits up to wait for pg_advisory_xact_lock on the transaction q,
 // bounded by a server-side lock_timeout rather than by context cancellation
 // (which would make the driver close the connection). lock_timeout is
@@ -85,10 +91,7 @@ const sqlStateLockNotAvailable = "55P03"
 // expires it returns false and the transaction is aborted: the caller must
 // roll it back (or roll back to its savepoint).
 func PGWaitXact(ctx context.Context, q Querier, k ormlock.PostgresKey, wait time.Duration) (bool, error) {
-	ms := wait.Milliseconds()
-	if ms < 1 {
-		ms = 1
-	}
+	ms := min(max(wait.Milliseconds(), 1), pgMaxLockTimeout)
 	var prev string
 	if err := q.QueryRowContext(ctx, "SELECT current_setting('lock_timeout'), set_config('lock_timeout', $1, true)",
 		strconv.FormatInt(ms, 10)+"ms").Scan(&prev, new(string)); err != nil {
@@ -128,6 +131,18 @@ func PGPing(ctx context.Context, q Querier) error {
 		return fmt.Errorf("ormlock: keepalive: %w", err)
 	}
 	return nil
+}
+
+// statementTimeout reports whether err is the server's statement timeout
+// cutting a statement short: PostgreSQL's query_canceled (57014, raised by
+// statement_timeout), MariaDB's max_statement_time (1969) or MySQL's
+// max_execution_time (3024).
+func statementTimeout(err error) bool {
+	if SQLState(err) == "57014" {
+		return true
+	}
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && (me.Number == 1969 || me.Number == 3024)
 }
 
 // SQLState returns the SQLSTATE of a server error, or "".
