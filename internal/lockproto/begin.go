@@ -290,8 +290,12 @@ func bound(ctx context.Context, cancel context.CancelFunc) (stop func() bool) {
 	return context.AfterFunc(ctx, cancel)
 }
 
+// rollbackGrace is how long a ROLLBACK may run after the caller's context
+// ended before it is cut (a healthy server answers in milliseconds).
+const rollbackGrace = time.Second
+
 // rollbackWithin rolls tx back, giving up (cancel closes the connection, so
-// the server rolls back) deadlineGrace after ctx has ended: a caller whose
+// the server rolls back) rollbackGrace after ctx has ended: a caller whose
 // deadline passed gets its answer within that grace even from a server that
 // stopped answering, while a healthy server still gets a clean ROLLBACK.
 func rollbackWithin(ctx context.Context, tx *sql.Tx, cancel context.CancelFunc) error {
@@ -307,7 +311,7 @@ func rollbackWithin(ctx context.Context, tx *sql.Tx, cancel context.CancelFunc) 
 		mu.Lock()
 		defer mu.Unlock()
 		if !done {
-			timer = time.AfterFunc(deadlineGrace, cancel)
+			timer = time.AfterFunc(rollbackGrace, cancel)
 		}
 	})
 	err := tx.Rollback()
