@@ -136,9 +136,10 @@ func PGPing(ctx context.Context, q Querier) error {
 // statementTimeout reports whether err is the server's statement timeout
 // cutting a statement short: PostgreSQL's query_canceled (57014, raised by
 // statement_timeout), MariaDB's max_statement_time (1969) or MySQL's
-// max_execution_time (3024).
+// max_execution_time (3024), or GET_LOCK's NULL, which MariaDB returns
+// when max_statement_time interrupts it.
 func statementTimeout(err error) bool {
-	if SQLState(err) == "57014" {
+	if SQLState(err) == "57014" || errors.Is(err, errGetLockNull) {
 		return true
 	}
 	var me *mysql.MySQLError
@@ -156,6 +157,10 @@ func SQLState(err error) string {
 
 // ---- MySQL / MariaDB: named locks ----
 
+// errGetLockNull is GET_LOCK's NULL: the statement was interrupted (KILL
+// QUERY, max_statement_time) or failed; the lock was not taken.
+var errGetLockNull = errors.New("ormlock: GET_LOCK returned NULL (interrupted: KILL QUERY or max_statement_time)")
+
 // MySQLGetLock runs GET_LOCK(name, timeout) on the pinned connection q. A
 // result of 1 is acquired, 0 is held elsewhere (timeout); NULL (an error such
 // as a killed query) is never "acquired" and is returned as an error.
@@ -171,7 +176,7 @@ func MySQLGetLock(ctx context.Context, q Querier, name string, wait time.Duratio
 		return false, fmt.Errorf("ormlock: GET_LOCK: %w", err)
 	}
 	if !res.Valid {
-		return false, errors.New("ormlock: GET_LOCK returned NULL")
+		return false, errGetLockNull
 	}
 	return res.Int64 == 1, nil
 }
