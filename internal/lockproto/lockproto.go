@@ -2,6 +2,41 @@
 // release per dialect on a pinned *sql.Conn or an open transaction. It is the
 // only place where lock SQL text lives; the adapters (gormlock, entlock) and
 // the flows in this package call these functions.
+//
+// # Isolation
+//
+// Whatever isolation the caller asks for, fn's first read sees every commit
+// of every earlier holder of the key. PostgreSQL takes a REPEATABLE READ or
+// SERIALIZABLE snapshot at the transaction's first statement, which would be
+// the lock statement itself (every SELECT takes one), before the lock is
+// granted. So at those levels BeginLocked holds the lock in a READ COMMITTED
+// transaction of its own on a pinned connection, and begins fn's transaction
+// on a second connection only once the lock is held; the lock is confirmed
+// before COMMIT and released after it. A session-level lock taken before
+// BEGIN would do with one connection, but is not safe behind PgBouncer in
+// transaction mode. Refused before fn runs, with ormlock.ErrInvalidArgument:
+// that protocol on a pool of MaxOpenConns 1, and a lock nested in an open
+// transaction above READ COMMITTED (its snapshot predates the lock). READ
+// COMMITTED, the default, keeps the one-connection path (beginInline).
+// MySQL/MariaDB take GET_LOCK before BEGIN, so any level is safe there.
+//
+// # Deadlines
+//
+// Transactions are begun on a context that keeps the caller's values but not
+// its cancellation, so that database/sql does not roll back (and drop a
+// PostgreSQL lock) under a running fn. Every wait of the protocol is still
+// bounded by the caller's context: the pool (db.Conn), BEGIN and COMMIT
+// (the transaction's own context is cancelled when the caller's ends while
+// they run, which makes the driver give up and close the connection), the
+// lock (server-side lock_timeout or GET_LOCK timeout cut to the deadline,
+// the statement cancelled deadlineGrace after it), a ROLLBACK after the
+// context ended (rollbackGrace), and the release (releaseTimeout). Ended
+// before the lock: an error matching ormlock.ErrNotAcquired and the
+// context's error (a dial cut by the deadline and a server statement
+// timeout included). Ended after: the context's error; nothing is committed
+// unless the context ended during the COMMIT itself, whose outcome is then
+// unknown, as for any client. A connection whose state is uncertain is
+// destroyed, never given back to the pool inside a transaction.
 package lockproto
 
 import (
