@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -165,4 +166,20 @@ func TestRunOnceIsolationWait(t *testing.T) {
 			})
 		}
 	})
+}
+
+// The split protocol needs two connections: refused with MaxOpenConns 1.
+func TestSnapshotIsolationNeedsTwoConns(t *testing.T) {
+	for _, k := range []testdb.Kind{testdb.Postgres, testdb.PgBouncer} {
+		t.Run(string(k), func(t *testing.T) {
+			c, db := openEnt(t, k)
+			db.SetMaxOpenConns(1)
+			ran := false
+			err := entlock.Transaction(context.Background(), c, "two-conns-"+t.Name(), func(*ent.Tx) error { ran = true; return nil },
+				ormlock.WithTxOptions(&sql.TxOptions{Isolation: sql.LevelSerializable}))
+			if !errors.Is(err, ormlock.ErrInvalidArgument) || ran || !strings.Contains(err.Error(), "MaxOpenConns") {
+				t.Fatalf("Transaction: %v (ran %v), want ErrInvalidArgument naming MaxOpenConns", err, ran)
+			}
+		})
+	}
 }
