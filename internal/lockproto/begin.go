@@ -150,7 +150,7 @@ func (o *Op) beginSplit(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*
 	txCtx, txCancel := txContext(ctx)
 	stop := bound(ctx, txCancel)
 	tx, err := db.BeginTx(txCtx, opts)
-	if err == nil && !stop() {
+	if stopped := stop(); err == nil && !stopped {
 		// ctx ended as BEGIN returned: database/sql is rolling tx back
 		err = ctx.Err()
 		tx = nil
@@ -175,7 +175,7 @@ func (o *Op) beginMySQL(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*
 	txCtx, txCancel := txContext(ctx)
 	stop := bound(ctx, txCancel)
 	tx, err := conn.BeginTx(txCtx, opts)
-	if err == nil && !stop() {
+	if stopped := stop(); err == nil && !stopped {
 		err = ctx.Err()
 	}
 	if err != nil {
@@ -195,7 +195,7 @@ func (o *Op) beginOn(ctx context.Context, conn *sql.Conn, opts *sql.TxOptions) (
 	txCtx, txCancel := txContext(ctx)
 	stop := bound(ctx, txCancel)
 	tx, err := conn.BeginTx(txCtx, opts)
-	if err == nil && !stop() {
+	if stopped := stop(); err == nil && !stopped {
 		err = ctx.Err() // database/sql is rolling tx back
 	}
 	if err != nil {
