@@ -111,7 +111,9 @@
 // # Pool sizing
 //
 // While fn runs, [Transaction] and transactional [RunOnce] hold one
-// connection of db's pool (two on PostgreSQL above READ COMMITTED) (on MySQL/MariaDB the pinned connection that also
+// connection of db's pool (two on PostgreSQL above READ COMMITTED, the
+// second taken once the lock is held: keep one spare beyond the callers that
+// may wait for the lock at once) (on MySQL/MariaDB the pinned connection that also
 // holds the lock), and [Session] and claim-mode RunOnce hold their lock
 // connection besides what fn (and the ledger) use. A fn that queries the
 // outer db, not tx, needs one more connection. When the pool has none to
