@@ -55,8 +55,9 @@
 // both [ormlock.ErrNotAcquired] and the context's error (also when the
 // deadline cut a dial, or the server's statement_timeout ended the wait,
 // whose error stays in the chain). Ended after: the context's error, nothing
-// committed, the lock free; a COMMIT cut short by the deadline has an
-// unknown outcome, as with any client. A wait longer than PostgreSQL's
+// committed, the lock free; a COMMIT that a frozen server keeps from
+// answering is cut a second after the deadline, with an unknown outcome, as
+// with any client. A wait longer than PostgreSQL's
 // largest lock_timeout (about 24.8 days) is clamped to it.
 //
 // # Cancellation while fn runs

@@ -120,7 +120,7 @@ func (o *Op) beginInline(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (
 		return nil, err
 	}
 	if err := o.AcquireXact(ctx, tx); err != nil {
-		if rollbackWithin(ctx, tx, txCancel) != nil || !cleanNotAcquired(err) {
+		if withinGrace(ctx, txCancel, tx.Rollback) != nil || !cleanNotAcquired(err) {
 			Destroy(conn)
 		} else {
 			_ = conn.Close()
@@ -212,28 +212,27 @@ func cleanNotAcquired(err error) bool {
 }
 
 // Commit commits the transaction (or rolls it back and returns ctx's error
-// when ctx has ended), then releases the lock. A COMMIT still running when
-// ctx ends is cut short: the connection is closed and the error matches
-// ctx's error; like any client whose COMMIT is interrupted, the caller cannot
-// know whether the server committed.
+// when ctx has ended), then releases the lock. A COMMIT still running
+// endGrace after ctx ended is cut short: the connection is closed and the
+// error matches ctx's error; like any client whose COMMIT is interrupted,
+// the caller cannot know whether the server committed.
 func (t *LockedTx) Commit() error {
 	var err error
 	if t.ctx.Err() == nil && t.lock != nil {
 		if lerr := t.lock.confirm(t.ctx); lerr != nil && t.ctx.Err() == nil {
-			_ = rollbackWithin(t.ctx, t.Tx, t.txCancel)
+			_ = withinGrace(t.ctx, t.txCancel, t.Tx.Rollback)
 			t.op.Emit(t.ctx, ormlock.EventLockLost, lerr)
 			t.end()
 			return fmt.Errorf("%w: %q: the lock transaction failed before COMMIT: %w", ormlock.ErrLockLost, t.op.Key.String(), lerr)
 		}
 	}
 	if cerr := t.ctx.Err(); cerr != nil {
-		_ = rollbackWithin(t.ctx, t.Tx, t.txCancel)
+		_ = withinGrace(t.ctx, t.txCancel, t.Tx.Rollback)
 		err = cerr
 	} else {
-		stop := bound(t.ctx, t.txCancel)
-		err = t.Tx.Commit()
-		if !stop() && err != nil {
-			err = fmt.Errorf("ormlock: COMMIT cut short when the context ended (outcome unknown): %w", errors.Join(t.ctx.Err(), err))
+		err = withinGrace(t.ctx, t.txCancel, t.Tx.Commit)
+		if err != nil && t.ctx.Err() != nil {
+			err = fmt.Errorf("ormlock: COMMIT cut short after the context ended (outcome unknown): %w", errors.Join(t.ctx.Err(), err))
 		}
 	}
 	t.end()
@@ -242,7 +241,7 @@ func (t *LockedTx) Commit() error {
 
 // Rollback rolls the transaction back, then releases the lock.
 func (t *LockedTx) Rollback() error {
-	err := rollbackWithin(t.ctx, t.Tx, t.txCancel)
+	err := withinGrace(t.ctx, t.txCancel, t.Tx.Rollback)
 	t.end()
 	return err
 }
@@ -290,17 +289,20 @@ func bound(ctx context.Context, cancel context.CancelFunc) (stop func() bool) {
 	return context.AfterFunc(ctx, cancel)
 }
 
-// rollbackGrace is how long a ROLLBACK may run after the caller's context
-// ended before it is cut (a healthy server answers in milliseconds).
-const rollbackGrace = time.Second
+// endGrace is how long a COMMIT or ROLLBACK may run after the caller's
+// context ended before it is cut (a healthy server answers in
+// milliseconds): a COMMIT under way when the deadline passes still gets a
+// true answer, and a server that stopped answering cannot hold the caller
+// longer than this past its deadline.
+const endGrace = time.Second
 
-// rollbackWithin rolls tx back, giving up (cancel closes the connection, so
-// the server rolls back) rollbackGrace after ctx has ended: a caller whose
-// deadline passed gets its answer within that grace even from a server that
-// stopped answering, while a healthy server still gets a clean ROLLBACK.
-func rollbackWithin(ctx context.Context, tx *sql.Tx, cancel context.CancelFunc) error {
+// withinGrace runs end (tx.Commit or tx.Rollback, which database/sql and
+// pgx run with the transaction's own context) and cancels that context,
+// which makes the driver give up and close the connection, endGrace after
+// ctx has ended.
+func withinGrace(ctx context.Context, cancel context.CancelFunc, end func() error) error {
 	if ctx.Done() == nil {
-		return tx.Rollback()
+		return end()
 	}
 	var (
 		mu    sync.Mutex
@@ -311,10 +313,10 @@ func rollbackWithin(ctx context.Context, tx *sql.Tx, cancel context.CancelFunc) 
 		mu.Lock()
 		defer mu.Unlock()
 		if !done {
-			timer = time.AfterFunc(rollbackGrace, cancel)
+			timer = time.AfterFunc(endGrace, cancel)
 		}
 	})
-	err := tx.Rollback()
+	err := end()
 	stop()
 	mu.Lock()
 	done = true

@@ -25,18 +25,19 @@
 // Transactions are begun on a context that keeps the caller's values but not
 // its cancellation, so that database/sql does not roll back (and drop a
 // PostgreSQL lock) under a running fn. Every wait of the protocol is still
-// bounded by the caller's context: the pool (db.Conn), BEGIN and COMMIT
-// (the transaction's own context is cancelled when the caller's ends while
-// they run, which makes the driver give up and close the connection), the
-// lock (server-side lock_timeout or GET_LOCK timeout cut to the deadline,
-// the statement cancelled deadlineGrace after it), a ROLLBACK after the
-// context ended (rollbackGrace), and the release (releaseTimeout). Ended
-// before the lock: an error matching ormlock.ErrNotAcquired and the
-// context's error (a dial cut by the deadline and a server statement
-// timeout included). Ended after: the context's error; nothing is committed
-// unless the context ended during the COMMIT itself, whose outcome is then
-// unknown, as for any client. A connection whose state is uncertain is
-// destroyed, never given back to the pool inside a transaction.
+// bounded by the caller's context: the pool (db.Conn), BEGIN (the
+// transaction's own context is cancelled when the caller's ends during it,
+// which makes the driver give up and close the connection), the lock
+// (server-side lock_timeout or GET_LOCK timeout cut to the deadline, the
+// statement cancelled deadlineGrace after it), COMMIT and ROLLBACK (cut
+// endGrace after the caller's context ended, so a healthy server still
+// answers truly), and the release (releaseTimeout). Ended before the lock:
+// an error matching ormlock.ErrNotAcquired and the context's error (a dial
+// cut by the deadline and a server statement timeout included). Ended
+// after: the context's error, nothing committed; only a COMMIT cut by
+// endGrace has an unknown outcome, as for any client. A connection whose
+// state is uncertain is destroyed, never given back to the pool inside a
+// transaction.
 package lockproto
 
 import (
