@@ -159,3 +159,31 @@ func TestRunOnceIsolationWait(t *testing.T) {
 		}
 	})
 }
+
+// Above READ COMMITTED the lock lives on its own connection: when that
+// connection dies while fn runs, fn's transaction is rolled back before
+// COMMIT and the error wraps ErrLockLost.
+func TestSnapshotIsolationLockLostBeforeCommit(t *testing.T) {
+	for _, k := range []testdb.Kind{testdb.Postgres, testdb.PgBouncer} {
+		t.Run(string(k), func(t *testing.T) {
+			db, _ := openGorm(t, k)
+			tbl := counterTable(t, k, db)
+			key := "lost-" + t.Name()
+			err := gormlock.Transaction(db, key, func(tx *gorm.DB) error {
+				if err := tx.Exec("INSERT INTO " + tbl + " (n) VALUES (1)").Error; err != nil {
+					return err
+				}
+				h, err := gormlock.Holder(db, key)
+				if err != nil || !h.Held {
+					return errors.Join(errors.New("holder not found"), err)
+				}
+				var ok bool
+				return testdb.AdminDB(t, k).QueryRow("SELECT pg_terminate_backend($1)", h.PID).Scan(&ok)
+			}, ormlock.WithTxOptions(&sql.TxOptions{Isolation: sql.LevelRepeatableRead}))
+			if !errors.Is(err, ormlock.ErrLockLost) {
+				t.Fatalf("Transaction: %v, want ErrLockLost", err)
+			}
+			assertSequence(t, db, tbl, 0)
+		})
+	}
+}
