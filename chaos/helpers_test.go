@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,6 +33,15 @@ import (
 var soakFlag = flag.Bool("soak", false, "run the long versions of the chaos tests (also ORMLOCK_SOAK=1)")
 
 func soak() bool { return *soakFlag || os.Getenv("ORMLOCK_SOAK") != "" }
+
+// soakOps is the long soak's operations per server: ORMLOCK_SOAK_OPS, or
+// 100,000.
+func soakOps() int {
+	if n, err := strconv.Atoi(os.Getenv("ORMLOCK_SOAK_OPS")); err == nil && n > 0 {
+		return n
+	}
+	return 100000
+}
 
 // pick returns short in the default run and long under -soak.
 func pick[T any](short, long T) T {

@@ -59,10 +59,10 @@ func pickBehaviour(rng *rand.Rand) behaviour {
 	}
 }
 
-// TestSoak runs mixed operations (1,500 per server kind; 10,000 under
-// -soak) from 6 goroutines on 3 instances, two GORM pools and one ent
+// TestSoak runs mixed operations (1,500 per server kind; under -soak
+// ORMLOCK_SOAK_OPS, default 100,000) from 6 goroutines on 3 instances, two GORM pools and one ent
 // client, on shared keys: gormlock Transaction, Session and RunOnce, entlock
-// Transaction and Session, with fn succeeding, failing, panicking, or its
+// Transaction and Session, a fifth of them at REPEATABLE READ, with fn succeeding, failing, panicking, or its
 // context cancelled before or during the call or cut by a short deadline.
 // Asserted: at most one holder inside fn per key at any instant; every
 // outcome is the one the behaviour allows; a Transaction or RunOnce wrote its
@@ -70,7 +70,7 @@ func pickBehaviour(rng *rand.Rand) behaviour {
 // committed run, matching the ledger; afterwards no advisory or named lock
 // is left and no connection is in use (testdb.AssertNoLeaks).
 func TestSoak(t *testing.T) {
-	total := pick(1500, 10000)
+	total := pick(1500, soakOps())
 	forEachKind(t, func(t *testing.T, k testdb.Kind) {
 		soakRun(t, k, total)
 	})
@@ -119,6 +119,9 @@ func soakRun(t *testing.T, k testdb.Kind, total int) {
 		var opts []ormlock.Option
 		if rng.IntN(4) == 0 {
 			opts = append(opts, ormlock.WithWait(time.Duration(rng.IntN(30))*time.Millisecond))
+		}
+		if rng.IntN(5) == 0 { // PostgreSQL: the split protocol (lock on its own connection)
+			opts = append(opts, ormlock.WithTxOptions(&sql.TxOptions{Isolation: sql.LevelRepeatableRead}))
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()

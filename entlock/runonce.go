@@ -50,10 +50,9 @@ import (
 // error wrapping [ormlock.ErrNotAcquired] at once, or waits per
 // [ormlock.WithWait] (and then usually finds the slot done). As in
 // [Transaction], the lock is held until fn returns even when ctx ends; the
-// transaction then rolls back. On PostgreSQL with [ormlock.WithTxOptions] at
-// REPEATABLE READ or SERIALIZABLE, a call that waited while another instance
-// ran the slot fails with an explained serialization error (SQLSTATE
-// 40001); calling again returns ErrAlreadyDone.
+// transaction then rolls back. At any isolation level
+// ([ormlock.WithTxOptions]) a call that waited while another instance ran
+// the slot sees that run and returns ErrAlreadyDone.
 //
 // Claim mode ([ormlock.WithClaim]), for long jobs: the lock is held for the
 // whole run as [Session] holds it (a dedicated connection with a keepalive),

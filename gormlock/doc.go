@@ -31,6 +31,35 @@
 // fn's error is returned unchanged; a panic rolls back, releases and
 // re-panics.
 //
+// # Isolation levels
+//
+// Whatever [ormlock.WithTxOptions] asks for, fn's first read sees every
+// commit of every earlier holder of the key. On PostgreSQL, REPEATABLE READ
+// and SERIALIZABLE take their snapshot at the transaction's first
+// statement, so there the lock is held in a READ COMMITTED transaction of its
+// own on a second connection, fn's transaction begins once the lock is held,
+// the lock is confirmed before COMMIT (else the error wraps
+// [ormlock.ErrLockLost]) and released after it. That needs two connections
+// of the pool per call: a pool of MaxOpenConns 1 is
+// refused with [ormlock.ErrInvalidArgument] before fn runs, and so is a call
+// nested in a transaction above READ COMMITTED (its snapshot predates the
+// lock). READ COMMITTED (the default) keeps
+// one connection and one transaction. MySQL/MariaDB take GET_LOCK before
+// BEGIN, so every level works there as it is. See docs/PROTOCOL.md.
+//
+// # Deadlines
+//
+// Every wait of a verb ends by the context's deadline (plus at most a second
+// or two for a server that stopped answering): a pool connection, BEGIN,
+// the lock, COMMIT and the release. Ended before the lock: an error matching
+// both [ormlock.ErrNotAcquired] and the context's error (also when the
+// deadline cut a dial, or the server's statement_timeout ended the wait,
+// whose error stays in the chain). Ended after: the context's error, nothing
+// committed, the lock free; a COMMIT that a frozen server keeps from
+// answering is cut a second after the deadline, with an unknown outcome, as
+// with any client. A wait longer than PostgreSQL's
+// largest lock_timeout (about 24.8 days) is clamped to it.
+//
 // # Cancellation while fn runs
 //
 // The transaction is not bound to the context's cancellation: it ends when fn
@@ -86,7 +115,9 @@
 // # Pool sizing
 //
 // While fn runs, [Transaction] and transactional [RunOnce] hold one
-// connection of db's pool (on MySQL/MariaDB the pinned connection that also
+// connection of db's pool (two on PostgreSQL above READ COMMITTED, the
+// second taken once the lock is held: keep one spare beyond the callers that
+// may wait for the lock at once) (on MySQL/MariaDB the pinned connection that also
 // holds the lock), and [Session] and claim-mode RunOnce hold their lock
 // connection besides what fn (and the ledger) use. A fn that queries the
 // outer db, not tx, needs one more connection. When the pool has none to

@@ -38,12 +38,10 @@ import (
 // When another instance is running the slot right now, RunOnce returns an
 // error wrapping [ormlock.ErrNotAcquired] at once, or waits per
 // [ormlock.WithWait] (and then usually finds the slot done). The context is
-// GORM's (db.WithContext). On PostgreSQL with [ormlock.WithTxOptions] at
-// REPEATABLE READ or SERIALIZABLE, a call that waited while another instance
-// ran the slot cannot see that run (its snapshot predates the wait) and
-// fails with a serialization error (SQLSTATE 40001) that says so; calling
-// again returns ErrAlreadyDone. READ COMMITTED, the default, has no such
-// case.
+// GORM's (db.WithContext). At any isolation level ([ormlock.WithTxOptions])
+// a call that waited while another instance ran the slot sees that run and
+// returns ErrAlreadyDone (see Transaction's isolation levels in the package
+// documentation).
 //
 // Claim mode ([ormlock.WithClaim]), for long jobs or work that is not
 // transactional: the lock is held for the whole run as [Session] holds it

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 
 	"gorm.io/gorm"
 	"gorm.io/plugin/dbresolver"
@@ -129,21 +130,68 @@ func primarySQL(db *gorm.DB) (*sql.DB, error) {
 }
 
 func (c *call) transaction(fn func(tx *gorm.DB) error) error {
-	switch c.op.D {
-	case lockproto.Postgres:
-		return c.pgTransaction(fn)
-	default:
-		return c.mysqlTransaction(fn)
+	if inTx(c.db) {
+		if c.op.D == lockproto.MySQL {
+			return fmt.Errorf("%w: gormlock.%s on %q", ErrNestedTransaction, c.op.Verb, c.op.Key.String())
+		}
+		return c.pgNested(fn)
 	}
+	sqlDB, err := primarySQL(c.db)
+	if err != nil {
+		return err
+	}
+	lt, err := c.op.BeginLocked(c.ctx, sqlDB, c.op.Cfg.TxOptions)
+	if err != nil {
+		return err
+	}
+	done := false
+	defer func() {
+		if !done { // fn panicked or called runtime.Goexit
+			_ = lt.Rollback()
+		}
+	}()
+	err = c.run(fn, c.session(lt.Tx))
+	done = true
+	if err != nil {
+		_ = lt.Rollback()
+		return err
+	}
+	return lt.Commit()
 }
 
-func (c *call) pgTransaction(fn func(tx *gorm.DB) error) error {
+// session returns a session of c.db over the transaction tx, as GORM's own
+// Begin builds one: same statement settings, the caller's context, and the
+// prepared-statement wrapper when db uses PrepareStmt (the lock statements
+// themselves ran on tx directly, never prepared).
+func (c *call) session(tx *sql.Tx) *gorm.DB {
+	s := c.db.Session(&gorm.Session{Context: c.ctx})
+	var pool gorm.ConnPool = tx
+	if p, ok := s.Statement.ConnPool.(*gorm.PreparedStmtDB); ok {
+		pool = &gorm.PreparedStmtTX{Tx: tx, PreparedStmtDB: p}
+	}
+	s.Statement.ConnPool = pool
+	return s
+}
+
+// pgNested takes the lock inside a savepoint of the transaction db is
+// already in (GORM's nested transaction). Above READ COMMITTED that
+// transaction's snapshot predates the lock, so fn could not see what the
+// lock's earlier holders committed: refused before the savepoint.
+func (c *call) pgNested(fn func(tx *gorm.DB) error) error {
+	q, err := sqlTx(c.db)
+	if err != nil {
+		return err
+	}
+	var iso string
+	if err := q.QueryRowContext(c.ctx, "SHOW transaction_isolation").Scan(&iso); err != nil {
+		return c.op.Abandon(c.ctx, fmt.Errorf("ormlock: read the outer transaction's isolation: %w", err))
+	}
+	if iso != "read committed" && iso != "read uncommitted" {
+		return fmt.Errorf("%w: gormlock.%s on %q inside a %s transaction: its snapshot was taken before the lock, so fn could not see the commits of the lock's earlier holders; call it outside the transaction (any isolation works there) or use READ COMMITTED",
+			ormlock.ErrInvalidArgument, c.op.Verb, c.op.Key.String(), strings.ToUpper(iso))
+	}
 	defer c.op.EndXact(c.ctx)
-	db := primary(c.db)
-	if c.ctx.Done() != nil {
-		db = detached(db, c.ctx)
-	} // else the context never ends: db's own (c.ctx) is already detached
-	err := db.Transaction(func(tx *gorm.DB) error {
+	return c.db.Transaction(func(tx *gorm.DB) error {
 		q, err := sqlTx(tx)
 		if err != nil {
 			return err
@@ -152,53 +200,15 @@ func (c *call) pgTransaction(fn func(tx *gorm.DB) error) error {
 			return err
 		}
 		return c.run(fn, tx)
-	}, c.op.Cfg.TxOptions)
-	// a transaction that could not begin never reached the lock: a failed
-	// acquisition, for the observer and, when the context ended, for the
-	// caller too (no-op once the lock was tried)
-	return c.op.Abandon(c.ctx, err)
-}
-
-func (c *call) mysqlTransaction(fn func(tx *gorm.DB) error) error {
-	if inTx(c.db) {
-		return fmt.Errorf("%w: gormlock.%s on %q", ErrNestedTransaction, c.op.Verb, c.op.Key.String())
-	}
-	sqlDB, err := primarySQL(c.db)
-	if err != nil {
-		return err
-	}
-	return c.op.WithNamed(c.ctx, sqlDB, func(conn *sql.Conn) error {
-		tx := detached(c.db, c.ctx)
-		tx.Statement.ConnPool = conn
-		return tx.Transaction(func(tx *gorm.DB) error { return c.run(fn, tx) }, c.op.Cfg.TxOptions)
 	})
 }
 
-// detached returns a session of db whose context carries ctx's values but not
-// its cancellation. The transaction is begun with it: database/sql rolls back
-// a transaction whose context ends, at once and while fn may still be
-// running, which on PostgreSQL would drop the lock under fn's feet. The
-// transaction instead ends when fn returns (see run). A context that can
-// never be cancelled (Done returns nil, as for GORM's default
-// context.Background) is kept as it is.
-func detached(db *gorm.DB, ctx context.Context) *gorm.DB {
-	if ctx.Done() != nil {
-		ctx = context.WithoutCancel(ctx)
-	}
-	return db.Session(&gorm.Session{Context: ctx})
-}
-
-// run calls fn with the caller's context restored on tx, so fn's statements
-// still observe cancellation. A context that ended while fn ran rolls the
-// transaction back (fn's error, or else the context's, is returned), as
-// GORM's own context-bound transactions do, only not before fn returns.
+// run calls fn with the caller's context on tx, so fn's statements observe
+// cancellation. A context that ended while fn ran rolls the transaction back
+// (fn's error, or else the context's, is returned), as GORM's own
+// context-bound transactions do, only not before fn returns.
 func (c *call) run(fn func(tx *gorm.DB) error, tx *gorm.DB) error {
-	if c.ctx.Done() == nil {
-		// The context never ends, and tx already carries it: no new
-		// session (and its allocations) is needed.
-		return fn(tx)
-	}
-	if err := fn(tx.WithContext(c.ctx)); err != nil {
+	if err := fn(tx); err != nil {
 		return err
 	}
 	return c.ctx.Err()

@@ -3,89 +3,237 @@ package lockproto
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/ormlock/ormlock"
 )
 
 // LockedTx is a transaction begun with the lock held, for adapters that hand
 // an open transaction to their ORM instead of running a callback inside the
-// ORM's own transaction helper (entlock gives it to ent as a dialect.Tx).
-// Commit and Rollback end the transaction and then the lock, once, on every
-// path: on PostgreSQL the transaction's end releases the xact lock; on
-// MySQL/MariaDB RELEASE_LOCK runs after COMMIT or ROLLBACK on the same pinned
-// connection, which is destroyed if the release fails or is not confirmed.
+// ORM's own transaction helper (entlock gives it to ent as a dialect.Tx,
+// gormlock to GORM as a session's ConnPool). Commit and Rollback end the
+// transaction and then the lock, once, on every path: on PostgreSQL the end
+// of the transaction that holds the xact lock releases it; on MySQL/MariaDB
+// RELEASE_LOCK runs after COMMIT or ROLLBACK on the same pinned connection,
+// which is destroyed if the release fails or is not confirmed.
 //
-// The transaction carries ctx's values but not its cancellation, so that the
-// lock is held until the caller ends the transaction (database/sql would roll
-// back a ctx-bound transaction, dropping a PostgreSQL lock, while the
-// caller's callback may still be running). Statements still observe the
-// context they are given. Once ctx has ended, Commit rolls back instead and
-// returns ctx's error, as database/sql does for a transaction bound to ctx.
-// Either way the caller must call Commit or Rollback.
+// The transaction carries ctx's values but not its cancellation while the
+// caller's fn runs, so that the lock is held until the caller ends the
+// transaction (database/sql would roll back a ctx-bound transaction,
+// dropping a PostgreSQL lock, while fn may still be running). Every wait of
+// the protocol itself is bounded by ctx (see the package doc, Deadlines).
+// Once ctx has ended, Commit rolls back instead and returns ctx's error, as
+// database/sql does for a transaction bound to ctx. Either way the caller
+// must call Commit or Rollback.
 type LockedTx struct {
 	// Tx is the transaction, for running statements; end it through
 	// LockedTx's Commit or Rollback, never Tx's own.
 	Tx *sql.Tx
 
-	ctx  context.Context
-	op   *Op
-	conn *sql.Conn
-	once sync.Once
+	ctx      context.Context
+	op       *Op
+	conn     *sql.Conn          // Tx's pinned connection; nil when Tx came from the pool (split)
+	txCancel context.CancelFunc // cancels Tx's own context, which bounds BEGIN, COMMIT and ROLLBACK
+	lock     *pgLockTx          // split protocol: the lock's own READ COMMITTED transaction
+	once     sync.Once
 }
 
-// BeginLocked pins a connection from db, takes o's lock and begins a
-// transaction with opts on that connection: on PostgreSQL the transaction
-// first, then pg_try_advisory_xact_lock (or the bounded wait) inside it; on
-// MySQL/MariaDB GET_LOCK first, then the transaction. ctx bounds the wait for
-// a connection and for the lock. On failure nothing is held and the error
-// wraps ormlock.ErrNotAcquired when another holder has the lock (and ctx's
-// error when ctx ended the wait).
+// BeginLocked takes o's lock and begins a transaction with opts in which the
+// caller's fn sees every commit of every earlier holder of the lock:
+//
+//   - PostgreSQL, READ COMMITTED (the default, and READ UNCOMMITTED, which
+//     PostgreSQL runs as READ COMMITTED): on a connection pinned from db,
+//     BEGIN, then pg_try_advisory_xact_lock (or the bounded wait) as the
+//     transaction's first statement. Each later statement takes a fresh
+//     snapshot, so fn sees what earlier holders committed.
+//   - PostgreSQL, REPEATABLE READ and SERIALIZABLE (the split protocol): the
+//     transaction's snapshot is taken by its first statement, which would be
+//     the lock statement, before the lock is granted. So the lock is taken in
+//     a READ COMMITTED transaction of its own on a pinned connection, as
+//     Session holds it, and fn's transaction begins on a second connection
+//     only once the lock is held; its first statement (fn's) takes the
+//     snapshot. Before COMMIT, "SELECT 1" on the lock transaction confirms the
+//     lock is still held (if not, fn's transaction is rolled back and the
+//     error wraps ormlock.ErrLockLost); the lock transaction ends after the
+//     COMMIT. It needs two connections of db: a db whose MaxOpenConns is 1 is
+//     refused with ormlock.ErrInvalidArgument before anything is taken.
+//   - MySQL/MariaDB: GET_LOCK on a pinned connection, then the transaction on
+//     that same connection, so any snapshot is taken after the lock.
+//
+// ctx bounds the wait for a connection, BEGIN and the lock. On failure
+// nothing is held and the error wraps ormlock.ErrNotAcquired when another
+// holder has the lock (and ctx's error when ctx ended the wait).
 func (o *Op) BeginLocked(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*LockedTx, error) {
-	var conn *sql.Conn
-	var err error
 	switch o.D {
 	case Postgres:
-		if conn, err = db.Conn(ctx); err != nil {
-			return nil, o.failed(ctx, fmt.Errorf("ormlock: pin a connection: %w", err))
+		if SnapshotIsolation(opts) {
+			return o.beginSplit(ctx, db, opts)
 		}
+		return o.beginInline(ctx, db, opts)
 	case MySQL:
-		if conn, err = o.LockNamed(ctx, db); err != nil {
-			return nil, err
-		}
-	default:
-		return nil, fmt.Errorf("%w: dialect %d", ormlock.ErrUnsupportedDialect, o.D)
+		return o.beginMySQL(ctx, db, opts)
 	}
-	tx, err := conn.BeginTx(context.WithoutCancel(ctx), opts)
+	return nil, fmt.Errorf("%w: dialect %d", ormlock.ErrUnsupportedDialect, o.D)
+}
+
+// SnapshotIsolation reports whether opts ask for an isolation level whose
+// snapshot PostgreSQL takes once, at the transaction's first statement:
+// REPEATABLE READ, SNAPSHOT, SERIALIZABLE or LINEARIZABLE. LevelDefault is
+// taken as READ COMMITTED, the server's default.
+func SnapshotIsolation(opts *sql.TxOptions) bool {
+	if opts == nil {
+		return false
+	}
+	switch opts.Isolation {
+	case sql.LevelRepeatableRead, sql.LevelSnapshot, sql.LevelSerializable, sql.LevelLinearizable:
+		return true
+	}
+	return false
+}
+
+// pin pins a connection from db, waiting no longer than ctx allows.
+func (o *Op) pin(ctx context.Context, db *sql.DB) (*sql.Conn, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, o.notAcquired(ctx, err)
+	}
+	conn, err := db.Conn(ctx)
 	if err != nil {
-		err = fmt.Errorf("ormlock: begin transaction: %w", err)
-		if o.D == MySQL {
-			_ = o.ReleaseNamed(ctx, conn)
-			return nil, err
-		}
-		_ = conn.Close()
-		return nil, o.failed(ctx, err)
+		return nil, o.failed(ctx, fmt.Errorf("ormlock: pin a connection: %w", err))
 	}
-	if o.D == Postgres {
-		if err := o.AcquireXact(ctx, tx); err != nil {
-			_ = tx.Rollback()
+	return conn, nil
+}
+
+// beginInline is the PostgreSQL READ COMMITTED protocol: the lock is the
+// first statement of the caller's transaction. Keep it the one place where
+// that path is built, and as cheap as it is.
+func (o *Op) beginInline(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*LockedTx, error) {
+	conn, err := o.pin(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	tx, txCancel, err := o.beginOn(ctx, conn, opts)
+	if err != nil {
+		Destroy(conn)
+		return nil, err
+	}
+	if err := o.AcquireXact(ctx, tx); err != nil {
+		if withinGrace(ctx, txCancel, tx.Rollback) != nil || !cleanNotAcquired(err) {
+			Destroy(conn)
+		} else {
 			_ = conn.Close()
-			return nil, err
 		}
+		return nil, err
 	}
-	return &LockedTx{Tx: tx, ctx: ctx, op: o, conn: conn}, nil
+	return &LockedTx{Tx: tx, ctx: ctx, op: o, conn: conn, txCancel: txCancel}, nil
+}
+
+// beginSplit is the PostgreSQL protocol for REPEATABLE READ and
+// SERIALIZABLE (see BeginLocked).
+func (o *Op) beginSplit(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*LockedTx, error) {
+	if db.Stats().MaxOpenConnections == 1 {
+		return nil, fmt.Errorf("%w: ormlock: %s on %q at isolation %s needs two connections (the lock is held on one, in a READ COMMITTED transaction, so that the transaction on the other takes its snapshot after the lock is granted), and the pool's MaxOpenConns is 1",
+			ormlock.ErrInvalidArgument, o.Verb, o.Key.String(), opts.Isolation)
+	}
+	conn, err := o.pin(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	lk, err := o.holdLockTx(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	// fn's transaction, on a connection of its own: its first statement,
+	// fn's, takes the snapshot, after the lock was granted.
+	txCtx, txCancel := txContext(ctx)
+	stop := bound(ctx, txCancel)
+	tx, err := db.BeginTx(txCtx, opts)
+	if stopped := stop(); err == nil && !stopped {
+		// ctx ended as BEGIN returned: database/sql is rolling tx back
+		err = ctx.Err()
+		tx = nil
+	}
+	if err != nil {
+		txCancel()
+		lk.end(ctx)
+		o.EndXact(ctx)
+		if cerr := ctxErr(ctx); cerr != nil {
+			return nil, fmt.Errorf("ormlock: %s on %q: begin transaction: %w", o.Verb, o.Key.String(), errors.Join(cerr, err))
+		}
+		return nil, fmt.Errorf("ormlock: begin transaction: %w", err)
+	}
+	return &LockedTx{Tx: tx, ctx: ctx, op: o, txCancel: txCancel, lock: lk}, nil
+}
+
+func (o *Op) beginMySQL(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*LockedTx, error) {
+	conn, err := o.LockNamed(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	txCtx, txCancel := txContext(ctx)
+	stop := bound(ctx, txCancel)
+	tx, err := conn.BeginTx(txCtx, opts)
+	if stopped := stop(); err == nil && !stopped {
+		err = ctx.Err()
+	}
+	if err != nil {
+		txCancel()
+		// a BEGIN cut short leaves the connection's state unknown:
+		// ReleaseNamed destroys it when the release is not confirmed
+		_ = o.ReleaseNamed(ctx, conn)
+		return nil, fmt.Errorf("ormlock: begin transaction: %w", err)
+	}
+	return &LockedTx{Tx: tx, ctx: ctx, op: o, conn: conn, txCancel: txCancel}, nil
+}
+
+// beginOn begins a transaction on conn whose context outlives ctx, with the
+// BEGIN itself bounded by ctx. A failure has been classified (ctx ended:
+// not acquired); the caller disposes of conn.
+func (o *Op) beginOn(ctx context.Context, conn *sql.Conn, opts *sql.TxOptions) (*sql.Tx, context.CancelFunc, error) {
+	txCtx, txCancel := txContext(ctx)
+	stop := bound(ctx, txCancel)
+	tx, err := conn.BeginTx(txCtx, opts)
+	if stopped := stop(); err == nil && !stopped {
+		err = ctx.Err() // database/sql is rolling tx back
+	}
+	if err != nil {
+		txCancel()
+		return nil, nil, o.failed(ctx, fmt.Errorf("ormlock: begin transaction: %w", err))
+	}
+	return tx, txCancel, nil
+}
+
+// cleanNotAcquired reports whether err is a plain "held elsewhere", after
+// which the connection is known to be in a clean state.
+func cleanNotAcquired(err error) bool {
+	return errors.Is(err, ormlock.ErrNotAcquired) && !isCtxErr(err) && SQLState(err) == ""
 }
 
 // Commit commits the transaction (or rolls it back and returns ctx's error
-// when ctx has ended), then releases the lock.
+// when ctx has ended), then releases the lock. A COMMIT still running
+// endGrace after ctx ended is cut short: the connection is closed and the
+// error matches ctx's error; like any client whose COMMIT is interrupted,
+// the caller cannot know whether the server committed.
 func (t *LockedTx) Commit() error {
 	var err error
+	if t.ctx.Err() == nil && t.lock != nil {
+		if lerr := t.lock.confirm(t.ctx); lerr != nil && t.ctx.Err() == nil {
+			_ = withinGrace(t.ctx, t.txCancel, t.Tx.Rollback)
+			t.op.Emit(t.ctx, ormlock.EventLockLost, lerr)
+			t.end()
+			return fmt.Errorf("%w: %q: the lock transaction failed before COMMIT: %w", ormlock.ErrLockLost, t.op.Key.String(), lerr)
+		}
+	}
 	if cerr := t.ctx.Err(); cerr != nil {
-		_ = t.Tx.Rollback()
+		_ = withinGrace(t.ctx, t.txCancel, t.Tx.Rollback)
 		err = cerr
 	} else {
-		err = t.Tx.Commit()
+		err = withinGrace(t.ctx, t.txCancel, t.Tx.Commit)
+		if err != nil && t.ctx.Err() != nil {
+			err = fmt.Errorf("ormlock: COMMIT cut short after the context ended (outcome unknown): %w", errors.Join(t.ctx.Err(), err))
+		}
 	}
 	t.end()
 	return err
@@ -93,7 +241,7 @@ func (t *LockedTx) Commit() error {
 
 // Rollback rolls the transaction back, then releases the lock.
 func (t *LockedTx) Rollback() error {
-	err := t.Tx.Rollback()
+	err := withinGrace(t.ctx, t.txCancel, t.Tx.Rollback)
 	t.end()
 	return err
 }
@@ -101,12 +249,142 @@ func (t *LockedTx) Rollback() error {
 // end releases the lock after the transaction, once.
 func (t *LockedTx) end() {
 	t.once.Do(func() {
+		t.txCancel()
 		switch t.op.D {
 		case Postgres:
-			_ = t.conn.Close()
+			if t.lock != nil {
+				t.lock.end(t.ctx)
+			} else {
+				_ = t.conn.Close()
+			}
 			t.op.EndXact(t.ctx)
 		case MySQL:
 			_ = t.op.ReleaseNamed(t.ctx, t.conn)
 		}
 	})
+}
+
+// ---- bounding the detached transaction ----
+
+// txContext returns the context a transaction is begun with: ctx's values
+// without its cancellation (database/sql rolls back a transaction whose
+// context ends, at once, which would drop a PostgreSQL lock under a running
+// fn), and its cancel, which bounds BEGIN, COMMIT and ROLLBACK: database/sql
+// and pgx run those with the transaction's context. A context that can
+// never end is returned as it is, with nothing to cancel (see waitCtx).
+func txContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Done() == nil {
+		return ctx, func() {}
+	}
+	return context.WithCancel(context.WithoutCancel(ctx))
+}
+
+// bound cancels a transaction's context (cancel, from txContext) when ctx
+// ends, until stop is called; stop reports false when that already happened.
+// It is armed around BEGIN, the lock and COMMIT, never while fn runs.
+func bound(ctx context.Context, cancel context.CancelFunc) (stop func() bool) {
+	if ctx.Done() == nil {
+		return func() bool { return true }
+	}
+	return context.AfterFunc(ctx, cancel)
+}
+
+// endGrace is how long a COMMIT or ROLLBACK may run after the caller's
+// context ended before it is cut (a healthy server answers in
+// milliseconds): a COMMIT under way when the deadline passes still gets a
+// true answer, and a server that stopped answering cannot hold the caller
+// longer than this past its deadline.
+const endGrace = time.Second
+
+// withinGrace runs end (tx.Commit or tx.Rollback, which database/sql and
+// pgx run with the transaction's own context) and cancels that context,
+// which makes the driver give up and close the connection, endGrace after
+// ctx has ended.
+func withinGrace(ctx context.Context, cancel context.CancelFunc, end func() error) error {
+	if ctx.Done() == nil {
+		return end()
+	}
+	var (
+		mu    sync.Mutex
+		timer *time.Timer
+		done  bool
+	)
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !done {
+			timer = time.AfterFunc(endGrace, cancel)
+		}
+	})
+	err := end()
+	stop()
+	mu.Lock()
+	done = true
+	if timer != nil {
+		timer.Stop()
+	}
+	mu.Unlock()
+	return err
+}
+
+// ---- the split protocol's lock transaction ----
+
+// pgLockTx is a PostgreSQL xact lock held by a READ COMMITTED transaction of
+// its own on a pinned connection (Session's lock, and the split protocol's).
+type pgLockTx struct {
+	conn   *sql.Conn
+	tx     *sql.Tx
+	cancel context.CancelFunc
+}
+
+// holdLockTx begins a READ COMMITTED transaction on conn and takes o's lock
+// in it, each wait bounded by ctx. On failure conn has been given back (a
+// clean "held elsewhere") or destroyed.
+func (o *Op) holdLockTx(ctx context.Context, conn *sql.Conn) (*pgLockTx, error) {
+	tx, cancel, err := o.beginOn(ctx, conn, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		Destroy(conn)
+		return nil, err
+	}
+	lk := &pgLockTx{conn: conn, tx: tx, cancel: cancel}
+	if err := o.AcquireXact(ctx, tx); err != nil {
+		lk.drop(ctx, err)
+		return nil, err
+	}
+	return lk, nil
+}
+
+// confirm proves the lock transaction alive, hence the lock held.
+func (l *pgLockTx) confirm(ctx context.Context) error { return PGPing(ctx, l.tx) }
+
+// rollback ends the lock transaction, bounded by ctx (the release context),
+// which also cancels the transaction's own context should it end first.
+func (l *pgLockTx) rollback(ctx context.Context) error {
+	defer l.cancel()
+	stop := context.AfterFunc(ctx, l.cancel)
+	defer stop()
+	return l.tx.Rollback()
+}
+
+// end releases the lock (ROLLBACK, bounded by releaseTimeout) and gives the
+// connection back, or destroys it when the ROLLBACK failed.
+func (l *pgLockTx) end(ctx context.Context) {
+	rctx, rcancel := releaseCtx(ctx)
+	defer rcancel()
+	if l.rollback(rctx) != nil {
+		Destroy(l.conn)
+		return
+	}
+	_ = l.conn.Close()
+}
+
+// drop ends a lock transaction whose lock was not taken (err says why).
+func (l *pgLockTx) drop(ctx context.Context, err error) {
+	rctx, rcancel := releaseCtx(ctx)
+	defer rcancel()
+	if l.rollback(rctx) != nil || !cleanNotAcquired(err) {
+		Destroy(l.conn)
+		return
+	}
+	_ = l.conn.Close()
 }

@@ -2,6 +2,42 @@
 // release per dialect on a pinned *sql.Conn or an open transaction. It is the
 // only place where lock SQL text lives; the adapters (gormlock, entlock) and
 // the flows in this package call these functions.
+//
+// # Isolation
+//
+// Whatever isolation the caller asks for, fn's first read sees every commit
+// of every earlier holder of the key. PostgreSQL takes a REPEATABLE READ or
+// SERIALIZABLE snapshot at the transaction's first statement, which would be
+// the lock statement itself (every SELECT takes one), before the lock is
+// granted. So at those levels BeginLocked holds the lock in a READ COMMITTED
+// transaction of its own on a pinned connection, and begins fn's transaction
+// on a second connection only once the lock is held; the lock is confirmed
+// before COMMIT and released after it. A session-level lock taken before
+// BEGIN would do with one connection, but is not safe behind PgBouncer in
+// transaction mode. Refused before fn runs, with ormlock.ErrInvalidArgument:
+// that protocol on a pool of MaxOpenConns 1, and a lock nested in an open
+// transaction above READ COMMITTED (its snapshot predates the lock). READ
+// COMMITTED, the default, keeps the one-connection path (beginInline).
+// MySQL/MariaDB take GET_LOCK before BEGIN, so any level is safe there.
+//
+// # Deadlines
+//
+// Transactions are begun on a context that keeps the caller's values but not
+// its cancellation, so that database/sql does not roll back (and drop a
+// PostgreSQL lock) under a running fn. Every wait of the protocol is still
+// bounded by the caller's context: the pool (db.Conn), BEGIN (the
+// transaction's own context is cancelled when the caller's ends during it,
+// which makes the driver give up and close the connection), the lock
+// (server-side lock_timeout or GET_LOCK timeout cut to the deadline, the
+// statement cancelled deadlineGrace after it), COMMIT and ROLLBACK (cut
+// endGrace after the caller's context ended, so a healthy server still
+// answers truly), and the release (releaseTimeout). Ended before the lock:
+// an error matching ormlock.ErrNotAcquired and the context's error (a dial
+// cut by the deadline and a server statement timeout included). Ended
+// after: the context's error, nothing committed; only a COMMIT cut by
+// endGrace has an unknown outcome, as for any client. A connection whose
+// state is uncertain is destroyed, never given back to the pool inside a
+// transaction.
 package lockproto
 
 import (
@@ -12,6 +48,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/ormlock/ormlock"
 )
@@ -78,6 +116,10 @@ func PGTryXact(ctx context.Context, q Querier, k ormlock.PostgresKey) (bool, err
 // lock_timeout expires.
 const sqlStateLockNotAvailable = "55P03"
 
+// pgMaxLockTimeout is the largest lock_timeout PostgreSQL accepts, in
+// milliseconds (INT_MAX, about 24.8 days); a longer wait is clamped to it.
+const pgMaxLockTimeout = 1<<31 - 1
+
 // PGWaitXact waits up to wait for pg_advisory_xact_lock on the transaction q,
 // bounded by a server-side lock_timeout rather than by context cancellation
 // (which would make the driver close the connection). lock_timeout is
@@ -85,10 +127,7 @@ const sqlStateLockNotAvailable = "55P03"
 // expires it returns false and the transaction is aborted: the caller must
 // roll it back (or roll back to its savepoint).
 func PGWaitXact(ctx context.Context, q Querier, k ormlock.PostgresKey, wait time.Duration) (bool, error) {
-	ms := wait.Milliseconds()
-	if ms < 1 {
-		ms = 1
-	}
+	ms := min(max(wait.Milliseconds(), 1), pgMaxLockTimeout)
 	var prev string
 	if err := q.QueryRowContext(ctx, "SELECT current_setting('lock_timeout'), set_config('lock_timeout', $1, true)",
 		strconv.FormatInt(ms, 10)+"ms").Scan(&prev, new(string)); err != nil {
@@ -130,6 +169,19 @@ func PGPing(ctx context.Context, q Querier) error {
 	return nil
 }
 
+// statementTimeout reports whether err is the server's statement timeout
+// cutting a statement short: PostgreSQL's query_canceled (57014, raised by
+// statement_timeout), MariaDB's max_statement_time (1969) or MySQL's
+// max_execution_time (3024), or GET_LOCK's NULL, which MariaDB returns
+// when max_statement_time interrupts it.
+func statementTimeout(err error) bool {
+	if SQLState(err) == "57014" || errors.Is(err, errGetLockNull) {
+		return true
+	}
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && (me.Number == 1969 || me.Number == 3024)
+}
+
 // SQLState returns the SQLSTATE of a server error, or "".
 func SQLState(err error) string {
 	var s interface{ SQLState() string }
@@ -140,6 +192,10 @@ func SQLState(err error) string {
 }
 
 // ---- MySQL / MariaDB: named locks ----
+
+// errGetLockNull is GET_LOCK's NULL: the statement was interrupted (KILL
+// QUERY, max_statement_time) or failed; the lock was not taken.
+var errGetLockNull = errors.New("ormlock: GET_LOCK returned NULL (interrupted: KILL QUERY or max_statement_time)")
 
 // MySQLGetLock runs GET_LOCK(name, timeout) on the pinned connection q. A
 // result of 1 is acquired, 0 is held elsewhere (timeout); NULL (an error such
@@ -156,7 +212,7 @@ func MySQLGetLock(ctx context.Context, q Querier, name string, wait time.Duratio
 		return false, fmt.Errorf("ormlock: GET_LOCK: %w", err)
 	}
 	if !res.Valid {
-		return false, errors.New("ormlock: GET_LOCK returned NULL")
+		return false, errGetLockNull
 	}
 	return res.Int64 == 1, nil
 }

@@ -166,12 +166,31 @@ func (o *Op) notAcquired(ctx context.Context, cause error) error {
 // failed classifies an error raised while acquiring: when the context ended
 // it is a not-acquired outcome that also matches the context error.
 func (o *Op) failed(ctx context.Context, err error) error {
-	if cerr := ctx.Err(); cerr != nil {
+	if cerr := ctxErr(ctx); cerr != nil {
 		return o.notAcquired(ctx, errors.Join(cerr, err))
+	}
+	if statementTimeout(err) {
+		// the server's own statement timeout ended the lock wait: the
+		// lock was not taken (the server error stays in the chain)
+		return o.notAcquired(ctx, err)
 	}
 	o.attempted(ctx)
 	o.Emit(ctx, ormlock.EventNotAcquired, err)
 	return err
+}
+
+// ctxErr is ctx.Err(), or context.DeadlineExceeded when ctx's deadline has
+// passed but its timer has not fired yet: a driver that dialed with that
+// deadline (net.Dialer) reports "i/o timeout" a moment before ctx.Err() is
+// set, and that timeout is the deadline's.
+func ctxErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // AcquireXact takes the PostgreSQL transaction-level lock on the open

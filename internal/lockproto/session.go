@@ -162,53 +162,32 @@ func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Contex
 }
 
 func (o *Op) holdPostgres(ctx context.Context, conn *sql.Conn) (*sessionHold, error) {
-	// The transaction must outlive ctx: database/sql rolls back a transaction
-	// whose context ends, which would drop the lock under a running fn. Its
-	// own context is cancelled only to bound the ROLLBACK (which takes no
-	// context of its own): the driver runs it with the transaction's context.
-	txCtx, txCancel := context.WithCancel(context.WithoutCancel(ctx))
-	tx, err := conn.BeginTx(txCtx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	// The lock transaction outlives ctx (database/sql rolls back a
+	// transaction whose context ends, which would drop the lock under a
+	// running fn), but BEGIN and the lock are bounded by ctx: see holdLockTx.
+	lk, err := o.holdLockTx(ctx, conn)
 	if err != nil {
-		txCancel()
-		Destroy(conn)
-		return nil, o.failed(ctx, fmt.Errorf("ormlock: begin lock transaction: %w", err))
-	}
-	rollback := func(ctx context.Context) error {
-		defer txCancel()
-		stop := context.AfterFunc(ctx, txCancel)
-		defer stop()
-		return tx.Rollback()
-	}
-	fail := func(err error) (*sessionHold, error) {
-		rctx, rcancel := releaseCtx(ctx)
-		defer rcancel()
-		if rerr := rollback(rctx); rerr != nil || isCtxErr(err) || !errors.Is(err, ormlock.ErrNotAcquired) {
-			Destroy(conn)
-		} else {
-			_ = conn.Close()
-		}
 		return nil, err
 	}
-	if err := o.AcquireXact(ctx, tx); err != nil {
-		return fail(err)
-	}
-	idle, err := PGIdleTimeout(ctx, tx)
+	idle, err := PGIdleTimeout(ctx, lk.tx)
 	if err == nil {
 		// A statement without arguments goes by the simple protocol and
 		// closes the portal the queries above left open, which would
 		// otherwise pin a snapshot (backend_xmin) while fn runs.
-		err = PGPing(ctx, tx)
+		err = PGPing(ctx, lk.tx)
 	}
 	if err != nil {
-		return fail(o.failed(ctx, err))
+		err = o.failed(ctx, err)
+		lk.drop(ctx, err)
+		return nil, err
 	}
 	every := o.Cfg.Keepalive
 	if idle > 0 && every > idle/3 {
 		every = max(idle/3, time.Millisecond)
 	}
 	return &sessionHold{
-		ping:    func(ctx context.Context) error { return PGPing(ctx, tx) },
-		release: rollback,
+		ping:    lk.confirm,
+		release: lk.rollback,
 		every:   every,
 	}, nil
 }
