@@ -174,9 +174,9 @@ func (p *proc) waitOutput(t *testing.T, s string, d time.Duration) {
 	}
 }
 
-// ormlock runs the binary to completion (at most a minute) and returns its
+// runBin runs the binary to completion (at most a minute) and returns its
 // status, stdout and stderr.
-func ormlock(t *testing.T, k testdb.Kind, args ...string) (int, string, string) {
+func runBin(t *testing.T, k testdb.Kind, args ...string) (int, string, string) {
 	t.Helper()
 	p := start(t, k, args...)
 	code := p.wait(t, time.Minute)

@@ -56,12 +56,12 @@ func TestRunConflict(t *testing.T) {
 			t.Errorf("lock free while COMMAND runs")
 		}
 		// --conflict-exit-code, as flock's -E.
-		code, out, stderr := ormlock(t, k, "run", "--conflict-exit-code", "9", key, "--", "echo", "ran")
+		code, out, stderr := runBin(t, k, "run", "--conflict-exit-code", "9", key, "--", "echo", "ran")
 		want(t, code, stderr, 9)
 		if out != "" {
 			t.Errorf("COMMAND ran: %q", out)
 		}
-		code, _, stderr = ormlock(t, k, "run", "--quiet", key, "--", "echo", "ran")
+		code, _, stderr = runBin(t, k, "run", "--quiet", key, "--", "echo", "ran")
 		want(t, code, stderr, 75)
 		if stderr != "" {
 			t.Errorf("--quiet printed %q", stderr)
@@ -95,7 +95,7 @@ func TestRunExitStatus(t *testing.T) {
 			{"not found", []string{"no-such-command-ormlock"}, 127, "not found"},
 			{"not executable", []string{notExec}, 126, "permission denied"},
 		} {
-			code, _, stderr := ormlock(t, k, append([]string{"run", key, "--"}, c.cmd...)...)
+			code, _, stderr := runBin(t, k, append([]string{"run", key, "--"}, c.cmd...)...)
 			if c.code == 0 && stderr != "" {
 				t.Errorf("%s: stderr %q", c.name, stderr)
 			}
