@@ -159,27 +159,34 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// newFlagSet returns a flag set that prints usage (an usage text and the
-// flags) to stderr and reports parse errors as usage errors.
-func newFlagSet(name, usage string, stdout io.Writer) *flag.FlagSet {
+// flagSet is a flag set with its usage text.
+type flagSet struct {
+	*flag.FlagSet
+	help func()
+}
+
+// newFlagSet returns a flag set whose --help prints usage and the flags to
+// stdout, and which prints nothing itself on a parse error.
+func newFlagSet(name, usage string, stdout io.Writer) *flagSet {
 	fs := flag.NewFlagSet("ormlock "+name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.Usage = func() {
-		fs.SetOutput(stdout)
+	fs.Usage = func() {} // parse errors are reported once, by status
+	help := func() {
 		fmt.Fprint(stdout, usage)
 		fmt.Fprintln(stdout, "\nFlags:")
+		fs.SetOutput(stdout)
 		fs.PrintDefaults()
 		fs.SetOutput(io.Discard)
 	}
-	return fs
+	return &flagSet{FlagSet: fs, help: help}
 }
 
 // parseFlags wraps fs.Parse errors as usage errors; --help prints the usage
 // to stdout and returns flag.ErrHelp.
-func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
-	pos, err := parseInterspersed(fs, args)
+func parseFlags(fs *flagSet, args []string) ([]string, error) {
+	pos, err := parseInterspersed(fs.FlagSet, args)
 	if errors.Is(err, flag.ErrHelp) {
-		fs.Usage()
+		fs.help()
 		return nil, err
 	}
 	if err != nil {

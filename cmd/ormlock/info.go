@@ -34,7 +34,7 @@ Examples:
 func holderCmd(args []string, stdout, stderr io.Writer) error {
 	var c common
 	fs := newFlagSet("holder", holderUsage, stdout)
-	c.register(fs, false)
+	c.register(fs.FlagSet, false)
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -75,7 +75,7 @@ Examples:
 func runsCmd(args []string, stdout, stderr io.Writer) error {
 	var c common
 	fs := newFlagSet("runs", runsUsage, stdout)
-	c.register(fs, true)
+	c.register(fs.FlagSet, true)
 	limit := fs.Int("limit", 10, "show at most `N` runs")
 	pos, err := parseFlags(fs, args)
 	if err != nil {
@@ -189,7 +189,7 @@ Examples:
 func migrateCmd(args []string, stdout, stderr io.Writer) error {
 	var c common
 	fs := newFlagSet("migrate", migrateUsage, stdout)
-	c.register(fs, true)
+	c.register(fs.FlagSet, true)
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return err

@@ -89,7 +89,7 @@ type runFlags struct {
 func runCmd(args []string, stdout, stderr io.Writer) error {
 	var f runFlags
 	fs := newFlagSet("run", runUsage, stdout)
-	f.register(fs, true)
+	f.register(fs.FlagSet, true)
 	fs.DurationVar(&f.wait, "wait", 0, "wait up to `DURATION` for the lock (default: try once)")
 	fs.DurationVar(&f.keepalive, "keepalive", ormlock.DefaultKeepalive, "check the lock connection every `DURATION`; a loss is seen within two")
 	fs.DurationVar(&f.grace, "grace", 10*time.Second, "after a lost lock, wait `DURATION` between SIGTERM and SIGKILL")
