@@ -19,6 +19,10 @@ import (
 // it.
 var errInterrupted = errors.New("interrupted before COMMAND started")
 
+// errStoppedLost is run's error when COMMAND was stopped because the lock
+// was lost: the ledger's error text of such a --once-per run.
+var errStoppedLost = errors.New("COMMAND stopped: the lock was lost")
+
 // child is COMMAND: started while the lock is held, sent the signals ormlock
 // receives, and stopped when the lock is lost.
 type child struct {
@@ -128,7 +132,9 @@ func (c *child) run(ctx context.Context, env []string) error {
 			c.status, c.killed = waitStatus(cmd.ProcessState)
 			switch {
 			case lost != nil:
-				return lost
+				// Session and RunOnce report the loss; in --once-per
+				// mode this marks the slot failed.
+				return errStoppedLost
 			case c.status != 0:
 				return &commandFailed{status: c.status}
 			}

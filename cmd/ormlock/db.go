@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"os"
 	"regexp"
 	"strings"
@@ -120,6 +121,9 @@ func openSQL(dsn string) (*sql.DB, string, error) {
 	if err != nil {
 		return nil, "", usagef("bad DSN: not a postgres:// URL, a PostgreSQL key=value string or a MySQL DSN (user:pass@tcp(host:3306)/db): %v", err)
 	}
+	// The driver would log dropped connections on stderr too; ormlock
+	// reports them once, as errors.
+	cfg.Logger = log.New(io.Discard, "", 0)
 	conn, err := gomysql.NewConnector(cfg)
 	if err != nil {
 		return nil, "", usagef("bad MySQL DSN: %v", err)
@@ -136,7 +140,7 @@ func dbError(err error) error {
 	var me *gomysql.MySQLError
 	switch {
 	case errors.As(err, &pe) && pe.Code == "42P01", errors.As(err, &me) && me.Number == 1146:
-		return fmt.Errorf("%w (create it with: ormlock migrate)", err)
+		return fmt.Errorf("%w; create it with: ormlock migrate", err)
 	}
 	return err
 }

@@ -49,7 +49,7 @@ func TestGoAndCommandExcludeEachOther(t *testing.T) {
 					t.Fatalf("Session: %v", err)
 				}
 				code, out, stderr := runBin(t, k, append(append([]string{"run"}, c.flags...), c.arg, "--", "echo", "ran")...)
-				want(t, code, stderr, 75, "held elsewhere")
+				want(t, code, stderr, 75, "lock not acquired")
 				if out != "" {
 					t.Errorf("COMMAND ran while Go held the lock: %q", out)
 				}

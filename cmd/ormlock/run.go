@@ -160,7 +160,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 
 	db, closeDB, err := f.open(ctx)
 	if err != nil {
-		return f.outcome(ch, pos[0], err, stderr)
+		return f.outcome(ch, err, stderr)
 	}
 	defer closeDB()
 	env := commandEnv(pos[0], f.namespace)
@@ -168,19 +168,19 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		err = gormlock.Session(db, key, func(ctx context.Context) error {
 			err := ch.run(ctx, env)
 			var cf *commandFailed
-			if errors.As(err, &cf) {
-				return nil // a plain run has no ledger to tell
+			if errors.As(err, &cf) || errors.Is(err, errStoppedLost) {
+				return nil // no ledger to tell; Session reports a loss itself
 			}
 			return err
 		}, opts...)
-		return f.outcome(ch, pos[0], err, stderr)
+		return f.outcome(ch, err, stderr)
 	}
 	slot := sched.Slot(time.Now())
 	env = append(env, "ORMLOCK_JOB="+pos[0], "ORMLOCK_SLOT="+slot.UTC().Format(time.RFC3339Nano))
 	err = gormlock.RunOnce(db, pos[0], slot, func(tx *gorm.DB) error {
 		return ch.run(tx.Statement.Context, env)
 	}, append(opts, ormlock.WithClaim())...)
-	return f.outcome(ch, pos[0], err, stderr)
+	return f.outcome(ch, err, stderr)
 }
 
 // check validates the flags that the library does not.
@@ -209,15 +209,18 @@ func (f *runFlags) check() error {
 }
 
 // outcome maps the verb's result to ormlock's exit status and message.
-func (f *runFlags) outcome(ch *child, key string, err error, stderr io.Writer) error {
+func (f *runFlags) outcome(ch *child, err error, stderr io.Writer) error {
 	if ch.ran {
 		switch {
 		case errors.Is(err, ormlock.ErrLockLost):
 			what := fmt.Sprintf("exited with status %d", ch.status)
 			if ch.killed != "" {
-				what = "was killed by signal " + ch.killed
+				what = fmt.Sprintf("was killed by signal %d (%s)", ch.status-128, ch.killed)
 			}
-			return &exitCode{code: exitLockLost, err: fmt.Errorf("%w; COMMAND %s", err, what)}
+			// Session joins the loss with run's own error: the first
+			// line says it all.
+			msg, _, _ := strings.Cut(err.Error(), "\n")
+			return &exitCode{code: exitLockLost, err: fmt.Errorf("%s; COMMAND %s", msg, what)}
 		case err == nil:
 		case errors.As(err, new(*commandFailed)):
 		case ch.status != 0:
@@ -244,7 +247,7 @@ func (f *runFlags) outcome(ch *child, key string, err error, stderr io.Writer) e
 	case errors.Is(err, ormlock.ErrAlreadyDone):
 		return quietErr(f.done, fmt.Errorf("%w; COMMAND not run", err))
 	case errors.Is(err, ormlock.ErrNotAcquired):
-		return quietErr(f.conflict, fmt.Errorf("%w: %q is held elsewhere; COMMAND not run", err, key))
+		return quietErr(f.conflict, fmt.Errorf("%w; COMMAND not run", err))
 	case errors.Is(err, ormlock.ErrInvalidKey), errors.Is(err, ormlock.ErrInvalidArgument):
 		return &usageError{msg: err.Error()}
 	}

@@ -44,7 +44,7 @@ func TestRunConflict(t *testing.T) {
 		case <-time.After(time.Minute):
 			t.Fatalf("neither run ended\nA: %s\nB: %s", a.stderr, b.stderr)
 		}
-		want(t, loser.code, loser.stderr.String(), 75, "held elsewhere", "COMMAND not run")
+		want(t, loser.code, loser.stderr.String(), 75, "lock not acquired", "COMMAND not run")
 		if strings.Contains(loser.stdout.String(), "started") {
 			t.Errorf("the losing run ran COMMAND")
 		}
