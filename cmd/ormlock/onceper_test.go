@@ -141,3 +141,41 @@ func TestOncePerNoLedger(t *testing.T) {
 		want(t, code, stderr, 70, "no_such_ledger", "ormlock migrate")
 	})
 }
+
+// A --once-per run whose lock is lost ends COMMAND, exits 77 and leaves the
+// slot failed, so the next trigger runs it.
+func TestOncePerLockLost(t *testing.T) {
+	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+		db := openGorm(t, k)
+		table := ledgerTable(t, k)
+		if err := gormlock.Migrate(db, ormlock.WithLedgerTable(table)); err != nil {
+			t.Fatal(err)
+		}
+		sched, err := ormlock.Every(24*time.Hour, time.UTC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		job := uniq(t, "job")
+		slot := sched.Slot(time.Now())
+		p := start(t, k, "run", "--once-per", "24h", "--ledger-table", table, "--keepalive", "200ms", job, "--",
+			"sh", "-c", "echo started; exec sleep 60")
+		p.waitOutput(t, "started", time.Minute)
+		killHolder(t, k, db, ormlock.RunKey(job, slot).NameValue())
+		want(t, p.wait(t, time.Minute), p.stderr.String(), 77, "lock lost")
+		runs, err := gormlock.Runs(db, job, 5, ormlock.WithLedgerTable(table))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(runs) != 1 || runs[0].Status != ormlock.RunFailed || !strings.Contains(runs[0].Error, "lock") {
+			t.Errorf("ledger after the loss: %+v", runs)
+		}
+		if !sched.Slot(time.Now()).Equal(slot) {
+			return // midnight passed: the retry below would be another slot
+		}
+		code, out, stderr := runBin(t, k, "run", "--once-per", "24h", "--ledger-table", table, job, "--", "echo", "retried")
+		want(t, code, stderr, 0)
+		if out != "retried\n" {
+			t.Errorf("retry: %q", out)
+		}
+	})
+}
