@@ -42,13 +42,15 @@ type child struct {
 	killed string
 }
 
-// signal forwards s to COMMAND once it runs; before that, it cancels the
-// acquisition.
+// signal forwards s to COMMAND once it runs (unless COMMAND got it from the
+// terminal already); before that, it cancels the acquisition.
 func (c *child) signal(s os.Signal) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.proc != nil {
-		_ = c.proc.Signal(s) // os.ErrProcessDone after it exited: nothing to do
+		if !fromTerminal(s) {
+			_ = c.proc.Signal(s) // os.ErrProcessDone after it exited: nothing to do
+		}
 		return
 	}
 	if c.interrupted == nil {

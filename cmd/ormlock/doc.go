@@ -41,7 +41,11 @@
 // # Decisions
 //
 // The lock is released only after COMMAND has exited, whatever signal
-// ormlock got; signals are forwarded, not acted on. A lock lost while COMMAND
+// ormlock got; signals are forwarded, not acted on. COMMAND stays in
+// ormlock's process group, so it can use the terminal; Ctrl-C and Ctrl-\ at
+// the terminal reach it directly, and ormlock (on Linux) does not forward
+// SIGINT or SIGQUIT while its group is the terminal's foreground group, so
+// they arrive once. A lock lost while COMMAND
 // runs ends COMMAND, because another host may already be running it; a loss
 // found only by the release, after COMMAND exited, is reported as lost too
 // (status 77), since the exclusion may not have held to the end. On Linux

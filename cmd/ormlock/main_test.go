@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -34,6 +35,9 @@ var raceFlag string
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) int {
+	if os.Getenv(sigCountEnv) != "" {
+		return countSignals()
+	}
 	dir, err := os.MkdirTemp("", "ormlock-cmd-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -112,13 +116,22 @@ func start(t *testing.T, k testdb.Kind, args ...string) *proc {
 // startIn is start with stdin as ormlock's standard input.
 func startIn(t *testing.T, k testdb.Kind, stdin io.Reader, args ...string) *proc {
 	t.Helper()
+	return startWith(t, k, func(c *exec.Cmd) { c.Stdin = stdin }, args...)
+}
+
+// startWith is start with setup applied to the command before it starts.
+func startWith(t *testing.T, k testdb.Kind, setup func(*exec.Cmd), args ...string) *proc {
+	t.Helper()
 	p := &proc{cmd: exec.Command(bin, args...), stdout: &buffer{}, stderr: &buffer{}, done: make(chan struct{})}
-	p.cmd.Stdin, p.cmd.Stdout, p.cmd.Stderr = stdin, p.stdout, p.stderr
+	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
 	p.cmd.Env = append(os.Environ(), "ORMLOCK_DSN=")
 	if k != "" {
 		p.cmd.Env = append(p.cmd.Env, "ORMLOCK_DSN="+testdb.DSN(t, k))
 	}
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if setup != nil {
+		setup(p.cmd)
+	}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start ormlock: %v", err)
 	}
@@ -246,4 +259,21 @@ func ledgerTable(t *testing.T, k testdb.Kind) string {
 	name := fmt.Sprintf("runs_%x", uint64(keyhash.Int64(t.Name())))
 	t.Cleanup(func() { _, _ = testdb.AdminDB(t, k).Exec("DROP TABLE IF EXISTS " + name) })
 	return name
+}
+
+// sigCountEnv makes the test binary a COMMAND that prints "int" for each
+// SIGINT it gets, and exits 143 on SIGTERM (see countSignals).
+const sigCountEnv = "ORMLOCK_TEST_COUNT_SIGNALS"
+
+func countSignals() int {
+	c := make(chan os.Signal, 16)
+	signal.Notify(c, syscall.SIGINT, syscall.SIGTERM)
+	fmt.Println("started")
+	for s := range c {
+		if s == syscall.SIGTERM {
+			return 128 + int(syscall.SIGTERM)
+		}
+		fmt.Println("int")
+	}
+	return 1
 }

@@ -31,8 +31,8 @@ database connection (gormlock.Session), checked every --keepalive.
   - SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1 and SIGUSR2 sent to ormlock are
     forwarded to COMMAND; the lock is released only after COMMAND has exited.
     A signal that comes before COMMAND starts ends the wait: exit 128+n.
-    (Ctrl-C at a terminal reaches COMMAND directly too, as it shares
-    ormlock's process group.)
+    Ctrl-C and Ctrl-\ at a terminal reach COMMAND directly, as it shares
+    ormlock's process group; ormlock does not send them a second time.
   - On Linux, COMMAND gets SIGKILL if ormlock itself is killed (kill -9), as
     the database then frees the lock.
   - stdin, stdout and stderr are COMMAND's own. Its environment gets
