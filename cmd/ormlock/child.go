@@ -14,11 +14,6 @@ import (
 	"github.com/ormlock/ormlock"
 )
 
-// errInterrupted is the cause of the run's context when a signal came before
-// COMMAND started: ormlock gives up the wait (or the lock) and does not start
-// it.
-var errInterrupted = errors.New("interrupted before COMMAND started")
-
 // errStoppedLost is run's error when COMMAND was stopped because the lock
 // was lost: the ledger's error text of such a --once-per run.
 var errStoppedLost = errors.New("COMMAND stopped: the lock was lost")
@@ -30,11 +25,9 @@ type child struct {
 	argv   []string // COMMAND [ARGS...], argv[0] as given
 	grace  time.Duration
 	stderr io.Writer
-	cancel context.CancelCauseFunc // ends the acquisition when a signal comes first
 
-	mu          sync.Mutex
-	proc        *os.Process // set once started
-	interrupted os.Signal   // the first signal that came before the start
+	mu   sync.Mutex
+	proc *os.Process // set once started
 
 	// Set when ran is true, after COMMAND exited.
 	ran    bool
@@ -43,7 +36,11 @@ type child struct {
 }
 
 // signal forwards s to COMMAND once it runs (unless COMMAND got it from the
-// terminal already); before that, it cancels the acquisition.
+// terminal already). Before that, ormlock exits at once with 128+n, without
+// starting COMMAND: closing its connections makes the server drop the wait
+// or the lock. (Cancelling the wait instead would make pgx send a cancel
+// request, and PgBouncer 1.18.0 crashes when the client that sent one
+// disconnects before PgBouncer has forwarded it: pgbouncer issue 801.)
 func (c *child) signal(s os.Signal) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -53,23 +50,12 @@ func (c *child) signal(s os.Signal) {
 		}
 		return
 	}
-	if c.interrupted == nil {
-		c.interrupted = s
-		c.cancel(errInterrupted)
+	n := 2
+	if sig, ok := s.(syscall.Signal); ok {
+		n = int(sig)
 	}
-}
-
-// exitStatus of a signal that interrupted ormlock before COMMAND started.
-func (c *child) interruptStatus() (int, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.interrupted == nil {
-		return 0, false
-	}
-	if s, ok := c.interrupted.(syscall.Signal); ok {
-		return 128 + int(s), true
-	}
-	return 128 + 2, true
+	fmt.Fprintf(c.stderr, "ormlock: interrupted by %v before COMMAND started\n", s)
+	os.Exit(128 + n) // with c.mu held: COMMAND cannot start now
 }
 
 // commandFailed is run's error when COMMAND exited with a non-zero status:
@@ -81,14 +67,13 @@ func (e *commandFailed) Error() string { return fmt.Sprintf("COMMAND exited with
 // run starts COMMAND with env and waits for it. When ctx ends with cause
 // ormlock.ErrLockLost, COMMAND gets SIGTERM, then SIGKILL after the grace
 // period, and run returns that cause once it has exited. It returns a
-// *commandFailed for a non-zero status, errInterrupted when a signal came
-// before the start, and an *exitCode (126/127) when COMMAND cannot start.
+// *commandFailed for a non-zero status, and an *exitCode (126/127) when
+// COMMAND cannot start.
 func (c *child) run(ctx context.Context, env []string) error {
-	c.mu.Lock()
-	if c.interrupted != nil || ctx.Err() != nil {
-		c.mu.Unlock()
-		return errInterrupted
+	if ctx.Err() != nil {
+		return context.Cause(ctx) // the lock was lost already
 	}
+	c.mu.Lock()
 	cmd := &exec.Cmd{
 		Path:   c.path,
 		Args:   c.argv,

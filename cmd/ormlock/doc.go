@@ -32,7 +32,7 @@
 //	77         the lock was lost while COMMAND ran; COMMAND got SIGTERM, then
 //	           SIGKILL after --grace (default 10s)
 //	126, 127   COMMAND cannot be executed / is not found (as in a shell)
-//	128+n      ormlock got signal n before COMMAND started (the wait ends)
+//	128+n      ormlock got signal n before COMMAND started: it exits at once
 //
 // The other commands exit 0, 2 on a usage error, 70 on any other error.
 // An unreachable server is 70, not 2: the invocation may be right and a
@@ -51,6 +51,11 @@
 // (status 77), since the exclusion may not have held to the end. On Linux
 // COMMAND is tied to ormlock's life (Pdeathsig SIGKILL): if ormlock is killed,
 // the server frees the lock at once, and COMMAND must not run on without it.
+// A signal before COMMAND starts makes ormlock exit at once: closing its
+// connections ends the wait or frees the lock on the server. It does not
+// cancel the wait through the driver, because pgx then sends a cancel
+// request, and PgBouncer 1.18.0 dies when the client that sent one goes away
+// before PgBouncer has passed it on (pgbouncer issue 801).
 // With --once-per, KEY is the job name and the lock is RunOnce's (job, slot)
 // lock; the slot is taken from the schedule in --tz (default UTC, so hosts in
 // different zones agree). COMMAND's environment gets ORMLOCK_KEY,

@@ -30,7 +30,7 @@ database connection (gormlock.Session), checked every --keepalive.
     SIGTERM, SIGKILL after --grace; exit 77.
   - SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1 and SIGUSR2 sent to ormlock are
     forwarded to COMMAND; the lock is released only after COMMAND has exited.
-    A signal that comes before COMMAND starts ends the wait: exit 128+n.
+    A signal that comes before COMMAND starts ends ormlock: exit 128+n.
     Ctrl-C and Ctrl-\ at a terminal reach COMMAND directly, as it shares
     ormlock's process group; ormlock does not send them a second time.
   - On Linux, COMMAND gets SIGKILL if ormlock itself is killed (kill -9), as
@@ -146,9 +146,8 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		return startError(command[0], err)
 	}
 
-	ctx, cancel := context.WithCancelCause(context.Background())
-	defer cancel(nil)
-	ch := &child{path: path, argv: command, grace: f.grace, stderr: stderr, cancel: cancel}
+	ctx := context.Background()
+	ch := &child{path: path, argv: command, grace: f.grace, stderr: stderr}
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
@@ -232,9 +231,6 @@ func (f *runFlags) outcome(ch *child, err error, stderr io.Writer) error {
 		}
 		return &exitCode{code: ch.status}
 	}
-	if code, ok := ch.interruptStatus(); ok {
-		return &exitCode{code: code, err: fmt.Errorf("ormlock: %s", errInterrupted)}
-	}
 	var quietErr = func(code int, err error) error {
 		if f.quiet {
 			err = nil
@@ -246,6 +242,8 @@ func (f *runFlags) outcome(ch *child, err error, stderr io.Writer) error {
 		return nil
 	case errors.Is(err, ormlock.ErrAlreadyDone):
 		return quietErr(f.done, fmt.Errorf("%w; COMMAND not run", err))
+	case errors.Is(err, ormlock.ErrLockLost):
+		return &exitCode{code: exitLockLost, err: fmt.Errorf("%w; COMMAND not run", err)}
 	case errors.Is(err, ormlock.ErrNotAcquired):
 		return quietErr(f.conflict, fmt.Errorf("%w; COMMAND not run", err))
 	case errors.Is(err, ormlock.ErrInvalidKey), errors.Is(err, ormlock.ErrInvalidArgument):
