@@ -95,6 +95,15 @@ Exit statuses of ormlock run:
   126, 127        COMMAND could not be executed / was not found
   128+n           ormlock was interrupted by signal n before COMMAND started
 The other commands exit 0, 2 on a usage error and 70 on any other error.
+
+Examples:
+  export ORMLOCK_DSN=postgres://app:secret@db.internal:5432/app
+  ormlock migrate
+  ormlock run backup -- /usr/local/bin/backup.sh      # one host at a time
+  # crontab, the same line on every host: one of them runs it per night
+  0 2 * * * ormlock run --once-per '0 2 * * *' --done-exit-code 0 --conflict-exit-code 0 nightly-report -- ./report.sh
+  ormlock holder backup
+  ormlock runs nightly-report
 `
 
 func printMainUsage(w io.Writer) {
