@@ -89,6 +89,21 @@ func TestOncePerFailedRetries(t *testing.T) {
 		}
 		code, _, stderr = run("echo again")
 		want(t, code, stderr, 76, "already done")
+
+		// With --wait, a host that finds the slot running waits and, when
+		// that run fails, runs it itself.
+		job2 := uniq(t, "job2")
+		g, waitFor := gate(t)
+		a := start(t, k, "run", "--once-per", "1h", "--ledger-table", table, job2, "--", "sh", "-c", "echo started; "+waitFor+"; exit 3")
+		a.waitOutput(t, "started", time.Minute)
+		b := start(t, k, "run", "--once-per", "1h", "--ledger-table", table, "--wait", "1m", job2, "--", "echo", "took over")
+		time.Sleep(300 * time.Millisecond) // most likely waiting by now; either way b must run it
+		letGo(t, g)
+		want(t, a.wait(t, time.Minute), a.stderr.String(), 3)
+		want(t, b.wait(t, time.Minute), b.stderr.String(), 0)
+		if b.stdout.String() != "took over\n" {
+			t.Errorf("the waiting host did not retry the failed slot: %q", b.stdout)
+		}
 	})
 }
 

@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -135,6 +136,22 @@ func TestRunSignals(t *testing.T) {
 		if !testdb.RawFree(t, k, "", key) {
 			t.Errorf("lock held after COMMAND exited")
 		}
+
+		// SIGINT (not from a terminal) is forwarded too.
+		self, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := startWith(t, k, func(c *exec.Cmd) { c.Env = append(c.Env, sigCountEnv+"=1") }, "run", key, "--", self)
+		c.waitOutput(t, "started", time.Minute)
+		if err := c.cmd.Process.Signal(syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		c.waitOutput(t, "int", time.Minute)
+		if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		want(t, c.wait(t, time.Minute), c.stderr.String(), 128+int(syscall.SIGTERM))
 
 		// SIGINT while waiting for a held lock: no COMMAND, 128+2, and
 		// no cancel request that would crash PgBouncer 1.18 (the next
