@@ -51,6 +51,11 @@
 // (status 77), since the exclusion may not have held to the end. On Linux
 // COMMAND is tied to ormlock's life (Pdeathsig SIGKILL): if ormlock is killed,
 // the server frees the lock at once, and COMMAND must not run on without it.
+// Signals and the lock's life concern COMMAND's own process: unlike
+// flock(1), whose lock is an open file that children inherit, the lock ends
+// when COMMAND exits, even if it left children running, and SIGTERM after a
+// loss goes to COMMAND alone (a shell script should exec its last command or
+// pass TERM on with a trap).
 // A signal before COMMAND starts makes ormlock exit at once: closing its
 // connections ends the wait or frees the lock on the server. It does not
 // cancel the wait through the driver, because pgx then sends a cancel

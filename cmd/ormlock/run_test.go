@@ -107,9 +107,9 @@ func TestRunExitStatus(t *testing.T) {
 		}
 
 		p := startIn(t, k, strings.NewReader("from stdin\n"), "run", "--namespace", "cmdtest", key, "--",
-			"sh", "-c", `cat; echo "key=$ORMLOCK_KEY ns=$ORMLOCK_NAMESPACE fencing=${ORMLOCK_FENCING_TOKEN-unset}"; echo to-stderr >&2`)
+			"sh", "-c", `cat; echo "key=$ORMLOCK_KEY ns=$ORMLOCK_NAMESPACE"; echo to-stderr >&2`)
 		want(t, p.wait(t, time.Minute), p.stderr.String(), 0, "to-stderr")
-		if got, w := p.stdout.String(), "from stdin\nkey="+key+" ns=cmdtest fencing=unset\n"; got != w {
+		if got, w := p.stdout.String(), "from stdin\nkey="+key+" ns=cmdtest\n"; got != w {
 			t.Errorf("stdout %q, want %q", got, w)
 		}
 	})
