@@ -45,25 +45,30 @@
 // ormlock's process group, so it can use the terminal; Ctrl-C and Ctrl-\ at
 // the terminal reach it directly, and ormlock (on Linux) does not forward
 // SIGINT or SIGQUIT while its group is the terminal's foreground group, so
-// they arrive once. A lock lost while COMMAND
-// runs ends COMMAND, because another host may already be running it; a loss
-// found only by the release, after COMMAND exited, is reported as lost too
-// (status 77), since the exclusion may not have held to the end. On Linux
-// COMMAND is tied to ormlock's life (Pdeathsig SIGKILL): if ormlock is killed,
-// the server frees the lock at once, and COMMAND must not run on without it.
-// Signals and the lock's life concern COMMAND's own process: unlike
-// flock(1), whose lock is an open file that children inherit, the lock ends
-// when COMMAND exits, even if it left children running, and SIGTERM after a
-// loss goes to COMMAND alone (a shell script should exec its last command or
-// pass TERM on with a trap).
+// they arrive once.
+//
+// A lock lost while COMMAND runs ends COMMAND, because another host may
+// already be running it; a loss found only by the release, after COMMAND
+// exited, is reported as lost too (status 77), since the exclusion may not
+// have held to the end. On Linux COMMAND is tied to ormlock's life
+// (Pdeathsig SIGKILL): if ormlock is killed, the server frees the lock at
+// once, and COMMAND must not run on without it.
+//
+// The lock follows COMMAND's own process: unlike flock(1), whose lock is an
+// open file that children inherit, it ends when COMMAND exits, even if
+// COMMAND left children running, and SIGTERM after a loss goes to COMMAND
+// alone (a shell script should exec its last command or pass TERM on with a
+// trap).
+//
 // A signal before COMMAND starts makes ormlock exit at once: closing its
 // connections ends the wait or frees the lock on the server. It does not
 // cancel the wait through the driver, because pgx then sends a cancel
 // request, and PgBouncer 1.18.0 dies when the client that sent one goes away
 // before PgBouncer has passed it on (pgbouncer issue 801).
+//
 // With --once-per, KEY is the job name and the lock is RunOnce's (job, slot)
-// lock; the slot is taken from the schedule in --tz (default UTC, so hosts in
-// different zones agree). COMMAND's environment gets ORMLOCK_KEY,
+// lock; the slot is taken from the schedule in --tz (default UTC, so hosts
+// in different zones agree). COMMAND's environment gets ORMLOCK_KEY,
 // ORMLOCK_NAMESPACE, and with --once-per ORMLOCK_JOB and ORMLOCK_SLOT; the
 // fencing token will be ORMLOCK_FENCING_TOKEN once the library issues one.
 package main
