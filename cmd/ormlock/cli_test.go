@@ -41,7 +41,7 @@ func TestUsageErrors(t *testing.T) {
 		{"bad keepalive", []string{"run", "--dsn", pgDSN, "--keepalive", "0s", "job", "--", "true"}, 2, "--keepalive"},
 		{"no DSN", []string{"run", "job", "--", "true"}, 2, "set --dsn or ORMLOCK_DSN"},
 		{"bad DSN", []string{"run", "--dsn", "not a dsn", "job", "--", "true"}, 2, "bad DSN"},
-		{"bad postgres URL", []string{"run", "--dsn", "postgres://u:secret@h:99999999/db", "job", "--", "true"}, 2, "bad PostgreSQL DSN"},
+		{"bad postgres URL", []string{"run", "--dsn", "postgres://u:s3cr3t-pw@h:99999999/db", "job", "--", "true"}, 2, "bad PostgreSQL DSN"},
 		{"bad MySQL DSN", []string{"holder", "--dsn", "root@tcp(127.0.0.1:3306)/db?parseTime=maybe", "job"}, 2, "bad DSN"},
 		{"ledger name", []string{"migrate", "--dsn", pgDSN, "--ledger-table", "runs; DROP TABLE x"}, 2, "not a plain identifier"},
 		{"command not found", []string{"run", "--dsn", pgDSN, "job", "--", "no-such-command-ormlock"}, 127, "not found"},
@@ -54,7 +54,7 @@ func TestUsageErrors(t *testing.T) {
 			if out != "" {
 				t.Errorf("stdout %q", out)
 			}
-			if strings.Contains(stderr, "secret") {
+			if strings.Contains(stderr, "s3cr3t-pw") {
 				t.Errorf("the password shows in %q", stderr)
 			}
 		})
