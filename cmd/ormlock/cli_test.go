@@ -45,8 +45,8 @@ func TestUsageErrors(t *testing.T) {
 		{"bad MySQL DSN", []string{"holder", "--dsn", "root@tcp(127.0.0.1:3306)/db?parseTime=maybe", "job"}, 2, "bad DSN"},
 		{"ledger name", []string{"migrate", "--dsn", pgDSN, "--ledger-table", "runs; DROP TABLE x"}, 2, "not a plain identifier"},
 		{"command not found", []string{"run", "--dsn", pgDSN, "job", "--", "no-such-command-ormlock"}, 127, "not found"},
-		{"postgres unreachable", []string{"run", "--dsn", "postgres://u@127.0.0.1:1/db?connect_timeout=5", "job", "--", "true"}, 70, "cannot reach the postgres server"},
-		{"mysql unreachable", []string{"holder", "--dsn", "u@tcp(127.0.0.1:1)/db?timeout=5s", "job"}, 70, "cannot reach the MySQL server"},
+		{"postgres unreachable", []string{"run", "--dsn", "postgres://u:s3cr3t-pw@127.0.0.1:1/db?connect_timeout=5", "job", "--", "true"}, 70, "cannot reach the postgres server"},
+		{"mysql unreachable", []string{"holder", "--dsn", "u:s3cr3t-pw@tcp(127.0.0.1:1)/db?timeout=5s", "job"}, 70, "cannot reach the MySQL server"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			code, out, stderr := runBin(t, "", c.args...)
