@@ -1,0 +1,125 @@
+package main_test
+
+import (
+	"context"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/keyhash"
+)
+
+// Bad invocations get a clear message and status 2 before any lock is taken;
+// an unreachable server is ormlock's own error, 70.
+func TestUsageErrors(t *testing.T) {
+	pgDSN := testdb.DSN(t, testdb.Postgres)
+	for _, c := range []struct {
+		name string
+		args []string
+		code int
+		msg  string
+	}{
+		{"no command", nil, 2, "Usage:"},
+		{"unknown command", []string{"lock"}, 2, `unknown command "lock"`},
+		{"missing --", []string{"run", "--dsn", pgDSN, "job", "sleep", "1"}, 2, "missing -- between KEY and COMMAND"},
+		{"missing KEY", []string{"run", "--dsn", pgDSN, "--", "true"}, 2, "missing KEY"},
+		{"missing COMMAND", []string{"run", "--dsn", pgDSN, "job", "--"}, 2, "missing COMMAND"},
+		{"two keys", []string{"run", "--dsn", pgDSN, "a", "b", "--", "true"}, 2, "one KEY"},
+		{"unknown flag", []string{"run", "--bogus", "job", "--", "true"}, 2, "flag provided but not defined: -bogus"},
+		{"empty key", []string{"run", "--dsn", pgDSN, "", "--", "true"}, 2, "bad KEY"},
+		{"bad id", []string{"run", "--dsn", pgDSN, "id:x", "--", "true"}, 2, "id:N takes a 64-bit integer"},
+		{"bad pair", []string{"run", "--dsn", pgDSN, "pair:1", "--", "true"}, 2, "pair:C,O takes two 32-bit integers"},
+		{"invalid utf-8", []string{"run", "--dsn", pgDSN, "a\xff", "--", "true"}, 2, "not valid UTF-8"},
+		{"bad namespace", []string{"run", "--dsn", pgDSN, "--namespace", "a:b", "job", "--", "true"}, 2, "namespace"},
+		{"bad schedule", []string{"run", "--dsn", pgDSN, "--once-per", "0 25 * * *", "job", "--", "true"}, 2, "--once-per"},
+		{"bad period", []string{"run", "--dsn", pgDSN, "--once-per", "0s", "job", "--", "true"}, 2, "--once-per"},
+		{"bad tz", []string{"run", "--dsn", pgDSN, "--once-per", "@daily", "--tz", "Mars/Olympus", "job", "--", "true"}, 2, "unknown time zone"},
+		{"tz alone", []string{"run", "--dsn", pgDSN, "--tz", "Europe/Berlin", "job", "--", "true"}, 2, "--tz"},
+		{"bad exit code", []string{"run", "--dsn", pgDSN, "--conflict-exit-code", "300", "job", "--", "true"}, 2, "0-255"},
+		{"bad keepalive", []string{"run", "--dsn", pgDSN, "--keepalive", "0s", "job", "--", "true"}, 2, "--keepalive"},
+		{"no DSN", []string{"run", "job", "--", "true"}, 2, "set --dsn or ORMLOCK_DSN"},
+		{"bad DSN", []string{"run", "--dsn", "not a dsn", "job", "--", "true"}, 2, "bad DSN"},
+		{"bad postgres URL", []string{"run", "--dsn", "postgres://u:s3cr3t-pw@h:99999999/db", "job", "--", "true"}, 2, "bad PostgreSQL DSN"},
+		{"bad MySQL DSN", []string{"holder", "--dsn", "root@tcp(127.0.0.1:3306)/db?parseTime=maybe", "job"}, 2, "bad DSN"},
+		{"ledger name", []string{"migrate", "--dsn", pgDSN, "--ledger-table", "runs; DROP TABLE x"}, 2, "not a plain identifier"},
+		{"command not found", []string{"run", "--dsn", pgDSN, "job", "--", "no-such-command-ormlock"}, 127, "not found"},
+		{"postgres unreachable", []string{"run", "--dsn", "postgres://u:s3cr3t-pw@127.0.0.1:1/db?connect_timeout=5", "job", "--", "true"}, 70, "cannot reach the postgres server"},
+		{"mysql unreachable", []string{"holder", "--dsn", "u:s3cr3t-pw@tcp(127.0.0.1:1)/db?timeout=5s", "job"}, 70, "cannot reach the MySQL server"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			code, out, stderr := runBin(t, "", c.args...)
+			want(t, code, stderr, c.code, c.msg)
+			if out != "" {
+				t.Errorf("stdout %q", out)
+			}
+			if strings.Contains(stderr, "s3cr3t-pw") {
+				t.Errorf("the password shows in %q", stderr)
+			}
+		})
+	}
+	testdb.AssertNoLeaks(t, testdb.Postgres)
+}
+
+// --help of each command prints its usage and examples on stdout, status 0.
+func TestHelp(t *testing.T) {
+	for _, args := range [][]string{
+		{"--help"}, {"help"}, {"run", "--help"}, {"help", "run"}, {"holder", "-h"}, {"runs", "--help"}, {"key", "--help"}, {"migrate", "--help"},
+	} {
+		code, out, stderr := runBin(t, "", args...)
+		want(t, code, stderr, 0)
+		if !strings.Contains(out, "Usage") || !strings.Contains(out, "Examples") && !strings.Contains(out, "Exit statuses") {
+			t.Errorf("%q: %s", args, out)
+		}
+	}
+	_, out, _ := runBin(t, "", "--help")
+	for _, s := range []string{"75", "76", "77", "70", "simple_protocol"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("ormlock --help does not mention %s", s)
+		}
+	}
+}
+
+// ormlock key prints keyhash's values, and its psql expression computes the
+// same bigint on PostgreSQL, with and without a namespace.
+func TestKey(t *testing.T) {
+	admin := testdb.AdminDB(t, testdb.Postgres)
+	line := regexp.MustCompile(`(?m)^(\S+)\s+(.*)$`)
+	for _, c := range []struct{ ns, name string }{
+		{"", "daily-settlement"}, {"billing", "daily-settlement"}, {"", "it's, \"quoted\""}, {"ns'x", "Grüße-日本"},
+	} {
+		args := []string{"key", c.name}
+		if c.ns != "" {
+			args = []string{"key", "--namespace", c.ns, c.name}
+		}
+		code, out, stderr := runBin(t, "", args...)
+		want(t, code, stderr, 0)
+		fields := map[string]string{}
+		for _, m := range line.FindAllStringSubmatch(out, -1) {
+			fields[m[1]] = m[2]
+		}
+		if got, w := fields["int64"], strconv.FormatInt(keyhash.Int64NS(c.ns, c.name), 10); got != w {
+			t.Errorf("%q: int64 %q, want %s", c.name, got, w)
+		}
+		if got, w := fields["mysql"], keyhash.MySQLName(c.ns, c.name); got != w {
+			t.Errorf("%q: mysql %q, want %q", c.name, got, w)
+		}
+		cl, ob := keyhash.Pair(c.ns, c.name)
+		if w := strconv.Itoa(int(cl)) + "," + strconv.Itoa(int(ob)); !strings.HasPrefix(fields["pair"], w) {
+			t.Errorf("%q: pair %q, want %s", c.name, fields["pair"], w)
+		}
+		var v int64
+		if err := admin.QueryRowContext(context.Background(), strings.TrimSuffix(fields["psql"], ";")).Scan(&v); err != nil {
+			t.Fatalf("%q: psql %q: %v", c.name, fields["psql"], err)
+		}
+		if v != keyhash.Int64NS(c.ns, c.name) {
+			t.Errorf("%q: psql gives %d, want %d", c.name, v, keyhash.Int64NS(c.ns, c.name))
+		}
+	}
+	code, out, stderr := runBin(t, "", "key", "id:-5")
+	want(t, code, stderr, 0)
+	if !strings.Contains(out, "int64     -5") || !strings.Contains(out, "classid=4294967295 objid=4294967291 objsubid=1") {
+		t.Errorf("key id:-5:\n%s", out)
+	}
+}

@@ -1,0 +1,228 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/keyhash"
+)
+
+const holderUsage = `Usage: ormlock holder [flags] KEY
+
+Shows who holds the lock KEY right now, as gormlock.Holder reports it: the
+holder's backend pid (PostgreSQL) or connection id (MySQL/MariaDB), what
+pg_terminate_backend and KILL take, its user, client, state and last query;
+or "free". KEY reads as in ormlock run (a name, id:N, pair:C,O).
+
+Examples:
+  ormlock holder --dsn "$DSN" nightly-report
+  # held pid=4242 user=app client=10.0.0.7:51234 database=app state="idle in transaction" state_for=1.2s held_for=1.3s waiters=0 query="SELECT 1"
+`
+
+func holderCmd(args []string, stdout, stderr io.Writer) error {
+	var c common
+	fs := newFlagSet("holder", holderUsage, stdout)
+	c.register(fs.FlagSet, false)
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("expected one KEY, got %d arguments", len(pos))
+	}
+	key, err := parseKey(pos[0])
+	if err != nil {
+		return err
+	}
+	opts, err := c.options()
+	if err != nil {
+		return err
+	}
+	return withDB(&c, func(db *gorm.DB) error {
+		h, err := gormlock.Holder(db, key, opts...)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, h.String())
+		return nil
+	})
+}
+
+const runsUsage = `Usage: ormlock runs [flags] JOB
+
+Shows the last runs of JOB from the ledger (gormlock.Runs): the runs of
+ormlock run --once-per and of gormlock.RunOnce / entlock.RunOnce, newest slot
+first, with their status (running, done, failed), owner, start, duration and
+error.
+
+Examples:
+  ormlock runs --dsn "$DSN" nightly-report
+  ormlock runs --limit 30 --ledger-table billing_runs nightly-report
+`
+
+func runsCmd(args []string, stdout, stderr io.Writer) error {
+	var c common
+	fs := newFlagSet("runs", runsUsage, stdout)
+	c.register(fs.FlagSet, true)
+	limit := fs.Int("limit", 10, "show at most `N` runs")
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("expected one JOB, got %d arguments", len(pos))
+	}
+	if *limit < 1 {
+		return usagef("--limit must be positive, got %d", *limit)
+	}
+	opts, err := c.options()
+	if err != nil {
+		return err
+	}
+	return withDB(&c, func(db *gorm.DB) error {
+		runs, err := gormlock.Runs(db, pos[0], *limit, opts...)
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "SLOT\tSTATUS\tOWNER\tSTARTED\tDURATION\tERROR")
+		for _, r := range runs {
+			dur := "-"
+			if r.Status != ormlock.RunRunning {
+				dur = r.Duration.Round(time.Millisecond).String()
+			}
+			errText := strings.Join(strings.Fields(r.Error), " ")
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Slot.UTC().Format(time.RFC3339), r.Status, r.Owner,
+				r.Started.UTC().Format(time.RFC3339), dur, errText)
+		}
+		return tw.Flush()
+	})
+}
+
+const keyUsage = `Usage: ormlock key [--namespace NS] NAME
+
+Shows the keys NAME maps to on each server (keyhash spec v1), without
+connecting: the PostgreSQL bigint and where pg_locks shows it, the
+keyhash.Pair form, the MySQL/MariaDB GET_LOCK name, and the psql expression
+that computes the bigint. NAME reads as KEY in ormlock run (id:N and
+pair:C,O show their own forms).
+
+Examples:
+  ormlock key daily-settlement
+  ormlock key --namespace billing daily-settlement
+  psql -c "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND classid = C AND objid = O"
+`
+
+func keyCmd(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("key", keyUsage, stdout)
+	ns := fs.String("namespace", "", "key namespace (`NS`), as ormlock.WithNamespace")
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("expected one NAME, got %d arguments", len(pos))
+	}
+	key, err := parseKey(pos[0])
+	if err != nil {
+		return err
+	}
+	if err := ormlock.NewConfig(ormlock.WithNamespace(*ns)).Err(); err != nil {
+		return usagef("--namespace: %v", err)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	defer tw.Flush()
+	pg := key.Postgres(*ns)
+	if pg.IsPair {
+		fmt.Fprintf(tw, "postgres\tpg_advisory_lock(%d, %d)\n", pg.ClassID, pg.ObjID)
+		fmt.Fprintf(tw, "pg_locks\tclassid=%d objid=%d objsubid=2\n", uint32(pg.ClassID), uint32(pg.ObjID))
+	} else {
+		fmt.Fprintf(tw, "int64\t%d\n", pg.Int64)
+		fmt.Fprintf(tw, "pg_locks\tclassid=%d objid=%d objsubid=1\n", uint32(uint64(pg.Int64)>>32), uint32(pg.Int64))
+	}
+	if key.IsName() {
+		name := key.NameValue()
+		cl, ob := keyhash.Pair(*ns, name)
+		fmt.Fprintf(tw, "pair\t%d,%d\t(keyhash.Pair: the key of ormlock.Pair(%d, %d), a separate lock space)\n", cl, ob, cl, ob)
+	}
+	fmt.Fprintf(tw, "mysql\t%s\n", key.MySQL(*ns))
+	if key.IsName() {
+		fmt.Fprintf(tw, "psql\t%s\n", psqlExpr(*ns, key.NameValue()))
+	}
+	return nil
+}
+
+// psqlExpr is the SQL that computes keyhash.Int64NS(ns, name) on
+// PostgreSQL 11+.
+func psqlExpr(ns, name string) string {
+	lit := func(s string) string { return "convert_to('" + strings.ReplaceAll(s, "'", "''") + "', 'UTF8')" }
+	bytes := lit(name)
+	if ns != "" {
+		bytes = lit(ns) + " || '\\x00'::bytea || " + bytes
+	}
+	return "SELECT ('x' || left(encode(sha256(" + bytes + "), 'hex'), 16))::bit(64)::bigint;"
+}
+
+const migrateUsage = `Usage: ormlock migrate [flags]
+
+Creates the ledger table of ormlock run --once-per (and of gormlock.RunOnce)
+if it does not exist: gormlock.Migrate. Harmless to run again, and safe to
+run from several hosts at once.
+
+Examples:
+  ormlock migrate --dsn "$DSN"
+  ormlock migrate --ledger-table billing_runs
+`
+
+func migrateCmd(args []string, stdout, stderr io.Writer) error {
+	var c common
+	fs := newFlagSet("migrate", migrateUsage, stdout)
+	c.register(fs.FlagSet, true)
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return usagef("migrate takes no arguments, got %q", pos)
+	}
+	opts, err := c.options()
+	if err != nil {
+		return err
+	}
+	return withDB(&c, func(db *gorm.DB) error {
+		if err := gormlock.Migrate(db, opts...); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "ledger table %s is ready\n", c.ledger)
+		return nil
+	})
+}
+
+// withDB opens the database for a short command, cancelled by SIGINT or
+// SIGTERM, and runs f.
+func withDB(c *common, f func(db *gorm.DB) error) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	db, closeDB, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	err = f(db)
+	if errors.Is(err, ormlock.ErrInvalidKey) || errors.Is(err, ormlock.ErrInvalidArgument) {
+		return &usageError{msg: err.Error()}
+	}
+	return dbError(err)
+}

@@ -1,0 +1,323 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/gormlock"
+)
+
+const runUsage = `Usage: ormlock run [flags] KEY -- COMMAND [ARGS...]
+
+Takes the lock KEY, runs COMMAND while holding it, releases it when COMMAND
+exits, and exits with COMMAND's status. The lock is held on a dedicated
+database connection (gormlock.Session), checked every --keepalive.
+
+  - Lock held elsewhere: COMMAND does not run; exit 75 (--conflict-exit-code).
+    --wait DURATION waits for it instead of trying once.
+  - Lock lost while COMMAND runs (connection killed, failover): COMMAND gets
+    SIGTERM, SIGKILL after --grace; exit 77.
+  - SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1 and SIGUSR2 sent to ormlock are
+    forwarded to COMMAND; the lock is released only after COMMAND has exited.
+    A signal that comes before COMMAND starts ends ormlock: exit 128+n.
+    Ctrl-C and Ctrl-\ at a terminal reach COMMAND directly, as it shares
+    ormlock's process group; ormlock does not send them a second time.
+  - On Linux, COMMAND gets SIGKILL if ormlock itself is killed (kill -9), as
+    the database then frees the lock.
+  - stdin, stdout and stderr are COMMAND's own. Its environment gets
+    ORMLOCK_KEY (and ORMLOCK_NAMESPACE when set; with --once-per also
+    ORMLOCK_JOB and ORMLOCK_SLOT, the slot in RFC 3339, UTC).
+
+KEY is a lock name, as in the Go library (gormlock.Session(db, "KEY", ...)).
+"id:N" names the numeric key N (ormlock.ID, pg_advisory_lock(N)),
+"pair:C,O" the two-int key (ormlock.Pair), "name:X" the name X verbatim.
+
+--once-per SCHEDULE runs COMMAND at most once per slot of SCHEDULE, KEY being
+the job name (gormlock.RunOnce in claim mode, the same ledger): a run that
+finds the slot done exits 76 (--done-exit-code) without running COMMAND; a
+failed COMMAND marks the slot failed, and the next trigger retries it.
+SCHEDULE is a cron expression ("0 3 * * *", "@daily") or a period ("1h",
+"15m"), read in --tz (default UTC; every host must use the same). The ledger
+table must exist: ormlock migrate.
+
+Exit statuses: COMMAND's own (128+n when signal n killed it); 2 usage error;
+70 ormlock error (database unreachable, query failed); 75 lock held
+elsewhere; 76 slot already done; 77 lock lost; 126/127 COMMAND not
+executable/not found. See ormlock --help.
+
+Examples:
+  # one host at a time runs the backup; the others exit 75 at once
+  ormlock run --dsn "$DSN" backup -- /usr/local/bin/backup.sh --full
+
+  # wait up to 10 minutes for the lock
+  ormlock run --wait 10m migrate-schema -- ./migrate up
+
+  # from cron on three hosts: the first one runs the nightly report,
+  # the later ones exit 0 (--done-exit-code 0) without running it
+  ORMLOCK_DSN=postgres://app@db/app ormlock run --once-per '0 2 * * *' \
+      --tz Europe/Berlin --done-exit-code 0 --conflict-exit-code 0 \
+      nightly-report -- ./report.sh
+
+  # behind PgBouncer in transaction mode
+  ormlock run --dsn 'postgres://app@pgbouncer:6432/app?default_query_exec_mode=simple_protocol' job -- ./job
+`
+
+type runFlags struct {
+	common
+	wait      time.Duration
+	keepalive time.Duration
+	grace     time.Duration
+	conflict  int
+	done      int
+	oncePer   string
+	tz        string
+	owner     string
+	quiet     bool
+}
+
+func runCmd(args []string, stdout, stderr io.Writer) error {
+	var f runFlags
+	fs := newFlagSet("run", runUsage, stdout)
+	f.register(fs.FlagSet, true)
+	fs.DurationVar(&f.wait, "wait", 0, "wait up to `DURATION` for the lock (default: try once)")
+	fs.DurationVar(&f.keepalive, "keepalive", ormlock.DefaultKeepalive, "check the lock connection every `DURATION`; a loss is seen within two")
+	fs.DurationVar(&f.grace, "grace", 10*time.Second, "after a lost lock, wait `DURATION` between SIGTERM and SIGKILL")
+	fs.IntVar(&f.conflict, "conflict-exit-code", exitConflict, "exit status `N` when the lock is held elsewhere")
+	fs.IntVar(&f.done, "done-exit-code", exitAlreadyDone, "exit status `N` when the --once-per slot is already done")
+	fs.StringVar(&f.oncePer, "once-per", "", "run at most once per slot of `SCHEDULE` (cron expression or period); KEY is the job name")
+	fs.StringVar(&f.tz, "tz", "UTC", "time `ZONE` of --once-per (IANA name, or Local)")
+	fs.StringVar(&f.owner, "owner", "", "`ID` recorded in the ledger's owner column (default hostname/pid)")
+	fs.BoolVar(&f.quiet, "quiet", false, "print nothing when COMMAND does not run because of a conflict or a done slot")
+
+	left, command, sep := splitCommand(args)
+	pos, err := parseFlags(fs, left)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(pos) == 0:
+		return usagef("missing KEY: ormlock run [flags] KEY -- COMMAND [ARGS...]")
+	case !sep:
+		return usagef("missing -- between KEY and COMMAND: ormlock run [flags] KEY -- COMMAND [ARGS...]")
+	case len(pos) > 1:
+		return usagef("one KEY before --, got %d arguments: %q", len(pos), pos)
+	case len(command) == 0:
+		return usagef("missing COMMAND after --")
+	}
+	if err := f.check(); err != nil {
+		return err
+	}
+	opts, err := f.options()
+	if err != nil {
+		return err
+	}
+	opts = append(opts, ormlock.WithKeepalive(f.keepalive), ormlock.WithWait(f.wait))
+	if f.owner != "" {
+		opts = append(opts, ormlock.WithOwner(f.owner))
+	}
+	if err := ormlock.NewConfig(opts...).Err(); err != nil {
+		return &usageError{msg: err.Error()}
+	}
+
+	var (
+		key   ormlock.Key
+		sched ormlock.Schedule
+	)
+	if f.oncePer != "" {
+		if sched, err = parseSchedule(f.oncePer, f.tz); err != nil {
+			return err
+		}
+	} else if key, err = parseKey(pos[0]); err != nil {
+		return err
+	}
+	path, err := exec.LookPath(command[0])
+	if err != nil {
+		return startError(command[0], err)
+	}
+
+	ctx := context.Background()
+	ch := &child{path: path, argv: command, grace: f.grace, stderr: stderr}
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+	go func() {
+		for s := range sigs {
+			ch.signal(s)
+		}
+	}()
+
+	db, closeDB, err := f.open(ctx)
+	if err != nil {
+		return f.outcome(ch, err, stderr)
+	}
+	defer closeDB()
+	env := commandEnv(pos[0], f.namespace)
+	if sched == nil {
+		err = gormlock.Session(db, key, func(ctx context.Context) error {
+			err := ch.run(ctx, env)
+			var cf *commandFailed
+			if errors.As(err, &cf) || errors.Is(err, errStoppedLost) {
+				return nil // no ledger to tell; Session reports a loss itself
+			}
+			return err
+		}, opts...)
+		return f.outcome(ch, err, stderr)
+	}
+	slot := sched.Slot(time.Now())
+	env = append(env, "ORMLOCK_JOB="+pos[0], "ORMLOCK_SLOT="+slot.UTC().Format(time.RFC3339Nano))
+	err = gormlock.RunOnce(db, pos[0], slot, func(tx *gorm.DB) error {
+		return ch.run(tx.Statement.Context, env)
+	}, append(opts, ormlock.WithClaim())...)
+	return f.outcome(ch, err, stderr)
+}
+
+// check validates the flags that the library does not.
+func (f *runFlags) check() error {
+	for _, c := range []struct {
+		name string
+		v    int
+	}{{"--conflict-exit-code", f.conflict}, {"--done-exit-code", f.done}} {
+		if c.v < 0 || c.v > 255 {
+			return usagef("%s must be 0-255, got %d", c.name, c.v)
+		}
+	}
+	if f.grace <= 0 {
+		return usagef("--grace must be positive, got %v", f.grace)
+	}
+	if f.wait < 0 {
+		return usagef("--wait must not be negative, got %v", f.wait)
+	}
+	if f.keepalive <= 0 {
+		return usagef("--keepalive must be positive, got %v", f.keepalive)
+	}
+	if f.oncePer == "" && f.tz != "UTC" {
+		return usagef("--tz is the time zone of --once-per; give --once-per too")
+	}
+	return nil
+}
+
+// outcome maps the verb's result to ormlock's exit status and message.
+func (f *runFlags) outcome(ch *child, err error, stderr io.Writer) error {
+	if ch.ran {
+		switch {
+		case errors.Is(err, ormlock.ErrLockLost):
+			what := fmt.Sprintf("exited with status %d", ch.status)
+			if ch.killed != "" {
+				what = fmt.Sprintf("was killed by signal %d (%s)", ch.status-128, ch.killed)
+			}
+			// Session joins the loss with run's own error: the first
+			// line says it all.
+			msg, _, _ := strings.Cut(err.Error(), "\n")
+			return &exitCode{code: exitLockLost, err: fmt.Errorf("%s; COMMAND %s", msg, what)}
+		case err == nil:
+		case errors.As(err, new(*commandFailed)):
+		case ch.status != 0:
+			// The ledger could not record the failure; COMMAND's
+			// status says more.
+			fmt.Fprintf(stderr, "ormlock: %v\n", dbError(err))
+		default:
+			return dbError(err)
+		}
+		return &exitCode{code: ch.status}
+	}
+	var quietErr = func(code int, err error) error {
+		if f.quiet {
+			err = nil
+		}
+		return &exitCode{code: code, err: err}
+	}
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ormlock.ErrAlreadyDone):
+		return quietErr(f.done, fmt.Errorf("%w; COMMAND not run", err))
+	case errors.Is(err, ormlock.ErrLockLost):
+		return &exitCode{code: exitLockLost, err: fmt.Errorf("%w; COMMAND not run", err)}
+	case errors.Is(err, ormlock.ErrNotAcquired):
+		return quietErr(f.conflict, fmt.Errorf("%w; COMMAND not run", err))
+	case errors.Is(err, ormlock.ErrInvalidKey), errors.Is(err, ormlock.ErrInvalidArgument):
+		return &usageError{msg: err.Error()}
+	}
+	return dbError(err)
+}
+
+// commandEnv is COMMAND's environment: ormlock's own plus the lock's name.
+// (A fencing token, once the library issues them, goes here as
+// ORMLOCK_FENCING_TOKEN.)
+func commandEnv(key, ns string) []string {
+	env := append(os.Environ(), "ORMLOCK_KEY="+key)
+	if ns != "" {
+		env = append(env, "ORMLOCK_NAMESPACE="+ns)
+	}
+	return env
+}
+
+// splitCommand splits args at the first "--": ormlock's flags and KEY
+// before it, COMMAND after it.
+func splitCommand(args []string) (left, command []string, sep bool) {
+	for i, a := range args {
+		if a == "--" {
+			return args[:i], args[i+1:], true
+		}
+	}
+	return args, nil, false
+}
+
+// parseKey reads KEY: a name, "id:N", "pair:C,O" or "name:X".
+func parseKey(s string) (ormlock.Key, error) {
+	var k ormlock.Key
+	switch {
+	case strings.HasPrefix(s, "name:"):
+		k = ormlock.Name(strings.TrimPrefix(s, "name:"))
+	case strings.HasPrefix(s, "id:"):
+		id, err := strconv.ParseInt(strings.TrimPrefix(s, "id:"), 10, 64)
+		if err != nil {
+			return k, usagef("bad KEY %q: id:N takes a 64-bit integer", s)
+		}
+		k = ormlock.ID(id)
+	case strings.HasPrefix(s, "pair:"):
+		c, o, ok := strings.Cut(strings.TrimPrefix(s, "pair:"), ",")
+		cl, err1 := strconv.ParseInt(c, 10, 32)
+		ob, err2 := strconv.ParseInt(o, 10, 32)
+		if !ok || err1 != nil || err2 != nil {
+			return k, usagef("bad KEY %q: pair:C,O takes two 32-bit integers", s)
+		}
+		k = ormlock.Pair(int32(cl), int32(ob))
+	default:
+		k = ormlock.Name(s)
+	}
+	if err := k.Validate(); err != nil {
+		return k, usagef("bad KEY %q: %v", s, err)
+	}
+	return k, nil
+}
+
+// parseSchedule reads --once-per: a Go duration (ormlock.Every) or a cron
+// expression (ormlock.Cron), in zone tz.
+func parseSchedule(s, tz string) (ormlock.Schedule, error) {
+	loc, err := time.LoadLocation(tz)
+	if err != nil {
+		return nil, usagef("--tz: unknown time zone %q: %v", tz, err)
+	}
+	var sched ormlock.Schedule
+	if d, derr := time.ParseDuration(s); derr == nil {
+		sched, err = ormlock.Every(d, loc)
+	} else {
+		sched, err = ormlock.Cron(s, loc)
+	}
+	if err != nil {
+		return nil, usagef("--once-per %q: %v", s, err)
+	}
+	return sched, nil
+}
