@@ -50,7 +50,8 @@ import (
 //
 // Contexts: gocron passes the job's context to Lock and Unlock; it is
 // cancelled when the job is removed or the scheduler shuts down, possibly
-// while the job runs. The lock attempt honours it, but once the run has
+// while the job runs. The lock attempt honours it (a claim it cuts short is
+// a skip: ErrNotAcquired wrapping the context's cause, not reported), but once the run has
 // started the hold does not depend on it, and Unlock ignores its context
 // altogether: the ledger update and the release run to completion (bounded
 // by ormlock's own timeouts), so a shutdown never leaves a 'running' row or
