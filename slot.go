@@ -27,6 +27,13 @@ import (
 // Europe/Berlin has its slot at 03:00 CEST on the last Sunday of March), so
 // no day is skipped. For a schedule of elapsed time that ignores daylight
 // saving, use time.UTC (or any fixed zone).
+//
+// Cron expressions are parsed by robfig/cron v3's own parser (cron.go), the
+// one gocron v2 and robfig/cron run, so that ormlock's slots are the
+// schedulers' firings: a parser of ormlock's own had drifted from it once,
+// and robfig/cron v3 is a small module without dependencies, so the root
+// go.mod stays lean. The search for the slot of a trigger and the daylight
+// saving rules above are ormlock's own.
 type Schedule interface {
 	// Slot returns the scheduled time t belongs to, in UTC.
 	Slot(t time.Time) time.Time
