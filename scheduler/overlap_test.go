@@ -10,7 +10,10 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/entlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/enttest"
+	"github.com/ormlock/ormlock/internal/enttest/ent"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/scheduler"
 )
@@ -175,6 +178,42 @@ func TestLockerPrune(t *testing.T) {
 		rs, err := gormlock.Runs(db, job, 10, opt)
 		if err != nil || len(rs) != 1 {
 			t.Fatalf("ledger after a run with WithPrune: %+v, %v; want the new run only", rs, err)
+		}
+		for _, err := range handled.get() {
+			t.Errorf("error handler: %v", err)
+		}
+	})
+}
+
+// WithPrune on the robfig/cron wrapper over an ent Backend.
+func TestJobWrapperPruneEnt(t *testing.T) {
+	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+		ctx := context.Background()
+		client, _ := enttest.Open(t, k)
+		tbl := "sched_prune_ent_" + string(k)
+		t.Cleanup(func() { _, _ = testdb.AdminDB(t, k).Exec("DROP TABLE IF EXISTS " + tbl) })
+		opt := ormlock.WithLedgerTable(tbl)
+		if err := entlock.Migrate(ctx, client, opt); err != nil {
+			t.Fatal(err)
+		}
+		job := jobName(t)
+		for i := range 3 { // three old runs
+			slot := time.Now().Add(-time.Duration(48+i) * time.Hour).Truncate(time.Hour)
+			if err := entlock.RunOnce(ctx, client, job, slot, func(*ent.Tx) error { return nil }, opt); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var handled errs
+		hourly, _ := ormlock.Every(time.Hour, nil)
+		w, err := scheduler.JobWrapper(scheduler.Ent(client, opt), job, hourly, scheduler.WithPrune(24*time.Hour), scheduler.WithErrorHandler(handled.handle))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ran := 0
+		w(cron.FuncJob(func() { ran++ })).Run()
+		rs, err := entlock.Runs(ctx, client, job, 10, opt)
+		if err != nil || ran != 1 || len(rs) != 1 {
+			t.Fatalf("ran %d; ledger after a run with WithPrune: %+v, %v; want the new run only", ran, rs, err)
 		}
 		for _, err := range handled.get() {
 			t.Errorf("error handler: %v", err)
