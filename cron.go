@@ -34,7 +34,10 @@ import (
 // second firing maps to the first (it finds the slot done); when they go
 // forward, robfig/cron skips a wall time that does not exist, and its slot
 // is the instant the clocks jump. A test checks this firing for firing
-// against robfig/cron over two years in zones with daylight saving.
+// against robfig/cron over two years in zones with daylight saving. (gocron
+// v2 fires a repeated wall time once itself, and with its
+// DaylightSavingsTimeRunAfterTransition policy fires a skipped one after the
+// jump, which maps to the jump's slot.)
 //
 // Errors wrap [ErrInvalidArgument] and carry robfig/cron's message. One
 // deviation: an expression that can never fire ("0 0 30 2 *"), which
