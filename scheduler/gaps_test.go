@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
+	"github.com/google/uuid"
 	"github.com/robfig/cron/v3"
+	"gorm.io/gorm"
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/testdb"
@@ -130,4 +133,57 @@ func TestFailClosed(t *testing.T) {
 	if err := nilElector.IsLeader(context.Background()); err == nil {
 		t.Error("nil Elector leads")
 	}
+}
+
+// Real gocron schedulers shut down just as their per-second job fires: the
+// claims cut short are skips, and nothing reaches the error handler.
+func TestLockerGocronShutdownWhileLocking(t *testing.T) {
+	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+		job := jobName(t)
+		var handled errs
+		var lockErrs errs // what gocron's AfterLockError saw
+		dbs := make([]*gorm.DB, 3)
+		for i := range dbs {
+			dbs[i] = openGorm(t, k)
+		}
+		migrate(t, dbs[0])
+		r := rand.New(rand.NewPCG(5, uint64(len(k))))
+		for range 6 {
+			var scheds []gocron.Scheduler
+			for _, db := range dbs {
+				l, err := scheduler.NewLocker(scheduler.GORM(db), everySecond(t), scheduler.WithErrorHandler(handled.handle))
+				if err != nil {
+					t.Fatal(err)
+				}
+				s, err := gocron.NewScheduler(gocron.WithDistributedLocker(l))
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, err = s.NewJob(gocron.CronJob("* * * * * *", true), gocron.NewTask(func() {}), gocron.WithName(job),
+					gocron.WithEventListeners(gocron.AfterLockError(func(_ uuid.UUID, _ string, err error) { lockErrs.handle(err) })))
+				if err != nil {
+					t.Fatal(err)
+				}
+				s.Start()
+				scheds = append(scheds, s)
+			}
+			// just after the next second begins, while the claims run
+			now := time.Now()
+			time.Sleep(now.Truncate(time.Second).Add(time.Second).Sub(now) + time.Duration(r.Int64N(int64(8*time.Millisecond))))
+			var wg sync.WaitGroup
+			for _, s := range scheds {
+				wg.Go(func() { _ = s.Shutdown() })
+			}
+			wg.Wait()
+		}
+		for _, err := range handled.get() {
+			t.Errorf("error handler got %v", err)
+		}
+		for _, err := range lockErrs.get() {
+			if !errors.Is(err, ormlock.ErrNotAcquired) && !errors.Is(err, ormlock.ErrAlreadyDone) {
+				t.Errorf("gocron's AfterLockError got %v, not a skip", err)
+			}
+		}
+		t.Logf("%d skips seen by gocron", len(lockErrs.get()))
+	})
 }
