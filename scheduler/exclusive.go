@@ -24,7 +24,8 @@ import (
 //
 // How: the run also holds the lock named "ormlock.job:" + job (in the
 // Backend's namespace) with Session semantics, on a connection of its own,
-// for as long as the run lasts; its loss is reported like the slot lock's.
+// for as long as the run lasts (so a run holds three connections of the
+// pool instead of two); its loss is reported like the slot lock's.
 func WithExclusive(wait time.Duration) Option {
 	return func(c *config) {
 		if wait < 0 {
@@ -87,7 +88,8 @@ type pruner struct {
 	running   bool
 }
 
-// afterRun prunes when it is time to; ran reports whether a run happened.
+// afterRun prunes the ledger after a run when PruneInterval has passed
+// since the last pruning (or none happened yet).
 func (c *config) afterRun(b Backend) {
 	p := c.pruner
 	if p == nil {
