@@ -37,7 +37,11 @@ import (
 // against robfig/cron over two years in zones with daylight saving. (gocron
 // v2 fires a repeated wall time once itself, and with its
 // DaylightSavingsTimeRunAfterTransition policy fires a skipped one after the
-// jump, which maps to the jump's slot.)
+// jump, which maps to the jump's slot.) In a zone whose clocks move by 30
+// minutes (Australia/Lord_Howe), robfig/cron v3.0.1 steps hours as elapsed
+// time and, after a change, may fire up to 30 minutes late (the firing maps
+// to the time it was for) or miss a scheduled time (its slot is never
+// triggered).
 //
 // Errors wrap [ErrInvalidArgument] and carry robfig/cron's message. One
 // deviation: an expression that can never fire ("0 0 30 2 *"), which
