@@ -23,9 +23,10 @@
 // # Slots
 //
 // RunOnce records one run per (job, slot). A [Schedule] maps the time a job
-// was triggered to its slot: [Every] for a period aligned to midnight in a
-// stated time zone, [Cron] for a five-field cron expression. Instances whose
-// clocks or start times differ by seconds agree on the slot.
+// was triggered to its slot: [Cron] and [CronSeconds] for the cron dialect
+// of robfig/cron and gocron (their own parser, firing for firing), [Every]
+// for a period (aligned to midnight, or anchored to the Unix epoch).
+// Instances whose clocks or start times differ by seconds agree on the slot.
 //
 // # Errors
 //

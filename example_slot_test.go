@@ -56,5 +56,5 @@ func ExampleCron() {
 	// 2025-03-08 07:30:00 +0000 UTC
 	// 2025-03-09 07:00:00 +0000 UTC
 	// 2025-03-09 07:00:00 +0000 UTC
-	// ormlock: invalid argument: cron "0 0 30 2 *": never matches: no chosen month has the chosen day of month
+	// ormlock: invalid argument: ormlock.Cron("0 0 30 2 *"): never fires (no chosen month has the chosen day)
 }

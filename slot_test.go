@@ -193,16 +193,25 @@ func TestCronFields(t *testing.T) {
 			{"2025-05-13T10:00:00Z", "2025-05-13T00:00:00Z"}, // a Tuesday, the 13th
 			{"2025-05-10T10:00:00Z", "2025-05-09T00:00:00Z"}, // Saturday -> Friday 9th
 		}},
-		// a starred day field makes it AND: odd days that are Mondays
+		// robfig/cron: */2 restricts the day of month, so with a weekday
+		// it is OR: odd days or Mondays
 		{"0 0 */2 * 1", []slotCase{
 			{"2025-05-20T00:00:00Z", "2025-05-19T00:00:00Z"}, // Mon 19th (odd)
-			{"2025-05-13T00:00:00Z", "2025-05-05T00:00:00Z"}, // Mon 12th is even: back to Mon 5th
+			{"2025-05-13T00:00:00Z", "2025-05-13T00:00:00Z"}, // Tue 13th (odd)
+			{"2025-05-12T10:00:00Z", "2025-05-12T00:00:00Z"}, // Mon 12th (even)
+			{"2025-05-31T10:00:00Z", "2025-05-31T00:00:00Z"}, // Sat 31st
+			{"2025-06-01T10:00:00Z", "2025-06-01T00:00:00Z"}, // Sun 1st
+			{"2025-06-02T10:00:00Z", "2025-06-02T00:00:00Z"}, // Mon 2nd
+			{"2025-06-04T10:00:00Z", "2025-06-03T00:00:00Z"}, // Wed 4th: back to Tue 3rd
 		}},
+		// a starred day field (* or ?, no step above 1) makes it AND
+		{"0 0 */1 * 1", []slotCase{{"2025-05-13T00:00:00Z", "2025-05-12T00:00:00Z"}}},
+		// the seconds are robfig/cron's: none in the standard dialect
+		{"@daily", []slotCase{{"2025-05-13T00:00:00.5Z", "2025-05-13T00:00:00Z"}}},
 		{"0 0 29 2 *", []slotCase{
 			{"2025-06-01T00:00:00Z", "2024-02-29T00:00:00Z"},
 			{"2028-02-29T00:00:03Z", "2028-02-29T00:00:00Z"},
 		}},
-		{"0 0 * * 7", []slotCase{{"2025-05-13T00:00:00Z", "2025-05-11T00:00:00Z"}}}, // 7 is Sunday
 		{"0 0 * * sun", []slotCase{{"2025-05-13T00:00:00Z", "2025-05-11T00:00:00Z"}}},
 		{"@weekly", []slotCase{{"2025-05-13T00:00:00Z", "2025-05-11T00:00:00Z"}}},
 		{"@monthly", []slotCase{{"2025-05-13T00:00:00Z", "2025-05-01T00:00:00Z"}}},
@@ -224,34 +233,34 @@ func TestCronFields(t *testing.T) {
 }
 
 func TestCronBadExpressions(t *testing.T) {
+	// robfig/cron's parser decides (and words) what is rejected; the test of
+	// parity with it is cron_parity_test.go
 	cases := []struct{ expr, want string }{
-		{"", "empty expression"},
-		{"* * * *", "want 5 fields"},
-		{"0 * * * * *", "want 5 fields"},
-		{"60 * * * *", "minute field \"60\": value 60 out of range 0-59"},
-		{"* 24 * * *", "hour field"},
-		{"0 0 0 * *", "day-of-month field"},
-		{"0 0 32 * *", "day-of-month field"},
-		{"0 0 * 13 *", "month field"},
-		{"0 0 * * 8", "day-of-week field"},
-		{"5-1 * * * *", "runs backwards"},
-		{"*/0 * * * *", "not a positive number"},
-		{"*/x * * * *", "not a positive number"},
-		{"*/61 * * * *", "larger than the field's range"},
-		{"a b c d e", "minute field \"a\""},
-		{"0 0 * FOO *", "neither a number in 1-12 nor a name"},
-		{"0 0 * * FRIDAY", "neither a number in 0-7 nor a name"},
-		{"1,,2 * * * *", "empty list item"},
-		{"1- * * * *", "missing value"},
-		{"? * * * *", "minute field"},
-		{"0 0 31 2 *", "never matches"},
-		{"0 0 30 2 *", "never matches"},
-		{"0 0 31 4,6,9,11 *", "never matches"},
-		{"TZ=UTC 0 0 * * *", "pass the location"},
-		{"CRON_TZ=Europe/Berlin 0 0 * * *", "pass the location"},
-		{"@every 1h", "use ormlock.Every"},
-		{"@reboot", "unknown macro"},
-		{"0 0 L * *", "day-of-month field"},
+		{"", "empty spec string"},
+		{"* * * *", "expected exactly 5 fields"},
+		{"0 * * * * *", "expected exactly 5 fields"},
+		{"60 * * * *", "above maximum"},
+		{"* 24 * * *", "above maximum"},
+		{"0 0 0 * *", "below minimum"},
+		{"0 0 32 * *", "above maximum"},
+		{"0 0 * 13 *", "above maximum"},
+		{"0 0 * * 7", "above maximum"}, // robfig/cron: day-of-week is 0-6
+		{"0 0 * * 8", "above maximum"},
+		{"5-1 * * * *", "beyond end of range"},
+		{"*/0 * * * *", "step of range should be a positive number"},
+		{"*/x * * * *", "failed to parse int"},
+		{"a b c d e", "failed to parse int"},
+		{"0 0 * FOO *", "failed to parse int"},
+		{"0 0 * * FRIDAY", "failed to parse int"},
+		{"1- * * * *", "failed to parse int"},
+		{"0 0 L * *", "failed to parse int"},
+		{"0 0 31 2 *", "never fires"},
+		{"0 0 30 2 *", "never fires"},
+		{"0 0 31 4,6,9,11 *", "never fires"},
+		{"TZ=Nowhere/Else 0 0 * * *", "bad location"},
+		{"CRON_TZ=UTC", "time zone prefix without an expression"},
+		{"@every 500ms x", "failed to parse duration"},
+		{"@reboot", "unrecognized descriptor"},
 	}
 	for _, c := range cases {
 		s, err := ormlock.Cron(c.expr, time.UTC)
@@ -267,17 +276,58 @@ func TestCronBadExpressions(t *testing.T) {
 	if _, err := ormlock.Cron("0 0 31 2 MON", time.UTC); err != nil {
 		t.Errorf("OR of day fields rejected: %v", err)
 	}
+	if _, err := ormlock.CronSeconds("0 0 0 * * * *", time.UTC); !errors.Is(err, ormlock.ErrInvalidArgument) {
+		t.Errorf("CronSeconds with seven fields: %v, want ErrInvalidArgument", err)
+	}
+}
+
+// The zone prefix overrides loc, as it overrides gocron's location; @every
+// is the epoch-anchored Every.
+func TestCronPrefixAndEvery(t *testing.T) {
+	s := cron(t, "CRON_TZ=America/New_York 0 0 * * *", time.UTC)
+	checkSlots(t, s, []slotCase{{"2025-05-13T10:00:00Z", "2025-05-13T04:00:00Z"}})
+	s = cron(t, "TZ=Asia/Kolkata @daily", nil)
+	checkSlots(t, s, []slotCase{{"2025-05-13T10:00:00Z", "2025-05-12T18:30:00Z"}})
+	s = cron(t, "@every 90s", zone(t, "Europe/Berlin"))
+	if got, want := fmt.Sprint(s), "every 1m30s in UTC"; got != want {
+		t.Errorf("@every 90s = %s, want %s", got, want)
+	}
+	checkSlots(t, s, []slotCase{
+		{"1970-01-01T00:01:31Z", "1970-01-01T00:01:30Z"},
+		{"2025-05-13T10:00:05Z", "2025-05-13T10:00:00Z"}, // 1747130400 = 90 * 19412560
+		{"2025-05-13T10:01:29Z", "2025-05-13T10:01:30Z"}, // within SlotTolerance
+	})
+	// robfig/cron rounds @every down to whole seconds, and up to one
+	if s := cron(t, "@every 1500ms", nil); fmt.Sprint(s) != "every 1s in UTC" {
+		t.Errorf("@every 1500ms = %v, want every 1s", s)
+	}
+	sec, err := ormlock.CronSeconds("*/20 0 0 * * *", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSlots(t, sec, []slotCase{
+		{"2025-05-13T00:00:14Z", "2025-05-13T00:00:00Z"},
+		{"2025-05-13T00:00:19Z", "2025-05-13T00:00:20Z"},
+		{"2025-05-13T00:00:41Z", "2025-05-13T00:00:40Z"},
+		{"2025-05-13T00:00:59Z", "2025-05-13T00:00:40Z"},
+		{"2025-05-13T05:00:00Z", "2025-05-13T00:00:40Z"},
+	})
+	five, err := ormlock.CronSeconds("30 1 * * *", nil) // five fields: seconds 0, as gocron
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSlots(t, five, []slotCase{{"2025-05-13T02:00:00Z", "2025-05-13T01:30:00Z"}})
 }
 
 func TestEveryBadPeriods(t *testing.T) {
-	for _, d := range []time.Duration{0, -time.Hour, 7 * time.Hour, 36 * time.Hour, 1500 * time.Millisecond, 25 * time.Hour} {
+	for _, d := range []time.Duration{0, -time.Hour, time.Millisecond, 999 * time.Millisecond, 1500 * time.Millisecond, 90*time.Second + 1} {
 		if s, err := ormlock.Every(d, time.UTC); !errors.Is(err, ormlock.ErrInvalidArgument) {
 			t.Errorf("Every(%v) = %v, %v; want ErrInvalidArgument", d, s, err)
 		} else {
 			t.Logf("Every(%v): %v", d, err)
 		}
 	}
-	for _, d := range []time.Duration{time.Second, 90 * time.Second, 15 * time.Minute, 8 * time.Hour, 24 * time.Hour, 72 * time.Hour} {
+	for _, d := range []time.Duration{time.Second, 7 * time.Second, 90 * time.Second, 15 * time.Minute, 7 * time.Hour, 8 * time.Hour, 24 * time.Hour, 25 * time.Hour, 36 * time.Hour, 72 * time.Hour} {
 		if _, err := ormlock.Every(d, time.UTC); err != nil {
 			t.Errorf("Every(%v): %v", d, err)
 		}

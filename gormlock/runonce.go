@@ -14,10 +14,14 @@ import (
 
 // RunOnce runs fn at most once per (job, slot) across every instance that
 // shares the database, and records each run in the ledger table (create it
-// with [Migrate]). slot is the scheduled time the run is for, the same on
-// every instance: take it from the schedule ([ormlock.Every],
-// [ormlock.Cron]), never from time.Now(). It is stored in UTC, truncated to
-// whole microseconds.
+// with [Migrate]).
+//
+// The slot is the scheduled time, never the trigger's clock:
+// RunOnce(db, job, time.Now(), fn) compiles and deduplicates nothing, since
+// every instance's now differs. Take it from the schedule
+// (schedule.Slot(time.Now()) with [ormlock.Cron] or [ormlock.Every]), or
+// call [RunScheduled], which does that. The slot is stored in UTC,
+// truncated to whole microseconds.
 //
 // Transactional mode (the default): in one transaction,
 //

@@ -24,15 +24,18 @@ type Backend struct {
 	// mode: fn runs outside any transaction with a context that is
 	// cancelled with cause ormlock.ErrLockLost if the lock is lost.
 	runOnce func(ctx context.Context, job string, slot time.Time, fn func(ctx context.Context) error) error
-	// session holds the lock named key for as long as fn runs.
-	session func(ctx context.Context, key string, fn func(ctx context.Context) error) error
+	// session holds the lock named key for as long as fn runs; extra
+	// options (a wait) apply on top of the Backend's.
+	session func(ctx context.Context, key string, fn func(ctx context.Context) error, extra ...ormlock.Option) error
+	// prune deletes the finished ledger rows older than olderThan.
+	prune func(ctx context.Context, olderThan time.Duration) (int64, error)
 }
 
 func (b Backend) check(verb string) error {
 	switch {
 	case b.err != nil:
 		return b.err
-	case b.runOnce == nil || b.session == nil:
+	case b.runOnce == nil || b.session == nil || b.prune == nil:
 		return fmt.Errorf("%w: %s: zero Backend (build one with scheduler.GORM or scheduler.Ent)", ormlock.ErrInvalidArgument, verb)
 	}
 	return nil
@@ -66,8 +69,11 @@ func GORM(db *gorm.DB, opts ...ormlock.Option) Backend {
 				return fn(tx.Statement.Context)
 			}, runOpts...)
 		},
-		session: func(ctx context.Context, key string, fn func(ctx context.Context) error) error {
-			return gormlock.Session(db.WithContext(ctx), key, fn, opts...)
+		session: func(ctx context.Context, key string, fn func(ctx context.Context) error, extra ...ormlock.Option) error {
+			return gormlock.Session(db.WithContext(ctx), key, fn, append(opts[:len(opts):len(opts)], extra...)...)
+		},
+		prune: func(ctx context.Context, olderThan time.Duration) (int64, error) {
+			return gormlock.Prune(db.WithContext(ctx), olderThan, opts...)
 		},
 	}
 }

@@ -42,9 +42,10 @@ var _ cron.Job = JobFunc(nil)
 //	c := cron.New(cron.WithLocation(berlin))
 //	c.AddJob("0 0 * * *", cron.NewChain(w).Then(job))
 //
-// it is ormlock.Cron("0 0 * * *", berlin). robfig/cron's seconds field
-// (cron.WithSeconds) has no counterpart in ormlock.Cron; for a schedule of
-// seconds use [ormlock.Every].
+// it is ormlock.Cron("0 0 * * *", berlin); with cron.WithSeconds() it is
+// [ormlock.CronSeconds], and for "@every 90s" it is ormlock.Cron("@every
+// 90s", nil) (or [ormlock.Every]), whose windows are anchored to the Unix
+// epoch so that replicas started at different times agree.
 //
 // Chains: put the wrapper innermost, next to the job
 // (cron.NewChain(cron.Recover(logger), w).Then(job)), so that the lock is
@@ -53,22 +54,30 @@ var _ cron.Job = JobFunc(nil)
 // chain. Runs use context.Background(): robfig/cron gives jobs no context,
 // and cron.Stop waits for running jobs.
 //
-// Bad input (an invalid job name, a nil schedule, an invalid Backend or
-// option) is an error wrapping [ormlock.ErrInvalidArgument] that names it.
+// Options: [WithErrorHandler], [WithCronLogger], [WithClock],
+// [WithExclusive], [WithPrune]. Bad input (an invalid job name, a nil
+// schedule, an invalid Backend or option) is an error wrapping
+// [ormlock.ErrInvalidArgument] that names it. The wrapper returned with it
+// fails closed: it never runs the job, and hands that error to the error
+// handler at every firing, so a caller that ignored the error runs nothing
+// rather than runs unlocked.
 func JobWrapper(b Backend, job string, schedule ormlock.Schedule, opts ...Option) (cron.JobWrapper, error) {
 	const verb = "scheduler.JobWrapper"
-	if err := b.check(verb); err != nil {
-		return nil, err
+	cfg, cfgErr := newConfig(opts)
+	err := b.check(verb)
+	if err == nil {
+		err = validJob("JobWrapper", job)
 	}
-	if err := validJob("JobWrapper", job); err != nil {
-		return nil, err
+	if err == nil && schedule == nil {
+		err = fmt.Errorf("%w: %s: nil schedule", ormlock.ErrInvalidArgument, verb)
 	}
-	if schedule == nil {
-		return nil, fmt.Errorf("%w: %s: nil schedule", ormlock.ErrInvalidArgument, verb)
+	if err == nil {
+		err = cfgErr
 	}
-	cfg, err := newConfig(opts)
 	if err != nil {
-		return nil, err
+		return func(cron.Job) cron.Job {
+			return cron.FuncJob(func() { cfg.report(err) })
+		}, err
 	}
 	return func(j cron.Job) cron.Job {
 		return cron.FuncJob(func() {
@@ -79,7 +88,9 @@ func JobWrapper(b Backend, job string, schedule ormlock.Schedule, opts ...Option
 			// through unchanged).
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			err := b.runOnce(ctx, job, slot, func(ctx context.Context) error {
+			ran := false
+			err := cfg.claim(ctx, b, job, slot, func(ctx context.Context) error {
+				ran = true
 				if f, ok := j.(JobFunc); ok {
 					return f(ctx)
 				}
@@ -88,12 +99,15 @@ func JobWrapper(b Backend, job string, schedule ormlock.Schedule, opts ...Option
 			})
 			switch {
 			case err == nil:
-			case skipped(err):
+			case skipped(err) && !ran:
 				if cfg.logger != nil {
 					cfg.logger.Info("ormlock: skipped", "job", job, "slot", slot.Format(time.RFC3339Nano), "reason", err.Error())
 				}
 			default:
 				cfg.report(fmt.Errorf("ormlock: scheduler: job %q, slot %s: %w", job, slot.Format(time.RFC3339Nano), err))
+			}
+			if ran {
+				cfg.afterRun(b)
 			}
 		})
 	}, nil

@@ -59,6 +59,23 @@
 //     exclusive as the keepalive allows (see [Elector]); the Locker gives
 //     the stronger, per-run guarantee. gocron consults the Elector instead
 //     of the Locker when both are set.
+//   - Schedules speak the scheduler's dialect: [ormlock.Cron] parses with
+//     robfig/cron's own standard parser (gocron's CronJob(expr, false)),
+//     [ormlock.CronSeconds] with its seconds dialect (CronJob(expr, true),
+//     cron.WithSeconds()), and [ormlock.Every] (or "@every d") anchors
+//     intervals to the Unix epoch, so every firing maps to its own slot.
+//   - A cancelled context while Lock claims the run (a shutdown, a removed
+//     job) is a skip: the error wraps ErrNotAcquired and the context's
+//     cause, and is not reported.
+//   - Slots, not jobs, are locked by default: a job that outlasts its period
+//     runs in two slots at once. [WithExclusive] also locks the job for the
+//     duration of each run (the next firing skips, or waits).
+//   - The ledger keeps a row per run until pruned: [WithPrune] prunes it
+//     after runs, at most hourly (or call gormlock.Prune yourself).
+//   - Fail closed: a constructor that fails returns, with its error, an
+//     adapter that runs nothing (Lock and IsLeader return the error, the
+//     wrapper reports it), so an ignored error cannot run jobs unlocked;
+//     nil and zero values refuse too.
 //   - The ledger table is not created here: call gormlock.Migrate (or
 //     entlock.Migrate) at start-up, as for RunOnce; a missing table makes
 //     every run fail with an error that says so.

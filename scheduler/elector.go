@@ -48,6 +48,7 @@ type Elector struct {
 	stop   context.CancelFunc
 	done   chan struct{}
 	once   sync.Once
+	err    error // the constructor's error: IsLeader returns it
 }
 
 var _ gocron.Elector = (*Elector)(nil)
@@ -60,19 +61,20 @@ var _ gocron.Elector = (*Elector)(nil)
 // Options: [WithRetry], [WithErrorHandler]. Bad input (an empty or invalid
 // key, an invalid Backend or option) is an error wrapping
 // [ormlock.ErrInvalidArgument] or [ormlock.ErrInvalidKey] that names it.
+// The Elector returned with such an error fails closed: it never campaigns,
+// and IsLeader returns that error, so a caller that ignored it runs nothing.
 // Call [Elector.Close] when done, or the campaign goes on (and a leader
 // keeps its lock) until the process exits.
 func NewElector(b Backend, key string, opts ...Option) (*Elector, error) {
 	const verb = "scheduler.NewElector"
-	if err := b.check(verb); err != nil {
-		return nil, err
-	}
-	if err := ormlock.Name(key).Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %s: leader key %q", err, verb, key)
-	}
 	cfg, err := newConfig(opts)
+	if bErr := b.check(verb); bErr != nil {
+		err = bErr
+	} else if kErr := ormlock.Name(key).Validate(); kErr != nil {
+		err = fmt.Errorf("%w: %s: leader key %q", kErr, verb, key)
+	}
 	if err != nil {
-		return nil, err
+		return &Elector{err: err}, err
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	e := &Elector{b: b, key: key, cfg: cfg, stop: stop, done: make(chan struct{})}
@@ -87,7 +89,12 @@ func NewElector(b Backend, key string, opts ...Option) (*Elector, error) {
 // so it is cheap enough for gocron to call before every run. ctx is not
 // used.
 func (e *Elector) IsLeader(context.Context) error {
-	if e.leader.Load() {
+	switch {
+	case e == nil:
+		return fmt.Errorf("%w: scheduler.Elector: nil Elector (build one with scheduler.NewElector)", ormlock.ErrInvalidArgument)
+	case e.err != nil:
+		return e.err
+	case e.leader.Load():
 		return nil
 	}
 	return ErrNotLeader
@@ -97,6 +104,9 @@ func (e *Elector) IsLeader(context.Context) error {
 // and releases the lock, then returns: other instances may take over from
 // then on. It returns nil, and is safe to call more than once.
 func (e *Elector) Close() error {
+	if e == nil || e.stop == nil { // nil, zero or failed: nothing runs
+		return nil
+	}
 	e.once.Do(func() {
 		e.stop()
 		<-e.done

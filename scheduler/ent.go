@@ -38,8 +38,11 @@ func Ent[T entlock.TxLike](client interface {
 		runOnce: func(ctx context.Context, job string, slot time.Time, fn func(ctx context.Context) error) error {
 			return entlock.RunOnce(ctx, client, job, slot, func(T) error { return fn(ctx) }, runOpts...)
 		},
-		session: func(ctx context.Context, key string, fn func(ctx context.Context) error) error {
-			return entlock.Session(ctx, client, key, fn, opts...)
+		session: func(ctx context.Context, key string, fn func(ctx context.Context) error, extra ...ormlock.Option) error {
+			return entlock.Session(ctx, client, key, fn, append(opts[:len(opts):len(opts)], extra...)...)
+		},
+		prune: func(ctx context.Context, olderThan time.Duration) (int64, error) {
+			return entlock.Prune(ctx, client, olderThan, opts...)
 		},
 	}
 }

@@ -122,17 +122,49 @@ func ExampleJobWrapper() {
 	defer c.Stop()
 }
 
-// A per-second robfig/cron schedule (cron.WithSeconds) maps to ormlock.Every.
+// robfig/cron's seconds dialect (cron.WithSeconds) is ormlock.CronSeconds
+// with the same expression; "@every 10s" would be ormlock.Cron("@every 10s",
+// nil), windows anchored to the Unix epoch.
 func ExampleJobWrapper_seconds() {
 	var db *gorm.DB
-	every10s, _ := ormlock.Every(10*time.Second, time.UTC)
+	const spec = "*/10 * * * * *"
+	every10s, err := ormlock.CronSeconds(spec, time.UTC)
+	if err != nil {
+		log.Fatal(err)
+	}
 	w, err := scheduler.JobWrapper(scheduler.GORM(db), "heartbeat", every10s)
 	if err != nil {
 		log.Fatal(err)
 	}
-	c := cron.New(cron.WithSeconds())
-	_, _ = c.AddJob("*/10 * * * * *", cron.NewChain(w).Then(cron.FuncJob(func() { /* beat */ })))
+	c := cron.New(cron.WithSeconds(), cron.WithLocation(time.UTC))
+	_, _ = c.AddJob(spec, cron.NewChain(w).Then(cron.FuncJob(func() { /* beat */ })))
 	c.Start()
+}
+
+// A job that may outlast its period: WithExclusive keeps its runs from
+// overlapping across replicas (a firing during a run waits up to a minute,
+// then skips), and WithPrune keeps the ledger to 30 days.
+func ExampleWithExclusive() {
+	var db *gorm.DB
+	const spec = "*/5 * * * *"
+	every5m, err := ormlock.Cron(spec, time.UTC)
+	if err != nil {
+		log.Fatal(err)
+	}
+	locker, err := scheduler.NewLocker(scheduler.GORM(db), every5m,
+		scheduler.WithExclusive(time.Minute), scheduler.WithPrune(30*24*time.Hour))
+	if err != nil {
+		log.Fatal(err)
+	}
+	s, err := gocron.NewScheduler(gocron.WithLocation(time.UTC), gocron.WithDistributedLocker(locker))
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = s.NewJob(gocron.CronJob(spec, false), gocron.NewTask(settle), gocron.WithName("reindex"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	s.Start()
 }
 
 // The same adapters on an ent client built on entlock.Wrap.

@@ -50,7 +50,8 @@ import (
 //
 // Contexts: gocron passes the job's context to Lock and Unlock; it is
 // cancelled when the job is removed or the scheduler shuts down, possibly
-// while the job runs. The lock attempt honours it, but once the run has
+// while the job runs. The lock attempt honours it (a claim it cuts short is
+// a skip: ErrNotAcquired wrapping the context's cause, not reported), but once the run has
 // started the hold does not depend on it, and Unlock ignores its context
 // altogether: the ledger update and the release run to completion (bounded
 // by ormlock's own timeouts), so a shutdown never leaves a 'running' row or
@@ -66,6 +67,7 @@ type Locker struct {
 	b   Backend
 	def ormlock.Schedule
 	cfg config
+	err error // the constructor's error: every Lock returns it
 }
 
 var _ gocron.Locker = (*Locker)(nil)
@@ -73,24 +75,29 @@ var _ gocron.Locker = (*Locker)(nil)
 // NewLocker returns a Locker on b whose jobs run on schedule unless
 // [WithJobSchedule] gives a job its own. schedule is normally the gocron
 // job's own schedule written for ormlock: [ormlock.Cron] with the same
-// five-field expression and time zone as gocron.CronJob, or [ormlock.Every]
-// for a gocron.DurationJob (started on a multiple of its period, e.g. with
-// gocron.WithStartAt, so that its runs fall on the schedule's times).
+// expression and time zone as gocron.CronJob(expr, false),
+// [ormlock.CronSeconds] for gocron.CronJob(expr, true), or [ormlock.Every]
+// (nil location) for a gocron.DurationJob.
 //
-// Options: [WithJobSchedule], [WithErrorHandler], [WithClock]. Bad input (a
-// nil schedule, an invalid Backend or option) is an error wrapping
-// [ormlock.ErrInvalidArgument] that names it.
+// Options: [WithJobSchedule], [WithErrorHandler], [WithClock],
+// [WithExclusive], [WithPrune]. Bad input (a nil schedule, an invalid
+// Backend or option) is an error wrapping [ormlock.ErrInvalidArgument] that
+// names it. The Locker returned with it fails closed: every Lock returns
+// that error (and reports it) without taking a lock, so a caller that
+// ignored the error runs nothing rather than runs unlocked.
 func NewLocker(b Backend, schedule ormlock.Schedule, opts ...Option) (*Locker, error) {
 	const verb = "scheduler.NewLocker"
-	if err := b.check(verb); err != nil {
-		return nil, err
+	cfg, cfgErr := newConfig(opts)
+	err := b.check(verb)
+	switch {
+	case err != nil:
+	case schedule == nil:
+		err = fmt.Errorf("%w: %s: nil schedule", ormlock.ErrInvalidArgument, verb)
+	default:
+		err = cfgErr
 	}
-	if schedule == nil {
-		return nil, fmt.Errorf("%w: %s: nil schedule", ormlock.ErrInvalidArgument, verb)
-	}
-	cfg, err := newConfig(opts)
 	if err != nil {
-		return nil, err
+		return &Locker{cfg: cfg, err: err}, err
 	}
 	return &Locker{b: b, def: schedule, cfg: cfg}, nil
 }
@@ -105,12 +112,22 @@ func (l *Locker) schedule(job string) ormlock.Schedule {
 // Lock claims the current slot of job for this instance, and holds it until
 // the returned lock's Unlock. It returns an error wrapping
 // [ormlock.ErrAlreadyDone] when the slot has been run,
-// [ormlock.ErrNotAcquired] when another instance is running it (or ctx ended
-// before the lock was taken), and any other error when the run could not be
-// claimed; gocron then skips the run.
+// [ormlock.ErrNotAcquired] when another instance is running it (or, with
+// [WithExclusive], running the job) or when ctx ended before the run was
+// claimed (the error wraps ctx's cause too), and any other error when the
+// run could not be claimed; gocron then skips the run.
 func (l *Locker) Lock(ctx context.Context, job string) (gocron.Lock, error) {
+	if err := l.usable(); err != nil {
+		if l != nil && l.err != nil {
+			l.cfg.report(err)
+		}
+		return nil, err
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	slot := l.schedule(job).Slot(l.cfg.now())
-	h := &heldRun{job: job, slot: slot, cfg: &l.cfg, release: make(chan struct{}), done: make(chan error, 1)}
+	h := &heldRun{job: job, slot: slot, cfg: &l.cfg, b: l.b, release: make(chan struct{}), done: make(chan error, 1)}
 	started := make(chan struct{})
 
 	// The attempt honours ctx; the hold, once the slot is claimed, does
@@ -120,7 +137,7 @@ func (l *Locker) Lock(ctx context.Context, job string) (gocron.Lock, error) {
 	detach := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
 	go func() {
 		defer cancel(nil)
-		h.done <- l.b.runOnce(hctx, job, slot, func(context.Context) error {
+		h.done <- l.cfg.claim(hctx, l.b, job, slot, func(context.Context) error {
 			if !detach() {
 				// ctx ended while the slot was being claimed: do not
 				// start a run that gocron will not make; the row is
@@ -139,12 +156,41 @@ func (l *Locker) Lock(ctx context.Context, job string) (gocron.Lock, error) {
 		if err == nil { // unreachable: fn always starts or fails
 			err = errors.New("ormlock: scheduler: the run ended before it started")
 		}
+		if cause := context.Cause(ctx); cause != nil && !errors.Is(err, ormlock.ErrAlreadyDone) {
+			// gocron's context ended (shutdown, a removed job) while the
+			// run was being claimed: a skip, whatever the claim's own
+			// error says, wrapping the context's cause.
+			switch {
+			case !errors.Is(err, ormlock.ErrNotAcquired):
+				err = fmt.Errorf("%w: %w (%v)", ormlock.ErrNotAcquired, cause, err)
+			case !errors.Is(err, cause):
+				err = fmt.Errorf("%w (%w)", err, cause)
+			}
+		}
+		err = fmt.Errorf("ormlock: scheduler: job %q, slot %s: %w", job, slot.Format(time.RFC3339Nano), err)
 		if !skipped(err) {
-			err = fmt.Errorf("ormlock: scheduler: job %q, slot %s: %w", job, slot.Format(time.RFC3339Nano), err)
 			l.cfg.report(err)
 		}
 		return nil, err
 	}
+}
+
+// usable returns why l cannot take locks: a nil or zero Locker, or the
+// constructor's error.
+func (l *Locker) usable() error {
+	const verb = "scheduler.Locker"
+	switch {
+	case l == nil:
+		return fmt.Errorf("%w: %s: nil Locker (build one with scheduler.NewLocker)", ormlock.ErrInvalidArgument, verb)
+	case l.err != nil:
+		return l.err
+	case l.def == nil:
+		if err := l.b.check(verb); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: %s: zero Locker (build one with scheduler.NewLocker)", ormlock.ErrInvalidArgument, verb)
+	}
+	return l.b.check(verb)
 }
 
 // heldRun is a claimed (job, slot) held for gocron until Unlock.
@@ -152,6 +198,7 @@ type heldRun struct {
 	job     string
 	slot    time.Time
 	cfg     *config
+	b       Backend
 	release chan struct{}
 	done    chan error
 	once    sync.Once
@@ -169,6 +216,7 @@ func (h *heldRun) Unlock(context.Context) error {
 			h.err = fmt.Errorf("ormlock: scheduler: job %q, slot %s: %w", h.job, h.slot.Format(time.RFC3339Nano), err)
 			h.cfg.report(h.err)
 		}
+		h.cfg.afterRun(h.b)
 	})
 	return h.err
 }

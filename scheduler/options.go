@@ -27,6 +27,11 @@ type config struct {
 	now     func() time.Time
 	retry   time.Duration
 	err     error
+	// exclusive: keep the job itself exclusive across replicas, waiting up
+	// to exclusiveWait for a run in progress (WithExclusive)
+	exclusive     bool
+	exclusiveWait time.Duration
+	pruner        *pruner // WithPrune; nil: no pruning
 }
 
 func newConfig(opts []Option) (config, error) {

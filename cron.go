@@ -1,0 +1,254 @@
+package ormlock
+
+import (
+	"fmt"
+	mbits "math/bits"
+	"strings"
+	"time"
+
+	"github.com/robfig/cron/v3"
+)
+
+// Cron parses expr with robfig/cron v3's standard parser — the one
+// gocron v2's CronJob(expr, false) and robfig/cron's cron.New() use — and
+// returns its schedule in loc (nil means UTC):
+//
+//	minute hour day-of-month month day-of-week
+//
+// Everything that parser accepts is accepted, with its meaning: lists,
+// ranges, steps and names (JAN-DEC, SUN-SAT; day-of-week 0-6); a day-of-month
+// or day-of-week field that begins with * or ? places no restriction, but
+// "*/2" does, and when both day fields restrict, a day matches if either
+// does ("0 0 */2 * 1" is odd days and Mondays); the descriptors @yearly,
+// @annually, @monthly, @weekly, @daily, @midnight and @hourly; and a
+// "CRON_TZ=Zone " or "TZ=Zone " prefix, which overrides loc as it overrides
+// gocron's scheduler location. "@every d" is accepted too and means
+// [Every](d) on elapsed time (d rounded down to whole seconds, at least 1s,
+// as robfig/cron does): robfig/cron fires it d after the job was added, at
+// a different phase on every replica, and the fixed grid is what makes those
+// firings agree.
+//
+// The scheduled times are robfig/cron's firing times, with the rules of
+// [Schedule] where its clock arithmetic skips or repeats a wall time: when
+// the clocks go back, robfig/cron fires a repeated wall time twice and the
+// second firing maps to the first (it finds the slot done); when they go
+// forward, robfig/cron skips a wall time that does not exist, and its slot
+// is the instant the clocks jump. A test checks this firing for firing
+// against robfig/cron over two years in zones with daylight saving. (gocron
+// v2 fires a repeated wall time once itself, and with its
+// DaylightSavingsTimeRunAfterTransition policy fires a skipped one after the
+// jump, which maps to the jump's slot.) In a zone whose clocks move by 30
+// minutes (Australia/Lord_Howe), robfig/cron v3.0.1 steps hours as elapsed
+// time and, after a change, may fire up to 30 minutes late (the firing maps
+// to the time it was for) or miss a scheduled time (its slot is never
+// triggered).
+//
+// Errors wrap [ErrInvalidArgument] and carry robfig/cron's message. One
+// deviation: an expression that can never fire ("0 0 30 2 *"), which
+// robfig/cron accepts and never runs, is rejected.
+//
+// Why robfig/cron's parser itself: a second parser would drift from the one
+// the schedulers run (an earlier one here did, costing most runs of
+// "0 0 */2 * 1"), and robfig/cron v3 is small and has no dependencies. The
+// slot search (the latest scheduled time at or before a trigger, on wall
+// clocks) is ormlock's own, since robfig/cron only searches forward.
+func Cron(expr string, loc *time.Location) (Schedule, error) {
+	return parseCron("ormlock.Cron", expr, loc, standardParser)
+}
+
+// CronSeconds is [Cron] for the dialect with a leading seconds field, as
+// gocron.CronJob(expr, true) parses it (and cron.WithSeconds(), which
+// requires the seconds field):
+//
+//	second minute hour day-of-month month day-of-week
+//
+// A five-field expression is accepted too, with seconds 0, as gocron does.
+func CronSeconds(expr string, loc *time.Location) (Schedule, error) {
+	return parseCron("ormlock.CronSeconds", expr, loc, secondsParser)
+}
+
+var (
+	standardParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+	secondsParser  = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+)
+
+func parseCron(verb, expr string, loc *time.Location, p cron.Parser) (s Schedule, err error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s(%q): %s", ErrInvalidArgument, verb, expr, fmt.Sprintf(format, args...))
+	}
+	// robfig/cron slices the zone up to the first space: a prefix alone
+	// would panic there.
+	if hasZonePrefix(expr) && !strings.Contains(expr, " ") {
+		return nil, bad("time zone prefix without an expression")
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			s, err = nil, bad("%v", r)
+		}
+	}()
+	parsed, err := p.Parse(expr)
+	if err != nil {
+		return nil, bad("%v", err)
+	}
+	if loc == nil {
+		loc = time.UTC
+	}
+	switch ps := parsed.(type) {
+	case cron.ConstantDelaySchedule:
+		return Every(ps.Delay, nil)
+	case *cron.SpecSchedule:
+		if hasZonePrefix(expr) {
+			loc = ps.Location
+		}
+		c := &cronSched{
+			expr: expr, loc: loc,
+			sec: ps.Second, min: ps.Minute, hour: ps.Hour, dom: ps.Dom, mon: ps.Month, dw: ps.Dow,
+			or: ps.Dom&starBit == 0 && ps.Dow&starBit == 0,
+		}
+		if _, ok := c.atOrAfter(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)); !ok {
+			return nil, bad("never fires (no chosen month has the chosen day)")
+		}
+		return c, nil
+	default:
+		return nil, bad("unexpected schedule type %T", parsed)
+	}
+}
+
+// hasZonePrefix is robfig/cron's own test for a time zone prefix.
+func hasZonePrefix(expr string) bool {
+	return strings.HasPrefix(expr, "TZ=") || strings.HasPrefix(expr, "CRON_TZ=")
+}
+
+// starBit is the bit robfig/cron's SpecSchedule sets in a field written as *
+// or ? (without a step greater than 1).
+const starBit = 1 << 63
+
+type bits uint64
+
+func (b bits) has(i int) bool { return b&(1<<uint(i)) != 0 }
+
+// cronSched is a robfig/cron SpecSchedule as a wall-clock grid in loc.
+type cronSched struct {
+	expr                         string
+	sec, min, hour, dom, mon, dw uint64
+	or                           bool // both day fields restrict: either matches
+	loc                          *time.Location
+}
+
+func (c *cronSched) Slot(t time.Time) time.Time { return slotOf(c, c.loc, t) }
+
+// String returns the expression and the location, e.g. "0 0 * * * in UTC".
+func (c *cronSched) String() string { return c.expr + " in " + c.loc.String() }
+
+func (c *cronSched) dayMatches(w time.Time) bool {
+	d, wd := bits(c.dom).has(w.Day()), bits(c.dw).has(int(w.Weekday()))
+	if c.or {
+		return d || wd
+	}
+	return d && wd
+}
+
+// cronSearch bounds the search for the next or previous match; any
+// satisfiable expression matches within 28 years (the Gregorian weekday
+// cycle, leap days included, outside century years).
+const cronSearch = 30
+
+// atOrBefore returns the latest time of the grid at or before w (a
+// wall-clock time as a UTC time.Time).
+func (c *cronSched) atOrBefore(w time.Time) (time.Time, bool) {
+	w = w.Truncate(time.Second)
+	stop := w.AddDate(-cronSearch, 0, 0)
+	for w.After(stop) {
+		y, m, d := w.Date()
+		day := time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
+		hour := w.Truncate(time.Hour)
+		minute := w.Truncate(time.Minute)
+		switch {
+		case !bits(c.mon).has(int(m)):
+			w = time.Date(y, m, 1, 0, 0, 0, 0, time.UTC).Add(-time.Second)
+		case !c.dayMatches(w):
+			w = day.Add(-time.Second)
+		case !bits(c.hour).has(w.Hour()):
+			if h, ok := prevBit(c.hour, w.Hour()); ok {
+				w = day.Add(time.Duration(h)*time.Hour + time.Hour - time.Second)
+			} else {
+				w = day.Add(-time.Second)
+			}
+		case !bits(c.min).has(w.Minute()):
+			if mi, ok := prevBit(c.min, w.Minute()); ok {
+				w = hour.Add(time.Duration(mi)*time.Minute + time.Minute - time.Second)
+			} else {
+				w = hour.Add(-time.Second)
+			}
+		case !bits(c.sec).has(w.Second()):
+			if sec, ok := prevBit(c.sec, w.Second()); ok {
+				w = minute.Add(time.Duration(sec) * time.Second)
+			} else {
+				w = minute.Add(-time.Second)
+			}
+		default:
+			return w, true
+		}
+	}
+	return time.Time{}, false
+}
+
+func (c *cronSched) after(w time.Time) (time.Time, bool) {
+	return c.atOrAfter(w.Truncate(time.Second).Add(time.Second))
+}
+
+func (c *cronSched) atOrAfter(w time.Time) (time.Time, bool) {
+	stop := w.AddDate(cronSearch, 0, 0)
+	for w.Before(stop) {
+		y, m, d := w.Date()
+		day := time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
+		hour := w.Truncate(time.Hour)
+		minute := w.Truncate(time.Minute)
+		switch {
+		case !bits(c.mon).has(int(m)):
+			w = time.Date(y, m+1, 1, 0, 0, 0, 0, time.UTC)
+		case !c.dayMatches(w):
+			w = day.AddDate(0, 0, 1)
+		case !bits(c.hour).has(w.Hour()):
+			if h, ok := nextBit(c.hour, w.Hour(), 23); ok {
+				w = day.Add(time.Duration(h) * time.Hour)
+			} else {
+				w = day.AddDate(0, 0, 1)
+			}
+		case !bits(c.min).has(w.Minute()):
+			if mi, ok := nextBit(c.min, w.Minute(), 59); ok {
+				w = hour.Add(time.Duration(mi) * time.Minute)
+			} else {
+				w = hour.Add(time.Hour)
+			}
+		case !bits(c.sec).has(w.Second()):
+			if sec, ok := nextBit(c.sec, w.Second(), 59); ok {
+				w = minute.Add(time.Duration(sec) * time.Second)
+			} else {
+				w = minute.Add(time.Minute)
+			}
+		default:
+			return w, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// nextBit returns the smallest value above v and at most max whose bit is
+// set in b.
+func nextBit(b uint64, v, max int) (int, bool) {
+	rest := b &^ (1<<uint(v+1) - 1) & (1<<uint(max+1) - 1)
+	if rest == 0 {
+		return 0, false
+	}
+	return mbits.TrailingZeros64(rest), true
+}
+
+// prevBit returns the largest value below v whose bit is set in b.
+func prevBit(b uint64, v int) (int, bool) {
+	rest := b & (1<<uint(v) - 1)
+	if rest == 0 {
+		return 0, false
+	}
+	return 63 - mbits.LeadingZeros64(rest), true
+}

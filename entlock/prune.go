@@ -1,0 +1,36 @@
+package entlock
+
+import (
+	"context"
+	"time"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/ledger"
+)
+
+// Prune deletes the ledger rows of finished runs ('done' or 'failed') whose
+// slot is more than olderThan before now, and returns how many it deleted:
+// gormlock.Prune's twin (see there for the rules: never a 'running' claim,
+// batches of at most 1,000 rows each committed on its own, olderThan longer
+// than the longest period of the jobs). x is the client or the *Driver, as
+// for [Session]; it works through the pool, outside any transaction.
+func Prune[T TxLike](ctx context.Context, x interface {
+	Tx(context.Context) (T, error)
+}, olderThan time.Duration, opts ...ormlock.Option) (int64, error) {
+	const verb = "Prune"
+	if err := checkCall(ctx, verb, x, opts); err != nil {
+		return 0, err
+	}
+	if err := ledger.ValidatePrune("entlock."+verb, olderThan); err != nil {
+		return 0, err
+	}
+	d, cfg, err := driverFor(ctx, verb, x, opts)
+	if err != nil {
+		return 0, err
+	}
+	t, err := ledger.NewTable(d.dial, cfg.LedgerTable)
+	if err != nil {
+		return 0, err
+	}
+	return t.Prune(ctx, d.db, time.Now().Add(-olderThan), ledger.PruneBatch)
+}

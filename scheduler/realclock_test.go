@@ -1,0 +1,221 @@
+package scheduler_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+	_ "time/tzdata" // zone data for Europe/Berlin
+
+	"github.com/go-co-op/gocron/v2"
+	"github.com/jonboulle/clockwork"
+	"gorm.io/gorm"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/scheduler"
+)
+
+// lockCounts counts what gocron's calls to the Lockers ended in: "run",
+// "skip", "error", "unlocked".
+type lockCounts struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *lockCounts) add(what string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n[what]++
+}
+
+func (c *lockCounts) get(what string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[what]
+}
+
+// countingLocker is a gocron.Locker that counts into c.
+type countingLocker struct {
+	l gocron.Locker
+	c *lockCounts
+}
+
+func (cl countingLocker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
+	l, err := cl.l.Lock(ctx, key)
+	switch {
+	case err == nil:
+		cl.c.add("run")
+		return &countingLock{l: l, c: cl.c}, nil
+	case errors.Is(err, ormlock.ErrAlreadyDone) || errors.Is(err, ormlock.ErrNotAcquired):
+		cl.c.add("skip")
+	default:
+		cl.c.add("error")
+	}
+	return nil, err
+}
+
+type countingLock struct {
+	l gocron.Lock
+	c *lockCounts
+}
+
+func (l *countingLock) Unlock(ctx context.Context) error {
+	defer l.c.add("unlocked")
+	return l.l.Unlock(ctx)
+}
+
+// fakeClockCase is a cron job run by three real gocron schedulers with the
+// Locker on one fake clock.
+type fakeClockCase struct {
+	name        string
+	expr        string
+	withSeconds bool
+	zone        string
+	start       time.Time // in UTC
+	days        int
+	policy      gocron.DaylightSavingsTimePolicy
+	minFires    int
+}
+
+// Through three real gocron schedulers on a fake clock, every firing of the
+// job runs exactly once, and its slot is the schedule's:
+//
+//   - "0 0 */2 * 1", the case that lost most runs when ormlock's cron dialect
+//     differed from gocron's (robfig/cron: odd days OR Mondays);
+//   - the seconds dialect across New York's clock changes: 01:30:15 happens
+//     twice on 2 November 2031 (gocron fires once), 02:30:15 does not exist
+//     on 9 March 2031 (gocron skips it, or with RunAfterTransition fires at
+//     03:30:15, whose slot is the jump at 03:00).
+func TestLockerGocronFakeClock(t *testing.T) {
+	cases := []fakeClockCase{
+		{name: "or-days", expr: "0 0 */2 * 1", zone: "Europe/Berlin", start: time.Date(2031, 5, 3, 10, 0, 0, 0, time.UTC), days: 28, minFires: 14},
+		{name: "seconds-fall-back", expr: "15 30 1 * * *", withSeconds: true, zone: "America/New_York", start: time.Date(2031, 10, 30, 12, 0, 0, 0, time.UTC), days: 5, minFires: 5},
+		{name: "seconds-spring-forward", expr: "15 30 1,2 * * *", withSeconds: true, zone: "America/New_York", start: time.Date(2031, 3, 7, 12, 0, 0, 0, time.UTC), days: 4, minFires: 7},
+		{name: "run-after-transition", expr: "15 30 2 * * *", withSeconds: true, zone: "America/New_York", start: time.Date(2031, 3, 7, 12, 0, 0, 0, time.UTC), days: 4,
+			policy: gocron.DaylightSavingsTimeRunAfterTransition, minFires: 4},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			forEachKind(t, func(t *testing.T, k testdb.Kind) { runFakeClock(t, k, c) })
+		})
+	}
+}
+
+func runFakeClock(t *testing.T, k testdb.Kind, c fakeClockCase) {
+	t.Helper()
+	ctx := context.Background()
+	loc, err := time.LoadLocation(c.zone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := jobName(t)
+	parse := ormlock.Cron
+	if c.withSeconds {
+		parse = ormlock.CronSeconds
+	}
+	sched, err := parse(c.expr, loc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc := clockwork.NewFakeClockAt(c.start)
+	var tl tally
+	var handled errs
+	var scheds []gocron.Scheduler
+	var jobs []gocron.Job
+	var ledgerDB *gorm.DB
+	counter := &lockCounts{n: map[string]int{}}
+	for i := range 3 {
+		db := openGorm(t, k)
+		if i == 0 {
+			migrate(t, db)
+			ledgerDB = db
+		}
+		replica := fmt.Sprintf("replica-%c", 'a'+i)
+		l, err := scheduler.NewLocker(scheduler.GORM(db, ormlock.WithOwner(replica)), sched,
+			scheduler.WithClock(fc.Now), scheduler.WithErrorHandler(handled.handle))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := gocron.NewScheduler(gocron.WithClock(fc), gocron.WithLocation(loc), gocron.WithDistributedLocker(countingLocker{l, counter}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		j, err := s.NewJob(gocron.CronJob(c.expr, c.withSeconds), gocron.NewTask(func() {
+			tl.enter(replica)
+			defer tl.exit()
+		}), gocron.WithName(job), gocron.WithDaylightSavingsTimePolicy(c.policy))
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs = append(jobs, j)
+		s.Start()
+		scheds = append(scheds, s)
+	}
+	end := c.start.AddDate(0, 0, c.days)
+	var firings []time.Time
+	for {
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := fc.BlockUntilContext(wctx, 3) // each scheduler armed its timer
+		cancel()
+		if err != nil {
+			t.Fatalf("after %d firings: the schedulers did not arm their timers: %v", len(firings), err)
+		}
+		next, err := jobs[0].NextRun()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range jobs[1:] {
+			if n, _ := j.NextRun(); !n.Equal(next) {
+				t.Fatalf("the schedulers disagree on the next run: %v and %v", next, n)
+			}
+		}
+		if !next.Before(end) {
+			break
+		}
+		firings = append(firings, next)
+		fc.Advance(next.Sub(fc.Now()) + 20*time.Millisecond) // timers fire a little late
+		deadline := time.Now().Add(30 * time.Second)
+		for counter.get("run")+counter.get("skip")+counter.get("error") < 3*len(firings) || counter.get("unlocked") < counter.get("run") {
+			if time.Now().After(deadline) {
+				t.Fatalf("firing %d at %s: gocron did not finish (%d runs)", len(firings), next, counter.get("run"))
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	for _, s := range scheds {
+		if err := s.Shutdown(); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	}
+	runs, maxHold := tl.snapshot()
+	t.Logf("%q in %s: %d firings, %d runs, %d skips, %d errors", c.expr, c.zone, len(firings), len(runs), counter.get("skip"), counter.get("error"))
+	if len(runs) != len(firings) || counter.get("run") != len(firings) || maxHold > 1 {
+		t.Errorf("%d firings, %d runs (max %d at once); want one run per firing", len(firings), len(runs), maxHold)
+	}
+	if len(firings) < c.minFires {
+		t.Errorf("only %d firings of %q", len(firings), c.expr)
+	}
+	// the ledger's slots are the schedule's slots of the firings
+	ledger, err := gormlock.Runs(ledgerDB, job, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slots := map[time.Time]bool{}
+	for _, r := range ledger {
+		slots[r.Slot] = true
+	}
+	for _, f := range firings {
+		if s := sched.Slot(f); !slots[s] {
+			t.Errorf("firing %s (%s): no ledger run for its slot %s", f.UTC(), f.In(loc), s)
+		} else if !s.Equal(f.UTC()) {
+			t.Logf("firing %s maps to slot %s", f.In(loc), s.In(loc))
+		}
+	}
+	for _, err := range handled.get() {
+		t.Errorf("error handler: %v", err)
+	}
+}
