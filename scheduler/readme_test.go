@@ -9,7 +9,8 @@ package scheduler_test
 //
 //   - A block with top-level declarations (import, func, type, var, const)
 //     is a file without its package clause; one with a package clause is a
-//     whole file. Anything else is a function body (statements).
+//     whole file. Anything else is a function body (statements); a body
+//     that returns a value is the body of a function returning an error.
 //   - A function body may use the packages ormlock, gormlock, entlock,
 //     scheduler, keyhash, gocron, cron (robfig), gorm, slog, log, os, time,
 //     context, errors, fmt and sql without importing them.
@@ -275,7 +276,17 @@ func snippetFiles(pkg string, s snippet) (src, prelude string, err error) {
 			imports[path] = true
 		}
 	}
-	return fmt.Sprintf("package %s\n\n%s\nfunc _() {\n//line README.md:%d\n%s}\n", pkg, importBlock(imports), s.line, text), prelude, nil
+	// A body that returns a value (`return err`) is the body of a function
+	// returning an error; it gets a final `return nil` unless it ends with
+	// a return of its own.
+	sig, tail := "", ""
+	if regexp.MustCompile(`\breturn\s+\S`).MatchString(text) {
+		sig = " error"
+		if lines := strings.Split(strings.TrimSpace(text), "\n"); !strings.HasPrefix(strings.TrimSpace(lines[len(lines)-1]), "return") {
+			tail = "return nil\n"
+		}
+	}
+	return fmt.Sprintf("package %s\n\n%s\nfunc _()%s {\n//line README.md:%d\n%s%s}\n", pkg, importBlock(imports), sig, s.line, text, tail), prelude, nil
 }
 
 func importBlock(paths map[string]bool) string {
