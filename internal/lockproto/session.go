@@ -39,7 +39,9 @@ type sessionHold struct {
 // idle_in_transaction_session_timeout, read when the lock is taken; should
 // the server end the transaction anyway (the timeout lowered later, a
 // PgBouncer idle_transaction_timeout, which the server cannot show), that is
-// a lost lock. Release is a ROLLBACK.
+// a lost lock. PostgreSQL 17's transaction_timeout, which would end the
+// transaction however busy its keepalive, is set to 0 for the lock
+// transaction alone (see PGKeepTransaction). Release is a ROLLBACK.
 //
 // MySQL/MariaDB: GET_LOCK on the pinned connection, whose wait_timeout is
 // first raised (never lowered) to at least a minute and ten intervals, so an
@@ -184,6 +186,10 @@ func (o *Op) holdPostgres(ctx context.Context, conn *sql.Conn) (*sessionHold, er
 			_ = conn.Close()
 		}
 		return nil, err
+	}
+	// Before the lock, so that a long wait is not cut by it either.
+	if err := PGKeepTransaction(ctx, tx); err != nil {
+		return fail(o.failed(ctx, err))
 	}
 	if err := o.AcquireXact(ctx, tx); err != nil {
 		return fail(err)

@@ -15,10 +15,15 @@ import (
 	"time"
 )
 
-// pgCacheDir is where scripts/fetch-postgres unpacks PostgreSQL releases.
+// pgCacheDir is where scripts/fetch-postgres unpacks PostgreSQL releases:
+// ORMLOCK_PG_CACHE, else /var/cache/ormlock/pg for root (whose servers run
+// as "postgres", who cannot enter root's home), else ~/.cache/ormlock/pg.
 func pgCacheDir() string {
 	if d := os.Getenv(envPGCacheDir); d != "" {
 		return d
+	}
+	if os.Geteuid() == 0 {
+		return "/var/cache/ormlock/pg"
 	}
 	home, err := os.UserHomeDir()
 	if err != nil {
