@@ -74,7 +74,11 @@ func StartServer(k Kind) (*Server, error) {
 	if !k.valid() {
 		return nil, fmt.Errorf("testdb: unknown kind %q", k)
 	}
-	b := findBinaries(k, true)
+	return startServerWith(k, findBinaries(k, true))
+}
+
+// startServerWith is StartServer with the binaries b.
+func startServerWith(k Kind, b binaries) (*Server, error) {
 	if err := b.err(k); err != nil {
 		return nil, err
 	}

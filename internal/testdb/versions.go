@@ -117,17 +117,14 @@ func postgresRelease(major int) (string, error) {
 	return "", fmt.Errorf("testdb: PostgreSQL %d: %w (%s %d: %v: %s)", major, ErrMissingBinaries, script, major, err, strings.TrimSpace(string(out)))
 }
 
-// StartPostgres starts a private PostgreSQL server from the binaries in
-// bindir (initdb and postgres; see PostgresRelease), stopped in tb.Cleanup.
-func StartPostgres(tb testing.TB, bindir string) *Server {
+// StartOn is Start with PostgreSQL from the binaries in pgBinDir (initdb
+// and postgres; see PostgresRelease) for a Postgres server or the backend of
+// a PgBouncer server. It does not change the shared servers.
+func StartOn(tb testing.TB, k Kind, pgBinDir string) *Server {
 	tb.Helper()
-	b := binaries{}.withPGBinDir(bindir)
-	if err := b.err(Postgres); err != nil {
-		skipOrFail(tb, err)
-	}
-	s, err := startServer(Postgres, b, pgTarget{})
+	s, err := StartServerOn(k, pgBinDir)
 	if err != nil {
-		tb.Fatalf("%v", err)
+		skipOrFail(tb, err)
 	}
 	tb.Cleanup(func() {
 		if err := s.Close(); err != nil {
@@ -135,6 +132,14 @@ func StartPostgres(tb testing.TB, bindir string) *Server {
 		}
 	})
 	return s
+}
+
+// StartServerOn is StartServer with PostgreSQL from pgBinDir.
+func StartServerOn(k Kind, pgBinDir string) (*Server, error) {
+	if k != Postgres && k != PgBouncer {
+		return nil, fmt.Errorf("testdb: StartServerOn(%s): PostgreSQL kinds only", k)
+	}
+	return startServerWith(k, findBinaries(k, false).withPGBinDir(pgBinDir))
 }
 
 // StartStandby starts a hot standby of the PostgreSQL server s: a base
