@@ -106,3 +106,23 @@ func TestCheckServer(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkCheckServerCached is the cost a verb pays on every call after
+// the first on a pool: a look-up keyed by a weak pointer to the pool.
+func BenchmarkCheckServerCached(b *testing.B) {
+	op, err := lockproto.NewOp(lockproto.Postgres, "Transaction", ormlock.Name("bench"), ormlock.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	db := testdb.Open(b, testdb.Postgres)
+	ctx := context.Background()
+	if err := op.CheckServer(ctx, db); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := op.CheckServer(ctx, db); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
