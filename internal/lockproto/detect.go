@@ -22,7 +22,8 @@ import (
 //   - CockroachDB before v26.3, whose pg_advisory_* builtins are no-op stubs
 //     that return true (from v26.3 the transaction-level ones are real,
 //     replicated locks);
-//   - MySQL/MariaDB servers with read_only=ON (a replica), MariaDB Galera
+//   - MySQL/MariaDB servers with read_only=ON or innodb_read_only=ON (a
+//     replica, an Aurora MySQL reader), MariaDB Galera
 //     nodes (wsrep_on=ON with a provider: GET_LOCK is local to the node and
 //     every Galera node accepts writes, so any node can be the one a client
 //     reaches), and MySQL Group Replication in multi-primary mode
@@ -126,7 +127,7 @@ func PostgresVerdict(version string, inRecovery bool) error {
 
 // mysqlVars is the variables query: SHOW works on MySQL and MariaDB alike,
 // and a variable the server does not have is simply absent.
-const mysqlVars = `SHOW GLOBAL VARIABLES WHERE Variable_name IN ('read_only', 'wsrep_on', 'wsrep_provider', 'group_replication_single_primary_mode')`
+const mysqlVars = `SHOW GLOBAL VARIABLES WHERE Variable_name IN ('read_only', 'innodb_read_only', 'wsrep_on', 'wsrep_provider', 'group_replication_single_primary_mode')`
 
 // checkMySQL asks db's server; verdict judges the answers.
 func checkMySQL(ctx context.Context, db *sql.DB) (verdict func() error, err error) {
@@ -158,7 +159,7 @@ func checkMySQL(ctx context.Context, db *sql.DB) (verdict func() error, err erro
 }
 
 // MySQLVerdict judges a MySQL-protocol server by its variables (names in
-// lower case: read_only, wsrep_on, wsrep_provider,
+// lower case: read_only, innodb_read_only, wsrep_on, wsrep_provider,
 // group_replication_single_primary_mode; absent when the server lacks them)
 // and, for Group Replication in multi-primary mode, its number of ONLINE
 // members: nil when GET_LOCK excludes every client that can write, else an
@@ -170,8 +171,10 @@ func MySQLVerdict(vars map[string]string, onlineMembers int) error {
 	if isOff(vars["group_replication_single_primary_mode"]) && onlineMembers > 1 {
 		return fmt.Errorf("%w: the server is a member of a multi-primary Group Replication group (%d members ONLINE): GET_LOCK is local to one member", ormlock.ErrUnsupportedDialect, onlineMembers)
 	}
-	if isOn(vars["read_only"]) {
-		return fmt.Errorf("%w: the server is read-only (read_only=ON, a replica?): GET_LOCK there is local to it and excludes no client of the primary; point the pool at the primary", ormlock.ErrUnsupportedDialect)
+	for _, v := range []string{"read_only", "innodb_read_only"} {
+		if isOn(vars[v]) {
+			return fmt.Errorf("%w: the server is read-only (%s=ON: a replica, an Aurora reader?): GET_LOCK there is local to it and excludes no client of the primary; point the pool at the primary", ormlock.ErrUnsupportedDialect, v)
+		}
 	}
 	return nil
 }

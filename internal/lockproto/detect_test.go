@@ -56,6 +56,8 @@ func TestMySQLVerdict(t *testing.T) {
 		{"MySQL 8", map[string]string{"read_only": "OFF"}, 0, ""},
 		{"embedded engine without the variables", map[string]string{}, 0, ""},
 		{"read-only replica", map[string]string{"read_only": "ON"}, 0, "read-only"},
+		{"Aurora MySQL reader", map[string]string{"read_only": "OFF", "innodb_read_only": "ON"}, 0, "innodb_read_only"},
+		{"go-mysql-server", map[string]string{"read_only": "0"}, 0, ""},
 		{"Galera node", map[string]string{"read_only": "OFF", "wsrep_on": "ON", "wsrep_provider": "/usr/lib/galera/libgalera_smm.so"}, 0, "Galera"},
 		{"wsrep_on without a provider", map[string]string{"wsrep_on": "ON", "wsrep_provider": "none"}, 0, ""},
 		{"Group Replication, multi-primary", map[string]string{"read_only": "OFF", "group_replication_single_primary_mode": "OFF"}, 3, "multi-primary Group Replication"},
