@@ -142,12 +142,13 @@ func StartServerOn(k Kind, pgBinDir string) (*Server, error) {
 	return startServerWith(k, findBinaries(k, false).withPGBinDir(pgBinDir))
 }
 
-// StartStandby starts a hot standby of the PostgreSQL server s: a base
-// backup (pg_basebackup -R, streaming replication) on its own port and data
-// dir, running until tb's cleanup. Its DSN reaches the same database,
-// read-only; advisory locks taken there are the standby's own. pg_basebackup
-// comes from s's bin dir, else from the system's PostgreSQL (the npm
-// releases do not ship it).
+// StartStandby starts a hot standby of the PostgreSQL server s, streaming
+// from it, on its own port and data dir, running until tb's cleanup. Its DSN
+// reaches the same database, read-only; advisory locks taken there are the
+// standby's own. The copy is made by pg_basebackup -R from s's bin dir; the
+// npm releases do not ship it, so for them s is stopped for a moment (a
+// fast shutdown: its connections break), its data dir copied and s started
+// again on the same port.
 func (s *Server) StartStandby(tb testing.TB) *Server {
 	tb.Helper()
 	if s.kind != Postgres {
@@ -167,12 +168,6 @@ func (s *Server) StartStandby(tb testing.TB) *Server {
 
 func (s *Server) startStandby() (*Server, error) {
 	basebackup := filepath.Join(filepath.Dir(s.bins.postgres), "pg_basebackup")
-	if !isExec(basebackup) {
-		basebackup = filepath.Join(systemPGBinDir(), "pg_basebackup")
-	}
-	if !isExec(basebackup) {
-		return nil, fmt.Errorf("testdb: standby: %w (pg_basebackup)", ErrMissingBinaries)
-	}
 	dir, err := tempDir(Postgres, s.cred)
 	if err != nil {
 		return nil, fmt.Errorf("testdb: standby: %w", err)
@@ -182,10 +177,15 @@ func (s *Server) startStandby() (*Server, error) {
 	liveMu.Lock()
 	live[st] = struct{}{}
 	liveMu.Unlock()
-	err = runTool(toolTimeout, basebackup, []string{
-		"-h", "127.0.0.1", "-p", strconv.Itoa(s.port), "-U", pgSuperuser,
-		"-D", filepath.Join(dir, "data"), "-R", "-X", "stream", "--no-sync", "-c", "fast",
-	}, dir, filepath.Join(dir, "basebackup.log"), s.cred)
+	data := filepath.Join(dir, "data")
+	if isExec(basebackup) {
+		err = runTool(toolTimeout, basebackup, []string{
+			"-h", "127.0.0.1", "-p", strconv.Itoa(s.port), "-U", pgSuperuser,
+			"-D", data, "-R", "-X", "stream", "--no-sync", "-c", "fast",
+		}, dir, filepath.Join(dir, "basebackup.log"), s.cred)
+	} else {
+		err = s.coldCopy(data)
+	}
 	if err == nil {
 		err = st.start(false)
 	}
@@ -194,4 +194,44 @@ func (s *Server) startStandby() (*Server, error) {
 		return nil, fmt.Errorf("testdb: standby: %w", err)
 	}
 	return st, nil
+}
+
+// coldCopy copies s's data dir to data while s is stopped (a clean shutdown
+// leaves a consistent copy) and starts s again, then makes the copy a
+// standby of s: standby.signal and primary_conninfo, as pg_basebackup -R
+// would.
+func (s *Server) coldCopy(data string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.stopLocked(); err != nil {
+		return err
+	}
+	cp := exec.Command("cp", "-a", filepath.Join(s.dir, "data"), data)
+	out, cerr := cp.CombinedOutput()
+	if err := s.startLocked(true); err != nil {
+		return err
+	}
+	if cerr != nil {
+		return fmt.Errorf("copy data dir: %v: %s", cerr, out)
+	}
+	os.Remove(filepath.Join(data, "postmaster.pid"))
+	conninfo := fmt.Sprintf("primary_conninfo = 'host=127.0.0.1 port=%d user=%s'\n", s.port, pgSuperuser)
+	f, err := os.OpenFile(filepath.Join(data, "postgresql.auto.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(conninfo)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(data, "standby.signal"), nil, 0o600); err != nil {
+		return err
+	}
+	if s.cred != nil {
+		return os.Chown(filepath.Join(data, "standby.signal"), int(s.cred.Uid), int(s.cred.Gid))
+	}
+	return nil
 }
