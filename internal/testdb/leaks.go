@@ -5,10 +5,16 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
 )
+
+// envMySQLLocks, set to "skip", makes the MySQL leak check skip the listing
+// of user locks, for engines that cannot list them (go-mysql-server, in make
+// compat); without it such an engine fails every leak check.
+const envMySQLLocks = "ORMLOCK_TEST_MYSQL_LOCKS"
 
 const (
 	leakTimeout = 5 * time.Second
@@ -39,6 +45,9 @@ func Leaks(k Kind, dbs ...*sql.DB) error {
 // (tb.Errorf) with what remains if it never comes back clean.
 func AssertNoLeaks(tb testing.TB, k Kind, dbs ...*sql.DB) {
 	tb.Helper()
+	if k.Dialect() == "mysql" && os.Getenv(envMySQLLocks) == "skip" {
+		tb.Logf("testdb: %s=skip: user locks not checked for leaks, only connections", envMySQLLocks)
+	}
 	admin := AdminDB(tb, k)
 	if err := waitNoLeaks(k.Dialect(), admin, dbs); err != nil {
 		tb.Errorf("%v", err)
@@ -94,7 +103,10 @@ func checkLeaks(dialect string, admin *sql.DB, dbs []*sql.DB) error {
 	defer cancel()
 	var locks []string
 	var err error
-	if dialect == "mysql" {
+	if dialect == "mysql" && os.Getenv(envMySQLLocks) == "skip" {
+		// an engine that cannot list its user locks (go-mysql-server),
+		// explicitly allowed: only the connections are checked
+	} else if dialect == "mysql" {
 		locks, err = mysqlUserLocks(ctx, admin)
 	} else {
 		locks, err = pgAdvisoryLocks(ctx, admin)
