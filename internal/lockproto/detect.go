@@ -53,7 +53,22 @@ var genuine sync.Map // weak.Pointer[sql.DB] -> struct{}
 // is, through Abandon, so that a context that ended matches
 // ormlock.ErrNotAcquired too. Nothing is checked for a nil db.
 func (o *Op) CheckServer(ctx context.Context, db *sql.DB) error {
-	if db == nil {
+	return o.CheckServerOn(ctx, db, db)
+}
+
+// CheckQuerier runs the detection queries: a *sql.DB, *sql.Conn or *sql.Tx.
+type CheckQuerier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// CheckServerOn is CheckServer with the detection queries sent through q
+// (an open transaction or a pinned connection of db) instead of a new
+// connection of db, for a call nested in a transaction: with every
+// connection of db in use (MaxOpenConns 1) a query on db would wait for the
+// caller's own transaction to end. The answer is still cached for db.
+func (o *Op) CheckServerOn(ctx context.Context, db *sql.DB, q CheckQuerier) error {
+	if db == nil || q == nil {
 		return nil
 	}
 	wp := weak.Make(db)
@@ -66,9 +81,9 @@ func (o *Op) CheckServer(ctx context.Context, db *sql.DB) error {
 	)
 	switch o.D {
 	case Postgres:
-		verdict, err = checkPostgres(ctx, db)
+		verdict, err = checkPostgres(ctx, q)
 	case MySQL:
-		verdict, err = checkMySQL(ctx, db)
+		verdict, err = checkMySQL(ctx, q)
 	default:
 		return nil
 	}
@@ -85,7 +100,7 @@ func (o *Op) CheckServer(ctx context.Context, db *sql.DB) error {
 }
 
 // checkPostgres asks db's server; verdict judges the answers.
-func checkPostgres(ctx context.Context, db *sql.DB) (verdict func() error, err error) {
+func checkPostgres(ctx context.Context, db CheckQuerier) (verdict func() error, err error) {
 	var (
 		version    string
 		inRecovery bool
@@ -130,7 +145,7 @@ func PostgresVerdict(version string, inRecovery bool) error {
 const mysqlVars = `SHOW GLOBAL VARIABLES WHERE Variable_name IN ('read_only', 'innodb_read_only', 'wsrep_on', 'wsrep_provider', 'group_replication_single_primary_mode')`
 
 // checkMySQL asks db's server; verdict judges the answers.
-func checkMySQL(ctx context.Context, db *sql.DB) (verdict func() error, err error) {
+func checkMySQL(ctx context.Context, db CheckQuerier) (verdict func() error, err error) {
 	rows, err := db.QueryContext(ctx, mysqlVars)
 	if err != nil {
 		return nil, fmt.Errorf("ormlock: check the server's locks (%s): %w", mysqlVars, err)
