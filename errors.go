@@ -21,7 +21,12 @@ var ErrAlreadyDone = errors.New("ormlock: job already done for this slot")
 
 // ErrUnsupportedDialect is returned when the database is neither PostgreSQL
 // nor MySQL/MariaDB (for example SQLite), at plugin registration or at the
-// first call of a verb.
+// first call of a verb; and, before fn runs, when the server accepts the lock
+// functions but its locks would exclude nobody: a PostgreSQL hot standby,
+// CockroachDB before v26.3, a MySQL/MariaDB replica (read_only or
+// innodb_read_only), a Galera node, a multi-primary Group Replication member.
+// That check costs one query on a pool's first call; see
+// docs/COMPATIBILITY.md.
 var ErrUnsupportedDialect = errors.New("ormlock: unsupported dialect")
 
 // ErrInvalidKey is returned when a lock key is unusable: an empty name, or a

@@ -187,7 +187,7 @@ func (r rawLocker) Transaction(ctx context.Context, key string, fn func(txn) err
 			return errRawNotAcquired
 		}
 		defer func() {
-			if _, rerr := conn.ExecContext(context.WithoutCancel(ctx), "DO RELEASE_LOCK(?)", name); rerr != nil {
+			if _, rerr := conn.ExecContext(context.WithoutCancel(ctx), "SELECT RELEASE_LOCK(?)", name); rerr != nil {
 				err = errors.Join(err, rerr)
 			}
 			conn.Close()

@@ -45,5 +45,8 @@ func Holder[T TxLike, K ormlock.KeyType](ctx context.Context, x interface {
 	if err != nil {
 		return ormlock.HolderInfo{}, err
 	}
+	if err := op.CheckServer(ctx, d.db); err != nil {
+		return ormlock.HolderInfo{}, err
+	}
 	return lockproto.LookupHolder(ctx, d.db, op)
 }

@@ -52,6 +52,9 @@ func Session[T TxLike, K ormlock.KeyType](ctx context.Context, x interface {
 	if err != nil {
 		return err
 	}
+	if err := op.CheckServer(ctx, d.db); err != nil {
+		return err
+	}
 	return op.Session(ctx, d.db, fn)
 }
 

@@ -435,7 +435,7 @@ func TestTransactionReleaseFailureDestroysConnection(t *testing.T) {
 		rows.Close()
 		// release the lock behind ormlock's back: its RELEASE_LOCK then
 		// returns NULL, which must not be taken as released
-		_, err = tx.ExecContext(ctx, "DO RELEASE_LOCK(?)", keyhash.MySQLName("", key))
+		_, err = tx.ExecContext(ctx, "SELECT RELEASE_LOCK(?)", keyhash.MySQLName("", key))
 		return err
 	}, ormlock.WithObserver(rec))
 	if err != nil {

@@ -144,7 +144,11 @@
 //
 // With gorm.io/plugin/dbresolver registered, the lock and the transaction
 // always run on a source (primary) connection, never a replica: a lock taken
-// on a replica would exclude nobody. PrepareStmt: true is supported; the lock
+// on a replica would exclude nobody. A pool whose server is itself a replica
+// (a misrouted DSN) is refused with [ormlock.ErrUnsupportedDialect] before fn
+// runs, as are other servers whose locks would be fake (see
+// docs/COMPATIBILITY.md); the check is one query on the pool's first call.
+// PrepareStmt: true is supported; the lock
 // statements themselves are never prepared, so they also work behind
 // PgBouncer.
 //

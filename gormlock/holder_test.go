@@ -276,7 +276,7 @@ func TestHolderRawSQL(t *testing.T) {
 			if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0) = 1", name).Scan(&ok); err != nil || !ok {
 				t.Fatalf("GET_LOCK: %v %v", ok, err)
 			}
-			defer conn.ExecContext(ctx, "DO RELEASE_LOCK(?)", name)
+			defer conn.ExecContext(ctx, "SELECT RELEASE_LOCK(?)", name)
 		}
 		h := holderOf(t, db, key)
 		t.Logf("raw holder: %s", h)

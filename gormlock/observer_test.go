@@ -331,7 +331,7 @@ func TestObserverReleaseFailureMariaDB(t *testing.T) {
 	err := gormlock.Transaction(db, key, func(tx *gorm.DB) error {
 		// release the lock behind ormlock's back: its RELEASE_LOCK then
 		// returns NULL
-		return tx.Exec("DO RELEASE_LOCK(?)", keyhash.MySQLName("", key)).Error
+		return tx.Exec("SELECT RELEASE_LOCK(?)", keyhash.MySQLName("", key)).Error
 	}, ormlock.WithObserver(rec))
 	if err != nil {
 		t.Fatal(err)

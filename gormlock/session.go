@@ -45,9 +45,10 @@ import (
 // not held back. The transaction's only work is the lock; ROLLBACK releases
 // it. The keepalive is shortened to a third of the session's
 // idle_in_transaction_session_timeout, if set, so the server does not end
-// the transaction; a timeout the server does not show (PgBouncer's
-// idle_transaction_timeout) must be longer than the keepalive, or the lock
-// is reported lost.
+// the transaction, and PostgreSQL 17's transaction_timeout is turned off for
+// the lock transaction alone (SET LOCAL); a timeout the server does not
+// show (PgBouncer's idle_transaction_timeout) must be longer than the
+// keepalive, or the lock is reported lost.
 //
 // On MySQL/MariaDB the lock is GET_LOCK on the dedicated connection, whose
 // wait_timeout is raised (never lowered) so that an idle timeout cannot drop

@@ -76,7 +76,7 @@ func (c *call) init(db *gorm.DB, verb string, key ormlock.Key, opts []ormlock.Op
 		ctx = db.Statement.Context
 	}
 	*c = call{db: db, ctx: ctx, op: op}
-	return nil
+	return c.checkServer()
 }
 
 // inTx reports whether db is already inside a transaction.

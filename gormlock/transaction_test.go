@@ -355,7 +355,7 @@ func TestTransactionReleaseFailureDestroysConnection(t *testing.T) {
 		}
 		// release the lock behind ormlock's back: its RELEASE_LOCK then
 		// returns NULL, which must not be taken as released
-		return tx.Exec("DO RELEASE_LOCK(?)", keyhash.MySQLName("", key)).Error
+		return tx.Exec("SELECT RELEASE_LOCK(?)", keyhash.MySQLName("", key)).Error
 	}, ormlock.WithObserver(obs))
 	if err != nil {
 		t.Fatal(err)

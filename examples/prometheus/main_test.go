@@ -193,7 +193,7 @@ func TestMetricsFromRealEvents(t *testing.T) {
 		if d == "mysql" {
 			// the lock released behind ormlock's back: RELEASE_LOCK fails
 			err := gormlock.Transaction(a, key, func(tx *gorm.DB) error {
-				return tx.Exec("DO RELEASE_LOCK(?)", keyhash.MySQLName("", key)).Error
+				return tx.Exec("SELECT RELEASE_LOCK(?)", keyhash.MySQLName("", key)).Error
 			}, obs)
 			if err != nil {
 				t.Fatal(err)

@@ -141,7 +141,7 @@ func (o *Op) beginSplit(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	lk, err := o.holdLockTx(ctx, conn)
+	lk, err := o.holdLockTx(ctx, conn, false)
 	if err != nil {
 		return nil, err
 	}
@@ -338,15 +338,26 @@ type pgLockTx struct {
 }
 
 // holdLockTx begins a READ COMMITTED transaction on conn and takes o's lock
-// in it, each wait bounded by ctx. On failure conn has been given back (a
-// clean "held elsewhere") or destroyed.
-func (o *Op) holdLockTx(ctx context.Context, conn *sql.Conn) (*pgLockTx, error) {
+// in it, each wait bounded by ctx. long (Session) first turns
+// transaction_timeout off for that transaction, before the lock so that a
+// long wait is not cut by it either (see PGKeepTransaction); the split
+// protocol's lock transaction lives no longer than fn's, which the timeout
+// bounds anyway. On failure conn has been given back (a clean "held
+// elsewhere") or destroyed.
+func (o *Op) holdLockTx(ctx context.Context, conn *sql.Conn, long bool) (*pgLockTx, error) {
 	tx, cancel, err := o.beginOn(ctx, conn, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		Destroy(conn)
 		return nil, err
 	}
 	lk := &pgLockTx{conn: conn, tx: tx, cancel: cancel}
+	if long {
+		if err := PGKeepTransaction(ctx, tx); err != nil {
+			err = o.failed(ctx, err)
+			lk.drop(ctx, err)
+			return nil, err
+		}
+	}
 	if err := o.AcquireXact(ctx, tx); err != nil {
 		lk.drop(ctx, err)
 		return nil, err

@@ -39,7 +39,9 @@ type sessionHold struct {
 // idle_in_transaction_session_timeout, read when the lock is taken; should
 // the server end the transaction anyway (the timeout lowered later, a
 // PgBouncer idle_transaction_timeout, which the server cannot show), that is
-// a lost lock. Release is a ROLLBACK.
+// a lost lock. PostgreSQL 17's transaction_timeout, which would end the
+// transaction however busy its keepalive, is set to 0 for the lock
+// transaction alone (see PGKeepTransaction). Release is a ROLLBACK.
 //
 // MySQL/MariaDB: GET_LOCK on the pinned connection, whose wait_timeout is
 // first raised (never lowered) to at least a minute and ten intervals, so an
@@ -165,7 +167,7 @@ func (o *Op) holdPostgres(ctx context.Context, conn *sql.Conn) (*sessionHold, er
 	// The lock transaction outlives ctx (database/sql rolls back a
 	// transaction whose context ends, which would drop the lock under a
 	// running fn), but BEGIN and the lock are bounded by ctx: see holdLockTx.
-	lk, err := o.holdLockTx(ctx, conn)
+	lk, err := o.holdLockTx(ctx, conn, true)
 	if err != nil {
 		return nil, err
 	}

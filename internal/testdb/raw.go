@@ -48,7 +48,7 @@ func RawHold(tb testing.TB, k Kind, ns, name string) (release func()) {
 			if pg {
 				_, err = conn.ExecContext(ctx, "SELECT pg_advisory_unlock($1)", keyhash.Int64NS(ns, name))
 			} else {
-				_, err = conn.ExecContext(ctx, "DO RELEASE_LOCK(?)", keyhash.MySQLName(ns, name))
+				err = RawRelease(ctx, conn, keyhash.MySQLName(ns, name))
 			}
 			if err != nil {
 				tb.Errorf("raw unlock of %q: %v", name, err)
@@ -99,9 +99,26 @@ func RawFreeOn(ctx context.Context, dialect string, db *sql.DB, ns, name string)
 		return false, fmt.Errorf("try %q: %w", name, err)
 	}
 	if ok {
-		if _, err := conn.ExecContext(ctx, "DO RELEASE_LOCK(?)", mysqlName); err != nil {
+		if err := RawRelease(ctx, conn, mysqlName); err != nil {
 			return false, fmt.Errorf("release %q: %w", name, err)
 		}
 	}
 	return ok, nil
+}
+
+// RawRelease runs RELEASE_LOCK(name) on conn, a connection that holds the
+// MySQL/MariaDB named lock name, and returns an error unless it answers 1.
+// It is a SELECT, not DO, so that it runs on any MySQL-protocol server
+// (go-mysql-server and Dolt have no DO).
+func RawRelease(ctx context.Context, conn interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}, name string) error {
+	var released sql.NullInt64
+	if err := conn.QueryRowContext(ctx, "SELECT RELEASE_LOCK(?)", name).Scan(&released); err != nil {
+		return err
+	}
+	if !released.Valid || released.Int64 != 1 {
+		return fmt.Errorf("testdb: RELEASE_LOCK(%q) = %v, want 1 (the lock was not held by this connection)", name, released)
+	}
+	return nil
 }

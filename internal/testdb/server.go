@@ -25,7 +25,10 @@ const (
 	toolTimeout  = 120 * time.Second
 	portAttempts = 5
 	dbName       = "ormlock"
-	pgSuperuser  = "postgres"
+	// bouncerDBName is the database behind the shared PgBouncer, on the
+	// shared PostgreSQL (see doStartShared).
+	bouncerDBName = "ormlock_pgbouncer"
+	pgSuperuser   = "postgres"
 )
 
 // Server is a database server process started by this package.
@@ -71,7 +74,11 @@ func StartServer(k Kind) (*Server, error) {
 	if !k.valid() {
 		return nil, fmt.Errorf("testdb: unknown kind %q", k)
 	}
-	b := findBinaries(k, true)
+	return startServerWith(k, findBinaries(k, true))
+}
+
+// startServerWith is StartServer with the binaries b.
+func startServerWith(k Kind, b binaries) (*Server, error) {
 	if err := b.err(k); err != nil {
 		return nil, err
 	}
@@ -519,6 +526,21 @@ func (s *Server) createDatabase() error {
 	}
 	if err != nil {
 		return fmt.Errorf("testdb: %s: create database %s: %w", s.kind, dbName, err)
+	}
+	return nil
+}
+
+// createDB creates another database on a running PostgreSQL server.
+func (s *Server) createDB(name string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, pgURL(s.port, "postgres", ""))
+	if err == nil {
+		_, err = c.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+		c.Close(context.Background())
+	}
+	if err != nil {
+		return fmt.Errorf("testdb: %s: create database %s: %w", s.kind, name, err)
 	}
 	return nil
 }

@@ -112,7 +112,15 @@ func doStartShared(k Kind) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return startServer(PgBouncer, b, pg.asTarget())
+	// Its own database on that server: advisory locks carry their
+	// database, so the leak checks of the two kinds, which run in parallel
+	// (the scheduler module's forEachKind), never see each other's locks.
+	if err := pg.createDB(bouncerDBName); err != nil {
+		return nil, err
+	}
+	t = pg.asTarget()
+	t.database, t.adminDSN = bouncerDBName, pgURL(pg.port, bouncerDBName, "")
+	return startServer(PgBouncer, b, t)
 }
 
 func dsn(k Kind) (string, error) {

@@ -136,7 +136,9 @@ func TestLeaksDetected(t *testing.T) {
 					t.Fatalf("GET_LOCK = %v, %v", got, err)
 				}
 				release = func() {
-					conn.ExecContext(c, "DO RELEASE_LOCK(?)", name)
+					if err := testdb.RawRelease(c, conn, name); err != nil {
+						t.Error(err)
+					}
 					conn.Close()
 				}
 				want = name

@@ -1,0 +1,207 @@
+package lockproto
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"weak"
+
+	"github.com/ormlock/ormlock"
+)
+
+// Fake locks. Some servers accept the lock functions and exclude nobody:
+//
+//   - a PostgreSQL hot standby (pg_is_in_recovery()): its advisory locks are
+//     local to the standby, so a replica pool (a dbresolver replica, a
+//     misrouted DSN) excludes no client of the primary;
+//   - CockroachDB before v26.3, whose pg_advisory_* builtins are no-op stubs
+//     that return true (from v26.3 the transaction-level ones are real,
+//     replicated locks);
+//   - MySQL/MariaDB servers with read_only=ON or innodb_read_only=ON (a
+//     replica, an Aurora MySQL reader), MariaDB Galera
+//     nodes (wsrep_on=ON with a provider: GET_LOCK is local to the node and
+//     every Galera node accepts writes, so any node can be the one a client
+//     reaches), and MySQL Group Replication in multi-primary mode
+//     (group_replication_single_primary_mode=OFF with more than one ONLINE
+//     member).
+//
+// CheckServer asks once per pool and refuses these with an error wrapping
+// ormlock.ErrUnsupportedDialect that names the reason, before any lock is
+// taken. A genuine answer is cached for the pool's lifetime (weakly: a pool
+// that is garbage collected leaves the cache), so the cost is one query on
+// the first call per pool (PostgreSQL: one round trip; MySQL: one, two for a
+// Group Replication member) and a map look-up afterwards. A refusal or an
+// error is not cached: the next call asks again.
+//
+// The cache is per pool, not per connection: a pool is assumed to reach one
+// server. A DSN that spreads connections over several hosts (libpq
+// multi-host lists, a load balancer in front of primary and replicas) is
+// checked on whichever connection answered first.
+
+// genuine holds the pools found to hand out real locks.
+var genuine sync.Map // weak.Pointer[sql.DB] -> struct{}
+
+// CheckServer returns nil when db's server hands out locks that exclude
+// every client of that server, and an error wrapping
+// ormlock.ErrUnsupportedDialect naming the reason when it does not (see the
+// comment above). An error of the detection query itself is returned as it
+// is, through Abandon, so that a context that ended matches
+// ormlock.ErrNotAcquired too. Nothing is checked for a nil db.
+func (o *Op) CheckServer(ctx context.Context, db *sql.DB) error {
+	return o.CheckServerOn(ctx, db, db)
+}
+
+// CheckQuerier runs the detection queries: a *sql.DB, *sql.Conn or *sql.Tx.
+type CheckQuerier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// CheckServerOn is CheckServer with the detection queries sent through q
+// (an open transaction or a pinned connection of db) instead of a new
+// connection of db, for a call nested in a transaction: with every
+// connection of db in use (MaxOpenConns 1) a query on db would wait for the
+// caller's own transaction to end. The answer is still cached for db.
+func (o *Op) CheckServerOn(ctx context.Context, db *sql.DB, q CheckQuerier) error {
+	if db == nil || q == nil {
+		return nil
+	}
+	wp := weak.Make(db)
+	if _, ok := genuine.Load(wp); ok {
+		return nil
+	}
+	var (
+		verdict func() error
+		err     error
+	)
+	switch o.D {
+	case Postgres:
+		verdict, err = checkPostgres(ctx, q)
+	case MySQL:
+		verdict, err = checkMySQL(ctx, q)
+	default:
+		return nil
+	}
+	if err != nil {
+		return o.Abandon(ctx, err)
+	}
+	if err := verdict(); err != nil {
+		return err
+	}
+	if _, loaded := genuine.LoadOrStore(wp, struct{}{}); !loaded {
+		runtime.AddCleanup(db, func(wp weak.Pointer[sql.DB]) { genuine.Delete(wp) }, wp)
+	}
+	return nil
+}
+
+// checkPostgres asks db's server; verdict judges the answers.
+func checkPostgres(ctx context.Context, db CheckQuerier) (verdict func() error, err error) {
+	var (
+		version    string
+		inRecovery bool
+	)
+	if err := db.QueryRowContext(ctx, "SELECT version(), pg_is_in_recovery()").Scan(&version, &inRecovery); err != nil {
+		return nil, fmt.Errorf("ormlock: check the server's locks (SELECT version(), pg_is_in_recovery()): %w", err)
+	}
+	return func() error { return PostgresVerdict(version, inRecovery) }, nil
+}
+
+// crdbVersion finds CockroachDB's version in version()'s answer, such as
+// "CockroachDB CCL v24.1.2 (x86_64-pc-linux-gnu, ...)".
+var crdbVersion = regexp.MustCompile(`CockroachDB\b.*?\bv(\d+)\.(\d+)`)
+
+// crdbAdvisory is the first CockroachDB release whose transaction-level
+// advisory lock builtins take real, replicated locks (system.advisory_locks).
+var crdbAdvisory = [2]int{26, 3}
+
+// PostgresVerdict judges a PostgreSQL-protocol server by the answers to
+// "SELECT version(), pg_is_in_recovery()": nil when its advisory locks are
+// real, else an error wrapping ormlock.ErrUnsupportedDialect.
+func PostgresVerdict(version string, inRecovery bool) error {
+	if strings.Contains(version, "CockroachDB") {
+		m := crdbVersion.FindStringSubmatch(version)
+		if m == nil {
+			return fmt.Errorf("%w: CockroachDB of unknown version (%q): its advisory lock builtins are no-op stubs before v%d.%d", ormlock.ErrUnsupportedDialect, version, crdbAdvisory[0], crdbAdvisory[1])
+		}
+		major, _ := strconv.Atoi(m[1])
+		minor, _ := strconv.Atoi(m[2])
+		if major < crdbAdvisory[0] || (major == crdbAdvisory[0] && minor < crdbAdvisory[1]) {
+			return fmt.Errorf("%w: CockroachDB v%d.%d: its advisory lock builtins are no-op stubs that exclude nobody (real transaction-level advisory locks from v%d.%d)", ormlock.ErrUnsupportedDialect, major, minor, crdbAdvisory[0], crdbAdvisory[1])
+		}
+	}
+	if inRecovery {
+		return fmt.Errorf("%w: the server is a PostgreSQL hot standby (pg_is_in_recovery() is true): its advisory locks are local to the standby and exclude no client of the primary; point the pool at the primary", ormlock.ErrUnsupportedDialect)
+	}
+	return nil
+}
+
+// mysqlVars is the variables query: SHOW works on MySQL and MariaDB alike,
+// and a variable the server does not have is simply absent.
+const mysqlVars = `SHOW GLOBAL VARIABLES WHERE Variable_name IN ('read_only', 'innodb_read_only', 'wsrep_on', 'wsrep_provider', 'group_replication_single_primary_mode')`
+
+// checkMySQL asks db's server; verdict judges the answers.
+func checkMySQL(ctx context.Context, db CheckQuerier) (verdict func() error, err error) {
+	rows, err := db.QueryContext(ctx, mysqlVars)
+	if err != nil {
+		return nil, fmt.Errorf("ormlock: check the server's locks (%s): %w", mysqlVars, err)
+	}
+	vars := map[string]string{}
+	for rows.Next() {
+		var name, value sql.NullString
+		if err := rows.Scan(&name, &value); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("ormlock: check the server's locks: %w", err)
+		}
+		vars[strings.ToLower(name.String)] = value.String
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("ormlock: check the server's locks: %w", err)
+	}
+	members := 0
+	if isOff(vars["group_replication_single_primary_mode"]) {
+		const q = `SELECT COUNT(*) FROM performance_schema.replication_group_members WHERE MEMBER_STATE = 'ONLINE'`
+		if err := db.QueryRowContext(ctx, q).Scan(&members); err != nil {
+			return nil, fmt.Errorf("ormlock: check the server's locks (%s): %w", q, err)
+		}
+	}
+	return func() error { return MySQLVerdict(vars, members) }, nil
+}
+
+// MySQLVerdict judges a MySQL-protocol server by its variables (names in
+// lower case: read_only, innodb_read_only, wsrep_on, wsrep_provider,
+// group_replication_single_primary_mode; absent when the server lacks them)
+// and, for Group Replication in multi-primary mode, its number of ONLINE
+// members: nil when GET_LOCK excludes every client that can write, else an
+// error wrapping ormlock.ErrUnsupportedDialect.
+func MySQLVerdict(vars map[string]string, onlineMembers int) error {
+	if isOn(vars["wsrep_on"]) && !isNone(vars["wsrep_provider"]) {
+		return fmt.Errorf("%w: the server is a Galera cluster node (wsrep_on=ON): GET_LOCK is local to one node while every node accepts writes", ormlock.ErrUnsupportedDialect)
+	}
+	if isOff(vars["group_replication_single_primary_mode"]) && onlineMembers > 1 {
+		return fmt.Errorf("%w: the server is a member of a multi-primary Group Replication group (%d members ONLINE): GET_LOCK is local to one member", ormlock.ErrUnsupportedDialect, onlineMembers)
+	}
+	for _, v := range []string{"read_only", "innodb_read_only"} {
+		if isOn(vars[v]) {
+			return fmt.Errorf("%w: the server is read-only (%s=ON: a replica, an Aurora reader?): GET_LOCK there is local to it and excludes no client of the primary; point the pool at the primary", ormlock.ErrUnsupportedDialect, v)
+		}
+	}
+	return nil
+}
+
+func isOn(v string) bool {
+	return strings.EqualFold(v, "ON") || v == "1" || strings.EqualFold(v, "TRUE")
+}
+
+func isOff(v string) bool {
+	return strings.EqualFold(v, "OFF") || v == "0" || strings.EqualFold(v, "FALSE")
+}
+
+func isNone(v string) bool {
+	return v == "" || strings.EqualFold(v, "none")
+}
