@@ -67,7 +67,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	dsn := fs.String("dsn", os.Getenv("ORMLOCK_DSN"), "database: a postgres:// URL or a MySQL/MariaDB DSN (user:pass@tcp(host:port)/db); default $ORMLOCK_DSN, else the embedded MySQL engine")
 	orm := fs.String("orm", "gorm", "the ORM the replicas use: gorm or ent")
 	slots := fs.Int("slots", 12, "how many scheduled runs (slots) to go through")
-	period := fs.Duration("period", time.Second, "the schedule's period, a whole number of seconds dividing 24h: the compressed \"midnight\"")
+	period := fs.Duration("period", time.Second, "the schedule's period, a whole number of seconds up to a minute: the compressed \"midnight\"")
 	replicas := fs.Int("replicas", 3, "scheduler instances, each with its own connection pool")
 	job := fs.String("job", "midnight-settlement", "the job's name in the RunOnce ledger")
 	work := fs.Duration("work", 100*time.Millisecond, "how long a run works, inside its transaction")
@@ -81,6 +81,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("-slots %d: need at least 1", *slots)
 	case *replicas < 1 || *replicas > 26:
 		return fmt.Errorf("-replicas %d: need 1 to 26", *replicas)
+	case *period > time.Minute:
+		return fmt.Errorf("-period %v: at most a minute, so that the demo ends soon", *period)
 	case *work < 0 || *work > *period/2:
 		return fmt.Errorf("-work %v: need 0 to half the period (%v)", *work, *period/2)
 	}
