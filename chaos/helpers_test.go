@@ -68,14 +68,6 @@ func run(m *testing.M) int {
 	return 0
 }
 
-// forEachKind runs f once per real server kind.
-func forEachKind(t *testing.T, f func(t *testing.T, k testdb.Kind)) {
-	t.Helper()
-	for _, k := range testdb.Kinds() {
-		t.Run(string(k), func(t *testing.T) { f(t, k) })
-	}
-}
-
 func driverOf(k testdb.Kind) string {
 	if k.Dialect() == "mysql" {
 		return "mysql"

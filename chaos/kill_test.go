@@ -117,7 +117,7 @@ func TestKillHolder(t *testing.T) {
 	bin := buildHolder(t, t.TempDir())
 	rounds := pick(3, 20)
 	bound := 15 * time.Second // generous: the machine is shared and loaded
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, sqlDB := openGorm(t, k)
 		admin := testdb.AdminDB(t, k)
 		dsn := testdb.DSN(t, k)

@@ -59,7 +59,7 @@ func killMidFn(t *testing.T, dialect string, admin *sql.DB, lock lockName,
 //     row; the retry by another instance runs; a third call finds the slot
 //     done; the ledger shows exactly one done run.
 func TestKillConnectionMidFn(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		d := k.Dialect()
 		admin := testdb.AdminDB(t, k)
 		dbA, sqlA := openGorm(t, k)

@@ -80,7 +80,7 @@ AND objsubid = 1 AND classid::int8 = $1 AND objid::int8 = $2`, c, o).Scan(&n); e
 // the server computes from it on PostgreSQL), RunOnce records the job name
 // verbatim, and the canary table the strings target survives intact.
 func TestInjectionNames(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		d := k.Dialect()
 		admin := testdb.AdminDB(t, k)
 		db, _ := openGorm(t, k)
@@ -173,7 +173,7 @@ var badTables = []string{
 // the pool opens no connection), and on a real server, where the canary
 // table survives and no table is created.
 func TestLedgerTableNameValidated(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		admin := testdb.AdminDB(t, k)
 		real, _ := openGorm(t, k)
 		canary(t, k, admin)
@@ -248,7 +248,7 @@ func tenantDSN(t *testing.T, dsn, db string) string {
 // PostgreSQL, for contrast, keeps advisory locks per database: the same key
 // in two databases never excludes (directly or through PgBouncer).
 func TestNamespacesAcrossDatabases(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		d := k.Dialect()
 		admin := testdb.AdminDB(t, k)
 		dbs := []string{"chaos_tenant_a", "chaos_tenant_b"}
@@ -460,7 +460,7 @@ FROM pg_roles WHERE rolname IN ('chaos_app', 'chaos_runner')`).Scan(&attrs); err
 // trailing spaces (PAD SPACE), so "report " would share the row of "report"
 // and never run (found by this suite; see internal/ledger.ValidateJob).
 func TestRunOnceJobNamesExact(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		admin := testdb.AdminDB(t, k)
 		db, _ := openGorm(t, k)
 		led := ledgerTable(t, db, admin)

@@ -18,14 +18,6 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(testdb.Main(m)) }
 
-// forEachKind runs f once per real server kind.
-func forEachKind(t *testing.T, f func(t *testing.T, k testdb.Kind)) {
-	t.Helper()
-	for _, k := range testdb.Kinds() {
-		t.Run(string(k), func(t *testing.T) { f(t, k) })
-	}
-}
-
 // openEnt opens a new pool on the shared server of kind k, builds an ent
 // client on entlock.Wrap(opts...), and asserts after the test that no lock
 // and no connection leaked.

@@ -93,7 +93,7 @@ func TestObserverPanicContained(t *testing.T) {
 		ormlock.EventAttempt, ormlock.EventAcquired, ormlock.EventNotAcquired, ormlock.EventReleased,
 		ormlock.EventReleaseFailed, ormlock.EventLockLost, ormlock.EventAlreadyDone,
 	}
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		client, sqlDB := openEnt(t, k)
 		tbl := ledgerTable(t, k, client)
 		for _, verb := range verbs {
@@ -276,7 +276,7 @@ func (p txPanics) Tx(ctx context.Context) (*ent.Tx, error) {
 // A panic between the lock and fn still releases the lock and the
 // connection.
 func TestPanicAfterLockReleases(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		client, sqlDB := openEnt(t, k)
 		tbl := ledgerTable(t, k, client)
 		name := "panic-after-lock-" + t.Name()

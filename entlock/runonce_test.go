@@ -14,15 +14,9 @@ import (
 
 	"entgo.io/ent/dialect"
 	entsql "entgo.io/ent/dialect/sql"
-	"gorm.io/driver/postgres"
-	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
-
-	gmysql "gorm.io/driver/mysql"
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/entlock"
-	"github.com/ormlock/ormlock/gormlock"
 	"github.com/ormlock/ormlock/internal/enttest"
 	"github.com/ormlock/ormlock/internal/enttest/ent"
 	"github.com/ormlock/ormlock/internal/testdb"
@@ -165,15 +159,15 @@ func contend(t *testing.T, k testdb.Kind, slots int, extra ...ormlock.Option) {
 }
 
 func TestRunOnceExactlyOncePerSlot(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) { contend(t, k, 50) })
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) { contend(t, k, 50) })
 }
 
 func TestRunOnceClaimExactlyOncePerSlot(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) { contend(t, k, 20, ormlock.WithClaim()) })
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) { contend(t, k, 20, ormlock.WithClaim()) })
 }
 
 func TestRunOnceFailedFnRetries(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		client, _ := openEnt(t, k)
 		tbl := ledgerTable(t, k, client)
@@ -230,7 +224,7 @@ func TestRunOnceFailedFnRetries(t *testing.T) {
 }
 
 func TestRunOncePanic(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		client, _ := openEnt(t, k)
 		tbl := ledgerTable(t, k, client)
@@ -278,7 +272,7 @@ func TestRunOncePanic(t *testing.T) {
 }
 
 func TestRunOnceContext(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		client, _ := openEnt(t, k)
 		tbl := ledgerTable(t, k, client)
 		owner := enttest.Owner(t, k)
@@ -320,7 +314,7 @@ func TestRunOnceContext(t *testing.T) {
 }
 
 func TestRunOnceClaim(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		client1, _ := openEnt(t, k)
 		client2, _ := openEnt(t, k)
@@ -414,7 +408,7 @@ func TestRunOnceClaim(t *testing.T) {
 // works through the client (or not on the database at all) holds only the
 // lock's connection, so a pool of two serves it.
 func TestRunOnceClaimLazyTx(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		client, db := openEnt(t, k)
 		tbl := ledgerTable(t, k, client)
 		db.SetMaxOpenConns(2)
@@ -456,7 +450,7 @@ func TestRunOnceClaimLazyTx(t *testing.T) {
 // Losing the lock in claim mode rolls fn's transaction back: no work from a
 // run whose slot another instance may take over.
 func TestRunOnceClaimLockLost(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		client, _ := openEnt(t, k)
 		tbl := ledgerTable(t, k, client)
@@ -529,7 +523,7 @@ func kill(t *testing.T, k testdb.Kind, id int64) {
 
 // WithTxOptions applies to claim mode's own transaction.
 func TestRunOnceClaimTxOptions(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		client, _ := openEnt(t, k)
 		tbl := ledgerTable(t, k, client)
@@ -554,7 +548,7 @@ func TestRunOnceClaimTxOptions(t *testing.T) {
 
 // The *Driver can stand in for the client: fn then gets ent's dialect.Tx.
 func TestRunOnceOnDriver(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		drv, client, _ := openDriver(t, k)
 		tbl := ledgerTable(t, k, drv)
@@ -589,7 +583,7 @@ func TestRunOnceOnDriver(t *testing.T) {
 }
 
 func TestMigrate(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		drv, client, _ := openDriver(t, k)
 		name := ledgerName(t, "m")
@@ -655,7 +649,7 @@ func tableExists(t *testing.T, k testdb.Kind, name string) bool {
 }
 
 func TestLedgerBadTableNames(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		// a pool that is already closed: any statement would fail with
 		// "sql: database is closed", so ErrInvalidArgument proves that
@@ -701,7 +695,7 @@ func TestLedgerBadTableNames(t *testing.T) {
 }
 
 func TestRuns(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		client, _ := openEnt(t, k)
 		tbl := ledgerTable(t, k, client)
@@ -828,7 +822,7 @@ func TestRunOnceNotWrapped(t *testing.T) {
 
 // ent has no nested transactions: a transactional client is refused.
 func TestRunOnceOnTransactionalClient(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		client, _ := openEnt(t, k)
 		tbl := ledgerTable(t, k, client)
@@ -853,7 +847,7 @@ func TestRunOnceOnTransactionalClient(t *testing.T) {
 }
 
 func TestRunOnceObserverAndNamespace(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		var mu sync.Mutex
 		var events []ormlock.Event
@@ -894,133 +888,6 @@ func TestRunOnceObserverAndNamespace(t *testing.T) {
 		got := strings.Join(kinds, ",")
 		if want := "attempt,acquired,released,attempt,acquired,already_done,released"; got != want {
 			t.Errorf("events %s, want %s", got, want)
-		}
-	})
-}
-
-// gormOpen opens GORM on a new pool to the server of kind k.
-func gormOpen(t *testing.T, k testdb.Kind) *gorm.DB {
-	t.Helper()
-	sqlDB := testdb.Open(t, k)
-	t.Cleanup(func() { testdb.AssertNoLeaks(t, k, sqlDB) })
-	var dial gorm.Dialector
-	if k.Dialect() == "postgres" {
-		dial = postgres.New(postgres.Config{Conn: sqlDB})
-	} else {
-		dial = gmysql.New(gmysql.Config{Conn: sqlDB, SkipInitializeWithVersion: true})
-	}
-	db, err := gorm.Open(dial, &gorm.Config{Logger: logger.Discard})
-	if err != nil {
-		t.Fatalf("gorm.Open: %v", err)
-	}
-	return db
-}
-
-// gormlock.RunOnce and entlock.RunOnce share the lock and the ledger: for
-// each slot, an instance on each ORM races, and exactly one runs it.
-func TestRunOnceCrossORM(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
-		ctx := context.Background()
-		client, _ := openEnt(t, k)
-		gdb := gormOpen(t, k)
-		tbl := ledgerTable(t, k, client)
-		if err := gormlock.Migrate(gdb, ormlock.WithLedgerTable(tbl)); err != nil {
-			t.Fatalf("gormlock.Migrate on entlock's table: %v", err)
-		}
-		owner := enttest.Owner(t, k)
-		job := "cross-" + t.Name()
-		const slots = 24
-		var inside, maxInside atomic.Int64
-		wins := map[string]int{}
-		start := time.Now()
-		for s := range slots {
-			// modes by slot: both transactional, both waiting, and each
-			// ORM's claim mode against the other's transactional mode
-			entOpts := []ormlock.Option{ormlock.WithLedgerTable(tbl), ormlock.WithOwner("ent")}
-			gormOpts := []ormlock.Option{ormlock.WithLedgerTable(tbl), ormlock.WithOwner("gorm")}
-			switch s % 4 {
-			case 1:
-				entOpts = append(entOpts, ormlock.WithWait(20*time.Second))
-				gormOpts = append(gormOpts, ormlock.WithWait(20*time.Second))
-			case 2:
-				gormOpts = append(gormOpts, ormlock.WithClaim(), ormlock.WithWait(20*time.Second))
-			case 3:
-				entOpts = append(entOpts, ormlock.WithClaim(), ormlock.WithWait(20*time.Second))
-			}
-			barrier := make(chan struct{})
-			var entErr, gormErr error
-			var wg sync.WaitGroup
-			wg.Go(func() {
-				<-barrier
-				entErr = entlock.RunOnce(ctx, client, job, slotAt(s), func(tx *ent.Tx) error {
-					maxOf(&maxInside, inside.Add(1))
-					defer inside.Add(-1)
-					time.Sleep(2 * time.Millisecond)
-					return insert(ctx, tx, owner, s)
-				}, entOpts...)
-			})
-			wg.Go(func() {
-				<-barrier
-				gormErr = gormlock.RunOnce(gdb.WithContext(ctx), job, slotAt(s), func(tx *gorm.DB) error {
-					maxOf(&maxInside, inside.Add(1))
-					defer inside.Add(-1)
-					time.Sleep(2 * time.Millisecond)
-					return tx.Exec("INSERT INTO items (owner, n) VALUES (?, ?)", owner, s).Error
-				}, gormOpts...)
-			})
-			close(barrier)
-			wg.Wait()
-			lost := func(err error) bool {
-				return errors.Is(err, ormlock.ErrAlreadyDone) || errors.Is(err, ormlock.ErrNotAcquired)
-			}
-			switch {
-			case entErr == nil && lost(gormErr):
-				wins["ent"]++
-			case gormErr == nil && lost(entErr):
-				wins["gorm"]++
-			default:
-				t.Fatalf("slot %d: ent %v, gorm %v: want exactly one run", s, entErr, gormErr)
-			}
-		}
-		if maxInside.Load() != 1 {
-			t.Fatalf("max runs at once = %d, want 1", maxInside.Load())
-		}
-		if n := count(t, k, owner); n != slots {
-			t.Fatalf("work rows = %d, want %d", n, slots)
-		}
-		rs := runs(t, client, tbl, job)
-		grs, err := gormlock.Runs(gdb, job, 1000, ormlock.WithLedgerTable(tbl))
-		if err != nil || len(rs) != slots || len(grs) != slots {
-			t.Fatalf("ledger: %d rows via entlock, %d via gormlock (%v), want %d", len(rs), len(grs), err, slots)
-		}
-		for i, r := range rs {
-			g := grs[i]
-			same := r.Job == g.Job && r.Slot.Equal(g.Slot) && r.Status == g.Status && r.Owner == g.Owner &&
-				r.Started.Equal(g.Started) && r.Finished.Equal(g.Finished) && r.Error == g.Error
-			if r.Status != ormlock.RunDone || !same {
-				t.Fatalf("row %d: entlock %+v, gormlock %+v", i, r, grs[i])
-			}
-		}
-		t.Logf("%d slots in %v: wins %v", slots, time.Since(start).Round(time.Millisecond), wins)
-
-		// one after the other: whichever comes second finds the slot done
-		next := slotAt(slots)
-		if err := gormlock.RunOnce(gdb, job, next, func(*gorm.DB) error { return nil }, ormlock.WithLedgerTable(tbl)); err != nil {
-			t.Fatal(err)
-		}
-		for _, mode := range []ormlock.Option{nil, ormlock.WithClaim()} {
-			if err := entlock.RunOnce(ctx, client, job, next, func(*ent.Tx) error { return errors.New("ran twice") }, ormlock.WithLedgerTable(tbl), mode); !errors.Is(err, ormlock.ErrAlreadyDone) {
-				t.Fatalf("entlock after gormlock: %v", err)
-			}
-		}
-		next = slotAt(slots + 1)
-		if err := entlock.RunOnce(ctx, client, job, next, func(*ent.Tx) error { return nil }, ormlock.WithLedgerTable(tbl)); err != nil {
-			t.Fatal(err)
-		}
-		for _, mode := range []ormlock.Option{nil, ormlock.WithClaim()} {
-			if err := gormlock.RunOnce(gdb, job, next, func(*gorm.DB) error { return errors.New("ran twice") }, ormlock.WithLedgerTable(tbl), mode); !errors.Is(err, ormlock.ErrAlreadyDone) {
-				t.Fatalf("gormlock after entlock: %v", err)
-			}
 		}
 	})
 }

@@ -18,7 +18,7 @@ import (
 )
 
 func TestSessionExcludes(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		drv, client, _ := openDriver(t, k)
 		other, _ := openEnt(t, k)
@@ -87,7 +87,7 @@ func TestSessionOnTransactionalClient(t *testing.T) {
 }
 
 func TestSessionLockLost(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		rec := &recorder{}
 		client, _ := openEnt(t, k, ormlock.WithObserver(rec))

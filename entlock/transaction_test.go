@@ -24,7 +24,7 @@ import (
 )
 
 func TestTransactionMutualExclusion(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		const instances, rounds = 3, 100
 		ctx := context.Background()
 		clients := make([]*ent.Client, instances)
@@ -85,7 +85,7 @@ func TestTransactionMutualExclusion(t *testing.T) {
 }
 
 func TestTransactionFnErrorRollsBack(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		client, _ := openEnt(t, k)
 		owner := enttest.Owner(t, k)
@@ -124,7 +124,7 @@ func TestTransactionFnErrorRollsBack(t *testing.T) {
 }
 
 func TestTransactionPanic(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		client, _ := openEnt(t, k)
 		owner := enttest.Owner(t, k)
@@ -152,7 +152,7 @@ func TestTransactionPanic(t *testing.T) {
 }
 
 func TestTransactionHeldElsewhere(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		client, _ := openEnt(t, k)
 		key := "held-" + t.Name()
@@ -216,7 +216,7 @@ func TestTransactionWaitRestoresLockTimeout(t *testing.T) {
 }
 
 func TestTransactionContext(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		client, _ := openEnt(t, k)
 		key := "ctx-" + t.Name()
 		rawHold(t, k, key)
@@ -292,7 +292,7 @@ func TestTransactionContext(t *testing.T) {
 }
 
 func TestTransactionNested(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		client, _ := openEnt(t, k)
 		owner := enttest.Owner(t, k)
@@ -338,7 +338,7 @@ func TestTransactionNested(t *testing.T) {
 }
 
 func TestTransactionPoolExhausted(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		client, db := openEnt(t, k)
 		db.SetMaxOpenConns(1)
@@ -359,7 +359,7 @@ func TestTransactionPoolExhausted(t *testing.T) {
 }
 
 func TestTransactionInterop(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		client, _ := openEnt(t, k)
 		for _, key := range []string{"interop-" + t.Name(), `it's "quoted"; DROP TABLE x; --`, "Zürich-日本-🔒"} {
@@ -474,7 +474,7 @@ func TestTransactionReleaseFailureDestroysConnection(t *testing.T) {
 // The lock is released only after COMMIT: whoever takes it next sees the
 // holder's writes (on MySQL/MariaDB RELEASE_LOCK runs after COMMIT).
 func TestTransactionReleaseAfterCommit(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		holder, _ := openEnt(t, k)
 		waiter, _ := openEnt(t, k)
@@ -567,7 +567,7 @@ func TestTransactionLongNamesMariaDB(t *testing.T) {
 }
 
 func TestTransactionNotWrapped(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		plain, _ := openPlain(t, k)
 		key := "unwrapped-" + t.Name()
@@ -590,7 +590,7 @@ func TestTransactionNotWrapped(t *testing.T) {
 // A plain client.Tx / BeginTx and plain queries on a wrapped driver behave as
 // before: no lock, ordinary commit and rollback.
 func TestPlainUseUnchanged(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		client, _ := openEnt(t, k)
 		owner := enttest.Owner(t, k)
@@ -690,7 +690,7 @@ func TestWrapUnusable(t *testing.T) {
 }
 
 func TestWrapDefaults(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		client, _ := openEnt(t, k, ormlock.WithNamespace("billing"), ormlock.WithWait(5*time.Second))
 		name := "defaults-" + t.Name()
@@ -739,7 +739,7 @@ func TestWrapDefaults(t *testing.T) {
 }
 
 func TestTransactionEvents(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		rec := &recorder{}
 		client, _ := openEnt(t, k, ormlock.WithObserver(rec))
@@ -774,7 +774,7 @@ func TestTransactionEvents(t *testing.T) {
 // dialect.Debug outside the wrapper (the client's Debug method) logs the
 // locked transaction's statements.
 func TestTransactionDebugClient(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		db := testdb.Open(t, k)
 		enttest.Migrate(t, k)
@@ -806,7 +806,7 @@ func TestTransactionDebugClient(t *testing.T) {
 }
 
 func TestTransactionTxOptions(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		client, _ := openEnt(t, k)
 		owner := enttest.Owner(t, k)

@@ -130,7 +130,7 @@ func panicApplies(verb string, ev ormlock.EventKind, k testdb.Kind) bool {
 // otherwise end the test binary.
 func TestObserverPanicContained(t *testing.T) {
 	logs := captureSlog(t)
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, sqlDB := openGorm(t, k)
 		tbl := ledgerTable(t, k, db)
 		for _, verb := range panicVerbs {

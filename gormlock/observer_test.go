@@ -123,7 +123,7 @@ const (
 )
 
 func TestObserverTransaction(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		rec := &obsRecorder{}
 		obs := ormlock.WithObserver(rec)
@@ -279,7 +279,7 @@ func TestObserverTransaction(t *testing.T) {
 // Many goroutines share one observer: every attempt ends in exactly one
 // not_acquired or one acquired, and every acquired in exactly one released.
 func TestObserverTransactionContention(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		const workers, rounds = 4, 15
 		rec := &obsRecorder{}
 		dbs := make([]*gorm.DB, workers)
@@ -344,7 +344,7 @@ func TestObserverReleaseFailureMariaDB(t *testing.T) {
 }
 
 func TestObserverPluginDefault(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		plugin, perCall := &obsRecorder{}, &obsRecorder{}
 		if err := db.Use(gormlock.New(ormlock.WithObserver(plugin), ormlock.WithNamespace("obsplugin"))); err != nil {
@@ -418,7 +418,7 @@ func obsWaitGone(t *testing.T, k testdb.Kind, id int64) {
 
 // The Session engineer tests Session itself; these check only its events.
 func TestObserverSession(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		rec := &obsRecorder{}
 		obs := ormlock.WithObserver(rec)
@@ -509,7 +509,7 @@ func TestObserverSession(t *testing.T) {
 // job, another finds it held. Run with -v to see the lines (the README's
 // "Why didn't my job run?" shows them).
 func TestObserverSlogReal(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		var mu sync.Mutex
 		var buf bytes.Buffer
 		logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, &slog.HandlerOptions{Level: slog.LevelDebug}))

@@ -204,11 +204,11 @@ func contend(t *testing.T, k testdb.Kind, slots int, extra ...ormlock.Option) {
 }
 
 func TestRunOnceExactlyOncePerSlot(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) { contend(t, k, 50) })
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) { contend(t, k, 50) })
 }
 
 func TestRunOnceClaimExactlyOncePerSlot(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) { contend(t, k, 20, ormlock.WithClaim()) })
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) { contend(t, k, 20, ormlock.WithClaim()) })
 }
 
 // The detector of TestRunOnceExactlyOncePerSlot works: a plain duplicate
@@ -243,7 +243,7 @@ func TestRunOnceDuplicateKeyDetector(t *testing.T) {
 }
 
 func TestRunOnceFailedFnRetries(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		tbl := ledgerTable(t, k, db)
 		work := table(t, k, db)
@@ -290,7 +290,7 @@ func TestRunOnceFailedFnRetries(t *testing.T) {
 }
 
 func TestRunOncePanic(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		tbl := ledgerTable(t, k, db)
 		work := table(t, k, db)
@@ -334,7 +334,7 @@ func TestRunOncePanic(t *testing.T) {
 }
 
 func TestRunOnceContext(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		tbl := ledgerTable(t, k, db)
 		job := "ctx-" + t.Name()
@@ -372,7 +372,7 @@ func TestRunOnceContext(t *testing.T) {
 }
 
 func TestRunOnceClaim(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db1, _ := openGorm(t, k)
 		db2, _ := openGorm(t, k)
 		tbl := ledgerTable(t, k, db1)
@@ -437,7 +437,7 @@ func TestRunOnceClaim(t *testing.T) {
 }
 
 func TestRunOnceClaimFailureAndTakeover(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		tbl := ledgerTable(t, k, db)
 		job := "takeover-" + t.Name()
@@ -519,7 +519,7 @@ func killLockHolder(t *testing.T, k testdb.Kind, name string) {
 }
 
 func TestRunOnceClaimLockLost(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		tbl := ledgerTable(t, k, db)
 		job := "lost-" + t.Name()
@@ -566,7 +566,7 @@ func TestRunOnceClaimLockLost(t *testing.T) {
 }
 
 func TestMigrate(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		name := "m_" + keyhashHex(t.Name())
 		t.Cleanup(func() { _, _ = testdb.AdminDB(t, k).Exec("DROP TABLE IF EXISTS " + name) })
@@ -629,7 +629,7 @@ func tableExists(t *testing.T, k testdb.Kind, name string) bool {
 }
 
 func TestLedgerBadTableNames(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		// a pool that is already closed: any statement would fail with
 		// "sql: database is closed", so ErrInvalidArgument proves that
 		// nothing was sent
@@ -663,7 +663,7 @@ func TestLedgerBadTableNames(t *testing.T) {
 }
 
 func TestRuns(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		tbl := ledgerTable(t, k, db)
 		job := "audit-" + t.Name()
@@ -769,7 +769,7 @@ func TestRunOnceBadInput(t *testing.T) {
 }
 
 func TestRunOnceNested(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		tbl := ledgerTable(t, k, db)
 		job := "nested-" + t.Name()
@@ -806,7 +806,7 @@ func TestRunOnceNested(t *testing.T) {
 }
 
 func TestRunOnceObserverAndNamespace(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		tbl := ledgerTable(t, k, db)
 		job := "observed-" + t.Name()

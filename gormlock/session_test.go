@@ -28,7 +28,7 @@ const lossBound = 2*sessionKeepalive + 2*time.Second
 
 func TestSessionMutualExclusion(t *testing.T) {
 	checkGoroutines(t)
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		const instances, rounds = 3, 50
 		dbs := make([]*gorm.DB, instances)
 		for i := range dbs {
@@ -83,7 +83,7 @@ func TestSessionMutualExclusion(t *testing.T) {
 // Session and Transaction on the same key exclude each other, both ways.
 func TestSessionExcludesTransaction(t *testing.T) {
 	checkGoroutines(t)
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		sdb, _ := openGorm(t, k)
 		tdb, _ := openGorm(t, k)
 		key := "s-vs-tx-" + t.Name()
@@ -259,7 +259,7 @@ func TestSessionBehindPgBouncer(t *testing.T) {
 // one holding the lock.
 func TestSessionUsesPool(t *testing.T) {
 	checkGoroutines(t)
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		tbl := table(t, k, db)
 		admin := testdb.AdminDB(t, k)
@@ -364,7 +364,7 @@ func TestSessionHoldsNoSnapshot(t *testing.T) {
 // returns ctx.Err().
 func TestSessionLockLost(t *testing.T) {
 	checkGoroutines(t)
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		admin := testdb.AdminDB(t, k)
 		key := "s-lost-" + t.Name()
@@ -447,7 +447,7 @@ func TestSessionHungServer(t *testing.T) {
 // ErrLockLost), with nothing left behind; run with -race.
 func TestSessionKeepaliveRace(t *testing.T) {
 	checkGoroutines(t)
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		const workers, runs = 2, 30
 		key := "s-race-" + t.Name()
 		var mu sync.Mutex
@@ -488,7 +488,7 @@ func TestSessionKeepaliveRace(t *testing.T) {
 // by the release, and the dead connection is not given back to the pool.
 func TestSessionLossSeenAtRelease(t *testing.T) {
 	checkGoroutines(t)
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		admin := testdb.AdminDB(t, k)
 		key := "s-lost-rel-" + t.Name()
@@ -574,7 +574,7 @@ func TestSessionServerRestart(t *testing.T) {
 		srv     *testdb.Server // where the pool connects
 		restart func(testing.TB)
 	}
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		var targets []target
 		switch k {
 		case testdb.Postgres:
@@ -820,7 +820,7 @@ func TestSessionIdleTimeout(t *testing.T) {
 // (re-panicked).
 func TestSessionUnlock(t *testing.T) {
 	checkGoroutines(t)
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		key := "s-unlock-" + t.Name()
 		var ev events
@@ -868,7 +868,7 @@ func TestSessionUnlock(t *testing.T) {
 // Transaction; a caller's cancellation inside fn is not a lost lock.
 func TestSessionWaitAndContext(t *testing.T) {
 	checkGoroutines(t)
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		key := "s-wait-" + t.Name()
 		release := rawHold(t, k, key)

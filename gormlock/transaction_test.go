@@ -22,7 +22,7 @@ import (
 )
 
 func TestTransactionMutualExclusion(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		const instances, rounds = 3, 100
 		dbs := make([]*gorm.DB, instances)
 		for i := range dbs {
@@ -80,7 +80,7 @@ func TestTransactionMutualExclusion(t *testing.T) {
 }
 
 func TestTransactionFnErrorRollsBack(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		tbl := table(t, k, db)
 		key := "fnerr-" + t.Name()
@@ -113,7 +113,7 @@ func TestTransactionFnErrorRollsBack(t *testing.T) {
 }
 
 func TestTransactionPanic(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		tbl := table(t, k, db)
 		key := "panic-" + t.Name()
@@ -138,7 +138,7 @@ func TestTransactionPanic(t *testing.T) {
 }
 
 func TestTransactionHeldElsewhere(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		key := "held-" + t.Name()
 		release := rawHold(t, k, key)
@@ -184,7 +184,7 @@ func TestTransactionWaitRestoresLockTimeout(t *testing.T) {
 }
 
 func TestTransactionContext(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		key := "ctx-" + t.Name()
 		rawHold(t, k, key)
@@ -239,7 +239,7 @@ func TestTransactionContext(t *testing.T) {
 }
 
 func TestTransactionNested(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		key := "nested-" + t.Name()
 		if k.Dialect() == "mysql" {
@@ -289,7 +289,7 @@ func TestTransactionNested(t *testing.T) {
 }
 
 func TestTransactionInterop(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		for _, key := range []string{"interop-" + t.Name(), `it's "quoted"; DROP TABLE x; --`, "Zürich-日本-🔒"} {
 			release := rawHold(t, k, key)
@@ -462,7 +462,7 @@ func TestPlugin(t *testing.T) {
 			t.Fatalf("Use with bad table: %v", err)
 		}
 	})
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		if err := db.Use(gormlock.New(ormlock.WithNamespace("billing"), ormlock.WithWait(5*time.Second))); err != nil {
 			t.Fatal(err)

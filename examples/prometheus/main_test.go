@@ -28,12 +28,6 @@ import (
 // under github.com/ormlock/ormlock).
 func TestMain(m *testing.M) { os.Exit(testdb.Main(m)) }
 
-func forEachKind(t *testing.T, f func(t *testing.T, k testdb.Kind)) {
-	for _, k := range testdb.Kinds() {
-		t.Run(string(k), func(t *testing.T) { f(t, k) })
-	}
-}
-
 func openGorm(t *testing.T, k testdb.Kind) *gorm.DB {
 	t.Helper()
 	sqlDB := testdb.Open(t, k)
@@ -86,7 +80,7 @@ func kill(t *testing.T, k testdb.Kind, id int64) {
 
 // Metrics fed by real lock events from real servers.
 func TestMetricsFromRealEvents(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		reg := prometheus.NewRegistry()
 		m, err := NewMetrics(reg)
 		if err != nil {
@@ -212,7 +206,7 @@ func TestMetricsFromRealEvents(t *testing.T) {
 
 // The runnable main, a few rounds against each real server.
 func TestRunRounds(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		t.Cleanup(func() { testdb.AssertNoLeaks(t, k) })
 		job := "prom-run-" + string(k)
 		var stdout, stderr bytes.Buffer

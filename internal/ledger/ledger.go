@@ -68,8 +68,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/go-sql-driver/mysql"
-
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
@@ -289,16 +287,14 @@ func missingColumn(err error) bool {
 	if lockproto.SQLState(err) == "42703" { // undefined_column
 		return true
 	}
-	var me *mysql.MySQLError
-	return errors.As(err, &me) && me.Number == 1054 // ER_BAD_FIELD_ERROR
+	return lockproto.MySQLErrno(err) == 1054 // ER_BAD_FIELD_ERROR
 }
 
 func missingTable(err error) bool {
 	if lockproto.SQLState(err) == "42P01" { // undefined_table
 		return true
 	}
-	var me *mysql.MySQLError
-	return errors.As(err, &me) && me.Number == 1146 // ER_NO_SUCH_TABLE
+	return lockproto.MySQLErrno(err) == 1146 // ER_NO_SUCH_TABLE
 }
 
 // claim claims (ns, job, slot) for owner (see the package doc): ok is false when

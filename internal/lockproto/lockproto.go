@@ -49,8 +49,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-
 	"github.com/ormlock/ormlock"
 )
 
@@ -178,8 +176,7 @@ func statementTimeout(err error) bool {
 	if SQLState(err) == "57014" || errors.Is(err, errGetLockNull) {
 		return true
 	}
-	var me *mysql.MySQLError
-	return errors.As(err, &me) && (me.Number == 1969 || me.Number == 3024)
+	return isMySQLErrno(err, 1969, 3024)
 }
 
 // SQLState returns the SQLSTATE of a server error, or "".

@@ -13,6 +13,7 @@
 //	type Kind string
 //	const Postgres, PgBouncer, MariaDB Kind
 //	func Kinds() []Kind                         // all three, in that order
+//	func ForEachKind(t *testing.T, f func(t *testing.T, k Kind)) // f in a subtest per kind
 //	func (k Kind) Dialect() string              // "postgres" (Postgres, PgBouncer) or "mysql"
 //	func Binaries(k Kind) error                 // nil when the server binaries are installed; else wraps ErrMissingBinaries
 //	var ErrMissingBinaries error
@@ -78,6 +79,8 @@
 // does not use named prepared statements through a transaction-mode pooler.
 package testdb
 
+import "testing"
+
 // Kind names a database server flavour.
 type Kind string
 
@@ -90,6 +93,14 @@ const (
 
 // Kinds returns all kinds: Postgres, PgBouncer, MariaDB.
 func Kinds() []Kind { return []Kind{Postgres, PgBouncer, MariaDB} }
+
+// ForEachKind runs f in a subtest, named after the kind, for each of Kinds.
+func ForEachKind(t *testing.T, f func(t *testing.T, k Kind)) {
+	t.Helper()
+	for _, k := range Kinds() {
+		t.Run(string(k), func(t *testing.T) { f(t, k) })
+	}
+}
 
 // Dialect is "postgres" for Postgres and PgBouncer and "mysql" for MariaDB.
 func (k Kind) Dialect() string {

@@ -1,4 +1,4 @@
-package ormlock_test
+package conformance_test
 
 // Cross-ORM conformance: one suite, written once against a small adapter
 // interface, run for every adapter (gormlock, entlock) on every server
@@ -72,6 +72,13 @@ func (g gormTx) Insert(owner string, n int) error {
 
 func openGorm(t *testing.T, k testdb.Kind) locker {
 	t.Helper()
+	return gormLocker{gormOpen(t, k)}
+}
+
+// gormOpen opens GORM on a new pool to the server of kind k, with the items
+// table migrated; the pool is checked for leaks when the test ends.
+func gormOpen(t *testing.T, k testdb.Kind) *gorm.DB {
+	t.Helper()
 	sqlDB := testdb.Open(t, k)
 	enttest.Migrate(t, k)
 	t.Cleanup(func() { testdb.AssertNoLeaks(t, k, sqlDB) })
@@ -85,7 +92,7 @@ func openGorm(t *testing.T, k testdb.Kind) locker {
 	if err != nil {
 		t.Fatalf("gorm.Open: %v", err)
 	}
-	return gormLocker{db}
+	return db
 }
 
 func (g gormLocker) Transaction(ctx context.Context, key string, fn func(txn) error, opts ...ormlock.Option) error {

@@ -1,0 +1,38 @@
+package lockproto_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/ormlock/ormlock/internal/lockproto"
+)
+
+// MySQLErrno reads the number from the driver's own error type, however
+// deeply wrapped, and nothing from texts that merely resemble it.
+func TestMySQLErrno(t *testing.T) {
+	withState := &mysql.MySQLError{Number: 1146, SQLState: [5]byte{'4', '2', 'S', '0', '2'}, Message: "Table 't' doesn't exist"}
+	noState := &mysql.MySQLError{Number: 1969, Message: "Query execution was interrupted (max_statement_time exceeded)"}
+	for _, c := range []struct {
+		name string
+		err  error
+		want int
+	}{
+		{"nil", nil, 0},
+		{"with SQLSTATE", withState, 1146},
+		{"without SQLSTATE", noState, 1969},
+		{"wrapped", fmt.Errorf("ormlock: ledger: %w", withState), 1146},
+		{"wrapped twice", fmt.Errorf("a: %w", fmt.Errorf("b: %w", noState)), 1969},
+		{"joined", errors.Join(errors.New("other"), fmt.Errorf("x: %w", withState)), 1146},
+		{"multi %w", fmt.Errorf("%w; %w", errors.New("first"), noState), 1969},
+		{"plain text", errors.New("Error in the pipes"), 0},
+		{"number without colon", errors.New("Error 1146"), 0},
+		{"wrapped text only", fmt.Errorf("ormlock: Error 1146: %s", "x"), 0},
+	} {
+		if got := lockproto.MySQLErrno(c.err); got != c.want {
+			t.Errorf("%s: MySQLErrno(%v) = %d, want %d", c.name, c.err, got, c.want)
+		}
+	}
+}
