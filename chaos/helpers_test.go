@@ -23,6 +23,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/keyhash"
 )
@@ -134,7 +135,7 @@ func pgTag(k int64) (classid, objid int64) {
 // when nobody holds it.
 func holderConn(ctx context.Context, dialect string, admin *sql.DB, l lockName) (id int64, ok bool, err error) {
 	if dialect == "postgres" {
-		c, o := pgTag(l.key.Postgres(l.ns).Int64)
+		c, o := pgTag(keys.Postgres(l.key, l.ns).Int64)
 		err = admin.QueryRowContext(ctx, `SELECT pid FROM pg_locks
 WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND classid::int8 = $1 AND objid::int8 = $2
   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, c, o).Scan(&id)
@@ -144,7 +145,7 @@ WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND classid::int8 = $1 
 		return id, err == nil, err
 	}
 	var n sql.NullInt64
-	err = admin.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", l.key.MySQL(l.ns)).Scan(&n)
+	err = admin.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", keys.MySQL(l.key, l.ns)).Scan(&n)
 	return n.Int64, err == nil && n.Valid, err
 }
 
@@ -197,7 +198,7 @@ func lockFree(ctx context.Context, dialect string, admin *sql.DB, l lockName) (b
 			return false, err
 		}
 		defer tx.Rollback()
-		pk := l.key.Postgres(l.ns)
+		pk := keys.Postgres(l.key, l.ns)
 		if pk.IsPair {
 			err = tx.QueryRowContext(ctx, "SELECT pg_try_advisory_xact_lock($1::int4, $2::int4)", pk.ClassID, pk.ObjID).Scan(&ok)
 		} else {
@@ -210,7 +211,7 @@ func lockFree(ctx context.Context, dialect string, admin *sql.DB, l lockName) (b
 		return false, err
 	}
 	defer conn.Close()
-	name := l.key.MySQL(l.ns)
+	name := keys.MySQL(l.key, l.ns)
 	var res sql.NullInt64
 	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0)", name).Scan(&res); err != nil {
 		return false, err

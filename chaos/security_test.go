@@ -12,6 +12,8 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/keyhash"
 )
@@ -96,7 +98,7 @@ func TestInjectionNames(t *testing.T) {
 				if ns != "" && i%2 == 1 {
 					continue // namespaces: every other seed
 				}
-				if ormlock.NewConfig(ormlock.WithNamespace(ns)).Err() != nil {
+				if config.New(ormlock.WithNamespace(ns)).Err() != nil {
 					continue
 				}
 				lock := lockName{key: ormlock.Name(name), ns: ns}
@@ -133,7 +135,7 @@ func TestInjectionNames(t *testing.T) {
 				if ran != 1 || len(rs) != 1 || rs[0].Job != job {
 					t.Fatalf("RunOnce(job %q): ran %d, ledger %+v", job, ran, rs)
 				}
-				mustFree(t, d, admin, lockName{key: ormlock.RunKey(job, slot)})
+				mustFree(t, d, admin, lockName{key: keys.RunKey(job, slot)})
 			}
 		}
 		// "Job" and "job" are two locks on both dialects (MariaDB 10.11
@@ -197,7 +199,7 @@ func TestLedgerTableNameValidated(t *testing.T) {
 		slot := time.Date(2036, 7, 7, 0, 0, 0, 0, time.UTC)
 		for _, bad := range badTables {
 			opt := ormlock.WithLedgerTable(bad)
-			if err := ormlock.NewConfig(opt).Err(); !errors.Is(err, ormlock.ErrInvalidArgument) {
+			if err := config.New(opt).Err(); !errors.Is(err, ormlock.ErrInvalidArgument) {
 				t.Errorf("WithLedgerTable(%q): %v, want ErrInvalidArgument", bad, err)
 			}
 			for _, db := range []*gorm.DB{deadDB, real} {

@@ -13,6 +13,7 @@ import (
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/entlock"
 	"github.com/ormlock/ormlock/internal/enttest/ent"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/keyhash"
 )
@@ -170,7 +171,7 @@ func provokeEnt(t *testing.T, k testdb.Kind, client *ent.Client, verb string, ev
 	job, slot := name, slotAt(int(ev))
 	key := ormlock.Name(name)
 	if strings.HasPrefix(verb, "RunOnce") {
-		key = ormlock.RunKey(job, slot)
+		key = keys.RunKey(job, slot)
 	}
 	var claim []ormlock.Option
 	if verb == "RunOnce claim" {

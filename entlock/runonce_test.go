@@ -17,8 +17,10 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/entlock"
+	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/enttest"
 	"github.com/ormlock/ormlock/internal/enttest/ent"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/keyhash"
 )
@@ -81,7 +83,7 @@ func contend(t *testing.T, k testdb.Kind, slots int, extra ...ormlock.Option) {
 	tbl := ledgerTable(t, k, clients[0])
 	owner := enttest.Owner(t, k)
 	job := "once-" + t.Name()
-	claim := ormlock.NewConfig(extra...).Claim
+	claim := config.New(extra...).Claim
 
 	insideBySlot := make([]atomic.Int64, slots)
 	calls := make([]atomic.Int64, slots)
@@ -190,7 +192,7 @@ func TestRunOnceFailedFnRetries(t *testing.T) {
 		if n := count(t, k, owner); n != 0 {
 			t.Fatalf("work rows after a failed run = %d, want 0", n)
 		}
-		if !rawFree(t, k, ormlock.RunKey(job, slotAt(1)).NameValue()) {
+		if !rawFree(t, k, keys.NameValue(keys.RunKey(job, slotAt(1)))) {
 			t.Fatal("lock still held after a failed run")
 		}
 		// a later trigger retries
@@ -217,7 +219,7 @@ func TestRunOnceFailedFnRetries(t *testing.T) {
 				t.Errorf("error text %q lacks the ormlock: prefix or the job", err)
 			}
 		}
-		if !rawFree(t, k, ormlock.RunKey(job, slotAt(1)).NameValue()) {
+		if !rawFree(t, k, keys.NameValue(keys.RunKey(job, slotAt(1)))) {
 			t.Fatal("lock still held after ErrAlreadyDone")
 		}
 	})
@@ -250,7 +252,7 @@ func TestRunOncePanic(t *testing.T) {
 			if got != "kaboom" {
 				t.Fatalf("claim=%v: recovered %v, want the original panic value", claim, got)
 			}
-			if !rawFree(t, k, ormlock.RunKey(job, slot).NameValue()) {
+			if !rawFree(t, k, keys.NameValue(keys.RunKey(job, slot))) {
 				t.Fatalf("claim=%v: lock still held after panic", claim)
 			}
 		}
@@ -367,7 +369,7 @@ func TestRunOnceClaim(t *testing.T) {
 			fail("fn's write visible during the run (%d rows): fn's tx is not a transaction", n)
 		}
 		// the lock is held by the session connection, which Holder names
-		h, err := entlock.Holder(ctx, client2, ormlock.RunKey(job, slot))
+		h, err := entlock.Holder(ctx, client2, keys.RunKey(job, slot))
 		if err != nil || !h.Held || h.PID == 0 {
 			fail("Holder of the running slot: %v %v", h, err)
 		}
@@ -464,7 +466,7 @@ func TestRunOnceClaimLockLost(t *testing.T) {
 			if err := insert(ctx, tx, owner, 1); err != nil {
 				return err
 			}
-			h, err := entlock.Holder(ctx, client, ormlock.RunKey(job, slot))
+			h, err := entlock.Holder(ctx, client, keys.RunKey(job, slot))
 			if err != nil || !h.Held {
 				return fmt.Errorf("holder: %v %v", h, err)
 			}
@@ -560,7 +562,7 @@ func TestRunOnceOnDriver(t *testing.T) {
 		}
 		for i, mode := range []ormlock.Option{nil, ormlock.WithClaim()} {
 			err := entlock.RunOnce(ctx, drv, job, slotAt(i), func(tx dialect.Tx) error {
-				if rawFree(t, k, ormlock.RunKey(job, slotAt(i)).NameValue()) {
+				if rawFree(t, k, keys.NameValue(keys.RunKey(job, slotAt(i)))) {
 					return errors.New("lock not held")
 				}
 				return tx.Exec(ctx, q, []any{owner, i}, nil)
@@ -736,7 +738,7 @@ func TestRuns(t *testing.T) {
 		}
 		for i, w := range want {
 			r := rs[i]
-			ws := ormlock.NormalizeSlot(slot(w.day))
+			ws := keys.NormalizeSlot(slot(w.day))
 			if r.Job != job || !r.Slot.Equal(ws) || r.Slot.Location() != time.UTC || r.Status != w.status || r.Owner != w.owner || r.Error != w.err {
 				t.Errorf("run %d = %+v, want slot %v %s by %s error %q", i, r, ws, w.status, w.owner, w.err)
 			}
@@ -748,7 +750,7 @@ func TestRuns(t *testing.T) {
 			t.Errorf("claim run that slept 20ms lasted %v by the ledger", rs[0].Duration)
 		}
 		t.Logf("durations: %v %v %v", rs[0].Duration, rs[1].Duration, rs[2].Duration)
-		if rs, err := entlock.Runs(ctx, client, job, 2, opt); err != nil || len(rs) != 2 || !rs[1].Slot.Equal(ormlock.NormalizeSlot(slot(2))) {
+		if rs, err := entlock.Runs(ctx, client, job, 2, opt); err != nil || len(rs) != 2 || !rs[1].Slot.Equal(keys.NormalizeSlot(slot(2))) {
 			t.Fatalf("Runs limit 2 = %+v, %v", rs, err)
 		}
 		if rs, err := entlock.Runs(ctx, client, "never-ran", 5, opt); err != nil || len(rs) != 0 {
@@ -860,12 +862,12 @@ func TestRunOnceObserverAndNamespace(t *testing.T) {
 		tbl := ledgerTable(t, k, setup)
 		client, _ := openEnt(t, k, ormlock.WithNamespace("billing"), ormlock.WithObserver(obs), ormlock.WithLedgerTable(tbl))
 		job := "observed-" + t.Name()
-		name := ormlock.RunKey(job, slotAt(0)).NameValue()
+		name := keys.NameValue(keys.RunKey(job, slotAt(0)))
 		err := entlock.RunOnce(ctx, client, job, slotAt(0), func(*ent.Tx) error {
 			if !rawFree(t, k, name) {
 				return errors.New("the run lock is the RunKey without the namespace")
 			}
-			if h, err := entlock.Holder(ctx, client, ormlock.RunKey(job, slotAt(0))); err != nil || !h.Held {
+			if h, err := entlock.Holder(ctx, client, keys.RunKey(job, slotAt(0))); err != nil || !h.Held {
 				return fmt.Errorf("namespaced RunKey not held: %v %v", h, err)
 			}
 			return nil
@@ -880,7 +882,7 @@ func TestRunOnceObserverAndNamespace(t *testing.T) {
 		defer mu.Unlock()
 		var kinds []string
 		for _, e := range events {
-			if e.Verb != "RunOnce" || e.Namespace != "billing" || e.Key.NameValue() != name {
+			if e.Verb != "RunOnce" || e.Namespace != "billing" || keys.NameValue(e.Key) != name {
 				t.Errorf("event %+v", e)
 			}
 			kinds = append(kinds, e.Kind.String())

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/keyhash"
 )
@@ -194,7 +195,7 @@ func provokeGorm(t *testing.T, k testdb.Kind, db *gorm.DB, verb string, ev ormlo
 	job, slot := name, slotAt(int(ev))
 	key := ormlock.Name(name)
 	if strings.HasPrefix(verb, "RunOnce") {
-		key = ormlock.RunKey(job, slot)
+		key = keys.RunKey(job, slot)
 	}
 	opts := []ormlock.Option{ormlock.WithObserver(obs), ormlock.WithLedgerTable(tbl)}
 	switch ev {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/lockproto"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/keyhash"
@@ -577,7 +578,7 @@ func TestObserverEmitAllocs(t *testing.T) {
 		{"no-op func", nop},
 		{"slog, level disabled", ormlock.SlogObserver(slog.New(slog.DiscardHandler))},
 	} {
-		op, err := lockproto.NewOp(lockproto.Postgres, "Transaction", ormlock.Name("k"), ormlock.NewConfig(ormlock.WithObserver(c.obs)))
+		op, err := lockproto.NewOp(lockproto.Postgres, "Transaction", ormlock.Name("k"), config.New(ormlock.WithObserver(c.obs)))
 		if err != nil {
 			t.Fatal(err)
 		}

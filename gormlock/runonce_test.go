@@ -18,6 +18,8 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/keyhash"
 )
@@ -125,7 +127,7 @@ func contend(t *testing.T, k testdb.Kind, slots int, extra ...ormlock.Option) {
 	work := table(t, k, dbs[0])
 	job := "once-" + t.Name()
 	off := logOffset(t, k)
-	claim := ormlock.NewConfig(extra...).Claim
+	claim := config.New(extra...).Claim
 
 	insideBySlot := make([]atomic.Int64, slots)
 	calls := make([]atomic.Int64, slots)
@@ -265,7 +267,7 @@ func TestRunOnceFailedFnRetries(t *testing.T) {
 		if n := count(t, db, work); n != 0 {
 			t.Fatalf("work rows after a failed run = %d, want 0", n)
 		}
-		if !rawFree(t, k, ormlock.RunKey(job, slotAt(1)).NameValue()) {
+		if !rawFree(t, k, keys.NameValue(keys.RunKey(job, slotAt(1)))) {
 			t.Fatal("lock still held after a failed run")
 		}
 		// a later trigger retries
@@ -313,7 +315,7 @@ func TestRunOncePanic(t *testing.T) {
 			if got != "kaboom" {
 				t.Fatalf("claim=%v: recovered %v, want the original panic value", claim, got)
 			}
-			if !rawFree(t, k, ormlock.RunKey(job, slot).NameValue()) {
+			if !rawFree(t, k, keys.NameValue(keys.RunKey(job, slot))) {
 				t.Fatalf("claim=%v: lock still held after panic", claim)
 			}
 		}
@@ -543,7 +545,7 @@ func TestRunOnceClaimLockLost(t *testing.T) {
 		}()
 		<-inFn
 		start := time.Now()
-		killLockHolder(t, k, ormlock.RunKey(job, slot).NameValue())
+		killLockHolder(t, k, keys.NameValue(keys.RunKey(job, slot)))
 		err := <-result
 		t.Logf("loss reported after %v: %v", time.Since(start).Round(time.Millisecond), err)
 		if !errors.Is(err, ormlock.ErrLockLost) {
@@ -648,7 +650,7 @@ func TestLedgerBadTableNames(t *testing.T) {
 				t.Errorf("Runs with table %q: %v", name, err)
 			}
 		}
-		if err := ormlock.ValidIdentifier("t", strings.Repeat("a", 63)); err != nil {
+		if err := config.ValidIdentifier(ormlock.ErrInvalidArgument, "t", strings.Repeat("a", 63)); err != nil {
 			t.Errorf("63-byte name rejected: %v", err)
 		}
 		// a missing table is reported with a hint
@@ -703,7 +705,7 @@ func TestRuns(t *testing.T) {
 		}
 		for i, w := range want {
 			r := rs[i]
-			ws := ormlock.NormalizeSlot(slot(w.day))
+			ws := keys.NormalizeSlot(slot(w.day))
 			if r.Job != job || !r.Slot.Equal(ws) || r.Slot.Location() != time.UTC || r.Status != w.status || r.Owner != w.owner || r.Error != w.err {
 				t.Errorf("run %d = %+v, want slot %v %s by %s error %q", i, r, ws, w.status, w.owner, w.err)
 			}
@@ -718,7 +720,7 @@ func TestRuns(t *testing.T) {
 			t.Errorf("started %v is not close to now (server clock in UTC?)", rs[0].Started)
 		}
 		t.Logf("durations: %v %v %v", rs[0].Duration, rs[1].Duration, rs[2].Duration)
-		if rs, err := gormlock.Runs(db, job, 2, opt); err != nil || len(rs) != 2 || !rs[1].Slot.Equal(ormlock.NormalizeSlot(slot(2))) {
+		if rs, err := gormlock.Runs(db, job, 2, opt); err != nil || len(rs) != 2 || !rs[1].Slot.Equal(keys.NormalizeSlot(slot(2))) {
 			t.Fatalf("Runs limit 2 = %+v, %v", rs, err)
 		}
 		if rs, err := gormlock.Runs(db, "never-ran", 5, opt); err != nil || len(rs) != 0 {
@@ -790,7 +792,7 @@ func TestRunOnceNested(t *testing.T) {
 				return fmt.Errorf("nested on postgres: %v", err)
 			}
 			// the lock stays with the outer transaction until it ends
-			if rawFree(t, k, ormlock.RunKey(job, slotAt(0)).NameValue()) {
+			if rawFree(t, k, keys.NameValue(keys.RunKey(job, slotAt(0)))) {
 				return errors.New("lock released before the outer transaction ended")
 			}
 			return errOuter
@@ -820,7 +822,7 @@ func TestRunOnceObserverAndNamespace(t *testing.T) {
 		if err := db.Use(gormlock.New(ormlock.WithNamespace("billing"), ormlock.WithObserver(obs), ormlock.WithLedgerTable(tbl))); err != nil {
 			t.Fatal(err)
 		}
-		name := ormlock.RunKey(job, slotAt(0)).NameValue()
+		name := keys.NameValue(keys.RunKey(job, slotAt(0)))
 		err := gormlock.RunOnce(db, job, slotAt(0), func(*gorm.DB) error {
 			if !rawFree(t, k, name) || rawFreeNS(t, k, "billing", name) {
 				return errors.New("the run lock is not the namespaced RunKey")
@@ -837,7 +839,7 @@ func TestRunOnceObserverAndNamespace(t *testing.T) {
 		defer mu.Unlock()
 		var kinds []string
 		for _, e := range events {
-			if e.Verb != "RunOnce" || e.Namespace != "billing" || e.Key.NameValue() != name {
+			if e.Verb != "RunOnce" || e.Namespace != "billing" || keys.NameValue(e.Key) != name {
 				t.Errorf("event %+v", e)
 			}
 			kinds = append(kinds, e.Kind.String())
