@@ -169,25 +169,6 @@ func waitHolder(t testing.TB, dialect string, admin *sql.DB, l lockName) int64 {
 	}
 }
 
-// kill ends a server connection through admin: pg_terminate_backend on
-// PostgreSQL, KILL CONNECTION on MariaDB.
-func kill(t testing.TB, dialect string, admin *sql.DB, id int64) {
-	t.Helper()
-	var err error
-	if dialect == "postgres" {
-		var ok bool
-		err = admin.QueryRow("SELECT pg_terminate_backend($1)", id).Scan(&ok)
-		if err == nil && !ok {
-			err = fmt.Errorf("pg_terminate_backend(%d) returned false", id)
-		}
-	} else {
-		_, err = admin.Exec(fmt.Sprintf("KILL CONNECTION %d", id))
-	}
-	if err != nil {
-		t.Fatalf("kill connection %d: %v", id, err)
-	}
-}
-
 // lockFree reports whether hand-written SQL through admin can take the lock
 // l right now; it releases it at once.
 func lockFree(ctx context.Context, dialect string, admin *sql.DB, l lockName) (bool, error) {

@@ -36,7 +36,7 @@ func killMidFn(t *testing.T, dialect string, admin *sql.DB, lock lockName,
 		t.Fatal("fn did not start within 30s")
 	}
 	id := waitHolder(t, dialect, admin, lock)
-	kill(t, dialect, admin, id)
+	testdb.KillOn(t, dialect, admin, id)
 	at := time.Now()
 	close(killed)
 	select {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"os"
-	"sync"
 	"testing"
 
 	entsql "entgo.io/ent/dialect/sql"
@@ -53,24 +52,6 @@ func count(t *testing.T, k testdb.Kind, owner string) int {
 // insert writes one item in tx.
 func insert(ctx context.Context, tx *ent.Tx, owner string, n int) error {
 	return tx.Item.Create().SetOwner(owner).SetN(n).Exec(ctx)
-}
-
-// recorder is an observer that records event kinds.
-type recorder struct {
-	mu    sync.Mutex
-	kinds []ormlock.EventKind
-}
-
-func (r *recorder) Observe(_ context.Context, e ormlock.Event) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.kinds = append(r.kinds, e.Kind)
-}
-
-func (r *recorder) events() []ormlock.EventKind {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]ormlock.EventKind(nil), r.kinds...)
 }
 
 // openDriver is openEnt that also returns the wrapper, for calls that take

@@ -139,7 +139,7 @@ func TestHolderSession(t *testing.T) {
 			if err != nil || own == h.PID {
 				return fmt.Errorf("fn's connection %d vs holder %d: %v", own, h.PID, err)
 			}
-			kill(t, k, h.PID)
+			testdb.Kill(t, k, h.PID)
 			select {
 			case <-ctx.Done():
 				return ctx.Err()

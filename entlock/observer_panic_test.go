@@ -204,7 +204,7 @@ func provokeEnt(t *testing.T, k testdb.Kind, client *ent.Client, verb string, ev
 			if err != nil || !h.Held {
 				return fmt.Errorf("holder: %v %v", h, err)
 			}
-			kill(t, k, h.PID)
+			testdb.Kill(t, k, h.PID)
 			if ev == ormlock.EventReleaseFailed { // no keepalive check: the release finds it
 				return waitGone(t, k, h.PID)
 			}

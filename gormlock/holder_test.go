@@ -222,7 +222,7 @@ func TestHolderSession(t *testing.T) {
 			}
 			// the reported connection is the one that holds the lock: end
 			// it and the Session loses its lock
-			obsKill(t, k, h.PID)
+			testdb.Kill(t, k, h.PID)
 			select {
 			case <-ctx.Done():
 				return ctx.Err()

@@ -224,9 +224,9 @@ func provokeGorm(t *testing.T, k testdb.Kind, db *gorm.DB, verb string, ev ormlo
 			if err != nil || !h.Held {
 				return fmt.Errorf("holder: %v %v", h, err)
 			}
-			obsKill(t, k, h.PID)
+			testdb.Kill(t, k, h.PID)
 			if ev == ormlock.EventReleaseFailed { // no keepalive check: the release finds it
-				obsWaitGone(t, k, h.PID)
+				testdb.WaitGone(t, k, h.PID)
 				return nil
 			}
 			select {

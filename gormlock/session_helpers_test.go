@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -150,48 +149,6 @@ func lockConn(t *testing.T, dialect string, admin *sql.DB, name string) lockBack
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("nobody holds %q", name)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// killConn ends a server connection from admin: pg_terminate_backend on
-// PostgreSQL, KILL CONNECTION on MariaDB.
-func killConn(t *testing.T, dialect string, admin *sql.DB, id int64) {
-	t.Helper()
-	var err error
-	if dialect == "postgres" {
-		var ok bool
-		err = admin.QueryRow("SELECT pg_terminate_backend($1)", id).Scan(&ok)
-		if err == nil && !ok {
-			err = fmt.Errorf("pg_terminate_backend(%d) returned false", id)
-		}
-	} else {
-		_, err = admin.Exec(fmt.Sprintf("KILL CONNECTION %d", id))
-	}
-	if err != nil {
-		t.Fatalf("kill connection %d: %v", id, err)
-	}
-}
-
-// waitConnGone waits up to 10s until the server connection id has ended.
-func waitConnGone(t *testing.T, dialect string, admin *sql.DB, id int64) {
-	t.Helper()
-	q := "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?"
-	if dialect == "postgres" {
-		q = "SELECT COUNT(*) FROM pg_stat_activity WHERE pid = $1"
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var n int
-		if err := admin.QueryRow(q, id).Scan(&n); err != nil {
-			t.Fatalf("look for connection %d: %v", id, err)
-		}
-		if n == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("connection %d still open after 10s", id)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,122 +18,6 @@ import (
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/keyhash"
 )
-
-func TestTransactionMutualExclusion(t *testing.T) {
-	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		const instances, rounds = 3, 100
-		dbs := make([]*gorm.DB, instances)
-		for i := range dbs {
-			dbs[i], _ = openGorm(t, k)
-		}
-		key := "mutex-" + t.Name()
-		var inside, maxInside, wins, losses atomic.Int64
-		for r := 0; r < rounds; r++ {
-			var wg sync.WaitGroup
-			start := make(chan struct{})
-			errs := make([]error, instances)
-			for i, db := range dbs {
-				wg.Go(func() {
-					<-start
-					errs[i] = gormlock.Transaction(db, key, func(tx *gorm.DB) error {
-						n := inside.Add(1)
-						defer inside.Add(-1)
-						for {
-							m := maxInside.Load()
-							if n <= m || maxInside.CompareAndSwap(m, n) {
-								break
-							}
-						}
-						time.Sleep(time.Millisecond)
-						return tx.Exec("SELECT 1").Error
-					})
-				})
-			}
-			close(start)
-			wg.Wait()
-			roundWins := 0
-			for _, err := range errs {
-				switch {
-				case err == nil:
-					roundWins++
-					wins.Add(1)
-				case errors.Is(err, ormlock.ErrNotAcquired):
-					losses.Add(1)
-				default:
-					t.Fatalf("round %d: unexpected error: %v", r, err)
-				}
-			}
-			if roundWins == 0 {
-				t.Fatalf("round %d: nobody acquired a free lock", r)
-			}
-		}
-		if got := maxInside.Load(); got != 1 {
-			t.Fatalf("max holders inside fn at once = %d, want 1", got)
-		}
-		if losses.Load() == 0 {
-			t.Fatalf("no contention seen in %d rounds (wins %d): the test did not exercise exclusion", rounds, wins.Load())
-		}
-		t.Logf("%d rounds: %d wins, %d ErrNotAcquired", rounds, wins.Load(), losses.Load())
-	})
-}
-
-func TestTransactionFnErrorRollsBack(t *testing.T) {
-	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db, _ := openGorm(t, k)
-		tbl := table(t, k, db)
-		key := "fnerr-" + t.Name()
-		boom := errors.New("boom")
-		err := gormlock.Transaction(db, key, func(tx *gorm.DB) error {
-			if err := tx.Exec("INSERT INTO " + tbl + " (id, note) VALUES (1, 'x')").Error; err != nil {
-				return err
-			}
-			return boom
-		})
-		if err != boom {
-			t.Fatalf("err = %v, want fn's error unchanged", err)
-		}
-		if n := count(t, db, tbl); n != 0 {
-			t.Fatalf("rows after failed fn = %d, want 0 (rolled back)", n)
-		}
-		if !rawFree(t, k, key) {
-			t.Fatal("lock still held after fn error")
-		}
-		// and a successful run commits
-		if err := gormlock.Transaction(db, key, func(tx *gorm.DB) error {
-			return tx.Exec("INSERT INTO " + tbl + " (id, note) VALUES (2, 'y')").Error
-		}); err != nil {
-			t.Fatal(err)
-		}
-		if n := count(t, db, tbl); n != 1 {
-			t.Fatalf("rows after success = %d, want 1", n)
-		}
-	})
-}
-
-func TestTransactionPanic(t *testing.T) {
-	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db, _ := openGorm(t, k)
-		tbl := table(t, k, db)
-		key := "panic-" + t.Name()
-		var got any
-		func() {
-			defer func() { got = recover() }()
-			_ = gormlock.Transaction(db, key, func(tx *gorm.DB) error {
-				tx.Exec("INSERT INTO " + tbl + " (id, note) VALUES (1, 'x')")
-				panic("kaboom")
-			})
-		}()
-		if got != "kaboom" {
-			t.Fatalf("recovered %v, want the original panic value", got)
-		}
-		if n := count(t, db, tbl); n != 0 {
-			t.Fatalf("rows after panic = %d, want 0", n)
-		}
-		if !rawFree(t, k, key) {
-			t.Fatal("lock still held after panic")
-		}
-	})
-}
 
 func TestTransactionHeldElsewhere(t *testing.T) {
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {

@@ -67,17 +67,6 @@ func histCount(t *testing.T, reg prometheus.Gatherer, name, lock string) uint64 
 	return 0
 }
 
-func kill(t *testing.T, k testdb.Kind, id int64) {
-	t.Helper()
-	q := fmt.Sprintf("KILL CONNECTION %d", id)
-	if k.Dialect() == "postgres" {
-		q = fmt.Sprintf("SELECT pg_terminate_backend(%d)", id)
-	}
-	if _, err := testdb.AdminDB(t, k).Exec(q); err != nil {
-		t.Fatalf("%s: %v", q, err)
-	}
-}
-
 // Metrics fed by real lock events from real servers.
 func TestMetricsFromRealEvents(t *testing.T) {
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
@@ -151,7 +140,7 @@ func TestMetricsFromRealEvents(t *testing.T) {
 				return fmt.Errorf("holder %v: %v", h, err)
 			}
 			t.Logf("killing the Session's lock connection: %s", h)
-			kill(t, k, h.PID)
+			testdb.Kill(t, k, h.PID)
 			select {
 			case <-ctx.Done():
 				return ctx.Err()

@@ -327,6 +327,9 @@ func TestConformanceFnError(t *testing.T) {
 		if n := enttest.Count(t, k, owner); n != 1 {
 			t.Fatalf("%d rows after commit, want 1", n)
 		}
+		if !free(t, k, key) {
+			t.Fatal("lock held after commit")
+		}
 	})
 }
 

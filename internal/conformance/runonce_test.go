@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,7 +18,6 @@ import (
 	"github.com/ormlock/ormlock/internal/enttest"
 	"github.com/ormlock/ormlock/internal/enttest/ent"
 	"github.com/ormlock/ormlock/internal/testdb"
-	"github.com/ormlock/ormlock/keyhash"
 )
 
 // slotAt returns a distinct, deterministic slot per index.
@@ -35,16 +35,162 @@ func maxOf(m *atomic.Int64, n int64) {
 	}
 }
 
-// ledgerTable creates the test's own ledger table with entlock.Migrate and
-// drops it after the test.
-func ledgerTable(t *testing.T, k testdb.Kind, client *ent.Client) string {
-	t.Helper()
-	name := fmt.Sprintf("c_%016x", uint64(keyhash.Int64(t.Name())))
-	t.Cleanup(func() { _, _ = testdb.AdminDB(t, k).Exec("DROP TABLE IF EXISTS " + name) })
-	if err := entlock.Migrate(context.Background(), client, ormlock.WithLedgerTable(name)); err != nil {
-		t.Fatalf("Migrate(%s): %v", name, err)
+// contend runs RunOnce on three instances of adapter a (three pools) for
+// each of slots slots, the instances of a slot released together, and checks
+// that exactly one run per slot committed, that fn never ran twice at once,
+// and (PostgreSQL) that no duplicate-key error reached the server log.
+func contend(t *testing.T, a adapter, k testdb.Kind, slots int, extra ...ormlock.Option) {
+	const instances = 3
+	ctx := context.Background()
+	rs := make([]runner, instances)
+	for i := range rs {
+		rs[i] = openRunner(t, a, k)
 	}
-	return name
+	tbl := ledgerTable(t, k, rs[0])
+	owner := enttest.Owner(t, k)
+	job := "once-" + t.Name()
+	off := testdb.LogOffset(t, k)
+
+	insideBySlot := make([]atomic.Int64, slots)
+	calls := make([]atomic.Int64, slots)
+	var maxInside, notAcquired, alreadyDone atomic.Int64
+	start := time.Now()
+	for s := range slots {
+		slot := slotAt(s)
+		barrier := make(chan struct{})
+		errs := make([]error, instances)
+		var wg sync.WaitGroup
+		for i, r := range rs {
+			opts := append([]ormlock.Option{ormlock.WithLedgerTable(tbl), ormlock.WithOwner(fmt.Sprintf("instance-%d", i))}, extra...)
+			if s%2 == 1 {
+				// half the slots wait for the lock: the losers then find the
+				// slot done
+				opts = append(opts, ormlock.WithWait(20*time.Second))
+			}
+			wg.Go(func() {
+				<-barrier
+				errs[i] = r.RunOnce(ctx, job, slot, func(tx txn) error {
+					maxOf(&maxInside, insideBySlot[s].Add(1))
+					defer insideBySlot[s].Add(-1)
+					calls[s].Add(1)
+					time.Sleep(2 * time.Millisecond)
+					return tx.Insert(owner, s)
+				}, opts...)
+			})
+		}
+		close(barrier)
+		wg.Wait()
+		wins := 0
+		for i, err := range errs {
+			switch {
+			case err == nil:
+				wins++
+			case errors.Is(err, ormlock.ErrNotAcquired):
+				notAcquired.Add(1)
+			case errors.Is(err, ormlock.ErrAlreadyDone):
+				alreadyDone.Add(1)
+			default:
+				t.Fatalf("slot %d, instance %d: unexpected error: %v", s, i, err)
+			}
+		}
+		if wins != 1 {
+			t.Fatalf("slot %d: %d instances ran it, want exactly 1 (errors %v)", s, wins, errs)
+		}
+	}
+	elapsed := time.Since(start)
+
+	if got := maxInside.Load(); got != 1 {
+		t.Fatalf("max fn calls inside one slot at once = %d, want 1", got)
+	}
+	for s := range slots {
+		if n := calls[s].Load(); n != 1 {
+			t.Fatalf("slot %d: fn called %d times, want 1", s, n)
+		}
+	}
+	if n := enttest.Count(t, k, owner); n != slots {
+		t.Fatalf("committed work rows = %d, want %d", n, slots)
+	}
+	ledger := runsOf(t, rs[2], tbl, job)
+	if len(ledger) != slots {
+		t.Fatalf("ledger rows = %d, want %d", len(ledger), slots)
+	}
+	for _, r := range ledger {
+		if r.Status != ormlock.RunDone || r.Finished.IsZero() || r.Error != "" || !strings.HasPrefix(r.Owner, "instance-") {
+			t.Fatalf("ledger row %+v, want done by an instance", r)
+		}
+	}
+	if alreadyDone.Load() == 0 {
+		t.Errorf("no ErrAlreadyDone seen: the waiting losers did not exercise the ledger")
+	}
+	testdb.AssertNoDuplicateKeyLogged(t, k, off)
+	t.Logf("%d slots x %d instances in %v: %d ErrNotAcquired, %d ErrAlreadyDone",
+		slots, instances, elapsed.Round(time.Millisecond), notAcquired.Load(), alreadyDone.Load())
+}
+
+func TestConformanceRunOnceExactlyOncePerSlot(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) { contend(t, a, k, 50) })
+}
+
+func TestConformanceRunOnceClaimExactlyOncePerSlot(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) { contend(t, a, k, 20, ormlock.WithClaim()) })
+}
+
+// A failed fn leaves no row and no work, and a later trigger retries; a done
+// slot is ErrAlreadyDone in either mode, without calling fn.
+func TestConformanceRunOnceFailedFnRetries(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		ctx := context.Background()
+		r := openRunner(t, a, k)
+		tbl := ledgerTable(t, k, r)
+		owner := enttest.Owner(t, k)
+		job := "retry-" + t.Name()
+		opt := ormlock.WithLedgerTable(tbl)
+		lock := ormlock.RunKey(job, slotAt(1))
+		boom := errors.New("boom")
+		err := r.RunOnce(ctx, job, slotAt(1), func(tx txn) error {
+			if err := tx.Insert(owner, 1); err != nil {
+				return err
+			}
+			return boom
+		}, opt)
+		if err != boom {
+			t.Fatalf("err = %v, want fn's error unchanged", err)
+		}
+		if rs := runsOf(t, r, tbl, job); len(rs) != 0 {
+			t.Fatalf("ledger after a failed run: %+v, want no row", rs)
+		}
+		if n := enttest.Count(t, k, owner); n != 0 {
+			t.Fatalf("work rows after a failed run = %d, want 0", n)
+		}
+		if !free(t, k, lock.String()) {
+			t.Fatal("lock still held after a failed run")
+		}
+		// a later trigger retries
+		if err := r.RunOnce(ctx, job, slotAt(1), func(tx txn) error { return tx.Insert(owner, 1) }, opt); err != nil {
+			t.Fatalf("retry: %v", err)
+		}
+		rs := runsOf(t, r, tbl, job)
+		if len(rs) != 1 || rs[0].Status != ormlock.RunDone || !rs[0].Slot.Equal(slotAt(1)) || rs[0].Job != job {
+			t.Fatalf("ledger after retry: %+v", rs)
+		}
+		if n := enttest.Count(t, k, owner); n != 1 {
+			t.Fatalf("work rows after retry = %d, want 1", n)
+		}
+		// already done, in either mode
+		for _, mode := range []ormlock.Option{nil, ormlock.WithClaim()} {
+			called := false
+			err = r.RunOnce(ctx, job, slotAt(1), func(txn) error { called = true; return nil }, opt, mode)
+			if !errors.Is(err, ormlock.ErrAlreadyDone) || called {
+				t.Fatalf("claim=%v: again: err=%v called=%v, want ErrAlreadyDone without calling fn", mode != nil, err, called)
+			}
+			if !strings.HasPrefix(err.Error(), "ormlock: ") || !strings.Contains(err.Error(), job) {
+				t.Errorf("error text %q lacks the ormlock: prefix or the job", err)
+			}
+		}
+		if !free(t, k, lock.String()) {
+			t.Fatal("lock still held after ErrAlreadyDone")
+		}
+	})
 }
 
 // gormlock.RunOnce and entlock.RunOnce share the lock and the ledger: for
@@ -54,7 +200,7 @@ func TestRunOnceCrossORM(t *testing.T) {
 		ctx := context.Background()
 		client, _ := enttest.Open(t, k)
 		gdb := gormOpen(t, k)
-		tbl := ledgerTable(t, k, client)
+		tbl := ledgerTable(t, k, entLocker{client})
 		if err := gormlock.Migrate(gdb, ormlock.WithLedgerTable(tbl)); err != nil {
 			t.Fatalf("gormlock.Migrate on entlock's table: %v", err)
 		}

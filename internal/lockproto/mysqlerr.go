@@ -43,7 +43,12 @@ func errnoOf(text string) int {
 	for i < len(rest) && i < 6 && rest[i] >= '0' && rest[i] <= '9' {
 		i++
 	}
-	if i == 0 || i == len(rest) || (rest[i] != ':' && rest[i] != ' ') {
+	if i == 0 {
+		return 0
+	}
+	tail := rest[i:]
+	// "Error 1146: ..." or "Error 1146 (42S02): ..." (a five-character SQLSTATE)
+	if !strings.HasPrefix(tail, ":") && !(len(tail) >= 9 && tail[0:2] == " (" && tail[7:9] == "):") {
 		return 0
 	}
 	n, err := strconv.Atoi(rest[:i])

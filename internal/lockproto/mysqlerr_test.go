@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
@@ -28,11 +29,35 @@ func TestMySQLErrno(t *testing.T) {
 		{"joined", errors.Join(errors.New("other"), fmt.Errorf("x: %w", withState)), 1146},
 		{"multi %w", fmt.Errorf("%w; %w", errors.New("first"), noState), 1969},
 		{"plain text", errors.New("Error in the pipes"), 0},
+		{"number then words", errors.New("Error 1146 in the text only"), 0},
+		{"bad SQLSTATE", errors.New("Error 1146 (42S0): x"), 0},
 		{"number without colon", errors.New("Error 1146"), 0},
 		{"wrapped text only", fmt.Errorf("ormlock: Error 1146: %s", "x"), 0},
 	} {
 		if got := lockproto.MySQLErrno(c.err); got != c.want {
 			t.Errorf("%s: MySQLErrno(%v) = %d, want %d", c.name, c.err, got, c.want)
+		}
+	}
+}
+
+// A server's statement timeout is recognised on every dialect: PostgreSQL's
+// query_canceled, MariaDB's max_statement_time, MySQL's max_execution_time;
+// other errors are not.
+func TestStatementTimeout(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{&pgconn.PgError{Code: "57014"}, true},
+		{fmt.Errorf("x: %w", &pgconn.PgError{Code: "57014"}), true},
+		{&pgconn.PgError{Code: "55P03"}, false},
+		{&mysql.MySQLError{Number: 1969}, true},
+		{fmt.Errorf("x: %w", &mysql.MySQLError{Number: 3024}), true},
+		{&mysql.MySQLError{Number: 1205}, false},
+		{errors.New("timeout"), false},
+	} {
+		if got := lockproto.StatementTimeout(c.err); got != c.want {
+			t.Errorf("StatementTimeout(%v) = %v, want %v", c.err, got, c.want)
 		}
 	}
 }
