@@ -78,8 +78,8 @@ const (
 	// room for every name ormlock derives itself (a RunOnce lock name for
 	// the longest job name is 808 bytes). A name, which errors and observer
 	// events carry, stays bounded; a longer one is [ErrInvalidKey].
-	MaxNameLen = keys.MaxNameLen
+	MaxNameLen = 1024
 	// MaxNamespaceLen is the longest namespace [WithNamespace] accepts:
 	// it must fit the RunOnce ledger's namespace column.
-	MaxNamespaceLen = keys.MaxNamespaceLen
+	MaxNamespaceLen = 128
 )

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 	_ "time/tzdata" // zone data for the DST tests, whatever the machine has
 
 	entsql "entgo.io/ent/dialect/sql"
@@ -14,7 +13,6 @@ import (
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/entlock"
 	"github.com/ormlock/ormlock/internal/enttest/ent"
-	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
@@ -126,69 +124,6 @@ func TestLedgerBadTableNames(t *testing.T) {
 		}
 		if _, err := entlock.Runs(ctx, live, "j", 1, ormlock.WithLedgerTable("no_such_ledger")); err == nil || !strings.Contains(err.Error(), "create it with Migrate") {
 			t.Errorf("Runs on a missing table: %v", err)
-		}
-	})
-}
-
-func TestRuns(t *testing.T) {
-	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		ctx := context.Background()
-		client, _ := openEnt(t, k)
-		tbl := ledgerTable(t, k, client)
-		job := "audit-" + t.Name()
-		opt := ormlock.WithLedgerTable(tbl)
-		berlin, err := time.LoadLocation("Europe/Berlin")
-		if err != nil {
-			t.Skip(err)
-		}
-		// slots given in Berlin time, with nanoseconds: stored as the UTC
-		// instant, truncated to microseconds; run out of order
-		slot := func(day int) time.Time { return time.Date(2031, 3, day, 0, 0, 0, 123456789, berlin) }
-		if err := entlock.RunOnce(ctx, client, job, slot(3), func(*ent.Tx) error { time.Sleep(20 * time.Millisecond); return nil }, opt, ormlock.WithClaim(), ormlock.WithOwner("c")); err != nil {
-			t.Fatal(err)
-		}
-		if err := entlock.RunOnce(ctx, client, job, slot(1), func(*ent.Tx) error { return nil }, opt, ormlock.WithOwner("a")); err != nil {
-			t.Fatal(err)
-		}
-		if err := entlock.RunOnce(ctx, client, job, slot(2), func(*ent.Tx) error { return errors.New("disk full") }, opt, ormlock.WithClaim(), ormlock.WithOwner("b")); err == nil {
-			t.Fatal("want fn's error")
-		}
-		// another job's run is not listed
-		if err := entlock.RunOnce(ctx, client, job+"-other", slot(4), func(*ent.Tx) error { return nil }, opt); err != nil {
-			t.Fatal(err)
-		}
-		rs, err := entlock.Runs(ctx, client, job, 10, opt)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := []struct {
-			day    int
-			status ormlock.RunStatus
-			owner  string
-			err    string
-		}{{3, ormlock.RunDone, "c", ""}, {2, ormlock.RunFailed, "b", "disk full"}, {1, ormlock.RunDone, "a", ""}}
-		if len(rs) != len(want) {
-			t.Fatalf("Runs = %+v, want %d rows", rs, len(want))
-		}
-		for i, w := range want {
-			r := rs[i]
-			ws := keys.NormalizeSlot(slot(w.day))
-			if r.Job != job || !r.Slot.Equal(ws) || r.Slot.Location() != time.UTC || r.Status != w.status || r.Owner != w.owner || r.Error != w.err {
-				t.Errorf("run %d = %+v, want slot %v %s by %s error %q", i, r, ws, w.status, w.owner, w.err)
-			}
-			if r.Started.IsZero() || r.Finished.Before(r.Started) || r.Duration != r.Finished.Sub(r.Started) || r.Started.Location() != time.UTC {
-				t.Errorf("run %d times: started %v finished %v duration %v", i, r.Started, r.Finished, r.Duration)
-			}
-		}
-		if rs[0].Duration < 10*time.Millisecond {
-			t.Errorf("claim run that slept 20ms lasted %v by the ledger", rs[0].Duration)
-		}
-		t.Logf("durations: %v %v %v", rs[0].Duration, rs[1].Duration, rs[2].Duration)
-		if rs, err := entlock.Runs(ctx, client, job, 2, opt); err != nil || len(rs) != 2 || !rs[1].Slot.Equal(keys.NormalizeSlot(slot(2))) {
-			t.Fatalf("Runs limit 2 = %+v, %v", rs, err)
-		}
-		if rs, err := entlock.Runs(ctx, client, "never-ran", 5, opt); err != nil || len(rs) != 0 {
-			t.Fatalf("Runs of an unknown job = %+v, %v", rs, err)
 		}
 	})
 }

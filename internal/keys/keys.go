@@ -91,7 +91,7 @@ func (k Key) Validate() error {
 
 // Length limits of names and namespaces, in bytes of UTF-8.
 const (
-	// MaxNameLen is ormlock.MaxNameLen.
+	// MaxNameLen is ormlock.MaxNameLen (TestLimitsAgree keeps them equal).
 	MaxNameLen = 1024
 	// MaxNamespaceLen is ormlock.MaxNamespaceLen.
 	MaxNamespaceLen = 128

@@ -139,3 +139,14 @@ func TestRunKey(t *testing.T) {
 		t.Fatalf("NormalizeSlot = %v", got)
 	}
 }
+
+// The root package states the limits as literals, for its documentation;
+// they must be the ones the keys enforce.
+func TestLimitsAgree(t *testing.T) {
+	if keys.MaxNameLen != ormlock.MaxNameLen || keys.MaxNamespaceLen != ormlock.MaxNamespaceLen {
+		t.Fatalf("keys %d/%d, ormlock %d/%d", keys.MaxNameLen, keys.MaxNamespaceLen, ormlock.MaxNameLen, ormlock.MaxNamespaceLen)
+	}
+	if keys.ErrInvalidKey != ormlock.ErrInvalidKey {
+		t.Fatal("ErrInvalidKey differs")
+	}
+}

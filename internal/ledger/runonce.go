@@ -144,7 +144,7 @@ func (r *Run) runClaimed(ctx, lctx context.Context, db *sql.DB, started time.Tim
 	}
 	if werr := r.finishDetached(ctx, db, started, status, text); werr != nil {
 		if ferr != nil {
-			return errors.Join(ferr, werr)
+			return lockproto.Join(ferr, werr)
 		}
 		return werr
 	}

@@ -169,7 +169,7 @@ func (o *Op) notAcquired(ctx context.Context, cause error) error {
 // it is a not-acquired outcome that also matches the context error.
 func (o *Op) failed(ctx context.Context, err error) error {
 	if cerr := ctxErr(ctx); cerr != nil {
-		return o.notAcquired(ctx, errors.Join(cerr, err))
+		return o.notAcquired(ctx, Join(cerr, err))
 	}
 	if statementTimeout(err) {
 		// the server's own statement timeout ended the lock wait: the
