@@ -3,7 +3,6 @@ package gormlock_test
 import (
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	_ "time/tzdata" // zone data for the DST tests, whatever the machine has
 
@@ -15,34 +14,11 @@ import (
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
-func TestMigrate(t *testing.T) {
+// The plugin's ledger table applies to Migrate, RunOnce and Runs (Migrate
+// itself is in internal/conformance).
+func TestMigratePluginTable(t *testing.T) {
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
-		name := "m_" + keyhashHex(t.Name())
-		t.Cleanup(func() { _, _ = testdb.AdminDB(t, k).Exec("DROP TABLE IF EXISTS " + name) })
-		off := testdb.LogOffset(t, k)
-		// replicas starting together: concurrent and repeated Migrate calls
-		var wg sync.WaitGroup
-		errs := make([]error, 4)
-		for i := range errs {
-			other, _ := openGorm(t, k)
-			wg.Go(func() { errs[i] = gormlock.Migrate(other, ormlock.WithLedgerTable(name)) })
-		}
-		wg.Wait()
-		for i, err := range errs {
-			if err != nil {
-				t.Fatalf("concurrent Migrate %d: %v", i, err)
-			}
-		}
-		if err := gormlock.Migrate(db, ormlock.WithLedgerTable(name)); err != nil {
-			t.Fatalf("Migrate again: %v", err)
-		}
-		testdb.AssertNoDuplicateKeyLogged(t, k, off)
-		if !tableExists(t, k, name) {
-			t.Fatalf("table %s not created", name)
-		}
-
-		// the plugin's ledger table applies to Migrate, RunOnce and Runs
 		pname := "p_" + keyhashHex(t.Name())
 		t.Cleanup(func() { _, _ = testdb.AdminDB(t, k).Exec("DROP TABLE IF EXISTS " + pname) })
 		pdb, _ := openGorm(t, k)
@@ -63,19 +39,6 @@ func TestMigrate(t *testing.T) {
 			t.Fatalf("row not in the plugin's table: %v", rs)
 		}
 	})
-}
-
-func tableExists(t *testing.T, k testdb.Kind, name string) bool {
-	t.Helper()
-	var n int
-	q := "SELECT count(*) FROM information_schema.tables WHERE table_name = $1"
-	if k.Dialect() == "mysql" {
-		q = "SELECT count(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?"
-	}
-	if err := testdb.AdminDB(t, k).QueryRow(q, name).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n > 0
 }
 
 func TestLedgerBadTableNames(t *testing.T) {

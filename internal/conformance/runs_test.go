@@ -3,12 +3,15 @@ package conformance_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/keyhash"
 )
 
 // Runs lists a job's runs, newest slot first, with their outcome, owner,
@@ -81,6 +84,45 @@ func TestConformanceRuns(t *testing.T) {
 		}
 		if _, err := r.Runs(ctx, "", 5, opt); !errors.Is(err, ormlock.ErrInvalidArgument) {
 			t.Errorf("empty job: %v", err)
+		}
+	})
+}
+
+// Replicas starting together: concurrent and repeated Migrate calls all
+// succeed, provoke no duplicate-key error in the server log, create the
+// table, and leave Migrate's own lock free.
+func TestConformanceMigrateConcurrent(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		ctx := context.Background()
+		name := fmt.Sprintf("m_%016x", uint64(keyhash.Int64(t.Name())))
+		t.Cleanup(func() { _, _ = testdb.AdminDB(t, k).Exec("DROP TABLE IF EXISTS " + name) })
+		off := testdb.LogOffset(t, k)
+		var wg sync.WaitGroup
+		errs := make([]error, 4)
+		for i := range errs {
+			other := openRunner(t, a, k)
+			wg.Go(func() { errs[i] = other.Migrate(ctx, ormlock.WithLedgerTable(name)) })
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("concurrent Migrate %d: %v", i, err)
+			}
+		}
+		if err := openRunner(t, a, k).Migrate(ctx, ormlock.WithLedgerTable(name)); err != nil {
+			t.Fatalf("Migrate again: %v", err)
+		}
+		testdb.AssertNoDuplicateKeyLogged(t, k, off)
+		var n int
+		q := "SELECT count(*) FROM information_schema.tables WHERE table_name = $1"
+		if k.Dialect() == "mysql" {
+			q = "SELECT count(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?"
+		}
+		if err := testdb.AdminDB(t, k).QueryRow(q, name).Scan(&n); err != nil || n == 0 {
+			t.Fatalf("table %s not created (%d, %v)", name, n, err)
+		}
+		if !free(t, k, "ormlock.migrate:"+name) {
+			t.Fatal("Migrate's lock still held")
 		}
 	})
 }
