@@ -406,25 +406,6 @@ func (s stats) String() string {
 	return fmt.Sprintf("n=%d min=%v median=%v max=%v", len(c), r(c[0]), r(c[len(c)/2]), r(c[len(c)-1]))
 }
 
-// checkGoroutines fails the test if it leaves a goroutine behind. Call it
-// first in a test (before opening pools or starting servers), so that its
-// check runs after every other cleanup. The shared admin pools of the kinds
-// named live for the whole test binary; they are opened before the snapshot
-// and their connection cleaner and driver watchers are ignored. Tests that
-// use it do not call t.Parallel.
-func checkGoroutines(t *testing.T, kinds ...testdb.Kind) {
-	t.Helper()
-	for _, k := range kinds {
-		testdb.AdminDB(t, k)
-	}
-	opts := []goleak.Option{
-		goleak.IgnoreCurrent(),
-		goleak.IgnoreAnyFunction("database/sql.(*DB).connectionCleaner"),
-		goleak.IgnoreAnyFunction("github.com/go-sql-driver/mysql.(*mysqlConn).startWatcher.func1"),
-	}
-	t.Cleanup(func() { goleak.VerifyNone(t, opts...) })
-}
-
 // skipOrFail skips the test for missing server binaries, except under CI,
 // where it fails: CI never passes by skipping.
 func skipOrFail(t testing.TB, err error) {

@@ -21,12 +21,12 @@ import (
 // within two keepalive intervals; Session reports the loss even though fn
 // returns ctx.Err().
 func TestSessionLockLost(t *testing.T) {
-	checkGoroutines(t)
+	testdb.CheckGoroutines(t)
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		admin := testdb.AdminDB(t, k)
 		key := "s-lost-" + t.Name()
-		var ev events
+		var ev testdb.Recorder
 		var detected time.Duration
 		var cause error
 		var lockID int64
@@ -50,8 +50,8 @@ func TestSessionLockLost(t *testing.T) {
 		if detected > lossBound {
 			t.Errorf("loss seen after %v, want within %v (two intervals plus slack)", detected, lossBound)
 		}
-		if !ev.has(ormlock.EventLockLost) {
-			t.Errorf("events = %v, want lock_lost", ev.kinds())
+		if ev.Count(ormlock.EventLockLost) == 0 {
+			t.Errorf("events = %v, want lock_lost", ev.Kinds())
 		}
 		testdb.WaitGoneOn(t, k.Dialect(), admin, lockID)
 		// the job's own pool keeps working, and so does the next Session
@@ -69,7 +69,7 @@ func TestSessionLockLost(t *testing.T) {
 // A hung server (its backend stopped with SIGSTOP) is a lost lock too: the
 // keepalive's check times out within one interval.
 func TestSessionHungServer(t *testing.T) {
-	checkGoroutines(t, testdb.Postgres, testdb.PgBouncer)
+	testdb.CheckGoroutines(t, testdb.Postgres, testdb.PgBouncer)
 	for _, k := range []testdb.Kind{testdb.Postgres, testdb.PgBouncer} {
 		t.Run(string(k), func(t *testing.T) {
 			if testdb.LogPath(t, k) == "" {
@@ -104,7 +104,7 @@ func TestSessionHungServer(t *testing.T) {
 // timed-out check is a loss). Every Session must end cleanly (nil or
 // ErrLockLost), with nothing left behind; run with -race.
 func TestSessionKeepaliveRace(t *testing.T) {
-	checkGoroutines(t)
+	testdb.CheckGoroutines(t)
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		const workers, runs = 2, 30
 		key := "s-race-" + t.Name()
@@ -145,12 +145,12 @@ func TestSessionKeepaliveRace(t *testing.T) {
 // A loss that the keepalive has not seen by the time fn returns is reported
 // by the release, and the dead connection is not given back to the pool.
 func TestSessionLossSeenAtRelease(t *testing.T) {
-	checkGoroutines(t)
+	testdb.CheckGoroutines(t)
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		admin := testdb.AdminDB(t, k)
 		key := "s-lost-rel-" + t.Name()
-		var ev events
+		var ev testdb.Recorder
 		err := gormlock.Session(db, key, func(ctx context.Context) error {
 			id := lockConn(t, k.Dialect(), admin, key).id
 			testdb.KillOn(t, k.Dialect(), admin, id)
@@ -160,7 +160,7 @@ func TestSessionLossSeenAtRelease(t *testing.T) {
 		if !errors.Is(err, ormlock.ErrLockLost) {
 			t.Fatalf("Session error = %v, want ErrLockLost", err)
 		}
-		if kinds := ev.kinds(); kinds[len(kinds)-1] != ormlock.EventReleaseFailed {
+		if kinds := ev.Kinds(); kinds[len(kinds)-1] != ormlock.EventReleaseFailed {
 			t.Errorf("events = %v, want release_failed last", kinds)
 		}
 		if err := db.Exec("SELECT 1").Error; err != nil {
@@ -173,7 +173,7 @@ func TestSessionLossSeenAtRelease(t *testing.T) {
 // lock destroys that connection, so the server frees the lock, and Session
 // reports the lock as lost.
 func TestSessionReleaseFailureDestroysConnection(t *testing.T) {
-	checkGoroutines(t, testdb.MariaDB)
+	testdb.CheckGoroutines(t, testdb.MariaDB)
 	k := testdb.MariaDB
 	db, sqlDB := openGorm(t, k)
 	sqlDB.SetMaxIdleConns(4)
@@ -189,7 +189,7 @@ func TestSessionReleaseFailureDestroysConnection(t *testing.T) {
 		}
 	}
 	t.Cleanup(restore)
-	var ev events
+	var ev testdb.Recorder
 	var lockID int64
 	err := gormlock.Session(db, key, func(ctx context.Context) error {
 		lockID = lockConn(t, k.Dialect(), admin, key).id
@@ -204,7 +204,7 @@ func TestSessionReleaseFailureDestroysConnection(t *testing.T) {
 	if !errors.Is(err, ormlock.ErrLockLost) {
 		t.Fatalf("Session error = %v, want ErrLockLost", err)
 	}
-	if kinds := ev.kinds(); kinds[len(kinds)-1] != ormlock.EventReleaseFailed {
+	if kinds := ev.Kinds(); kinds[len(kinds)-1] != ormlock.EventReleaseFailed {
 		t.Errorf("events = %v, want release_failed last", kinds)
 	}
 	testdb.WaitGoneOn(t, k.Dialect(), admin, lockID)
@@ -226,7 +226,7 @@ func TestSessionReleaseFailureDestroysConnection(t *testing.T) {
 // Session works once the server is back.
 func TestSessionServerRestart(t *testing.T) {
 	pgb := privatePgBouncer(t)
-	checkGoroutines(t)
+	testdb.CheckGoroutines(t)
 	type target struct {
 		name    string
 		srv     *testdb.Server // where the pool connects
@@ -286,7 +286,7 @@ func TestSessionServerRestart(t *testing.T) {
 func TestSessionIdleTimeout(t *testing.T) {
 	// a private PostgreSQL (and PgBouncer) whose settings the test may change
 	srv := privatePgBouncer(t)
-	checkGoroutines(t)
+	testdb.CheckGoroutines(t)
 	const job = 5 * time.Second
 	padmin, err := sql.Open("pgx", srv.AdminDSN())
 	if err != nil {

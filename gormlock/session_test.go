@@ -24,63 +24,9 @@ const sessionKeepalive = 200 * time.Millisecond
 // slack for a loaded machine.
 const lossBound = 2*sessionKeepalive + 2*time.Second
 
-func TestSessionMutualExclusion(t *testing.T) {
-	checkGoroutines(t)
-	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		const instances, rounds = 3, 50
-		dbs := make([]*gorm.DB, instances)
-		for i := range dbs {
-			dbs[i], _ = openGorm(t, k)
-		}
-		key := "s-mutex-" + t.Name()
-		var h holders
-		wins, losses := 0, 0
-		start := time.Now()
-		for r := 0; r < rounds; r++ {
-			var wg sync.WaitGroup
-			gate := make(chan struct{})
-			errs := make([]error, instances)
-			for i, db := range dbs {
-				wg.Go(func() {
-					<-gate
-					errs[i] = gormlock.Session(db, key, func(ctx context.Context) error {
-						defer h.enter()()
-						time.Sleep(2 * time.Millisecond)
-						return db.WithContext(ctx).Exec("SELECT 1").Error
-					})
-				})
-			}
-			close(gate)
-			wg.Wait()
-			roundWins := 0
-			for _, err := range errs {
-				switch {
-				case err == nil:
-					roundWins++
-				case errors.Is(err, ormlock.ErrNotAcquired):
-					losses++
-				default:
-					t.Fatalf("round %d: unexpected error: %v", r, err)
-				}
-			}
-			if roundWins == 0 {
-				t.Fatalf("round %d: nobody acquired a free lock", r)
-			}
-			wins += roundWins
-		}
-		if got := h.max.Load(); got != 1 {
-			t.Fatalf("max holders inside fn at once = %d, want 1", got)
-		}
-		if losses == 0 {
-			t.Fatalf("no contention seen in %d rounds (wins %d): the test did not exercise exclusion", rounds, wins)
-		}
-		t.Logf("%d rounds in %v: %d wins, %d ErrNotAcquired", rounds, time.Since(start).Round(time.Millisecond), wins, losses)
-	})
-}
-
 // Session and Transaction on the same key exclude each other, both ways.
 func TestSessionExcludesTransaction(t *testing.T) {
-	checkGoroutines(t)
+	testdb.CheckGoroutines(t)
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		sdb, _ := openGorm(t, k)
 		tdb, _ := openGorm(t, k)
@@ -155,7 +101,7 @@ func TestSessionExcludesTransaction(t *testing.T) {
 // transaction, so PgBouncer keeps its server connection out of the pool: no
 // other client transaction can land on it and take the lock.
 func TestSessionBehindPgBouncer(t *testing.T) {
-	checkGoroutines(t, testdb.PgBouncer)
+	testdb.CheckGoroutines(t, testdb.PgBouncer)
 	k := testdb.PgBouncer
 	db, _ := openGorm(t, k)
 	others := make([]*gorm.DB, 3)
@@ -256,7 +202,7 @@ func TestSessionBehindPgBouncer(t *testing.T) {
 // fn does its work through the normal pool, on other connections than the
 // one holding the lock.
 func TestSessionUsesPool(t *testing.T) {
-	checkGoroutines(t)
+	testdb.CheckGoroutines(t)
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		tbl := table(t, k, db)
@@ -298,7 +244,7 @@ func TestSessionUsesPool(t *testing.T) {
 // does not hold back VACUUM: with pgx's default extended protocol (Postgres)
 // and with the simple protocol (PgBouncer DSN).
 func TestSessionHoldsNoSnapshot(t *testing.T) {
-	checkGoroutines(t, testdb.Postgres, testdb.PgBouncer)
+	testdb.CheckGoroutines(t, testdb.Postgres, testdb.PgBouncer)
 	for _, k := range []testdb.Kind{testdb.Postgres, testdb.PgBouncer} {
 		t.Run(string(k), func(t *testing.T) {
 			db, sqlDB := openGorm(t, k)
@@ -360,11 +306,11 @@ func TestSessionHoldsNoSnapshot(t *testing.T) {
 // Unlock on every path: completion, fn's error (returned unchanged), panic
 // (re-panicked).
 func TestSessionUnlock(t *testing.T) {
-	checkGoroutines(t)
+	testdb.CheckGoroutines(t)
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		key := "s-unlock-" + t.Name()
-		var ev events
+		var ev testdb.Recorder
 		err := gormlock.Session(db, key, func(ctx context.Context) error {
 			if rawFree(t, k, key) {
 				return errors.New("lock free inside fn")
@@ -378,7 +324,7 @@ func TestSessionUnlock(t *testing.T) {
 			t.Fatal("lock held after Session returned")
 		}
 		want := []ormlock.EventKind{ormlock.EventAttempt, ormlock.EventAcquired, ormlock.EventReleased}
-		if got := ev.kinds(); fmt.Sprint(got) != fmt.Sprint(want) {
+		if got := ev.Kinds(); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("events = %v, want %v", got, want)
 		}
 
@@ -408,7 +354,7 @@ func TestSessionUnlock(t *testing.T) {
 // Try-once, waiting and context cancellation while waiting, as in
 // Transaction; a caller's cancellation inside fn is not a lost lock.
 func TestSessionWaitAndContext(t *testing.T) {
-	checkGoroutines(t)
+	testdb.CheckGoroutines(t)
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		key := "s-wait-" + t.Name()
@@ -471,7 +417,7 @@ func TestSessionWaitAndContext(t *testing.T) {
 }
 
 func TestSessionBadInput(t *testing.T) {
-	checkGoroutines(t, testdb.Postgres)
+	testdb.CheckGoroutines(t, testdb.Postgres)
 	db, _ := openGorm(t, testdb.Postgres)
 	called := false
 	fn := func(context.Context) error { called = true; return nil }
