@@ -283,64 +283,6 @@ func TestTransactionNumericKeys(t *testing.T) {
 	}
 }
 
-func TestTransactionReleaseFailureDestroysConnection(t *testing.T) {
-	k := testdb.MariaDB
-	ctx := context.Background()
-	client, db := openEnt(t, k)
-	db.SetMaxIdleConns(4)
-	key := "relfail-" + t.Name()
-	var connID int64
-	rec := &testdb.Recorder{}
-	err := entlock.Transaction(ctx, client, key, func(tx *ent.Tx) error {
-		rows, err := tx.QueryContext(ctx, "SELECT CONNECTION_ID()")
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			if err := rows.Scan(&connID); err != nil {
-				rows.Close()
-				return err
-			}
-		}
-		rows.Close()
-		// release the lock behind ormlock's back: its RELEASE_LOCK then
-		// returns NULL, which must not be taken as released
-		_, err = tx.ExecContext(ctx, "SELECT RELEASE_LOCK(?)", keyhash.MySQLName("", key))
-		return err
-	}, ormlock.WithObserver(rec))
-	if err != nil {
-		t.Fatal(err)
-	}
-	events := rec.Kinds()
-	if len(events) == 0 || events[len(events)-1] != ormlock.EventReleaseFailed {
-		t.Fatalf("events = %v, want release_failed last", events)
-	}
-	admin := testdb.AdminDB(t, k)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		var n int
-		if err := admin.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?", connID).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("connection %d still open: it went back to the pool", connID)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	for range 3 {
-		var id int64
-		if err := db.QueryRow("SELECT CONNECTION_ID()").Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		if id == connID {
-			t.Fatal("destroyed connection handed out again")
-		}
-	}
-}
-
 // The lock is released only after COMMIT: whoever takes it next sees the
 // holder's writes (on MySQL/MariaDB RELEASE_LOCK runs after COMMIT).
 func TestTransactionReleaseAfterCommit(t *testing.T) {

@@ -223,55 +223,6 @@ func TestTransactionNumericKeys(t *testing.T) {
 	}
 }
 
-func TestTransactionReleaseFailureDestroysConnection(t *testing.T) {
-	k := testdb.MariaDB
-	db, sqlDB := openGorm(t, k)
-	sqlDB.SetMaxIdleConns(4)
-	key := "relfail-" + t.Name()
-	var connID int64
-	var events []ormlock.EventKind
-	obs := ormlock.ObserverFunc(func(_ context.Context, e ormlock.Event) { events = append(events, e.Kind) })
-	err := gormlock.Transaction(db, key, func(tx *gorm.DB) error {
-		if err := tx.Raw("SELECT CONNECTION_ID()").Scan(&connID).Error; err != nil {
-			return err
-		}
-		// release the lock behind ormlock's back: its RELEASE_LOCK then
-		// returns NULL, which must not be taken as released
-		return tx.Exec("SELECT RELEASE_LOCK(?)", keyhash.MySQLName("", key)).Error
-	}, ormlock.WithObserver(obs))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if events[len(events)-1] != ormlock.EventReleaseFailed {
-		t.Fatalf("events = %v, want release_failed last", events)
-	}
-	admin := testdb.AdminDB(t, k)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		var n int
-		if err := admin.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?", connID).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("connection %d still open: it went back to the pool", connID)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	// the pool's next connections are other ones
-	for range 3 {
-		var id int64
-		if err := sqlDB.QueryRow("SELECT CONNECTION_ID()").Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		if id == connID {
-			t.Fatal("destroyed connection handed out again")
-		}
-	}
-}
-
 func TestTransactionBadInput(t *testing.T) {
 	db, _ := openGorm(t, testdb.Postgres)
 	called := false

@@ -46,6 +46,10 @@ type locker interface {
 type txn interface {
 	// Insert writes an item row in the transaction.
 	Insert(owner string, n int) error
+	// Exec runs a statement (placeholders "?") in the transaction.
+	Exec(query string, args ...any) error
+	// QueryInt runs a query returning one integer in the transaction.
+	QueryInt(query string) (int64, error)
 }
 
 // adapter opens a locker on a new pool of kind k; the pool is checked for
@@ -105,7 +109,10 @@ func (g gormLocker) Session(ctx context.Context, key string, fn func(context.Con
 
 // ---- entlock ----
 
-type entLocker struct{ client *ent.Client }
+type entLocker struct {
+	client *ent.Client
+	db     *sql.DB
+}
 
 type entTx struct {
 	ctx context.Context
@@ -118,8 +125,8 @@ func (e entTx) Insert(owner string, n int) error {
 
 func openEnt(t *testing.T, k testdb.Kind) locker {
 	t.Helper()
-	client, _ := enttest.Open(t, k)
-	return entLocker{client}
+	client, db := enttest.Open(t, k)
+	return entLocker{client, db}
 }
 
 func (e entLocker) Transaction(ctx context.Context, key string, fn func(txn) error, opts ...ormlock.Option) error {

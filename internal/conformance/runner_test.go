@@ -2,6 +2,8 @@ package conformance_test
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -29,6 +31,8 @@ type runner interface {
 	Runs(ctx context.Context, job string, limit int, opts ...ormlock.Option) ([]ormlock.Run, error)
 	// Holder asks who holds key.
 	Holder(ctx context.Context, key string, opts ...ormlock.Option) (ormlock.HolderInfo, error)
+	// Pool is the adapter's database/sql pool.
+	Pool() *sql.DB
 }
 
 var (
@@ -66,6 +70,51 @@ func (e entLocker) Runs(ctx context.Context, job string, limit int, opts ...orml
 
 func (e entLocker) Holder(ctx context.Context, key string, opts ...ormlock.Option) (ormlock.HolderInfo, error) {
 	return entlock.Holder(ctx, e.client, key, opts...)
+}
+
+func (g gormLocker) Pool() *sql.DB {
+	db, err := g.db.DB()
+	if err != nil {
+		panic(err)
+	}
+	return db
+}
+
+func (e entLocker) Pool() *sql.DB { return e.db }
+
+func (g gormTx) Exec(query string, args ...any) error { return g.tx.Exec(query, args...).Error }
+
+func (g gormTx) QueryInt(query string) (n int64, err error) {
+	err = g.tx.Raw(query).Row().Scan(&n)
+	return n, err
+}
+
+func (e entTx) Exec(query string, args ...any) error {
+	_, err := e.tx.ExecContext(e.ctx, query, args...)
+	return err
+}
+
+func (e entTx) QueryInt(query string) (n int64, err error) {
+	rows, err := e.tx.QueryContext(e.ctx, query)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		return 0, errors.Join(errors.New("no row"), rows.Err())
+	}
+	err = rows.Scan(&n)
+	return n, err
+}
+
+func (r rawTx) Exec(query string, args ...any) error {
+	_, err := r.tx.ExecContext(r.ctx, query, args...)
+	return err
+}
+
+func (r rawTx) QueryInt(query string) (n int64, err error) {
+	err = r.tx.QueryRowContext(r.ctx, query).Scan(&n)
+	return n, err
 }
 
 // openRunner opens adapter a on a new pool of kind k as a runner.

@@ -200,7 +200,7 @@ func TestRunOnceCrossORM(t *testing.T) {
 		ctx := context.Background()
 		client, _ := enttest.Open(t, k)
 		gdb := gormOpen(t, k)
-		tbl := ledgerTable(t, k, entLocker{client})
+		tbl := ledgerTable(t, k, entLocker{client: client})
 		if err := gormlock.Migrate(gdb, ormlock.WithLedgerTable(tbl)); err != nil {
 			t.Fatalf("gormlock.Migrate on entlock's table: %v", err)
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/keyhash"
 )
 
 // Sessions from three instances contend for one key, round after round: at
@@ -69,4 +70,46 @@ func TestConformanceSessionMutualExclusion(t *testing.T) {
 		}
 		t.Logf("%d rounds in %v: %d wins, %d ErrNotAcquired", rounds, time.Since(start).Round(time.Millisecond), wins, losses)
 	})
+}
+
+// MySQL/MariaDB: when RELEASE_LOCK does not confirm the release (here the
+// lock was released behind ormlock's back, so it returns NULL), the
+// connection is destroyed rather than given back to the pool, and the
+// observer hears release_failed.
+func TestConformanceReleaseFailureDestroysConnection(t *testing.T) {
+	for _, a := range adapters {
+		t.Run(a.name, func(t *testing.T) {
+			k := testdb.MariaDB
+			r := openRunner(t, a, k)
+			pool := r.Pool()
+			pool.SetMaxIdleConns(4)
+			key := "conf-relfail-" + t.Name()
+			rec := &testdb.Recorder{}
+			var connID int64
+			err := r.Transaction(context.Background(), key, func(tx txn) error {
+				var err error
+				if connID, err = tx.QueryInt("SELECT CONNECTION_ID()"); err != nil {
+					return err
+				}
+				return tx.Exec("SELECT RELEASE_LOCK(?)", keyhash.MySQLName("", key))
+			}, ormlock.WithObserver(rec))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ks := rec.Kinds(); len(ks) == 0 || ks[len(ks)-1] != ormlock.EventReleaseFailed {
+				t.Fatalf("events = %v, want release_failed last", ks)
+			}
+			testdb.WaitGone(t, k, connID)
+			// the pool's next connections are other ones
+			for range 3 {
+				var id int64
+				if err := pool.QueryRow("SELECT CONNECTION_ID()").Scan(&id); err != nil {
+					t.Fatal(err)
+				}
+				if id == connID {
+					t.Fatal("destroyed connection handed out again")
+				}
+			}
+		})
+	}
 }
