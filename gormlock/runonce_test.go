@@ -57,7 +57,8 @@ func maxOf(m *atomic.Int64, n int64) {
 	}
 }
 
-// The detector of TestRunOnceExactlyOncePerSlot works: a plain duplicate
+// The detector of TestConformanceRunOnceExactlyOncePerSlot (internal/conformance)
+// and TestConformanceMigrateConcurrent works: a plain duplicate
 // INSERT does show up in the server log.
 func TestRunOnceDuplicateKeyDetector(t *testing.T) {
 	k := testdb.Postgres
