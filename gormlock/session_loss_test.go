@@ -14,6 +14,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/leakcheck"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
@@ -21,7 +22,7 @@ import (
 // within two keepalive intervals; Session reports the loss even though fn
 // returns ctx.Err().
 func TestSessionLockLost(t *testing.T) {
-	testdb.CheckGoroutines(t)
+	leakcheck.Goroutines(t)
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		admin := testdb.AdminDB(t, k)
@@ -69,7 +70,7 @@ func TestSessionLockLost(t *testing.T) {
 // A hung server (its backend stopped with SIGSTOP) is a lost lock too: the
 // keepalive's check times out within one interval.
 func TestSessionHungServer(t *testing.T) {
-	testdb.CheckGoroutines(t, testdb.Postgres, testdb.PgBouncer)
+	leakcheck.Goroutines(t, testdb.Postgres, testdb.PgBouncer)
 	for _, k := range []testdb.Kind{testdb.Postgres, testdb.PgBouncer} {
 		t.Run(string(k), func(t *testing.T) {
 			if testdb.LogPath(t, k) == "" {
@@ -104,7 +105,7 @@ func TestSessionHungServer(t *testing.T) {
 // timed-out check is a loss). Every Session must end cleanly (nil or
 // ErrLockLost), with nothing left behind; run with -race.
 func TestSessionKeepaliveRace(t *testing.T) {
-	testdb.CheckGoroutines(t)
+	leakcheck.Goroutines(t)
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		const workers, runs = 2, 30
 		key := "s-race-" + t.Name()
@@ -145,7 +146,7 @@ func TestSessionKeepaliveRace(t *testing.T) {
 // A loss that the keepalive has not seen by the time fn returns is reported
 // by the release, and the dead connection is not given back to the pool.
 func TestSessionLossSeenAtRelease(t *testing.T) {
-	testdb.CheckGoroutines(t)
+	leakcheck.Goroutines(t)
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		admin := testdb.AdminDB(t, k)
@@ -173,7 +174,7 @@ func TestSessionLossSeenAtRelease(t *testing.T) {
 // lock destroys that connection, so the server frees the lock, and Session
 // reports the lock as lost.
 func TestSessionReleaseFailureDestroysConnection(t *testing.T) {
-	testdb.CheckGoroutines(t, testdb.MariaDB)
+	leakcheck.Goroutines(t, testdb.MariaDB)
 	k := testdb.MariaDB
 	db, sqlDB := openGorm(t, k)
 	sqlDB.SetMaxIdleConns(4)
@@ -226,7 +227,7 @@ func TestSessionReleaseFailureDestroysConnection(t *testing.T) {
 // Session works once the server is back.
 func TestSessionServerRestart(t *testing.T) {
 	pgb := privatePgBouncer(t)
-	testdb.CheckGoroutines(t)
+	leakcheck.Goroutines(t)
 	type target struct {
 		name    string
 		srv     *testdb.Server // where the pool connects
@@ -286,7 +287,7 @@ func TestSessionServerRestart(t *testing.T) {
 func TestSessionIdleTimeout(t *testing.T) {
 	// a private PostgreSQL (and PgBouncer) whose settings the test may change
 	srv := privatePgBouncer(t)
-	testdb.CheckGoroutines(t)
+	leakcheck.Goroutines(t)
 	const job = 5 * time.Second
 	padmin, err := sql.Open("pgx", srv.AdminDSN())
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/leakcheck"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/keyhash"
 )
@@ -26,7 +27,7 @@ const lossBound = 2*sessionKeepalive + 2*time.Second
 
 // Session and Transaction on the same key exclude each other, both ways.
 func TestSessionExcludesTransaction(t *testing.T) {
-	testdb.CheckGoroutines(t)
+	leakcheck.Goroutines(t)
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		sdb, _ := openGorm(t, k)
 		tdb, _ := openGorm(t, k)
@@ -101,7 +102,7 @@ func TestSessionExcludesTransaction(t *testing.T) {
 // transaction, so PgBouncer keeps its server connection out of the pool: no
 // other client transaction can land on it and take the lock.
 func TestSessionBehindPgBouncer(t *testing.T) {
-	testdb.CheckGoroutines(t, testdb.PgBouncer)
+	leakcheck.Goroutines(t, testdb.PgBouncer)
 	k := testdb.PgBouncer
 	db, _ := openGorm(t, k)
 	others := make([]*gorm.DB, 3)
@@ -202,7 +203,7 @@ func TestSessionBehindPgBouncer(t *testing.T) {
 // fn does its work through the normal pool, on other connections than the
 // one holding the lock.
 func TestSessionUsesPool(t *testing.T) {
-	testdb.CheckGoroutines(t)
+	leakcheck.Goroutines(t)
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		tbl := table(t, k, db)
@@ -244,7 +245,7 @@ func TestSessionUsesPool(t *testing.T) {
 // does not hold back VACUUM: with pgx's default extended protocol (Postgres)
 // and with the simple protocol (PgBouncer DSN).
 func TestSessionHoldsNoSnapshot(t *testing.T) {
-	testdb.CheckGoroutines(t, testdb.Postgres, testdb.PgBouncer)
+	leakcheck.Goroutines(t, testdb.Postgres, testdb.PgBouncer)
 	for _, k := range []testdb.Kind{testdb.Postgres, testdb.PgBouncer} {
 		t.Run(string(k), func(t *testing.T) {
 			db, sqlDB := openGorm(t, k)
@@ -306,7 +307,7 @@ func TestSessionHoldsNoSnapshot(t *testing.T) {
 // Unlock on every path: completion, fn's error (returned unchanged), panic
 // (re-panicked).
 func TestSessionUnlock(t *testing.T) {
-	testdb.CheckGoroutines(t)
+	leakcheck.Goroutines(t)
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		key := "s-unlock-" + t.Name()
@@ -354,7 +355,7 @@ func TestSessionUnlock(t *testing.T) {
 // Try-once, waiting and context cancellation while waiting, as in
 // Transaction; a caller's cancellation inside fn is not a lost lock.
 func TestSessionWaitAndContext(t *testing.T) {
-	testdb.CheckGoroutines(t)
+	leakcheck.Goroutines(t)
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		key := "s-wait-" + t.Name()
@@ -417,7 +418,7 @@ func TestSessionWaitAndContext(t *testing.T) {
 }
 
 func TestSessionBadInput(t *testing.T) {
-	testdb.CheckGoroutines(t, testdb.Postgres)
+	leakcheck.Goroutines(t, testdb.Postgres)
 	db, _ := openGorm(t, testdb.Postgres)
 	called := false
 	fn := func(context.Context) error { called = true; return nil }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/leakcheck"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/keyhash"
 )
@@ -17,7 +18,7 @@ import (
 // most one holder inside fn at any instant, someone wins every round, and
 // no goroutine is left behind (the keepalive included).
 func TestConformanceSessionMutualExclusion(t *testing.T) {
-	testdb.CheckGoroutines(t)
+	leakcheck.Goroutines(t)
 	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
 		const instances, rounds = 3, 50
 		ls := make([]locker, instances)
