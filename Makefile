@@ -8,12 +8,15 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 .PHONY: test deps lint bench chaos compat fmt vuln
 
-## test: install missing servers (as root), then run the race-enabled tests of every module
+## test: install missing servers (as root), then run the race-enabled tests of
+## every module, then scripts/consumer-check (what a GORM-only and an ent-only
+## user's module download and link; needs the module proxy)
 test: deps
 	@set -e; for m in $(MODULES); do \
 		echo "==> go test -race ./... in $$m"; \
 		(cd $$m && $(GO) test -race -count=1 -timeout 20m ./...); \
 	done
+	@echo "==> scripts/consumer-check"; GO=$(GO) scripts/consumer-check
 
 ## deps: install the Debian packages the tests need, when missing (redis-server
 ## serves the bench module's Redis contender, whose smoke test runs in make test)

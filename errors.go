@@ -1,6 +1,10 @@
 package ormlock
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/ormlock/ormlock/internal/keys"
+)
 
 // ErrNotAcquired is returned when the lock is held by another holder and could
 // not be taken: at once in the default try-once mode, or within the wait set by
@@ -31,7 +35,7 @@ var ErrUnsupportedDialect = errors.New("ormlock: unsupported dialect")
 
 // ErrInvalidKey is returned when a lock key is unusable: an empty name, or a
 // name that is not valid UTF-8 or contains a NUL byte.
-var ErrInvalidKey = errors.New("ormlock: invalid key")
+var ErrInvalidKey = keys.ErrInvalidKey
 
 // ErrInvalidArgument is returned when an argument other than the key is
 // unusable: a nil database or callback, a negative duration, an invalid ledger

@@ -1,12 +1,6 @@
 package ormlock
 
-import (
-	"fmt"
-	"strconv"
-	"unicode/utf8"
-
-	"github.com/ormlock/ormlock/keyhash"
-)
+import "github.com/ormlock/ormlock/internal/keys"
 
 // Key names a lock. Most code names locks with a string; numeric keys exist so
 // that code which already calls pg_advisory_xact_lock(12345) or
@@ -59,173 +53,33 @@ import (
 // PostgreSQL keys do; other MySQL versions may fold case. Folding can only
 // make two names exclude each other, never let one name be held twice; name
 // locks in one case to behave alike everywhere.
-type Key struct {
-	kind   keyKind
-	name   string
-	id     int64
-	cl, ob int32
-}
-
-type keyKind uint8
-
-const (
-	kindNone keyKind = iota
-	kindName
-	kindID
-	kindPair
-)
+type Key = keys.Key
 
 // KeyType is the set of types the verbs accept as a key: a name (string), an
 // id (int64 or int) or a [Key].
-type KeyType interface {
-	string | int64 | int | Key
-}
+type KeyType = keys.Type
 
 // Name returns the key for a lock name. The name must be non-empty valid
-// UTF-8 without NUL bytes, at most [MaxNameLen] bytes; [Key.Validate]
-// reports otherwise.
-func Name(name string) Key { return Key{kind: kindName, name: name} }
+// UTF-8 without NUL bytes, at most [MaxNameLen] bytes; the verbs return
+// [ErrInvalidKey] otherwise.
+func Name(name string) Key { return keys.Name(name) }
 
 // ID returns the key for a numeric lock id, used as-is as a PostgreSQL bigint
 // advisory lock key.
-func ID(id int64) Key { return Key{kind: kindID, id: id} }
+func ID(id int64) Key { return keys.ID(id) }
 
 // Pair returns the key for PostgreSQL's two-int form,
 // pg_advisory_xact_lock(classID, objID).
-func Pair(classID, objID int32) Key { return Key{kind: kindPair, cl: classID, ob: objID} }
-
-// KeyOf converts any [KeyType] to a Key.
-func KeyOf[K KeyType](k K) Key {
-	switch v := any(k).(type) {
-	case string:
-		return Name(v)
-	case int64:
-		return ID(v)
-	case int:
-		return ID(int64(v))
-	case Key:
-		return v
-	}
-	return Key{}
-}
-
-// IsName reports whether k is a name key; Name returns it.
-func (k Key) IsName() bool { return k.kind == kindName }
-
-// IsPair reports whether k is a (classid, objid) pair.
-func (k Key) IsPair() bool { return k.kind == kindPair }
-
-// NameValue returns the name of a name key, or "".
-func (k Key) NameValue() string { return k.name }
-
-// Validate returns an error wrapping [ErrInvalidKey] when k cannot name a lock.
-func (k Key) Validate() error {
-	switch k.kind {
-	case kindNone:
-		return fmt.Errorf("%w: zero Key (use ormlock.Name, ormlock.ID or ormlock.Pair)", ErrInvalidKey)
-	case kindName:
-		return ValidateName("key", k.name)
-	}
-	return nil
-}
+func Pair(classID, objID int32) Key { return keys.Pair(classID, objID) }
 
 // Length limits of names and namespaces, in bytes of UTF-8.
 const (
 	// MaxNameLen is the longest lock name a [Name] key accepts: 1 KiB,
-	// room for every name ormlock derives itself ([RunKey] of the longest
-	// job name is 808 bytes). A name, which errors and observer events
-	// carry, stays bounded; a longer one is [ErrInvalidKey].
+	// room for every name ormlock derives itself (a RunOnce lock name for
+	// the longest job name is 808 bytes). A name, which errors and observer
+	// events carry, stays bounded; a longer one is [ErrInvalidKey].
 	MaxNameLen = 1024
 	// MaxNamespaceLen is the longest namespace [WithNamespace] accepts:
 	// it must fit the RunOnce ledger's namespace column.
 	MaxNamespaceLen = 128
 )
-
-// ValidateName checks a lock name or namespace (what names the value in the
-// error): names must be non-empty (namespaces may be empty), at most
-// [MaxNameLen] bytes ([MaxNamespaceLen] for a namespace), valid UTF-8 and
-// free of NUL bytes, so that every dialect and the psql expression in the
-// keyhash docs agree on the key. The length is checked first, so that the
-// error never echoes more than the limit.
-func ValidateName(what, s string) error {
-	if s == "" && what == "key" {
-		return fmt.Errorf("%w: empty lock name", ErrInvalidKey)
-	}
-	limit := MaxNameLen
-	if what == "namespace" {
-		limit = MaxNamespaceLen
-	}
-	if len(s) > limit {
-		return fmt.Errorf("%w: %s is %d bytes long, at most %d are accepted (it begins %q)", ErrInvalidKey, what, len(s), limit, prefix(s, 32))
-	}
-	if !utf8.ValidString(s) {
-		return fmt.Errorf("%w: %s %q is not valid UTF-8", ErrInvalidKey, what, s)
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] == 0 {
-			return fmt.Errorf("%w: %s %q contains a NUL byte", ErrInvalidKey, what, s)
-		}
-	}
-	return nil
-}
-
-// prefix returns at most n bytes of the start of s, cut at a character
-// boundary when s is valid UTF-8.
-func prefix(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
-
-// String returns a readable form: the name, "id:N" or "pair:C,O".
-func (k Key) String() string {
-	switch k.kind {
-	case kindName:
-		return k.name
-	case kindID:
-		return "id:" + strconv.FormatInt(k.id, 10)
-	case kindPair:
-		return "pair:" + strconv.FormatInt(int64(k.cl), 10) + "," + strconv.FormatInt(int64(k.ob), 10)
-	}
-	return "<invalid key>"
-}
-
-// PostgresKey is a key resolved for PostgreSQL: either a bigint (IsPair false)
-// or a (classid, objid) pair.
-type PostgresKey struct {
-	IsPair  bool
-	Int64   int64
-	ClassID int32
-	ObjID   int32
-}
-
-// Postgres resolves k in namespace ns to the PostgreSQL advisory lock key.
-func (k Key) Postgres(ns string) PostgresKey {
-	switch k.kind {
-	case kindName:
-		return PostgresKey{Int64: keyhash.Int64NS(ns, k.name)}
-	case kindID:
-		return PostgresKey{Int64: k.id}
-	case kindPair:
-		return PostgresKey{IsPair: true, ClassID: k.cl, ObjID: k.ob}
-	}
-	return PostgresKey{}
-}
-
-// MySQL resolves k in namespace ns to the MySQL/MariaDB GET_LOCK name (at
-// most 64 bytes).
-func (k Key) MySQL(ns string) string {
-	switch k.kind {
-	case kindName:
-		return keyhash.MySQLName(ns, k.name)
-	case kindID:
-		return keyhash.MySQLName(ns, strconv.FormatInt(k.id, 10))
-	case kindPair:
-		return keyhash.MySQLName(ns, strconv.FormatInt(int64(k.cl), 10)+":"+strconv.FormatInt(int64(k.ob), 10))
-	}
-	return ""
-}

@@ -1,7 +1,12 @@
 package ormlock
 
 import (
+	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
+
+	"github.com/ormlock/ormlock/internal/keys"
 )
 
 // RunStatus is the state of a (job, slot) in the RunOnce ledger.
@@ -50,26 +55,40 @@ type Run struct {
 	Error string
 }
 
-// RunKeyPrefix starts the name of every RunOnce lock; see [RunKey].
-const RunKeyPrefix = "ormlock.runonce:"
+// MaxJobLen is the longest RunOnce job name, in characters: the ledger's job
+// column is varchar(191), which keeps it within InnoDB's 767-byte index
+// limit for utf8mb4 on older row formats (the (namespace, job, slot) key is
+// 1,284 bytes, within InnoDB's 3,072-byte limit for a whole key).
+const MaxJobLen = 191
 
-// RunKey returns the lock key RunOnce takes for (job, slot): the name
+// ValidJob returns an error wrapping [ErrInvalidArgument] unless job can name
+// a RunOnce job: non-empty valid UTF-8 without NUL bytes, at most [MaxJobLen]
+// characters, not ending with a space. RunOnce, RunScheduled and the
+// scheduler module return its error; it is exported so that a program (or
+// the scheduler module, which uses only this API) can reject a configured
+// job name at start-up rather than at the first run.
 //
-//	"ormlock.runonce:" + job + "@" + slot in UTC as 2006-01-02T15:04:05.000000Z
-//
-// for example "ormlock.runonce:daily-settlement@2025-03-30T22:00:00.000000Z".
-// The namespace ([WithNamespace]) applies to it as to any name. The slot is
-// truncated to whole microseconds, the precision of the ledger's timestamp
-// columns. This derivation is part of the compatibility promise of keyhash
-// spec v1: replicas running different versions must lock the same key.
-func RunKey(job string, slot time.Time) Key {
-	return Name(RunKeyPrefix + job + "@" + NormalizeSlot(slot).Format(runKeyTime))
+// A trailing space is refused because MySQL/MariaDB compare the job column
+// (utf8mb4_bin, a PAD SPACE collation) ignoring trailing spaces: "report "
+// would share the ledger row of "report" and get ErrAlreadyDone without ever
+// running, while PostgreSQL keeps them apart.
+func ValidJob(job string) error {
+	switch {
+	case job == "":
+		return fmt.Errorf("%w: empty job name", ErrInvalidArgument)
+	case !utf8.ValidString(job) || strings.ContainsRune(job, 0):
+		return fmt.Errorf("%w: job name %q is not valid UTF-8 without NUL bytes", ErrInvalidArgument, job)
+	case strings.HasSuffix(job, " "):
+		return fmt.Errorf("%w: job name %q ends with a space, which MySQL/MariaDB ignore when comparing job names (it would share the ledger row of the name without it)", ErrInvalidArgument, job)
+	case utf8.RuneCountInString(job) > MaxJobLen:
+		return fmt.Errorf("%w: job name is %d characters long, at most %d fit the ledger", ErrInvalidArgument, utf8.RuneCountInString(job), MaxJobLen)
+	}
+	return nil
 }
 
-const runKeyTime = "2006-01-02T15:04:05.000000Z"
-
-// NormalizeSlot returns slot as RunOnce stores it: in UTC, truncated to
-// whole microseconds, without a monotonic clock reading.
-func NormalizeSlot(slot time.Time) time.Time {
-	return slot.UTC().Truncate(time.Microsecond)
-}
+// RunKey returns the lock key RunOnce takes for (job, slot), in whatever
+// namespace the call sets: pass it to gormlock.Holder or entlock.Holder to
+// ask who is running a slot right now. Its derivation is part of keyhash
+// spec v1 (docs/PROTOCOL.md): replicas running different versions lock the
+// same key.
+func RunKey(job string, slot time.Time) Key { return keys.RunKey(job, slot) }

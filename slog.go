@@ -38,16 +38,15 @@ func SlogObserver(logger *slog.Logger) Observer { return slogObserver{l: logger}
 
 type slogObserver struct{ l *slog.Logger }
 
-var slogMessages = [...]string{
-	"ormlock: unknown",
-	"ormlock: attempt",
-	"ormlock: acquired",
-	"ormlock: not_acquired",
-	"ormlock: released",
-	"ormlock: release_failed",
-	"ormlock: lock_lost",
-	"ormlock: already_done",
-}
+// slogMessages are the record messages per EventKind, "ormlock: " + its
+// name, built once so that logging an event allocates no message.
+var slogMessages = func() (m [len(eventNames)]string) {
+	for i, n := range eventNames {
+		m[i] = "ormlock: " + n
+	}
+	m[0] = "ormlock: unknown"
+	return m
+}()
 
 // slogLevel is the level of e; see SlogObserver.
 func slogLevel(e Event) slog.Level {

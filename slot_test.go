@@ -391,20 +391,3 @@ func TestScheduleString(t *testing.T) {
 		}
 	}
 }
-
-func TestRunKey(t *testing.T) {
-	berlin := zone(t, "Europe/Berlin")
-	slot := time.Date(2025, 3, 31, 0, 0, 0, 123456789, berlin)
-	k := ormlock.RunKey("daily-settlement", slot)
-	if got, want := k.NameValue(), "ormlock.runonce:daily-settlement@2025-03-30T22:00:00.123456Z"; got != want {
-		t.Fatalf("RunKey = %q, want %q", got, want)
-	}
-	// the same instant in another zone, and with a monotonic reading, is the
-	// same key
-	if k2 := ormlock.RunKey("daily-settlement", slot.UTC().Round(0)); k2 != k {
-		t.Fatalf("RunKey depends on the location: %v vs %v", k2, k)
-	}
-	if got := ormlock.NormalizeSlot(slot); got.Location() != time.UTC || got.Nanosecond() != 123456000 {
-		t.Fatalf("NormalizeSlot = %v", got)
-	}
-}

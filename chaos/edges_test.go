@@ -29,7 +29,7 @@ import (
 // commit, and no call failed with a serialization error.
 func TestIsolationContention(t *testing.T) {
 	rounds := pick(40, 400)
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		for _, iso := range []sql.IsolationLevel{sql.LevelRepeatableRead, sql.LevelSerializable} {
 			t.Run(iso.String(), func(t *testing.T) {
 				admin := testdb.AdminDB(t, k)
@@ -147,7 +147,7 @@ func TestDeadlineFaults(t *testing.T) {
 		return took, err
 	}
 	nop := func(*gorm.DB) error { return nil }
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		t.Run("PoolExhausted", func(t *testing.T) {
 			db, sqlDB := openGorm(t, k)
 			sqlDB.SetMaxOpenConns(1)

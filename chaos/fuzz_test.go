@@ -11,6 +11,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
@@ -92,7 +93,7 @@ func FuzzKeyName(f *testing.F) {
 	f.Fuzz(func(t *testing.T, ns, name string) {
 		key := ormlock.Name(name)
 		want := key.Validate()
-		if err := ormlock.NewConfig(ormlock.WithNamespace(ns)).Err(); err != nil && want == nil {
+		if err := config.New(ormlock.WithNamespace(ns)).Err(); err != nil && want == nil {
 			want = err
 		}
 		if want != nil && !errors.Is(want, ormlock.ErrInvalidKey) {

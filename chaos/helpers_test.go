@@ -23,6 +23,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/keyhash"
 )
@@ -66,14 +67,6 @@ func run(m *testing.M) int {
 		return 1
 	}
 	return 0
-}
-
-// forEachKind runs f once per real server kind.
-func forEachKind(t *testing.T, f func(t *testing.T, k testdb.Kind)) {
-	t.Helper()
-	for _, k := range testdb.Kinds() {
-		t.Run(string(k), func(t *testing.T) { f(t, k) })
-	}
 }
 
 func driverOf(k testdb.Kind) string {
@@ -142,7 +135,7 @@ func pgTag(k int64) (classid, objid int64) {
 // when nobody holds it.
 func holderConn(ctx context.Context, dialect string, admin *sql.DB, l lockName) (id int64, ok bool, err error) {
 	if dialect == "postgres" {
-		c, o := pgTag(l.key.Postgres(l.ns).Int64)
+		c, o := pgTag(keys.Postgres(l.key, l.ns).Int64)
 		err = admin.QueryRowContext(ctx, `SELECT pid FROM pg_locks
 WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND classid::int8 = $1 AND objid::int8 = $2
   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, c, o).Scan(&id)
@@ -152,7 +145,7 @@ WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND classid::int8 = $1 
 		return id, err == nil, err
 	}
 	var n sql.NullInt64
-	err = admin.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", l.key.MySQL(l.ns)).Scan(&n)
+	err = admin.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", keys.MySQL(l.key, l.ns)).Scan(&n)
 	return n.Int64, err == nil && n.Valid, err
 }
 
@@ -176,25 +169,6 @@ func waitHolder(t testing.TB, dialect string, admin *sql.DB, l lockName) int64 {
 	}
 }
 
-// kill ends a server connection through admin: pg_terminate_backend on
-// PostgreSQL, KILL CONNECTION on MariaDB.
-func kill(t testing.TB, dialect string, admin *sql.DB, id int64) {
-	t.Helper()
-	var err error
-	if dialect == "postgres" {
-		var ok bool
-		err = admin.QueryRow("SELECT pg_terminate_backend($1)", id).Scan(&ok)
-		if err == nil && !ok {
-			err = fmt.Errorf("pg_terminate_backend(%d) returned false", id)
-		}
-	} else {
-		_, err = admin.Exec(fmt.Sprintf("KILL CONNECTION %d", id))
-	}
-	if err != nil {
-		t.Fatalf("kill connection %d: %v", id, err)
-	}
-}
-
 // lockFree reports whether hand-written SQL through admin can take the lock
 // l right now; it releases it at once.
 func lockFree(ctx context.Context, dialect string, admin *sql.DB, l lockName) (bool, error) {
@@ -205,7 +179,7 @@ func lockFree(ctx context.Context, dialect string, admin *sql.DB, l lockName) (b
 			return false, err
 		}
 		defer tx.Rollback()
-		pk := l.key.Postgres(l.ns)
+		pk := keys.Postgres(l.key, l.ns)
 		if pk.IsPair {
 			err = tx.QueryRowContext(ctx, "SELECT pg_try_advisory_xact_lock($1::int4, $2::int4)", pk.ClassID, pk.ObjID).Scan(&ok)
 		} else {
@@ -218,7 +192,7 @@ func lockFree(ctx context.Context, dialect string, admin *sql.DB, l lockName) (b
 		return false, err
 	}
 	defer conn.Close()
-	name := l.key.MySQL(l.ns)
+	name := keys.MySQL(l.key, l.ns)
 	var res sql.NullInt64
 	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0)", name).Scan(&res); err != nil {
 		return false, err
@@ -430,25 +404,6 @@ func (s stats) String() string {
 		return d.Round(time.Millisecond)
 	}
 	return fmt.Sprintf("n=%d min=%v median=%v max=%v", len(c), r(c[0]), r(c[len(c)/2]), r(c[len(c)-1]))
-}
-
-// checkGoroutines fails the test if it leaves a goroutine behind. Call it
-// first in a test (before opening pools or starting servers), so that its
-// check runs after every other cleanup. The shared admin pools of the kinds
-// named live for the whole test binary; they are opened before the snapshot
-// and their connection cleaner and driver watchers are ignored. Tests that
-// use it do not call t.Parallel.
-func checkGoroutines(t *testing.T, kinds ...testdb.Kind) {
-	t.Helper()
-	for _, k := range kinds {
-		testdb.AdminDB(t, k)
-	}
-	opts := []goleak.Option{
-		goleak.IgnoreCurrent(),
-		goleak.IgnoreAnyFunction("database/sql.(*DB).connectionCleaner"),
-		goleak.IgnoreAnyFunction("github.com/go-sql-driver/mysql.(*mysqlConn).startWatcher.func1"),
-	}
-	t.Cleanup(func() { goleak.VerifyNone(t, opts...) })
 }
 
 // skipOrFail skips the test for missing server binaries, except under CI,

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
@@ -117,7 +118,7 @@ func TestKillHolder(t *testing.T) {
 	bin := buildHolder(t, t.TempDir())
 	rounds := pick(3, 20)
 	bound := 15 * time.Second // generous: the machine is shared and loaded
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, sqlDB := openGorm(t, k)
 		admin := testdb.AdminDB(t, k)
 		dsn := testdb.DSN(t, k)
@@ -132,7 +133,7 @@ func TestKillHolder(t *testing.T) {
 					slotText := slot.Format(time.RFC3339Nano)
 					lock := named(key)
 					if verb == "runonce" {
-						lock = lockName{key: ormlock.RunKey(key, slot)}
+						lock = lockName{key: keys.RunKey(key, slot)}
 					}
 					args := []string{"-dialect", k.Dialect(), "-dsn", dsn, "-verb", verb,
 						"-key", key, "-job", key, "-slot", slotText, "-ledger", led}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
@@ -35,7 +36,7 @@ func killMidFn(t *testing.T, dialect string, admin *sql.DB, lock lockName,
 		t.Fatal("fn did not start within 30s")
 	}
 	id := waitHolder(t, dialect, admin, lock)
-	kill(t, dialect, admin, id)
+	testdb.KillOn(t, dialect, admin, id)
 	at := time.Now()
 	close(killed)
 	select {
@@ -59,7 +60,7 @@ func killMidFn(t *testing.T, dialect string, admin *sql.DB, lock lockName,
 //     row; the retry by another instance runs; a third call finds the slot
 //     done; the ledger shows exactly one done run.
 func TestKillConnectionMidFn(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		d := k.Dialect()
 		admin := testdb.AdminDB(t, k)
 		dbA, sqlA := openGorm(t, k)
@@ -150,7 +151,7 @@ func TestKillConnectionMidFn(t *testing.T) {
 					}
 					return o
 				}
-				took, err := killMidFn(t, d, admin, lockName{key: ormlock.RunKey(job, slot)}, func(started chan<- struct{}, killed <-chan struct{}) error {
+				took, err := killMidFn(t, d, admin, lockName{key: keys.RunKey(job, slot)}, func(started chan<- struct{}, killed <-chan struct{}) error {
 					return gormlock.RunOnce(dbA, job, slot, func(tx *gorm.DB) error {
 						if !claim {
 							if err := insert(tx, job, "A"); err != nil {
@@ -186,7 +187,7 @@ func TestKillConnectionMidFn(t *testing.T) {
 				} else {
 					t.Logf("ledger after the kill: %+v", rs)
 				}
-				mustFree(t, d, admin, lockName{key: ormlock.RunKey(job, slot)})
+				mustFree(t, d, admin, lockName{key: keys.RunKey(job, slot)})
 
 				ran := 0
 				retry := func(tx *gorm.DB) error {

@@ -40,7 +40,7 @@ func openSmall(t *testing.T, k testdb.Kind, n int) (*gorm.DB, *sql.DB) {
 //     the pool one more per concurrent caller whose fn uses the outer db,
 //     and give calls a deadline.
 func TestSmallPools(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		d := k.Dialect()
 		admin := testdb.AdminDB(t, k)
 		work := workTable(t, admin, admin)

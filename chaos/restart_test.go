@@ -18,6 +18,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/leakcheck"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
@@ -142,7 +143,7 @@ func startPrivate(t *testing.T, kinds ...testdb.Kind) []*testdb.Server {
 // 1); no lock left by a dead holder and no connection in use afterwards; no
 // goroutine left behind (goleak, after the pools and servers closed).
 func TestRestartUnderLoad(t *testing.T) {
-	checkGoroutines(t)
+	leakcheck.Goroutines(t)
 	srvs := startPrivate(t, testdb.PgBouncer, testdb.MariaDB)
 	pgb, my := srvs[0], srvs[1]
 	type target struct {

@@ -12,6 +12,8 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/keyhash"
 )
@@ -80,7 +82,7 @@ AND objsubid = 1 AND classid::int8 = $1 AND objid::int8 = $2`, c, o).Scan(&n); e
 // the server computes from it on PostgreSQL), RunOnce records the job name
 // verbatim, and the canary table the strings target survives intact.
 func TestInjectionNames(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		d := k.Dialect()
 		admin := testdb.AdminDB(t, k)
 		db, _ := openGorm(t, k)
@@ -96,7 +98,7 @@ func TestInjectionNames(t *testing.T) {
 				if ns != "" && i%2 == 1 {
 					continue // namespaces: every other seed
 				}
-				if ormlock.NewConfig(ormlock.WithNamespace(ns)).Err() != nil {
+				if config.New(ormlock.WithNamespace(ns)).Err() != nil {
 					continue
 				}
 				lock := lockName{key: ormlock.Name(name), ns: ns}
@@ -133,7 +135,7 @@ func TestInjectionNames(t *testing.T) {
 				if ran != 1 || len(rs) != 1 || rs[0].Job != job {
 					t.Fatalf("RunOnce(job %q): ran %d, ledger %+v", job, ran, rs)
 				}
-				mustFree(t, d, admin, lockName{key: ormlock.RunKey(job, slot)})
+				mustFree(t, d, admin, lockName{key: keys.RunKey(job, slot)})
 			}
 		}
 		// "Job" and "job" are two locks on both dialects (MariaDB 10.11
@@ -173,7 +175,7 @@ var badTables = []string{
 // the pool opens no connection), and on a real server, where the canary
 // table survives and no table is created.
 func TestLedgerTableNameValidated(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		admin := testdb.AdminDB(t, k)
 		real, _ := openGorm(t, k)
 		canary(t, k, admin)
@@ -197,7 +199,7 @@ func TestLedgerTableNameValidated(t *testing.T) {
 		slot := time.Date(2036, 7, 7, 0, 0, 0, 0, time.UTC)
 		for _, bad := range badTables {
 			opt := ormlock.WithLedgerTable(bad)
-			if err := ormlock.NewConfig(opt).Err(); !errors.Is(err, ormlock.ErrInvalidArgument) {
+			if err := config.New(opt).Err(); !errors.Is(err, ormlock.ErrInvalidArgument) {
 				t.Errorf("WithLedgerTable(%q): %v, want ErrInvalidArgument", bad, err)
 			}
 			for _, db := range []*gorm.DB{deadDB, real} {
@@ -248,7 +250,7 @@ func tenantDSN(t *testing.T, dsn, db string) string {
 // PostgreSQL, for contrast, keeps advisory locks per database: the same key
 // in two databases never excludes (directly or through PgBouncer).
 func TestNamespacesAcrossDatabases(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		d := k.Dialect()
 		admin := testdb.AdminDB(t, k)
 		dbs := []string{"chaos_tenant_a", "chaos_tenant_b"}
@@ -460,7 +462,7 @@ FROM pg_roles WHERE rolname IN ('chaos_app', 'chaos_runner')`).Scan(&attrs); err
 // trailing spaces (PAD SPACE), so "report " would share the row of "report"
 // and never run (found by this suite; see internal/ledger.ValidateJob).
 func TestRunOnceJobNamesExact(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		admin := testdb.AdminDB(t, k)
 		db, _ := openGorm(t, k)
 		led := ledgerTable(t, db, admin)

@@ -71,7 +71,7 @@ func pickBehaviour(rng *rand.Rand) behaviour {
 // is left and no connection is in use (testdb.AssertNoLeaks).
 func TestSoak(t *testing.T) {
 	total := pick(1500, soakOps())
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		soakRun(t, k, total)
 	})
 }

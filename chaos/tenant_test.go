@@ -42,7 +42,7 @@ func excludes(t *testing.T, dbA, dbB *gorm.DB, a, b lockName) bool {
 // with the namespace cleared per call), and Holder shows A's connection to
 // B.
 func TestNamespacesAreNoBoundary(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		dbA, _ := openGorm(t, k)
 		dbB, _ := openGorm(t, k)
 		if err := dbA.Use(gormlock.New(ormlock.WithNamespace("tenant-a"))); err != nil {
@@ -96,7 +96,7 @@ func TestMySQLKeyCollisions(t *testing.T) {
 		{lockName{key: ormlock.Pair(4, 2)}, lockName{key: ormlock.ID(42)}, false, false},
 		{named(strings.Repeat("a", 70)), named(strings.Repeat("a", 69) + "b"), false, false},
 	} {
-		forEachKind(t, func(t *testing.T, k testdb.Kind) {
+		testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 			dbA, _ := openGorm(t, k)
 			dbB, _ := openGorm(t, k)
 			want := c.pg
@@ -131,7 +131,7 @@ func (b *bigEvents) Observe(_ context.Context, e ormlock.Event) {
 // error or observer event carries more than a few kilobytes.
 func TestHugeNamesBounded(t *testing.T) {
 	huge := strings.Repeat("x", 4<<20)
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		var obs bigEvents
 		opts := []ormlock.Option{ormlock.WithObserver(&obs)}

@@ -61,7 +61,7 @@ func notAcquiredByDeadline(t *testing.T, c *ent.Client, v verb, key string, dead
 }
 
 func TestDeadlinePoolExhausted(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		c, db := openEnt(t, k)
 		ledger := ledgerTable(t, k, c)
 		db.SetMaxOpenConns(1)

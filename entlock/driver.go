@@ -9,6 +9,7 @@ import (
 	entsql "entgo.io/ent/dialect/sql"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
@@ -24,7 +25,7 @@ type Driver struct {
 	db   *sql.DB
 	dial lockproto.Dialect
 	conn entsql.Conn // template for the Conn of a locked transaction
-	cfg  ormlock.Config
+	cfg  config.Config
 	err  error
 }
 
@@ -52,7 +53,7 @@ var _ dialect.Driver = (*Driver)(nil)
 // not inside it: the locked transactions of the verbs run on the *sql.DB
 // directly and bypass a Debug driver that is wrapped.
 func Wrap(drv dialect.Driver, opts ...ormlock.Option) *Driver {
-	d := &Driver{drv: drv, cfg: ormlock.NewConfig(opts...)}
+	d := &Driver{drv: drv, cfg: config.New(opts...)}
 	d.err = d.cfg.Err()
 	if drv == nil {
 		d.err = fmt.Errorf("%w: entlock.Wrap: nil driver", ormlock.ErrInvalidArgument)

@@ -20,7 +20,7 @@ import (
 // for. Every verb, through the client or the driver, returns Err() without
 // calling fn and without taking a lock; ent's own use of the driver works.
 func TestWrapFailsClosed(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		db := testdb.Open(t, k)
 		enttest.Migrate(t, k)

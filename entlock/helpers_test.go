@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"os"
-	"sync"
 	"testing"
 
 	entsql "entgo.io/ent/dialect/sql"
@@ -17,14 +16,6 @@ import (
 )
 
 func TestMain(m *testing.M) { os.Exit(testdb.Main(m)) }
-
-// forEachKind runs f once per real server kind.
-func forEachKind(t *testing.T, f func(t *testing.T, k testdb.Kind)) {
-	t.Helper()
-	for _, k := range testdb.Kinds() {
-		t.Run(string(k), func(t *testing.T) { f(t, k) })
-	}
-}
 
 // openEnt opens a new pool on the shared server of kind k, builds an ent
 // client on entlock.Wrap(opts...), and asserts after the test that no lock
@@ -61,24 +52,6 @@ func count(t *testing.T, k testdb.Kind, owner string) int {
 // insert writes one item in tx.
 func insert(ctx context.Context, tx *ent.Tx, owner string, n int) error {
 	return tx.Item.Create().SetOwner(owner).SetN(n).Exec(ctx)
-}
-
-// recorder is an observer that records event kinds.
-type recorder struct {
-	mu    sync.Mutex
-	kinds []ormlock.EventKind
-}
-
-func (r *recorder) Observe(_ context.Context, e ormlock.Event) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.kinds = append(r.kinds, e.Kind)
-}
-
-func (r *recorder) events() []ormlock.EventKind {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]ormlock.EventKind(nil), r.kinds...)
 }
 
 // openDriver is openEnt that also returns the wrapper, for calls that take

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
@@ -33,7 +34,7 @@ func Holder[T TxLike, K ormlock.KeyType](ctx context.Context, x interface {
 	if err := checkCall(ctx, verb, x, opts); err != nil {
 		return ormlock.HolderInfo{}, err
 	}
-	k := ormlock.KeyOf(key)
+	k := keys.Of(key)
 	if err := k.Validate(); err != nil {
 		return ormlock.HolderInfo{}, err
 	}

@@ -38,7 +38,7 @@ func txConnID(ctx context.Context, k testdb.Kind, tx *ent.Tx) (int64, error) {
 }
 
 func TestHolderFree(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		drv, client, _ := openDriver(t, k)
 		for _, key := range []ormlock.Key{ormlock.Name("holder-free-" + t.Name()), ormlock.ID(keyhash.Int64("holder-free-id-" + t.Name())), ormlock.Pair(-3, 77)} {
@@ -59,7 +59,7 @@ func TestHolderFree(t *testing.T) {
 }
 
 func TestHolderTransaction(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		drv, client, _ := openDriver(t, k)
 		key := "holder-tx-" + t.Name()
@@ -110,7 +110,7 @@ func TestHolderTransaction(t *testing.T) {
 // The reported holder of a Session is its lock connection: ending it makes
 // the Session lose its lock.
 func TestHolderSession(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		client, _ := openEnt(t, k)
 		key := "holder-sess-" + t.Name()
 		err := entlock.Session(context.Background(), client, key, func(ctx context.Context) error {
@@ -139,7 +139,7 @@ func TestHolderSession(t *testing.T) {
 			if err != nil || own == h.PID {
 				return fmt.Errorf("fn's connection %d vs holder %d: %v", own, h.PID, err)
 			}
-			kill(t, k, h.PID)
+			testdb.Kill(t, k, h.PID)
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
@@ -154,7 +154,7 @@ func TestHolderSession(t *testing.T) {
 }
 
 func TestHolderNamespace(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		client, _ := openEnt(t, k, ormlock.WithNamespace("holderns"))
 		key := "holder-ns-" + t.Name()

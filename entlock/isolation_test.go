@@ -64,7 +64,7 @@ func assertSequence(t *testing.T, k testdb.Kind, owner string, want int) {
 }
 
 func TestTransactionIsolationWait(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		for _, iso := range isolations {
 			t.Run(iso.name, func(t *testing.T) {
 				ctx := context.Background()
@@ -93,7 +93,7 @@ func TestTransactionIsolationWait(t *testing.T) {
 }
 
 func TestTransactionIsolationTryOnce(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		for _, iso := range isolations {
 			t.Run(iso.name, func(t *testing.T) {
 				ctx := context.Background()
@@ -137,7 +137,7 @@ func TestTransactionIsolationTryOnce(t *testing.T) {
 }
 
 func TestRunOnceIsolationWait(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		for _, iso := range isolations {
 			t.Run(iso.name, func(t *testing.T) {
 				ctx := context.Background()

@@ -11,7 +11,7 @@ import (
 // Migrate creates the [RunOnce] ledger table if it does not exist (CREATE
 // TABLE IF NOT EXISTS; calling it again is harmless): the same table as
 // gormlock.Migrate's, so both ORMs can share it. The table is
-// [ormlock.DefaultLedgerTable] ("ormlock_runs") or the one set with
+// the default "ormlock_runs" or the one set with
 // [ormlock.WithLedgerTable], per call or given to [Wrap]; the name must be a
 // plain identifier (an error wrapping [ormlock.ErrInvalidArgument]
 // otherwise, before anything is sent to the server) and is quoted. On

@@ -17,7 +17,7 @@ import (
 // Prune deletes old finished rows in batches, keeps recent ones and never a
 // running claim (an old slot whose run is in progress).
 func TestPrune(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		client, sqlDB := openEnt(t, k)
 		tbl := ledgerTable(t, k, client)

@@ -10,85 +10,20 @@ import (
 	"entgo.io/ent/dialect"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/ledger"
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
 // RunOnce runs fn at most once per (job, slot) across every instance that
-// shares the database, and records each run in the ledger table (create it
-// with [Migrate]).
-//
-// The slot is the scheduled time, never the trigger's clock:
-// RunOnce(ctx, client, job, time.Now(), fn) compiles and deduplicates
-// nothing, since every instance's now differs. Take it from the schedule
-// (schedule.Slot(time.Now()) with [ormlock.Cron] or [ormlock.Every]), or
-// call [RunScheduled], which does that. The slot is stored in UTC,
-// truncated to whole microseconds.
-//
-// It is gormlock.RunOnce for ent: the same lock, the same ledger table and
-// rows, so the two exclude each other and see each other's runs.
-//
-// client is the generated *ent.Client built on a [Driver] (or the *Driver
-// itself, and fn then gets a dialect.Tx); T, the generated *ent.Tx, is
-// inferred from its Tx method. Options apply on top of the defaults given to
-// [Wrap], which may set the ledger table, the owner or the mode.
-//
-// Transactional mode (the default): in one ent transaction,
-//
-//  1. the lock [ormlock.RunKey](job, slot) is taken as [Transaction] takes
-//     it (PostgreSQL transaction-level advisory lock; MySQL/MariaDB GET_LOCK
-//     on the pinned connection, released after COMMIT),
-//  2. the ledger row (job, slot) is claimed as 'running' without any
-//     duplicate-key error; if the slot is already done, the transaction
-//     rolls back and RunOnce returns an error wrapping
-//     [ormlock.ErrAlreadyDone] (observer event EventAlreadyDone) without
-//     calling fn,
-//  3. fn(tx) runs,
-//  4. the row is marked 'done' and the transaction commits: fn's writes and
-//     the ledger row commit together.
-//
-// If fn fails (or panics) everything rolls back, no row remains, fn's error
-// is returned unchanged (the panic re-raised), and a later trigger may retry.
-// The namespace in effect is part of the run's identity, as in gormlock's
-// RunOnce (lock and ledger row (namespace, job, slot)).
-// When another instance is running the slot right now, RunOnce returns an
-// error wrapping [ormlock.ErrNotAcquired] at once, or waits per
-// [ormlock.WithWait] (and then usually finds the slot done). As in
-// [Transaction], the lock is held until fn returns even when ctx ends; the
-// transaction then rolls back. At any isolation level
-// ([ormlock.WithTxOptions]) a call that waited while another instance ran
-// the slot sees that run and returns ErrAlreadyDone.
-//
-// Claim mode ([ormlock.WithClaim]), for long jobs: the lock is held for the
-// whole run as [Session] holds it (a dedicated connection with a keepalive),
-// a 'running' row is committed first (taking over a row left 'failed', or
-// 'running' by an owner that died), fn runs, and the row is then marked
-// 'done', or 'failed' with fn's error text, so the ledger shows the run
-// while it goes on and keeps the error of a failed one. fn's tx is then
-// neither the lock's transaction nor the ledger's, but an ordinary ent
-// transaction of its own, with no lock in it:
-//
-//   - it begins at fn's first statement on it, with the options of
-//     [ormlock.WithTxOptions]; a job that never uses tx keeps no connection
-//     idle in a transaction while it runs;
-//   - it commits when fn returns nil, before the row is marked 'done'; when
-//     fn fails or panics it rolls back and the row is marked 'failed';
-//   - it is bound to the lock's session: when the lock is lost, database/sql
-//     rolls it back, fn's further statements on it fail, and RunOnce returns
-//     an error wrapping [ormlock.ErrLockLost] with the row marked 'failed'.
-//
-// So a long job puts in tx what must commit as one unit, and does the rest
-// through the plain client, where each statement commits on its own (as
-// gormlock's claim mode does with its non-transactional db); that part has
-// no lock context to watch, so use [Session] for work that must stop when
-// the lock is lost. Claim mode needs two connections of the pool while fn
-// uses tx (the lock's and tx's).
-//
-// Calls on a transactional client (tx.Client()) fail with an error wrapping
-// [ormlock.ErrInvalidArgument]: ent has no nested transactions. Bad input is
-// an error wrapping ErrInvalidArgument too: a nil ctx, client or fn, an
-// empty job name (or one longer than 191 characters, or one ending with a
-// space, which MySQL/MariaDB would not tell apart), a zero slot.
+// shares the database, and records the run in the ledger table ([Migrate]):
+// gormlock.RunOnce for ent, on the same lock and rows. slot is the scheduled
+// time, never time.Now(): take it from an [ormlock.Schedule], or call
+// [RunScheduled]. A slot already done returns [ormlock.ErrAlreadyDone];
+// [ormlock.WithClaim] selects claim mode, where fn's tx is a transaction of
+// its own. client (or the *Driver) must be built on [Wrap]; a transactional
+// client is refused. See docs/PROTOCOL.md (RunOnce).
 func RunOnce[T TxLike](ctx context.Context, client interface {
 	Tx(context.Context) (T, error)
 }, job string, slot time.Time, fn func(tx T) error, opts ...ormlock.Option) error {
@@ -109,7 +44,7 @@ func RunOnce[T TxLike](ctx context.Context, client interface {
 	if err != nil {
 		return err
 	}
-	op, err := lockproto.NewOp(d.dial, verb, ormlock.RunKey(job, slot), cfg)
+	op, err := lockproto.NewOp(d.dial, verb, keys.RunKey(job, slot), cfg)
 	if err != nil {
 		return err
 	}
@@ -179,24 +114,24 @@ func checkCall(ctx context.Context, verb string, x any, opts []ormlock.Option) e
 	if isNil(x) {
 		return fmt.Errorf("%w: entlock.%s: nil client", ormlock.ErrInvalidArgument, verb)
 	}
-	return ormlock.NewConfig(opts...).Err()
+	return config.New(opts...).Err()
 }
 
 // driverFor finds the Driver under x (see driverOf) and returns it with its
 // defaults and opts applied, or why it cannot take locks.
 func driverFor[T TxLike](ctx context.Context, verb string, x interface {
 	Tx(context.Context) (T, error)
-}, opts []ormlock.Option) (*Driver, ormlock.Config, error) {
+}, opts []ormlock.Option) (*Driver, config.Config, error) {
 	d, err := driverOf(ctx, verb, x)
 	if err != nil {
-		return nil, ormlock.Config{}, err
+		return nil, config.Config{}, err
 	}
 	if d.err != nil {
-		return nil, ormlock.Config{}, d.err
+		return nil, config.Config{}, d.err
 	}
 	cfg := d.cfg.With(opts...)
 	if err := cfg.Err(); err != nil {
-		return nil, ormlock.Config{}, err
+		return nil, config.Config{}, err
 	}
 	return d, cfg, nil
 }

@@ -21,7 +21,7 @@ func TestRunOnceNamespacesSeparateRuns(t *testing.T) {
 		extra []ormlock.Option
 	}{{"transactional", nil}, {"claim", []ormlock.Option{ormlock.WithClaim()}}} {
 		t.Run(mode.name, func(t *testing.T) {
-			forEachKind(t, func(t *testing.T, k testdb.Kind) {
+			testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 				ctx := context.Background()
 				plain, _ := openEnt(t, k)
 				tbl := ledgerTable(t, k, plain)

@@ -2,7 +2,6 @@ package entlock_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -13,18 +12,12 @@ import (
 	_ "time/tzdata" // zone data for the DST tests, whatever the machine has
 
 	"entgo.io/ent/dialect"
-	entsql "entgo.io/ent/dialect/sql"
-	"gorm.io/driver/postgres"
-	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
-
-	gmysql "gorm.io/driver/mysql"
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/entlock"
-	"github.com/ormlock/ormlock/gormlock"
 	"github.com/ormlock/ormlock/internal/enttest"
 	"github.com/ormlock/ormlock/internal/enttest/ent"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/keyhash"
 )
@@ -74,163 +67,8 @@ func maxOf(m *atomic.Int64, n int64) {
 	}
 }
 
-// contend runs RunOnce from three clients (three pools: three instances) for
-// each of slots slots, the instances of a slot released together, and checks
-// that exactly one run per slot committed.
-func contend(t *testing.T, k testdb.Kind, slots int, extra ...ormlock.Option) {
-	const instances = 3
-	ctx := context.Background()
-	clients := make([]*ent.Client, instances)
-	for i := range clients {
-		clients[i], _ = openEnt(t, k)
-	}
-	tbl := ledgerTable(t, k, clients[0])
-	owner := enttest.Owner(t, k)
-	job := "once-" + t.Name()
-	claim := ormlock.NewConfig(extra...).Claim
-
-	insideBySlot := make([]atomic.Int64, slots)
-	calls := make([]atomic.Int64, slots)
-	var maxInside, notAcquired, alreadyDone atomic.Int64
-	start := time.Now()
-	for s := range slots {
-		slot := slotAt(s)
-		barrier := make(chan struct{})
-		errs := make([]error, instances)
-		var wg sync.WaitGroup
-		for i, client := range clients {
-			opts := append([]ormlock.Option{ormlock.WithLedgerTable(tbl), ormlock.WithOwner(fmt.Sprintf("instance-%d", i))}, extra...)
-			if s%2 == 1 {
-				// half the slots wait for the lock: the losers then find the
-				// slot done
-				opts = append(opts, ormlock.WithWait(20*time.Second))
-			}
-			wg.Go(func() {
-				<-barrier
-				errs[i] = entlock.RunOnce(ctx, client, job, slot, func(tx *ent.Tx) error {
-					maxOf(&maxInside, insideBySlot[s].Add(1))
-					defer insideBySlot[s].Add(-1)
-					calls[s].Add(1)
-					time.Sleep(2 * time.Millisecond)
-					return insert(ctx, tx, owner, s)
-				}, opts...)
-			})
-		}
-		close(barrier)
-		wg.Wait()
-		wins := 0
-		for i, err := range errs {
-			switch {
-			case err == nil:
-				wins++
-			case errors.Is(err, ormlock.ErrNotAcquired):
-				notAcquired.Add(1)
-			case errors.Is(err, ormlock.ErrAlreadyDone):
-				alreadyDone.Add(1)
-			default:
-				t.Fatalf("slot %d, instance %d: unexpected error: %v", s, i, err)
-			}
-		}
-		if wins != 1 {
-			t.Fatalf("slot %d: %d instances ran it, want exactly 1 (errors %v)", s, wins, errs)
-		}
-	}
-	elapsed := time.Since(start)
-
-	if got := maxInside.Load(); got != 1 {
-		t.Fatalf("max fn calls inside one slot at once = %d, want 1", got)
-	}
-	for s := range slots {
-		if n := calls[s].Load(); n != 1 {
-			t.Fatalf("slot %d: fn called %d times, want 1", s, n)
-		}
-	}
-	if n := count(t, k, owner); n != slots {
-		t.Fatalf("committed work rows = %d, want %d", n, slots)
-	}
-	rs := runs(t, clients[2], tbl, job)
-	if len(rs) != slots {
-		t.Fatalf("ledger rows = %d, want %d", len(rs), slots)
-	}
-	for _, r := range rs {
-		if r.Status != ormlock.RunDone || r.Finished.IsZero() || r.Error != "" || !strings.HasPrefix(r.Owner, "instance-") {
-			t.Fatalf("ledger row %+v, want done by an instance", r)
-		}
-	}
-	if alreadyDone.Load() == 0 {
-		t.Errorf("no ErrAlreadyDone seen: the waiting losers did not exercise the ledger")
-	}
-	t.Logf("claim=%v: %d slots x %d instances in %v: %d ErrNotAcquired, %d ErrAlreadyDone",
-		claim, slots, instances, elapsed.Round(time.Millisecond), notAcquired.Load(), alreadyDone.Load())
-}
-
-func TestRunOnceExactlyOncePerSlot(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) { contend(t, k, 50) })
-}
-
-func TestRunOnceClaimExactlyOncePerSlot(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) { contend(t, k, 20, ormlock.WithClaim()) })
-}
-
-func TestRunOnceFailedFnRetries(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
-		ctx := context.Background()
-		client, _ := openEnt(t, k)
-		tbl := ledgerTable(t, k, client)
-		owner := enttest.Owner(t, k)
-		job := "retry-" + t.Name()
-		opt := ormlock.WithLedgerTable(tbl)
-		boom := errors.New("boom")
-		err := entlock.RunOnce(ctx, client, job, slotAt(1), func(tx *ent.Tx) error {
-			if err := insert(ctx, tx, owner, 1); err != nil {
-				return err
-			}
-			return boom
-		}, opt)
-		if err != boom {
-			t.Fatalf("err = %v, want fn's error unchanged", err)
-		}
-		if rs := runs(t, client, tbl, job); len(rs) != 0 {
-			t.Fatalf("ledger after a failed run: %+v, want no row", rs)
-		}
-		if n := count(t, k, owner); n != 0 {
-			t.Fatalf("work rows after a failed run = %d, want 0", n)
-		}
-		if !rawFree(t, k, ormlock.RunKey(job, slotAt(1)).NameValue()) {
-			t.Fatal("lock still held after a failed run")
-		}
-		// a later trigger retries
-		if err := entlock.RunOnce(ctx, client, job, slotAt(1), func(tx *ent.Tx) error {
-			return insert(ctx, tx, owner, 1)
-		}, opt); err != nil {
-			t.Fatalf("retry: %v", err)
-		}
-		rs := runs(t, client, tbl, job)
-		if len(rs) != 1 || rs[0].Status != ormlock.RunDone || !rs[0].Slot.Equal(slotAt(1)) || rs[0].Job != job {
-			t.Fatalf("ledger after retry: %+v", rs)
-		}
-		if n := count(t, k, owner); n != 1 {
-			t.Fatalf("work rows after retry = %d, want 1", n)
-		}
-		// already done, in either mode
-		for _, mode := range []ormlock.Option{nil, ormlock.WithClaim()} {
-			called := false
-			err = entlock.RunOnce(ctx, client, job, slotAt(1), func(*ent.Tx) error { called = true; return nil }, opt, mode)
-			if !errors.Is(err, ormlock.ErrAlreadyDone) || !errors.Is(err, entlock.ErrAlreadyDone) || called {
-				t.Fatalf("claim=%v: again: err=%v called=%v, want ErrAlreadyDone without calling fn", mode != nil, err, called)
-			}
-			if !strings.HasPrefix(err.Error(), "ormlock: ") || !strings.Contains(err.Error(), job) {
-				t.Errorf("error text %q lacks the ormlock: prefix or the job", err)
-			}
-		}
-		if !rawFree(t, k, ormlock.RunKey(job, slotAt(1)).NameValue()) {
-			t.Fatal("lock still held after ErrAlreadyDone")
-		}
-	})
-}
-
 func TestRunOncePanic(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		client, _ := openEnt(t, k)
 		tbl := ledgerTable(t, k, client)
@@ -256,7 +94,7 @@ func TestRunOncePanic(t *testing.T) {
 			if got != "kaboom" {
 				t.Fatalf("claim=%v: recovered %v, want the original panic value", claim, got)
 			}
-			if !rawFree(t, k, ormlock.RunKey(job, slot).NameValue()) {
+			if !rawFree(t, k, keys.NameValue(keys.RunKey(job, slot))) {
 				t.Fatalf("claim=%v: lock still held after panic", claim)
 			}
 		}
@@ -278,7 +116,7 @@ func TestRunOncePanic(t *testing.T) {
 }
 
 func TestRunOnceContext(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		client, _ := openEnt(t, k)
 		tbl := ledgerTable(t, k, client)
 		owner := enttest.Owner(t, k)
@@ -319,242 +157,9 @@ func TestRunOnceContext(t *testing.T) {
 	})
 }
 
-func TestRunOnceClaim(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
-		ctx := context.Background()
-		client1, _ := openEnt(t, k)
-		client2, _ := openEnt(t, k)
-		tbl := ledgerTable(t, k, client1)
-		owner := enttest.Owner(t, k)
-		job := "claim-" + t.Name()
-		slot := slotAt(3)
-		opts := []ormlock.Option{ormlock.WithLedgerTable(tbl), ormlock.WithClaim()}
-
-		inFn, proceed := make(chan struct{}), make(chan struct{})
-		result := make(chan error, 1)
-		var atCommit []ormlock.Run
-		var atCommitErr error
-		go func() {
-			result <- entlock.RunOnce(ctx, client1, job, slot, func(tx *ent.Tx) error {
-				if err := insert(ctx, tx, owner, 1); err != nil {
-					return err
-				}
-				// fn's transaction commits before the row is marked done
-				tx.OnCommit(func(next ent.Committer) ent.Committer {
-					return ent.CommitFunc(func(ctx context.Context, tx *ent.Tx) error {
-						err := next.Commit(ctx, tx)
-						atCommit, atCommitErr = entlock.Runs(ctx, client2, job, 5, ormlock.WithLedgerTable(tbl))
-						return err
-					})
-				})
-				close(inFn)
-				<-proceed
-				return nil
-			}, append(opts, ormlock.WithOwner("one"))...)
-		}()
-		select {
-		case <-inFn:
-		case err := <-result:
-			t.Fatalf("claim run ended early: %v", err)
-		}
-		fail := func(format string, args ...any) {
-			t.Helper()
-			close(proceed)
-			<-result
-			t.Fatalf(format, args...)
-		}
-		// while fn runs: the running row is visible from another pool; fn's
-		// own write is not, it is in fn's transaction
-		rs := runs(t, client2, tbl, job)
-		if len(rs) != 1 || rs[0].Status != ormlock.RunRunning || rs[0].Owner != "one" || !rs[0].Finished.IsZero() || rs[0].Started.IsZero() {
-			fail("ledger during the run: %+v, want one running row owned by one", rs)
-		}
-		if n := count(t, k, owner); n != 0 {
-			fail("fn's write visible during the run (%d rows): fn's tx is not a transaction", n)
-		}
-		// the lock is held by the session connection, which Holder names
-		h, err := entlock.Holder(ctx, client2, ormlock.RunKey(job, slot))
-		if err != nil || !h.Held || h.PID == 0 {
-			fail("Holder of the running slot: %v %v", h, err)
-		}
-		t.Logf("claim-mode holder: %s", h)
-		// a second instance, in either mode, is turned away
-		for _, mode := range []ormlock.Option{ormlock.WithClaim(), nil} {
-			err := entlock.RunOnce(ctx, client2, job, slot, func(*ent.Tx) error { return errors.New("must not run") },
-				ormlock.WithLedgerTable(tbl), ormlock.WithOwner("two"), mode)
-			if !errors.Is(err, ormlock.ErrNotAcquired) {
-				fail("second instance during the run: %v, want ErrNotAcquired", err)
-			}
-		}
-		close(proceed)
-		if err := <-result; err != nil {
-			t.Fatalf("claim run: %v", err)
-		}
-		if atCommitErr != nil || len(atCommit) != 1 || atCommit[0].Status != ormlock.RunRunning {
-			t.Fatalf("ledger right after fn's commit: %+v %v, want still running", atCommit, atCommitErr)
-		}
-		rs = runs(t, client2, tbl, job)
-		if len(rs) != 1 || rs[0].Status != ormlock.RunDone || rs[0].Owner != "one" || rs[0].Finished.Before(rs[0].Started) || rs[0].Duration < 0 {
-			t.Fatalf("ledger after the run: %+v, want done", rs)
-		}
-		if n := count(t, k, owner); n != 1 {
-			t.Fatalf("work rows after the run = %d, want 1", n)
-		}
-		for _, mode := range []ormlock.Option{ormlock.WithClaim(), nil} {
-			err := entlock.RunOnce(ctx, client2, job, slot, func(*ent.Tx) error { return errors.New("must not run") }, ormlock.WithLedgerTable(tbl), mode)
-			if !errors.Is(err, ormlock.ErrAlreadyDone) {
-				t.Fatalf("after the run: %v, want ErrAlreadyDone", err)
-			}
-		}
-		t.Logf("run took %v by the server's clock", rs[0].Duration)
-	})
-}
-
-// Claim mode's transaction begins at fn's first statement on it: a job that
-// works through the client (or not on the database at all) holds only the
-// lock's connection, so a pool of two serves it.
-func TestRunOnceClaimLazyTx(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
-		client, db := openEnt(t, k)
-		tbl := ledgerTable(t, k, client)
-		db.SetMaxOpenConns(2)
-		owner := enttest.Owner(t, k)
-		job := "lazy-" + t.Name()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		opts := []ormlock.Option{ormlock.WithLedgerTable(tbl), ormlock.WithClaim()}
-		err := entlock.RunOnce(ctx, client, job, slotAt(0), func(*ent.Tx) error {
-			for i := range 3 { // each statement commits on its own
-				if err := client.Item.Create().SetOwner(owner).SetN(i).Exec(ctx); err != nil {
-					return err
-				}
-			}
-			if n := count(t, k, owner); n != 3 {
-				return fmt.Errorf("client writes not committed as they went: %d rows", n)
-			}
-			return nil
-		}, opts...)
-		if err != nil {
-			t.Fatalf("claim run through the client on a pool of 2: %v", err)
-		}
-		// fn's tx on the same pool of two
-		err = entlock.RunOnce(ctx, client, job, slotAt(1), func(tx *ent.Tx) error {
-			return insert(ctx, tx, owner, 10)
-		}, opts...)
-		if err != nil {
-			t.Fatalf("claim run through tx on a pool of 2: %v", err)
-		}
-		if n := count(t, k, owner); n != 4 {
-			t.Fatalf("work rows = %d, want 4", n)
-		}
-		if rs := runs(t, client, tbl, job); len(rs) != 2 || rs[0].Status != ormlock.RunDone || rs[1].Status != ormlock.RunDone {
-			t.Fatalf("ledger: %+v", rs)
-		}
-	})
-}
-
-// Losing the lock in claim mode rolls fn's transaction back: no work from a
-// run whose slot another instance may take over.
-func TestRunOnceClaimLockLost(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
-		ctx := context.Background()
-		client, _ := openEnt(t, k)
-		tbl := ledgerTable(t, k, client)
-		owner := enttest.Owner(t, k)
-		job := "lost-" + t.Name()
-		slot := slotAt(0)
-		opts := []ormlock.Option{ormlock.WithLedgerTable(tbl), ormlock.WithClaim(), ormlock.WithKeepalive(100 * time.Millisecond)}
-		var killed int64
-		start := time.Now()
-		err := entlock.RunOnce(ctx, client, job, slot, func(tx *ent.Tx) error {
-			if err := insert(ctx, tx, owner, 1); err != nil {
-				return err
-			}
-			h, err := entlock.Holder(ctx, client, ormlock.RunKey(job, slot))
-			if err != nil || !h.Held {
-				return fmt.Errorf("holder: %v %v", h, err)
-			}
-			killed = h.PID
-			kill(t, k, h.PID)
-			deadline := time.Now().Add(30 * time.Second)
-			for time.Now().Before(deadline) {
-				if _, err := tx.Item.Query().Count(ctx); err != nil {
-					return err // the transaction is gone with the lock
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			return errors.New("fn's transaction survived the lock for 30s")
-		}, opts...)
-		t.Logf("killed %d; RunOnce returned after %v: %v", killed, time.Since(start).Round(time.Millisecond), err)
-		if !errors.Is(err, ormlock.ErrLockLost) {
-			t.Fatalf("err = %v, want ErrLockLost", err)
-		}
-		if n := count(t, k, owner); n != 0 {
-			t.Fatalf("work rows = %d: fn's transaction committed after the lock was lost", n)
-		}
-		rs := runs(t, client, tbl, job)
-		if len(rs) != 1 || rs[0].Status != ormlock.RunFailed || !strings.Contains(rs[0].Error, "lock lost") {
-			t.Fatalf("ledger after the loss: %+v, want failed with the loss", rs)
-		}
-		// the next trigger takes the failed row over
-		if err := entlock.RunOnce(ctx, client, job, slot, func(tx *ent.Tx) error { return insert(ctx, tx, owner, 2) }, opts...); err != nil {
-			t.Fatalf("retry: %v", err)
-		}
-		if rs := runs(t, client, tbl, job); len(rs) != 1 || rs[0].Status != ormlock.RunDone || rs[0].Error != "" {
-			t.Fatalf("ledger after retry: %+v", rs)
-		}
-		if n := count(t, k, owner); n != 1 {
-			t.Fatalf("work rows after retry = %d, want 1", n)
-		}
-	})
-}
-
-// kill ends the server connection id from an admin connection.
-func kill(t *testing.T, k testdb.Kind, id int64) {
-	t.Helper()
-	admin := testdb.AdminDB(t, k)
-	var err error
-	if k.Dialect() == "postgres" {
-		var ok bool
-		if err = admin.QueryRow("SELECT pg_terminate_backend($1)", id).Scan(&ok); err == nil && !ok {
-			err = errors.New("pg_terminate_backend returned false")
-		}
-	} else {
-		_, err = admin.Exec(fmt.Sprintf("KILL CONNECTION %d", id))
-	}
-	if err != nil {
-		t.Errorf("kill %d: %v", id, err)
-	}
-}
-
-// WithTxOptions applies to claim mode's own transaction.
-func TestRunOnceClaimTxOptions(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
-		ctx := context.Background()
-		client, _ := openEnt(t, k)
-		tbl := ledgerTable(t, k, client)
-		owner := enttest.Owner(t, k)
-		job := "txopts-" + t.Name()
-		ro := ormlock.WithTxOptions(&sql.TxOptions{ReadOnly: true})
-		err := entlock.RunOnce(ctx, client, job, slotAt(0), func(tx *ent.Tx) error {
-			return insert(ctx, tx, owner, 1)
-		}, ormlock.WithLedgerTable(tbl), ormlock.WithClaim(), ro)
-		if err == nil {
-			t.Fatal("insert in a read-only claim-mode transaction succeeded")
-		}
-		t.Logf("read-only: %v", err)
-		if rs := runs(t, client, tbl, job); len(rs) != 1 || rs[0].Status != ormlock.RunFailed {
-			t.Fatalf("ledger: %+v, want failed", rs)
-		}
-		if n := count(t, k, owner); n != 0 {
-			t.Fatalf("work rows = %d", n)
-		}
-	})
-}
-
 // The *Driver can stand in for the client: fn then gets ent's dialect.Tx.
 func TestRunOnceOnDriver(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		drv, client, _ := openDriver(t, k)
 		tbl := ledgerTable(t, k, drv)
@@ -566,7 +171,7 @@ func TestRunOnceOnDriver(t *testing.T) {
 		}
 		for i, mode := range []ormlock.Option{nil, ormlock.WithClaim()} {
 			err := entlock.RunOnce(ctx, drv, job, slotAt(i), func(tx dialect.Tx) error {
-				if rawFree(t, k, ormlock.RunKey(job, slotAt(i)).NameValue()) {
+				if rawFree(t, k, keys.NameValue(keys.RunKey(job, slotAt(i)))) {
 					return errors.New("lock not held")
 				}
 				return tx.Exec(ctx, q, []any{owner, i}, nil)
@@ -584,181 +189,6 @@ func TestRunOnceOnDriver(t *testing.T) {
 		}
 		if rs2 := runs(t, client, tbl, job); len(rs2) != 2 || !rs2[0].Slot.Equal(rs[0].Slot) {
 			t.Fatalf("Runs on the client: %+v", rs2)
-		}
-	})
-}
-
-func TestMigrate(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
-		ctx := context.Background()
-		drv, client, _ := openDriver(t, k)
-		name := ledgerName(t, "m")
-		t.Cleanup(func() { _, _ = testdb.AdminDB(t, k).Exec("DROP TABLE IF EXISTS " + name) })
-		// replicas starting together: concurrent and repeated Migrate calls,
-		// on clients and on the driver
-		var wg sync.WaitGroup
-		errs := make([]error, 4)
-		for i := range errs {
-			other, _ := openEnt(t, k)
-			wg.Go(func() { errs[i] = entlock.Migrate(ctx, other, ormlock.WithLedgerTable(name)) })
-		}
-		wg.Wait()
-		for i, err := range errs {
-			if err != nil {
-				t.Fatalf("concurrent Migrate %d: %v", i, err)
-			}
-		}
-		if err := entlock.Migrate(ctx, client, ormlock.WithLedgerTable(name)); err != nil {
-			t.Fatalf("Migrate again: %v", err)
-		}
-		if err := entlock.Migrate(ctx, drv, ormlock.WithLedgerTable(name)); err != nil {
-			t.Fatalf("Migrate on the driver: %v", err)
-		}
-		if !tableExists(t, k, name) {
-			t.Fatalf("table %s not created", name)
-		}
-		if !rawFree(t, k, "ormlock.migrate:"+name) {
-			t.Fatal("Migrate's lock still held")
-		}
-
-		// a ledger table given to Wrap applies to Migrate, RunOnce and Runs
-		pname := ledgerName(t, "p")
-		t.Cleanup(func() { _, _ = testdb.AdminDB(t, k).Exec("DROP TABLE IF EXISTS " + pname) })
-		pclient, _ := openEnt(t, k, ormlock.WithLedgerTable(pname))
-		if err := entlock.Migrate(ctx, pclient); err != nil {
-			t.Fatal(err)
-		}
-		job := "wrapdefault-" + t.Name()
-		if err := entlock.RunOnce(ctx, pclient, job, slotAt(0), func(*ent.Tx) error { return nil }); err != nil {
-			t.Fatal(err)
-		}
-		if rs, err := entlock.Runs(ctx, pclient, job, 5); err != nil || len(rs) != 1 {
-			t.Fatalf("Runs via Wrap's table: %v %v", rs, err)
-		}
-		if rs := runs(t, client, pname, job); len(rs) != 1 {
-			t.Fatalf("row not in Wrap's table: %v", rs)
-		}
-	})
-}
-
-func tableExists(t *testing.T, k testdb.Kind, name string) bool {
-	t.Helper()
-	var n int
-	q := "SELECT count(*) FROM information_schema.tables WHERE table_name = $1"
-	if k.Dialect() == "mysql" {
-		q = "SELECT count(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?"
-	}
-	if err := testdb.AdminDB(t, k).QueryRow(q, name).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n > 0
-}
-
-func TestLedgerBadTableNames(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
-		ctx := context.Background()
-		// a pool that is already closed: any statement would fail with
-		// "sql: database is closed", so ErrInvalidArgument proves that
-		// nothing was sent
-		closed := testdb.Open(t, k)
-		closed.Close()
-		client := ent.NewClient(ent.Driver(entlock.Wrap(entsql.OpenDB(k.Dialect(), closed))))
-		fn := func(*ent.Tx) error { return errors.New("fn called") }
-		for _, name := range []string{"runs; DROP TABLE x", "", strings.Repeat("a", 64), "1runs", "a-b", `r"s`, "r`s", "schema.runs", "ré"} {
-			opt := ormlock.WithLedgerTable(name)
-			if err := entlock.Migrate(ctx, client, opt); !errors.Is(err, ormlock.ErrInvalidArgument) || !strings.Contains(err.Error(), "table name") {
-				t.Errorf("Migrate(%q): %v, want ErrInvalidArgument naming the table", name, err)
-			}
-			for _, mode := range []ormlock.Option{nil, ormlock.WithClaim()} {
-				if err := entlock.RunOnce(ctx, client, "j", slotAt(0), fn, opt, mode); !errors.Is(err, ormlock.ErrInvalidArgument) {
-					t.Errorf("RunOnce with table %q: %v", name, err)
-				}
-			}
-			if _, err := entlock.Runs(ctx, client, "j", 1, opt); !errors.Is(err, ormlock.ErrInvalidArgument) {
-				t.Errorf("Runs with table %q: %v", name, err)
-			}
-		}
-		// as a Wrap default, reported by Err and by every verb
-		bad := entlock.Wrap(entsql.OpenDB(k.Dialect(), closed), ormlock.WithLedgerTable("a-b"))
-		if err := bad.Err(); !errors.Is(err, ormlock.ErrInvalidArgument) || !strings.Contains(err.Error(), "table name") {
-			t.Errorf("Wrap with a bad table: Err() = %v", err)
-		}
-		if err := entlock.Migrate(ctx, bad); !errors.Is(err, ormlock.ErrInvalidArgument) {
-			t.Errorf("Migrate on a Wrap with a bad table: %v", err)
-		}
-		// a missing table is reported with a hint
-		live, _ := openEnt(t, k)
-		for _, mode := range []ormlock.Option{nil, ormlock.WithClaim()} {
-			err := entlock.RunOnce(ctx, live, "j-"+t.Name(), slotAt(0), fn, ormlock.WithLedgerTable("no_such_ledger"), mode)
-			if err == nil || !strings.Contains(err.Error(), "create it with Migrate") {
-				t.Errorf("missing table: %v", err)
-			}
-		}
-		if _, err := entlock.Runs(ctx, live, "j", 1, ormlock.WithLedgerTable("no_such_ledger")); err == nil || !strings.Contains(err.Error(), "create it with Migrate") {
-			t.Errorf("Runs on a missing table: %v", err)
-		}
-	})
-}
-
-func TestRuns(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
-		ctx := context.Background()
-		client, _ := openEnt(t, k)
-		tbl := ledgerTable(t, k, client)
-		job := "audit-" + t.Name()
-		opt := ormlock.WithLedgerTable(tbl)
-		berlin, err := time.LoadLocation("Europe/Berlin")
-		if err != nil {
-			t.Skip(err)
-		}
-		// slots given in Berlin time, with nanoseconds: stored as the UTC
-		// instant, truncated to microseconds; run out of order
-		slot := func(day int) time.Time { return time.Date(2031, 3, day, 0, 0, 0, 123456789, berlin) }
-		if err := entlock.RunOnce(ctx, client, job, slot(3), func(*ent.Tx) error { time.Sleep(20 * time.Millisecond); return nil }, opt, ormlock.WithClaim(), ormlock.WithOwner("c")); err != nil {
-			t.Fatal(err)
-		}
-		if err := entlock.RunOnce(ctx, client, job, slot(1), func(*ent.Tx) error { return nil }, opt, ormlock.WithOwner("a")); err != nil {
-			t.Fatal(err)
-		}
-		if err := entlock.RunOnce(ctx, client, job, slot(2), func(*ent.Tx) error { return errors.New("disk full") }, opt, ormlock.WithClaim(), ormlock.WithOwner("b")); err == nil {
-			t.Fatal("want fn's error")
-		}
-		// another job's run is not listed
-		if err := entlock.RunOnce(ctx, client, job+"-other", slot(4), func(*ent.Tx) error { return nil }, opt); err != nil {
-			t.Fatal(err)
-		}
-		rs, err := entlock.Runs(ctx, client, job, 10, opt)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := []struct {
-			day    int
-			status ormlock.RunStatus
-			owner  string
-			err    string
-		}{{3, ormlock.RunDone, "c", ""}, {2, ormlock.RunFailed, "b", "disk full"}, {1, ormlock.RunDone, "a", ""}}
-		if len(rs) != len(want) {
-			t.Fatalf("Runs = %+v, want %d rows", rs, len(want))
-		}
-		for i, w := range want {
-			r := rs[i]
-			ws := ormlock.NormalizeSlot(slot(w.day))
-			if r.Job != job || !r.Slot.Equal(ws) || r.Slot.Location() != time.UTC || r.Status != w.status || r.Owner != w.owner || r.Error != w.err {
-				t.Errorf("run %d = %+v, want slot %v %s by %s error %q", i, r, ws, w.status, w.owner, w.err)
-			}
-			if r.Started.IsZero() || r.Finished.Before(r.Started) || r.Duration != r.Finished.Sub(r.Started) || r.Started.Location() != time.UTC {
-				t.Errorf("run %d times: started %v finished %v duration %v", i, r.Started, r.Finished, r.Duration)
-			}
-		}
-		if rs[0].Duration < 10*time.Millisecond {
-			t.Errorf("claim run that slept 20ms lasted %v by the ledger", rs[0].Duration)
-		}
-		t.Logf("durations: %v %v %v", rs[0].Duration, rs[1].Duration, rs[2].Duration)
-		if rs, err := entlock.Runs(ctx, client, job, 2, opt); err != nil || len(rs) != 2 || !rs[1].Slot.Equal(ormlock.NormalizeSlot(slot(2))) {
-			t.Fatalf("Runs limit 2 = %+v, %v", rs, err)
-		}
-		if rs, err := entlock.Runs(ctx, client, "never-ran", 5, opt); err != nil || len(rs) != 0 {
-			t.Fatalf("Runs of an unknown job = %+v, %v", rs, err)
 		}
 	})
 }
@@ -828,7 +258,7 @@ func TestRunOnceNotWrapped(t *testing.T) {
 
 // ent has no nested transactions: a transactional client is refused.
 func TestRunOnceOnTransactionalClient(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		client, _ := openEnt(t, k)
 		tbl := ledgerTable(t, k, client)
@@ -853,7 +283,7 @@ func TestRunOnceOnTransactionalClient(t *testing.T) {
 }
 
 func TestRunOnceObserverAndNamespace(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		var mu sync.Mutex
 		var events []ormlock.Event
@@ -866,12 +296,12 @@ func TestRunOnceObserverAndNamespace(t *testing.T) {
 		tbl := ledgerTable(t, k, setup)
 		client, _ := openEnt(t, k, ormlock.WithNamespace("billing"), ormlock.WithObserver(obs), ormlock.WithLedgerTable(tbl))
 		job := "observed-" + t.Name()
-		name := ormlock.RunKey(job, slotAt(0)).NameValue()
+		name := keys.NameValue(keys.RunKey(job, slotAt(0)))
 		err := entlock.RunOnce(ctx, client, job, slotAt(0), func(*ent.Tx) error {
 			if !rawFree(t, k, name) {
 				return errors.New("the run lock is the RunKey without the namespace")
 			}
-			if h, err := entlock.Holder(ctx, client, ormlock.RunKey(job, slotAt(0))); err != nil || !h.Held {
+			if h, err := entlock.Holder(ctx, client, keys.RunKey(job, slotAt(0))); err != nil || !h.Held {
 				return fmt.Errorf("namespaced RunKey not held: %v %v", h, err)
 			}
 			return nil
@@ -886,7 +316,7 @@ func TestRunOnceObserverAndNamespace(t *testing.T) {
 		defer mu.Unlock()
 		var kinds []string
 		for _, e := range events {
-			if e.Verb != "RunOnce" || e.Namespace != "billing" || e.Key.NameValue() != name {
+			if e.Verb != "RunOnce" || e.Namespace != "billing" || keys.NameValue(e.Key) != name {
 				t.Errorf("event %+v", e)
 			}
 			kinds = append(kinds, e.Kind.String())
@@ -894,133 +324,6 @@ func TestRunOnceObserverAndNamespace(t *testing.T) {
 		got := strings.Join(kinds, ",")
 		if want := "attempt,acquired,released,attempt,acquired,already_done,released"; got != want {
 			t.Errorf("events %s, want %s", got, want)
-		}
-	})
-}
-
-// gormOpen opens GORM on a new pool to the server of kind k.
-func gormOpen(t *testing.T, k testdb.Kind) *gorm.DB {
-	t.Helper()
-	sqlDB := testdb.Open(t, k)
-	t.Cleanup(func() { testdb.AssertNoLeaks(t, k, sqlDB) })
-	var dial gorm.Dialector
-	if k.Dialect() == "postgres" {
-		dial = postgres.New(postgres.Config{Conn: sqlDB})
-	} else {
-		dial = gmysql.New(gmysql.Config{Conn: sqlDB, SkipInitializeWithVersion: true})
-	}
-	db, err := gorm.Open(dial, &gorm.Config{Logger: logger.Discard})
-	if err != nil {
-		t.Fatalf("gorm.Open: %v", err)
-	}
-	return db
-}
-
-// gormlock.RunOnce and entlock.RunOnce share the lock and the ledger: for
-// each slot, an instance on each ORM races, and exactly one runs it.
-func TestRunOnceCrossORM(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
-		ctx := context.Background()
-		client, _ := openEnt(t, k)
-		gdb := gormOpen(t, k)
-		tbl := ledgerTable(t, k, client)
-		if err := gormlock.Migrate(gdb, ormlock.WithLedgerTable(tbl)); err != nil {
-			t.Fatalf("gormlock.Migrate on entlock's table: %v", err)
-		}
-		owner := enttest.Owner(t, k)
-		job := "cross-" + t.Name()
-		const slots = 24
-		var inside, maxInside atomic.Int64
-		wins := map[string]int{}
-		start := time.Now()
-		for s := range slots {
-			// modes by slot: both transactional, both waiting, and each
-			// ORM's claim mode against the other's transactional mode
-			entOpts := []ormlock.Option{ormlock.WithLedgerTable(tbl), ormlock.WithOwner("ent")}
-			gormOpts := []ormlock.Option{ormlock.WithLedgerTable(tbl), ormlock.WithOwner("gorm")}
-			switch s % 4 {
-			case 1:
-				entOpts = append(entOpts, ormlock.WithWait(20*time.Second))
-				gormOpts = append(gormOpts, ormlock.WithWait(20*time.Second))
-			case 2:
-				gormOpts = append(gormOpts, ormlock.WithClaim(), ormlock.WithWait(20*time.Second))
-			case 3:
-				entOpts = append(entOpts, ormlock.WithClaim(), ormlock.WithWait(20*time.Second))
-			}
-			barrier := make(chan struct{})
-			var entErr, gormErr error
-			var wg sync.WaitGroup
-			wg.Go(func() {
-				<-barrier
-				entErr = entlock.RunOnce(ctx, client, job, slotAt(s), func(tx *ent.Tx) error {
-					maxOf(&maxInside, inside.Add(1))
-					defer inside.Add(-1)
-					time.Sleep(2 * time.Millisecond)
-					return insert(ctx, tx, owner, s)
-				}, entOpts...)
-			})
-			wg.Go(func() {
-				<-barrier
-				gormErr = gormlock.RunOnce(gdb.WithContext(ctx), job, slotAt(s), func(tx *gorm.DB) error {
-					maxOf(&maxInside, inside.Add(1))
-					defer inside.Add(-1)
-					time.Sleep(2 * time.Millisecond)
-					return tx.Exec("INSERT INTO items (owner, n) VALUES (?, ?)", owner, s).Error
-				}, gormOpts...)
-			})
-			close(barrier)
-			wg.Wait()
-			lost := func(err error) bool {
-				return errors.Is(err, ormlock.ErrAlreadyDone) || errors.Is(err, ormlock.ErrNotAcquired)
-			}
-			switch {
-			case entErr == nil && lost(gormErr):
-				wins["ent"]++
-			case gormErr == nil && lost(entErr):
-				wins["gorm"]++
-			default:
-				t.Fatalf("slot %d: ent %v, gorm %v: want exactly one run", s, entErr, gormErr)
-			}
-		}
-		if maxInside.Load() != 1 {
-			t.Fatalf("max runs at once = %d, want 1", maxInside.Load())
-		}
-		if n := count(t, k, owner); n != slots {
-			t.Fatalf("work rows = %d, want %d", n, slots)
-		}
-		rs := runs(t, client, tbl, job)
-		grs, err := gormlock.Runs(gdb, job, 1000, ormlock.WithLedgerTable(tbl))
-		if err != nil || len(rs) != slots || len(grs) != slots {
-			t.Fatalf("ledger: %d rows via entlock, %d via gormlock (%v), want %d", len(rs), len(grs), err, slots)
-		}
-		for i, r := range rs {
-			g := grs[i]
-			same := r.Job == g.Job && r.Slot.Equal(g.Slot) && r.Status == g.Status && r.Owner == g.Owner &&
-				r.Started.Equal(g.Started) && r.Finished.Equal(g.Finished) && r.Error == g.Error
-			if r.Status != ormlock.RunDone || !same {
-				t.Fatalf("row %d: entlock %+v, gormlock %+v", i, r, grs[i])
-			}
-		}
-		t.Logf("%d slots in %v: wins %v", slots, time.Since(start).Round(time.Millisecond), wins)
-
-		// one after the other: whichever comes second finds the slot done
-		next := slotAt(slots)
-		if err := gormlock.RunOnce(gdb, job, next, func(*gorm.DB) error { return nil }, ormlock.WithLedgerTable(tbl)); err != nil {
-			t.Fatal(err)
-		}
-		for _, mode := range []ormlock.Option{nil, ormlock.WithClaim()} {
-			if err := entlock.RunOnce(ctx, client, job, next, func(*ent.Tx) error { return errors.New("ran twice") }, ormlock.WithLedgerTable(tbl), mode); !errors.Is(err, ormlock.ErrAlreadyDone) {
-				t.Fatalf("entlock after gormlock: %v", err)
-			}
-		}
-		next = slotAt(slots + 1)
-		if err := entlock.RunOnce(ctx, client, job, next, func(*ent.Tx) error { return nil }, ormlock.WithLedgerTable(tbl)); err != nil {
-			t.Fatal(err)
-		}
-		for _, mode := range []ormlock.Option{nil, ormlock.WithClaim()} {
-			if err := gormlock.RunOnce(gdb, job, next, func(*gorm.DB) error { return errors.New("ran twice") }, ormlock.WithLedgerTable(tbl), mode); !errors.Is(err, ormlock.ErrAlreadyDone) {
-				t.Fatalf("gormlock after entlock: %v", err)
-			}
 		}
 	})
 }

@@ -18,7 +18,7 @@ type fixedSlot time.Time
 func (s fixedSlot) Slot(time.Time) time.Time { return time.Time(s) }
 
 func TestRunScheduled(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		client, _ := openEnt(t, k)
 		tbl := ledgerTable(t, k, client)

@@ -5,39 +5,21 @@ import (
 	"fmt"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
 // Session holds the lock named by key on a dedicated connection for as long
-// as fn runs; fn does its work through the normal client (with the ctx it is
-// given), not inside one long transaction.
-//
-// x is either the generated *ent.Client built on a [Driver], or the *Driver
-// itself: both have a Tx method, from which T is inferred. A client does not
-// expose its driver, so Session finds it by calling client.Tx with a probe in
-// the context, which the Driver answers without starting a transaction. (If
-// the client's driver is not a Driver, that call starts a real transaction,
-// which is rolled back, and the error wraps [ErrNotWrapped].)
-//
-// The lock connection is checked every keepalive interval
-// ([ormlock.WithKeepalive], default [ormlock.DefaultKeepalive]); when it is
-// lost (backend terminated, KILL CONNECTION, server restart, failover), fn's
-// context is cancelled with cause [ormlock.ErrLockLost] within two intervals
-// and Session returns an error wrapping ErrLockLost, also when fn returns
-// ctx.Err(). Try-once, waiting and the not-acquired error are as in
-// [Transaction]; options apply on top of the defaults given to [Wrap].
-//
-// On PostgreSQL the lock is a transaction-level advisory lock held by an idle
-// READ COMMITTED transaction on the dedicated connection: correct behind
-// PgBouncer in transaction mode and holding no snapshot, so VACUUM is not
-// held back. On MySQL/MariaDB it is GET_LOCK on the dedicated connection,
-// released by RELEASE_LOCK (or by destroying the connection when that
-// fails). The dedicated connection counts against the pool while fn runs:
-// a pool of MaxOpenConns 1 cannot serve fn's own queries.
+// as fn runs; fn works through the normal client with the ctx it is given.
+// x is the client built on a [Driver], or the *Driver (an unwrapped client
+// gives [ErrNotWrapped]). A keepalive ([ormlock.WithKeepalive], default 2s)
+// cancels fn's ctx with cause [ormlock.ErrLockLost] when the lock is lost,
+// and Session's error then wraps ErrLockLost. See docs/PROTOCOL.md
+// (Session).
 func Session[T TxLike, K ormlock.KeyType](ctx context.Context, x interface {
 	Tx(context.Context) (T, error)
 }, key K, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
-	k, err := check(ctx, "Session", x, fn == nil, ormlock.KeyOf(key), opts)
+	k, err := check(ctx, "Session", x, fn == nil, keys.Of(key), opts)
 	if err != nil {
 		return err
 	}

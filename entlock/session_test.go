@@ -18,7 +18,7 @@ import (
 )
 
 func TestSessionExcludes(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		drv, client, _ := openDriver(t, k)
 		other, _ := openEnt(t, k)
@@ -87,9 +87,9 @@ func TestSessionOnTransactionalClient(t *testing.T) {
 }
 
 func TestSessionLockLost(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
-		rec := &recorder{}
+		rec := &testdb.Recorder{}
 		client, _ := openEnt(t, k, ormlock.WithObserver(rec))
 		key := "lost-" + t.Name()
 		admin := testdb.AdminDB(t, k)
@@ -135,11 +135,11 @@ func TestSessionLockLost(t *testing.T) {
 			t.Fatalf("fn's context cause = %v, want ErrLockLost", cause)
 		}
 		lost := false
-		for _, e := range rec.events() {
+		for _, e := range rec.Kinds() {
 			lost = lost || e == ormlock.EventLockLost
 		}
 		if !lost {
-			t.Fatalf("events %v lack lock_lost", rec.events())
+			t.Fatalf("events %v lack lock_lost", rec.Kinds())
 		}
 		if !rawFree(t, k, key) {
 			t.Fatal("lock still held after loss")

@@ -8,6 +8,8 @@ import (
 	"reflect"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/keys"
 )
 
 // TxLike is what the verbs need of a transaction: ent's generated *ent.Tx
@@ -18,35 +20,16 @@ type TxLike interface {
 }
 
 // Transaction runs fn inside one ent transaction while the lock named by key
-// is held, and returns fn's error unchanged. client is the generated
-// *ent.Client, built on a [Driver] (see [Wrap]); T, the generated *ent.Tx, is
-// inferred from its Tx method. key is a name (string), an id (int64 or int)
-// or an [ormlock.Key].
-//
-// By default it tries once: when another holder has the lock, fn is not
-// called and the error wraps [ormlock.ErrNotAcquired]. With
-// [ormlock.WithWait] it waits up to that long; when ctx ends the wait, the
-// error matches both ErrNotAcquired and ctx's error. Options apply on top of
-// the defaults given to [Wrap].
-//
-// When fn returns nil the transaction is committed and a commit error is
-// returned (if ctx ended while fn ran, the transaction is rolled back instead
-// and the error matches ctx's error: the lock is held until fn returns, not
-// dropped when ctx ends); when fn fails the transaction is rolled back, and a rollback
-// failure is added to fn's error (still matched by errors.Is) rather than
-// hiding it. A panic in fn rolls back, releases the lock and panics again.
-// The lock is released after the COMMIT or ROLLBACK, on every path: on
-// PostgreSQL with the transaction itself (pg_try_advisory_xact_lock), on
-// MySQL/MariaDB by RELEASE_LOCK on the transaction's pinned connection,
-// which is destroyed if the release fails.
-//
-// If client's driver is not a [Driver], ent's transaction is rolled back and
-// the error wraps [ErrNotWrapped]; fn is not called. See the package
-// documentation for nested calls.
+// is held, and returns fn's error unchanged; key is a name, an id or an
+// [ormlock.Key]. It tries once ([ormlock.ErrNotAcquired] when the lock is
+// held, fn not called) unless [ormlock.WithWait] is given. client is the
+// generated *ent.Client built on a [Driver]; T is inferred from its Tx
+// method, and an unwrapped client gives [ErrNotWrapped]. Protocol per
+// dialect, cancellation and nesting: docs/PROTOCOL.md.
 func Transaction[T TxLike, K ormlock.KeyType](ctx context.Context, client interface {
 	Tx(context.Context) (T, error)
 }, key K, fn func(tx T) error, opts ...ormlock.Option) error {
-	k, err := check(ctx, "Transaction", client, fn == nil, ormlock.KeyOf(key), opts)
+	k, err := check(ctx, "Transaction", client, fn == nil, keys.Of(key), opts)
 	if err != nil {
 		return err
 	}
@@ -125,7 +108,7 @@ func check(ctx context.Context, verb string, client any, nilFn bool, k ormlock.K
 	if err := k.Validate(); err != nil {
 		return k, err
 	}
-	if err := ormlock.NewConfig(opts...).Err(); err != nil {
+	if err := config.New(opts...).Err(); err != nil {
 		return k, err
 	}
 	return k, nil

@@ -7,12 +7,10 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"entgo.io/ent/dialect"
-	entsql "entgo.io/ent/dialect/sql"
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/entlock"
@@ -23,136 +21,8 @@ import (
 	"github.com/ormlock/ormlock/keyhash"
 )
 
-func TestTransactionMutualExclusion(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
-		const instances, rounds = 3, 100
-		ctx := context.Background()
-		clients := make([]*ent.Client, instances)
-		for i := range clients {
-			clients[i], _ = openEnt(t, k)
-		}
-		key := "mutex-" + t.Name()
-		owner := enttest.Owner(t, k)
-		var inside, maxInside, wins, losses atomic.Int64
-		for r := 0; r < rounds; r++ {
-			var wg sync.WaitGroup
-			start := make(chan struct{})
-			errs := make([]error, instances)
-			for i, client := range clients {
-				wg.Go(func() {
-					<-start
-					errs[i] = entlock.Transaction(ctx, client, key, func(tx *ent.Tx) error {
-						n := inside.Add(1)
-						defer inside.Add(-1)
-						for {
-							m := maxInside.Load()
-							if n <= m || maxInside.CompareAndSwap(m, n) {
-								break
-							}
-						}
-						time.Sleep(time.Millisecond)
-						_, err := tx.Item.Query().Where(item.Owner(owner)).Count(ctx)
-						return err
-					})
-				})
-			}
-			close(start)
-			wg.Wait()
-			roundWins := 0
-			for _, err := range errs {
-				switch {
-				case err == nil:
-					roundWins++
-					wins.Add(1)
-				case errors.Is(err, ormlock.ErrNotAcquired):
-					losses.Add(1)
-				default:
-					t.Fatalf("round %d: unexpected error: %v", r, err)
-				}
-			}
-			if roundWins == 0 {
-				t.Fatalf("round %d: nobody acquired a free lock", r)
-			}
-		}
-		if got := maxInside.Load(); got != 1 {
-			t.Fatalf("max holders inside fn at once = %d, want 1", got)
-		}
-		if losses.Load() == 0 {
-			t.Fatalf("no contention seen in %d rounds (wins %d): the test did not exercise exclusion", rounds, wins.Load())
-		}
-		t.Logf("%d rounds: %d wins, %d ErrNotAcquired", rounds, wins.Load(), losses.Load())
-	})
-}
-
-func TestTransactionFnErrorRollsBack(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
-		ctx := context.Background()
-		client, _ := openEnt(t, k)
-		owner := enttest.Owner(t, k)
-		key := "fnerr-" + t.Name()
-		boom := errors.New("boom")
-		called := false
-		err := entlock.Transaction(ctx, client, key, func(tx *ent.Tx) error {
-			called = true
-			if err := insert(ctx, tx, owner, 1); err != nil {
-				return err
-			}
-			return boom
-		})
-		if err != boom || !called {
-			t.Fatalf("err = %v (called %v), want fn's error unchanged", err, called)
-		}
-		if n := count(t, k, owner); n != 0 {
-			t.Fatalf("rows after failed fn = %d, want 0 (rolled back)", n)
-		}
-		if !rawFree(t, k, key) {
-			t.Fatal("lock still held after fn error")
-		}
-		// and a successful run commits
-		if err := entlock.Transaction(ctx, client, key, func(tx *ent.Tx) error {
-			return insert(ctx, tx, owner, 2)
-		}); err != nil {
-			t.Fatal(err)
-		}
-		if n := count(t, k, owner); n != 1 {
-			t.Fatalf("rows after success = %d, want 1", n)
-		}
-		if !rawFree(t, k, key) {
-			t.Fatal("lock still held after commit")
-		}
-	})
-}
-
-func TestTransactionPanic(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
-		ctx := context.Background()
-		client, _ := openEnt(t, k)
-		owner := enttest.Owner(t, k)
-		key := "panic-" + t.Name()
-		var got any
-		func() {
-			defer func() { got = recover() }()
-			_ = entlock.Transaction(ctx, client, key, func(tx *ent.Tx) error {
-				if err := insert(ctx, tx, owner, 1); err != nil {
-					t.Error(err)
-				}
-				panic("kaboom")
-			})
-		}()
-		if got != "kaboom" {
-			t.Fatalf("recovered %v, want the original panic value", got)
-		}
-		if n := count(t, k, owner); n != 0 {
-			t.Fatalf("rows after panic = %d, want 0", n)
-		}
-		if !rawFree(t, k, key) {
-			t.Fatal("lock still held after panic")
-		}
-	})
-}
-
 func TestTransactionHeldElsewhere(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		client, _ := openEnt(t, k)
 		key := "held-" + t.Name()
@@ -216,7 +86,7 @@ func TestTransactionWaitRestoresLockTimeout(t *testing.T) {
 }
 
 func TestTransactionContext(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		client, _ := openEnt(t, k)
 		key := "ctx-" + t.Name()
 		rawHold(t, k, key)
@@ -292,7 +162,7 @@ func TestTransactionContext(t *testing.T) {
 }
 
 func TestTransactionNested(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		client, _ := openEnt(t, k)
 		owner := enttest.Owner(t, k)
@@ -338,7 +208,7 @@ func TestTransactionNested(t *testing.T) {
 }
 
 func TestTransactionPoolExhausted(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		client, db := openEnt(t, k)
 		db.SetMaxOpenConns(1)
@@ -359,7 +229,7 @@ func TestTransactionPoolExhausted(t *testing.T) {
 }
 
 func TestTransactionInterop(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		client, _ := openEnt(t, k)
 		for _, key := range []string{"interop-" + t.Name(), `it's "quoted"; DROP TABLE x; --`, "Zürich-日本-🔒"} {
@@ -413,68 +283,10 @@ func TestTransactionNumericKeys(t *testing.T) {
 	}
 }
 
-func TestTransactionReleaseFailureDestroysConnection(t *testing.T) {
-	k := testdb.MariaDB
-	ctx := context.Background()
-	client, db := openEnt(t, k)
-	db.SetMaxIdleConns(4)
-	key := "relfail-" + t.Name()
-	var connID int64
-	rec := &recorder{}
-	err := entlock.Transaction(ctx, client, key, func(tx *ent.Tx) error {
-		rows, err := tx.QueryContext(ctx, "SELECT CONNECTION_ID()")
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			if err := rows.Scan(&connID); err != nil {
-				rows.Close()
-				return err
-			}
-		}
-		rows.Close()
-		// release the lock behind ormlock's back: its RELEASE_LOCK then
-		// returns NULL, which must not be taken as released
-		_, err = tx.ExecContext(ctx, "SELECT RELEASE_LOCK(?)", keyhash.MySQLName("", key))
-		return err
-	}, ormlock.WithObserver(rec))
-	if err != nil {
-		t.Fatal(err)
-	}
-	events := rec.events()
-	if len(events) == 0 || events[len(events)-1] != ormlock.EventReleaseFailed {
-		t.Fatalf("events = %v, want release_failed last", events)
-	}
-	admin := testdb.AdminDB(t, k)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		var n int
-		if err := admin.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?", connID).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("connection %d still open: it went back to the pool", connID)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	for range 3 {
-		var id int64
-		if err := db.QueryRow("SELECT CONNECTION_ID()").Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		if id == connID {
-			t.Fatal("destroyed connection handed out again")
-		}
-	}
-}
-
 // The lock is released only after COMMIT: whoever takes it next sees the
 // holder's writes (on MySQL/MariaDB RELEASE_LOCK runs after COMMIT).
 func TestTransactionReleaseAfterCommit(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		holder, _ := openEnt(t, k)
 		waiter, _ := openEnt(t, k)
@@ -566,247 +378,11 @@ func TestTransactionLongNamesMariaDB(t *testing.T) {
 	}
 }
 
-func TestTransactionNotWrapped(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
-		ctx := context.Background()
-		plain, _ := openPlain(t, k)
-		key := "unwrapped-" + t.Name()
-		called := false
-		err := entlock.Transaction(ctx, plain, key, func(*ent.Tx) error { called = true; return nil })
-		if !errors.Is(err, entlock.ErrNotWrapped) || !errors.Is(err, ormlock.ErrInvalidArgument) || called {
-			t.Fatalf("err=%v called=%v, want ErrNotWrapped and fn not called", err, called)
-		}
-		if !strings.Contains(err.Error(), "entlock.Wrap") {
-			t.Fatalf("error %q does not say how to fix it", err)
-		}
-		t.Logf("unwrapped client: %v", err)
-		err = entlock.Session(ctx, plain, key, func(context.Context) error { called = true; return nil })
-		if !errors.Is(err, entlock.ErrNotWrapped) || called {
-			t.Fatalf("Session: err=%v called=%v, want ErrNotWrapped and fn not called", err, called)
-		}
-	})
-}
-
-// A plain client.Tx / BeginTx and plain queries on a wrapped driver behave as
-// before: no lock, ordinary commit and rollback.
-func TestPlainUseUnchanged(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
-		ctx := context.Background()
-		client, _ := openEnt(t, k)
-		owner := enttest.Owner(t, k)
-		tx, err := client.Tx(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := insert(ctx, tx, owner, 1); err != nil {
-			t.Fatal(err)
-		}
-		if err := testdb.Leaks(k); err != nil {
-			t.Fatalf("plain client.Tx took a lock: %v", err)
-		}
-		if err := tx.Commit(); err != nil {
-			t.Fatal(err)
-		}
-		tx, err = client.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelSerializable})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := insert(ctx, tx, owner, 2); err != nil {
-			t.Fatal(err)
-		}
-		if err := tx.Rollback(); err != nil {
-			t.Fatal(err)
-		}
-		if err := client.Item.Create().SetOwner(owner).SetN(3).Exec(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := client.ExecContext(ctx, "UPDATE items SET n = n + 10 WHERE owner = "+map[string]string{"postgres": "$1", "mysql": "?"}[k.Dialect()], owner); err != nil {
-			t.Fatal(err)
-		}
-		items, err := client.Item.Query().Where(item.Owner(owner)).Order(item.ByN()).All(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(items) != 2 || items[0].N != 11 || items[1].N != 13 {
-			t.Fatalf("items = %v, want n 11 and 13", items)
-		}
-	})
-}
-
 // noDB is a driver that does not expose its *sql.DB.
 type noDB struct{ dialect.Driver }
 
-func TestWrapUnusable(t *testing.T) {
-	ctx := context.Background()
-	k := testdb.Postgres
-	db := testdb.Open(t, k)
-	enttest.Migrate(t, k)
-	t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
-	called := false
-	fn := func(*ent.Tx) error { called = true; return nil }
-	for _, c := range []struct {
-		name  string
-		drv   *entlock.Driver
-		want  error
-		text  string
-		plain bool // plain use still works
-	}{
-		{"sqlite3", entlock.Wrap(entsql.OpenDB(dialect.SQLite, db)), ormlock.ErrUnsupportedDialect, `"sqlite3"`, false},
-		{"nil driver", entlock.Wrap(nil), ormlock.ErrInvalidArgument, "nil driver", false},
-		{"no *sql.DB", entlock.Wrap(noDB{entsql.OpenDB(dialect.Postgres, db)}), ormlock.ErrUnsupportedDialect, "*sql.DB", true},
-		{"bad option", entlock.Wrap(entsql.OpenDB(dialect.Postgres, db), ormlock.WithKeepalive(0)), ormlock.ErrInvalidArgument, "WithKeepalive", true},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			if err := c.drv.Err(); !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.text) {
-				t.Fatalf("Err() = %v, want %v mentioning %s", err, c.want, c.text)
-			}
-			client := ent.NewClient(ent.Driver(c.drv))
-			if err := entlock.Transaction(ctx, client, "k-"+t.Name(), fn); !errors.Is(err, c.want) {
-				t.Fatalf("Transaction: %v, want %v", err, c.want)
-			}
-			if err := entlock.Session(ctx, client, "k-"+t.Name(), func(context.Context) error { called = true; return nil }); !errors.Is(err, c.want) {
-				t.Fatalf("Session: %v, want %v", err, c.want)
-			}
-			if err := entlock.Session(ctx, c.drv, "k-"+t.Name(), func(context.Context) error { called = true; return nil }); !errors.Is(err, c.want) {
-				t.Fatalf("Session on the driver: %v, want %v", err, c.want)
-			}
-			if c.plain {
-				if _, err := client.Item.Query().Count(ctx); err != nil {
-					t.Fatalf("plain query on the wrapper: %v", err)
-				}
-				tx, err := client.Tx(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := tx.Rollback(); err != nil {
-					t.Fatal(err)
-				}
-			}
-		})
-	}
-	if called {
-		t.Fatal("fn called")
-	}
-}
-
-func TestWrapDefaults(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
-		ctx := context.Background()
-		client, _ := openEnt(t, k, ormlock.WithNamespace("billing"), ormlock.WithWait(5*time.Second))
-		name := "defaults-" + t.Name()
-		held := func(ns string) bool {
-			t.Helper()
-			if ns == "" {
-				return !rawFree(t, k, name)
-			}
-			// the namespaced key, computed independently
-			admin := testdb.AdminDB(t, k)
-			var ok bool
-			var err error
-			if k.Dialect() == "postgres" {
-				err = admin.QueryRow("SELECT pg_try_advisory_xact_lock($1)", keyhash.Int64NS(ns, name)).Scan(&ok)
-			} else {
-				err = admin.QueryRow("SELECT IS_FREE_LOCK(?)", ns+":"+name).Scan(&ok)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			return !ok
-		}
-		err := entlock.Transaction(ctx, client, name, func(*ent.Tx) error {
-			if held("") {
-				return errors.New("plain name held: the driver's namespace was not applied")
-			}
-			if !held("billing") {
-				return errors.New("namespaced key is free")
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		// per-call options override the driver's
-		err = entlock.Transaction(ctx, client, name, func(*ent.Tx) error {
-			if !held("") {
-				return errors.New("per-call empty namespace not applied")
-			}
-			return nil
-		}, ormlock.WithNamespace(""))
-		if err != nil {
-			t.Fatal(err)
-		}
-	})
-}
-
-func TestTransactionEvents(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
-		ctx := context.Background()
-		rec := &recorder{}
-		client, _ := openEnt(t, k, ormlock.WithObserver(rec))
-		key := "events-" + t.Name()
-		want := func(what string, kinds ...ormlock.EventKind) {
-			t.Helper()
-			got := rec.events()
-			rec.mu.Lock()
-			rec.kinds = nil
-			rec.mu.Unlock()
-			if fmt.Sprint(got) != fmt.Sprint(kinds) {
-				t.Fatalf("%s: events %v, want %v", what, got, kinds)
-			}
-		}
-		if err := entlock.Transaction(ctx, client, key, func(*ent.Tx) error { return nil }); err != nil {
-			t.Fatal(err)
-		}
-		want("commit", ormlock.EventAttempt, ormlock.EventAcquired, ormlock.EventReleased)
-		_ = entlock.Transaction(ctx, client, key, func(*ent.Tx) error { return errors.New("x") })
-		want("fn error", ormlock.EventAttempt, ormlock.EventAcquired, ormlock.EventReleased)
-		func() {
-			defer func() { _ = recover() }()
-			_ = entlock.Transaction(ctx, client, key, func(*ent.Tx) error { panic("p") })
-		}()
-		want("panic", ormlock.EventAttempt, ormlock.EventAcquired, ormlock.EventReleased)
-		rawHold(t, k, key)
-		_ = entlock.Transaction(ctx, client, key, func(*ent.Tx) error { return nil })
-		want("held", ormlock.EventAttempt, ormlock.EventNotAcquired)
-	})
-}
-
-// dialect.Debug outside the wrapper (the client's Debug method) logs the
-// locked transaction's statements.
-func TestTransactionDebugClient(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
-		ctx := context.Background()
-		db := testdb.Open(t, k)
-		enttest.Migrate(t, k)
-		t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
-		var mu sync.Mutex
-		var logged []string
-		client := ent.NewClient(ent.Driver(entlock.Wrap(entsql.OpenDB(k.Dialect(), db))), ent.Log(func(a ...any) {
-			mu.Lock()
-			defer mu.Unlock()
-			logged = append(logged, fmt.Sprint(a...))
-		})).Debug()
-		key := "debug-" + t.Name()
-		owner := enttest.Owner(t, k)
-		err := entlock.Transaction(ctx, client, key, func(tx *ent.Tx) error {
-			if rawFree(t, k, key) {
-				return errors.New("lock not held")
-			}
-			return insert(ctx, tx, owner, 1)
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if s := strings.Join(logged, "\n"); !strings.Contains(s, "INSERT") || !strings.Contains(s, "committed") {
-			t.Fatalf("debug log lacks the transaction's statements:\n%s", s)
-		}
-	})
-}
-
 func TestTransactionTxOptions(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		client, _ := openEnt(t, k)
 		owner := enttest.Owner(t, k)

@@ -62,7 +62,7 @@ func notAcquiredByDeadline(t *testing.T, db *gorm.DB, v verb, key string, deadli
 // The pool's only connection is held elsewhere: every verb gives up at the
 // caller's deadline, before the lock.
 func TestDeadlinePoolExhausted(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, sqlDB := openGorm(t, k)
 		ledger := ledgerTable(t, k, db)
 		sqlDB.SetMaxOpenConns(1)

@@ -18,7 +18,7 @@ import (
 // A server statement timeout shorter than the wait, the lock held
 // elsewhere: not acquired, with the server's error kept in the chain.
 func TestStatementTimeoutIsNotAcquired(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		key := "stmt-timeout-" + t.Name()
 		release := rawHold(t, k, key)
 		defer release()
@@ -61,7 +61,7 @@ func TestStatementTimeoutIsNotAcquired(t *testing.T) {
 // A wait longer than PostgreSQL's largest lock_timeout (about 24.8 days)
 // is clamped, not refused.
 func TestWaitBeyondLockTimeoutMax(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		ran := false
 		err := gormlock.Transaction(db, "long-wait-"+t.Name(), func(*gorm.DB) error { ran = true; return nil },

@@ -16,14 +16,6 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(testdb.Main(m)) }
 
-// forEachKind runs f once per real server kind.
-func forEachKind(t *testing.T, f func(t *testing.T, k testdb.Kind)) {
-	t.Helper()
-	for _, k := range testdb.Kinds() {
-		t.Run(string(k), func(t *testing.T) { f(t, k) })
-	}
-}
-
 // openGorm opens a new pool on the shared server of kind k, wrapped in GORM,
 // and asserts after the test that no lock and no connection leaked.
 func openGorm(t *testing.T, k testdb.Kind, cfg ...*gorm.Config) (*gorm.DB, *sql.DB) {

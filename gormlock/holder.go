@@ -4,6 +4,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
@@ -29,7 +30,7 @@ import (
 // until the transaction ends, so repeated lookups there show the holders'
 // activity as of the first; call it outside a transaction to poll.
 func Holder[K ormlock.KeyType](db *gorm.DB, key K, opts ...ormlock.Option) (ormlock.HolderInfo, error) {
-	c, err := prepare(db, "Holder", ormlock.KeyOf(key), opts)
+	c, err := prepare(db, "Holder", keys.Of(key), opts)
 	if err != nil {
 		return ormlock.HolderInfo{}, err
 	}

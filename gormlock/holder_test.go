@@ -49,7 +49,7 @@ func holderOf[K ormlock.KeyType](t *testing.T, db *gorm.DB, key K, opts ...ormlo
 }
 
 func TestHolderFree(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		for _, key := range []ormlock.Key{ormlock.Name("holder-free-" + t.Name()), ormlock.ID(keyhash.Int64("holder-free-id-" + t.Name())), ormlock.Pair(-3, 77)} {
 			h := holderOf(t, db, key)
@@ -64,7 +64,7 @@ func TestHolderFree(t *testing.T) {
 }
 
 func TestHolderTransaction(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		key := "holder-tx-" + t.Name()
 		var h ormlock.HolderInfo
@@ -117,7 +117,7 @@ func TestHolderTransaction(t *testing.T) {
 }
 
 func TestHolderNamespace(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		if err := db.Use(gormlock.New(ormlock.WithNamespace("holderns"))); err != nil {
 			t.Fatal(err)
@@ -160,7 +160,7 @@ func mustSQLTx(t *testing.T, tx *gorm.DB) *sql.Tx {
 // objid low half, objsubid 1) and of a pair (objsubid 2), with negative
 // halves, which pg_locks shows as unsigned oids.
 func TestHolderNumericKeys(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		base := keyhash.Int64("holder-num-" + t.Name())
 		keys := []ormlock.Key{
@@ -201,7 +201,7 @@ func TestHolderNumericKeys(t *testing.T) {
 }
 
 func TestHolderSession(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		key := "holder-sess-" + t.Name()
 		err := gormlock.Session(db, key, func(ctx context.Context) error {
@@ -222,7 +222,7 @@ func TestHolderSession(t *testing.T) {
 			}
 			// the reported connection is the one that holds the lock: end
 			// it and the Session loses its lock
-			obsKill(t, k, h.PID)
+			testdb.Kill(t, k, h.PID)
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
@@ -238,7 +238,7 @@ func TestHolderSession(t *testing.T) {
 
 // A lock taken by hand-written SQL, as existing code would.
 func TestHolderRawSQL(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		key := "holder-raw-" + t.Name()
 		ctx := context.Background()

@@ -59,7 +59,7 @@ func assertSequence(t *testing.T, db *gorm.DB, table string, want int) {
 }
 
 func TestTransactionIsolationWait(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		for _, iso := range isolations {
 			t.Run(iso.name, func(t *testing.T) {
 				dbA, _ := openGorm(t, k)
@@ -87,7 +87,7 @@ func TestTransactionIsolationWait(t *testing.T) {
 }
 
 func TestTransactionIsolationTryOnce(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		for _, iso := range isolations {
 			t.Run(iso.name, func(t *testing.T) {
 				const pools, rounds = 3, 40
@@ -130,7 +130,7 @@ func TestTransactionIsolationTryOnce(t *testing.T) {
 }
 
 func TestRunOnceIsolationWait(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		for _, iso := range isolations {
 			t.Run(iso.name, func(t *testing.T) {
 				dbA, _ := openGorm(t, k)

@@ -15,7 +15,7 @@ import (
 // RunOnce's events name the job (Event.Job), whose values are bounded,
 // unlike its key, which has the slot in it; other verbs leave Job empty.
 func TestObserverEventJob(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		tbl := ledgerTable(t, k, db)
 		var mu sync.Mutex

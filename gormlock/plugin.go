@@ -6,6 +6,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
@@ -17,7 +18,7 @@ const PluginName = "ormlock"
 // or transaction derived from it) starts from these defaults, and per-call
 // options apply on top.
 type Plugin struct {
-	cfg ormlock.Config
+	cfg config.Config
 }
 
 var _ gorm.Plugin = (*Plugin)(nil)
@@ -25,7 +26,7 @@ var _ gorm.Plugin = (*Plugin)(nil)
 // New returns a plugin with the given defaults. Invalid options are reported
 // by db.Use.
 func New(opts ...ormlock.Option) *Plugin {
-	return &Plugin{cfg: ormlock.NewConfig(opts...)}
+	return &Plugin{cfg: config.New(opts...)}
 }
 
 // Name implements gorm.Plugin.
@@ -59,8 +60,10 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 	return err
 }
 
-// Config returns the plugin's defaults.
-func (p *Plugin) Config() ormlock.Config { return p.cfg }
+// Err returns the error of an invalid option given to [New], or nil; db.Use
+// reports the same error. It lets a program (or the scheduler module) check
+// a configuration before it has a *gorm.DB.
+func (p *Plugin) Err() error { return p.cfg.Err() }
 
 // failedName is the key under which a failed registration is recorded in
 // gorm.Config.Plugins (GORM keeps no other trace of it).
@@ -83,14 +86,14 @@ func dialectOf(db *gorm.DB) (lockproto.Dialect, error) {
 
 // configFor returns the plugin's defaults (if registered) with opts on top,
 // or the error of a failed registration on db (see Plugin.Initialize).
-func configFor(db *gorm.DB, opts []ormlock.Option) (ormlock.Config, error) {
+func configFor(db *gorm.DB, opts []ormlock.Option) (config.Config, error) {
 	if db.Config != nil {
 		if f, ok := db.Config.Plugins[failedName].(*failed); ok {
-			return ormlock.Config{}, f.err
+			return config.Config{}, f.err
 		}
 		if p, ok := db.Config.Plugins[PluginName].(*Plugin); ok {
 			return p.cfg.With(opts...), nil
 		}
 	}
-	return ormlock.NewConfig(opts...), nil
+	return config.New(opts...), nil
 }

@@ -20,7 +20,7 @@ import (
 // the sessions and transactions derived from it) returns the registration's
 // error, without calling fn and without taking a lock.
 func TestPluginFailsClosed(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		before := db.WithContext(context.Background()) // derived before the failure
 		useErr := db.Use(gormlock.New(ormlock.WithNamespace("tenant:a")))

@@ -39,7 +39,7 @@ func fillLedger(t *testing.T, k testdb.Kind, db *gorm.DB, tbl, job, status strin
 // keeps recent rows, and never deletes a running claim, even an old one
 // whose run is in progress.
 func TestPrune(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		tbl := ledgerTable(t, k, db)
 		opt := ormlock.WithLedgerTable(tbl)
@@ -115,7 +115,7 @@ func TestPruneBadInput(t *testing.T) {
 // Pruning a large ledger does not hold up runs: claims of recent slots
 // made while Prune works through 20,000 old rows each finish promptly.
 func TestPruneConcurrentRuns(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		tbl := ledgerTable(t, k, db)
 		opt := ormlock.WithLedgerTable(tbl)

@@ -26,7 +26,7 @@ func TestRunOnceNamespacesSeparateRuns(t *testing.T) {
 		extra []ormlock.Option
 	}{{"transactional", nil}, {"claim", []ormlock.Option{ormlock.WithClaim()}}} {
 		t.Run(mode.name, func(t *testing.T) {
-			forEachKind(t, func(t *testing.T, k testdb.Kind) {
+			testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 				db, _ := openGorm(t, k)
 				tbl := ledgerTable(t, k, db)
 				billing, _ := openGorm(t, k)
@@ -141,7 +141,7 @@ func oldLedger(t *testing.T, k testdb.Kind, name string) {
 // an earlier version in place: its rows stay, in the empty namespace, and RunOnce
 // and Runs work on it, with and without a namespace.
 func TestMigrateUpgradesOldLedger(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		name := "o_" + keyhashHex(t.Name())
 		oldLedger(t, k, name)

@@ -27,7 +27,7 @@ func (s *slotRecorder) Slot(t time.Time) time.Time {
 // RunScheduled takes the slot from the schedule at the current time: two
 // instances firing apart run the slot once.
 func TestRunScheduled(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		tbl := ledgerTable(t, k, db)
 		opt := ormlock.WithLedgerTable(tbl)

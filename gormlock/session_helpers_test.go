@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -12,10 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
 	"gorm.io/gorm"
 
-	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/keyhash"
 )
@@ -34,69 +31,6 @@ func (h *holders) enter() (leave func()) {
 		}
 	}
 	return func() { h.inside.Add(-1) }
-}
-
-// events records observer events; the keepalive goroutine reports
-// EventLockLost, so it is safe for concurrent use.
-type events struct {
-	mu   sync.Mutex
-	list []ormlock.Event
-}
-
-func (e *events) Observe(_ context.Context, ev ormlock.Event) {
-	e.mu.Lock()
-	e.list = append(e.list, ev)
-	e.mu.Unlock()
-}
-
-func (e *events) kinds() []ormlock.EventKind {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	out := make([]ormlock.EventKind, len(e.list))
-	for i, ev := range e.list {
-		out[i] = ev.Kind
-	}
-	return out
-}
-
-func (e *events) has(k ormlock.EventKind) bool {
-	for _, got := range e.kinds() {
-		if got == k {
-			return true
-		}
-	}
-	return false
-}
-
-// checkGoroutines fails the test if it leaves a goroutine behind. Call it
-// first in a test, so that its check runs after every other cleanup (pools
-// closed, private servers stopped). The shared admin pools of the kinds
-// named, which live for the whole test binary, are opened before the
-// snapshot. Session tests do not run in parallel with other top-level tests,
-// whose goroutines would show up here.
-func checkGoroutines(t *testing.T, kinds ...testdb.Kind) {
-	t.Helper()
-	if len(kinds) == 0 {
-		kinds = testdb.Kinds()
-	}
-	for _, k := range kinds {
-		testdb.AdminDB(t, k)
-	}
-	opts := []goleak.Option{
-		goleak.IgnoreCurrent(),
-		// A restarted server process gets a new waiter goroutine; servers
-		// are stopped by their own cleanup (or testdb.Main).
-		goleak.IgnoreAnyFunction("github.com/ormlock/ormlock/internal/testdb.startProc.func1"),
-		// The shared admin pools outlive the test: database/sql starts and
-		// stops their idle-connection cleaner as connections come and go,
-		// and go-sql-driver/mysql runs a watcher goroutine per open
-		// connection. Pools the test opens are closed before the check;
-		// a connection the library failed to give back shows up in
-		// testdb.AssertNoLeaks (InUse != 0) instead.
-		goleak.IgnoreAnyFunction("database/sql.(*DB).connectionCleaner"),
-		goleak.IgnoreAnyFunction("github.com/go-sql-driver/mysql.(*mysqlConn).startWatcher.func1"),
-	}
-	t.Cleanup(func() { goleak.VerifyNone(t, opts...) })
 }
 
 // pgLockBackendQuery finds the backend holding a bigint advisory lock (pg_locks
@@ -150,48 +84,6 @@ func lockConn(t *testing.T, dialect string, admin *sql.DB, name string) lockBack
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("nobody holds %q", name)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// killConn ends a server connection from admin: pg_terminate_backend on
-// PostgreSQL, KILL CONNECTION on MariaDB.
-func killConn(t *testing.T, dialect string, admin *sql.DB, id int64) {
-	t.Helper()
-	var err error
-	if dialect == "postgres" {
-		var ok bool
-		err = admin.QueryRow("SELECT pg_terminate_backend($1)", id).Scan(&ok)
-		if err == nil && !ok {
-			err = fmt.Errorf("pg_terminate_backend(%d) returned false", id)
-		}
-	} else {
-		_, err = admin.Exec(fmt.Sprintf("KILL CONNECTION %d", id))
-	}
-	if err != nil {
-		t.Fatalf("kill connection %d: %v", id, err)
-	}
-}
-
-// waitConnGone waits up to 10s until the server connection id has ended.
-func waitConnGone(t *testing.T, dialect string, admin *sql.DB, id int64) {
-	t.Helper()
-	q := "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?"
-	if dialect == "postgres" {
-		q = "SELECT COUNT(*) FROM pg_stat_activity WHERE pid = $1"
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var n int
-		if err := admin.QueryRow(q, id).Scan(&n); err != nil {
-			t.Fatalf("look for connection %d: %v", id, err)
-		}
-		if n == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("connection %d still open after 10s", id)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -10,27 +10,22 @@ import (
 	"gorm.io/plugin/dbresolver"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
 // Transaction runs fn inside one GORM transaction while the lock named by key
-// is held, and returns fn's error unchanged. key is a name (string), an id
-// (int64 or int) or an [ormlock.Key].
-//
-// By default it tries once: when another holder has the lock, fn is not
-// called and the error wraps [ormlock.ErrNotAcquired]. With
-// [ormlock.WithWait] it waits up to that long; the context is GORM's
-// (db.WithContext), and when it ends the wait, the error matches both
-// ErrNotAcquired and the context's error.
-//
-// See the package documentation for the protocol per dialect, nested calls
-// and dbresolver.
+// is held, and returns fn's error unchanged; key is a name, an id or an
+// [ormlock.Key]. It tries once ([ormlock.ErrNotAcquired] when the lock is
+// held, fn not called) unless [ormlock.WithWait] is given; the context is
+// GORM's (db.WithContext). Protocol per dialect, cancellation, nesting and
+// dbresolver: docs/PROTOCOL.md.
 func Transaction[K ormlock.KeyType](db *gorm.DB, key K, fn func(tx *gorm.DB) error, opts ...ormlock.Option) error {
 	if fn == nil {
 		return fmt.Errorf("%w: gormlock.Transaction: nil fn", ormlock.ErrInvalidArgument)
 	}
 	var c call // on the stack: one allocation fewer than prepare
-	if err := c.init(db, "Transaction", ormlock.KeyOf(key), opts); err != nil {
+	if err := c.init(db, "Transaction", keys.Of(key), opts); err != nil {
 		return err
 	}
 	return c.transaction(fn)
@@ -131,7 +126,7 @@ func primarySQL(db *gorm.DB) (*sql.DB, error) {
 
 func (c *call) transaction(fn func(tx *gorm.DB) error) error {
 	if inTx(c.db) {
-		if c.op.D == lockproto.MySQL {
+		if c.op.Dialect == lockproto.MySQL {
 			return fmt.Errorf("%w: gormlock.%s on %q", ErrNestedTransaction, c.op.Verb, c.op.Key.String())
 		}
 		return c.pgNested(fn)

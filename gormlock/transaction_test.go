@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,124 +19,8 @@ import (
 	"github.com/ormlock/ormlock/keyhash"
 )
 
-func TestTransactionMutualExclusion(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
-		const instances, rounds = 3, 100
-		dbs := make([]*gorm.DB, instances)
-		for i := range dbs {
-			dbs[i], _ = openGorm(t, k)
-		}
-		key := "mutex-" + t.Name()
-		var inside, maxInside, wins, losses atomic.Int64
-		for r := 0; r < rounds; r++ {
-			var wg sync.WaitGroup
-			start := make(chan struct{})
-			errs := make([]error, instances)
-			for i, db := range dbs {
-				wg.Go(func() {
-					<-start
-					errs[i] = gormlock.Transaction(db, key, func(tx *gorm.DB) error {
-						n := inside.Add(1)
-						defer inside.Add(-1)
-						for {
-							m := maxInside.Load()
-							if n <= m || maxInside.CompareAndSwap(m, n) {
-								break
-							}
-						}
-						time.Sleep(time.Millisecond)
-						return tx.Exec("SELECT 1").Error
-					})
-				})
-			}
-			close(start)
-			wg.Wait()
-			roundWins := 0
-			for _, err := range errs {
-				switch {
-				case err == nil:
-					roundWins++
-					wins.Add(1)
-				case errors.Is(err, ormlock.ErrNotAcquired):
-					losses.Add(1)
-				default:
-					t.Fatalf("round %d: unexpected error: %v", r, err)
-				}
-			}
-			if roundWins == 0 {
-				t.Fatalf("round %d: nobody acquired a free lock", r)
-			}
-		}
-		if got := maxInside.Load(); got != 1 {
-			t.Fatalf("max holders inside fn at once = %d, want 1", got)
-		}
-		if losses.Load() == 0 {
-			t.Fatalf("no contention seen in %d rounds (wins %d): the test did not exercise exclusion", rounds, wins.Load())
-		}
-		t.Logf("%d rounds: %d wins, %d ErrNotAcquired", rounds, wins.Load(), losses.Load())
-	})
-}
-
-func TestTransactionFnErrorRollsBack(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db, _ := openGorm(t, k)
-		tbl := table(t, k, db)
-		key := "fnerr-" + t.Name()
-		boom := errors.New("boom")
-		err := gormlock.Transaction(db, key, func(tx *gorm.DB) error {
-			if err := tx.Exec("INSERT INTO " + tbl + " (id, note) VALUES (1, 'x')").Error; err != nil {
-				return err
-			}
-			return boom
-		})
-		if err != boom {
-			t.Fatalf("err = %v, want fn's error unchanged", err)
-		}
-		if n := count(t, db, tbl); n != 0 {
-			t.Fatalf("rows after failed fn = %d, want 0 (rolled back)", n)
-		}
-		if !rawFree(t, k, key) {
-			t.Fatal("lock still held after fn error")
-		}
-		// and a successful run commits
-		if err := gormlock.Transaction(db, key, func(tx *gorm.DB) error {
-			return tx.Exec("INSERT INTO " + tbl + " (id, note) VALUES (2, 'y')").Error
-		}); err != nil {
-			t.Fatal(err)
-		}
-		if n := count(t, db, tbl); n != 1 {
-			t.Fatalf("rows after success = %d, want 1", n)
-		}
-	})
-}
-
-func TestTransactionPanic(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db, _ := openGorm(t, k)
-		tbl := table(t, k, db)
-		key := "panic-" + t.Name()
-		var got any
-		func() {
-			defer func() { got = recover() }()
-			_ = gormlock.Transaction(db, key, func(tx *gorm.DB) error {
-				tx.Exec("INSERT INTO " + tbl + " (id, note) VALUES (1, 'x')")
-				panic("kaboom")
-			})
-		}()
-		if got != "kaboom" {
-			t.Fatalf("recovered %v, want the original panic value", got)
-		}
-		if n := count(t, db, tbl); n != 0 {
-			t.Fatalf("rows after panic = %d, want 0", n)
-		}
-		if !rawFree(t, k, key) {
-			t.Fatal("lock still held after panic")
-		}
-	})
-}
-
 func TestTransactionHeldElsewhere(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		key := "held-" + t.Name()
 		release := rawHold(t, k, key)
@@ -184,7 +66,7 @@ func TestTransactionWaitRestoresLockTimeout(t *testing.T) {
 }
 
 func TestTransactionContext(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		key := "ctx-" + t.Name()
 		rawHold(t, k, key)
@@ -239,7 +121,7 @@ func TestTransactionContext(t *testing.T) {
 }
 
 func TestTransactionNested(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		key := "nested-" + t.Name()
 		if k.Dialect() == "mysql" {
@@ -289,7 +171,7 @@ func TestTransactionNested(t *testing.T) {
 }
 
 func TestTransactionInterop(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		for _, key := range []string{"interop-" + t.Name(), `it's "quoted"; DROP TABLE x; --`, "Zürich-日本-🔒"} {
 			release := rawHold(t, k, key)
@@ -338,55 +220,6 @@ func TestTransactionNumericKeys(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
-	}
-}
-
-func TestTransactionReleaseFailureDestroysConnection(t *testing.T) {
-	k := testdb.MariaDB
-	db, sqlDB := openGorm(t, k)
-	sqlDB.SetMaxIdleConns(4)
-	key := "relfail-" + t.Name()
-	var connID int64
-	var events []ormlock.EventKind
-	obs := ormlock.ObserverFunc(func(_ context.Context, e ormlock.Event) { events = append(events, e.Kind) })
-	err := gormlock.Transaction(db, key, func(tx *gorm.DB) error {
-		if err := tx.Raw("SELECT CONNECTION_ID()").Scan(&connID).Error; err != nil {
-			return err
-		}
-		// release the lock behind ormlock's back: its RELEASE_LOCK then
-		// returns NULL, which must not be taken as released
-		return tx.Exec("SELECT RELEASE_LOCK(?)", keyhash.MySQLName("", key)).Error
-	}, ormlock.WithObserver(obs))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if events[len(events)-1] != ormlock.EventReleaseFailed {
-		t.Fatalf("events = %v, want release_failed last", events)
-	}
-	admin := testdb.AdminDB(t, k)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		var n int
-		if err := admin.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?", connID).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("connection %d still open: it went back to the pool", connID)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	// the pool's next connections are other ones
-	for range 3 {
-		var id int64
-		if err := sqlDB.QueryRow("SELECT CONNECTION_ID()").Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		if id == connID {
-			t.Fatal("destroyed connection handed out again")
-		}
 	}
 }
 
@@ -462,7 +295,7 @@ func TestPlugin(t *testing.T) {
 			t.Fatalf("Use with bad table: %v", err)
 		}
 	})
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := openGorm(t, k)
 		if err := db.Use(gormlock.New(ormlock.WithNamespace("billing"), ormlock.WithWait(5*time.Second))); err != nil {
 			t.Fatal(err)

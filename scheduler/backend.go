@@ -57,7 +57,7 @@ func GORM(db *gorm.DB, opts ...ormlock.Option) Backend {
 	if db == nil {
 		return Backend{err: fmt.Errorf("%w: %s: nil *gorm.DB", ormlock.ErrInvalidArgument, name)}
 	}
-	if err := ormlock.NewConfig(opts...).Err(); err != nil {
+	if err := checkOptions(opts); err != nil {
 		return Backend{err: err}
 	}
 	runOpts := append(opts[:len(opts):len(opts)], ormlock.WithClaim())
@@ -77,3 +77,8 @@ func GORM(db *gorm.DB, opts ...ormlock.Option) Backend {
 		},
 	}
 }
+
+// checkOptions returns the error of an invalid option, for either backend:
+// the GORM plugin's defaults are built exactly as every verb builds its
+// options, so its error is the one the verbs would return.
+func checkOptions(opts []ormlock.Option) error { return gormlock.New(opts...).Err() }

@@ -27,8 +27,8 @@ var _ cron.Job = JobFunc(nil)
 // JobWrapper returns a robfig/cron v3 JobWrapper that runs every firing of
 // the job it wraps at most once per slot across all the instances that
 // share the database: each firing maps the time it fires (see [WithClock])
-// to its slot under schedule and runs the job through [gormlock.RunOnce]
-// in claim mode for (job, slot). An instance that fires while another runs
+// to its slot under schedule and runs the job through the Backend's RunOnce
+// ([gormlock.RunOnce] or [entlock.RunOnce]) in claim mode for (job, slot). An instance that fires while another runs
 // the slot ([ormlock.ErrNotAcquired]), or after it has run
 // ([ormlock.ErrAlreadyDone]), skips the firing; [WithCronLogger] logs that
 // at Info. Any other error (the database unreachable, the ledger table

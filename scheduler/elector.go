@@ -25,7 +25,7 @@ var ErrNotLeader = errors.New("ormlock: not the leader")
 // Leadership is a lock on the leader key held with Session semantics
 // ([gormlock.Session]): a dedicated connection holds it for as long as this
 // instance leads, with a keepalive ([ormlock.WithKeepalive], default
-// [ormlock.DefaultKeepalive]) that notices a lost connection. A background
+// 2s) that notices a lost connection. A background
 // goroutine tries to take the lock at start-up and then every [WithRetry]
 // interval while it does not lead; [Elector.Close] stops it and releases the
 // lock, so another instance takes over within its retry interval.

@@ -159,7 +159,7 @@ func TestElectorLockLost(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		kill(t, k, h)
+		testdb.Kill(t, k, h)
 		deadline := time.Now().Add(3 * time.Second)
 		for leaders(es) == nil || leaders(es)[0] != 1 {
 			if time.Now().After(deadline) {

@@ -30,7 +30,7 @@ func Ent[T entlock.TxLike](client interface {
 	if client == nil || isNilPointer(client) {
 		return Backend{err: fmt.Errorf("%w: %s: nil client", ormlock.ErrInvalidArgument, name)}
 	}
-	if err := ormlock.NewConfig(opts...).Err(); err != nil {
+	if err := checkOptions(opts); err != nil {
 		return Backend{err: err}
 	}
 	runOpts := append(opts[:len(opts):len(opts)], ormlock.WithClaim())

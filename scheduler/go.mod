@@ -10,7 +10,7 @@ require (
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/jonboulle/clockwork v0.5.0
-	github.com/ormlock/ormlock v0.0.0-00010101000000-000000000000
+	github.com/ormlock/ormlock v0.1.0
 	github.com/robfig/cron/v3 v3.0.1
 	gorm.io/driver/mysql v1.6.0
 	gorm.io/driver/postgres v1.6.3

@@ -202,7 +202,7 @@ func TestLockerLockLost(t *testing.T) {
 		if err != nil || !h.Held {
 			t.Fatalf("Holder: %+v, %v", h, err)
 		}
-		kill(t, k, h.PID)
+		testdb.Kill(t, k, h.PID)
 		time.Sleep(500 * time.Millisecond) // a few keepalive intervals
 		err = held.Unlock(ctx)
 		if !errors.Is(err, ormlock.ErrLockLost) {
@@ -288,19 +288,6 @@ func TestNewLockerBadInput(t *testing.T) {
 			t.Errorf("%s: error text %q lacks the ormlock: prefix", name, err)
 		}
 		t.Logf("%s: %v", name, err)
-	}
-}
-
-// kill ends the server connection id (a PostgreSQL pid or a MySQL
-// connection id) from an admin connection.
-func kill(t *testing.T, k testdb.Kind, id int64) {
-	t.Helper()
-	q := fmt.Sprintf("KILL CONNECTION %d", id)
-	if k.Dialect() == "postgres" {
-		q = fmt.Sprintf("SELECT pg_terminate_backend(%d)", id)
-	}
-	if _, err := testdb.AdminDB(t, k).Exec(q); err != nil {
-		t.Fatalf("kill %d: %v", id, err)
 	}
 }
 

@@ -9,7 +9,6 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/ormlock/ormlock"
-	"github.com/ormlock/ormlock/internal/ledger"
 )
 
 // DefaultRetry is how often an [Elector] that is not the leader tries to
@@ -160,4 +159,9 @@ func WithRetry(d time.Duration) Option {
 // validJob checks a job name as the ledger will (non-empty valid UTF-8
 // without NUL bytes, at most 191 characters), so that a bad name fails at
 // construction rather than at the first run.
-func validJob(verb, job string) error { return ledger.ValidateJob("scheduler."+verb, job) }
+func validJob(verb, job string) error {
+	if err := ormlock.ValidJob(job); err != nil {
+		return fmt.Errorf("%w (scheduler.%s)", err, verb)
+	}
+	return nil
+}

@@ -23,6 +23,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/config"
 )
 
 // connectTimeout bounds the first contact with the server (dial, login,
@@ -41,7 +42,7 @@ func (c *common) register(fs *flag.FlagSet, ledger bool) {
 	fs.StringVar(&c.dsn, "dsn", "", "database `DSN`: a PostgreSQL URL or key=value string, or a go-sql-driver MySQL DSN (default $ORMLOCK_DSN)")
 	fs.StringVar(&c.namespace, "namespace", "", "key namespace (`NS`), as ormlock.WithNamespace")
 	if ledger {
-		fs.StringVar(&c.ledger, "ledger-table", ormlock.DefaultLedgerTable, "ledger `table` of --once-per runs")
+		fs.StringVar(&c.ledger, "ledger-table", config.DefaultLedgerTable, "ledger `table` of --once-per runs")
 	}
 }
 
@@ -54,7 +55,7 @@ func (c *common) options() ([]ormlock.Option, error) {
 	if c.ledger != "" {
 		opts = append(opts, ormlock.WithLedgerTable(c.ledger))
 	}
-	if err := ormlock.NewConfig(opts...).Err(); err != nil {
+	if err := config.New(opts...).Err(); err != nil {
 		return nil, &usageError{msg: "--namespace/--ledger-table: " + err.Error()}
 	}
 	return opts, nil

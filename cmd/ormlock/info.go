@@ -16,6 +16,8 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/keyhash"
 )
 
@@ -139,12 +141,12 @@ func keyCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := ormlock.NewConfig(ormlock.WithNamespace(*ns)).Err(); err != nil {
+	if err := config.New(ormlock.WithNamespace(*ns)).Err(); err != nil {
 		return usagef("--namespace: %v", err)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	defer tw.Flush()
-	pg := key.Postgres(*ns)
+	pg := keys.Postgres(key, *ns)
 	if pg.IsPair {
 		fmt.Fprintf(tw, "postgres\tpg_advisory_lock(%d, %d)\n", pg.ClassID, pg.ObjID)
 		fmt.Fprintf(tw, "pg_locks\tclassid=%d objid=%d objsubid=2\n", uint32(pg.ClassID), uint32(pg.ObjID))
@@ -152,14 +154,14 @@ func keyCmd(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(tw, "int64\t%d\n", pg.Int64)
 		fmt.Fprintf(tw, "pg_locks\tclassid=%d objid=%d objsubid=1\n", uint32(uint64(pg.Int64)>>32), uint32(pg.Int64))
 	}
-	if key.IsName() {
-		name := key.NameValue()
+	if keys.IsName(key) {
+		name := keys.NameValue(key)
 		cl, ob := keyhash.Pair(*ns, name)
 		fmt.Fprintf(tw, "pair\t%d,%d\t(keyhash.Pair: the key of ormlock.Pair(%d, %d), a separate lock space)\n", cl, ob, cl, ob)
 	}
-	fmt.Fprintf(tw, "mysql\t%s\n", key.MySQL(*ns))
-	if key.IsName() {
-		fmt.Fprintf(tw, "psql\t%s\n", psqlExpr(*ns, key.NameValue()))
+	fmt.Fprintf(tw, "mysql\t%s\n", keys.MySQL(key, *ns))
+	if keys.IsName(key) {
+		fmt.Fprintf(tw, "psql\t%s\n", psqlExpr(*ns, keys.NameValue(key)))
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
@@ -175,7 +176,7 @@ func TestOncePerLockLost(t *testing.T) {
 		p := start(t, k, "run", "--once-per", "24h", "--ledger-table", table, "--keepalive", "200ms", job, "--",
 			"sh", "-c", "echo started; exec sleep 60")
 		p.waitOutput(t, "started", time.Minute)
-		killHolder(t, k, db, ormlock.RunKey(job, slot).NameValue())
+		killHolder(t, k, db, keys.NameValue(keys.RunKey(job, slot)))
 		want(t, p.wait(t, time.Minute), p.stderr.String(), 77, "lock lost")
 		runs, err := gormlock.Runs(db, job, 5, ormlock.WithLedgerTable(table))
 		if err != nil {

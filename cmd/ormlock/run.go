@@ -16,6 +16,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/config"
 )
 
 const runUsage = `Usage: ormlock run [flags] KEY -- COMMAND [ARGS...]
@@ -91,7 +92,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("run", runUsage, stdout)
 	f.register(fs.FlagSet, true)
 	fs.DurationVar(&f.wait, "wait", 0, "wait up to `DURATION` for the lock (default: try once)")
-	fs.DurationVar(&f.keepalive, "keepalive", ormlock.DefaultKeepalive, "check the lock connection every `DURATION`; a loss is seen within two")
+	fs.DurationVar(&f.keepalive, "keepalive", config.DefaultKeepalive, "check the lock connection every `DURATION`; a loss is seen within two")
 	fs.DurationVar(&f.grace, "grace", 10*time.Second, "after a lost lock, wait `DURATION` between SIGTERM and SIGKILL")
 	fs.IntVar(&f.conflict, "conflict-exit-code", exitConflict, "exit status `N` when the lock is held elsewhere")
 	fs.IntVar(&f.done, "done-exit-code", exitAlreadyDone, "exit status `N` when the --once-per slot is already done")
@@ -126,7 +127,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	if f.owner != "" {
 		opts = append(opts, ormlock.WithOwner(f.owner))
 	}
-	if err := ormlock.NewConfig(opts...).Err(); err != nil {
+	if err := config.New(opts...).Err(); err != nil {
 		return &usageError{msg: err.Error()}
 	}
 

@@ -18,7 +18,7 @@ import (
 // series for every run. The lock label of a RunOnce event is its job: ten
 // slots of one job (each run, then found done) make one series per metric.
 func TestMetricsRunOnceLabelledByJob(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db := openGorm(t, k)
 		table := "prom_runs_" + string(k)
 		t.Cleanup(func() { _, _ = testdb.AdminDB(t, k).Exec("DROP TABLE IF EXISTS " + table) })

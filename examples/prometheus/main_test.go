@@ -28,12 +28,6 @@ import (
 // under github.com/ormlock/ormlock).
 func TestMain(m *testing.M) { os.Exit(testdb.Main(m)) }
 
-func forEachKind(t *testing.T, f func(t *testing.T, k testdb.Kind)) {
-	for _, k := range testdb.Kinds() {
-		t.Run(string(k), func(t *testing.T) { f(t, k) })
-	}
-}
-
 func openGorm(t *testing.T, k testdb.Kind) *gorm.DB {
 	t.Helper()
 	sqlDB := testdb.Open(t, k)
@@ -73,20 +67,9 @@ func histCount(t *testing.T, reg prometheus.Gatherer, name, lock string) uint64 
 	return 0
 }
 
-func kill(t *testing.T, k testdb.Kind, id int64) {
-	t.Helper()
-	q := fmt.Sprintf("KILL CONNECTION %d", id)
-	if k.Dialect() == "postgres" {
-		q = fmt.Sprintf("SELECT pg_terminate_backend(%d)", id)
-	}
-	if _, err := testdb.AdminDB(t, k).Exec(q); err != nil {
-		t.Fatalf("%s: %v", q, err)
-	}
-}
-
 // Metrics fed by real lock events from real servers.
 func TestMetricsFromRealEvents(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		reg := prometheus.NewRegistry()
 		m, err := NewMetrics(reg)
 		if err != nil {
@@ -157,7 +140,7 @@ func TestMetricsFromRealEvents(t *testing.T) {
 				return fmt.Errorf("holder %v: %v", h, err)
 			}
 			t.Logf("killing the Session's lock connection: %s", h)
-			kill(t, k, h.PID)
+			testdb.Kill(t, k, h.PID)
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
@@ -212,7 +195,7 @@ func TestMetricsFromRealEvents(t *testing.T) {
 
 // The runnable main, a few rounds against each real server.
 func TestRunRounds(t *testing.T) {
-	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		t.Cleanup(func() { testdb.AssertNoLeaks(t, k) })
 		job := "prom-run-" + string(k)
 		var stdout, stderr bytes.Buffer

@@ -18,7 +18,7 @@
 //	error        text           a failed claim-mode run's error, else NULL
 //
 // The namespace is part of a run's identity, as it is of the run's lock
-// (ormlock.RunKey in that namespace): services sharing a database and a
+// (keys.RunKey in that namespace): services sharing a database and a
 // ledger table under different namespaces each run their own job of the same
 // name. Tables created before the namespace column existed, with primary key
 // (job, slot), are upgraded in place by Migrate (upgrade.go); their rows get
@@ -68,17 +68,10 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/go-sql-driver/mysql"
-
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
-
-// MaxJobLen is the longest job name, in characters: the job column is
-// varchar(191), which keeps the column within InnoDB's 767-byte index
-// limit for utf8mb4 on older row formats (the (namespace, job, slot) key is
-// 1,284 bytes, within InnoDB's 3,072-byte limit for a whole key).
-const MaxJobLen = 191
 
 // maxErrorBytes bounds the error text written to the ledger.
 const maxErrorBytes = 4000
@@ -96,27 +89,17 @@ const MigrateWait = time.Minute
 // PostgreSQL the loser of that race fails with a duplicate key in pg_type).
 func MigrateKey(table string) ormlock.Key { return ormlock.Name("ormlock.migrate:" + table) }
 
-// ValidateJob checks a job name: non-empty valid UTF-8 without NUL bytes, at
-// most MaxJobLen characters, not ending with a space. verb names the caller
-// in the error.
-//
-// A trailing space is refused because MySQL/MariaDB compare the job column
-// (utf8mb4_bin, a PAD SPACE collation) ignoring trailing spaces: "report "
-// would share the ledger row of "report" and get ErrAlreadyDone without ever
-// running, while PostgreSQL keeps them apart. Refusing the name keeps both
-// dialects, and tables created by earlier versions, consistent.
+// ValidateJob checks a job name with ormlock.ValidJob; verb names the
+// caller in the error, after the sentinel's text ("ormlock: invalid
+// argument: gormlock.RunOnce: empty job name"), as in every other argument
+// error of the verbs.
 func ValidateJob(verb, job string) error {
-	switch {
-	case job == "":
-		return fmt.Errorf("%w: %s: empty job name", ormlock.ErrInvalidArgument, verb)
-	case !utf8.ValidString(job) || strings.ContainsRune(job, 0):
-		return fmt.Errorf("%w: %s: job name %q is not valid UTF-8 without NUL bytes", ormlock.ErrInvalidArgument, verb, job)
-	case strings.HasSuffix(job, " "):
-		return fmt.Errorf("%w: %s: job name %q ends with a space, which MySQL/MariaDB ignore when comparing job names (it would share the ledger row of the name without it)", ormlock.ErrInvalidArgument, verb, job)
-	case utf8.RuneCountInString(job) > MaxJobLen:
-		return fmt.Errorf("%w: %s: job name is %d characters long, at most %d fit the ledger", ormlock.ErrInvalidArgument, verb, utf8.RuneCountInString(job), MaxJobLen)
+	err := ormlock.ValidJob(job)
+	if err == nil {
+		return nil
 	}
-	return nil
+	reason := strings.TrimPrefix(err.Error(), ormlock.ErrInvalidArgument.Error()+": ")
+	return fmt.Errorf("%w: %s: %s", ormlock.ErrInvalidArgument, verb, reason)
 }
 
 // ValidateSlot checks a slot: non-zero, in years 1000 to 9999 (the range of
@@ -138,7 +121,7 @@ var DefaultOwner = sync.OnceValue(func() string {
 		host = "unknown-host"
 	}
 	s := host + "/" + strconv.Itoa(os.Getpid())
-	if utf8.RuneCountInString(s) > ormlock.MaxOwnerLen || !utf8.ValidString(s) {
+	if utf8.RuneCountInString(s) > config.MaxOwnerLen || !utf8.ValidString(s) {
 		s = "pid/" + strconv.Itoa(os.Getpid())
 	}
 	return s
@@ -151,9 +134,9 @@ type Table struct {
 	q    string // quoted name
 }
 
-// NewTable validates name (ormlock.ValidIdentifier) for dialect d.
+// NewTable validates name (config.ValidIdentifier) for dialect d.
 func NewTable(d lockproto.Dialect, name string) (*Table, error) {
-	if err := ormlock.ValidIdentifier("ledger table name", name); err != nil {
+	if err := config.ValidIdentifier(ormlock.ErrInvalidArgument, "ledger table name", name); err != nil {
 		return nil, err
 	}
 	t := &Table{d: d, name: name}
@@ -216,11 +199,11 @@ func (t *Table) Create(ctx context.Context, q lockproto.Querier) error {
 // CREATE share one transaction; on MySQL/MariaDB the lock is taken on the
 // pinned connection that runs the CREATE (DDL commits implicitly there).
 func Migrate(ctx context.Context, db *sql.DB, op *lockproto.Op) error {
-	t, err := NewTable(op.D, op.Cfg.LedgerTable)
+	t, err := NewTable(op.Dialect, op.Cfg.LedgerTable)
 	if err != nil {
 		return err
 	}
-	if op.D == lockproto.MySQL {
+	if op.Dialect == lockproto.MySQL {
 		return op.WithNamed(ctx, db, func(conn *sql.Conn) error {
 			if err := t.Create(ctx, conn); err != nil {
 				return err
@@ -289,16 +272,14 @@ func missingColumn(err error) bool {
 	if lockproto.SQLState(err) == "42703" { // undefined_column
 		return true
 	}
-	var me *mysql.MySQLError
-	return errors.As(err, &me) && me.Number == 1054 // ER_BAD_FIELD_ERROR
+	return lockproto.MySQLErrno(err) == 1054 // ER_BAD_FIELD_ERROR
 }
 
 func missingTable(err error) bool {
 	if lockproto.SQLState(err) == "42P01" { // undefined_table
 		return true
 	}
-	var me *mysql.MySQLError
-	return errors.As(err, &me) && me.Number == 1146 // ER_NO_SUCH_TABLE
+	return lockproto.MySQLErrno(err) == 1146 // ER_NO_SUCH_TABLE
 }
 
 // claim claims (ns, job, slot) for owner (see the package doc): ok is false when

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
@@ -15,7 +16,7 @@ import (
 const sqlStateSerialization = "40001"
 
 // Run is one RunOnce call: a validated (job, slot), the ledger table and the
-// lock Op (made with ormlock.RunKey(job, slot)) whose settings and observer
+// lock Op (made with keys.RunKey(job, slot)) whose settings and observer
 // it uses.
 type Run struct {
 	op    *lockproto.Op
@@ -37,7 +38,7 @@ func NewRun(verb string, op *lockproto.Op, job string, slot time.Time) (*Run, er
 	if err := ValidateSlot(verb, slot); err != nil {
 		return nil, err
 	}
-	t, err := NewTable(op.D, op.Cfg.LedgerTable)
+	t, err := NewTable(op.Dialect, op.Cfg.LedgerTable)
 	if err != nil {
 		return nil, err
 	}
@@ -46,7 +47,7 @@ func NewRun(verb string, op *lockproto.Op, job string, slot time.Time) (*Run, er
 	if owner == "" {
 		owner = DefaultOwner()
 	}
-	return &Run{op: op, t: t, ns: op.Cfg.Namespace, job: job, slot: ormlock.NormalizeSlot(slot), owner: owner}, nil
+	return &Run{op: op, t: t, ns: op.Cfg.Namespace, job: job, slot: keys.NormalizeSlot(slot), owner: owner}, nil
 }
 
 // Slot is the normalized slot (UTC, whole microseconds).
@@ -143,7 +144,7 @@ func (r *Run) runClaimed(ctx, lctx context.Context, db *sql.DB, started time.Tim
 	}
 	if werr := r.finishDetached(ctx, db, started, status, text); werr != nil {
 		if ferr != nil {
-			return errors.Join(ferr, werr)
+			return lockproto.Join(ferr, werr)
 		}
 		return werr
 	}

@@ -67,7 +67,7 @@ type LockedTx struct {
 // nothing is held and the error wraps ormlock.ErrNotAcquired when another
 // holder has the lock (and ctx's error when ctx ended the wait).
 func (o *Op) BeginLocked(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*LockedTx, error) {
-	switch o.D {
+	switch o.Dialect {
 	case Postgres:
 		if SnapshotIsolation(opts) {
 			return o.beginSplit(ctx, db, opts)
@@ -76,7 +76,7 @@ func (o *Op) BeginLocked(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (
 	case MySQL:
 		return o.beginMySQL(ctx, db, opts)
 	}
-	return nil, fmt.Errorf("%w: dialect %d", ormlock.ErrUnsupportedDialect, o.D)
+	return nil, fmt.Errorf("%w: dialect %d", ormlock.ErrUnsupportedDialect, o.Dialect)
 }
 
 // SnapshotIsolation reports whether opts ask for an isolation level whose
@@ -250,7 +250,7 @@ func (t *LockedTx) Rollback() error {
 func (t *LockedTx) end() {
 	t.once.Do(func() {
 		t.txCancel()
-		switch t.op.D {
+		switch t.op.Dialect {
 		case Postgres:
 			if t.lock != nil {
 				t.lock.end(t.ctx)

@@ -79,7 +79,7 @@ func (o *Op) CheckServerOn(ctx context.Context, db *sql.DB, q CheckQuerier) erro
 		verdict func() error
 		err     error
 	)
-	switch o.D {
+	switch o.Dialect {
 	case Postgres:
 		verdict, err = checkPostgres(ctx, q)
 	case MySQL:

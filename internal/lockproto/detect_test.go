@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/lockproto"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
@@ -87,7 +88,7 @@ func TestCheckServer(t *testing.T) {
 			if k.Dialect() == "mysql" {
 				d = lockproto.MySQL
 			}
-			op, err := lockproto.NewOp(d, "Transaction", ormlock.Name("check-"+string(k)), ormlock.Config{})
+			op, err := lockproto.NewOp(d, "Transaction", ormlock.Name("check-"+string(k)), config.Config{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -112,7 +113,7 @@ func TestCheckServer(t *testing.T) {
 // BenchmarkCheckServerCached is the cost a verb pays on every call after
 // the first on a pool: a look-up keyed by a weak pointer to the pool.
 func BenchmarkCheckServerCached(b *testing.B) {
-	op, err := lockproto.NewOp(lockproto.Postgres, "Transaction", ormlock.Name("bench"), ormlock.Config{})
+	op, err := lockproto.NewOp(lockproto.Postgres, "Transaction", ormlock.Name("bench"), config.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
@@ -49,7 +50,7 @@ func TestEmitContainsObserverPanic(t *testing.T) {
 		job.Store(e.Job)
 		panic("label mismatch")
 	})
-	op, err := lockproto.NewOp(lockproto.MySQL, "RunOnce", ormlock.Name("k"), ormlock.NewConfig(ormlock.WithObserver(obs)))
+	op, err := lockproto.NewOp(lockproto.MySQL, "RunOnce", ormlock.Name("k"), config.New(ormlock.WithObserver(obs)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +83,7 @@ func TestEmitContainsObserverPanic(t *testing.T) {
 	}
 
 	// another Op (another verb call) reports its own first panic
-	op2, err := lockproto.NewOp(lockproto.Postgres, "Transaction", ormlock.Name("k"), ormlock.NewConfig(ormlock.WithObserver(obs)))
+	op2, err := lockproto.NewOp(lockproto.Postgres, "Transaction", ormlock.Name("k"), config.New(ormlock.WithObserver(obs)))
 	if err != nil {
 		t.Fatal(err)
 	}

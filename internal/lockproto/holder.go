@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/keys"
 )
 
 // PGLockTag returns the pg_locks coordinates of an advisory lock key, as
@@ -17,7 +18,7 @@ import (
 // 32 bits, objsubid = 1; a pair is classid = the first int, objid = the
 // second, objsubid = 2. classid and objid are oid columns, so the int32
 // halves read as unsigned.
-func PGLockTag(k ormlock.PostgresKey) (classid, objid uint32, objsubid int) {
+func PGLockTag(k keys.PostgresKey) (classid, objid uint32, objsubid int) {
 	if k.IsPair {
 		return uint32(k.ClassID), uint32(k.ObjID), 2
 	}
@@ -55,22 +56,22 @@ LEFT JOIN information_schema.PROCESSLIST AS p ON p.ID = l.id`
 // there will do. A free lock is Held false with a nil error. See
 // ormlock.HolderInfo for what each field means per dialect.
 //
-// It is the protocol behind gormlock.Holder and is meant for entlock's twin
-// as well: build the Op with NewOp(d, "Holder", key, cfg).
+// It is the protocol behind gormlock.Holder and entlock.Holder: build the Op
+// with NewOp(d, "Holder", key, cfg).
 func LookupHolder(ctx context.Context, q Querier, op *Op) (ormlock.HolderInfo, error) {
 	if op == nil {
 		return ormlock.HolderInfo{}, fmt.Errorf("%w: lockproto.LookupHolder: nil Op", ormlock.ErrInvalidArgument)
 	}
-	switch op.D {
+	switch op.Dialect {
 	case Postgres:
 		return pgHolder(ctx, q, op.pg)
 	case MySQL:
 		return mysqlHolder(ctx, q, op.mysql)
 	}
-	return ormlock.HolderInfo{}, fmt.Errorf("%w: dialect %d", ormlock.ErrUnsupportedDialect, op.D)
+	return ormlock.HolderInfo{}, fmt.Errorf("%w: dialect %d", ormlock.ErrUnsupportedDialect, op.Dialect)
 }
 
-func pgHolder(ctx context.Context, q Querier, k ormlock.PostgresKey) (ormlock.HolderInfo, error) {
+func pgHolder(ctx context.Context, q Querier, k keys.PostgresKey) (ormlock.HolderInfo, error) {
 	classid, objid, objsubid := PGLockTag(k)
 	h := ormlock.HolderInfo{
 		Dialect: Postgres.String(),

@@ -3,41 +3,12 @@
 // only place where lock SQL text lives; the adapters (gormlock, entlock) and
 // the flows in this package call these functions.
 //
-// # Isolation
-//
-// Whatever isolation the caller asks for, fn's first read sees every commit
-// of every earlier holder of the key. PostgreSQL takes a REPEATABLE READ or
-// SERIALIZABLE snapshot at the transaction's first statement, which would be
-// the lock statement itself (every SELECT takes one), before the lock is
-// granted. So at those levels BeginLocked holds the lock in a READ COMMITTED
-// transaction of its own on a pinned connection, and begins fn's transaction
-// on a second connection only once the lock is held; the lock is confirmed
-// before COMMIT and released after it. A session-level lock taken before
-// BEGIN would do with one connection, but is not safe behind PgBouncer in
-// transaction mode. Refused before fn runs, with ormlock.ErrInvalidArgument:
-// that protocol on a pool of MaxOpenConns 1, and a lock nested in an open
-// transaction above READ COMMITTED (its snapshot predates the lock). READ
-// COMMITTED, the default, keeps the one-connection path (beginInline).
-// MySQL/MariaDB take GET_LOCK before BEGIN, so any level is safe there.
-//
-// # Deadlines
-//
-// Transactions are begun on a context that keeps the caller's values but not
-// its cancellation, so that database/sql does not roll back (and drop a
-// PostgreSQL lock) under a running fn. Every wait of the protocol is still
-// bounded by the caller's context: the pool (db.Conn), BEGIN (the
-// transaction's own context is cancelled when the caller's ends during it,
-// which makes the driver give up and close the connection), the lock
-// (server-side lock_timeout or GET_LOCK timeout cut to the deadline, the
-// statement cancelled deadlineGrace after it), COMMIT and ROLLBACK (cut
-// endGrace after the caller's context ended, so a healthy server still
-// answers truly), and the release (releaseTimeout). Ended before the lock:
-// an error matching ormlock.ErrNotAcquired and the context's error (a dial
-// cut by the deadline and a server statement timeout included). Ended
-// after: the context's error, nothing committed; only a COMMIT cut by
-// endGrace has an unknown outcome, as for any client. A connection whose
-// state is uncertain is destroyed, never given back to the pool inside a
-// transaction.
+// What the protocol does on each server, and its promises on isolation
+// levels (BeginLocked's two-connection path above READ COMMITTED on
+// PostgreSQL), deadlines (transactions detached from the caller's
+// cancellation, every wait still bounded by it), cancellation, nesting and
+// pool sizing, is written once in docs/PROTOCOL.md; the comments here name
+// the mechanism, not the promise.
 package lockproto
 
 import (
@@ -49,9 +20,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/keys"
 )
 
 // Dialect is the lock protocol family of a database.
@@ -76,8 +46,9 @@ func (d Dialect) String() string {
 }
 
 // DialectOf maps an ORM's dialect name to a Dialect. Names: "postgres",
-// "pgx", "postgresql" and "mysql" (MariaDB uses the mysql name in both GORM
-// and ent). Anything else wraps ormlock.ErrUnsupportedDialect.
+// "pgx", "postgresql", "mysql" and "mariadb" (MariaDB uses the mysql name in
+// both GORM and ent, but "mariadb" is accepted too). Anything else wraps
+// ormlock.ErrUnsupportedDialect.
 func DialectOf(name string) (Dialect, error) {
 	switch name {
 	case "postgres", "postgresql", "pgx":
@@ -98,7 +69,7 @@ type Querier interface {
 // ---- PostgreSQL: transaction-level advisory locks ----
 
 // PGTryXact tries pg_try_advisory_xact_lock on the transaction q.
-func PGTryXact(ctx context.Context, q Querier, k ormlock.PostgresKey) (bool, error) {
+func PGTryXact(ctx context.Context, q Querier, k keys.PostgresKey) (bool, error) {
 	var ok bool
 	var err error
 	if k.IsPair {
@@ -126,7 +97,7 @@ const pgMaxLockTimeout = 1<<31 - 1
 // restored to its previous value once the lock is held. When the timeout
 // expires it returns false and the transaction is aborted: the caller must
 // roll it back (or roll back to its savepoint).
-func PGWaitXact(ctx context.Context, q Querier, k ormlock.PostgresKey, wait time.Duration) (bool, error) {
+func PGWaitXact(ctx context.Context, q Querier, k keys.PostgresKey, wait time.Duration) (bool, error) {
 	ms := min(max(wait.Milliseconds(), 1), pgMaxLockTimeout)
 	var prev string
 	if err := q.QueryRowContext(ctx, "SELECT current_setting('lock_timeout'), set_config('lock_timeout', $1, true)",
@@ -178,8 +149,7 @@ func statementTimeout(err error) bool {
 	if SQLState(err) == "57014" || errors.Is(err, errGetLockNull) {
 		return true
 	}
-	var me *mysql.MySQLError
-	return errors.As(err, &me) && (me.Number == 1969 || me.Number == 3024)
+	return isMySQLErrno(err, 1969, 3024)
 }
 
 // SQLState returns the SQLSTATE of a server error, or "".

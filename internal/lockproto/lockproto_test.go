@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/keyhash"
@@ -34,14 +35,14 @@ func TestPostgresXact(t *testing.T) {
 		t.Run(string(k), func(t *testing.T) {
 			db := testdb.Open(t, k)
 			t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
-			key := ormlock.Name(t.Name()).Postgres("")
-			pair := ormlock.Pair(11, 22).Postgres("")
+			key := keys.Postgres(ormlock.Name(t.Name()), "")
+			pair := keys.Postgres(ormlock.Pair(11, 22), "")
 
 			tx1, err := db.BeginTx(ctx, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, pk := range []ormlock.PostgresKey{key, pair} {
+			for _, pk := range []keys.PostgresKey{key, pair} {
 				if ok, err := lockproto.PGTryXact(ctx, tx1, pk); err != nil || !ok {
 					t.Fatalf("first try: %v %v", ok, err)
 				}

@@ -10,22 +10,24 @@ import (
 	"time"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/keys"
 )
 
 // Op is one use of a lock by a verb: the resolved key, the settings, and the
 // timings its observer events report. An Op is used by one goroutine at a
 // time, apart from the Session keepalive, which only reads it.
 type Op struct {
-	D    Dialect
-	Key  ormlock.Key
-	Cfg  ormlock.Config
-	Verb string
+	Dialect Dialect
+	Key     ormlock.Key
+	Cfg     config.Config
+	Verb    string
 	// Job is the RunOnce job the lock is for ("" for other verbs); events
 	// carry it, so that an observer can label them by job rather than by
 	// key, which differs per slot.
 	Job string
 
-	pg    ormlock.PostgresKey
+	pg    keys.PostgresKey
 	mysql string
 
 	start    time.Time
@@ -37,19 +39,19 @@ type Op struct {
 }
 
 // NewOp validates the key and settings and resolves the key for d.
-func NewOp(d Dialect, verb string, k ormlock.Key, cfg ormlock.Config) (*Op, error) {
+func NewOp(d Dialect, verb string, k ormlock.Key, cfg config.Config) (*Op, error) {
 	if err := cfg.Err(); err != nil {
 		return nil, err
 	}
 	if err := k.Validate(); err != nil {
 		return nil, err
 	}
-	o := &Op{D: d, Key: k, Cfg: cfg, Verb: verb}
+	o := &Op{Dialect: d, Key: k, Cfg: cfg, Verb: verb}
 	switch d {
 	case Postgres:
-		o.pg = k.Postgres(cfg.Namespace)
+		o.pg = keys.Postgres(k, cfg.Namespace)
 	case MySQL:
-		o.mysql = k.MySQL(cfg.Namespace)
+		o.mysql = keys.MySQL(k, cfg.Namespace)
 	default:
 		return nil, fmt.Errorf("%w: dialect %d", ormlock.ErrUnsupportedDialect, d)
 	}
@@ -60,7 +62,7 @@ func NewOp(d Dialect, verb string, k ormlock.Key, cfg ormlock.Config) (*Op, erro
 func (o *Op) MySQLName() string { return o.mysql }
 
 // PostgresKey is the resolved advisory lock key (PostgreSQL only).
-func (o *Op) PostgresKey() ormlock.PostgresKey { return o.pg }
+func (o *Op) PostgresKey() keys.PostgresKey { return o.pg }
 
 // Emit sends an event to the observer, if any. A panic in the observer is
 // contained here, the one place every event goes through: it never reaches
@@ -69,11 +71,11 @@ func (o *Op) PostgresKey() ormlock.PostgresKey { return o.pg }
 // panic of an Op is reported once, as an error on slog.Default() (see
 // ormlock.Observer); the observer still gets the Op's later events.
 func (o *Op) Emit(ctx context.Context, kind ormlock.EventKind, err error) {
-	obs := o.Cfg.Observer
+	obs, _ := o.Cfg.Observer.(ormlock.Observer)
 	if obs == nil {
 		return
 	}
-	e := ormlock.Event{Kind: kind, Verb: o.Verb, Dialect: o.D.String(), Key: o.Key, Namespace: o.Cfg.Namespace, Job: o.Job, Err: err}
+	e := ormlock.Event{Kind: kind, Verb: o.Verb, Dialect: o.Dialect.String(), Key: o.Key, Namespace: o.Cfg.Namespace, Job: o.Job, Err: err}
 	switch kind {
 	case ormlock.EventAcquired, ormlock.EventNotAcquired:
 		e.Wait = time.Since(o.start)
@@ -167,7 +169,7 @@ func (o *Op) notAcquired(ctx context.Context, cause error) error {
 // it is a not-acquired outcome that also matches the context error.
 func (o *Op) failed(ctx context.Context, err error) error {
 	if cerr := ctxErr(ctx); cerr != nil {
-		return o.notAcquired(ctx, errors.Join(cerr, err))
+		return o.notAcquired(ctx, Join(cerr, err))
 	}
 	if statementTimeout(err) {
 		// the server's own statement timeout ended the lock wait: the

@@ -80,14 +80,14 @@ func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Contex
 		return o.failed(ctx, fmt.Errorf("ormlock: pin a connection: %w", err))
 	}
 	var h *sessionHold
-	switch o.D {
+	switch o.Dialect {
 	case Postgres:
 		h, err = o.holdPostgres(ctx, conn)
 	case MySQL:
 		h, err = o.holdMySQL(ctx, conn)
 	default:
 		_ = conn.Close()
-		return fmt.Errorf("%w: dialect %d", ormlock.ErrUnsupportedDialect, o.D)
+		return fmt.Errorf("%w: dialect %d", ormlock.ErrUnsupportedDialect, o.Dialect)
 	}
 	if err != nil {
 		return err

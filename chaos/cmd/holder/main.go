@@ -30,6 +30,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/config"
 )
 
 func main() {
@@ -43,7 +44,7 @@ func run() int {
 		verb    = flag.String("verb", "transaction", "transaction, session or runonce")
 		key     = flag.String("key", "", "lock name (transaction, session)")
 		table   = flag.String("table", "", "work table to write one row (slot, who) into inside fn; none when empty")
-		ledger  = flag.String("ledger", ormlock.DefaultLedgerTable, "RunOnce ledger table")
+		ledger  = flag.String("ledger", config.DefaultLedgerTable, "RunOnce ledger table")
 		job     = flag.String("job", "", "RunOnce job name")
 		slot    = flag.String("slot", "", "RunOnce slot, RFC 3339")
 		hold    = flag.Duration("hold", 5*time.Minute, "how long to hold the lock before exiting normally")
@@ -57,7 +58,7 @@ func run() int {
 		return fail("-dsn is required")
 	}
 	if *table != "" {
-		if err := ormlock.ValidIdentifier("-table", *table); err != nil {
+		if err := config.ValidIdentifier(ormlock.ErrInvalidArgument, "-table", *table); err != nil {
 			return fail("%v", err)
 		}
 	}

@@ -1,4 +1,4 @@
-package ormlock_test
+package conformance_test
 
 // Cross-ORM conformance: one suite, written once against a small adapter
 // interface, run for every adapter (gormlock, entlock) on every server
@@ -46,6 +46,10 @@ type locker interface {
 type txn interface {
 	// Insert writes an item row in the transaction.
 	Insert(owner string, n int) error
+	// Exec runs a statement (placeholders "?") in the transaction.
+	Exec(query string, args ...any) error
+	// QueryInt runs a query returning one integer in the transaction.
+	QueryInt(query string) (int64, error)
 }
 
 // adapter opens a locker on a new pool of kind k; the pool is checked for
@@ -72,6 +76,13 @@ func (g gormTx) Insert(owner string, n int) error {
 
 func openGorm(t *testing.T, k testdb.Kind) locker {
 	t.Helper()
+	return gormLocker{gormOpen(t, k)}
+}
+
+// gormOpen opens GORM on a new pool to the server of kind k, with the items
+// table migrated; the pool is checked for leaks when the test ends.
+func gormOpen(t *testing.T, k testdb.Kind) *gorm.DB {
+	t.Helper()
 	sqlDB := testdb.Open(t, k)
 	enttest.Migrate(t, k)
 	t.Cleanup(func() { testdb.AssertNoLeaks(t, k, sqlDB) })
@@ -85,7 +96,7 @@ func openGorm(t *testing.T, k testdb.Kind) locker {
 	if err != nil {
 		t.Fatalf("gorm.Open: %v", err)
 	}
-	return gormLocker{db}
+	return db
 }
 
 func (g gormLocker) Transaction(ctx context.Context, key string, fn func(txn) error, opts ...ormlock.Option) error {
@@ -98,7 +109,10 @@ func (g gormLocker) Session(ctx context.Context, key string, fn func(context.Con
 
 // ---- entlock ----
 
-type entLocker struct{ client *ent.Client }
+type entLocker struct {
+	client *ent.Client
+	db     *sql.DB
+}
 
 type entTx struct {
 	ctx context.Context
@@ -111,8 +125,8 @@ func (e entTx) Insert(owner string, n int) error {
 
 func openEnt(t *testing.T, k testdb.Kind) locker {
 	t.Helper()
-	client, _ := enttest.Open(t, k)
-	return entLocker{client}
+	client, db := enttest.Open(t, k)
+	return entLocker{client, db}
 }
 
 func (e entLocker) Transaction(ctx context.Context, key string, fn func(txn) error, opts ...ormlock.Option) error {
@@ -319,6 +333,9 @@ func TestConformanceFnError(t *testing.T) {
 		}
 		if n := enttest.Count(t, k, owner); n != 1 {
 			t.Fatalf("%d rows after commit, want 1", n)
+		}
+		if !free(t, k, key) {
+			t.Fatal("lock held after commit")
 		}
 	})
 }

@@ -1,4 +1,4 @@
-package ormlock_test
+package keys_test
 
 import (
 	"errors"
@@ -7,34 +7,36 @@ import (
 	"time"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/keyhash"
 )
 
 func TestKeyForms(t *testing.T) {
-	if k := ormlock.KeyOf("daily-settlement"); k != ormlock.Name("daily-settlement") || !k.IsName() {
+	if k := keys.Of("daily-settlement"); k != ormlock.Name("daily-settlement") || !keys.IsName(k) {
 		t.Errorf("string -> %v", k)
 	}
-	if k := ormlock.KeyOf(int64(42)); k != ormlock.ID(42) {
+	if k := keys.Of(int64(42)); k != ormlock.ID(42) {
 		t.Errorf("int64 -> %v", k)
 	}
-	if k := ormlock.KeyOf(42); k != ormlock.ID(42) {
+	if k := keys.Of(42); k != ormlock.ID(42) {
 		t.Errorf("int -> %v", k)
 	}
-	if k := ormlock.KeyOf(ormlock.Pair(1, 2)); !k.IsPair() || k.String() != "pair:1,2" {
+	if k := keys.Of(ormlock.Pair(1, 2)); !keys.IsPair(k) || k.String() != "pair:1,2" {
 		t.Errorf("pair -> %v", k)
 	}
 
-	pg := ormlock.Name("daily-settlement").Postgres("")
+	pg := keys.Postgres(ormlock.Name("daily-settlement"), "")
 	if pg.IsPair || pg.Int64 != -2533923874772390729 {
 		t.Errorf("name on postgres = %+v", pg)
 	}
-	if got := ormlock.Name("daily-settlement").Postgres("billing").Int64; got != keyhash.Int64NS("billing", "daily-settlement") {
+	if got := keys.Postgres(ormlock.Name("daily-settlement"), "billing").Int64; got != keyhash.Int64NS("billing", "daily-settlement") {
 		t.Errorf("namespaced name = %d", got)
 	}
-	if got := ormlock.ID(12345).Postgres("billing"); got.Int64 != 12345 || got.IsPair {
+	if got := keys.Postgres(ormlock.ID(12345), "billing"); got.Int64 != 12345 || got.IsPair {
 		t.Errorf("id ignores namespace on postgres: %+v", got)
 	}
-	if got := ormlock.Pair(3, -4).Postgres(""); !got.IsPair || got.ClassID != 3 || got.ObjID != -4 {
+	if got := keys.Postgres(ormlock.Pair(3, -4), ""); !got.IsPair || got.ClassID != 3 || got.ObjID != -4 {
 		t.Errorf("pair = %+v", got)
 	}
 	for _, c := range []struct {
@@ -48,7 +50,7 @@ func TestKeyForms(t *testing.T) {
 		{ormlock.ID(7), "app", "app:7"},
 		{ormlock.Pair(1, 2), "", "1:2"},
 	} {
-		if got := c.k.MySQL(c.ns); got != c.want {
+		if got := keys.MySQL(c.k, c.ns); got != c.want {
 			t.Errorf("%v in %q on mysql = %q, want %q", c.k, c.ns, got, c.want)
 		}
 	}
@@ -68,8 +70,8 @@ func TestKeyValidate(t *testing.T) {
 }
 
 func TestOptions(t *testing.T) {
-	c := ormlock.NewConfig()
-	if c.Keepalive != ormlock.DefaultKeepalive || c.LedgerTable != ormlock.DefaultLedgerTable || c.Wait != 0 || c.Err() != nil {
+	c := config.New()
+	if c.Keepalive != config.DefaultKeepalive || c.LedgerTable != config.DefaultLedgerTable || c.Wait != 0 || c.Err() != nil {
 		t.Errorf("defaults = %+v", c)
 	}
 	c = c.With(ormlock.WithNamespace("billing"), ormlock.WithWait(time.Second), ormlock.WithLedgerTable("job_runs"))
@@ -85,7 +87,7 @@ func TestOptions(t *testing.T) {
 		"namespace colon":   ormlock.WithNamespace("a:b"),
 		"namespace invalid": ormlock.WithNamespace("\xff"),
 	} {
-		if err := ormlock.NewConfig(o).Err(); err == nil || !strings.HasPrefix(err.Error(), "ormlock: ") {
+		if err := config.New(o).Err(); err == nil || !strings.HasPrefix(err.Error(), "ormlock: ") {
 			t.Errorf("%s: err = %v", name, err)
 		}
 	}
@@ -99,21 +101,52 @@ func TestNameLimits(t *testing.T) {
 	for _, err := range []error{
 		ormlock.Name(huge).Validate(),
 		ormlock.Name(huge + "\xff").Validate(),
-		ormlock.NewConfig(ormlock.WithNamespace(huge)).Err(),
-		ormlock.NewConfig(ormlock.WithNamespace(strings.Repeat("n", ormlock.MaxNamespaceLen+1))).Err(),
+		config.New(ormlock.WithNamespace(huge)).Err(),
+		config.New(ormlock.WithNamespace(strings.Repeat("n", ormlock.MaxNamespaceLen+1))).Err(),
 	} {
 		if !errors.Is(err, ormlock.ErrInvalidKey) || len(err.Error()) > 200 {
 			t.Errorf("over the limit: %.300v (%d bytes), want a short ErrInvalidKey", err, len(err.Error()))
 		}
 	}
-	if err := ormlock.NewConfig(ormlock.WithNamespace(strings.Repeat("n", ormlock.MaxNamespaceLen))).Err(); err != nil {
+	if err := config.New(ormlock.WithNamespace(strings.Repeat("n", ormlock.MaxNamespaceLen))).Err(); err != nil {
 		t.Errorf("namespace of MaxNamespaceLen bytes: %v", err)
 	}
-	if err := ormlock.NewConfig(ormlock.WithNamespace("tenant ")).Err(); !errors.Is(err, ormlock.ErrInvalidKey) {
+	if err := config.New(ormlock.WithNamespace("tenant ")).Err(); !errors.Is(err, ormlock.ErrInvalidKey) {
 		t.Errorf("namespace ending with a space: %v", err)
 	}
 	// the longest name ormlock derives itself fits
-	if err := ormlock.RunKey(strings.Repeat("日", 191), time.Now()).Validate(); err != nil {
+	if err := keys.RunKey(strings.Repeat("日", 191), time.Now()).Validate(); err != nil {
 		t.Errorf("RunKey of the longest job: %v", err)
+	}
+}
+
+func TestRunKey(t *testing.T) {
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Skipf("time zone data: %v", err)
+	}
+	slot := time.Date(2025, 3, 31, 0, 0, 0, 123456789, berlin)
+	k := keys.RunKey("daily-settlement", slot)
+	if got, want := keys.NameValue(k), "ormlock.runonce:daily-settlement@2025-03-30T22:00:00.123456Z"; got != want {
+		t.Fatalf("RunKey = %q, want %q", got, want)
+	}
+	// the same instant in another zone, and with a monotonic reading, is the
+	// same key
+	if k2 := keys.RunKey("daily-settlement", slot.UTC().Round(0)); k2 != k {
+		t.Fatalf("RunKey depends on the location: %v vs %v", k2, k)
+	}
+	if got := keys.NormalizeSlot(slot); got.Location() != time.UTC || got.Nanosecond() != 123456000 {
+		t.Fatalf("NormalizeSlot = %v", got)
+	}
+}
+
+// The root package states the limits as literals, for its documentation;
+// they must be the ones the keys enforce.
+func TestLimitsAgree(t *testing.T) {
+	if keys.MaxNameLen != ormlock.MaxNameLen || keys.MaxNamespaceLen != ormlock.MaxNamespaceLen {
+		t.Fatalf("keys %d/%d, ormlock %d/%d", keys.MaxNameLen, keys.MaxNamespaceLen, ormlock.MaxNameLen, ormlock.MaxNamespaceLen)
+	}
+	if keys.ErrInvalidKey != ormlock.ErrInvalidKey {
+		t.Fatal("ErrInvalidKey differs")
 	}
 }

@@ -1,0 +1,303 @@
+package gormlock_test
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/lockproto"
+	"github.com/ormlock/ormlock/internal/testdb"
+)
+
+// The Session engineer tests Session itself; these check only its events.
+func TestObserverSession(t *testing.T) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
+		db, _ := openGorm(t, k)
+		rec := &testdb.Recorder{}
+		obs := ormlock.WithObserver(rec)
+
+		t.Run("acquired and released", func(t *testing.T) {
+			rec.Reset()
+			key := "obs-sess-" + t.Name()
+			err := gormlock.Session(db, key, func(ctx context.Context) error {
+				if got := obsKinds(rec.Events()); fmt.Sprint(got) != fmt.Sprint([]ormlock.EventKind{evAttempt, evAcquired}) {
+					return fmt.Errorf("events inside fn: %v", got)
+				}
+				return db.WithContext(ctx).Exec("SELECT 1").Error
+			}, obs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			obsExpect(t, rec, k, "Session", ormlock.Name(key), "", evAttempt, evAcquired, evReleased)
+		})
+
+		t.Run("fn error", func(t *testing.T) {
+			rec.Reset()
+			key := "obs-sess-err-" + t.Name()
+			boom := errors.New("boom")
+			if err := gormlock.Session(db, key, func(context.Context) error { return boom }, obs); !errors.Is(err, boom) {
+				t.Fatalf("err = %v", err)
+			}
+			obsExpect(t, rec, k, "Session", ormlock.Name(key), "", evAttempt, evAcquired, evReleased)
+		})
+
+		t.Run("not acquired", func(t *testing.T) {
+			rec.Reset()
+			key := "obs-sess-held-" + t.Name()
+			defer rawHold(t, k, key)()
+			err := gormlock.Session(db, key, func(context.Context) error { return errors.New("fn called") }, obs)
+			if !errors.Is(err, ormlock.ErrNotAcquired) {
+				t.Fatalf("err = %v", err)
+			}
+			obsExpect(t, rec, k, "Session", ormlock.Name(key), "", evAttempt, evNotAcquired)
+		})
+
+		t.Run("lock lost", func(t *testing.T) {
+			rec.Reset()
+			key := "obs-sess-lost-" + t.Name()
+			err := gormlock.Session(db, key, func(ctx context.Context) error {
+				h, err := gormlock.Holder(db, key)
+				if err != nil || !h.Held {
+					return fmt.Errorf("holder: %v %v", h, err)
+				}
+				testdb.Kill(t, k, h.PID)
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(30 * time.Second):
+					return errors.New("loss not seen within 30s")
+				}
+			}, obs, ormlock.WithKeepalive(100*time.Millisecond))
+			if !errors.Is(err, ormlock.ErrLockLost) {
+				t.Fatalf("err = %v, want ErrLockLost", err)
+			}
+			es := obsExpect(t, rec, k, "Session", ormlock.Name(key), "", evAttempt, evAcquired, evLockLost)
+			t.Logf("lock_lost: held=%v err=%v", es[2].Held, es[2].Err)
+		})
+
+		t.Run("loss seen at release", func(t *testing.T) {
+			// the keepalive never runs; the release finds the connection
+			// gone and reports release_failed
+			rec.Reset()
+			key := "obs-sess-relfail-" + t.Name()
+			err := gormlock.Session(db, key, func(ctx context.Context) error {
+				h, err := gormlock.Holder(db, key)
+				if err != nil || !h.Held {
+					return fmt.Errorf("holder: %v %v", h, err)
+				}
+				testdb.Kill(t, k, h.PID)
+				testdb.WaitGone(t, k, h.PID)
+				return nil
+			}, obs, ormlock.WithKeepalive(time.Hour))
+			if !errors.Is(err, ormlock.ErrLockLost) {
+				t.Fatalf("err = %v, want ErrLockLost", err)
+			}
+			es := obsExpect(t, rec, k, "Session", ormlock.Name(key), "", evAttempt, evAcquired, evReleaseFailed)
+			t.Logf("release_failed: held=%v err=%v", es[2].Held, es[2].Err)
+		})
+	})
+}
+
+// TestObserverSlogReal feeds SlogObserver real events: one replica runs the
+// job, another finds it held. Run with -v to see the lines (the README's
+// "Why didn't my job run?" shows them).
+func TestObserverSlogReal(t *testing.T) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
+		var mu sync.Mutex
+		var buf bytes.Buffer
+		logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		a, _ := openGorm(t, k)
+		b, _ := openGorm(t, k)
+		for _, db := range []*gorm.DB{a, b} {
+			if err := db.Use(gormlock.New(ormlock.WithObserver(ormlock.SlogObserver(logger)), ormlock.WithNamespace("billing"))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		err := gormlock.Transaction(a, "daily-settlement-"+string(k), func(tx *gorm.DB) error {
+			err := gormlock.Transaction(b, "daily-settlement-"+string(k), func(*gorm.DB) error { return errors.New("ran twice") })
+			if !errors.Is(err, ormlock.ErrNotAcquired) {
+				return fmt.Errorf("second replica: %v", err)
+			}
+			return tx.Exec("SELECT 1").Error
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		out := buf.String()
+		mu.Unlock()
+		t.Logf("slog output:\n%s", out)
+		want := []string{
+			`level=DEBUG msg="ormlock: attempt" verb=Transaction dialect=` + k.Dialect(),
+			`level=DEBUG msg="ormlock: acquired"`,
+			`level=DEBUG msg="ormlock: attempt"`,
+			`level=INFO msg="ormlock: not_acquired"`,
+			`level=INFO msg="ormlock: released"`,
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if len(lines) != len(want) {
+			t.Fatalf("%d lines, want %d", len(lines), len(want))
+		}
+		for i, w := range want {
+			if !strings.Contains(lines[i], w) || !strings.Contains(lines[i], "namespace=billing") {
+				t.Errorf("line %d = %s\nwant it to contain %s and namespace=billing", i, lines[i], w)
+			}
+		}
+	})
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// Emit builds no event without an observer, and building and delivering one
+// allocates nothing of its own.
+func TestObserverEmitAllocs(t *testing.T) {
+	ctx := context.Background()
+	nop := ormlock.ObserverFunc(func(context.Context, ormlock.Event) {})
+	for _, c := range []struct {
+		name string
+		obs  ormlock.Observer
+	}{
+		{"none", nil},
+		{"no-op func", nop},
+		{"slog, level disabled", ormlock.SlogObserver(slog.New(slog.DiscardHandler))},
+	} {
+		op, err := lockproto.NewOp(lockproto.Postgres, "Transaction", ormlock.Name("k"), config.New(ormlock.WithObserver(c.obs)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, kind := range []ormlock.EventKind{evAttempt, evAcquired, evReleased} {
+			if n := testing.AllocsPerRun(100, func() { op.Emit(ctx, kind, nil) }); n != 0 {
+				t.Errorf("%s: Emit(%v) allocates %.1f", c.name, kind, n)
+			}
+		}
+	}
+}
+
+// BenchmarkTransactionObserver measures gormlock.Transaction (empty fn)
+// against the real servers with no observer, a no-op observer, SlogObserver
+// on a disabled handler and SlogObserver formatting every event (Debug) to
+// io.Discard:
+//
+//	go test -run '^$' -bench BenchmarkTransactionObserver -benchmem ./gormlock/
+func BenchmarkTransactionObserver(b *testing.B) {
+	for _, k := range []testdb.Kind{testdb.Postgres, testdb.MariaDB} {
+		b.Run(string(k), func(b *testing.B) {
+			sqlDB := testdb.Open(b, k)
+			db := gormOnTB(b, k, sqlDB)
+			b.Cleanup(func() { testdb.AssertNoLeaks(b, k, sqlDB) })
+			name := "bench-obs-" + b.Name()
+			noop := func(*gorm.DB) error { return nil }
+			for _, c := range []struct {
+				name string
+				obs  ormlock.Observer
+			}{
+				{"None", nil},
+				{"Func", ormlock.ObserverFunc(func(context.Context, ormlock.Event) {})},
+				{"SlogDisabled", ormlock.SlogObserver(slog.New(slog.DiscardHandler))},
+				{"SlogText", ormlock.SlogObserver(slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelDebug})))},
+			} {
+				b.Run(c.name, func(b *testing.B) {
+					b.ReportAllocs()
+					opt := ormlock.WithObserver(c.obs)
+					for b.Loop() {
+						if err := gormlock.Transaction(db, name, noop, opt); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestObserverWalkthrough is the README's "Why didn't my job run?": two
+// replicas, each logging lock events at slog's default level (Info) and
+// naming itself in application_name; the second finds the job's lock held
+// and asks who holds it. Run with -v to see the lines.
+func TestObserverWalkthrough(t *testing.T) {
+	for _, k := range []testdb.Kind{testdb.Postgres, testdb.MariaDB} {
+		t.Run(string(k), func(t *testing.T) {
+			var mu sync.Mutex
+			var buf bytes.Buffer
+			logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, nil))
+			replica := func(name string) *gorm.DB {
+				dsn := testdb.DSN(t, k)
+				driver := "mysql"
+				if k.Dialect() == "postgres" {
+					dsn += "&application_name=" + name
+					driver = "pgx"
+				}
+				sqlDB, err := sql.Open(driver, dsn)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { sqlDB.Close() })
+				t.Cleanup(func() { testdb.AssertNoLeaks(t, k, sqlDB) })
+				db := gormOn(t, k, sqlDB)
+				obs := ormlock.SlogObserver(logger.With("replica", name))
+				if err := db.Use(gormlock.New(ormlock.WithObserver(obs), ormlock.WithNamespace("billing"))); err != nil {
+					t.Fatal(err)
+				}
+				return db
+			}
+			a, b := replica("replica-a"), replica("replica-b")
+			var holder ormlock.HolderInfo
+			var pidA int64
+			err := gormlock.Transaction(a, "daily-settlement", func(tx *gorm.DB) error {
+				pidA = connID(t, k, mustSQLTx(t, tx))
+				if err := tx.Exec("SELECT 1").Error; err != nil { // the job's work
+					return err
+				}
+				time.Sleep(50 * time.Millisecond)
+				err := gormlock.Transaction(b, "daily-settlement", func(*gorm.DB) error { return errors.New("ran twice") })
+				if !errors.Is(err, ormlock.ErrNotAcquired) {
+					return fmt.Errorf("replica-b: %v", err)
+				}
+				holder, err = gormlock.Holder(b, "daily-settlement")
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			out := buf.String()
+			mu.Unlock()
+			t.Logf("slog at Info:\n%s", out)
+			type fields ormlock.HolderInfo // without the String method
+			t.Logf("gormlock.Holder(b, \"daily-settlement\"):\n%s\n%+v", holder, fields(holder))
+			if !holder.Held || holder.PID != pidA {
+				t.Fatalf("holder %v, want replica-a's connection %d", holder, pidA)
+			}
+			if k.Dialect() == "postgres" && holder.Application != "replica-a" {
+				t.Errorf("application %q, want replica-a", holder.Application)
+			}
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			if len(lines) != 2 || !strings.Contains(lines[0], `level=INFO msg="ormlock: not_acquired" replica=replica-b`) ||
+				!strings.Contains(lines[1], `level=INFO msg="ormlock: released" replica=replica-a`) {
+				t.Fatalf("lines:\n%s", out)
+			}
+		})
+	}
+}

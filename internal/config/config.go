@@ -1,0 +1,95 @@
+// Package config is the settings every verb shares, built from the
+// ormlock.Option values a caller passes (ormlock.Option is an alias of
+// [Option]). The options themselves, with their documented defaults, are in
+// package ormlock; this package holds only what the adapters, the lock
+// protocol and the ledger read.
+package config
+
+import (
+	"database/sql"
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// Defaults of the shared options (documented on the options).
+const (
+	// DefaultKeepalive is the Session keepalive interval.
+	DefaultKeepalive = 2 * time.Second
+	// DefaultLedgerTable is the RunOnce ledger table name.
+	DefaultLedgerTable = "ormlock_runs"
+)
+
+// MaxOwnerLen is the longest owner id ormlock.WithOwner accepts, in
+// characters (the ledger's owner column).
+const MaxOwnerLen = 255
+
+// Config holds the settings shared by every verb. Adapters build it with
+// [New]; users set it through ormlock.Option values, either per call or as
+// the defaults of the GORM plugin or ent wrapper (per-call options apply on
+// top).
+type Config struct {
+	// Namespace prefixes name keys; see ormlock.WithNamespace.
+	Namespace string
+	// Wait is how long to wait for a held lock; 0 means try once.
+	Wait time.Duration
+	// Keepalive is the Session keepalive interval.
+	Keepalive time.Duration
+	// Observer receives lock events: an ormlock.Observer, or nil for none.
+	// It is typed any because this package cannot import ormlock (which
+	// imports it); lockproto asserts it back.
+	Observer any
+	// LedgerTable is the RunOnce ledger table.
+	LedgerTable string
+	// Owner identifies this instance in the ledger and in diagnostics.
+	Owner string
+	// TxOptions are the options of the transaction the verb opens.
+	TxOptions *sql.TxOptions
+	// Claim selects RunOnce's claim mode.
+	Claim bool
+
+	err error
+}
+
+// Option sets one setting of a [Config] (ormlock.Option).
+type Option func(*Config)
+
+// New returns the defaults with opts applied in order.
+func New(opts ...Option) Config {
+	c := Config{Keepalive: DefaultKeepalive, LedgerTable: DefaultLedgerTable}
+	return c.With(opts...)
+}
+
+// With returns a copy of c with opts applied in order.
+func (c Config) With(opts ...Option) Config {
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	return c
+}
+
+// Err returns the first error an option reported (an invalid namespace, a
+// negative duration, a bad table name), wrapping ormlock.ErrInvalidArgument
+// or ormlock.ErrInvalidKey.
+func (c Config) Err() error { return c.err }
+
+// Fail records err as the option error unless one is recorded already.
+func (c *Config) Fail(err error) {
+	if c.err == nil {
+		c.err = err
+	}
+}
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+
+// ValidIdentifier reports an error wrapping errInvalid unless s is a plain
+// SQL identifier: a letter or underscore, then letters, digits or
+// underscores, at most 63 bytes. what names the value in the error.
+func ValidIdentifier(errInvalid error, what, s string) error {
+	if !identRE.MatchString(s) {
+		return fmt.Errorf("%w: %s %q is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*, at most 63 bytes)", errInvalid, what, s)
+	}
+	return nil
+}

@@ -1,0 +1,146 @@
+package conformance_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/entlock"
+	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/enttest/ent"
+	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/keyhash"
+)
+
+// runner is what the RunOnce, Holder and observer suites need of an
+// adapter, on top of locker: gormlock and entlock implement it (the
+// hand-written SQL locker does not).
+type runner interface {
+	locker
+	// RunOnce runs fn at most once per (job, slot).
+	RunOnce(ctx context.Context, job string, slot time.Time, fn func(tx txn) error, opts ...ormlock.Option) error
+	// Migrate creates the ledger table.
+	Migrate(ctx context.Context, opts ...ormlock.Option) error
+	// Runs reads the ledger of job.
+	Runs(ctx context.Context, job string, limit int, opts ...ormlock.Option) ([]ormlock.Run, error)
+	// Holder asks who holds key.
+	Holder(ctx context.Context, key string, opts ...ormlock.Option) (ormlock.HolderInfo, error)
+	// Pool is the adapter's database/sql pool.
+	Pool() *sql.DB
+}
+
+var (
+	_ runner = gormLocker{}
+	_ runner = entLocker{}
+)
+
+func (g gormLocker) RunOnce(ctx context.Context, job string, slot time.Time, fn func(txn) error, opts ...ormlock.Option) error {
+	return gormlock.RunOnce(g.db.WithContext(ctx), job, slot, func(tx *gorm.DB) error { return fn(gormTx{tx}) }, opts...)
+}
+
+func (g gormLocker) Migrate(ctx context.Context, opts ...ormlock.Option) error {
+	return gormlock.Migrate(g.db.WithContext(ctx), opts...)
+}
+
+func (g gormLocker) Runs(ctx context.Context, job string, limit int, opts ...ormlock.Option) ([]ormlock.Run, error) {
+	return gormlock.Runs(g.db.WithContext(ctx), job, limit, opts...)
+}
+
+func (g gormLocker) Holder(ctx context.Context, key string, opts ...ormlock.Option) (ormlock.HolderInfo, error) {
+	return gormlock.Holder(g.db.WithContext(ctx), key, opts...)
+}
+
+func (e entLocker) RunOnce(ctx context.Context, job string, slot time.Time, fn func(txn) error, opts ...ormlock.Option) error {
+	return entlock.RunOnce(ctx, e.client, job, slot, func(tx *ent.Tx) error { return fn(entTx{ctx, tx}) }, opts...)
+}
+
+func (e entLocker) Migrate(ctx context.Context, opts ...ormlock.Option) error {
+	return entlock.Migrate(ctx, e.client, opts...)
+}
+
+func (e entLocker) Runs(ctx context.Context, job string, limit int, opts ...ormlock.Option) ([]ormlock.Run, error) {
+	return entlock.Runs(ctx, e.client, job, limit, opts...)
+}
+
+func (e entLocker) Holder(ctx context.Context, key string, opts ...ormlock.Option) (ormlock.HolderInfo, error) {
+	return entlock.Holder(ctx, e.client, key, opts...)
+}
+
+func (g gormLocker) Pool() *sql.DB {
+	db, err := g.db.DB()
+	if err != nil {
+		panic(err)
+	}
+	return db
+}
+
+func (e entLocker) Pool() *sql.DB { return e.db }
+
+func (g gormTx) Exec(query string, args ...any) error { return g.tx.Exec(query, args...).Error }
+
+func (g gormTx) QueryInt(query string) (n int64, err error) {
+	err = g.tx.Raw(query).Row().Scan(&n)
+	return n, err
+}
+
+func (e entTx) Exec(query string, args ...any) error {
+	_, err := e.tx.ExecContext(e.ctx, query, args...)
+	return err
+}
+
+func (e entTx) QueryInt(query string) (n int64, err error) {
+	rows, err := e.tx.QueryContext(e.ctx, query)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		return 0, errors.Join(errors.New("no row"), rows.Err())
+	}
+	err = rows.Scan(&n)
+	return n, err
+}
+
+func (r rawTx) Exec(query string, args ...any) error {
+	_, err := r.tx.ExecContext(r.ctx, query, args...)
+	return err
+}
+
+func (r rawTx) QueryInt(query string) (n int64, err error) {
+	err = r.tx.QueryRowContext(r.ctx, query).Scan(&n)
+	return n, err
+}
+
+// openRunner opens adapter a on a new pool of kind k as a runner.
+func openRunner(t *testing.T, a adapter, k testdb.Kind) runner {
+	t.Helper()
+	return a.open(t, k).(runner)
+}
+
+// ledgerTable creates the test's own ledger table through r and drops it
+// after the test.
+func ledgerTable(t *testing.T, k testdb.Kind, r runner) string {
+	t.Helper()
+	name := fmt.Sprintf("c_%016x", uint64(keyhash.Int64(t.Name())))
+	t.Cleanup(func() { _, _ = testdb.AdminDB(t, k).Exec("DROP TABLE IF EXISTS " + name) })
+	if err := r.Migrate(context.Background(), ormlock.WithLedgerTable(name)); err != nil {
+		t.Fatalf("Migrate(%s): %v", name, err)
+	}
+	return name
+}
+
+// runsOf reads the ledger of job through r.
+func runsOf(t *testing.T, r runner, tbl, job string) []ormlock.Run {
+	t.Helper()
+	rs, err := r.Runs(context.Background(), job, 1000, ormlock.WithLedgerTable(tbl))
+	if err != nil {
+		t.Fatalf("Runs: %v", err)
+	}
+	return rs
+}

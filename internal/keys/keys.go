@@ -1,0 +1,211 @@
+// Package keys is the representation of ormlock's lock keys and their
+// resolution per dialect (keyhash spec v1): the plumbing behind
+// ormlock.Name, ormlock.ID and ormlock.Pair that the adapters, the lock
+// protocol, the ledger and the command share. Package ormlock names Key by
+// alias; everything else here is internal. The key derivation is documented
+// on ormlock.Key and in docs/PROTOCOL.md.
+package keys
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/ormlock/ormlock/keyhash"
+)
+
+// ErrInvalidKey is ormlock.ErrInvalidKey (documented there).
+var ErrInvalidKey = errors.New("ormlock: invalid key")
+
+// Key names a lock; see ormlock.Key.
+type Key struct {
+	kind   keyKind
+	name   string
+	id     int64
+	cl, ob int32
+}
+
+type keyKind uint8
+
+const (
+	kindNone keyKind = iota
+	kindName
+	kindID
+	kindPair
+)
+
+// Type is the set of types the verbs accept as a key (ormlock.KeyType).
+type Type interface {
+	string | int64 | int | Key
+}
+
+// Name returns the key for a lock name (ormlock.Name).
+func Name(name string) Key { return Key{kind: kindName, name: name} }
+
+// ID returns the key for a numeric lock id (ormlock.ID).
+func ID(id int64) Key { return Key{kind: kindID, id: id} }
+
+// Pair returns the key for PostgreSQL's two-int form (ormlock.Pair).
+func Pair(classID, objID int32) Key { return Key{kind: kindPair, cl: classID, ob: objID} }
+
+// Of converts any [Type] to a Key.
+func Of[K Type](k K) Key {
+	switch v := any(k).(type) {
+	case string:
+		return Name(v)
+	case int64:
+		return ID(v)
+	case int:
+		return ID(int64(v))
+	case Key:
+		return v
+	}
+	return Key{}
+}
+
+// IsName reports whether k is a name key; Name returns it.
+func IsName(k Key) bool { return k.kind == kindName }
+
+// IsPair reports whether k is a (classid, objid) pair.
+func IsPair(k Key) bool { return k.kind == kindPair }
+
+// NameValue returns the name of a name key, or "".
+func NameValue(k Key) string { return k.name }
+
+// Validate returns an error wrapping ormlock.ErrInvalidKey when k cannot
+// name a lock: the zero Key, or a name that is empty, longer than
+// ormlock.MaxNameLen bytes, not valid UTF-8 or holding a NUL byte. The verbs
+// check it themselves; it is exported so that a program can reject a
+// configured name at start-up, as the scheduler module does.
+func (k Key) Validate() error {
+	switch k.kind {
+	case kindNone:
+		return fmt.Errorf("%w: zero Key (use ormlock.Name, ormlock.ID or ormlock.Pair)", ErrInvalidKey)
+	case kindName:
+		return ValidateName("key", k.name)
+	}
+	return nil
+}
+
+// Length limits of names and namespaces, in bytes of UTF-8.
+const (
+	// MaxNameLen is ormlock.MaxNameLen (TestLimitsAgree keeps them equal).
+	MaxNameLen = 1024
+	// MaxNamespaceLen is ormlock.MaxNamespaceLen.
+	MaxNamespaceLen = 128
+)
+
+// ValidateName checks a lock name or namespace (what names the value in the
+// error): names must be non-empty (namespaces may be empty), at most
+// [MaxNameLen] bytes ([MaxNamespaceLen] for a namespace), valid UTF-8 and
+// free of NUL bytes, so that every dialect and the psql expression in the
+// keyhash docs agree on the key. The length is checked first, so that the
+// error never echoes more than the limit.
+func ValidateName(what, s string) error {
+	if s == "" && what == "key" {
+		return fmt.Errorf("%w: empty lock name", ErrInvalidKey)
+	}
+	limit := MaxNameLen
+	if what == "namespace" {
+		limit = MaxNamespaceLen
+	}
+	if len(s) > limit {
+		return fmt.Errorf("%w: %s is %d bytes long, at most %d are accepted (it begins %q)", ErrInvalidKey, what, len(s), limit, prefix(s, 32))
+	}
+	if !utf8.ValidString(s) {
+		return fmt.Errorf("%w: %s %q is not valid UTF-8", ErrInvalidKey, what, s)
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0 {
+			return fmt.Errorf("%w: %s %q contains a NUL byte", ErrInvalidKey, what, s)
+		}
+	}
+	return nil
+}
+
+// prefix returns at most n bytes of the start of s, cut at a character
+// boundary when s is valid UTF-8.
+func prefix(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// String returns a readable form: the name, "id:N" or "pair:C,O".
+func (k Key) String() string {
+	switch k.kind {
+	case kindName:
+		return k.name
+	case kindID:
+		return "id:" + strconv.FormatInt(k.id, 10)
+	case kindPair:
+		return "pair:" + strconv.FormatInt(int64(k.cl), 10) + "," + strconv.FormatInt(int64(k.ob), 10)
+	}
+	return "<invalid key>"
+}
+
+// PostgresKey is a key resolved for PostgreSQL: either a bigint (IsPair false)
+// or a (classid, objid) pair.
+type PostgresKey struct {
+	IsPair  bool
+	Int64   int64
+	ClassID int32
+	ObjID   int32
+}
+
+// Postgres resolves k in namespace ns to the PostgreSQL advisory lock key.
+func Postgres(k Key, ns string) PostgresKey {
+	switch k.kind {
+	case kindName:
+		return PostgresKey{Int64: keyhash.Int64NS(ns, k.name)}
+	case kindID:
+		return PostgresKey{Int64: k.id}
+	case kindPair:
+		return PostgresKey{IsPair: true, ClassID: k.cl, ObjID: k.ob}
+	}
+	return PostgresKey{}
+}
+
+// MySQL resolves k in namespace ns to the MySQL/MariaDB GET_LOCK name (at
+// most 64 bytes).
+func MySQL(k Key, ns string) string {
+	switch k.kind {
+	case kindName:
+		return keyhash.MySQLName(ns, k.name)
+	case kindID:
+		return keyhash.MySQLName(ns, strconv.FormatInt(k.id, 10))
+	case kindPair:
+		return keyhash.MySQLName(ns, strconv.FormatInt(int64(k.cl), 10)+":"+strconv.FormatInt(int64(k.ob), 10))
+	}
+	return ""
+}
+
+// RunKeyPrefix starts the name of every RunOnce lock; see [RunKey].
+const RunKeyPrefix = "ormlock.runonce:"
+
+// RunKey returns the lock key RunOnce takes for (job, slot): the name
+//
+//	"ormlock.runonce:" + job + "@" + slot in UTC as 2006-01-02T15:04:05.000000Z
+//
+// for example "ormlock.runonce:daily-settlement@2025-03-30T22:00:00.000000Z".
+// The namespace (ormlock.WithNamespace) applies to it as to any name. The slot is
+// truncated to whole microseconds, the precision of the ledger's timestamp
+// columns. This derivation is part of the compatibility promise of keyhash
+// spec v1: replicas running different versions must lock the same key.
+func RunKey(job string, slot time.Time) Key {
+	return Name(RunKeyPrefix + job + "@" + NormalizeSlot(slot).Format(runKeyTime))
+}
+
+const runKeyTime = "2006-01-02T15:04:05.000000Z"
+
+// NormalizeSlot returns slot as RunOnce stores it: in UTC, truncated to
+// whole microseconds, without a monotonic clock reading.
+func NormalizeSlot(slot time.Time) time.Time {
+	return slot.UTC().Truncate(time.Microsecond)
+}

@@ -1,0 +1,7 @@
+package ledger
+
+// Internals for the external tests.
+var (
+	MissingTable  = missingTable
+	MissingColumn = missingColumn
+)

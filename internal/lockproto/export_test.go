@@ -1,0 +1,4 @@
+package lockproto
+
+// Internals for the external tests.
+var StatementTimeout = statementTimeout

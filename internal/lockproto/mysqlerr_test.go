@@ -1,0 +1,77 @@
+package lockproto_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/ormlock/ormlock/internal/lockproto"
+)
+
+// MySQLErrno reads the number from the driver's own error type, however
+// deeply wrapped, and nothing from texts that merely resemble it.
+func TestMySQLErrno(t *testing.T) {
+	withState := &mysql.MySQLError{Number: 1146, SQLState: [5]byte{'4', '2', 'S', '0', '2'}, Message: "Table 't' doesn't exist"}
+	noState := &mysql.MySQLError{Number: 1969, Message: "Query execution was interrupted (max_statement_time exceeded)"}
+	for _, c := range []struct {
+		name string
+		err  error
+		want int
+	}{
+		{"nil", nil, 0},
+		{"with SQLSTATE", withState, 1146},
+		{"without SQLSTATE", noState, 1969},
+		{"wrapped", fmt.Errorf("ormlock: ledger: %w", withState), 1146},
+		{"wrapped twice", fmt.Errorf("a: %w", fmt.Errorf("b: %w", noState)), 1969},
+		{"joined", errors.Join(errors.New("other"), fmt.Errorf("x: %w", withState)), 1146},
+		{"multi %w", fmt.Errorf("%w; %w", errors.New("first"), noState), 1969},
+		{"plain text", errors.New("Error in the pipes"), 0},
+		{"number then words", errors.New("Error 1146 in the text only"), 0},
+		{"bad SQLSTATE", errors.New("Error 1146 (42S0): x"), 0},
+		{"number without colon", errors.New("Error 1146"), 0},
+		{"wrapped text only", fmt.Errorf("ormlock: Error 1146: %s", "x"), 0},
+	} {
+		if got := lockproto.MySQLErrno(c.err); got != c.want {
+			t.Errorf("%s: MySQLErrno(%v) = %d, want %d", c.name, c.err, got, c.want)
+		}
+	}
+}
+
+// A server's statement timeout is recognised on every dialect: PostgreSQL's
+// query_canceled, MariaDB's max_statement_time, MySQL's max_execution_time;
+// other errors are not.
+func TestStatementTimeout(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{&pgconn.PgError{Code: "57014"}, true},
+		{fmt.Errorf("x: %w", &pgconn.PgError{Code: "57014"}), true},
+		{&pgconn.PgError{Code: "55P03"}, false},
+		{&mysql.MySQLError{Number: 1969}, true},
+		{fmt.Errorf("x: %w", &mysql.MySQLError{Number: 3024}), true},
+		{&mysql.MySQLError{Number: 1205}, false},
+		{errors.New("timeout"), false},
+	} {
+		if got := lockproto.StatementTimeout(c.err); got != c.want {
+			t.Errorf("StatementTimeout(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
+
+// Join keeps both errors matchable and the text on one line.
+func TestJoin(t *testing.T) {
+	a, b := errors.New("a"), &mysql.MySQLError{Number: 1969, Message: "b"}
+	err := lockproto.Join(a, fmt.Errorf("w: %w", b))
+	var me *mysql.MySQLError
+	if !errors.Is(err, a) || !errors.As(err, &me) || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("Join = %q", err)
+	}
+	if lockproto.Join(nil, a) != a || lockproto.Join(a, nil) != a || lockproto.Join(nil, nil) != nil {
+		t.Fatal("Join with a nil side")
+	}
+}
