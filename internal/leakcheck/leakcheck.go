@@ -34,6 +34,10 @@ func Goroutines(t *testing.T, kinds ...testdb.Kind) {
 		goleak.IgnoreAnyFunction("github.com/ormlock/ormlock/internal/testdb.startProc.func1"),
 		goleak.IgnoreAnyFunction("database/sql.(*DB).connectionCleaner"),
 		goleak.IgnoreAnyFunction("github.com/go-sql-driver/mysql.(*mysqlConn).startWatcher.func1"),
+		// pgx reads in the background while a cancelled statement's
+		// connection is being closed; the reader ends when the socket does,
+		// a moment after the pool that owned it was closed.
+		goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgconn/internal/bgreader.(*BGReader).bgRead"),
 	}
 	t.Cleanup(func() { goleak.VerifyNone(t, opts...) })
 }
