@@ -37,6 +37,8 @@ type Config struct {
 	TxOptions *sql.TxOptions
 	// Claim selects RunOnce's claim mode.
 	Claim bool
+	// Fencing issues a fencing token per acquisition; see [WithFencing].
+	Fencing bool
 
 	err error
 }
