@@ -105,7 +105,7 @@ func (t *FenceTable) issueSQL() string {
 		// conflict check, and returns the (non-NULL) new value: the
 		// literal 1 of a new row
 		return `INSERT INTO ` + t.q + ` AS f (namespace, lock_key, token)
-VALUES ($1, $2, (set_config('synchronous_commit', CASE current_setting('synchronous_commit') WHEN 'off' THEN 'local' ELSE current_setting('synchronous_commit') END, true) IS NOT NULL)::int8)
+VALUES ($1, $2, (set_config('synchronous_commit', CASE current_setting('synchronous_commit') WHEN 'off' THEN 'local' ELSE current_setting('synchronous_commit') END, true) IS NOT NULL)::int)
 ON CONFLICT (namespace, lock_key) DO UPDATE SET token = f.token + 1
 RETURNING f.token`
 	}
