@@ -1,6 +1,8 @@
 package gormlock
 
 import (
+	"fmt"
+
 	"gorm.io/gorm"
 
 	"github.com/ormlock/ormlock"
@@ -41,3 +43,29 @@ func (c *call) nestedToken(tx *gorm.DB) (*gorm.DB, error) {
 	}
 	return tx.WithContext(c.op.TokenContext(c.ctx)), nil
 }
+
+// CheckFenced is [ormlock.CheckFenced] for a GORM statement: it returns
+// r.Error when the statement failed, an error wrapping
+// [ormlock.ErrStaleToken] when it changed no row, and nil otherwise.
+//
+//	tok, _ := gormlock.FencingToken(tx)
+//	err := gormlock.CheckFenced(tx.Exec(
+//		"UPDATE accounts SET balance = ?, fence = ? WHERE id = ? AND fence < ?", b, tok, id, tok))
+func CheckFenced(r *gorm.DB) error {
+	if r == nil {
+		return fmt.Errorf("%w: gormlock.CheckFenced: nil *gorm.DB", ormlock.ErrInvalidArgument)
+	}
+	if r.Error != nil {
+		return r.Error
+	}
+	if r.RowsAffected == 0 {
+		return ormlock.CheckFenced(rowsResult(0), nil)
+	}
+	return nil
+}
+
+// rowsResult is a sql.Result with a known row count.
+type rowsResult int64
+
+func (r rowsResult) LastInsertId() (int64, error) { return 0, nil }
+func (r rowsResult) RowsAffected() (int64, error) { return int64(r), nil }
