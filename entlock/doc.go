@@ -167,4 +167,15 @@
 // [Holder] reports the connection that holds a lock (PostgreSQL backend pid,
 // MySQL/MariaDB connection id, user, client address, state, last query):
 // the answer to "why didn't my job run?".
+//
+// # Fencing tokens
+//
+// With [ormlock.WithFencing] every acquisition gets a token greater than any
+// earlier one of its key, committed on its own once the lock is held and
+// before fn runs (in the fence table [Migrate] creates), so that a write
+// carrying it can be refused once a later holder has written. ent's
+// generated Tx has no context fn could read, so fn reads the token with
+// [FencingToken] on the tx it was given (Transaction, RunOnce), and with
+// [ormlock.FencingToken] on its ctx in a Session; [ormlock.CheckFenced]
+// checks a fenced UPDATE. See docs/PROTOCOL.md, Fencing.
 package entlock

@@ -162,4 +162,17 @@
 // allocates nothing more (BenchmarkTransactionObserver). [Holder] asks the database who holds
 // a lock right now: backend pid or connection id, user, client, state, last
 // query, hold time.
+//
+// # Fencing tokens
+//
+// With [ormlock.WithFencing] every acquisition gets a token greater than any
+// earlier one of its key, committed on its own once the lock is held and
+// before fn runs (in the fence table [Migrate] creates), so that a write
+// carrying it can be refused once a later holder has written: a Session
+// holder that was paused past the loss of its lock cannot overwrite its
+// successor. fn reads it with [FencingToken] on its tx (Transaction,
+// RunOnce) or [ormlock.FencingToken] on its ctx (Session); [CheckFenced]
+// checks a fenced UPDATE. It costs one round trip per acquisition (on
+// PostgreSQL on a second pool connection: a pool of MaxOpenConns 1 is
+// refused). See docs/PROTOCOL.md, Fencing.
 package gormlock
