@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strings"
 	"testing"
 
 	"entgo.io/ent/dialect"
@@ -18,7 +19,8 @@ import (
 // last one of its key: read from the generated *ent.Tx (or the dialect.Tx
 // given when the verb is called on the Driver) with entlock.FencingToken,
 // and from a Session's ctx; that the token is forgotten once fn returns;
-// and that gormlock and entlock share the counters.
+// and that the counter is the fence table's row (namespace, "name:"+key),
+// which gormlock shares.
 func TestFencingVerbs(t *testing.T) {
 	forEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
@@ -82,6 +84,15 @@ func TestFencingVerbs(t *testing.T) {
 			return nil
 		}, tbl); err != nil {
 			t.Fatal(err)
+		}
+
+		var stored int64
+		q := "SELECT token FROM " + ledgerName(t, "e") + "_fence WHERE namespace = '' AND lock_key = ?"
+		if k.Dialect() == "postgres" {
+			q = strings.Replace(q, "?", "$1", 1)
+		}
+		if err := testdb.AdminDB(t, k).QueryRow(q, "name:"+key).Scan(&stored); err != nil || stored != last {
+			t.Errorf("fence row of %q: token %d (%v), want %d", key, stored, err, last)
 		}
 
 		job := "ent-fence-job-" + string(k)
