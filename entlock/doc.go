@@ -43,4 +43,10 @@
 // none: a call inside fn is an independent transaction), at each isolation
 // level and deadline, and how to size the pool is described once, for
 // gormlock and entlock alike, in docs/PROTOCOL.md.
+//
+// With [ormlock.WithFencing] every acquisition gets a fencing token, greater
+// than any earlier one of its key and committed before fn runs. ent's
+// generated Tx has no context fn could read, so fn reads it with
+// [FencingToken] on the tx it was given (Transaction, RunOnce), and with
+// [ormlock.FencingToken] on its ctx in a Session (docs/PROTOCOL.md, Fencing).
 package entlock

@@ -29,6 +29,11 @@ import (
 // times in UTC (timestamptz on PostgreSQL, DATETIME(6) on MySQL/MariaDB). A
 // table created by an earlier version, without the namespace column, is
 // upgraded in place (existing rows get the empty namespace).
+//
+// It also creates the fence table of [ormlock.WithFencing]'s tokens, named
+// after the ledger table with "_fence" appended ("ormlock_runs_fence" by
+// default): one row per fenced key, (namespace, lock_key, token). See
+// docs/PROTOCOL.md, Fencing.
 func Migrate[T TxLike](ctx context.Context, x interface {
 	Tx(context.Context) (T, error)
 }, opts ...ormlock.Option) error {

@@ -55,3 +55,11 @@ func claim(ctx context.Context) *request {
 	}
 	return r
 }
+
+// Token returns the fencing token of the locked transaction started for r.
+func (r *request) Token() (int64, bool) {
+	if t, ok := r.tx.(*lockedTx); ok {
+		return t.lt.Token()
+	}
+	return 0, false
+}

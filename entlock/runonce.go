@@ -58,6 +58,7 @@ func RunOnce[T TxLike](ctx context.Context, client interface {
 			if err != nil {
 				return err
 			}
+			defer recordToken(tx, op)()
 			return run(verb, tx, fn)
 		})
 	}
@@ -67,6 +68,7 @@ func RunOnce[T TxLike](ctx context.Context, client interface {
 		return err
 	}
 	q := lr.tx.(*lockedTx).lt.Tx
+	defer recordToken(tx, op)()
 	return run(verb, tx, func(tx T) error {
 		return r.InTx(ctx, q, func() error { return fn(tx) })
 	})

@@ -33,10 +33,12 @@ func Transaction[T TxLike, K ormlock.KeyType](ctx context.Context, client interf
 	if err != nil {
 		return err
 	}
-	tx, err := begin(ctx, client, &request{verb: "Transaction", key: k, opts: opts})
+	r := &request{verb: "Transaction", key: k, opts: opts}
+	tx, err := begin(ctx, client, r)
 	if err != nil {
 		return err
 	}
+	defer recordToken(tx, r)()
 	return run("Transaction", tx, fn)
 }
 

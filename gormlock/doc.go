@@ -25,4 +25,10 @@
 // What happens on each server, on cancellation, in nested transactions, at
 // each isolation level and deadline, and how to size the pool is described
 // once, for gormlock and entlock alike, in docs/PROTOCOL.md.
+//
+// With [ormlock.WithFencing] every acquisition gets a fencing token, greater
+// than any earlier one of its key and committed before fn runs; fn reads it
+// with [FencingToken] on its tx (Transaction, RunOnce) or
+// [ormlock.FencingToken] on its ctx (Session), and [CheckFenced] checks a
+// fenced UPDATE (docs/PROTOCOL.md, Fencing).
 package gormlock

@@ -29,6 +29,11 @@ import (
 // table created by an earlier version, without the namespace column, is
 // upgraded in place: the column is added (existing rows get the empty namespace)
 // and the primary key becomes (namespace, job, slot).
+//
+// It also creates the fence table of [ormlock.WithFencing]'s tokens, named
+// after the ledger table with "_fence" appended ("ormlock_runs_fence" by
+// default): one row per fenced key, (namespace, lock_key, token). See
+// docs/PROTOCOL.md, Fencing.
 func Migrate(db *gorm.DB, opts ...ormlock.Option) error {
 	if db == nil {
 		return fmt.Errorf("%w: gormlock.Migrate: nil *gorm.DB", ormlock.ErrInvalidArgument)

@@ -159,7 +159,7 @@ func (c *call) transaction(fn func(tx *gorm.DB) error) error {
 // prepared-statement wrapper when db uses PrepareStmt (the lock statements
 // themselves ran on tx directly, never prepared).
 func (c *call) session(tx *sql.Tx) *gorm.DB {
-	s := c.db.Session(&gorm.Session{Context: c.ctx})
+	s := c.db.Session(&gorm.Session{Context: c.op.TokenContext(c.ctx)})
 	var pool gorm.ConnPool = tx
 	if p, ok := s.Statement.ConnPool.(*gorm.PreparedStmtDB); ok {
 		pool = &gorm.PreparedStmtTX{Tx: tx, PreparedStmtDB: p}
@@ -185,6 +185,11 @@ func (c *call) pgNested(fn func(tx *gorm.DB) error) error {
 		return fmt.Errorf("%w: gormlock.%s on %q inside a %s transaction: its snapshot was taken before the lock, so fn could not see the commits of the lock's earlier holders; call it outside the transaction (any isolation works there) or use READ COMMITTED",
 			ormlock.ErrInvalidArgument, c.op.Verb, c.op.Key.String(), strings.ToUpper(iso))
 	}
+	if sqlDB, err := primarySQL(c.db); err == nil {
+		if err := c.op.CheckFence(sqlDB); err != nil {
+			return err
+		}
+	}
 	defer c.op.EndXact(c.ctx)
 	return c.db.Transaction(func(tx *gorm.DB) error {
 		q, err := sqlTx(tx)
@@ -192,6 +197,9 @@ func (c *call) pgNested(fn func(tx *gorm.DB) error) error {
 			return err
 		}
 		if err := c.op.AcquireXact(c.ctx, q); err != nil {
+			return err
+		}
+		if tx, err = c.nestedToken(tx); err != nil {
 			return err
 		}
 		return c.run(fn, tx)

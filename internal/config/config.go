@@ -47,6 +47,8 @@ type Config struct {
 	TxOptions *sql.TxOptions
 	// Claim selects RunOnce's claim mode.
 	Claim bool
+	// Fencing issues a fencing token per acquisition (ormlock.WithFencing).
+	Fencing bool
 
 	err error
 }

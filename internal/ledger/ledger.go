@@ -208,6 +208,9 @@ func Migrate(ctx context.Context, db *sql.DB, op *lockproto.Op) error {
 			if err := t.Create(ctx, conn); err != nil {
 				return err
 			}
+			if err := createFence(ctx, conn, op); err != nil {
+				return err
+			}
 			return t.upgrade(ctx, conn)
 		})
 	}
@@ -225,6 +228,10 @@ func Migrate(ctx context.Context, db *sql.DB, op *lockproto.Op) error {
 		return err
 	}
 	if err := t.upgrade(ctx, tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if err := createFence(ctx, tx, op); err != nil {
 		_ = tx.Rollback()
 		return err
 	}

@@ -43,6 +43,7 @@ func NewRun(verb string, op *lockproto.Op, job string, slot time.Time) (*Run, er
 		return nil, err
 	}
 	op.Job = job // events carry the job: a bounded label, unlike the key
+	op.SetFenceID(lockproto.JobFenceID(job))
 	owner := op.Cfg.Owner
 	if owner == "" {
 		owner = DefaultOwner()

@@ -67,6 +67,9 @@ type LockedTx struct {
 // nothing is held and the error wraps ormlock.ErrNotAcquired when another
 // holder has the lock (and ctx's error when ctx ended the wait).
 func (o *Op) BeginLocked(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*LockedTx, error) {
+	if err := o.CheckFence(db); err != nil {
+		return nil, err
+	}
 	switch o.Dialect {
 	case Postgres:
 		if SnapshotIsolation(opts) {
@@ -127,7 +130,12 @@ func (o *Op) beginInline(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (
 		}
 		return nil, err
 	}
-	return &LockedTx{Tx: tx, ctx: ctx, op: o, conn: conn, txCancel: txCancel}, nil
+	lt := &LockedTx{Tx: tx, ctx: ctx, op: o, conn: conn, txCancel: txCancel}
+	if err := o.IssueToken(ctx, db); err != nil { // fencing: committed on the pool
+		_ = lt.Rollback()
+		return nil, err
+	}
+	return lt, nil
 }
 
 // beginSplit is the PostgreSQL protocol for REPEATABLE READ and
@@ -143,6 +151,11 @@ func (o *Op) beginSplit(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*
 	}
 	lk, err := o.holdLockTx(ctx, conn, false)
 	if err != nil {
+		return nil, err
+	}
+	if err := o.IssueToken(ctx, db); err != nil { // fencing: committed on the pool
+		lk.end(ctx)
+		o.EndXact(ctx)
 		return nil, err
 	}
 	// fn's transaction, on a connection of its own: its first statement,
@@ -170,6 +183,10 @@ func (o *Op) beginSplit(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*
 func (o *Op) beginMySQL(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*LockedTx, error) {
 	conn, err := o.LockNamed(ctx, db)
 	if err != nil {
+		return nil, err
+	}
+	if err := o.IssueToken(ctx, conn); err != nil { // fencing: autocommitted before BEGIN
+		_ = o.ReleaseNamed(ctx, conn)
 		return nil, err
 	}
 	txCtx, txCancel := txContext(ctx)
@@ -238,6 +255,9 @@ func (t *LockedTx) Commit() error {
 	t.end()
 	return err
 }
+
+// Token returns the fencing token of the lock (ormlock.WithFencing).
+func (t *LockedTx) Token() (int64, bool) { return t.op.Token() }
 
 // Rollback rolls the transaction back, then releases the lock.
 func (t *LockedTx) Rollback() error {

@@ -30,6 +30,9 @@ type Op struct {
 	pg    keys.PostgresKey
 	mysql string
 
+	fenceID string // the fencing counter, when not the key's (fence.go)
+	token   int64  // the fencing token of this acquisition, once issued
+
 	start    time.Time
 	acquired time.Time
 

@@ -75,6 +75,9 @@ type sessionHold struct {
 //
 // The pinned connection counts against db's MaxOpenConns while fn runs.
 func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Context) error) (err error) {
+	if err := o.CheckFence(db); err != nil {
+		return err
+	}
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return o.failed(ctx, fmt.Errorf("ormlock: pin a connection: %w", err))
@@ -92,8 +95,11 @@ func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Contex
 	if err != nil {
 		return err
 	}
+	if err := o.sessionToken(ctx, db, conn, h); err != nil {
+		return err
+	}
 
-	fctx, cancel := context.WithCancelCause(ctx)
+	fctx, cancel := context.WithCancelCause(o.tokenContext(ctx))
 	stop := make(chan struct{})
 	var (
 		lost error // the failed check, if any: written by the keepalive, read after wg.Wait

@@ -1,0 +1,71 @@
+package gormlock
+
+import (
+	"fmt"
+
+	"gorm.io/gorm"
+
+	"github.com/ormlock/ormlock"
+)
+
+// FencingToken returns the fencing token of the lock under which tx was
+// handed to fn, when the verb ran with [ormlock.WithFencing]: the tx of
+// [Transaction] and of [RunOnce] (both modes; claim mode's db carries the
+// session's context). It reads tx's context (tx.Statement.Context), so a
+// tx.WithContext(ctx) that replaces it with a context not derived from it
+// loses the token; a Session's fn reads it with [ormlock.FencingToken] on
+// its ctx.
+//
+// Use it in a fenced write (see [ormlock.CheckFenced]):
+//
+//	tok, _ := gormlock.FencingToken(tx)
+//	res := tx.Exec("UPDATE accounts SET balance = ?, fence = ? WHERE id = ? AND fence < ?", b, tok, id, tok)
+func FencingToken(tx *gorm.DB) (int64, bool) {
+	if tx == nil || tx.Statement == nil || tx.Statement.Context == nil {
+		return 0, false
+	}
+	return ormlock.FencingToken(tx.Statement.Context)
+}
+
+// nestedToken issues the token of a lock taken in a savepoint of the
+// transaction db is in (PostgreSQL): committed on another connection of the
+// primary pool, as for a top-level PostgreSQL Transaction.
+func (c *call) nestedToken(tx *gorm.DB) (*gorm.DB, error) {
+	if !c.op.Fencing() {
+		return tx, nil
+	}
+	sqlDB, err := primarySQL(c.db) // the pool under db's transaction
+	if err != nil {
+		return nil, err
+	}
+	if err := c.op.IssueToken(c.ctx, sqlDB); err != nil {
+		return nil, err
+	}
+	return tx.WithContext(c.op.TokenContext(c.ctx)), nil
+}
+
+// CheckFenced is [ormlock.CheckFenced] for a GORM statement: it returns
+// r.Error when the statement failed, an error wrapping
+// [ormlock.ErrStaleToken] when it changed no row, and nil otherwise.
+//
+//	tok, _ := gormlock.FencingToken(tx)
+//	err := gormlock.CheckFenced(tx.Exec(
+//		"UPDATE accounts SET balance = ?, fence = ? WHERE id = ? AND fence < ?", b, tok, id, tok))
+func CheckFenced(r *gorm.DB) error {
+	if r == nil {
+		return fmt.Errorf("%w: gormlock.CheckFenced: nil *gorm.DB", ormlock.ErrInvalidArgument)
+	}
+	if r.Error != nil {
+		return r.Error
+	}
+	if r.RowsAffected == 0 {
+		return ormlock.CheckFenced(rowsResult(0), nil)
+	}
+	return nil
+}
+
+// rowsResult is a sql.Result with a known row count.
+type rowsResult int64
+
+func (r rowsResult) LastInsertId() (int64, error) { return 0, nil }
+func (r rowsResult) RowsAffected() (int64, error) { return int64(r), nil }
