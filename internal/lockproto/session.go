@@ -82,7 +82,7 @@ func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Contex
 	var h *sessionHold
 	switch o.D {
 	case Postgres:
-		h, err = o.holdPostgres(ctx, conn)
+		h, err = o.holdPostgres(ctx, db, conn)
 	case MySQL:
 		h, err = o.holdMySQL(ctx, conn)
 	default:
@@ -163,25 +163,28 @@ func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Contex
 	return fn(fctx)
 }
 
-func (o *Op) holdPostgres(ctx context.Context, conn *sql.Conn) (*sessionHold, error) {
+func (o *Op) holdPostgres(ctx context.Context, db *sql.DB, conn *sql.Conn) (*sessionHold, error) {
 	// The lock transaction outlives ctx (database/sql rolls back a
 	// transaction whose context ends, which would drop the lock under a
 	// running fn), but BEGIN and the lock are bounded by ctx: see holdLockTx.
-	lk, err := o.holdLockTx(ctx, conn, true)
+	lk, err := o.holdLockTx(ctx, db, conn, true)
 	if err != nil {
 		return nil, err
 	}
-	idle, err := PGIdleTimeout(ctx, lk.tx)
-	if err == nil {
-		// A statement without arguments goes by the simple protocol and
-		// closes the portal the queries above left open, which would
-		// otherwise pin a snapshot (backend_xmin) while fn runs.
-		err = PGPing(ctx, lk.tx)
-	}
-	if err != nil {
-		err = o.failed(ctx, err)
-		lk.drop(ctx, err)
-		return nil, err
+	idle := lk.idle
+	if _, one := lk.tx.(*ConnTx); !one {
+		idle, err = PGIdleTimeout(ctx, lk.tx)
+		if err == nil {
+			// A statement without arguments goes by the simple protocol and
+			// closes the portal the queries above left open, which would
+			// otherwise pin a snapshot (backend_xmin) while fn runs.
+			err = PGPing(ctx, lk.tx)
+		}
+		if err != nil {
+			err = o.failed(ctx, err)
+			lk.drop(ctx, err)
+			return nil, err
+		}
 	}
 	every := o.Cfg.Keepalive
 	if idle > 0 && every > idle/3 {
