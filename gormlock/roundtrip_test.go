@@ -41,7 +41,7 @@ func TestTransactionRoundTrips(t *testing.T) {
 				"gormlock.Transaction (wait)": sl.count(t, func() error {
 					return gormlock.Transaction(db, name, noop, ormlock.WithWait(time.Second))
 				}),
-				"gorm Transaction, no lock":    sl.count(t, func() error { return db.Transaction(noop) }),
+				"gorm Transaction, no lock":          sl.count(t, func() error { return db.Transaction(noop) }),
 				"hand-written (BEGIN; lock; COMMIT)": sl.count(t, func() error { return handwritten(ctx, k, sqlDB, name) }),
 			}
 			release := rawHold(t, k, name)
