@@ -263,18 +263,30 @@ func (t *ConnTx) ended() bool {
 	return t.done
 }
 
+// usable is what a *sql.Tx checks before a statement: the transaction
+// has not ended and ctx has not. A statement on an ended context must not
+// reach pgx, which answers it with driver.ErrBadConn (nothing was sent),
+// upon which database/sql closes the connection under the open transaction:
+// its lock would then be freed only when the server notices.
+func (t *ConnTx) usable(ctx context.Context) error {
+	if t.ended() {
+		return sql.ErrTxDone
+	}
+	return ctx.Err()
+}
+
 // ExecContext runs a statement in the transaction.
 func (t *ConnTx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	if t.ended() {
-		return nil, sql.ErrTxDone
+	if err := t.usable(ctx); err != nil {
+		return nil, err
 	}
 	return t.conn.ExecContext(ctx, query, args...)
 }
 
 // QueryContext runs a query in the transaction.
 func (t *ConnTx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	if t.ended() {
-		return nil, sql.ErrTxDone
+	if err := t.usable(ctx); err != nil {
+		return nil, err
 	}
 	return t.conn.QueryContext(ctx, query, args...)
 }
@@ -282,14 +294,19 @@ func (t *ConnTx) QueryContext(ctx context.Context, query string, args ...any) (*
 // QueryRowContext runs a query that returns at most one row in the
 // transaction.
 func (t *ConnTx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	if ctx.Err() != nil {
+		// the pool checks ctx before it takes a connection: a row that
+		// carries ctx's error, without touching any connection
+		return t.db.QueryRowContext(ctx, query, args...)
+	}
 	return t.conn.QueryRowContext(ctx, query, args...)
 }
 
 // PrepareContext prepares a statement on the transaction's connection; it
 // is valid until the transaction ends.
 func (t *ConnTx) PrepareContext(ctx context.Context, query string) (*sql.Stmt, error) {
-	if t.ended() {
-		return nil, sql.ErrTxDone
+	if err := t.usable(ctx); err != nil {
+		return nil, err
 	}
 	return t.conn.PrepareContext(ctx, query)
 }
