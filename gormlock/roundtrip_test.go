@@ -41,6 +41,8 @@ func TestTransactionRoundTrips(t *testing.T) {
 				"gorm Transaction, no lock":          sl.Count(t, func() error { return db.Transaction(noop) }),
 				"hand-written (BEGIN; lock; COMMIT)": sl.Count(t, func() error { return handwritten(ctx, k, sqlDB, name) }),
 			}
+			prepared := db.Session(&gorm.Session{PrepareStmt: true})
+			counts["gormlock.Transaction, PrepareStmt (fallback)"] = sl.Count(t, func() error { return gormlock.Transaction(prepared, name, noop) })
 			release := rawHold(t, k, name)
 			counts["gormlock.Transaction, loser"] = sl.Count(t, func() error {
 				if err := gormlock.Transaction(db, name, noop); !errors.Is(err, ormlock.ErrNotAcquired) {
@@ -55,6 +57,8 @@ func TestTransactionRoundTrips(t *testing.T) {
 				"gorm Transaction, no lock":          2,
 				"hand-written (BEGIN; lock; COMMIT)": 3,
 				"gormlock.Transaction, loser":        2,
+				// GORM's statement cache needs a *sql.Tx: BEGIN, then the lock
+				"gormlock.Transaction, PrepareStmt (fallback)": 3,
 			}
 			for c, lines := range counts {
 				t.Logf("%s: %d round trips: %q", c, len(lines), lines)

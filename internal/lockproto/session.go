@@ -29,10 +29,13 @@ type sessionHold struct {
 // session-level lock it is correct behind PgBouncer in transaction pooling
 // mode (the server connection stays with the transaction), and an idle READ
 // COMMITTED transaction with no open portal holds no snapshot, so it does not
-// hold back VACUUM. The last statement before the transaction goes idle is
-// one without arguments, which the driver sends by the simple protocol: that
-// closes the unnamed portal an extended-protocol lock query leaves open,
-// which would otherwise keep backend_xmin set. The keepalive, "SELECT 1" on
+// hold back VACUUM. With pgx the set-up is one simple-protocol message
+// (BEGIN, transaction_timeout off, the lock, the idle timeout read: see
+// pgLockMessage), whose portals close with it; with other drivers the last
+// statement before the transaction goes idle is one without arguments, sent
+// by the simple protocol, which closes the unnamed portal an
+// extended-protocol lock query leaves open and which would otherwise keep
+// backend_xmin set. The keepalive, "SELECT 1" on
 // the lock transaction, proves the transaction is alive, hence the lock
 // held: an aborted transaction (which has dropped its locks) fails it. The
 // interval is kept under a third of the session's
