@@ -42,7 +42,9 @@
 // lock is pg_try_advisory_xact_lock (or, with a wait, pg_advisory_xact_lock
 // under a SET LOCAL lock_timeout) inside it. COMMIT or ROLLBACK releases it,
 // so it cannot leak, and it is correct behind PgBouncer in transaction
-// pooling mode.
+// pooling mode. With pgx BEGIN and the lock travel in one message, so a
+// locked transaction makes the round trips of an unlocked one; other
+// drivers send them apart. See docs/PROTOCOL.md, Round trips.
 //
 // On MySQL/MariaDB a connection is pinned, GET_LOCK runs on it, and the
 // transaction begins on that same connection. When ent's transaction ends,

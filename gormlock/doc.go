@@ -19,7 +19,12 @@
 // On PostgreSQL the lock is pg_try_advisory_xact_lock (or, with a wait,
 // pg_advisory_xact_lock under a SET LOCAL lock_timeout) taken inside GORM's
 // transaction. COMMIT or ROLLBACK releases it, so it cannot leak, and it is
-// correct behind PgBouncer in transaction pooling mode.
+// correct behind PgBouncer in transaction pooling mode. With pgx (the
+// driver of gorm.io/driver/postgres) BEGIN and the lock travel in one
+// message, so a locked transaction makes the round trips of an unlocked
+// one; fn's session then runs on the pinned connection (its ConnPool is a
+// transaction, not a *sql.Tx). With PrepareStmt or another driver, BEGIN
+// and the lock are sent apart. See docs/PROTOCOL.md, Round trips.
 //
 // On MySQL/MariaDB the lock is GET_LOCK on one pinned connection; the
 // transaction begins on that same connection, and RELEASE_LOCK runs after
