@@ -50,6 +50,13 @@ func TestTransactionRoundTrips(t *testing.T) {
 				}
 				return nil
 			})
+			counts["gormlock.Transaction (wait), loser"] = sl.Count(t, func() error {
+				err := gormlock.Transaction(db, name, noop, ormlock.WithWait(20*time.Millisecond))
+				if !errors.Is(err, ormlock.ErrNotAcquired) {
+					return fmt.Errorf("waiting loser: %v", err)
+				}
+				return nil
+			})
 			release()
 			want := map[string]int{
 				"gormlock.Transaction":               2,
@@ -57,6 +64,7 @@ func TestTransactionRoundTrips(t *testing.T) {
 				"gorm Transaction, no lock":          2,
 				"hand-written (BEGIN; lock; COMMIT)": 3,
 				"gormlock.Transaction, loser":        2,
+				"gormlock.Transaction (wait), loser": 2,
 				// GORM's statement cache needs a *sql.Tx: BEGIN, then the lock
 				"gormlock.Transaction, PrepareStmt (fallback)": 3,
 			}
