@@ -57,6 +57,7 @@ func TestTransactionRoundTrips(t *testing.T) {
 				}
 				return nil
 			})
+			counts["hand-written, loser"] = sl.Count(t, func() error { return handwritten(ctx, k, sqlDB, name) })
 			release()
 			want := map[string]int{
 				"gormlock.Transaction":               2,
@@ -65,6 +66,7 @@ func TestTransactionRoundTrips(t *testing.T) {
 				"hand-written (BEGIN; lock; COMMIT)": 3,
 				"gormlock.Transaction, loser":        2,
 				"gormlock.Transaction (wait), loser": 2,
+				"hand-written, loser":                3,
 				// GORM's statement cache needs a *sql.Tx: BEGIN, then the lock
 				"gormlock.Transaction, PrepareStmt (fallback)": 3,
 			}
