@@ -49,4 +49,8 @@
 // generated Tx has no context fn could read, so fn reads it with
 // [FencingToken] on the tx it was given (Transaction, RunOnce), and with
 // [ormlock.FencingToken] on its ctx in a Session (docs/PROTOCOL.md, Fencing).
+//
+// With pgx on PostgreSQL, BEGIN and the lock travel in one message, so a
+// locked transaction makes the round trips of an unlocked one; other drivers
+// (and GORM's PrepareStmt) send them apart (docs/PROTOCOL.md, Round trips).
 package entlock

@@ -26,6 +26,10 @@
 // each isolation level and deadline, and how to size the pool is described
 // once, for gormlock and entlock alike, in docs/PROTOCOL.md.
 //
+// With pgx on PostgreSQL, BEGIN and the lock travel in one message, so a
+// locked transaction makes the round trips of an unlocked one; other drivers
+// (and GORM's PrepareStmt) send them apart (docs/PROTOCOL.md, Round trips).
+//
 // With [ormlock.WithFencing] every acquisition gets a fencing token, greater
 // than any earlier one of its key and committed before fn runs; fn reads it
 // with [FencingToken] on its tx (Transaction, RunOnce) or

@@ -146,14 +146,14 @@ func TestHolderNamespace(t *testing.T) {
 	})
 }
 
-// mustSQLTx returns the *sql.Tx under a GORM transaction.
-func mustSQLTx(t *testing.T, tx *gorm.DB) *sql.Tx {
+// mustSQLTx returns the transaction under a GORM transaction: a *sql.Tx,
+// or with pgx the pinned connection BEGIN and the lock were sent on.
+func mustSQLTx(t *testing.T, tx *gorm.DB) gorm.ConnPool {
 	t.Helper()
-	stx, ok := tx.Statement.ConnPool.(*sql.Tx)
-	if !ok {
-		t.Fatalf("ConnPool is %T, not *sql.Tx", tx.Statement.ConnPool)
+	if _, ok := tx.Statement.ConnPool.(gorm.TxCommitter); !ok {
+		t.Fatalf("ConnPool is %T, not a transaction", tx.Statement.ConnPool)
 	}
-	return stx
+	return tx.Statement.ConnPool
 }
 
 // Numeric keys: the pg_locks coordinates of a bigint (classid high half,

@@ -135,6 +135,9 @@ func (c *call) transaction(fn func(tx *gorm.DB) error) error {
 	if err != nil {
 		return err
 	}
+	// GORM's PrepareStmt caches statements per *sql.Tx: it gets one (BEGIN,
+	// then the lock); otherwise with pgx BEGIN and the lock are one message
+	c.op.NeedSQLTx = c.prepared()
 	lt, err := c.op.BeginLocked(c.ctx, sqlDB, c.op.Cfg.TxOptions)
 	if err != nil {
 		return err
@@ -158,14 +161,25 @@ func (c *call) transaction(fn func(tx *gorm.DB) error) error {
 // Begin builds one: same statement settings, the caller's context, and the
 // prepared-statement wrapper when db uses PrepareStmt (the lock statements
 // themselves ran on tx directly, never prepared).
-func (c *call) session(tx *sql.Tx) *gorm.DB {
+func (c *call) session(tx lockproto.TxConn) *gorm.DB {
 	s := c.db.Session(&gorm.Session{Context: c.op.TokenContext(c.ctx)})
 	var pool gorm.ConnPool = tx
 	if p, ok := s.Statement.ConnPool.(*gorm.PreparedStmtDB); ok {
-		pool = &gorm.PreparedStmtTX{Tx: tx, PreparedStmtDB: p}
+		if stx, ok := tx.(*sql.Tx); ok {
+			pool = &gorm.PreparedStmtTX{Tx: stx, PreparedStmtDB: p}
+		}
 	}
 	s.Statement.ConnPool = pool
 	return s
+}
+
+// prepared reports whether c.db uses GORM's PrepareStmt.
+func (c *call) prepared() bool {
+	if c.db.Statement == nil {
+		return false
+	}
+	_, ok := c.db.Statement.ConnPool.(*gorm.PreparedStmtDB)
+	return ok
 }
 
 // pgNested takes the lock inside a savepoint of the transaction db is

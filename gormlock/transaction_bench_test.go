@@ -18,7 +18,7 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkTransaction -benchmem -count 6 ./gormlock/
 func BenchmarkTransaction(b *testing.B) {
-	for _, k := range []testdb.Kind{testdb.Postgres, testdb.MariaDB} {
+	for _, k := range []testdb.Kind{testdb.Postgres, testdb.PgBouncer, testdb.MariaDB} {
 		b.Run(string(k), func(b *testing.B) {
 			sqlDB := testdb.Open(b, k)
 			db := benchGorm(b, k, sqlDB)

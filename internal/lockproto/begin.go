@@ -29,9 +29,10 @@ import (
 // database/sql does for a transaction bound to ctx. Either way the caller
 // must call Commit or Rollback.
 type LockedTx struct {
-	// Tx is the transaction, for running statements; end it through
-	// LockedTx's Commit or Rollback, never Tx's own.
-	Tx *sql.Tx
+	// Tx is the transaction, for running statements: a *sql.Tx, or on
+	// PostgreSQL with pgx a *ConnTx (BEGIN and the lock were one message).
+	// End it through LockedTx's Commit or Rollback, never Tx's own.
+	Tx TxConn
 
 	ctx      context.Context
 	op       *Op
@@ -41,6 +42,22 @@ type LockedTx struct {
 	once     sync.Once
 }
 
+// TxConn is a transaction as the adapters use it: *sql.Tx and *ConnTx have
+// these methods, which are also GORM's ConnPool and TxCommitter.
+type TxConn interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	PrepareContext(ctx context.Context, query string) (*sql.Stmt, error)
+	Commit() error
+	Rollback() error
+}
+
+var (
+	_ TxConn = (*sql.Tx)(nil)
+	_ TxConn = (*ConnTx)(nil)
+)
+
 // BeginLocked takes o's lock and begins a transaction with opts in which the
 // caller's fn sees every commit of every earlier holder of the lock:
 //
@@ -48,7 +65,10 @@ type LockedTx struct {
 //     PostgreSQL runs as READ COMMITTED): on a connection pinned from db,
 //     BEGIN, then pg_try_advisory_xact_lock (or the bounded wait) as the
 //     transaction's first statement. Each later statement takes a fresh
-//     snapshot, so fn sees what earlier holders committed.
+//     snapshot, so fn sees what earlier holders committed. With pgx both
+//     travel in one message and Tx is a *ConnTx (see onemsg.go), unless
+//     o.NeedSQLTx; other drivers get BEGIN through database/sql, then the
+//     lock.
 //   - PostgreSQL, REPEATABLE READ and SERIALIZABLE (the split protocol): the
 //     transaction's snapshot is taken by its first statement, which would be
 //     the lock statement, before the lock is granted. So the lock is taken in
@@ -117,6 +137,13 @@ func (o *Op) beginInline(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (
 	if err != nil {
 		return nil, err
 	}
+	if begin, ok := pgBegin(opts); ok && !o.NeedSQLTx && isPgx(conn) {
+		ct, _, err := o.lockOneMessage(ctx, db, conn, begin, false)
+		if err != nil {
+			return nil, err
+		}
+		return &LockedTx{Tx: ct, ctx: ctx, op: o, txCancel: ct.cancel}, nil
+	}
 	tx, txCancel, err := o.beginOn(ctx, conn, opts)
 	if err != nil {
 		Destroy(conn)
@@ -149,7 +176,7 @@ func (o *Op) beginSplit(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	lk, err := o.holdLockTx(ctx, conn, false)
+	lk, err := o.holdLockTx(ctx, db, conn, false)
 	if err != nil {
 		return nil, err
 	}
@@ -272,11 +299,13 @@ func (t *LockedTx) end() {
 		t.txCancel()
 		switch t.op.Dialect {
 		case Postgres:
-			if t.lock != nil {
+			switch {
+			case t.lock != nil:
 				t.lock.end(t.ctx)
-			} else {
+			case t.conn != nil:
 				_ = t.conn.Close()
 			}
+			// a *ConnTx gave its connection back or destroyed it as it ended
 			t.op.EndXact(t.ctx)
 		case MySQL:
 			_ = t.op.ReleaseNamed(t.ctx, t.conn)
@@ -353,8 +382,9 @@ func withinGrace(ctx context.Context, cancel context.CancelFunc, end func() erro
 // its own on a pinned connection (Session's lock, and the split protocol's).
 type pgLockTx struct {
 	conn   *sql.Conn
-	tx     *sql.Tx
+	tx     TxConn // a *ConnTx with pgx
 	cancel context.CancelFunc
+	idle   time.Duration // idle_in_transaction_session_timeout, read for a Session
 }
 
 // holdLockTx begins a READ COMMITTED transaction on conn and takes o's lock
@@ -364,7 +394,17 @@ type pgLockTx struct {
 // protocol's lock transaction lives no longer than fn's, which the timeout
 // bounds anyway. On failure conn has been given back (a clean "held
 // elsewhere") or destroyed.
-func (o *Op) holdLockTx(ctx context.Context, conn *sql.Conn, long bool) (*pgLockTx, error) {
+func (o *Op) holdLockTx(ctx context.Context, db *sql.DB, conn *sql.Conn, long bool) (*pgLockTx, error) {
+	if isPgx(conn) {
+		// one message: BEGIN, transaction_timeout off (long), the lock and
+		// (long) the idle timeout, by the simple protocol, which leaves no
+		// portal open: the idle transaction holds no snapshot
+		ct, idle, err := o.lockOneMessage(ctx, db, conn, "BEGIN ISOLATION LEVEL READ COMMITTED", long)
+		if err != nil {
+			return nil, err
+		}
+		return &pgLockTx{conn: conn, tx: ct, cancel: ct.cancel, idle: idle}, nil
+	}
 	tx, cancel, err := o.beginOn(ctx, conn, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		Destroy(conn)

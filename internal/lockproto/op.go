@@ -22,6 +22,10 @@ type Op struct {
 	Key     ormlock.Key
 	Cfg     config.Config
 	Verb    string
+	// NeedSQLTx makes BeginLocked give a *sql.Tx on PostgreSQL, never a
+	// *ConnTx (BEGIN and the lock in one message): GORM's PrepareStmt
+	// caches statements per *sql.Tx.
+	NeedSQLTx bool
 	// Job is the RunOnce job the lock is for ("" for other verbs); events
 	// carry it, so that an observer can label them by job rather than by
 	// key, which differs per slot.

@@ -29,10 +29,13 @@ type sessionHold struct {
 // session-level lock it is correct behind PgBouncer in transaction pooling
 // mode (the server connection stays with the transaction), and an idle READ
 // COMMITTED transaction with no open portal holds no snapshot, so it does not
-// hold back VACUUM. The last statement before the transaction goes idle is
-// one without arguments, which the driver sends by the simple protocol: that
-// closes the unnamed portal an extended-protocol lock query leaves open,
-// which would otherwise keep backend_xmin set. The keepalive, "SELECT 1" on
+// hold back VACUUM. With pgx the set-up is one simple-protocol message
+// (BEGIN, transaction_timeout off, the lock, the idle timeout read: see
+// pgLockMessage), whose portals close with it; with other drivers the last
+// statement before the transaction goes idle is one without arguments, sent
+// by the simple protocol, which closes the unnamed portal an
+// extended-protocol lock query leaves open and which would otherwise keep
+// backend_xmin set. The keepalive, "SELECT 1" on
 // the lock transaction, proves the transaction is alive, hence the lock
 // held: an aborted transaction (which has dropped its locks) fails it. The
 // interval is kept under a third of the session's
@@ -85,7 +88,7 @@ func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Contex
 	var h *sessionHold
 	switch o.Dialect {
 	case Postgres:
-		h, err = o.holdPostgres(ctx, conn)
+		h, err = o.holdPostgres(ctx, db, conn)
 	case MySQL:
 		h, err = o.holdMySQL(ctx, conn)
 	default:
@@ -169,25 +172,28 @@ func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Contex
 	return fn(fctx)
 }
 
-func (o *Op) holdPostgres(ctx context.Context, conn *sql.Conn) (*sessionHold, error) {
+func (o *Op) holdPostgres(ctx context.Context, db *sql.DB, conn *sql.Conn) (*sessionHold, error) {
 	// The lock transaction outlives ctx (database/sql rolls back a
 	// transaction whose context ends, which would drop the lock under a
 	// running fn), but BEGIN and the lock are bounded by ctx: see holdLockTx.
-	lk, err := o.holdLockTx(ctx, conn, true)
+	lk, err := o.holdLockTx(ctx, db, conn, true)
 	if err != nil {
 		return nil, err
 	}
-	idle, err := PGIdleTimeout(ctx, lk.tx)
-	if err == nil {
-		// A statement without arguments goes by the simple protocol and
-		// closes the portal the queries above left open, which would
-		// otherwise pin a snapshot (backend_xmin) while fn runs.
-		err = PGPing(ctx, lk.tx)
-	}
-	if err != nil {
-		err = o.failed(ctx, err)
-		lk.drop(ctx, err)
-		return nil, err
+	idle := lk.idle
+	if _, one := lk.tx.(*ConnTx); !one {
+		idle, err = PGIdleTimeout(ctx, lk.tx)
+		if err == nil {
+			// A statement without arguments goes by the simple protocol and
+			// closes the portal the queries above left open, which would
+			// otherwise pin a snapshot (backend_xmin) while fn runs.
+			err = PGPing(ctx, lk.tx)
+		}
+		if err != nil {
+			err = o.failed(ctx, err)
+			lk.drop(ctx, err)
+			return nil, err
+		}
 	}
 	every := o.Cfg.Keepalive
 	if idle > 0 && every > idle/3 {
