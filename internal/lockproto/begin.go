@@ -142,7 +142,12 @@ func (o *Op) beginInline(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (
 		if err != nil {
 			return nil, err
 		}
-		return &LockedTx{Tx: ct, ctx: ctx, op: o, txCancel: ct.cancel}, nil
+		lt := &LockedTx{Tx: ct, ctx: ctx, op: o, txCancel: ct.cancel}
+		if err := o.IssueToken(ctx, db); err != nil { // fencing: committed on the pool
+			_ = lt.Rollback()
+			return nil, err
+		}
+		return lt, nil
 	}
 	tx, txCancel, err := o.beginOn(ctx, conn, opts)
 	if err != nil {
