@@ -371,13 +371,15 @@ FROM pg_roles WHERE rolname IN ('chaos_app', 'chaos_runner')`).Scan(&attrs); err
 				}
 				cleanup := func() {
 					_, _ = admin.Exec("DROP USER IF EXISTS 'chaos_app'@'%', 'chaos_runner'@'%'")
-					_, _ = admin.Exec("DROP TABLE IF EXISTS " + led)
+					_, _ = admin.Exec("DROP TABLE IF EXISTS " + led + ", " + led + "_fence")
 				}
 				cleanup()
 				t.Cleanup(cleanup)
 				exec("CREATE USER 'chaos_app'@'%'")
 				exec("CREATE USER 'chaos_runner'@'%'")
 				exec("GRANT CREATE, SELECT, INSERT, UPDATE, DELETE ON ormlock." + led + " TO 'chaos_app'@'%'")
+				// Migrate creates the fencing counters' table beside the ledger
+				exec("GRANT CREATE, SELECT, INSERT, UPDATE, DELETE ON ormlock." + led + "_fence TO 'chaos_app'@'%'")
 				appDSN = strings.Replace(dsn, "root@", "chaos_app@", 1)
 				runnerDSN = strings.Replace(dsn, "root@", "chaos_runner@", 1)
 			}
