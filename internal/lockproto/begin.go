@@ -143,6 +143,18 @@ func (o *Op) beginInline(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (
 			return nil, err
 		}
 		lt := &LockedTx{Tx: ct, ctx: ctx, op: o, txCancel: ct.cancel}
+		if level, snap := snapshotLevel(ct.isoDefault); snap {
+			// No level was asked for, and the server's default takes its
+			// snapshot once: the lock statement just took it, before the
+			// lock. Give the lock back and take the split protocol's path
+			// at that level, explicitly.
+			_ = lt.Rollback()
+			split := &sql.TxOptions{Isolation: level}
+			if opts != nil {
+				split.ReadOnly = opts.ReadOnly
+			}
+			return o.beginSplit(ctx, db, split)
+		}
 		if err := o.IssueToken(ctx, db); err != nil { // fencing: committed on the pool
 			_ = lt.Rollback()
 			return nil, err

@@ -126,7 +126,24 @@ func pgLockMessage(begin string, k keys.PostgresKey, wait time.Duration, long bo
 	if long {
 		b.WriteString(", (SELECT setting::int8 FROM pg_settings WHERE name = 'idle_in_transaction_session_timeout')")
 	}
+	if !strings.Contains(begin, "ISOLATION") {
+		// the server's default level applies: report it (see isoDefault)
+		b.WriteString(", current_setting('transaction_isolation')")
+	}
 	return b.String()
+}
+
+// snapshotLevel maps PostgreSQL's transaction_isolation setting to the level
+// whose snapshot is taken once, at the transaction's first statement
+// (REPEATABLE READ or SERIALIZABLE), and reports whether it is one.
+func snapshotLevel(setting string) (sql.IsolationLevel, bool) {
+	switch setting {
+	case "repeatable read":
+		return sql.LevelRepeatableRead, true
+	case "serializable":
+		return sql.LevelSerializable, true
+	}
+	return sql.LevelDefault, false
 }
 
 // isPgx reports whether conn is a pgx connection, on which the lock can
@@ -169,9 +186,9 @@ func (o *Op) lockOneMessage(ctx context.Context, db *sql.DB, conn *sql.Conn, beg
 		return err
 	})
 	done()
-	ok, idle := false, time.Duration(0)
+	ok, idle, iso := false, time.Duration(0), ""
 	if err == nil {
-		ok, idle, err = pgLockResult(res, wait > 0, long)
+		ok, idle, iso, err = pgLockResult(res, wait > 0, long, !strings.Contains(begin, "ISOLATION"))
 	} else if wait > 0 && SQLState(err) == sqlStateLockNotAvailable {
 		err = nil // lock_timeout expired: held elsewhere
 	}
@@ -182,7 +199,7 @@ func (o *Op) lockOneMessage(ctx context.Context, db *sql.DB, conn *sql.Conn, beg
 		err = fmt.Errorf("ormlock: BEGIN and pg_advisory_xact_lock: %w", err)
 	}
 	txCtx, txCancel := txContext(ctx)
-	tx := &ConnTx{conn: conn, db: db, ctx: txCtx, cancel: txCancel}
+	tx := &ConnTx{conn: conn, db: db, ctx: txCtx, cancel: txCancel, isoDefault: iso}
 	if err == nil && ok {
 		return tx, idle, o.settle(ctx, true, bounded, nil)
 	}
@@ -201,31 +218,35 @@ func (o *Op) lockOneMessage(ctx context.Context, db *sql.DB, conn *sql.Conn, beg
 
 // pgLockResult reads the last result of a lock message: whether the lock is
 // held and, for a Session, the idle timeout.
-func pgLockResult(res []*pgconn.Result, wait, long bool) (bool, time.Duration, error) {
+func pgLockResult(res []*pgconn.Result, wait, long, iso bool) (bool, time.Duration, string, error) {
 	if len(res) == 0 {
-		return false, 0, errors.New("no result")
+		return false, 0, "", errors.New("no result")
 	}
 	last := res[len(res)-1]
 	if last.Err != nil {
-		return false, 0, last.Err
+		return false, 0, "", last.Err
 	}
-	if len(last.Rows) != 1 || len(last.Rows[0]) < 1 || (long && len(last.Rows[0]) < 2) {
-		return false, 0, fmt.Errorf("unexpected result of the lock statement: %d rows", len(last.Rows))
+	if len(last.Rows) != 1 || len(last.Rows[0]) < 1 || (long && len(last.Rows[0]) < 2) || (iso && len(last.Rows[0]) < 2) {
+		return false, 0, "", fmt.Errorf("unexpected result of the lock statement: %d rows", len(last.Rows))
 	}
 	row := last.Rows[0]
 	ok := string(row[0]) == "t"
 	if wait && !ok {
-		return false, 0, fmt.Errorf("unexpected result of pg_advisory_xact_lock: %q", row[0])
+		return false, 0, "", fmt.Errorf("unexpected result of pg_advisory_xact_lock: %q", row[0])
 	}
 	var idle time.Duration
 	if long && row[1] != nil {
 		ms, err := strconv.ParseInt(string(row[1]), 10, 64)
 		if err != nil {
-			return false, 0, fmt.Errorf("read idle_in_transaction_session_timeout: %w", err)
+			return false, 0, "", fmt.Errorf("read idle_in_transaction_session_timeout: %w", err)
 		}
 		idle = time.Duration(ms) * time.Millisecond
 	}
-	return ok, idle, nil
+	var level string
+	if iso {
+		level = string(row[len(row)-1])
+	}
+	return ok, idle, level, nil
 }
 
 // ConnTx is a PostgreSQL transaction begun on a pinned connection by a
@@ -245,6 +266,10 @@ type ConnTx struct {
 	db     *sql.DB
 	ctx    context.Context // the transaction's own context: bounds COMMIT and ROLLBACK
 	cancel context.CancelFunc
+
+	// isoDefault is the server's transaction_isolation when BEGIN named no
+	// level ("" when it did).
+	isoDefault string
 
 	mu   sync.Mutex
 	done bool
