@@ -1,18 +1,8 @@
 package main
 
-import (
-	"fmt"
-	"io"
-	"net"
+import "github.com/ormlock/ormlock/examples/internal/embedded"
 
-	sqle "github.com/dolthub/go-mysql-server"
-	"github.com/dolthub/go-mysql-server/memory"
-	"github.com/dolthub/go-mysql-server/server"
-	gmssql "github.com/dolthub/go-mysql-server/sql"
-	"github.com/sirupsen/logrus"
-)
-
-// embeddedDB is the default database: go-mysql-server's in-process MySQL
+// startEmbedded starts the default database: go-mysql-server's in-process MySQL
 // server with its in-memory storage, on a free loopback port, reached over
 // TCP by the ordinary MySQL driver exactly as a real server would be. It
 // needs nothing but Go, and keeps nothing after the program exits.
@@ -24,42 +14,4 @@ import (
 // CONNECTION_ID agree; transactions isolate and roll back; INSERT ... ON
 // DUPLICATE KEY UPDATE assigns left to right and reports RowsAffected 1
 // (insert), 2 (update) and 0 (no change).
-type embeddedDB struct {
-	srv  *server.Server
-	addr string
-	done chan error
-}
-
-const embeddedName = "crondedup"
-
-// startEmbedded starts the server. Its own logging (logrus, Info by
-// default) is silenced: it would interleave with the example's output.
-func startEmbedded() (*embeddedDB, error) {
-	logrus.SetOutput(io.Discard)
-	db := memory.NewDatabase(embeddedName)
-	db.BaseDatabase.EnablePrimaryKeyIndexes()
-	pro := memory.NewDBProvider(db)
-	engine := sqle.NewDefault(pro)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("embedded MySQL: listen: %w", err)
-	}
-	srv, err := server.NewServer(server.Config{Protocol: "tcp", Listener: l}, engine, gmssql.NewContext, memory.NewSessionBuilder(pro), nil)
-	if err != nil {
-		_ = l.Close()
-		return nil, fmt.Errorf("embedded MySQL: %w", err)
-	}
-	e := &embeddedDB{srv: srv, addr: l.Addr().String(), done: make(chan error, 1)}
-	go func() { e.done <- srv.Start() }()
-	return e, nil
-}
-
-// DSN is the go-sql-driver/mysql DSN of the embedded database.
-func (e *embeddedDB) DSN() string { return "root@tcp(" + e.addr + ")/" + embeddedName }
-
-// Close stops the server.
-func (e *embeddedDB) Close() error {
-	err := e.srv.Close()
-	<-e.done
-	return err
-}
+func startEmbedded() (*embedded.DB, error) { return embedded.Start("crondedup") }

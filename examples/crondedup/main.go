@@ -99,7 +99,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		defer e.Close()
 		*dsn = e.DSN()
-		where = "the embedded MySQL engine (go-mysql-server, in process) on " + e.addr
+		where = "the embedded MySQL engine (go-mysql-server, in process) on " + e.Addr()
 	} else {
 		where = redact(where)
 	}

@@ -8,16 +8,11 @@ package main
 import (
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/signal"
 	"syscall"
 
-	sqle "github.com/dolthub/go-mysql-server"
-	"github.com/dolthub/go-mysql-server/memory"
-	"github.com/dolthub/go-mysql-server/server"
-	gmssql "github.com/dolthub/go-mysql-server/sql"
-	"github.com/sirupsen/logrus"
+	"github.com/ormlock/ormlock/examples/internal/embedded"
 )
 
 func main() {
@@ -28,23 +23,11 @@ func main() {
 }
 
 func run() error {
-	logrus.SetOutput(io.Discard)
-	db := memory.NewDatabase("ormlock")
-	db.BaseDatabase.EnablePrimaryKeyIndexes()
-	pro := memory.NewDBProvider(db)
-	engine := sqle.NewDefault(pro)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	e, err := embedded.Start("ormlock")
 	if err != nil {
 		return err
 	}
-	srv, err := server.NewServer(server.Config{Protocol: "tcp", Listener: l}, engine, gmssql.NewContext, memory.NewSessionBuilder(pro), nil)
-	if err != nil {
-		_ = l.Close()
-		return err
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Start() }()
-	fmt.Printf("root@tcp(%s)/ormlock?parseTime=true&loc=UTC\n", l.Addr())
+	fmt.Printf("root@tcp(%s)/ormlock?parseTime=true&loc=UTC\n", e.Addr())
 
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGINT, syscall.SIGTERM)
@@ -56,8 +39,8 @@ func run() error {
 	select {
 	case <-stop:
 	case <-eof:
-	case err := <-done:
+	case err := <-e.Done():
 		return err
 	}
-	return srv.Close()
+	return e.Close()
 }
