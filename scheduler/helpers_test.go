@@ -127,9 +127,22 @@ func (c *tally) snapshot() (runs []string, maxHold int) {
 // end). It returns the ledger's runs, oldest first.
 func checkLedger(t *testing.T, db *gorm.DB, job string, tl *tally, want int) []ormlock.Run {
 	t.Helper()
-	runs, err := gormlock.Runs(db, job, 1000)
-	if err != nil {
-		t.Fatalf("Runs: %v", err)
+	// A run whose claim raced the scheduler's shutdown is still under way
+	// when Shutdown returns (gocron runs a job it has locked, then
+	// unlocks): wait for it to finish before counting.
+	var runs []ormlock.Run
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var err error
+		if runs, err = gormlock.Runs(db, job, 1000); err != nil {
+			t.Fatalf("Runs: %v", err)
+		}
+		running := false
+		for _, r := range runs {
+			running = running || r.Status == ormlock.RunRunning
+		}
+		if !running || time.Now().After(deadline) {
+			break
+		}
 	}
 	sort.Slice(runs, func(i, j int) bool { return runs[i].Slot.Before(runs[j].Slot) })
 	seen := map[time.Time]bool{}
