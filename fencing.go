@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/fencectx"
 )
 
@@ -61,7 +62,7 @@ func CheckFenced(res sql.Result, err error) error {
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return fmt.Errorf("ormlock: fenced write: rows affected: %w", err)
+		return errs.Wrap(err, "fenced write: rows affected")
 	}
 	if n == 0 {
 		return fmt.Errorf("%w: the resource has seen a newer holder's token; this holder's lock was lost", ErrStaleToken)

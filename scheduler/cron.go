@@ -104,7 +104,7 @@ func JobWrapper(b Backend, job string, schedule ormlock.Schedule, opts ...Option
 					cfg.logger.Info("ormlock: skipped", "job", job, "slot", slot.Format(time.RFC3339Nano), "reason", err.Error())
 				}
 			default:
-				cfg.report(fmt.Errorf("ormlock: scheduler: job %q, slot %s: %w", job, slot.Format(time.RFC3339Nano), err))
+				cfg.report(wrapf(err, "job %q, slot %s", job, slot.Format(time.RFC3339Nano)))
 			}
 			if ran {
 				cfg.afterRun(b)

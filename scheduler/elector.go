@@ -136,7 +136,7 @@ func (e *Elector) campaign(ctx context.Context, first chan struct{}) {
 		// Not reported: another instance leads, or Close ended an
 		// attempt. A failed release at Close is reported.
 		if err != nil && !errors.Is(err, ormlock.ErrNotAcquired) && !(closing && errors.Is(err, context.Canceled)) {
-			e.cfg.report(fmt.Errorf("ormlock: scheduler: leader key %q: %w", e.key, err))
+			e.cfg.report(wrapf(err, "leader key %q", e.key))
 		}
 		if closing {
 			return

@@ -113,6 +113,6 @@ func (c *config) afterRun(b Backend) {
 	ctx, cancel := context.WithTimeout(context.Background(), pruneTimeout)
 	defer cancel()
 	if _, err := b.prune(ctx, p.olderThan); err != nil {
-		c.report(fmt.Errorf("ormlock: scheduler: prune the ledger: %w", err))
+		c.report(wrapf(err, "prune the ledger"))
 	}
 }

@@ -142,7 +142,7 @@ func (l *Locker) Lock(ctx context.Context, job string) (gocron.Lock, error) {
 				// ctx ended while the slot was being claimed: do not
 				// start a run that gocron will not make; the row is
 				// marked failed, so a later trigger may run the slot.
-				return fmt.Errorf("ormlock: scheduler: job %q: gocron's context ended before the run started: %w", job, context.Cause(ctx))
+				return wrapf(context.Cause(ctx), "job %q: gocron's context ended before the run started", job)
 			}
 			close(started)
 			<-h.release
@@ -167,7 +167,7 @@ func (l *Locker) Lock(ctx context.Context, job string) (gocron.Lock, error) {
 				err = fmt.Errorf("%w (%w)", err, cause)
 			}
 		}
-		err = fmt.Errorf("ormlock: scheduler: job %q, slot %s: %w", job, slot.Format(time.RFC3339Nano), err)
+		err = wrapf(err, "job %q, slot %s", job, slot.Format(time.RFC3339Nano))
 		if !skipped(err) {
 			l.cfg.report(err)
 		}
@@ -213,7 +213,7 @@ func (h *heldRun) Unlock(context.Context) error {
 	h.once.Do(func() {
 		close(h.release)
 		if err := <-h.done; err != nil {
-			h.err = fmt.Errorf("ormlock: scheduler: job %q, slot %s: %w", h.job, h.slot.Format(time.RFC3339Nano), err)
+			h.err = wrapf(err, "job %q, slot %s", h.job, h.slot.Format(time.RFC3339Nano))
 			h.cfg.report(h.err)
 		}
 		h.cfg.afterRun(h.b)

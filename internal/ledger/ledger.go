@@ -70,6 +70,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
@@ -188,7 +189,7 @@ func (t *Table) CreateSQL() string {
 // Create runs CreateSQL on q.
 func (t *Table) Create(ctx context.Context, q lockproto.Querier) error {
 	if _, err := q.ExecContext(ctx, t.CreateSQL()); err != nil {
-		return fmt.Errorf("ormlock: create ledger table %q: %w", t.name, err)
+		return errs.Wrap(err, "create ledger table %q", t.name)
 	}
 	return nil
 }
@@ -216,7 +217,7 @@ func Migrate(ctx context.Context, db *sql.DB, op *lockproto.Op) error {
 	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
-		return op.Abandon(ctx, fmt.Errorf("ormlock: begin: %w", err))
+		return op.Abandon(ctx, errs.Wrap(err, "begin"))
 	}
 	defer op.EndXact(ctx)
 	if err := op.AcquireXact(ctx, tx); err != nil {
@@ -236,7 +237,7 @@ func Migrate(ctx context.Context, db *sql.DB, op *lockproto.Op) error {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("ormlock: commit ledger table %q: %w", t.name, err)
+		return errs.Wrap(err, "commit ledger table %q", t.name)
 	}
 	return nil
 }
@@ -258,7 +259,7 @@ func (t *Table) slotArg(slot time.Time) any {
 func parseMySQLTime(s string) (time.Time, error) {
 	v, err := time.ParseInLocation(mysqlTime, s, time.UTC)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("ormlock: ledger time %q: %w", s, err)
+		return time.Time{}, errs.Wrap(err, "ledger time %q", s)
 	}
 	return v, nil
 }
@@ -267,12 +268,12 @@ func parseMySQLTime(s string) (time.Time, error) {
 // missing.
 func (t *Table) wrap(what string, err error) error {
 	if missingTable(err) {
-		return fmt.Errorf("ormlock: ledger table %q does not exist (create it with Migrate): %s: %w", t.name, what, err)
+		return errs.Wrap(err, "ledger table %q does not exist (create it with Migrate): %s", t.name, what)
 	}
 	if missingColumn(err) {
-		return fmt.Errorf("ormlock: ledger table %q has an earlier shape (upgrade it with Migrate, which adds the namespace column): %s: %w", t.name, what, err)
+		return errs.Wrap(err, "ledger table %q has an earlier shape (upgrade it with Migrate, which adds the namespace column): %s", t.name, what)
 	}
-	return fmt.Errorf("ormlock: ledger table %q: %s: %w", t.name, what, err)
+	return errs.Wrap(err, "ledger table %q: %s", t.name, what)
 }
 
 func missingColumn(err error) bool {

@@ -2,9 +2,9 @@ package ledger
 
 import (
 	"context"
-	"fmt"
 	"strings"
 
+	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
@@ -33,7 +33,7 @@ WHERE attrelid = to_regclass($1) AND attname = 'namespace' AND NOT attisdropped`
 WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'namespace'`, t.name).Scan(&n)
 	}
 	if err != nil {
-		return false, fmt.Errorf("ormlock: ledger table %q: look for the namespace column: %w", t.name, err)
+		return false, errs.Wrap(err, "ledger table %q: look for the namespace column", t.name)
 	}
 	return n > 0, nil
 }
@@ -50,19 +50,19 @@ func (t *Table) upgrade(ctx context.Context, q lockproto.Querier) error {
 			" ADD COLUMN namespace VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL DEFAULT '' FIRST,"+
 			" DROP PRIMARY KEY, ADD PRIMARY KEY (namespace, job, slot)")
 		if err != nil {
-			return fmt.Errorf("ormlock: ledger table %q: add the namespace column: %w", t.name, err)
+			return errs.Wrap(err, "ledger table %q: add the namespace column", t.name)
 		}
 		return nil
 	}
 	var pkey string
 	err = q.QueryRowContext(ctx, `SELECT conname FROM pg_constraint WHERE conrelid = to_regclass($1) AND contype = 'p'`, t.q).Scan(&pkey)
 	if err != nil {
-		return fmt.Errorf("ormlock: ledger table %q: find its primary key: %w", t.name, err)
+		return errs.Wrap(err, "ledger table %q: find its primary key", t.name)
 	}
 	_, err = q.ExecContext(ctx, `ALTER TABLE `+t.q+` ADD COLUMN namespace varchar(128) NOT NULL DEFAULT '', `+
 		`DROP CONSTRAINT "`+strings.ReplaceAll(pkey, `"`, `""`)+`", ADD PRIMARY KEY (namespace, job, slot)`)
 	if err != nil {
-		return fmt.Errorf("ormlock: ledger table %q: add the namespace column: %w", t.name, err)
+		return errs.Wrap(err, "ledger table %q: add the namespace column", t.name)
 	}
 	return nil
 }
