@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -162,7 +163,7 @@ func (l *Locker) Lock(ctx context.Context, job string) (gocron.Lock, error) {
 			// error says, wrapping the context's cause.
 			switch {
 			case !errors.Is(err, ormlock.ErrNotAcquired):
-				err = fmt.Errorf("%w: %w (%v)", ormlock.ErrNotAcquired, cause, err)
+				err = fmt.Errorf("%w: %w (%s)", ormlock.ErrNotAcquired, cause, strings.TrimPrefix(err.Error(), "ormlock: "))
 			case !errors.Is(err, cause):
 				err = fmt.Errorf("%w (%w)", err, cause)
 			}
