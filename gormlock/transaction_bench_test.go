@@ -9,7 +9,6 @@ import (
 
 	"github.com/ormlock/ormlock/gormlock"
 	"github.com/ormlock/ormlock/internal/testdb"
-	"github.com/ormlock/ormlock/keyhash"
 )
 
 // BenchmarkTransaction compares gormlock.Transaction (empty fn) with a
@@ -36,7 +35,7 @@ func BenchmarkTransaction(b *testing.B) {
 				b.ReportAllocs()
 				ctx := context.Background()
 				for b.Loop() {
-					if err := handwritten(ctx, k, sqlDB, name); err != nil {
+					if err := testdb.Handwritten(ctx, k, sqlDB, name); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -55,41 +54,4 @@ func BenchmarkTransaction(b *testing.B) {
 
 func benchGorm(b *testing.B, k testdb.Kind, sqlDB *sql.DB) *gorm.DB {
 	return gormOnTB(b, k, sqlDB)
-}
-
-// handwritten is the protocol as a careful user would write it with
-// database/sql alone.
-func handwritten(ctx context.Context, k testdb.Kind, db *sql.DB, name string) error {
-	if k.Dialect() == "postgres" {
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		var ok bool
-		if err := tx.QueryRowContext(ctx, "SELECT pg_try_advisory_xact_lock($1)", keyhash.Int64(name)).Scan(&ok); err != nil || !ok {
-			_ = tx.Rollback()
-			return err
-		}
-		return tx.Commit()
-	}
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	lockName := keyhash.MySQLName("", name)
-	var got sql.NullInt64
-	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0)", lockName).Scan(&got); err != nil || got.Int64 != 1 {
-		return err
-	}
-	tx, err := conn.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	err = tx.Commit()
-	var rel sql.NullInt64
-	if rerr := conn.QueryRowContext(context.WithoutCancel(ctx), "SELECT RELEASE_LOCK(?)", lockName).Scan(&rel); rerr != nil {
-		return rerr
-	}
-	return err
 }

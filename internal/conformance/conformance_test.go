@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	entsql "entgo.io/ent/dialect/sql"
 	gmysql "gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
@@ -37,9 +38,9 @@ func TestMain(m *testing.M) { os.Exit(testdb.Main(m)) }
 // locker is what the suite needs of an adapter: the two verbs, over one pool.
 type locker interface {
 	// Transaction runs fn in a transaction while key's lock is held.
-	Transaction(ctx context.Context, key string, fn func(tx txn) error, opts ...ormlock.Option) error
+	Transaction(ctx context.Context, key any, fn func(tx txn) error, opts ...ormlock.Option) error
 	// Session holds key's lock on a dedicated connection while fn runs.
-	Session(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...ormlock.Option) error
+	Session(ctx context.Context, key any, fn func(ctx context.Context) error, opts ...ormlock.Option) error
 }
 
 // txn is a transaction handed to fn.
@@ -50,6 +51,10 @@ type txn interface {
 	Exec(query string, args ...any) error
 	// QueryInt runs a query returning one integer in the transaction.
 	QueryInt(query string) (int64, error)
+	// Scan runs a query returning one row in the transaction into dest.
+	Scan(query string, dest ...any) error
+	// Context is the context fn's statements run with.
+	Context() context.Context
 }
 
 // adapter opens a locker on a new pool of kind k; the pool is checked for
@@ -57,11 +62,17 @@ type txn interface {
 type adapter struct {
 	name string
 	open func(t *testing.T, k testdb.Kind) locker
+	// with opens a runner like open whose defaults are opts (GORM's plugin,
+	// entlock.Wrap's options).
+	with func(t *testing.T, k testdb.Kind, opts ...ormlock.Option) runner
+	// on builds a runner over pool db of dialect ("postgres" or "mysql"),
+	// without pinging it and without a leak check.
+	on func(t *testing.T, dialect string, db *sql.DB) runner
 }
 
 var adapters = []adapter{
-	{"gormlock", openGorm},
-	{"entlock", openEnt},
+	{"gormlock", openGorm, gormWith, gormOnPool},
+	{"entlock", openEnt, entWith, entOnPool},
 }
 
 // ---- gormlock ----
@@ -79,6 +90,22 @@ func openGorm(t *testing.T, k testdb.Kind) locker {
 	return gormLocker{gormOpen(t, k)}
 }
 
+func gormWith(t *testing.T, k testdb.Kind, opts ...ormlock.Option) runner {
+	t.Helper()
+	db := gormOpen(t, k)
+	if len(opts) > 0 {
+		if err := db.Use(gormlock.New(opts...)); err != nil {
+			t.Fatalf("gormlock.New: %v", err)
+		}
+	}
+	return gormLocker{db}
+}
+
+func gormOnPool(t *testing.T, dialect string, sqlDB *sql.DB) runner {
+	t.Helper()
+	return gormLocker{gormOn(t, dialect, sqlDB)}
+}
+
 // gormOpen opens GORM on a new pool to the server of kind k, with the items
 // table migrated; the pool is checked for leaks when the test ends.
 func gormOpen(t *testing.T, k testdb.Kind) *gorm.DB {
@@ -86,32 +113,47 @@ func gormOpen(t *testing.T, k testdb.Kind) *gorm.DB {
 	sqlDB := testdb.Open(t, k)
 	enttest.Migrate(t, k)
 	t.Cleanup(func() { testdb.AssertNoLeaks(t, k, sqlDB) })
+	return gormOn(t, k.Dialect(), sqlDB)
+}
+
+// gormOn opens GORM over sqlDB of dialect, without pinging it.
+func gormOn(t *testing.T, dialect string, sqlDB *sql.DB) *gorm.DB {
+	t.Helper()
 	var dial gorm.Dialector
-	if k.Dialect() == "postgres" {
+	if dialect == "postgres" {
 		dial = postgres.New(postgres.Config{Conn: sqlDB})
 	} else {
 		dial = gmysql.New(gmysql.Config{Conn: sqlDB, SkipInitializeWithVersion: true})
 	}
-	db, err := gorm.Open(dial, &gorm.Config{Logger: logger.Discard})
+	db, err := gorm.Open(dial, &gorm.Config{Logger: logger.Discard, DisableAutomaticPing: true})
 	if err != nil {
 		t.Fatalf("gorm.Open: %v", err)
 	}
 	return db
 }
 
-func (g gormLocker) Transaction(ctx context.Context, key string, fn func(txn) error, opts ...ormlock.Option) error {
-	return gormlock.Transaction(g.db.WithContext(ctx), key, func(tx *gorm.DB) error { return fn(gormTx{tx}) }, opts...)
+func (g gormLocker) Transaction(ctx context.Context, key any, fn func(txn) error, opts ...ormlock.Option) error {
+	return gormlock.Transaction(g.db.WithContext(ctx), keyOf(key), gormFn(fn), opts...)
 }
 
-func (g gormLocker) Session(ctx context.Context, key string, fn func(context.Context) error, opts ...ormlock.Option) error {
-	return gormlock.Session(g.db.WithContext(ctx), key, fn, opts...)
+// gormFn adapts fn to GORM (nil stays nil, for the bad-input tests).
+func gormFn(fn func(txn) error) func(*gorm.DB) error {
+	if fn == nil {
+		return nil
+	}
+	return func(tx *gorm.DB) error { return fn(gormTx{tx}) }
+}
+
+func (g gormLocker) Session(ctx context.Context, key any, fn func(context.Context) error, opts ...ormlock.Option) error {
+	return gormlock.Session(g.db.WithContext(ctx), keyOf(key), fn, opts...)
 }
 
 // ---- entlock ----
 
 type entLocker struct {
-	client *ent.Client
-	db     *sql.DB
+	client  *ent.Client
+	db      *sql.DB
+	dialect string
 }
 
 type entTx struct {
@@ -125,16 +167,34 @@ func (e entTx) Insert(owner string, n int) error {
 
 func openEnt(t *testing.T, k testdb.Kind) locker {
 	t.Helper()
-	client, db := enttest.Open(t, k)
-	return entLocker{client, db}
+	return entWith(t, k)
 }
 
-func (e entLocker) Transaction(ctx context.Context, key string, fn func(txn) error, opts ...ormlock.Option) error {
-	return entlock.Transaction(ctx, e.client, key, func(tx *ent.Tx) error { return fn(entTx{ctx, tx}) }, opts...)
+func entWith(t *testing.T, k testdb.Kind, opts ...ormlock.Option) runner {
+	t.Helper()
+	client, db := enttest.Open(t, k, opts...)
+	return entLocker{client, db, k.Dialect()}
 }
 
-func (e entLocker) Session(ctx context.Context, key string, fn func(context.Context) error, opts ...ormlock.Option) error {
-	return entlock.Session(ctx, e.client, key, fn, opts...)
+func entOnPool(t *testing.T, dialect string, db *sql.DB) runner {
+	t.Helper()
+	return entLocker{ent.NewClient(ent.Driver(entlock.Wrap(entsql.OpenDB(dialect, db)))), db, dialect}
+}
+
+func (e entLocker) Transaction(ctx context.Context, key any, fn func(txn) error, opts ...ormlock.Option) error {
+	return entlock.Transaction(ctx, e.client, keyOf(key), entFn(ctx, fn), opts...)
+}
+
+// entFn adapts fn to ent (nil stays nil, for the bad-input tests).
+func entFn(ctx context.Context, fn func(txn) error) func(*ent.Tx) error {
+	if fn == nil {
+		return nil
+	}
+	return func(tx *ent.Tx) error { return fn(entTx{ctx, tx}) }
+}
+
+func (e entLocker) Session(ctx context.Context, key any, fn func(context.Context) error, opts ...ormlock.Option) error {
+	return entlock.Session(ctx, e.client, keyOf(key), fn, opts...)
 }
 
 // ---- hand-written SQL, as existing code would lock (try once, no options) ----
@@ -169,9 +229,10 @@ func openRaw(t *testing.T, k testdb.Kind) locker {
 
 var errRawNotAcquired = fmt.Errorf("raw: %w", ormlock.ErrNotAcquired)
 
-func (r rawLocker) Transaction(ctx context.Context, key string, fn func(txn) error, opts ...ormlock.Option) (err error) {
-	if len(opts) > 0 {
-		return errors.New("raw locker takes no options")
+func (r rawLocker) Transaction(ctx context.Context, k any, fn func(txn) error, opts ...ormlock.Option) (err error) {
+	key, ok := k.(string)
+	if len(opts) > 0 || !ok {
+		return errors.New("raw locker takes a name and no options")
 	}
 	var conn *sql.Conn
 	var tx *sql.Tx
@@ -217,11 +278,25 @@ func (r rawLocker) Transaction(ctx context.Context, key string, fn func(txn) err
 	return tx.Commit()
 }
 
-func (r rawLocker) Session(context.Context, string, func(context.Context) error, ...ormlock.Option) error {
+func (r rawLocker) Session(context.Context, any, func(context.Context) error, ...ormlock.Option) error {
 	return errors.New("raw locker has no Session")
 }
 
 // ---- helpers ----
+
+// keyOf is the key the adapters' verbs take for key (a name, an id or a
+// Key), as they convert it themselves.
+func keyOf(key any) ormlock.Key {
+	switch v := key.(type) {
+	case string:
+		return ormlock.Name(v)
+	case int64:
+		return ormlock.ID(v)
+	case ormlock.Key:
+		return v
+	}
+	panic(fmt.Sprintf("key of type %T", key))
+}
 
 // forEach runs f for every adapter on every server kind.
 func forEach(t *testing.T, f func(t *testing.T, a adapter, k testdb.Kind)) {
@@ -232,6 +307,16 @@ func forEach(t *testing.T, f func(t *testing.T, a adapter, k testdb.Kind)) {
 				t.Run(string(k), func(t *testing.T) { f(t, a, k) })
 			}
 		})
+	}
+}
+
+// forEachPostgres runs f for every adapter on PostgreSQL and PgBouncer.
+func forEachPostgres(t *testing.T, f func(t *testing.T, a adapter, k testdb.Kind)) {
+	t.Helper()
+	for _, a := range adapters {
+		for _, k := range []testdb.Kind{testdb.Postgres, testdb.PgBouncer} {
+			t.Run(a.name+"/"+string(k), func(t *testing.T) { f(t, a, k) })
+		}
 	}
 }
 
@@ -489,7 +574,7 @@ func TestCrossORMInterop(t *testing.T) {
 		t.Run(string(k), func(t *testing.T) {
 			ctx := context.Background()
 			all := map[string]locker{"gormlock": openGorm(t, k), "entlock": openEnt(t, k), "raw": openRaw(t, k)}
-			for _, key := range []string{"interop-" + t.Name(), `it's "quoted"; --`, "Zürich-日本-🔒"} {
+			for _, key := range []string{"interop-" + t.Name(), `it's "quoted"; --`, `it's "quoted"; DROP TABLE x; --`, "Zürich-日本-🔒"} {
 				for hname, h := range all {
 					err := h.Transaction(ctx, key, func(txn) error {
 						for oname, o := range all {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	entsql "entgo.io/ent/dialect/sql"
 	"gorm.io/gorm"
 
 	"github.com/ormlock/ormlock"
@@ -30,9 +31,11 @@ type runner interface {
 	// Runs reads the ledger of job.
 	Runs(ctx context.Context, job string, limit int, opts ...ormlock.Option) ([]ormlock.Run, error)
 	// Holder asks who holds key.
-	Holder(ctx context.Context, key string, opts ...ormlock.Option) (ormlock.HolderInfo, error)
+	Holder(ctx context.Context, key any, opts ...ormlock.Option) (ormlock.HolderInfo, error)
 	// Pool is the adapter's database/sql pool.
 	Pool() *sql.DB
+	// PlainTx runs an empty transaction of the ORM's own, without a lock.
+	PlainTx(ctx context.Context) error
 }
 
 var (
@@ -52,8 +55,8 @@ func (g gormLocker) Runs(ctx context.Context, job string, limit int, opts ...orm
 	return gormlock.Runs(g.db.WithContext(ctx), job, limit, opts...)
 }
 
-func (g gormLocker) Holder(ctx context.Context, key string, opts ...ormlock.Option) (ormlock.HolderInfo, error) {
-	return gormlock.Holder(g.db.WithContext(ctx), key, opts...)
+func (g gormLocker) Holder(ctx context.Context, key any, opts ...ormlock.Option) (ormlock.HolderInfo, error) {
+	return gormlock.Holder(g.db.WithContext(ctx), keyOf(key), opts...)
 }
 
 func (e entLocker) RunOnce(ctx context.Context, job string, slot time.Time, fn func(txn) error, opts ...ormlock.Option) error {
@@ -68,8 +71,8 @@ func (e entLocker) Runs(ctx context.Context, job string, limit int, opts ...orml
 	return entlock.Runs(ctx, e.client, job, limit, opts...)
 }
 
-func (e entLocker) Holder(ctx context.Context, key string, opts ...ormlock.Option) (ormlock.HolderInfo, error) {
-	return entlock.Holder(ctx, e.client, key, opts...)
+func (e entLocker) Holder(ctx context.Context, key any, opts ...ormlock.Option) (ormlock.HolderInfo, error) {
+	return entlock.Holder(ctx, e.client, keyOf(key), opts...)
 }
 
 func (g gormLocker) Pool() *sql.DB {
@@ -82,10 +85,45 @@ func (g gormLocker) Pool() *sql.DB {
 
 func (e entLocker) Pool() *sql.DB { return e.db }
 
+func (g gormLocker) PlainTx(ctx context.Context) error {
+	return g.db.WithContext(ctx).Transaction(func(*gorm.DB) error { return nil })
+}
+
+// PlainTx runs on a client whose driver is not wrapped.
+func (e entLocker) PlainTx(ctx context.Context) error {
+	tx, err := ent.NewClient(ent.Driver(entsql.OpenDB(e.dialect, e.db))).Tx(ctx)
+	if err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+func (g gormTx) Context() context.Context { return g.tx.Statement.Context }
+func (e entTx) Context() context.Context  { return e.ctx }
+func (r rawTx) Context() context.Context  { return r.ctx }
+
+func (g gormTx) Scan(query string, dest ...any) error { return g.tx.Raw(query).Row().Scan(dest...) }
+
+func (e entTx) Scan(query string, dest ...any) error {
+	rows, err := e.tx.QueryContext(e.ctx, query)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		return errors.Join(errors.New("no row"), rows.Err())
+	}
+	return errors.Join(rows.Scan(dest...), rows.Err())
+}
+
+func (r rawTx) Scan(query string, dest ...any) error {
+	return r.tx.QueryRowContext(r.ctx, query).Scan(dest...)
+}
+
 func (g gormTx) Exec(query string, args ...any) error { return g.tx.Exec(query, args...).Error }
 
 func (g gormTx) QueryInt(query string) (n int64, err error) {
-	err = g.tx.Raw(query).Row().Scan(&n)
+	err = g.Scan(query, &n)
 	return n, err
 }
 
@@ -95,15 +133,7 @@ func (e entTx) Exec(query string, args ...any) error {
 }
 
 func (e entTx) QueryInt(query string) (n int64, err error) {
-	rows, err := e.tx.QueryContext(e.ctx, query)
-	if err != nil {
-		return 0, err
-	}
-	defer rows.Close()
-	if !rows.Next() {
-		return 0, errors.Join(errors.New("no row"), rows.Err())
-	}
-	err = rows.Scan(&n)
+	err = e.Scan(query, &n)
 	return n, err
 }
 
@@ -113,7 +143,7 @@ func (r rawTx) Exec(query string, args ...any) error {
 }
 
 func (r rawTx) QueryInt(query string) (n int64, err error) {
-	err = r.tx.QueryRowContext(r.ctx, query).Scan(&n)
+	err = r.Scan(query, &n)
 	return n, err
 }
 

@@ -1,4 +1,4 @@
-package gormlock_test
+package conformance_test
 
 import (
 	"context"
@@ -9,10 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"gorm.io/gorm"
-
 	"github.com/ormlock/ormlock"
-	"github.com/ormlock/ormlock/gormlock"
 	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/keyhash"
@@ -25,50 +22,58 @@ import (
 // panic on lock_lost, which runs on the Session's keepalive goroutine, would
 // otherwise end the test binary.
 func TestObserverPanicContained(t *testing.T) {
-	testdb.ObserverPanicSuite(t, func(t *testing.T, k testdb.Kind) (*sql.DB, testdb.Provoke) {
-		db, sqlDB := openGorm(t, k)
-		tbl := ledgerTable(t, k, db)
-		return sqlDB, func(t *testing.T, verb string, ev ormlock.EventKind, obs ormlock.Observer) error {
-			return provokeGorm(t, k, db, verb, ev, obs, tbl)
-		}
-	})
+	for _, a := range adapters {
+		t.Run(a.name, func(t *testing.T) {
+			testdb.ObserverPanicSuite(t, func(t *testing.T, k testdb.Kind) (*sql.DB, testdb.Provoke) {
+				r := openRunner(t, a, k)
+				tbl := ledgerTable(t, k, r)
+				return r.Pool(), func(t *testing.T, verb string, ev ormlock.EventKind, obs ormlock.Observer) error {
+					return provoke(t, k, r, verb, ev, obs, tbl)
+				}
+			})
+		})
+	}
 }
 
-// provokeGorm calls verb with obs so that event ev happens, and returns the
+// provoke calls verb with obs so that event ev happens, and returns the
 // verb's error; a release failure on a dedicated connection is a loss found
 // at release, so its ErrLockLost is dropped here.
-func provokeGorm(t *testing.T, k testdb.Kind, db *gorm.DB, verb string, ev ormlock.EventKind, obs ormlock.Observer, tbl string) error {
+func provoke(t *testing.T, k testdb.Kind, r runner, verb string, ev ormlock.EventKind, obs ormlock.Observer, tbl string) error {
 	t.Helper()
+	ctx := context.Background()
 	name := "opanic-" + t.Name()
 	job, slot := name, slotAt(int(ev))
 	key := ormlock.Name(name)
 	if strings.HasPrefix(verb, "RunOnce") {
 		key = keys.RunKey(job, slot)
 	}
-	opts := []ormlock.Option{ormlock.WithObserver(obs), ormlock.WithLedgerTable(tbl)}
+	var claim []ormlock.Option
+	if verb == "RunOnce claim" {
+		claim = []ormlock.Option{ormlock.WithClaim()}
+	}
+	opts := append([]ormlock.Option{ormlock.WithObserver(obs), ormlock.WithLedgerTable(tbl)}, claim...)
 	switch ev {
 	case ormlock.EventNotAcquired:
-		defer rawHold(t, k, key.String())()
+		defer testdb.RawHold(t, k, "", key.String())()
 	case ormlock.EventLockLost:
 		opts = append(opts, ormlock.WithKeepalive(100*time.Millisecond))
 	case ormlock.EventReleaseFailed:
 		opts = append(opts, ormlock.WithKeepalive(time.Hour))
 	case ormlock.EventAlreadyDone:
-		rest := append([]ormlock.Option{ormlock.WithLedgerTable(tbl)}, claimOpt(verb)...)
-		if err := gormlock.RunOnce(db, job, slot, func(*gorm.DB) error { return nil }, rest...); err != nil {
+		first := append([]ormlock.Option{ormlock.WithLedgerTable(tbl)}, claim...)
+		if err := r.RunOnce(ctx, job, slot, func(txn) error { return nil }, first...); err != nil {
 			t.Fatalf("first run: %v", err)
 		}
 	}
-	opts = append(opts, claimOpt(verb)...)
 
 	// body is fn's work: nothing, or what makes the lock fail or get lost
-	body := func(ctx context.Context, tx *gorm.DB) error {
+	body := func(ctx context.Context, tx txn) error {
 		switch {
 		case ev == ormlock.EventReleaseFailed && tx != nil && verb != "RunOnce claim":
 			// the lock released behind ormlock's back: RELEASE_LOCK fails
-			return tx.Exec("DO RELEASE_LOCK(?)", keyhash.MySQLName("", key.String())).Error
+			return tx.Exec("DO RELEASE_LOCK(?)", keyhash.MySQLName("", key.String()))
 		case ev == ormlock.EventReleaseFailed, ev == ormlock.EventLockLost:
-			h, err := gormlock.Holder(db, key)
+			h, err := r.Holder(ctx, key)
 			if err != nil || !h.Held {
 				return fmt.Errorf("holder: %v %v", h, err)
 			}
@@ -77,33 +82,34 @@ func provokeGorm(t *testing.T, k testdb.Kind, db *gorm.DB, verb string, ev ormlo
 				testdb.WaitGone(t, k, h.PID)
 				return nil
 			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(30 * time.Second):
-				return errors.New("loss not seen within 30s")
+			// a Session's ctx ends with the loss; fn's tx of a claim run is
+			// bound to the lock's session (gormlock: its context ends;
+			// entlock: its statements fail once the loss is seen)
+			for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				if tx != nil {
+					if _, err := tx.QueryInt("SELECT 1"); err != nil {
+						return err
+					}
+				}
 			}
+			return errors.New("loss not seen within 30s")
 		}
 		return nil
 	}
 	var err error
 	switch verb {
 	case "Transaction":
-		err = gormlock.Transaction(db, key, func(tx *gorm.DB) error { return body(tx.Statement.Context, tx) }, opts...)
+		err = r.Transaction(ctx, key, func(tx txn) error { return body(tx.Context(), tx) }, opts...)
 	case "Session":
-		err = gormlock.Session(db, key, func(ctx context.Context) error { return body(ctx, nil) }, opts...)
+		err = r.Session(ctx, key, func(ctx context.Context) error { return body(ctx, nil) }, opts...)
 	default:
-		err = gormlock.RunOnce(db, job, slot, func(tx *gorm.DB) error { return body(tx.Statement.Context, tx) }, opts...)
+		err = r.RunOnce(ctx, job, slot, func(tx txn) error { return body(tx.Context(), tx) }, opts...)
 	}
 	if ev == ormlock.EventReleaseFailed && errors.Is(err, ormlock.ErrLockLost) {
 		return nil
 	}
 	return err
-}
-
-func claimOpt(verb string) []ormlock.Option {
-	if verb == "RunOnce claim" {
-		return []ormlock.Option{ormlock.WithClaim()}
-	}
-	return nil
 }
