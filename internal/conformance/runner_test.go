@@ -34,6 +34,8 @@ type runner interface {
 	Holder(ctx context.Context, key any, opts ...ormlock.Option) (ormlock.HolderInfo, error)
 	// Pool is the adapter's database/sql pool.
 	Pool() *sql.DB
+	// Prune deletes the ledger's finished rows older than olderThan.
+	Prune(ctx context.Context, olderThan time.Duration, opts ...ormlock.Option) (int64, error)
 	// PlainTx runs an empty transaction of the ORM's own, without a lock.
 	PlainTx(ctx context.Context) error
 }
@@ -43,8 +45,14 @@ var (
 	_ runner = entLocker{}
 )
 
+// claimInTx reports whether the adapter runs a claim-mode fn in a
+// transaction of its own (entlock) rather than outside any transaction
+// (gormlock): whether fn's writes are visible while it runs, and whether
+// they survive fn's failure.
+func claimInTx(a adapter) bool { return a.name == "entlock" }
+
 func (g gormLocker) RunOnce(ctx context.Context, job string, slot time.Time, fn func(txn) error, opts ...ormlock.Option) error {
-	return gormlock.RunOnce(g.db.WithContext(ctx), job, slot, func(tx *gorm.DB) error { return fn(gormTx{tx}) }, opts...)
+	return gormlock.RunOnce(g.db.WithContext(ctx), job, slot, gormFn(fn), opts...)
 }
 
 func (g gormLocker) Migrate(ctx context.Context, opts ...ormlock.Option) error {
@@ -60,7 +68,7 @@ func (g gormLocker) Holder(ctx context.Context, key any, opts ...ormlock.Option)
 }
 
 func (e entLocker) RunOnce(ctx context.Context, job string, slot time.Time, fn func(txn) error, opts ...ormlock.Option) error {
-	return entlock.RunOnce(ctx, e.client, job, slot, func(tx *ent.Tx) error { return fn(entTx{ctx, tx}) }, opts...)
+	return entlock.RunOnce(ctx, e.client, job, slot, entFn(ctx, fn), opts...)
 }
 
 func (e entLocker) Migrate(ctx context.Context, opts ...ormlock.Option) error {
@@ -84,6 +92,14 @@ func (g gormLocker) Pool() *sql.DB {
 }
 
 func (e entLocker) Pool() *sql.DB { return e.db }
+
+func (g gormLocker) Prune(ctx context.Context, olderThan time.Duration, opts ...ormlock.Option) (int64, error) {
+	return gormlock.Prune(g.db.WithContext(ctx), olderThan, opts...)
+}
+
+func (e entLocker) Prune(ctx context.Context, olderThan time.Duration, opts ...ormlock.Option) (int64, error) {
+	return entlock.Prune(ctx, e.client, olderThan, opts...)
+}
 
 func (g gormLocker) PlainTx(ctx context.Context) error {
 	return g.db.WithContext(ctx).Transaction(func(*gorm.DB) error { return nil })
