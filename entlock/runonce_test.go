@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 	_ "time/tzdata" // zone data for the DST tests, whatever the machine has
@@ -54,16 +53,6 @@ func runs(t *testing.T, client *ent.Client, tbl, job string) []ormlock.Run {
 		t.Fatalf("Runs: %v", err)
 	}
 	return rs
-}
-
-// maxOf raises m to n.
-func maxOf(m *atomic.Int64, n int64) {
-	for {
-		cur := m.Load()
-		if n <= cur || m.CompareAndSwap(cur, n) {
-			return
-		}
-	}
 }
 
 // The *Driver can stand in for the client: fn then gets ent's dialect.Tx.

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 	_ "time/tzdata" // zone data for the DST tests, whatever the machine has
@@ -42,16 +41,6 @@ func runs(t *testing.T, db *gorm.DB, tbl, job string) []ormlock.Run {
 		t.Fatalf("Runs: %v", err)
 	}
 	return rs
-}
-
-// maxOf raises m to n.
-func maxOf(m *atomic.Int64, n int64) {
-	for {
-		cur := m.Load()
-		if n <= cur || m.CompareAndSwap(cur, n) {
-			return
-		}
-	}
 }
 
 // Bad input only gormlock can get; the rest is TestRunOnceBadInput in

@@ -55,6 +55,8 @@ type txn interface {
 	Scan(query string, dest ...any) error
 	// Context is the context fn's statements run with.
 	Context() context.Context
+	// FencingToken is the adapter's FencingToken of the transaction.
+	FencingToken() (int64, bool)
 }
 
 // adapter opens a locker on a new pool of kind k; the pool is checked for

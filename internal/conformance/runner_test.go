@@ -114,6 +114,10 @@ func (e entLocker) PlainTx(ctx context.Context) error {
 	return tx.Commit()
 }
 
+func (g gormTx) FencingToken() (int64, bool) { return gormlock.FencingToken(g.tx) }
+func (e entTx) FencingToken() (int64, bool)  { return entlock.FencingToken(e.tx) }
+func (r rawTx) FencingToken() (int64, bool)  { return 0, false }
+
 func (g gormTx) Context() context.Context { return g.tx.Statement.Context }
 func (e entTx) Context() context.Context  { return e.ctx }
 func (r rawTx) Context() context.Context  { return r.ctx }
@@ -169,12 +173,16 @@ func openRunner(t *testing.T, a adapter, k testdb.Kind) runner {
 	return a.open(t, k).(runner)
 }
 
-// ledgerTable creates the test's own ledger table through r and drops it
-// after the test.
+// ledgerTable creates the test's own ledger table (and its fence table)
+// through r and drops both after the test.
 func ledgerTable(t *testing.T, k testdb.Kind, r runner) string {
 	t.Helper()
 	name := fmt.Sprintf("c_%016x", uint64(keyhash.Int64(t.Name())))
-	t.Cleanup(func() { _, _ = testdb.AdminDB(t, k).Exec("DROP TABLE IF EXISTS " + name) })
+	t.Cleanup(func() {
+		admin := testdb.AdminDB(t, k)
+		_, _ = admin.Exec("DROP TABLE IF EXISTS " + name)
+		_, _ = admin.Exec("DROP TABLE IF EXISTS " + name + "_fence")
+	})
 	if err := r.Migrate(context.Background(), ormlock.WithLedgerTable(name)); err != nil {
 		t.Fatalf("Migrate(%s): %v", name, err)
 	}
