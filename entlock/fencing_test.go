@@ -21,7 +21,6 @@ func TestFencingTokenShapes(t *testing.T) {
 		ctx := context.Background()
 		drv, client, _ := openDriver(t, k)
 		tbl := ormlock.WithLedgerTable(ledgerTable(t, k, client))
-		t.Cleanup(func() { _, _ = testdb.AdminDB(t, k).Exec("DROP TABLE IF EXISTS " + ledgerName(t, "e") + "_fence") })
 		key := "ent-fence-" + string(k)
 		var kept *ent.Tx
 		var first int64

@@ -22,7 +22,7 @@ func TestMigrateDriverAndWrapTable(t *testing.T) {
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		drv, client, _ := openDriver(t, k)
-		name := ledgerName(t, "m")
+		name := testdb.TableName(t, "m")
 		t.Cleanup(func() { _, _ = testdb.AdminDB(t, k).Exec("DROP TABLE IF EXISTS " + name) })
 		if err := entlock.Migrate(ctx, client, ormlock.WithLedgerTable(name)); err != nil {
 			t.Fatalf("Migrate: %v", err)
@@ -31,14 +31,14 @@ func TestMigrateDriverAndWrapTable(t *testing.T) {
 			t.Fatalf("Migrate on the driver: %v", err)
 		}
 
-		pname := ledgerName(t, "p")
+		pname := testdb.TableName(t, "p")
 		t.Cleanup(func() { _, _ = testdb.AdminDB(t, k).Exec("DROP TABLE IF EXISTS " + pname) })
 		pclient, _ := openEnt(t, k, ormlock.WithLedgerTable(pname))
 		if err := entlock.Migrate(ctx, pclient); err != nil {
 			t.Fatal(err)
 		}
 		job := "wrapdefault-" + t.Name()
-		if err := entlock.RunOnce(ctx, pclient, job, slotAt(0), func(*ent.Tx) error { return nil }); err != nil {
+		if err := entlock.RunOnce(ctx, pclient, job, testdb.Slot(0), func(*ent.Tx) error { return nil }); err != nil {
 			t.Fatal(err)
 		}
 		if rs, err := entlock.Runs(ctx, pclient, job, 5); err != nil || len(rs) != 1 {
@@ -66,7 +66,7 @@ func TestLedgerBadTableNames(t *testing.T) {
 				t.Errorf("Migrate(%q): %v, want ErrInvalidArgument naming the table", name, err)
 			}
 			for _, mode := range []ormlock.Option{nil, ormlock.WithClaim()} {
-				if err := entlock.RunOnce(ctx, client, "j", slotAt(0), fn, opt, mode); !errors.Is(err, ormlock.ErrInvalidArgument) {
+				if err := entlock.RunOnce(ctx, client, "j", testdb.Slot(0), fn, opt, mode); !errors.Is(err, ormlock.ErrInvalidArgument) {
 					t.Errorf("RunOnce with table %q: %v", name, err)
 				}
 			}
@@ -85,7 +85,7 @@ func TestLedgerBadTableNames(t *testing.T) {
 		// a missing table is reported with a hint
 		live, _ := openEnt(t, k)
 		for _, mode := range []ormlock.Option{nil, ormlock.WithClaim()} {
-			err := entlock.RunOnce(ctx, live, "j-"+t.Name(), slotAt(0), fn, ormlock.WithLedgerTable("no_such_ledger"), mode)
+			err := entlock.RunOnce(ctx, live, "j-"+t.Name(), testdb.Slot(0), fn, ormlock.WithLedgerTable("no_such_ledger"), mode)
 			if err == nil || !strings.Contains(err.Error(), "create it with Migrate") {
 				t.Errorf("missing table: %v", err)
 			}

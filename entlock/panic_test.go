@@ -39,7 +39,7 @@ func TestPanicAfterLockReleases(t *testing.T) {
 				if verb == "Transaction" {
 					_ = entlock.Transaction(context.Background(), txPanics{client}, name, func(*ent.Tx) error { return nil })
 				} else {
-					_ = entlock.RunOnce(context.Background(), txPanics{client}, name, slotAt(0), func(*ent.Tx) error { return nil }, ormlock.WithLedgerTable(tbl))
+					_ = entlock.RunOnce(context.Background(), txPanics{client}, name, testdb.Slot(0), func(*ent.Tx) error { return nil }, ormlock.WithLedgerTable(tbl))
 				}
 			}()
 			testdb.AssertNoLeaks(t, k, sqlDB)

@@ -28,7 +28,7 @@ func TestRunOnceClaimCommitsBeforeDone(t *testing.T) {
 		job := "claim-" + t.Name()
 		var atCommit []ormlock.Run
 		var atCommitErr error
-		err := entlock.RunOnce(ctx, client1, job, slotAt(3), func(tx *ent.Tx) error {
+		err := entlock.RunOnce(ctx, client1, job, testdb.Slot(3), func(tx *ent.Tx) error {
 			if err := insert(ctx, tx, owner, 1); err != nil {
 				return err
 			}
@@ -69,7 +69,7 @@ func TestRunOnceClaimLazyTx(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		opts := []ormlock.Option{ormlock.WithLedgerTable(tbl), ormlock.WithClaim()}
-		err := entlock.RunOnce(ctx, client, job, slotAt(0), func(*ent.Tx) error {
+		err := entlock.RunOnce(ctx, client, job, testdb.Slot(0), func(*ent.Tx) error {
 			for i := range 3 { // each statement commits on its own
 				if err := client.Item.Create().SetOwner(owner).SetN(i).Exec(ctx); err != nil {
 					return err
@@ -84,7 +84,7 @@ func TestRunOnceClaimLazyTx(t *testing.T) {
 			t.Fatalf("claim run through the client on a pool of 2: %v", err)
 		}
 		// fn's tx on the same pool of two
-		err = entlock.RunOnce(ctx, client, job, slotAt(1), func(tx *ent.Tx) error {
+		err = entlock.RunOnce(ctx, client, job, testdb.Slot(1), func(tx *ent.Tx) error {
 			return insert(ctx, tx, owner, 10)
 		}, opts...)
 		if err != nil {
@@ -108,7 +108,7 @@ func TestRunOnceClaimTxOptions(t *testing.T) {
 		owner := enttest.Owner(t, k)
 		job := "txopts-" + t.Name()
 		ro := ormlock.WithTxOptions(&sql.TxOptions{ReadOnly: true})
-		err := entlock.RunOnce(ctx, client, job, slotAt(0), func(tx *ent.Tx) error {
+		err := entlock.RunOnce(ctx, client, job, testdb.Slot(0), func(tx *ent.Tx) error {
 			return insert(ctx, tx, owner, 1)
 		}, ormlock.WithLedgerTable(tbl), ormlock.WithClaim(), ro)
 		if err == nil {

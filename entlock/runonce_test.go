@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 	_ "time/tzdata" // zone data for the DST tests, whatever the machine has
 
 	"entgo.io/ent/dialect"
@@ -17,14 +16,7 @@ import (
 	"github.com/ormlock/ormlock/internal/enttest/ent"
 	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/testdb"
-	"github.com/ormlock/ormlock/keyhash"
 )
-
-// ledgerName is a per-test table name with prefix.
-func ledgerName(t *testing.T, prefix string) string {
-	t.Helper()
-	return fmt.Sprintf("%s_%016x", prefix, uint64(keyhash.Int64(t.Name())))
-}
 
 // ledgerTable creates the test's own ledger table with entlock.Migrate on x
 // and drops it after the test.
@@ -32,17 +24,11 @@ func ledgerTable[T entlock.TxLike](t *testing.T, k testdb.Kind, x interface {
 	Tx(context.Context) (T, error)
 }) string {
 	t.Helper()
-	name := ledgerName(t, "e")
-	t.Cleanup(func() { _, _ = testdb.AdminDB(t, k).Exec("DROP TABLE IF EXISTS " + name) })
+	name := testdb.Table(t, k, "e")
 	if err := entlock.Migrate(context.Background(), x, ormlock.WithLedgerTable(name)); err != nil {
 		t.Fatalf("Migrate(%s): %v", name, err)
 	}
 	return name
-}
-
-// slotAt returns a distinct, deterministic slot per index.
-func slotAt(i int) time.Time {
-	return time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(i) * time.Hour)
 }
 
 // runs reads the ledger of job through entlock.Runs.
@@ -68,8 +54,8 @@ func TestRunOnceOnDriver(t *testing.T) {
 			q = "INSERT INTO items (owner, n) VALUES (?, ?)"
 		}
 		for i, mode := range []ormlock.Option{nil, ormlock.WithClaim()} {
-			err := entlock.RunOnce(ctx, drv, job, slotAt(i), func(tx dialect.Tx) error {
-				if rawFree(t, k, keys.NameValue(keys.RunKey(job, slotAt(i)))) {
+			err := entlock.RunOnce(ctx, drv, job, testdb.Slot(i), func(tx dialect.Tx) error {
+				if rawFree(t, k, keys.NameValue(keys.RunKey(job, testdb.Slot(i)))) {
 					return errors.New("lock not held")
 				}
 				return tx.Exec(ctx, q, []any{owner, i}, nil)
@@ -99,7 +85,7 @@ func TestRunOnceBadInput(t *testing.T) {
 	client, _ := openEnt(t, testdb.Postgres)
 	called := false
 	fn := func(*ent.Tx) error { called = true; return nil }
-	slot := slotAt(0)
+	slot := testdb.Slot(0)
 	runsErr := func(_ []ormlock.Run, err error) error { return err }
 	cases := []struct {
 		name string
@@ -129,7 +115,7 @@ func TestRunOnceNotWrapped(t *testing.T) {
 	plain, _ := openPlain(t, testdb.Postgres)
 	called := false
 	for _, mode := range []ormlock.Option{nil, ormlock.WithClaim()} {
-		err := entlock.RunOnce(ctx, plain, "j-"+t.Name(), slotAt(0), func(*ent.Tx) error { called = true; return nil }, mode)
+		err := entlock.RunOnce(ctx, plain, "j-"+t.Name(), testdb.Slot(0), func(*ent.Tx) error { called = true; return nil }, mode)
 		if !errors.Is(err, entlock.ErrNotWrapped) || called {
 			t.Fatalf("claim=%v: err=%v called=%v, want ErrNotWrapped", mode != nil, err, called)
 		}
@@ -154,13 +140,13 @@ func TestRunOnceOnTransactionalClient(t *testing.T) {
 		job := "nested-" + t.Name()
 		err := entlock.Transaction(ctx, client, "outer-"+t.Name(), func(tx *ent.Tx) error {
 			for _, mode := range []ormlock.Option{nil, ormlock.WithClaim()} {
-				err := entlock.RunOnce(ctx, tx.Client(), job, slotAt(0), func(*ent.Tx) error { return errors.New("fn called") }, ormlock.WithLedgerTable(tbl), mode)
+				err := entlock.RunOnce(ctx, tx.Client(), job, testdb.Slot(0), func(*ent.Tx) error { return errors.New("fn called") }, ormlock.WithLedgerTable(tbl), mode)
 				if !errors.Is(err, ormlock.ErrInvalidArgument) || !strings.Contains(err.Error(), "within a transaction") {
 					return fmt.Errorf("claim=%v: RunOnce on tx.Client(): %v", mode != nil, err)
 				}
 			}
 			// the plain client runs it in a transaction of its own
-			return entlock.RunOnce(ctx, client, job, slotAt(0), func(*ent.Tx) error { return nil }, ormlock.WithLedgerTable(tbl))
+			return entlock.RunOnce(ctx, client, job, testdb.Slot(0), func(*ent.Tx) error { return nil }, ormlock.WithLedgerTable(tbl))
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/gormtest"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
@@ -17,7 +18,7 @@ import (
 func TestCheckServerNestedOnePool(t *testing.T) {
 	for _, k := range []testdb.Kind{testdb.Postgres, testdb.PgBouncer} {
 		t.Run(string(k), func(t *testing.T) {
-			db, sqlDB := openGorm(t, k) // a new pool: nothing cached yet
+			db, sqlDB := gormtest.Open(t, k) // a new pool: nothing cached yet
 			sqlDB.SetMaxOpenConns(1)
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()

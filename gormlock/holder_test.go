@@ -14,6 +14,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/gormtest"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
@@ -51,7 +52,7 @@ func holderOf[K ormlock.KeyType](t *testing.T, db *gorm.DB, key K, opts ...ormlo
 // itself is TestHolderNamespace in internal/conformance.
 func TestHolderInOwnTransaction(t *testing.T) {
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db, _ := openGorm(t, k)
+		db, _ := gormtest.Open(t, k)
 		if err := db.Use(gormlock.New(ormlock.WithNamespace("holderns"))); err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
 	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/gormtest"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
@@ -18,10 +19,10 @@ import (
 // itself is in internal/conformance).
 func TestMigratePluginTable(t *testing.T) {
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db, _ := openGorm(t, k)
-		pname := "p_" + keyhashHex(t.Name())
+		db, _ := gormtest.Open(t, k)
+		pname := testdb.TableName(t, "p")
 		t.Cleanup(func() { _, _ = testdb.AdminDB(t, k).Exec("DROP TABLE IF EXISTS " + pname) })
-		pdb, _ := openGorm(t, k)
+		pdb, _ := gormtest.Open(t, k)
 		if err := pdb.Use(gormlock.New(ormlock.WithLedgerTable(pname))); err != nil {
 			t.Fatal(err)
 		}
@@ -29,7 +30,7 @@ func TestMigratePluginTable(t *testing.T) {
 			t.Fatal(err)
 		}
 		job := "plugin-" + t.Name()
-		if err := gormlock.RunOnce(pdb, job, slotAt(0), func(*gorm.DB) error { return nil }); err != nil {
+		if err := gormlock.RunOnce(pdb, job, testdb.Slot(0), func(*gorm.DB) error { return nil }); err != nil {
 			t.Fatal(err)
 		}
 		if rs, err := gormlock.Runs(pdb, job, 5); err != nil || len(rs) != 1 {
@@ -47,14 +48,14 @@ func TestLedgerBadTableNames(t *testing.T) {
 		// "sql: database is closed", so ErrInvalidArgument proves that
 		// nothing was sent
 		closed := testdb.Open(t, k)
-		db := gormOn(t, k, closed)
+		db := gormtest.On(t, k.Dialect(), closed)
 		closed.Close()
 		for _, name := range []string{"runs; DROP TABLE x", "", strings.Repeat("a", 64), "1runs", "a-b", `r"s`, "r`s", "schema.runs", "ré"} {
 			opt := ormlock.WithLedgerTable(name)
 			if err := gormlock.Migrate(db, opt); !errors.Is(err, ormlock.ErrInvalidArgument) || !strings.Contains(err.Error(), "table name") {
 				t.Errorf("Migrate(%q): %v, want ErrInvalidArgument naming the table", name, err)
 			}
-			if err := gormlock.RunOnce(db, "j", slotAt(0), func(*gorm.DB) error { return nil }, opt); !errors.Is(err, ormlock.ErrInvalidArgument) {
+			if err := gormlock.RunOnce(db, "j", testdb.Slot(0), func(*gorm.DB) error { return nil }, opt); !errors.Is(err, ormlock.ErrInvalidArgument) {
 				t.Errorf("RunOnce with table %q: %v", name, err)
 			}
 			if _, err := gormlock.Runs(db, "j", 1, opt); !errors.Is(err, ormlock.ErrInvalidArgument) {
@@ -65,9 +66,9 @@ func TestLedgerBadTableNames(t *testing.T) {
 			t.Errorf("63-byte name rejected: %v", err)
 		}
 		// a missing table is reported with a hint
-		live, _ := openGorm(t, k)
+		live, _ := gormtest.Open(t, k)
 		for _, mode := range []ormlock.Option{nil, ormlock.WithClaim()} {
-			err := gormlock.RunOnce(live, "j", slotAt(0), func(*gorm.DB) error { return nil }, ormlock.WithLedgerTable("no_such_ledger"), mode)
+			err := gormlock.RunOnce(live, "j", testdb.Slot(0), func(*gorm.DB) error { return nil }, ormlock.WithLedgerTable("no_such_ledger"), mode)
 			if err == nil || !strings.Contains(err.Error(), "create it with Migrate") {
 				t.Errorf("missing table: %v", err)
 			}

@@ -6,6 +6,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/gormtest"
 	"github.com/ormlock/ormlock/internal/stmtlog"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
@@ -19,7 +20,7 @@ func TestTransactionRoundTripsPrepareStmt(t *testing.T) {
 		t.Run(string(k), func(t *testing.T) {
 			sl := stmtlog.Start(t, k)
 			sqlDB := sl.Open(t)
-			db := gormOn(t, k, sqlDB)
+			db := gormtest.On(t, k.Dialect(), sqlDB)
 			t.Cleanup(func() { testdb.AssertNoLeaks(t, k, sqlDB) })
 			name := "rt-" + t.Name()
 			prepared := db.Session(&gorm.Session{PrepareStmt: true})

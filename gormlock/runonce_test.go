@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 	_ "time/tzdata" // zone data for the DST tests, whatever the machine has
 
 	"gorm.io/gorm"
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/gormtest"
 	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
@@ -20,17 +20,11 @@ import (
 // after the test.
 func ledgerTable(t *testing.T, k testdb.Kind, db *gorm.DB) string {
 	t.Helper()
-	name := "r_" + keyhashHex(t.Name())
-	t.Cleanup(func() { _, _ = testdb.AdminDB(t, k).Exec("DROP TABLE IF EXISTS " + name) })
+	name := testdb.Table(t, k, "r")
 	if err := gormlock.Migrate(db, ormlock.WithLedgerTable(name)); err != nil {
 		t.Fatalf("Migrate(%s): %v", name, err)
 	}
 	return name
-}
-
-// slotAt returns a distinct, deterministic slot per test and index.
-func slotAt(i int) time.Time {
-	return time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(i) * time.Hour)
 }
 
 // runs reads the ledger of job through gormlock.Runs from db.
@@ -48,7 +42,7 @@ func runs(t *testing.T, db *gorm.DB, tbl, job string) []ormlock.Run {
 func TestRunOnceBadInput(t *testing.T) {
 	called := false
 	fn := func(*gorm.DB) error { called = true; return nil }
-	slot := slotAt(0)
+	slot := testdb.Slot(0)
 	cases := []struct {
 		name string
 		err  error
@@ -69,16 +63,16 @@ func TestRunOnceBadInput(t *testing.T) {
 
 func TestRunOnceNested(t *testing.T) {
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db, _ := openGorm(t, k)
+		db, _ := gormtest.Open(t, k)
 		tbl := ledgerTable(t, k, db)
 		job := "nested-" + t.Name()
 		opt := ormlock.WithLedgerTable(tbl)
 		errOuter := errors.New("outer rolls back")
 		err := db.Transaction(func(tx *gorm.DB) error {
-			if err := gormlock.RunOnce(tx, job, slotAt(0), func(*gorm.DB) error { return nil }, opt, ormlock.WithClaim()); !errors.Is(err, ormlock.ErrInvalidArgument) {
+			if err := gormlock.RunOnce(tx, job, testdb.Slot(0), func(*gorm.DB) error { return nil }, opt, ormlock.WithClaim()); !errors.Is(err, ormlock.ErrInvalidArgument) {
 				return fmt.Errorf("claim mode inside a transaction: %v, want ErrInvalidArgument", err)
 			}
-			err := gormlock.RunOnce(tx, job, slotAt(0), func(*gorm.DB) error { return nil }, opt)
+			err := gormlock.RunOnce(tx, job, testdb.Slot(0), func(*gorm.DB) error { return nil }, opt)
 			if k.Dialect() == "mysql" {
 				if !errors.Is(err, gormlock.ErrNestedTransaction) {
 					return fmt.Errorf("nested on mysql: %v, want ErrNestedTransaction", err)
@@ -89,7 +83,7 @@ func TestRunOnceNested(t *testing.T) {
 				return fmt.Errorf("nested on postgres: %v", err)
 			}
 			// the lock stays with the outer transaction until it ends
-			if rawFree(t, k, keys.NameValue(keys.RunKey(job, slotAt(0)))) {
+			if rawFree(t, k, keys.NameValue(keys.RunKey(job, testdb.Slot(0)))) {
 				return errors.New("lock released before the outer transaction ended")
 			}
 			return errOuter
@@ -109,12 +103,12 @@ func TestRunOnceNested(t *testing.T) {
 func TestRunOncePrepareStmt(t *testing.T) {
 	for _, k := range []testdb.Kind{testdb.Postgres, testdb.MariaDB} {
 		t.Run(string(k), func(t *testing.T) {
-			db, _ := openGorm(t, k, &gorm.Config{PrepareStmt: true})
+			db, _ := gormtest.Open(t, k, &gorm.Config{PrepareStmt: true})
 			tbl := ledgerTable(t, k, db)
 			work := table(t, k, db)
 			job := "prep-" + t.Name()
 			for i, mode := range []ormlock.Option{nil, ormlock.WithClaim(), nil} {
-				err := gormlock.RunOnce(db, job, slotAt(i%2), func(tx *gorm.DB) error {
+				err := gormlock.RunOnce(db, job, testdb.Slot(i%2), func(tx *gorm.DB) error {
 					return tx.Exec("INSERT INTO "+work+" (id) VALUES (?)", i).Error
 				}, ormlock.WithLedgerTable(tbl), mode)
 				if i == 2 {

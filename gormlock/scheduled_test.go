@@ -9,6 +9,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/gormtest"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
@@ -28,7 +29,7 @@ func (s *slotRecorder) Slot(t time.Time) time.Time {
 // instances firing apart run the slot once.
 func TestRunScheduled(t *testing.T) {
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db, _ := openGorm(t, k)
+		db, _ := gormtest.Open(t, k)
 		tbl := ledgerTable(t, k, db)
 		opt := ormlock.WithLedgerTable(tbl)
 		sched := &slotRecorder{slot: time.Date(2033, 3, 3, 0, 0, 0, 0, time.UTC)}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/gormtest"
 	"github.com/ormlock/ormlock/internal/leakcheck"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
@@ -24,7 +25,7 @@ import (
 func TestSessionLockLost(t *testing.T) {
 	leakcheck.Goroutines(t)
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db, _ := openGorm(t, k)
+		db, _ := gormtest.Open(t, k)
 		admin := testdb.AdminDB(t, k)
 		key := "s-lost-" + t.Name()
 		var ev testdb.Recorder
@@ -76,7 +77,7 @@ func TestSessionHungServer(t *testing.T) {
 			if testdb.LogPath(t, k) == "" {
 				t.Skip("the server is external (DSN env var): its backends are not processes of this machine")
 			}
-			db, _ := openGorm(t, k)
+			db, _ := gormtest.Open(t, k)
 			admin := testdb.AdminDB(t, k)
 			key := "s-hung-" + t.Name()
 			var detected time.Duration
@@ -113,7 +114,7 @@ func TestSessionKeepaliveRace(t *testing.T) {
 		outcomes := map[string]int{}
 		var wg sync.WaitGroup
 		for w := range workers {
-			db, _ := openGorm(t, k)
+			db, _ := gormtest.Open(t, k)
 			wg.Go(func() {
 				for i := range runs {
 					err := gormlock.Session(db, key, func(ctx context.Context) error {
@@ -148,7 +149,7 @@ func TestSessionKeepaliveRace(t *testing.T) {
 func TestSessionLossSeenAtRelease(t *testing.T) {
 	leakcheck.Goroutines(t)
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db, _ := openGorm(t, k)
+		db, _ := gormtest.Open(t, k)
 		admin := testdb.AdminDB(t, k)
 		key := "s-lost-rel-" + t.Name()
 		var ev testdb.Recorder
@@ -176,7 +177,7 @@ func TestSessionLossSeenAtRelease(t *testing.T) {
 func TestSessionReleaseFailureDestroysConnection(t *testing.T) {
 	leakcheck.Goroutines(t, testdb.MariaDB)
 	k := testdb.MariaDB
-	db, sqlDB := openGorm(t, k)
+	db, sqlDB := gormtest.Open(t, k)
 	sqlDB.SetMaxIdleConns(4)
 	admin := testdb.AdminDB(t, k)
 	key := "s-relfail-" + t.Name()

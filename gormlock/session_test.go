@@ -13,6 +13,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/gormtest"
 	"github.com/ormlock/ormlock/internal/leakcheck"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/keyhash"
@@ -29,8 +30,8 @@ const lossBound = 2*sessionKeepalive + 2*time.Second
 func TestSessionExcludesTransaction(t *testing.T) {
 	leakcheck.Goroutines(t)
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		sdb, _ := openGorm(t, k)
-		tdb, _ := openGorm(t, k)
+		sdb, _ := gormtest.Open(t, k)
+		tdb, _ := gormtest.Open(t, k)
 		key := "s-vs-tx-" + t.Name()
 		err := gormlock.Session(sdb, key, func(ctx context.Context) error {
 			err := gormlock.Transaction(tdb, key, func(*gorm.DB) error { return errors.New("Transaction ran while a Session held the lock") })
@@ -55,7 +56,7 @@ func TestSessionExcludesTransaction(t *testing.T) {
 
 		// and racing each other
 		const rounds = 50
-		var h holders
+		var h testdb.Holders
 		sWins, tWins := 0, 0
 		for r := 0; r < rounds; r++ {
 			var wg sync.WaitGroup
@@ -64,7 +65,7 @@ func TestSessionExcludesTransaction(t *testing.T) {
 			wg.Go(func() {
 				<-gate
 				serr = gormlock.Session(sdb, key, func(ctx context.Context) error {
-					defer h.enter()()
+					defer h.Enter()()
 					time.Sleep(2 * time.Millisecond)
 					return nil
 				})
@@ -72,7 +73,7 @@ func TestSessionExcludesTransaction(t *testing.T) {
 			wg.Go(func() {
 				<-gate
 				terr = gormlock.Transaction(tdb, key, func(tx *gorm.DB) error {
-					defer h.enter()()
+					defer h.Enter()()
 					time.Sleep(2 * time.Millisecond)
 					return tx.Exec("SELECT 1").Error
 				})
@@ -91,7 +92,7 @@ func TestSessionExcludesTransaction(t *testing.T) {
 				tWins++
 			}
 		}
-		if got := h.max.Load(); got != 1 {
+		if got := h.Max(); got != 1 {
 			t.Fatalf("max holders at once = %d, want 1", got)
 		}
 		t.Logf("%d rounds: Session won %d, Transaction won %d", rounds, sWins, tWins)
@@ -104,10 +105,10 @@ func TestSessionExcludesTransaction(t *testing.T) {
 func TestSessionBehindPgBouncer(t *testing.T) {
 	leakcheck.Goroutines(t, testdb.PgBouncer)
 	k := testdb.PgBouncer
-	db, _ := openGorm(t, k)
+	db, _ := gormtest.Open(t, k)
 	others := make([]*gorm.DB, 3)
 	for i := range others {
-		others[i], _ = openGorm(t, k)
+		others[i], _ = gormtest.Open(t, k)
 	}
 	key := "s-bouncer-" + t.Name()
 	id := keyhash.Int64(key)
@@ -165,8 +166,8 @@ func TestSessionBehindPgBouncer(t *testing.T) {
 	// that holds it goes back to PgBouncer's pool after each transaction,
 	// and the next client that lands on it "takes" the lock again.
 	t.Run("session-level lock excludes nobody", func(t *testing.T) {
-		a, _ := openGorm(t, k)
-		b, _ := openGorm(t, k)
+		a, _ := gormtest.Open(t, k)
+		b, _ := gormtest.Open(t, k)
 		admin := testdb.AdminDB(t, k)
 		name := "s-bouncer-session-" + t.Name()
 		t.Cleanup(func() {
@@ -205,7 +206,7 @@ func TestSessionBehindPgBouncer(t *testing.T) {
 func TestSessionUsesPool(t *testing.T) {
 	leakcheck.Goroutines(t)
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db, _ := openGorm(t, k)
+		db, _ := gormtest.Open(t, k)
 		tbl := table(t, k, db)
 		admin := testdb.AdminDB(t, k)
 		key := "s-pool-" + t.Name()
@@ -248,7 +249,7 @@ func TestSessionHoldsNoSnapshot(t *testing.T) {
 	leakcheck.Goroutines(t, testdb.Postgres, testdb.PgBouncer)
 	for _, k := range []testdb.Kind{testdb.Postgres, testdb.PgBouncer} {
 		t.Run(string(k), func(t *testing.T) {
-			db, sqlDB := openGorm(t, k)
+			db, sqlDB := gormtest.Open(t, k)
 			tbl := table(t, k, db)
 			admin := testdb.AdminDB(t, k)
 			key := "s-xmin-" + t.Name()
@@ -309,7 +310,7 @@ func TestSessionHoldsNoSnapshot(t *testing.T) {
 func TestSessionUnlock(t *testing.T) {
 	leakcheck.Goroutines(t)
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db, _ := openGorm(t, k)
+		db, _ := gormtest.Open(t, k)
 		key := "s-unlock-" + t.Name()
 		var ev testdb.Recorder
 		err := gormlock.Session(db, key, func(ctx context.Context) error {
@@ -357,7 +358,7 @@ func TestSessionUnlock(t *testing.T) {
 func TestSessionWaitAndContext(t *testing.T) {
 	leakcheck.Goroutines(t)
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db, _ := openGorm(t, k)
+		db, _ := gormtest.Open(t, k)
 		key := "s-wait-" + t.Name()
 		release := rawHold(t, k, key)
 		called := false
@@ -419,7 +420,7 @@ func TestSessionWaitAndContext(t *testing.T) {
 
 func TestSessionBadInput(t *testing.T) {
 	leakcheck.Goroutines(t, testdb.Postgres)
-	db, _ := openGorm(t, testdb.Postgres)
+	db, _ := gormtest.Open(t, testdb.Postgres)
 	called := false
 	fn := func(context.Context) error { called = true; return nil }
 	check := func(what string, err, want error, text string) {

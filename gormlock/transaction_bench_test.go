@@ -2,12 +2,12 @@ package gormlock_test
 
 import (
 	"context"
-	"database/sql"
 	"testing"
 
 	"gorm.io/gorm"
 
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/gormtest"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
@@ -20,7 +20,7 @@ func BenchmarkTransaction(b *testing.B) {
 	for _, k := range []testdb.Kind{testdb.Postgres, testdb.PgBouncer, testdb.MariaDB} {
 		b.Run(string(k), func(b *testing.B) {
 			sqlDB := testdb.Open(b, k)
-			db := benchGorm(b, k, sqlDB)
+			db := gormtest.On(b, k.Dialect(), sqlDB)
 			name := "bench-" + b.Name()
 			noop := func(*gorm.DB) error { return nil }
 			b.Run("gormlock", func(b *testing.B) {
@@ -50,8 +50,4 @@ func BenchmarkTransaction(b *testing.B) {
 			})
 		})
 	}
-}
-
-func benchGorm(b *testing.B, k testdb.Kind, sqlDB *sql.DB) *gorm.DB {
-	return gormOnTB(b, k, sqlDB)
 }

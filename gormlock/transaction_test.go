@@ -13,12 +13,13 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/gormtest"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
 func TestTransactionNested(t *testing.T) {
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db, _ := openGorm(t, k)
+		db, _ := gormtest.Open(t, k)
 		key := "nested-" + t.Name()
 		if k.Dialect() == "mysql" {
 			called := false
@@ -93,13 +94,13 @@ func TestPlugin(t *testing.T) {
 		}
 	})
 	t.Run("invalid option", func(t *testing.T) {
-		db, _ := openGorm(t, testdb.Postgres)
+		db, _ := gormtest.Open(t, testdb.Postgres)
 		if err := db.Use(gormlock.New(ormlock.WithLedgerTable("runs; DROP"))); !errors.Is(err, ormlock.ErrInvalidArgument) {
 			t.Fatalf("Use with bad table: %v", err)
 		}
 	})
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db, _ := openGorm(t, k)
+		db, _ := gormtest.Open(t, k)
 		if err := db.Use(gormlock.New(ormlock.WithNamespace("billing"), ormlock.WithWait(5*time.Second))); err != nil {
 			t.Fatal(err)
 		}
@@ -134,7 +135,7 @@ func TestPlugin(t *testing.T) {
 func TestTransactionPrepareStmt(t *testing.T) {
 	for _, k := range []testdb.Kind{testdb.Postgres, testdb.MariaDB} {
 		t.Run(string(k), func(t *testing.T) {
-			db, _ := openGorm(t, k, &gorm.Config{PrepareStmt: true})
+			db, _ := gormtest.Open(t, k, &gorm.Config{PrepareStmt: true})
 			tbl := table(t, k, db)
 			key := "prep-" + t.Name()
 			for i := range 3 {

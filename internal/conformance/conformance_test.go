@@ -19,16 +19,14 @@ import (
 	"time"
 
 	entsql "entgo.io/ent/dialect/sql"
-	gmysql "gorm.io/driver/mysql"
-	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/entlock"
 	"github.com/ormlock/ormlock/gormlock"
 	"github.com/ormlock/ormlock/internal/enttest"
 	"github.com/ormlock/ormlock/internal/enttest/ent"
+	"github.com/ormlock/ormlock/internal/gormtest"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/keyhash"
 )
@@ -105,32 +103,15 @@ func gormWith(t *testing.T, k testdb.Kind, opts ...ormlock.Option) runner {
 
 func gormOnPool(t *testing.T, dialect string, sqlDB *sql.DB) runner {
 	t.Helper()
-	return gormLocker{gormOn(t, dialect, sqlDB)}
+	return gormLocker{gormtest.On(t, dialect, sqlDB, gormtest.NoPing())}
 }
 
 // gormOpen opens GORM on a new pool to the server of kind k, with the items
 // table migrated; the pool is checked for leaks when the test ends.
 func gormOpen(t *testing.T, k testdb.Kind) *gorm.DB {
 	t.Helper()
-	sqlDB := testdb.Open(t, k)
 	enttest.Migrate(t, k)
-	t.Cleanup(func() { testdb.AssertNoLeaks(t, k, sqlDB) })
-	return gormOn(t, k.Dialect(), sqlDB)
-}
-
-// gormOn opens GORM over sqlDB of dialect, without pinging it.
-func gormOn(t *testing.T, dialect string, sqlDB *sql.DB) *gorm.DB {
-	t.Helper()
-	var dial gorm.Dialector
-	if dialect == "postgres" {
-		dial = postgres.New(postgres.Config{Conn: sqlDB})
-	} else {
-		dial = gmysql.New(gmysql.Config{Conn: sqlDB, SkipInitializeWithVersion: true})
-	}
-	db, err := gorm.Open(dial, &gorm.Config{Logger: logger.Discard, DisableAutomaticPing: true})
-	if err != nil {
-		t.Fatalf("gorm.Open: %v", err)
-	}
+	db, _ := gormtest.Open(t, k)
 	return db
 }
 
@@ -333,7 +314,8 @@ func free(t *testing.T, k testdb.Kind, key string) bool {
 func exclusion(t *testing.T, k testdb.Kind, owner, key string, lockers []locker, rounds int) {
 	t.Helper()
 	ctx := context.Background()
-	var inside, maxInside, wins, losses atomic.Int64
+	var in testdb.Holders
+	var wins, losses atomic.Int64
 	for r := 0; r < rounds; r++ {
 		var wg sync.WaitGroup
 		start := make(chan struct{})
@@ -342,14 +324,7 @@ func exclusion(t *testing.T, k testdb.Kind, owner, key string, lockers []locker,
 			wg.Go(func() {
 				<-start
 				errs[i] = l.Transaction(ctx, key, func(tx txn) error {
-					n := inside.Add(1)
-					defer inside.Add(-1)
-					for {
-						m := maxInside.Load()
-						if n <= m || maxInside.CompareAndSwap(m, n) {
-							break
-						}
-					}
+					defer in.Enter()()
 					time.Sleep(time.Millisecond)
 					return tx.Insert(owner, r)
 				})
@@ -373,7 +348,7 @@ func exclusion(t *testing.T, k testdb.Kind, owner, key string, lockers []locker,
 			t.Fatalf("round %d: nobody acquired a free lock", r)
 		}
 	}
-	if got := maxInside.Load(); got != 1 {
+	if got := in.Max(); got != 1 {
 		t.Fatalf("max holders inside fn at once = %d, want 1", got)
 	}
 	if losses.Load() == 0 {

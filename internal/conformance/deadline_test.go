@@ -31,7 +31,7 @@ func verbs(ledger string) []verb {
 			return r.Transaction(ctx, key, nop, ormlock.WithWait(time.Minute))
 		}},
 		{"RunOnce", func(ctx context.Context, r runner, key string) error {
-			return r.RunOnce(ctx, key, slotAt(0), nop, ormlock.WithLedgerTable(ledger), ormlock.WithWait(time.Minute))
+			return r.RunOnce(ctx, key, testdb.Slot(0), nop, ormlock.WithLedgerTable(ledger), ormlock.WithWait(time.Minute))
 		}},
 		{"Session", func(ctx context.Context, r runner, key string) error {
 			return r.Session(ctx, key, func(context.Context) error { return nil }, ormlock.WithWait(time.Minute))

@@ -119,7 +119,7 @@ func TestFencingVerbs(t *testing.T) {
 			if claim {
 				opts = append(opts, ormlock.WithClaim())
 			}
-			err := r.RunOnce(ctx, job, slotAt(i), func(tx txn) error {
+			err := r.RunOnce(ctx, job, testdb.Slot(i), func(tx txn) error {
 				tok, ok := tx.FencingToken()
 				if !ok || tok <= lastJob {
 					t.Errorf("RunOnce slot %d (claim %v): token %d (ok %v), last %d", i, claim, tok, ok, lastJob)
@@ -173,7 +173,7 @@ func TestFencingRefused(t *testing.T) {
 			"Session": func() error {
 				return r.Session(ctx, key, func(context.Context) error { called = true; return nil }, tbl, ormlock.WithFencing())
 			},
-			"RunOnce": func() error { return r.RunOnce(ctx, key, slotAt(0), fn, tbl, ormlock.WithFencing()) },
+			"RunOnce": func() error { return r.RunOnce(ctx, key, testdb.Slot(0), fn, tbl, ormlock.WithFencing()) },
 		} {
 			if err := call(); !errors.Is(err, ormlock.ErrInvalidArgument) || called {
 				t.Errorf("%s on a pool of one: err %v, fn called %v", name, err, called)

@@ -38,7 +38,7 @@ func TestConformanceEvents(t *testing.T) {
 		tbl := ledgerTable(t, k, r)
 		job := "events-" + t.Name()
 		for range 2 {
-			_ = r.RunOnce(ctx, job, slotAt(0), func(txn) error { return nil }, obs, ormlock.WithLedgerTable(tbl))
+			_ = r.RunOnce(ctx, job, testdb.Slot(0), func(txn) error { return nil }, obs, ormlock.WithLedgerTable(tbl))
 		}
 		want("RunOnce twice", "attempt,acquired,released,attempt,acquired,already_done,released")
 

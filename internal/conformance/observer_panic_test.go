@@ -42,7 +42,7 @@ func provoke(t *testing.T, k testdb.Kind, r runner, verb string, ev ormlock.Even
 	t.Helper()
 	ctx := context.Background()
 	name := "opanic-" + t.Name()
-	job, slot := name, slotAt(int(ev))
+	job, slot := name, testdb.Slot(int(ev))
 	key := ormlock.Name(name)
 	if strings.HasPrefix(verb, "RunOnce") {
 		key = keys.RunKey(job, slot)

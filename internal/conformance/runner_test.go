@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
@@ -16,7 +15,6 @@ import (
 	"github.com/ormlock/ormlock/gormlock"
 	"github.com/ormlock/ormlock/internal/enttest/ent"
 	"github.com/ormlock/ormlock/internal/testdb"
-	"github.com/ormlock/ormlock/keyhash"
 )
 
 // runner is what the RunOnce, Holder and observer suites need of an
@@ -177,12 +175,7 @@ func openRunner(t *testing.T, a adapter, k testdb.Kind) runner {
 // through r and drops both after the test.
 func ledgerTable(t *testing.T, k testdb.Kind, r runner) string {
 	t.Helper()
-	name := fmt.Sprintf("c_%016x", uint64(keyhash.Int64(t.Name())))
-	t.Cleanup(func() {
-		admin := testdb.AdminDB(t, k)
-		_, _ = admin.Exec("DROP TABLE IF EXISTS " + name)
-		_, _ = admin.Exec("DROP TABLE IF EXISTS " + name + "_fence")
-	})
+	name := testdb.Table(t, k, "c")
 	if err := r.Migrate(context.Background(), ormlock.WithLedgerTable(name)); err != nil {
 		t.Fatalf("Migrate(%s): %v", name, err)
 	}

@@ -27,7 +27,7 @@ func TestRunOnceClaim(t *testing.T) {
 		tbl := ledgerTable(t, k, r1)
 		owner := enttest.Owner(t, k)
 		job := "claim-" + t.Name()
-		slot := slotAt(3)
+		slot := testdb.Slot(3)
 		opts := []ormlock.Option{ormlock.WithLedgerTable(tbl), ormlock.WithClaim()}
 
 		inFn, proceed := make(chan struct{}), make(chan struct{})
@@ -113,7 +113,7 @@ func TestRunOnceClaimFailureAndTakeover(t *testing.T) {
 		// a failed run records its error, truncated and cleaned
 		long := "bad \xff byte and a NUL \x00: " + strings.Repeat("é", 3000)
 		boom := errors.New(long)
-		err := r.RunOnce(ctx, job, slotAt(0), func(txn) error { return boom }, append(opts, ormlock.WithOwner("one"))...)
+		err := r.RunOnce(ctx, job, testdb.Slot(0), func(txn) error { return boom }, append(opts, ormlock.WithOwner("one"))...)
 		if err != boom {
 			t.Fatalf("err = %v, want fn's error unchanged", err)
 		}
@@ -125,7 +125,7 @@ func TestRunOnceClaimFailureAndTakeover(t *testing.T) {
 			t.Fatalf("error text (%d bytes) %.60q...%q not cleaned and truncated", len(e), e, e[max(0, len(e)-20):])
 		}
 		// a retry by another instance takes the failed row over
-		if err := r.RunOnce(ctx, job, slotAt(0), func(txn) error { return nil }, append(opts, ormlock.WithOwner("two"))...); err != nil {
+		if err := r.RunOnce(ctx, job, testdb.Slot(0), func(txn) error { return nil }, append(opts, ormlock.WithOwner("two"))...); err != nil {
 			t.Fatalf("retry: %v", err)
 		}
 		rs = runsOf(t, r, tbl, job)
@@ -136,7 +136,7 @@ func TestRunOnceClaimFailureAndTakeover(t *testing.T) {
 		// a row left running by an owner that died is taken over, in either
 		// mode, since the taker holds the lock
 		for i, mode := range []ormlock.Option{ormlock.WithClaim(), nil} {
-			slot := slotAt(10 + i)
+			slot := testdb.Slot(10 + i)
 			q := "INSERT INTO " + tbl + " (job, slot, status, owner, started_at) VALUES ($1, $2, 'running', 'dead/1', '2001-01-01 00:00:00')"
 			args := []any{job, slot}
 			if k.Dialect() == "mysql" {
@@ -169,7 +169,7 @@ func TestRunOnceClaimLockLost(t *testing.T) {
 		tbl := ledgerTable(t, k, r)
 		owner := enttest.Owner(t, k)
 		job := "lost-" + t.Name()
-		slot := slotAt(5)
+		slot := testdb.Slot(5)
 		opts := []ormlock.Option{ormlock.WithLedgerTable(tbl), ormlock.WithClaim(), ormlock.WithKeepalive(100 * time.Millisecond)}
 		var sawCause atomic.Value
 		var killed int64

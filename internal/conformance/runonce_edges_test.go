@@ -30,10 +30,10 @@ func TestRunOncePanic(t *testing.T) {
 		job := "panic-" + t.Name()
 		for _, claim := range []bool{false, true} {
 			opts := []ormlock.Option{ormlock.WithLedgerTable(tbl)}
-			slot := slotAt(0)
+			slot := testdb.Slot(0)
 			if claim {
 				opts = append(opts, ormlock.WithClaim())
-				slot = slotAt(1)
+				slot = testdb.Slot(1)
 			}
 			var got any
 			func() {
@@ -54,7 +54,7 @@ func TestRunOncePanic(t *testing.T) {
 		}
 		rs := runsOf(t, r, tbl, job)
 		// transactional: rolled back, no row; claim: the row says failed
-		if len(rs) != 1 || !rs[0].Slot.Equal(slotAt(1)) || rs[0].Status != ormlock.RunFailed || rs[0].Error != "panic: kaboom" {
+		if len(rs) != 1 || !rs[0].Slot.Equal(testdb.Slot(1)) || rs[0].Status != ormlock.RunFailed || rs[0].Error != "panic: kaboom" {
 			t.Fatalf("ledger after panics: %+v, want only the claim-mode row, failed with the panic", rs)
 		}
 		// claim mode's fn wrote outside any transaction (gormlock), or in
@@ -66,7 +66,7 @@ func TestRunOncePanic(t *testing.T) {
 		if n := enttest.Count(t, k, owner); n != want {
 			t.Fatalf("work rows = %d, want %d", n, want)
 		}
-		for _, s := range []time.Time{slotAt(0), slotAt(1)} {
+		for _, s := range []time.Time{testdb.Slot(0), testdb.Slot(1)} {
 			if err := r.RunOnce(ctx, job, s, func(txn) error { return nil }, ormlock.WithLedgerTable(tbl)); err != nil {
 				t.Fatalf("retry after panic: %v", err)
 			}
@@ -89,7 +89,7 @@ func TestRunOnceContext(t *testing.T) {
 		cancel()
 		called := false
 		for _, claim := range []ormlock.Option{nil, ormlock.WithClaim()} {
-			err := r.RunOnce(ctx, job, slotAt(0), func(txn) error { called = true; return nil }, opt, claim)
+			err := r.RunOnce(ctx, job, testdb.Slot(0), func(txn) error { called = true; return nil }, opt, claim)
 			if !errors.Is(err, context.Canceled) || !errors.Is(err, ormlock.ErrNotAcquired) || called {
 				t.Fatalf("claim=%v: cancelled context: err=%v called=%v, want ErrNotAcquired and context.Canceled", claim != nil, err, called)
 			}
@@ -97,7 +97,7 @@ func TestRunOnceContext(t *testing.T) {
 
 		// cancelled while fn runs: the transaction cannot commit, no row
 		ctx, cancel = context.WithCancel(context.Background())
-		err := r.RunOnce(ctx, job, slotAt(0), func(tx txn) error {
+		err := r.RunOnce(ctx, job, testdb.Slot(0), func(tx txn) error {
 			cancel()
 			return tx.Insert(owner, 1)
 		}, opt)
@@ -110,7 +110,7 @@ func TestRunOnceContext(t *testing.T) {
 		if n := enttest.Count(t, k, owner); n != 0 {
 			t.Fatalf("work rows = %d", n)
 		}
-		if err := r.RunOnce(context.Background(), job, slotAt(0), func(txn) error { return nil }, opt); err != nil {
+		if err := r.RunOnce(context.Background(), job, testdb.Slot(0), func(txn) error { return nil }, opt); err != nil {
 			t.Fatalf("later run: %v", err)
 		}
 	})
@@ -125,7 +125,7 @@ func TestRunOnceBadInput(t *testing.T) {
 			r := openRunner(t, a, testdb.Postgres)
 			called := false
 			fn := func(txn) error { called = true; return nil }
-			slot := slotAt(0)
+			slot := testdb.Slot(0)
 			runsErr := func(_ []ormlock.Run, err error) error { return err }
 			cases := []struct {
 				name string
@@ -172,12 +172,12 @@ func TestRunOnceObserverAndNamespace(t *testing.T) {
 		tbl := ledgerTable(t, k, openRunner(t, a, k))
 		r := a.with(t, k, ormlock.WithNamespace("billing"), ormlock.WithObserver(obs), ormlock.WithLedgerTable(tbl))
 		job := "observed-" + t.Name()
-		name := keys.NameValue(keys.RunKey(job, slotAt(0)))
-		err := r.RunOnce(ctx, job, slotAt(0), func(txn) error {
+		name := keys.NameValue(keys.RunKey(job, testdb.Slot(0)))
+		err := r.RunOnce(ctx, job, testdb.Slot(0), func(txn) error {
 			if !free(t, k, name) || testdb.RawFree(t, k, "billing", name) {
 				return errors.New("the run lock is not the namespaced RunKey")
 			}
-			if h, err := r.Holder(ctx, keys.RunKey(job, slotAt(0))); err != nil || !h.Held {
+			if h, err := r.Holder(ctx, keys.RunKey(job, testdb.Slot(0))); err != nil || !h.Held {
 				return fmt.Errorf("namespaced RunKey not held: %v %v", h, err)
 			}
 			return nil
@@ -185,7 +185,7 @@ func TestRunOnceObserverAndNamespace(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := r.RunOnce(ctx, job, slotAt(0), func(txn) error { return nil }); !errors.Is(err, ormlock.ErrAlreadyDone) {
+		if err := r.RunOnce(ctx, job, testdb.Slot(0), func(txn) error { return nil }); !errors.Is(err, ormlock.ErrAlreadyDone) {
 			t.Fatal(err)
 		}
 		mu.Lock()
@@ -228,7 +228,7 @@ func TestRunOnceMySQLClientFoundRows(t *testing.T) {
 			for i, mode := range []ormlock.Option{nil, ormlock.WithClaim()} {
 				calls := 0
 				for range 3 {
-					err := r.RunOnce(context.Background(), job, slotAt(i), func(txn) error { calls++; return nil }, ormlock.WithLedgerTable(tbl), mode)
+					err := r.RunOnce(context.Background(), job, testdb.Slot(i), func(txn) error { calls++; return nil }, ormlock.WithLedgerTable(tbl), mode)
 					if err != nil && !errors.Is(err, ormlock.ErrAlreadyDone) {
 						t.Fatal(err)
 					}
@@ -258,7 +258,7 @@ func TestRunOnceRepeatableReadWaiter(t *testing.T) {
 			in := make(chan struct{})
 			res := make(chan error, 1)
 			go func() {
-				res <- r1.RunOnce(ctx, job, slotAt(0), func(txn) error {
+				res <- r1.RunOnce(ctx, job, testdb.Slot(0), func(txn) error {
 					close(in)
 					time.Sleep(300 * time.Millisecond)
 					return nil
@@ -268,14 +268,14 @@ func TestRunOnceRepeatableReadWaiter(t *testing.T) {
 			rr := ormlock.WithTxOptions(&sql.TxOptions{Isolation: sql.LevelRepeatableRead})
 			called := false
 			fn := func(txn) error { called = true; return nil }
-			err := r2.RunOnce(ctx, job, slotAt(0), fn, ormlock.WithLedgerTable(tbl), ormlock.WithWait(20*time.Second), rr)
+			err := r2.RunOnce(ctx, job, testdb.Slot(0), fn, ormlock.WithLedgerTable(tbl), ormlock.WithWait(20*time.Second), rr)
 			if werr := <-res; werr != nil {
 				t.Fatalf("winner: %v", werr)
 			}
 			if !errors.Is(err, ormlock.ErrAlreadyDone) || called {
 				t.Fatalf("waiter: err=%v called=%v, want ErrAlreadyDone", err, called)
 			}
-			if err := r2.RunOnce(ctx, job, slotAt(0), fn, ormlock.WithLedgerTable(tbl), rr); !errors.Is(err, ormlock.ErrAlreadyDone) || called {
+			if err := r2.RunOnce(ctx, job, testdb.Slot(0), fn, ormlock.WithLedgerTable(tbl), rr); !errors.Is(err, ormlock.ErrAlreadyDone) || called {
 				t.Fatalf("call again: %v", err)
 			}
 		})
@@ -295,14 +295,14 @@ func TestRunOnceDuplicateKeyDetector(t *testing.T) {
 	}
 	ctx := context.Background()
 	job := "dup-" + t.Name()
-	if err := r.RunOnce(ctx, job, slotAt(0), func(txn) error { return nil }, ormlock.WithLedgerTable(tbl)); err != nil {
+	if err := r.RunOnce(ctx, job, testdb.Slot(0), func(txn) error { return nil }, ormlock.WithLedgerTable(tbl)); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.RunOnce(ctx, job, slotAt(0), func(txn) error { return nil }, ormlock.WithLedgerTable(tbl)); !errors.Is(err, ormlock.ErrAlreadyDone) {
+	if err := r.RunOnce(ctx, job, testdb.Slot(0), func(txn) error { return nil }, ormlock.WithLedgerTable(tbl)); !errors.Is(err, ormlock.ErrAlreadyDone) {
 		t.Fatalf("second run: %v", err)
 	}
 	testdb.AssertNoDuplicateKeyLogged(t, k, off)
-	_, err := testdb.AdminDB(t, k).Exec("INSERT INTO "+tbl+" (job, slot, status, owner, started_at) VALUES ($1, $2, 'done', 'x', now())", job, slotAt(0))
+	_, err := testdb.AdminDB(t, k).Exec("INSERT INTO "+tbl+" (job, slot, status, owner, started_at) VALUES ($1, $2, 'done', 'x', now())", job, testdb.Slot(0))
 	if err == nil {
 		t.Fatal("plain duplicate INSERT succeeded")
 	}

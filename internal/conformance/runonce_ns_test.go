@@ -3,7 +3,6 @@ package conformance_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/testdb"
-	"github.com/ormlock/ormlock/keyhash"
 )
 
 // TestRunOnceNamespacesSeparateRuns: two services sharing a database and the
@@ -35,7 +33,7 @@ func TestRunOnceNamespacesSeparateRuns(t *testing.T) {
 					services[ns] = a.with(t, k, ormlock.WithNamespace(ns), ormlock.WithLedgerTable(tbl), ormlock.WithKeepalive(200*time.Millisecond))
 				}
 				const job = "nightly-cleanup"
-				slot := slotAt(1)
+				slot := testdb.Slot(1)
 
 				// the first service is inside fn when the second one runs
 				inside, leave := make(chan struct{}), make(chan struct{})
@@ -136,10 +134,10 @@ func TestMigrateUpgradesOldLedger(t *testing.T) {
 	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
 		ctx := context.Background()
 		r := openRunner(t, a, k)
-		name := fmt.Sprintf("o_%016x", uint64(keyhash.Int64(t.Name())))
+		name := testdb.TableName(t, "o")
 		oldLedger(t, k, name)
 		// before Migrate: RunOnce says what to do
-		err := r.RunOnce(ctx, "old-job", slotAt(0), func(txn) error { return nil }, ormlock.WithLedgerTable(name))
+		err := r.RunOnce(ctx, "old-job", testdb.Slot(0), func(txn) error { return nil }, ormlock.WithLedgerTable(name))
 		if err == nil || !strings.Contains(err.Error(), "upgrade it with Migrate") {
 			t.Fatalf("RunOnce on the old table: %v, want the upgrade hint", err)
 		}

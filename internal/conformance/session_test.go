@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,7 +26,7 @@ func TestConformanceSessionMutualExclusion(t *testing.T) {
 		}
 		ctx := context.Background()
 		key := "conf-s-mutex-" + t.Name()
-		var inside, maxInside atomic.Int64
+		var in testdb.Holders
 		wins, losses := 0, 0
 		start := time.Now()
 		for r := range rounds {
@@ -38,8 +37,7 @@ func TestConformanceSessionMutualExclusion(t *testing.T) {
 				wg.Go(func() {
 					<-gate
 					errs[i] = l.Session(ctx, key, func(ctx context.Context) error {
-						maxOf(&maxInside, inside.Add(1))
-						defer inside.Add(-1)
+						defer in.Enter()()
 						time.Sleep(2 * time.Millisecond)
 						return ctx.Err()
 					})
@@ -63,7 +61,7 @@ func TestConformanceSessionMutualExclusion(t *testing.T) {
 			}
 			wins += roundWins
 		}
-		if got := maxInside.Load(); got != 1 {
+		if got := in.Max(); got != 1 {
 			t.Fatalf("max holders inside fn at once = %d, want 1", got)
 		}
 		if losses == 0 {

@@ -77,8 +77,9 @@ func (k Kind) Dialect() string {
 	return "postgres"
 }
 
-// driver is the database/sql driver name for the kind.
-func (k Kind) driver() string {
+// Driver is the database/sql driver name for the kind: "pgx" for Postgres
+// and PgBouncer, "mysql" for MariaDB.
+func (k Kind) Driver() string {
 	if k == MariaDB {
 		return "mysql"
 	}
