@@ -24,6 +24,9 @@ type runner interface {
 	locker
 	// RunOnce runs fn at most once per (job, slot).
 	RunOnce(ctx context.Context, job string, slot time.Time, fn func(tx txn) error, opts ...ormlock.Option) error
+	// RunScheduled runs fn at most once per slot of schedule at the current
+	// time.
+	RunScheduled(ctx context.Context, job string, schedule ormlock.Schedule, fn func(tx txn) error, opts ...ormlock.Option) error
 	// Migrate creates the ledger table.
 	Migrate(ctx context.Context, opts ...ormlock.Option) error
 	// Runs reads the ledger of job.
@@ -51,6 +54,14 @@ func claimInTx(a adapter) bool { return a.name == "entlock" }
 
 func (g gormLocker) RunOnce(ctx context.Context, job string, slot time.Time, fn func(txn) error, opts ...ormlock.Option) error {
 	return gormlock.RunOnce(g.db.WithContext(ctx), job, slot, gormFn(fn), opts...)
+}
+
+func (g gormLocker) RunScheduled(ctx context.Context, job string, schedule ormlock.Schedule, fn func(txn) error, opts ...ormlock.Option) error {
+	return gormlock.RunScheduled(g.db.WithContext(ctx), job, schedule, gormFn(fn), opts...)
+}
+
+func (e entLocker) RunScheduled(ctx context.Context, job string, schedule ormlock.Schedule, fn func(txn) error, opts ...ormlock.Option) error {
+	return entlock.RunScheduled(ctx, e.client, job, schedule, entFn(ctx, fn), opts...)
 }
 
 func (g gormLocker) Migrate(ctx context.Context, opts ...ormlock.Option) error {
