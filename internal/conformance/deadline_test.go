@@ -73,11 +73,13 @@ func TestDeadlinePoolExhausted(t *testing.T) {
 }
 
 // A server that accepts TCP connections and never answers: the dial is cut
-// by the deadline and classified as not acquired.
+// by the deadline and classified as not acquired. The cases touch no real
+// server and run in parallel.
 func TestDeadlineSilentServer(t *testing.T) {
 	for _, a := range adapters {
 		for _, dialect := range []string{"postgres", "mysql"} {
 			t.Run(a.name+"/"+dialect, func(t *testing.T) {
+				t.Parallel()
 				addr := faults.Silent(t)
 				driver, dsn := "pgx", "postgres://u:p@"+addr+"/db?sslmode=disable"
 				if dialect == "mysql" {
@@ -123,55 +125,64 @@ func TestDeadlineFrozenIdleBackend(t *testing.T) {
 // The backend freezes while fn runs. fn returns nil before the deadline:
 // the COMMIT is cut at the deadline (its outcome is unknown). fn returns
 // after the deadline: the ROLLBACK is bounded and nothing is committed.
-// Either way the lock is free once the backend resumes.
+// Either way the lock is free once the backend resumes. The two kinds use
+// two databases, whose leak checks do not see each other: they run in
+// parallel, their cases one after the other.
 func TestDeadlineFrozenDuringFn(t *testing.T) {
+	for _, k := range []testdb.Kind{testdb.Postgres, testdb.PgBouncer} {
+		t.Run(string(k), func(t *testing.T) {
+			t.Parallel()
+			deadlineFrozenDuringFn(t, k)
+		})
+	}
+}
+
+func deadlineFrozenDuringFn(t *testing.T, k testdb.Kind) {
 	for _, a := range adapters {
-		for _, k := range []testdb.Kind{testdb.Postgres, testdb.PgBouncer} {
-			for _, iso := range []sql.IsolationLevel{sql.LevelReadCommitted, sql.LevelRepeatableRead} {
-				for _, late := range []bool{false, true} {
-					name := a.name + "/" + string(k) + "/" + iso.String()
-					if late {
-						name += "/fnPastDeadline"
-					}
-					t.Run(name, func(t *testing.T) {
-						r := openRunner(t, a, k)
-						owner := enttest.Owner(t, k)
-						const deadline = 2 * time.Second
-						ctx, cancel := context.WithTimeout(context.Background(), deadline)
-						defer cancel()
-						var resume func()
-						start := time.Now()
-						err := r.Transaction(ctx, "frozen-fn-"+t.Name(), func(tx txn) error {
-							pid, err := tx.QueryInt("SELECT pg_backend_pid()")
-							if err != nil {
-								return err
-							}
-							if err := tx.Insert(owner, 1); err != nil {
-								return err
-							}
-							resume = faults.Freeze(t, int(pid))
-							if late {
-								<-ctx.Done()
-							}
-							return nil
-						}, ormlock.WithTxOptions(&sql.TxOptions{Isolation: iso}))
-						faults.Within(t, "Transaction", start, deadline+grace)
-						if !errors.Is(err, context.DeadlineExceeded) {
-							t.Errorf("Transaction: %v, want DeadlineExceeded", err)
-						}
-						if errors.Is(err, ormlock.ErrNotAcquired) {
-							t.Errorf("Transaction: %v: the lock was acquired", err)
-						}
-						if resume != nil {
-							resume()
-						}
-						if late {
-							if n := enttest.Count(t, k, owner); n != 0 {
-								t.Errorf("rows after a rollback: %d, want 0", n)
-							}
-						}
-					})
+		for _, iso := range []sql.IsolationLevel{sql.LevelReadCommitted, sql.LevelRepeatableRead} {
+			for _, late := range []bool{false, true} {
+				name := a.name + "/" + iso.String()
+				if late {
+					name += "/fnPastDeadline"
 				}
+				t.Run(name, func(t *testing.T) {
+					r := openRunner(t, a, k)
+					owner := enttest.Owner(t, k)
+					const deadline = 2 * time.Second
+					ctx, cancel := context.WithTimeout(context.Background(), deadline)
+					defer cancel()
+					var resume func()
+					start := time.Now()
+					err := r.Transaction(ctx, "frozen-fn-"+t.Name(), func(tx txn) error {
+						pid, err := tx.QueryInt("SELECT pg_backend_pid()")
+						if err != nil {
+							return err
+						}
+						if err := tx.Insert(owner, 1); err != nil {
+							return err
+						}
+						resume = faults.Freeze(t, int(pid))
+						if late {
+							<-ctx.Done()
+						}
+						return nil
+					}, ormlock.WithTxOptions(&sql.TxOptions{Isolation: iso}))
+					faults.Within(t, "Transaction", start, deadline+grace)
+					if !errors.Is(err, context.DeadlineExceeded) {
+						t.Errorf("Transaction: %v, want DeadlineExceeded", err)
+					}
+					if errors.Is(err, ormlock.ErrNotAcquired) {
+						t.Errorf("Transaction: %v: the lock was acquired", err)
+					}
+					if resume != nil {
+						resume()
+					}
+					if late {
+						if n := enttest.Count(t, k, owner); n != 0 {
+							t.Errorf("rows after a rollback: %d, want 0", n)
+						}
+					}
+				})
 			}
 		}
 	}
