@@ -73,22 +73,6 @@ func TestWaitBeyondLockTimeoutMax(t *testing.T) {
 	})
 }
 
-// The split protocol needs two connections: refused with MaxOpenConns 1.
-func TestSnapshotIsolationNeedsTwoConns(t *testing.T) {
-	for _, k := range []testdb.Kind{testdb.Postgres, testdb.PgBouncer} {
-		t.Run(string(k), func(t *testing.T) {
-			db, sqlDB := gormtest.Open(t, k)
-			sqlDB.SetMaxOpenConns(1)
-			ran := false
-			err := gormlock.Transaction(db, "two-conns-"+t.Name(), func(*gorm.DB) error { ran = true; return nil },
-				ormlock.WithTxOptions(&sql.TxOptions{Isolation: sql.LevelRepeatableRead}))
-			if !errors.Is(err, ormlock.ErrInvalidArgument) || ran || !strings.Contains(err.Error(), "MaxOpenConns") {
-				t.Fatalf("Transaction: %v (ran %v), want ErrInvalidArgument naming MaxOpenConns", err, ran)
-			}
-		})
-	}
-}
-
 // Nested in a REPEATABLE READ transaction, whose snapshot predates the lock:
 // refused before fn runs.
 func TestNestedSnapshotIsolationRefused(t *testing.T) {

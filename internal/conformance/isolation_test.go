@@ -187,11 +187,13 @@ func TestSnapshotIsolationNeedsTwoConns(t *testing.T) {
 	forEachPostgres(t, func(t *testing.T, a adapter, k testdb.Kind) {
 		r := openRunner(t, a, k)
 		r.Pool().SetMaxOpenConns(1)
-		ran := false
-		err := r.Transaction(context.Background(), "two-conns-"+t.Name(), func(txn) error { ran = true; return nil },
-			ormlock.WithTxOptions(&sql.TxOptions{Isolation: sql.LevelSerializable}))
-		if !errors.Is(err, ormlock.ErrInvalidArgument) || ran || !strings.Contains(err.Error(), "MaxOpenConns") {
-			t.Fatalf("Transaction: %v (ran %v), want ErrInvalidArgument naming MaxOpenConns", err, ran)
+		for _, iso := range isolations {
+			ran := false
+			err := r.Transaction(context.Background(), "two-conns-"+t.Name(), func(txn) error { ran = true; return nil },
+				ormlock.WithTxOptions(&sql.TxOptions{Isolation: iso.level}))
+			if !errors.Is(err, ormlock.ErrInvalidArgument) || ran || !strings.Contains(err.Error(), "MaxOpenConns") {
+				t.Fatalf("%s: Transaction: %v (ran %v), want ErrInvalidArgument naming MaxOpenConns", iso.name, err, ran)
+			}
 		}
 	})
 }
