@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/entlock"
@@ -14,7 +13,6 @@ import (
 	"github.com/ormlock/ormlock/internal/enttest/ent"
 	"github.com/ormlock/ormlock/internal/enttest/ent/item"
 	"github.com/ormlock/ormlock/internal/testdb"
-	"github.com/ormlock/ormlock/keyhash"
 )
 
 func TestSessionExcludes(t *testing.T) {
@@ -84,67 +82,6 @@ func TestSessionOnTransactionalClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-func TestSessionLockLost(t *testing.T) {
-	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		ctx := context.Background()
-		rec := &testdb.Recorder{}
-		client, _ := openEnt(t, k, ormlock.WithObserver(rec))
-		key := "lost-" + t.Name()
-		admin := testdb.AdminDB(t, k)
-		var cause error
-		start := time.Now()
-		var lostAfter time.Duration
-		err := entlock.Session(ctx, client, key, func(ctx context.Context) error {
-			// kill the lock connection behind the Session's back
-			var killed time.Time
-			if k.Dialect() == "postgres" {
-				var pid int64
-				if err := admin.QueryRow(`SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1
-					AND ((classid::int8 << 32) | objid::int8) = $1`, keyhash.Int64(key)).Scan(&pid); err != nil {
-					return fmt.Errorf("find the lock's backend: %w", err)
-				}
-				if _, err := admin.Exec("SELECT pg_terminate_backend($1)", pid); err != nil {
-					return err
-				}
-			} else {
-				var id int64
-				if err := admin.QueryRow("SELECT IS_USED_LOCK(?)", keyhash.MySQLName("", key)).Scan(&id); err != nil {
-					return fmt.Errorf("find the lock's connection: %w", err)
-				}
-				if _, err := admin.Exec(fmt.Sprintf("KILL CONNECTION %d", id)); err != nil {
-					return err
-				}
-			}
-			killed = time.Now()
-			select {
-			case <-ctx.Done():
-				lostAfter = time.Since(killed)
-				cause = context.Cause(ctx)
-				return ctx.Err()
-			case <-time.After(30 * time.Second):
-				return errors.New("loss not reported within 30s")
-			}
-		}, ormlock.WithKeepalive(100*time.Millisecond))
-		t.Logf("loss reported %v after the kill (keepalive 100ms), Session took %v: %v", lostAfter, time.Since(start), err)
-		if !errors.Is(err, ormlock.ErrLockLost) || !errors.Is(err, entlock.ErrLockLost) {
-			t.Fatalf("err = %v, want ErrLockLost", err)
-		}
-		if !errors.Is(cause, ormlock.ErrLockLost) {
-			t.Fatalf("fn's context cause = %v, want ErrLockLost", cause)
-		}
-		lost := false
-		for _, e := range rec.Kinds() {
-			lost = lost || e == ormlock.EventLockLost
-		}
-		if !lost {
-			t.Fatalf("events %v lack lock_lost", rec.Kinds())
-		}
-		if !rawFree(t, k, key) {
-			t.Fatal("lock still held after loss")
-		}
-	})
 }
 
 func TestSessionItemsVisible(t *testing.T) {

@@ -3,6 +3,7 @@ package conformance_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -111,4 +112,74 @@ func TestConformanceReleaseFailureDestroysConnection(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The Session's lock connection ends behind its back: fn's context ends
+// with ErrLockLost as its cause within two keepalive intervals (plus slack),
+// the Session returns ErrLockLost joined with fn's ctx.Err(), the observer
+// hears lock_lost, the lock is free, and the pool and the next Session
+// work. No goroutine is left behind.
+func TestSessionLockLost(t *testing.T) {
+	leakcheck.Goroutines(t)
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		const keepalive = 200 * time.Millisecond
+		const lossBound = 2*keepalive + 2*time.Second
+		ctx := context.Background()
+		var ev testdb.Recorder
+		r := a.with(t, k, ormlock.WithObserver(&ev))
+		key := "s-lost-" + t.Name()
+		var detected time.Duration
+		var cause error
+		var lockID int64
+		err := r.Session(ctx, key, func(ctx context.Context) error {
+			h, err := r.Holder(ctx, key)
+			if err != nil || !h.Held {
+				return fmt.Errorf("holder: %v %v", h, err)
+			}
+			lockID = h.PID
+			testdb.Kill(t, k, lockID)
+			start := time.Now()
+			select {
+			case <-ctx.Done():
+				detected = time.Since(start)
+			case <-time.After(15 * time.Second):
+				return errors.New("fn's context not cancelled within 15s")
+			}
+			cause = context.Cause(ctx)
+			return ctx.Err()
+		}, ormlock.WithKeepalive(keepalive))
+		t.Logf("loss seen %v after the kill (keepalive %v); Session: %v", detected.Round(time.Millisecond), keepalive, err)
+		if !errors.Is(err, ormlock.ErrLockLost) {
+			t.Fatalf("Session error = %v, want ErrLockLost", err)
+		}
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Session error = %v, want fn's ctx.Err() joined in", err)
+		}
+		if !errors.Is(cause, ormlock.ErrLockLost) {
+			t.Fatalf("context.Cause(ctx) = %v, want ErrLockLost", cause)
+		}
+		if detected > lossBound {
+			t.Errorf("loss seen after %v, want within %v (two intervals plus slack)", detected, lossBound)
+		}
+		if ev.Count(ormlock.EventLockLost) == 0 {
+			t.Errorf("events = %v, want lock_lost", ev.Kinds())
+		}
+		testdb.WaitGone(t, k, lockID)
+		if !free(t, k, key) {
+			t.Fatal("lock still held after loss")
+		}
+		// the job's own pool keeps working, and so does the next Session
+		if err := r.Pool().PingContext(ctx); err != nil {
+			t.Fatalf("pool after the loss: %v", err)
+		}
+		if _, err := r.Pool().ExecContext(ctx, "SELECT 1"); err != nil {
+			t.Fatalf("pool after the loss: %v", err)
+		}
+		if err := r.Session(ctx, key, func(ctx context.Context) error {
+			_, err := r.Pool().ExecContext(ctx, "SELECT 1")
+			return err
+		}); err != nil {
+			t.Fatalf("next Session: %v", err)
+		}
+	})
 }
