@@ -227,6 +227,7 @@ func TestTransactionBadInput(t *testing.T) {
 			l := a.open(t, testdb.Postgres)
 			called := false
 			fn := func(txn) error { called = true; return nil }
+			sfn := func(context.Context) error { called = true; return nil }
 			for _, c := range []struct {
 				name string
 				err  error
@@ -242,6 +243,9 @@ func TestTransactionBadInput(t *testing.T) {
 				{"namespace with colon", l.Transaction(ctx, "k", fn, ormlock.WithNamespace("a:b")), ormlock.ErrInvalidKey, "namespace"},
 				{"Session nil fn", l.Session(ctx, "k", nil), ormlock.ErrInvalidArgument, "nil fn"},
 				{"Session empty key", l.Session(ctx, "", func(context.Context) error { called = true; return nil }), ormlock.ErrInvalidKey, "empty"},
+				{"Session zero Key", l.Session(ctx, ormlock.Key{}, sfn), ormlock.ErrInvalidKey, "zero Key"},
+				{"Session zero keepalive", l.Session(ctx, "k", sfn, ormlock.WithKeepalive(0)), ormlock.ErrInvalidArgument, "WithKeepalive"},
+				{"Session negative wait", l.Session(ctx, "k", sfn, ormlock.WithWait(-time.Second)), ormlock.ErrInvalidArgument, "WithWait"},
 			} {
 				if !errors.Is(c.err, c.want) || !strings.Contains(c.err.Error(), c.text) || !strings.HasPrefix(c.err.Error(), "ormlock: ") {
 					t.Errorf("%s: err = %v, want %v mentioning %q", c.name, c.err, c.want, c.text)
