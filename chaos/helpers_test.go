@@ -11,18 +11,15 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
-	"gorm.io/driver/mysql"
-	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/gormtest"
 	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/keyhash"
@@ -69,50 +66,24 @@ func run(m *testing.M) int {
 	return 0
 }
 
-func driverOf(k testdb.Kind) string {
-	if k.Dialect() == "mysql" {
-		return "mysql"
-	}
-	return "pgx"
-}
-
-// gormOn wraps a pool of a server of kind k in GORM. It sends nothing to the
-// server: no ping, no version query.
-func gormOn(t testing.TB, k testdb.Kind, sqlDB *sql.DB) *gorm.DB {
-	t.Helper()
-	var dial gorm.Dialector
-	if k.Dialect() == "postgres" {
-		dial = postgres.New(postgres.Config{Conn: sqlDB})
-	} else {
-		dial = mysql.New(mysql.Config{Conn: sqlDB, SkipInitializeWithVersion: true})
-	}
-	db, err := gorm.Open(dial, &gorm.Config{Logger: logger.Discard, DisableAutomaticPing: true})
-	if err != nil {
-		t.Fatalf("gorm.Open: %v", err)
-	}
-	return db
-}
-
-// openGorm opens a new pool on the shared server of kind k, wrapped in GORM,
-// and checks after the test that nothing leaked: no advisory or named lock,
-// no connection in use.
+// openGorm opens a new pool on the shared server of kind k, wrapped in GORM
+// without touching the server, and checks after the test that nothing
+// leaked: no advisory or named lock, no connection in use.
 func openGorm(t testing.TB, k testdb.Kind) (*gorm.DB, *sql.DB) {
 	t.Helper()
-	sqlDB := testdb.Open(t, k)
-	t.Cleanup(func() { testdb.AssertNoLeaks(t, k, sqlDB) })
-	return gormOn(t, k, sqlDB), sqlDB
+	return gormtest.Open(t, k, gormtest.NoPing())
 }
 
 // openDSN opens a pool on dsn for a server of kind k, wrapped in GORM; the
 // pool is closed at cleanup. The caller registers its leak check.
 func openDSN(t testing.TB, k testdb.Kind, dsn string) (*gorm.DB, *sql.DB) {
 	t.Helper()
-	sqlDB, err := sql.Open(driverOf(k), dsn)
+	sqlDB, err := sql.Open(k.Driver(), dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sqlDB.Close() })
-	return gormOn(t, k, sqlDB), sqlDB
+	return gormtest.On(t, k.Dialect(), sqlDB, gormtest.NoPing()), sqlDB
 }
 
 // lockName is how a test names a lock: its key and namespace.
@@ -300,21 +271,6 @@ func dollar(q string) string {
 		b.WriteRune(r)
 	}
 	return b.String()
-}
-
-// holders counts the callers inside a critical section and remembers the
-// most seen at once: the in-process check of mutual exclusion.
-type holders struct{ inside, max atomic.Int64 }
-
-func (h *holders) enter() (leave func()) {
-	n := h.inside.Add(1)
-	for {
-		m := h.max.Load()
-		if n <= m || h.max.CompareAndSwap(m, n) {
-			break
-		}
-	}
-	return func() { h.inside.Add(-1) }
 }
 
 // overlaps tracks the calls inside fn for one key. Two calls can be inside

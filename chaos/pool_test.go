@@ -50,7 +50,7 @@ func TestSmallPools(t *testing.T) {
 			key := "chaos-pool1-" + string(k)
 			for _, wait := range []time.Duration{0, 5 * time.Second} {
 				var (
-					in      holders
+					in      testdb.Holders
 					mu      sync.Mutex
 					results = map[string]int{}
 					wg      sync.WaitGroup
@@ -62,7 +62,7 @@ func TestSmallPools(t *testing.T) {
 						for range each {
 							ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 							err := gormlock.Transaction(db.WithContext(ctx), key, func(tx *gorm.DB) error {
-								defer in.enter()()
+								defer in.Enter()()
 								return tx.Exec("INSERT INTO "+work+" (slot, who) VALUES (?, ?)", key, fmt.Sprint(c)).Error
 							}, ormlock.WithWait(wait))
 							cancel()
@@ -78,9 +78,9 @@ func TestSmallPools(t *testing.T) {
 				wg.Wait()
 				took := time.Since(start)
 				t.Logf("figure: MaxOpenConns 1, %d callers x %d Transaction (fn uses tx only), wait %v on %s: %v in %v, max inside fn %d",
-					callers, each, wait, k, results, took.Round(time.Millisecond), in.max.Load())
-				if in.max.Load() > 1 {
-					t.Errorf("%d holders inside fn at once", in.max.Load())
+					callers, each, wait, k, results, took.Round(time.Millisecond), in.Max())
+				if in.Max() > 1 {
+					t.Errorf("%d holders inside fn at once", in.Max())
 				}
 				if wait > 0 && results["ok"] != callers*each {
 					t.Errorf("with WithWait(%v): %v, want every call to succeed", wait, results)

@@ -167,7 +167,7 @@ func TestRestartUnderLoad(t *testing.T) {
 
 func restartRun(t *testing.T, srv *testdb.Server, restart func(testing.TB), restarts int) {
 	k := srv.Kind()
-	admin, err := sql.Open(driverOf(k), srv.AdminDSN())
+	admin, err := sql.Open(k.Driver(), srv.AdminDSN())
 	if err != nil {
 		t.Fatal(err)
 	}

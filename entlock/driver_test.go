@@ -224,3 +224,6 @@ func TestTransactionDebugClient(t *testing.T) {
 		}
 	})
 }
+
+// noDB is a driver that does not expose its *sql.DB.
+type noDB struct{ dialect.Driver }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/entlock"
@@ -14,17 +13,18 @@ import (
 	"github.com/ormlock/ormlock/internal/enttest/ent"
 	"github.com/ormlock/ormlock/internal/enttest/ent/item"
 	"github.com/ormlock/ormlock/internal/testdb"
-	"github.com/ormlock/ormlock/keyhash"
 )
 
-func TestSessionExcludes(t *testing.T) {
+// Session takes the *entlock.Driver as well as the generated client; fn
+// works through the normal pool of the same client. What Session does is
+// tested for every adapter in internal/conformance (session_test.go).
+func TestSessionOnClientAndDriver(t *testing.T) {
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		drv, client, _ := openDriver(t, k)
 		other, _ := openEnt(t, k)
 		owner := enttest.Owner(t, k)
 		key := "session-" + t.Name()
-		// x is the generated client, or the *entlock.Driver itself
 		for name, session := range map[string]func(fn func(context.Context) error) error{
 			"client": func(fn func(context.Context) error) error { return entlock.Session(ctx, client, key, fn) },
 			"driver": func(fn func(context.Context) error) error { return entlock.Session(ctx, drv, key, fn) },
@@ -35,13 +35,9 @@ func TestSessionExcludes(t *testing.T) {
 				if rawFree(t, k, key) {
 					return errors.New("raw SQL took the lock during the Session")
 				}
-				if err := entlock.Transaction(ctx, other, key, func(*ent.Tx) error { return nil }); !errors.Is(err, ormlock.ErrNotAcquired) {
-					return fmt.Errorf("Transaction during the Session: %v, want ErrNotAcquired", err)
-				}
 				if err := entlock.Session(ctx, other, key, func(context.Context) error { return nil }); !errors.Is(err, ormlock.ErrNotAcquired) {
 					return fmt.Errorf("Session during the Session: %v, want ErrNotAcquired", err)
 				}
-				// fn works through the normal pool of the same client
 				return client.Item.Create().SetOwner(owner).SetN(rec).Exec(ctx)
 			})
 			if err != nil || rec != 1 {
@@ -53,20 +49,6 @@ func TestSessionExcludes(t *testing.T) {
 		}
 		if n := count(t, k, owner); n != 2 {
 			t.Fatalf("rows = %d, want 2", n)
-		}
-
-		// held elsewhere: fn is not called
-		release := rawHold(t, k, key)
-		err := entlock.Session(ctx, client, key, func(context.Context) error { return errors.New("fn called") })
-		if !errors.Is(err, ormlock.ErrNotAcquired) {
-			t.Fatalf("held: %v, want ErrNotAcquired", err)
-		}
-		release()
-
-		// fn's error is returned unchanged
-		boom := errors.New("boom")
-		if err := entlock.Session(ctx, client, key, func(context.Context) error { return boom }); err != boom {
-			t.Fatalf("fn error: %v, want boom", err)
 		}
 	})
 }
@@ -84,67 +66,6 @@ func TestSessionOnTransactionalClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-func TestSessionLockLost(t *testing.T) {
-	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		ctx := context.Background()
-		rec := &testdb.Recorder{}
-		client, _ := openEnt(t, k, ormlock.WithObserver(rec))
-		key := "lost-" + t.Name()
-		admin := testdb.AdminDB(t, k)
-		var cause error
-		start := time.Now()
-		var lostAfter time.Duration
-		err := entlock.Session(ctx, client, key, func(ctx context.Context) error {
-			// kill the lock connection behind the Session's back
-			var killed time.Time
-			if k.Dialect() == "postgres" {
-				var pid int64
-				if err := admin.QueryRow(`SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1
-					AND ((classid::int8 << 32) | objid::int8) = $1`, keyhash.Int64(key)).Scan(&pid); err != nil {
-					return fmt.Errorf("find the lock's backend: %w", err)
-				}
-				if _, err := admin.Exec("SELECT pg_terminate_backend($1)", pid); err != nil {
-					return err
-				}
-			} else {
-				var id int64
-				if err := admin.QueryRow("SELECT IS_USED_LOCK(?)", keyhash.MySQLName("", key)).Scan(&id); err != nil {
-					return fmt.Errorf("find the lock's connection: %w", err)
-				}
-				if _, err := admin.Exec(fmt.Sprintf("KILL CONNECTION %d", id)); err != nil {
-					return err
-				}
-			}
-			killed = time.Now()
-			select {
-			case <-ctx.Done():
-				lostAfter = time.Since(killed)
-				cause = context.Cause(ctx)
-				return ctx.Err()
-			case <-time.After(30 * time.Second):
-				return errors.New("loss not reported within 30s")
-			}
-		}, ormlock.WithKeepalive(100*time.Millisecond))
-		t.Logf("loss reported %v after the kill (keepalive 100ms), Session took %v: %v", lostAfter, time.Since(start), err)
-		if !errors.Is(err, ormlock.ErrLockLost) || !errors.Is(err, entlock.ErrLockLost) {
-			t.Fatalf("err = %v, want ErrLockLost", err)
-		}
-		if !errors.Is(cause, ormlock.ErrLockLost) {
-			t.Fatalf("fn's context cause = %v, want ErrLockLost", cause)
-		}
-		lost := false
-		for _, e := range rec.Kinds() {
-			lost = lost || e == ormlock.EventLockLost
-		}
-		if !lost {
-			t.Fatalf("events %v lack lock_lost", rec.Kinds())
-		}
-		if !rawFree(t, k, key) {
-			t.Fatal("lock still held after loss")
-		}
-	})
 }
 
 func TestSessionItemsVisible(t *testing.T) {

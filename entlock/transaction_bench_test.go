@@ -2,7 +2,6 @@ package entlock_test
 
 import (
 	"context"
-	"database/sql"
 	"testing"
 
 	entsql "entgo.io/ent/dialect/sql"
@@ -11,7 +10,6 @@ import (
 	"github.com/ormlock/ormlock/internal/enttest"
 	"github.com/ormlock/ormlock/internal/enttest/ent"
 	"github.com/ormlock/ormlock/internal/testdb"
-	"github.com/ormlock/ormlock/keyhash"
 )
 
 // BenchmarkTransaction compares entlock.Transaction (empty fn) with the
@@ -40,7 +38,7 @@ func BenchmarkTransaction(b *testing.B) {
 			b.Run("handwritten", func(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
-					if err := handwrittenPG(ctx, db, name); err != nil {
+					if err := testdb.Handwritten(ctx, k, db, name); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -59,19 +57,4 @@ func BenchmarkTransaction(b *testing.B) {
 			})
 		})
 	}
-}
-
-// handwrittenPG is the PostgreSQL protocol as a careful user would write it
-// with database/sql alone: three round trips.
-func handwrittenPG(ctx context.Context, db *sql.DB, name string) error {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	var ok bool
-	if err := tx.QueryRowContext(ctx, "SELECT pg_try_advisory_xact_lock($1)", keyhash.Int64(name)).Scan(&ok); err != nil || !ok {
-		_ = tx.Rollback()
-		return err
-	}
-	return tx.Commit()
 }

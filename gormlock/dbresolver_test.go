@@ -13,6 +13,7 @@ import (
 	"gorm.io/plugin/dbresolver"
 
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/gormtest"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/keyhash"
 )
@@ -62,7 +63,7 @@ func TestTransactionWithDBResolver(t *testing.T) {
 		t.Run(string(k), func(t *testing.T) {
 			for _, prepare := range []bool{false, true} {
 				t.Run(fmt.Sprintf("PrepareStmt=%v", prepare), func(t *testing.T) {
-					db, _ := openGorm(t, k, &gorm.Config{PrepareStmt: prepare})
+					db, _ := gormtest.Open(t, k, &gorm.Config{PrepareStmt: prepare})
 					if err := db.Use(dbresolver.Register(dbresolver.Config{Replicas: []gorm.Dialector{openReplica(t, k)}})); err != nil {
 						t.Fatal(err)
 					}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/gormtest"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
@@ -36,9 +37,9 @@ func TestStatementTimeoutIsNotAcquired(t *testing.T) {
 				t.Fatal(oerr)
 			}
 			t.Cleanup(func() { testdb.AssertNoLeaks(t, k, sqlDB); _ = sqlDB.Close() })
-			err = gormlock.Transaction(gormOn(t, k, sqlDB), key, nop, wait)
+			err = gormlock.Transaction(gormtest.On(t, k.Dialect(), sqlDB), key, nop, wait)
 		default: // PgBouncer refuses the startup parameter: set it in an outer transaction
-			db, _ := openGorm(t, k)
+			db, _ := gormtest.Open(t, k)
 			err = db.Transaction(func(tx *gorm.DB) error {
 				if err := tx.Exec("SET LOCAL statement_timeout = 300").Error; err != nil {
 					return err
@@ -62,7 +63,7 @@ func TestStatementTimeoutIsNotAcquired(t *testing.T) {
 // is clamped, not refused.
 func TestWaitBeyondLockTimeoutMax(t *testing.T) {
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db, _ := openGorm(t, k)
+		db, _ := gormtest.Open(t, k)
 		ran := false
 		err := gormlock.Transaction(db, "long-wait-"+t.Name(), func(*gorm.DB) error { ran = true; return nil },
 			ormlock.WithWait(30*24*time.Hour))
@@ -72,28 +73,12 @@ func TestWaitBeyondLockTimeoutMax(t *testing.T) {
 	})
 }
 
-// The split protocol needs two connections: refused with MaxOpenConns 1.
-func TestSnapshotIsolationNeedsTwoConns(t *testing.T) {
-	for _, k := range []testdb.Kind{testdb.Postgres, testdb.PgBouncer} {
-		t.Run(string(k), func(t *testing.T) {
-			db, sqlDB := openGorm(t, k)
-			sqlDB.SetMaxOpenConns(1)
-			ran := false
-			err := gormlock.Transaction(db, "two-conns-"+t.Name(), func(*gorm.DB) error { ran = true; return nil },
-				ormlock.WithTxOptions(&sql.TxOptions{Isolation: sql.LevelRepeatableRead}))
-			if !errors.Is(err, ormlock.ErrInvalidArgument) || ran || !strings.Contains(err.Error(), "MaxOpenConns") {
-				t.Fatalf("Transaction: %v (ran %v), want ErrInvalidArgument naming MaxOpenConns", err, ran)
-			}
-		})
-	}
-}
-
 // Nested in a REPEATABLE READ transaction, whose snapshot predates the lock:
 // refused before fn runs.
 func TestNestedSnapshotIsolationRefused(t *testing.T) {
 	for _, k := range []testdb.Kind{testdb.Postgres, testdb.PgBouncer} {
 		t.Run(string(k), func(t *testing.T) {
-			db, _ := openGorm(t, k)
+			db, _ := gormtest.Open(t, k)
 			ran := false
 			err := db.Transaction(func(tx *gorm.DB) error {
 				return gormlock.Transaction(tx, "nested-rr-"+t.Name(), func(*gorm.DB) error { ran = true; return nil })

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/gormtest"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
@@ -20,17 +21,12 @@ func BenchmarkFencing(b *testing.B) {
 	for _, k := range testdb.Kinds() {
 		b.Run(string(k), func(b *testing.B) {
 			sqlDB := testdb.Open(b, k)
-			db := benchGorm(b, k, sqlDB)
+			db := gormtest.On(b, k.Dialect(), sqlDB)
 			name := "fence-" + b.Name()
-			tbl := ormlock.WithLedgerTable("bench_fence_" + keyhashHex(name))
+			tbl := ormlock.WithLedgerTable(testdb.Table(b, k, "bench_fence"))
 			if err := gormlock.Migrate(db, tbl); err != nil {
 				b.Fatal(err)
 			}
-			b.Cleanup(func() {
-				admin := testdb.AdminDB(b, k)
-				_, _ = admin.Exec("DROP TABLE IF EXISTS bench_fence_" + keyhashHex(name))
-				_, _ = admin.Exec("DROP TABLE IF EXISTS bench_fence_" + keyhashHex(name) + "_fence")
-			})
 			noop := func(*gorm.DB) error { return nil }
 			noctx := func(context.Context) error { return nil }
 			for _, c := range []struct {

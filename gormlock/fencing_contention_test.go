@@ -15,6 +15,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/gormtest"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
@@ -42,7 +43,7 @@ func TestFencingContention(t *testing.T) {
 		run = time.Minute
 	}
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		first, _ := openGorm(t, k)
+		first, _ := gormtest.Open(t, k)
 		tbl := fenceLedger(t, k, first)
 		key := "fence-contention-" + string(k)
 		var log tokenLog
@@ -51,7 +52,7 @@ func TestFencingContention(t *testing.T) {
 		deadline := time.Now().Add(run)
 		var wg sync.WaitGroup
 		for p := range 3 {
-			db, sqlDB := openGorm(t, k)
+			db, sqlDB := gormtest.Open(t, k)
 			sqlDB.SetMaxOpenConns(4)
 			for w := range 2 {
 				wg.Go(func() {

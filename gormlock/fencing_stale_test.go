@@ -10,6 +10,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/gormtest"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
@@ -21,8 +22,8 @@ import (
 // second replica's value stays.
 func TestFencingStaleWrite(t *testing.T) {
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		dbA, _ := openGorm(t, k)
-		dbB, _ := openGorm(t, k)
+		dbA, _ := gormtest.Open(t, k)
+		dbB, _ := gormtest.Open(t, k)
 		tbl := fenceLedger(t, k, dbA)
 		res := table(t, k, dbA)
 		if err := dbA.Exec("ALTER TABLE " + res + " ADD COLUMN fence BIGINT NOT NULL DEFAULT 0").Error; err != nil {

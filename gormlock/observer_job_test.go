@@ -9,6 +9,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/gormtest"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
@@ -16,7 +17,7 @@ import (
 // unlike its key, which has the slot in it; other verbs leave Job empty.
 func TestObserverEventJob(t *testing.T) {
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db, _ := openGorm(t, k)
+		db, _ := gormtest.Open(t, k)
 		tbl := ledgerTable(t, k, db)
 		var mu sync.Mutex
 		jobs := map[string][]string{} // verb -> Event.Job of each event
@@ -28,7 +29,7 @@ func TestObserverEventJob(t *testing.T) {
 		job := "job-" + t.Name()
 		nop := func(*gorm.DB) error { return nil }
 		for _, mode := range []ormlock.Option{nil, ormlock.WithClaim()} {
-			if err := gormlock.RunOnce(db, job, slotAt(0), nop, obs, ormlock.WithLedgerTable(tbl), mode); err != nil && mode == nil {
+			if err := gormlock.RunOnce(db, job, testdb.Slot(0), nop, obs, ormlock.WithLedgerTable(tbl), mode); err != nil && mode == nil {
 				t.Fatal(err)
 			}
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
 	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/gormtest"
 	"github.com/ormlock/ormlock/internal/lockproto"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
@@ -25,7 +26,7 @@ import (
 // The Session engineer tests Session itself; these check only its events.
 func TestObserverSession(t *testing.T) {
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db, _ := openGorm(t, k)
+		db, _ := gormtest.Open(t, k)
 		rec := &testdb.Recorder{}
 		obs := ormlock.WithObserver(rec)
 
@@ -119,8 +120,8 @@ func TestObserverSlogReal(t *testing.T) {
 		var mu sync.Mutex
 		var buf bytes.Buffer
 		logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-		a, _ := openGorm(t, k)
-		b, _ := openGorm(t, k)
+		a, _ := gormtest.Open(t, k)
+		b, _ := gormtest.Open(t, k)
 		for _, db := range []*gorm.DB{a, b} {
 			if err := db.Use(gormlock.New(ormlock.WithObserver(ormlock.SlogObserver(logger)), ormlock.WithNamespace("billing"))); err != nil {
 				t.Fatal(err)
@@ -205,7 +206,7 @@ func BenchmarkTransactionObserver(b *testing.B) {
 	for _, k := range []testdb.Kind{testdb.Postgres, testdb.MariaDB} {
 		b.Run(string(k), func(b *testing.B) {
 			sqlDB := testdb.Open(b, k)
-			db := gormOnTB(b, k, sqlDB)
+			db := gormtest.On(b, k.Dialect(), sqlDB)
 			b.Cleanup(func() { testdb.AssertNoLeaks(b, k, sqlDB) })
 			name := "bench-obs-" + b.Name()
 			noop := func(*gorm.DB) error { return nil }
@@ -255,7 +256,7 @@ func TestObserverWalkthrough(t *testing.T) {
 				}
 				t.Cleanup(func() { sqlDB.Close() })
 				t.Cleanup(func() { testdb.AssertNoLeaks(t, k, sqlDB) })
-				db := gormOn(t, k, sqlDB)
+				db := gormtest.On(t, k.Dialect(), sqlDB)
 				obs := ormlock.SlogObserver(logger.With("replica", name))
 				if err := db.Use(gormlock.New(ormlock.WithObserver(obs), ormlock.WithNamespace("billing"))); err != nil {
 					t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/gormtest"
 	"github.com/ormlock/ormlock/internal/lockproto"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/keyhash"
@@ -85,7 +86,7 @@ const (
 
 func TestObserverTransaction(t *testing.T) {
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db, _ := openGorm(t, k)
+		db, _ := gormtest.Open(t, k)
 		rec := &testdb.Recorder{}
 		obs := ormlock.WithObserver(rec)
 
@@ -193,7 +194,7 @@ func TestObserverTransaction(t *testing.T) {
 			// a pool that cannot hand out a connection: the verb fails
 			// before the lock call, and the observer still hears of it
 			closed := testdb.Open(t, k)
-			cdb := gormOn(t, k, closed)
+			cdb := gormtest.On(t, k.Dialect(), closed)
 			closed.Close()
 			rec.Reset()
 			key := "obs-closed-" + t.Name()
@@ -245,7 +246,7 @@ func TestObserverTransactionContention(t *testing.T) {
 		rec := &testdb.Recorder{}
 		dbs := make([]*gorm.DB, workers)
 		for i := range dbs {
-			dbs[i], _ = openGorm(t, k)
+			dbs[i], _ = gormtest.Open(t, k)
 		}
 		key := "obs-contention-" + t.Name()
 		var mu sync.Mutex
@@ -286,7 +287,7 @@ func TestObserverTransactionContention(t *testing.T) {
 
 func TestObserverReleaseFailureMariaDB(t *testing.T) {
 	k := testdb.MariaDB
-	db, _ := openGorm(t, k)
+	db, _ := gormtest.Open(t, k)
 	rec := &testdb.Recorder{}
 	key := "obs-relfail-" + t.Name()
 	err := gormlock.Transaction(db, key, func(tx *gorm.DB) error {
@@ -306,7 +307,7 @@ func TestObserverReleaseFailureMariaDB(t *testing.T) {
 
 func TestObserverPluginDefault(t *testing.T) {
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db, _ := openGorm(t, k)
+		db, _ := gormtest.Open(t, k)
 		plugin, perCall := &testdb.Recorder{}, &testdb.Recorder{}
 		if err := db.Use(gormlock.New(ormlock.WithObserver(plugin), ormlock.WithNamespace("obsplugin"))); err != nil {
 			t.Fatal(err)

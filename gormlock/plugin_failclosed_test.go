@@ -11,6 +11,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/gormtest"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
@@ -21,7 +22,7 @@ import (
 // error, without calling fn and without taking a lock.
 func TestPluginFailsClosed(t *testing.T) {
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db, _ := openGorm(t, k)
+		db, _ := gormtest.Open(t, k)
 		before := db.WithContext(context.Background()) // derived before the failure
 		useErr := db.Use(gormlock.New(ormlock.WithNamespace("tenant:a")))
 		if !errors.Is(useErr, ormlock.ErrInvalidKey) {

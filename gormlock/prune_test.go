@@ -1,10 +1,7 @@
 package gormlock_test
 
 import (
-	"context"
 	"errors"
-	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -12,91 +9,16 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/gormtest"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
-// fillLedger inserts n finished rows of job with status, one per second
-// from first, in multi-row statements.
-func fillLedger(t *testing.T, k testdb.Kind, db *gorm.DB, tbl, job, status string, first time.Time, n int) {
-	t.Helper()
-	for done := 0; done < n; {
-		var vals []string
-		for ; done < n && len(vals) < 500; done++ {
-			ts := first.Add(time.Duration(done) * time.Second).UTC().Format("2006-01-02 15:04:05")
-			if k.Dialect() == "postgres" {
-				ts += "+00"
-			}
-			vals = append(vals, fmt.Sprintf("('%s', '%s', '%s', 'filler', '%s', '%s')", job, ts, status, ts, ts))
-		}
-		q := "INSERT INTO " + tbl + " (job, slot, status, owner, started_at, finished_at) VALUES " + strings.Join(vals, ", ")
-		if err := db.Exec(q).Error; err != nil {
-			t.Fatalf("fill ledger: %v", err)
-		}
-	}
-}
-
-// Prune deletes old finished rows in batches (more than one batch here),
-// keeps recent rows, and never deletes a running claim, even an old one
-// whose run is in progress.
-func TestPrune(t *testing.T) {
-	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db, _ := openGorm(t, k)
-		tbl := ledgerTable(t, k, db)
-		opt := ormlock.WithLedgerTable(tbl)
-		old := time.Now().Add(-30 * 24 * time.Hour).Truncate(time.Second)
-		fillLedger(t, k, db, tbl, "prune-done", "done", old, 2300)
-		fillLedger(t, k, db, tbl, "prune-failed", "failed", old, 40)
-		fillLedger(t, k, db, tbl, "prune-recent", "done", time.Now().Add(-time.Hour), 30)
-
-		// a run of an old slot still going on: its row is 'running'
-		oldSlot := old.Add(-time.Hour)
-		started, release := make(chan struct{}), make(chan struct{})
-		ran := make(chan error, 1)
-		go func() {
-			ran <- gormlock.RunOnce(db, "prune-running", oldSlot, func(*gorm.DB) error {
-				close(started)
-				<-release
-				return nil
-			}, opt, ormlock.WithClaim())
-		}()
-		<-started
-
-		n, err := gormlock.Prune(db, 24*time.Hour, opt)
-		if err != nil {
-			t.Fatalf("Prune: %v", err)
-		}
-		if n != 2340 {
-			t.Errorf("Prune deleted %d rows, want 2340", n)
-		}
-		for job, want := range map[string]int{"prune-done": 0, "prune-failed": 0, "prune-recent": 30, "prune-running": 1} {
-			if got := len(runs(t, db, tbl, job)); got != want {
-				t.Errorf("%s: %d rows left, want %d", job, got, want)
-			}
-		}
-		close(release)
-		if err := <-ran; err != nil {
-			t.Fatalf("the running claim's RunOnce: %v", err)
-		}
-		if rs := runs(t, db, tbl, "prune-running"); len(rs) != 1 || rs[0].Status != ormlock.RunDone {
-			t.Fatalf("the running claim after Prune: %+v", rs)
-		}
-		// now finished, and old: the next Prune takes it
-		if n, err := gormlock.Prune(db, 24*time.Hour, opt); err != nil || n != 1 {
-			t.Fatalf("second Prune: %d, %v; want 1", n, err)
-		}
-	})
-}
-
+// Bad input only gormlock can get; the rest is TestPruneBadInput in
+// internal/conformance.
 func TestPruneBadInput(t *testing.T) {
-	db, _ := openGorm(t, testdb.Postgres)
+	db, _ := gormtest.Open(t, testdb.Postgres)
 	if _, err := gormlock.Prune(nil, time.Hour); !errors.Is(err, ormlock.ErrInvalidArgument) {
 		t.Errorf("nil db: %v", err)
-	}
-	if _, err := gormlock.Prune(db, 0); !errors.Is(err, ormlock.ErrInvalidArgument) {
-		t.Errorf("olderThan 0: %v", err)
-	}
-	if _, err := gormlock.Prune(db, time.Hour, ormlock.WithLedgerTable("x; drop")); !errors.Is(err, ormlock.ErrInvalidArgument) {
-		t.Errorf("bad table: %v", err)
 	}
 	err := db.Transaction(func(tx *gorm.DB) error {
 		_, err := gormlock.Prune(tx, time.Hour)
@@ -105,54 +27,4 @@ func TestPruneBadInput(t *testing.T) {
 	if !errors.Is(err, ormlock.ErrInvalidArgument) {
 		t.Errorf("inside a transaction: %v", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if _, err := gormlock.Prune(db.WithContext(ctx), time.Hour); !errors.Is(err, context.Canceled) {
-		t.Errorf("cancelled context: %v", err)
-	}
-}
-
-// Pruning a large ledger does not hold up runs: claims of recent slots
-// made while Prune works through 20,000 old rows each finish promptly.
-func TestPruneConcurrentRuns(t *testing.T) {
-	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db, _ := openGorm(t, k)
-		tbl := ledgerTable(t, k, db)
-		opt := ormlock.WithLedgerTable(tbl)
-		fillLedger(t, k, db, tbl, "prune-bulk", "done", time.Now().Add(-60*24*time.Hour).Truncate(time.Second), 20000)
-		done := make(chan error, 1)
-		var deleted int64
-		start := time.Now()
-		go func() {
-			var err error
-			deleted, err = gormlock.Prune(db, 24*time.Hour, opt)
-			done <- err
-		}()
-		var slowest time.Duration
-		runs := 0
-		base := time.Now().Truncate(time.Hour) // recent slots, one per run
-		for pruning := true; pruning; runs++ {
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Fatalf("Prune: %v", err)
-				}
-				pruning = false
-			default:
-			}
-			t0 := time.Now()
-			err := gormlock.RunOnce(db, "prune-live", base.Add(time.Duration(runs)*time.Hour), func(*gorm.DB) error { return nil }, opt)
-			if err != nil {
-				t.Fatalf("RunOnce while pruning: %v", err)
-			}
-			slowest = max(slowest, time.Since(t0))
-		}
-		t.Logf("Prune deleted %d rows in %v; %d runs meanwhile, the slowest took %v", deleted, time.Since(start), runs, slowest)
-		if deleted != 20000 {
-			t.Errorf("Prune deleted %d rows, want 20000", deleted)
-		}
-		if slowest > 2*time.Second {
-			t.Errorf("a run took %v while Prune worked", slowest)
-		}
-	})
 }

@@ -7,31 +7,15 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"gorm.io/gorm"
 
+	"github.com/ormlock/ormlock/internal/gormtest"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/keyhash"
 )
-
-// holders counts the callers inside a critical section and remembers the
-// most seen at once: the in-process proof of mutual exclusion.
-type holders struct{ inside, max atomic.Int64 }
-
-// enter records one more holder; call the result when it leaves.
-func (h *holders) enter() (leave func()) {
-	n := h.inside.Add(1)
-	for {
-		m := h.max.Load()
-		if n <= m || h.max.CompareAndSwap(m, n) {
-			break
-		}
-	}
-	return func() { h.inside.Add(-1) }
-}
 
 // pgLockBackendQuery finds the backend holding a bigint advisory lock (pg_locks
 // keeps its high half in classid and its low half in objid).
@@ -96,24 +80,16 @@ func lockFree(ctx context.Context, dialect string, admin *sql.DB, name string) (
 	return testdb.RawFreeOn(ctx, dialect, admin, "", name)
 }
 
-// driverOf is the database/sql driver name of kind k.
-func driverOf(k testdb.Kind) string {
-	if k.Dialect() == "mysql" {
-		return "mysql"
-	}
-	return "pgx"
-}
-
 // openDSN opens a pool on dsn for a server of kind k, wrapped in GORM; the
 // pool is closed in Cleanup.
 func openDSN(t *testing.T, k testdb.Kind, dsn string) (*gorm.DB, *sql.DB) {
 	t.Helper()
-	sqlDB, err := sql.Open(driverOf(k), dsn)
+	sqlDB, err := sql.Open(k.Driver(), dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sqlDB.Close() })
-	return gormOn(t, k, sqlDB), sqlDB
+	return gormtest.On(t, k.Dialect(), sqlDB), sqlDB
 }
 
 // openPrivate opens a pool on the private server s (or on dsn, when given,
@@ -126,7 +102,7 @@ func openPrivate(t *testing.T, s *testdb.Server, dsn string) (db *gorm.DB, sqlDB
 		dsn = s.DSN()
 	}
 	db, sqlDB = openDSN(t, k, dsn)
-	admin, err := sql.Open(driverOf(k), s.AdminDSN())
+	admin, err := sql.Open(k.Driver(), s.AdminDSN())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,58 +14,10 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/gormtest"
 	"github.com/ormlock/ormlock/internal/leakcheck"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
-
-// Killing the lock connection cancels fn's context with cause ErrLockLost
-// within two keepalive intervals; Session reports the loss even though fn
-// returns ctx.Err().
-func TestSessionLockLost(t *testing.T) {
-	leakcheck.Goroutines(t)
-	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db, _ := openGorm(t, k)
-		admin := testdb.AdminDB(t, k)
-		key := "s-lost-" + t.Name()
-		var ev testdb.Recorder
-		var detected time.Duration
-		var cause error
-		var lockID int64
-		err := gormlock.Session(db, key, func(ctx context.Context) error {
-			lockID = lockConn(t, k.Dialect(), admin, key).id
-			testdb.KillOn(t, k.Dialect(), admin, lockID)
-			detected = waitDone(t, ctx, 15*time.Second)
-			cause = context.Cause(ctx)
-			return ctx.Err()
-		}, ormlock.WithKeepalive(sessionKeepalive), ormlock.WithObserver(&ev))
-		t.Logf("loss seen %v after the kill (keepalive %v); Session: %v", detected.Round(time.Millisecond), sessionKeepalive, err)
-		if !errors.Is(err, ormlock.ErrLockLost) {
-			t.Fatalf("Session error = %v, want ErrLockLost", err)
-		}
-		if !errors.Is(err, context.Canceled) {
-			t.Errorf("Session error = %v, want fn's ctx.Err() joined in", err)
-		}
-		if !errors.Is(cause, ormlock.ErrLockLost) {
-			t.Fatalf("context.Cause(ctx) = %v, want ErrLockLost", cause)
-		}
-		if detected > lossBound {
-			t.Errorf("loss seen after %v, want within %v (two intervals plus slack)", detected, lossBound)
-		}
-		if ev.Count(ormlock.EventLockLost) == 0 {
-			t.Errorf("events = %v, want lock_lost", ev.Kinds())
-		}
-		testdb.WaitGoneOn(t, k.Dialect(), admin, lockID)
-		// the job's own pool keeps working, and so does the next Session
-		if err := db.Exec("SELECT 1").Error; err != nil {
-			t.Fatalf("pool after the loss: %v", err)
-		}
-		if err := gormlock.Session(db, key, func(ctx context.Context) error {
-			return db.WithContext(ctx).Exec("SELECT 1").Error
-		}); err != nil {
-			t.Fatalf("next Session: %v", err)
-		}
-	})
-}
 
 // A hung server (its backend stopped with SIGSTOP) is a lost lock too: the
 // keepalive's check times out within one interval.
@@ -76,7 +28,7 @@ func TestSessionHungServer(t *testing.T) {
 			if testdb.LogPath(t, k) == "" {
 				t.Skip("the server is external (DSN env var): its backends are not processes of this machine")
 			}
-			db, _ := openGorm(t, k)
+			db, _ := gormtest.Open(t, k)
 			admin := testdb.AdminDB(t, k)
 			key := "s-hung-" + t.Name()
 			var detected time.Duration
@@ -113,7 +65,7 @@ func TestSessionKeepaliveRace(t *testing.T) {
 		outcomes := map[string]int{}
 		var wg sync.WaitGroup
 		for w := range workers {
-			db, _ := openGorm(t, k)
+			db, _ := gormtest.Open(t, k)
 			wg.Go(func() {
 				for i := range runs {
 					err := gormlock.Session(db, key, func(ctx context.Context) error {
@@ -148,7 +100,7 @@ func TestSessionKeepaliveRace(t *testing.T) {
 func TestSessionLossSeenAtRelease(t *testing.T) {
 	leakcheck.Goroutines(t)
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db, _ := openGorm(t, k)
+		db, _ := gormtest.Open(t, k)
 		admin := testdb.AdminDB(t, k)
 		key := "s-lost-rel-" + t.Name()
 		var ev testdb.Recorder
@@ -176,7 +128,7 @@ func TestSessionLossSeenAtRelease(t *testing.T) {
 func TestSessionReleaseFailureDestroysConnection(t *testing.T) {
 	leakcheck.Goroutines(t, testdb.MariaDB)
 	k := testdb.MariaDB
-	db, sqlDB := openGorm(t, k)
+	db, sqlDB := gormtest.Open(t, k)
 	sqlDB.SetMaxIdleConns(4)
 	admin := testdb.AdminDB(t, k)
 	key := "s-relfail-" + t.Name()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/gormtest"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
@@ -24,7 +25,7 @@ func TestSessionRestoresWaitTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _, _ = admin.Exec("SET GLOBAL wait_timeout = ?", global) })
-	db, sqlDB := openGorm(t, k) // its connections start with the new default
+	db, sqlDB := gormtest.Open(t, k) // its connections start with the new default
 	// one connection: the Session's lock connection is the one the pool
 	// hands out next
 	sqlDB.SetMaxOpenConns(1)

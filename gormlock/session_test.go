@@ -13,6 +13,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/gormtest"
 	"github.com/ormlock/ormlock/internal/leakcheck"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/keyhash"
@@ -25,89 +26,16 @@ const sessionKeepalive = 200 * time.Millisecond
 // slack for a loaded machine.
 const lossBound = 2*sessionKeepalive + 2*time.Second
 
-// Session and Transaction on the same key exclude each other, both ways.
-func TestSessionExcludesTransaction(t *testing.T) {
-	leakcheck.Goroutines(t)
-	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		sdb, _ := openGorm(t, k)
-		tdb, _ := openGorm(t, k)
-		key := "s-vs-tx-" + t.Name()
-		err := gormlock.Session(sdb, key, func(ctx context.Context) error {
-			err := gormlock.Transaction(tdb, key, func(*gorm.DB) error { return errors.New("Transaction ran while a Session held the lock") })
-			if !errors.Is(err, ormlock.ErrNotAcquired) {
-				return fmt.Errorf("Transaction during a Session: %v, want ErrNotAcquired", err)
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = gormlock.Transaction(tdb, key, func(*gorm.DB) error {
-			err := gormlock.Session(sdb, key, func(context.Context) error { return errors.New("Session ran while a Transaction held the lock") })
-			if !errors.Is(err, ormlock.ErrNotAcquired) {
-				return fmt.Errorf("Session during a Transaction: %v, want ErrNotAcquired", err)
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-
-		// and racing each other
-		const rounds = 50
-		var h holders
-		sWins, tWins := 0, 0
-		for r := 0; r < rounds; r++ {
-			var wg sync.WaitGroup
-			gate := make(chan struct{})
-			var serr, terr error
-			wg.Go(func() {
-				<-gate
-				serr = gormlock.Session(sdb, key, func(ctx context.Context) error {
-					defer h.enter()()
-					time.Sleep(2 * time.Millisecond)
-					return nil
-				})
-			})
-			wg.Go(func() {
-				<-gate
-				terr = gormlock.Transaction(tdb, key, func(tx *gorm.DB) error {
-					defer h.enter()()
-					time.Sleep(2 * time.Millisecond)
-					return tx.Exec("SELECT 1").Error
-				})
-			})
-			close(gate)
-			wg.Wait()
-			for _, e := range []error{serr, terr} {
-				if e != nil && !errors.Is(e, ormlock.ErrNotAcquired) {
-					t.Fatalf("round %d: %v", r, e)
-				}
-			}
-			if serr == nil {
-				sWins++
-			}
-			if terr == nil {
-				tWins++
-			}
-		}
-		if got := h.max.Load(); got != 1 {
-			t.Fatalf("max holders at once = %d, want 1", got)
-		}
-		t.Logf("%d rounds: Session won %d, Transaction won %d", rounds, sWins, tWins)
-	})
-}
-
 // Behind PgBouncer in transaction mode, the Session's lock lives in a
 // transaction, so PgBouncer keeps its server connection out of the pool: no
 // other client transaction can land on it and take the lock.
 func TestSessionBehindPgBouncer(t *testing.T) {
 	leakcheck.Goroutines(t, testdb.PgBouncer)
 	k := testdb.PgBouncer
-	db, _ := openGorm(t, k)
+	db, _ := gormtest.Open(t, k)
 	others := make([]*gorm.DB, 3)
 	for i := range others {
-		others[i], _ = openGorm(t, k)
+		others[i], _ = gormtest.Open(t, k)
 	}
 	key := "s-bouncer-" + t.Name()
 	id := keyhash.Int64(key)
@@ -165,8 +93,8 @@ func TestSessionBehindPgBouncer(t *testing.T) {
 	// that holds it goes back to PgBouncer's pool after each transaction,
 	// and the next client that lands on it "takes" the lock again.
 	t.Run("session-level lock excludes nobody", func(t *testing.T) {
-		a, _ := openGorm(t, k)
-		b, _ := openGorm(t, k)
+		a, _ := gormtest.Open(t, k)
+		b, _ := gormtest.Open(t, k)
 		admin := testdb.AdminDB(t, k)
 		name := "s-bouncer-session-" + t.Name()
 		t.Cleanup(func() {
@@ -205,7 +133,7 @@ func TestSessionBehindPgBouncer(t *testing.T) {
 func TestSessionUsesPool(t *testing.T) {
 	leakcheck.Goroutines(t)
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db, _ := openGorm(t, k)
+		db, _ := gormtest.Open(t, k)
 		tbl := table(t, k, db)
 		admin := testdb.AdminDB(t, k)
 		key := "s-pool-" + t.Name()
@@ -248,7 +176,7 @@ func TestSessionHoldsNoSnapshot(t *testing.T) {
 	leakcheck.Goroutines(t, testdb.Postgres, testdb.PgBouncer)
 	for _, k := range []testdb.Kind{testdb.Postgres, testdb.PgBouncer} {
 		t.Run(string(k), func(t *testing.T) {
-			db, sqlDB := openGorm(t, k)
+			db, sqlDB := gormtest.Open(t, k)
 			tbl := table(t, k, db)
 			admin := testdb.AdminDB(t, k)
 			key := "s-xmin-" + t.Name()
@@ -304,122 +232,10 @@ func TestSessionHoldsNoSnapshot(t *testing.T) {
 	}
 }
 
-// Unlock on every path: completion, fn's error (returned unchanged), panic
-// (re-panicked).
-func TestSessionUnlock(t *testing.T) {
-	leakcheck.Goroutines(t)
-	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db, _ := openGorm(t, k)
-		key := "s-unlock-" + t.Name()
-		var ev testdb.Recorder
-		err := gormlock.Session(db, key, func(ctx context.Context) error {
-			if rawFree(t, k, key) {
-				return errors.New("lock free inside fn")
-			}
-			return ctx.Err()
-		}, ormlock.WithObserver(&ev))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !rawFree(t, k, key) {
-			t.Fatal("lock held after Session returned")
-		}
-		want := []ormlock.EventKind{ormlock.EventAttempt, ormlock.EventAcquired, ormlock.EventReleased}
-		if got := ev.Kinds(); fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Errorf("events = %v, want %v", got, want)
-		}
-
-		boom := errors.New("boom")
-		err = gormlock.Session(db, key, func(context.Context) error { return boom })
-		if err != boom {
-			t.Fatalf("err = %v, want fn's error unchanged", err)
-		}
-		if !rawFree(t, k, key) {
-			t.Fatal("lock held after fn error")
-		}
-
-		var got any
-		func() {
-			defer func() { got = recover() }()
-			_ = gormlock.Session(db, key, func(context.Context) error { panic("kaboom") })
-		}()
-		if got != "kaboom" {
-			t.Fatalf("recovered %v, want the original panic value", got)
-		}
-		if !rawFree(t, k, key) {
-			t.Fatal("lock held after panic")
-		}
-	})
-}
-
-// Try-once, waiting and context cancellation while waiting, as in
-// Transaction; a caller's cancellation inside fn is not a lost lock.
-func TestSessionWaitAndContext(t *testing.T) {
-	leakcheck.Goroutines(t)
-	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db, _ := openGorm(t, k)
-		key := "s-wait-" + t.Name()
-		release := rawHold(t, k, key)
-		called := false
-		fn := func(context.Context) error { called = true; return nil }
-
-		if err := gormlock.Session(db, key, fn); !errors.Is(err, ormlock.ErrNotAcquired) || called {
-			t.Fatalf("try-once: err=%v called=%v, want ErrNotAcquired", err, called)
-		}
-		if err := gormlock.Session(db, key, fn, ormlock.WithWait(300*time.Millisecond)); !errors.Is(err, ormlock.ErrNotAcquired) || called {
-			t.Fatalf("wait timeout: err=%v called=%v, want ErrNotAcquired", err, called)
-		}
-
-		ctx, cancel := context.WithCancel(context.Background())
-		time.AfterFunc(200*time.Millisecond, cancel)
-		err := gormlock.Session(db.WithContext(ctx), key, fn, ormlock.WithWait(30*time.Second))
-		if !errors.Is(err, ormlock.ErrNotAcquired) || !errors.Is(err, context.Canceled) || called {
-			t.Fatalf("cancel while waiting: err=%v called=%v, want ErrNotAcquired and context.Canceled", err, called)
-		}
-		dctx, dcancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-		defer dcancel()
-		err = gormlock.Session(db.WithContext(dctx), key, fn, ormlock.WithWait(30*time.Second))
-		if !errors.Is(err, ormlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) || called {
-			t.Fatalf("deadline while waiting: err=%v called=%v, want ErrNotAcquired and context.DeadlineExceeded", err, called)
-		}
-		cctx, ccancel := context.WithCancel(context.Background())
-		ccancel()
-		if err := gormlock.Session(db.WithContext(cctx), key+"-free", fn); !errors.Is(err, context.Canceled) || called {
-			t.Fatalf("already cancelled: err=%v called=%v, want context.Canceled", err, called)
-		}
-
-		// a wait that outlasts the holder succeeds
-		time.AfterFunc(200*time.Millisecond, release)
-		start := time.Now()
-		if err := gormlock.Session(db, key, fn, ormlock.WithWait(20*time.Second)); err != nil || !called {
-			t.Fatalf("wait for release: err=%v called=%v", err, called)
-		}
-		t.Logf("acquired after %v of waiting", time.Since(start).Round(time.Millisecond))
-
-		// the caller cancelling during fn ends fn's context, not the lock
-		ictx, icancel := context.WithCancel(context.Background())
-		var cause error
-		err = gormlock.Session(db.WithContext(ictx), key, func(ctx context.Context) error {
-			icancel()
-			<-ctx.Done()
-			cause = context.Cause(ctx)
-			return ctx.Err()
-		})
-		if !errors.Is(err, context.Canceled) || errors.Is(err, ormlock.ErrLockLost) {
-			t.Fatalf("caller cancel in fn: err=%v, want context.Canceled and not ErrLockLost", err)
-		}
-		if !errors.Is(cause, context.Canceled) || errors.Is(cause, ormlock.ErrLockLost) {
-			t.Fatalf("caller cancel in fn: cause=%v, want context.Canceled", cause)
-		}
-		if !rawFree(t, k, key) {
-			t.Fatal("lock held after the caller's cancellation")
-		}
-	})
-}
-
+// Bad input only gormlock can get; the rest is TestTransactionBadInput in
+// internal/conformance.
 func TestSessionBadInput(t *testing.T) {
 	leakcheck.Goroutines(t, testdb.Postgres)
-	db, _ := openGorm(t, testdb.Postgres)
 	called := false
 	fn := func(context.Context) error { called = true; return nil }
 	check := func(what string, err, want error, text string) {
@@ -432,11 +248,6 @@ func TestSessionBadInput(t *testing.T) {
 		}
 	}
 	check("nil db", gormlock.Session(nil, "k", fn), ormlock.ErrInvalidArgument, "nil *gorm.DB")
-	check("nil fn", gormlock.Session(db, "k", nil), ormlock.ErrInvalidArgument, "nil fn")
-	check("empty key", gormlock.Session(db, "", fn), ormlock.ErrInvalidKey, "empty lock name")
-	check("zero Key", gormlock.Session(db, ormlock.Key{}, fn), ormlock.ErrInvalidKey, "zero Key")
-	check("zero keepalive", gormlock.Session(db, "k", fn, ormlock.WithKeepalive(0)), ormlock.ErrInvalidArgument, "WithKeepalive")
-	check("negative wait", gormlock.Session(db, "k", fn, ormlock.WithWait(-time.Second)), ormlock.ErrInvalidArgument, "WithWait")
 	if called {
 		t.Error("fn called on bad input")
 	}

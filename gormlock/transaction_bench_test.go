@@ -2,14 +2,13 @@ package gormlock_test
 
 import (
 	"context"
-	"database/sql"
 	"testing"
 
 	"gorm.io/gorm"
 
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/gormtest"
 	"github.com/ormlock/ormlock/internal/testdb"
-	"github.com/ormlock/ormlock/keyhash"
 )
 
 // BenchmarkTransaction compares gormlock.Transaction (empty fn) with a
@@ -21,7 +20,7 @@ func BenchmarkTransaction(b *testing.B) {
 	for _, k := range []testdb.Kind{testdb.Postgres, testdb.PgBouncer, testdb.MariaDB} {
 		b.Run(string(k), func(b *testing.B) {
 			sqlDB := testdb.Open(b, k)
-			db := benchGorm(b, k, sqlDB)
+			db := gormtest.On(b, k.Dialect(), sqlDB)
 			name := "bench-" + b.Name()
 			noop := func(*gorm.DB) error { return nil }
 			b.Run("gormlock", func(b *testing.B) {
@@ -36,7 +35,7 @@ func BenchmarkTransaction(b *testing.B) {
 				b.ReportAllocs()
 				ctx := context.Background()
 				for b.Loop() {
-					if err := handwritten(ctx, k, sqlDB, name); err != nil {
+					if err := testdb.Handwritten(ctx, k, sqlDB, name); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -51,45 +50,4 @@ func BenchmarkTransaction(b *testing.B) {
 			})
 		})
 	}
-}
-
-func benchGorm(b *testing.B, k testdb.Kind, sqlDB *sql.DB) *gorm.DB {
-	return gormOnTB(b, k, sqlDB)
-}
-
-// handwritten is the protocol as a careful user would write it with
-// database/sql alone.
-func handwritten(ctx context.Context, k testdb.Kind, db *sql.DB, name string) error {
-	if k.Dialect() == "postgres" {
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		var ok bool
-		if err := tx.QueryRowContext(ctx, "SELECT pg_try_advisory_xact_lock($1)", keyhash.Int64(name)).Scan(&ok); err != nil || !ok {
-			_ = tx.Rollback()
-			return err
-		}
-		return tx.Commit()
-	}
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	lockName := keyhash.MySQLName("", name)
-	var got sql.NullInt64
-	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0)", lockName).Scan(&got); err != nil || got.Int64 != 1 {
-		return err
-	}
-	tx, err := conn.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	err = tx.Commit()
-	var rel sql.NullInt64
-	if rerr := conn.QueryRowContext(context.WithoutCancel(ctx), "SELECT RELEASE_LOCK(?)", lockName).Scan(&rel); rerr != nil {
-		return rerr
-	}
-	return err
 }

@@ -18,18 +18,16 @@ import (
 	"testing"
 	"time"
 
-	gmysql "gorm.io/driver/mysql"
-	"gorm.io/driver/postgres"
+	entsql "entgo.io/ent/dialect/sql"
 	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/entlock"
 	"github.com/ormlock/ormlock/gormlock"
 	"github.com/ormlock/ormlock/internal/enttest"
 	"github.com/ormlock/ormlock/internal/enttest/ent"
+	"github.com/ormlock/ormlock/internal/gormtest"
 	"github.com/ormlock/ormlock/internal/testdb"
-	"github.com/ormlock/ormlock/keyhash"
 )
 
 func TestMain(m *testing.M) { os.Exit(testdb.Main(m)) }
@@ -37,9 +35,9 @@ func TestMain(m *testing.M) { os.Exit(testdb.Main(m)) }
 // locker is what the suite needs of an adapter: the two verbs, over one pool.
 type locker interface {
 	// Transaction runs fn in a transaction while key's lock is held.
-	Transaction(ctx context.Context, key string, fn func(tx txn) error, opts ...ormlock.Option) error
+	Transaction(ctx context.Context, key any, fn func(tx txn) error, opts ...ormlock.Option) error
 	// Session holds key's lock on a dedicated connection while fn runs.
-	Session(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...ormlock.Option) error
+	Session(ctx context.Context, key any, fn func(ctx context.Context) error, opts ...ormlock.Option) error
 }
 
 // txn is a transaction handed to fn.
@@ -50,6 +48,12 @@ type txn interface {
 	Exec(query string, args ...any) error
 	// QueryInt runs a query returning one integer in the transaction.
 	QueryInt(query string) (int64, error)
+	// Scan runs a query returning one row in the transaction into dest.
+	Scan(query string, dest ...any) error
+	// Context is the context fn's statements run with.
+	Context() context.Context
+	// FencingToken is the adapter's FencingToken of the transaction.
+	FencingToken() (int64, bool)
 }
 
 // adapter opens a locker on a new pool of kind k; the pool is checked for
@@ -57,11 +61,17 @@ type txn interface {
 type adapter struct {
 	name string
 	open func(t *testing.T, k testdb.Kind) locker
+	// with opens a runner like open whose defaults are opts (GORM's plugin,
+	// entlock.Wrap's options).
+	with func(t *testing.T, k testdb.Kind, opts ...ormlock.Option) runner
+	// on builds a runner over pool db of dialect ("postgres" or "mysql"),
+	// without pinging it and without a leak check.
+	on func(t *testing.T, dialect string, db *sql.DB) runner
 }
 
 var adapters = []adapter{
-	{"gormlock", openGorm},
-	{"entlock", openEnt},
+	{"gormlock", openGorm, gormWith, gormOnPool},
+	{"entlock", openEnt, entWith, entOnPool},
 }
 
 // ---- gormlock ----
@@ -79,39 +89,53 @@ func openGorm(t *testing.T, k testdb.Kind) locker {
 	return gormLocker{gormOpen(t, k)}
 }
 
+func gormWith(t *testing.T, k testdb.Kind, opts ...ormlock.Option) runner {
+	t.Helper()
+	db := gormOpen(t, k)
+	if len(opts) > 0 {
+		if err := db.Use(gormlock.New(opts...)); err != nil {
+			t.Fatalf("gormlock.New: %v", err)
+		}
+	}
+	return gormLocker{db}
+}
+
+func gormOnPool(t *testing.T, dialect string, sqlDB *sql.DB) runner {
+	t.Helper()
+	return gormLocker{gormtest.On(t, dialect, sqlDB, gormtest.NoPing())}
+}
+
 // gormOpen opens GORM on a new pool to the server of kind k, with the items
 // table migrated; the pool is checked for leaks when the test ends.
 func gormOpen(t *testing.T, k testdb.Kind) *gorm.DB {
 	t.Helper()
-	sqlDB := testdb.Open(t, k)
 	enttest.Migrate(t, k)
-	t.Cleanup(func() { testdb.AssertNoLeaks(t, k, sqlDB) })
-	var dial gorm.Dialector
-	if k.Dialect() == "postgres" {
-		dial = postgres.New(postgres.Config{Conn: sqlDB})
-	} else {
-		dial = gmysql.New(gmysql.Config{Conn: sqlDB, SkipInitializeWithVersion: true})
-	}
-	db, err := gorm.Open(dial, &gorm.Config{Logger: logger.Discard})
-	if err != nil {
-		t.Fatalf("gorm.Open: %v", err)
-	}
+	db, _ := gormtest.Open(t, k)
 	return db
 }
 
-func (g gormLocker) Transaction(ctx context.Context, key string, fn func(txn) error, opts ...ormlock.Option) error {
-	return gormlock.Transaction(g.db.WithContext(ctx), key, func(tx *gorm.DB) error { return fn(gormTx{tx}) }, opts...)
+func (g gormLocker) Transaction(ctx context.Context, key any, fn func(txn) error, opts ...ormlock.Option) error {
+	return gormlock.Transaction(g.db.WithContext(ctx), keyOf(key), gormFn(fn), opts...)
 }
 
-func (g gormLocker) Session(ctx context.Context, key string, fn func(context.Context) error, opts ...ormlock.Option) error {
-	return gormlock.Session(g.db.WithContext(ctx), key, fn, opts...)
+// gormFn adapts fn to GORM (nil stays nil, for the bad-input tests).
+func gormFn(fn func(txn) error) func(*gorm.DB) error {
+	if fn == nil {
+		return nil
+	}
+	return func(tx *gorm.DB) error { return fn(gormTx{tx}) }
+}
+
+func (g gormLocker) Session(ctx context.Context, key any, fn func(context.Context) error, opts ...ormlock.Option) error {
+	return gormlock.Session(g.db.WithContext(ctx), keyOf(key), fn, opts...)
 }
 
 // ---- entlock ----
 
 type entLocker struct {
-	client *ent.Client
-	db     *sql.DB
+	client  *ent.Client
+	db      *sql.DB
+	dialect string
 }
 
 type entTx struct {
@@ -125,103 +149,51 @@ func (e entTx) Insert(owner string, n int) error {
 
 func openEnt(t *testing.T, k testdb.Kind) locker {
 	t.Helper()
-	client, db := enttest.Open(t, k)
-	return entLocker{client, db}
+	return entWith(t, k)
 }
 
-func (e entLocker) Transaction(ctx context.Context, key string, fn func(txn) error, opts ...ormlock.Option) error {
-	return entlock.Transaction(ctx, e.client, key, func(tx *ent.Tx) error { return fn(entTx{ctx, tx}) }, opts...)
-}
-
-func (e entLocker) Session(ctx context.Context, key string, fn func(context.Context) error, opts ...ormlock.Option) error {
-	return entlock.Session(ctx, e.client, key, fn, opts...)
-}
-
-// ---- hand-written SQL, as existing code would lock (try once, no options) ----
-
-type rawLocker struct {
-	k  testdb.Kind
-	db *sql.DB
-}
-
-type rawTx struct {
-	ctx context.Context
-	tx  *sql.Tx
-	k   testdb.Kind
-}
-
-func (r rawTx) Insert(owner string, n int) error {
-	q := "INSERT INTO items (owner, n) VALUES (?, ?)"
-	if r.k.Dialect() == "postgres" {
-		q = "INSERT INTO items (owner, n) VALUES ($1, $2)"
-	}
-	_, err := r.tx.ExecContext(r.ctx, q, owner, n)
-	return err
-}
-
-func openRaw(t *testing.T, k testdb.Kind) locker {
+func entWith(t *testing.T, k testdb.Kind, opts ...ormlock.Option) runner {
 	t.Helper()
-	db := testdb.Open(t, k)
-	enttest.Migrate(t, k)
-	t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
-	return rawLocker{k, db}
+	client, db := enttest.Open(t, k, opts...)
+	return entLocker{client, db, k.Dialect()}
 }
 
-var errRawNotAcquired = fmt.Errorf("raw: %w", ormlock.ErrNotAcquired)
-
-func (r rawLocker) Transaction(ctx context.Context, key string, fn func(txn) error, opts ...ormlock.Option) (err error) {
-	if len(opts) > 0 {
-		return errors.New("raw locker takes no options")
-	}
-	var conn *sql.Conn
-	var tx *sql.Tx
-	if r.k.Dialect() == "postgres" {
-		if tx, err = r.db.BeginTx(ctx, nil); err != nil {
-			return err
-		}
-		var ok bool
-		if err := tx.QueryRowContext(ctx, "SELECT pg_try_advisory_xact_lock($1)", keyhash.Int64(key)).Scan(&ok); err != nil || !ok {
-			_ = tx.Rollback()
-			if err != nil {
-				return err
-			}
-			return errRawNotAcquired
-		}
-	} else {
-		if conn, err = r.db.Conn(ctx); err != nil {
-			return err
-		}
-		name := keyhash.MySQLName("", key)
-		var ok bool
-		if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0) = 1", name).Scan(&ok); err != nil || !ok {
-			conn.Close()
-			if err != nil {
-				return err
-			}
-			return errRawNotAcquired
-		}
-		defer func() {
-			if _, rerr := conn.ExecContext(context.WithoutCancel(ctx), "SELECT RELEASE_LOCK(?)", name); rerr != nil {
-				err = errors.Join(err, rerr)
-			}
-			conn.Close()
-		}()
-		if tx, err = conn.BeginTx(ctx, nil); err != nil {
-			return err
-		}
-	}
-	if err := fn(rawTx{ctx, tx, r.k}); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	return tx.Commit()
+func entOnPool(t *testing.T, dialect string, db *sql.DB) runner {
+	t.Helper()
+	return entLocker{ent.NewClient(ent.Driver(entlock.Wrap(entsql.OpenDB(dialect, db)))), db, dialect}
 }
 
-func (r rawLocker) Session(context.Context, string, func(context.Context) error, ...ormlock.Option) error {
-	return errors.New("raw locker has no Session")
+func (e entLocker) Transaction(ctx context.Context, key any, fn func(txn) error, opts ...ormlock.Option) error {
+	return entlock.Transaction(ctx, e.client, keyOf(key), entFn(ctx, fn), opts...)
+}
+
+// entFn adapts fn to ent (nil stays nil, for the bad-input tests).
+func entFn(ctx context.Context, fn func(txn) error) func(*ent.Tx) error {
+	if fn == nil {
+		return nil
+	}
+	return func(tx *ent.Tx) error { return fn(entTx{ctx, tx}) }
+}
+
+func (e entLocker) Session(ctx context.Context, key any, fn func(context.Context) error, opts ...ormlock.Option) error {
+	return entlock.Session(ctx, e.client, keyOf(key), fn, opts...)
 }
 
 // ---- helpers ----
+
+// keyOf is the key the adapters' verbs take for key (a name, an id or a
+// Key), as they convert it themselves.
+func keyOf(key any) ormlock.Key {
+	switch v := key.(type) {
+	case string:
+		return ormlock.Name(v)
+	case int64:
+		return ormlock.ID(v)
+	case ormlock.Key:
+		return v
+	}
+	panic(fmt.Sprintf("key of type %T", key))
+}
 
 // forEach runs f for every adapter on every server kind.
 func forEach(t *testing.T, f func(t *testing.T, a adapter, k testdb.Kind)) {
@@ -232,6 +204,16 @@ func forEach(t *testing.T, f func(t *testing.T, a adapter, k testdb.Kind)) {
 				t.Run(string(k), func(t *testing.T) { f(t, a, k) })
 			}
 		})
+	}
+}
+
+// forEachPostgres runs f for every adapter on PostgreSQL and PgBouncer.
+func forEachPostgres(t *testing.T, f func(t *testing.T, a adapter, k testdb.Kind)) {
+	t.Helper()
+	for _, a := range adapters {
+		for _, k := range []testdb.Kind{testdb.Postgres, testdb.PgBouncer} {
+			t.Run(a.name+"/"+string(k), func(t *testing.T) { f(t, a, k) })
+		}
 	}
 }
 
@@ -246,7 +228,8 @@ func free(t *testing.T, k testdb.Kind, key string) bool {
 func exclusion(t *testing.T, k testdb.Kind, owner, key string, lockers []locker, rounds int) {
 	t.Helper()
 	ctx := context.Background()
-	var inside, maxInside, wins, losses atomic.Int64
+	var in testdb.Holders
+	var wins, losses atomic.Int64
 	for r := 0; r < rounds; r++ {
 		var wg sync.WaitGroup
 		start := make(chan struct{})
@@ -255,14 +238,7 @@ func exclusion(t *testing.T, k testdb.Kind, owner, key string, lockers []locker,
 			wg.Go(func() {
 				<-start
 				errs[i] = l.Transaction(ctx, key, func(tx txn) error {
-					n := inside.Add(1)
-					defer inside.Add(-1)
-					for {
-						m := maxInside.Load()
-						if n <= m || maxInside.CompareAndSwap(m, n) {
-							break
-						}
-					}
+					defer in.Enter()()
 					time.Sleep(time.Millisecond)
 					return tx.Insert(owner, r)
 				})
@@ -286,7 +262,7 @@ func exclusion(t *testing.T, k testdb.Kind, owner, key string, lockers []locker,
 			t.Fatalf("round %d: nobody acquired a free lock", r)
 		}
 	}
-	if got := maxInside.Load(); got != 1 {
+	if got := in.Max(); got != 1 {
 		t.Fatalf("max holders inside fn at once = %d, want 1", got)
 	}
 	if losses.Load() == 0 {
@@ -467,80 +443,4 @@ func TestConformanceSession(t *testing.T) {
 			t.Fatal("lock held after Session")
 		}
 	})
-}
-
-// ---- cross-ORM interop ----
-
-// Three instances, one per way of locking (gormlock, entlock, raw SQL),
-// contend for one key: at most one holder at any instant.
-func TestCrossORMMutualExclusion(t *testing.T) {
-	for _, k := range testdb.Kinds() {
-		t.Run(string(k), func(t *testing.T) {
-			lockers := []locker{openGorm(t, k), openEnt(t, k), openRaw(t, k)}
-			exclusion(t, k, enttest.Owner(t, k), "cross-mutex-"+t.Name(), lockers, 100)
-		})
-	}
-}
-
-// A holder of each kind excludes the other two, for each verb and for names
-// that need quoting or are not ASCII.
-func TestCrossORMInterop(t *testing.T) {
-	for _, k := range testdb.Kinds() {
-		t.Run(string(k), func(t *testing.T) {
-			ctx := context.Background()
-			all := map[string]locker{"gormlock": openGorm(t, k), "entlock": openEnt(t, k), "raw": openRaw(t, k)}
-			for _, key := range []string{"interop-" + t.Name(), `it's "quoted"; --`, "Zürich-日本-🔒"} {
-				for hname, h := range all {
-					err := h.Transaction(ctx, key, func(txn) error {
-						for oname, o := range all {
-							if oname == hname {
-								continue
-							}
-							if err := o.Transaction(ctx, key, func(txn) error { return errors.New("fn called") }); !errors.Is(err, ormlock.ErrNotAcquired) {
-								return fmt.Errorf("%s holder did not exclude %s: %v", hname, oname, err)
-							}
-						}
-						return nil
-					})
-					if err != nil {
-						t.Fatalf("%q: %v", key, err)
-					}
-					if !free(t, k, key) {
-						t.Fatalf("%q: lock held after the %s holder returned", key, hname)
-					}
-				}
-				// Sessions exclude the other adapter's Transaction too
-				for hname, oname := range map[string]string{"gormlock": "entlock", "entlock": "gormlock"} {
-					err := all[hname].Session(ctx, key, func(ctx context.Context) error {
-						return all[oname].Transaction(ctx, key, func(txn) error { return errors.New("fn called") })
-					})
-					if !errors.Is(err, ormlock.ErrNotAcquired) {
-						t.Fatalf("%q: %s Session did not exclude %s: %v", key, hname, oname, err)
-					}
-				}
-			}
-		})
-	}
-}
-
-// The adapters agree on namespaced keys: the same namespace excludes, none
-// does not.
-func TestCrossORMNamespace(t *testing.T) {
-	for _, k := range testdb.Kinds() {
-		t.Run(string(k), func(t *testing.T) {
-			ctx := context.Background()
-			g, e := openGorm(t, k), openEnt(t, k)
-			key := "ns-" + t.Name()
-			ns := ormlock.WithNamespace("billing")
-			err := g.Transaction(ctx, key, func(txn) error {
-				if err := e.Transaction(ctx, key, func(txn) error { return errors.New("fn called") }, ns); !errors.Is(err, ormlock.ErrNotAcquired) {
-					return fmt.Errorf("same namespace not excluded: %v", err)
-				}
-				return e.Transaction(ctx, key, func(txn) error { return nil })
-			}, ns)
-			if err != nil {
-				t.Fatal(err)
-			}
-		})
-	}
 }

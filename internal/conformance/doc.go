@@ -4,6 +4,16 @@
 // Holder, observer events), then gormlock, entlock and hand-written SQL
 // contending for the same keys and ledger.
 //
+// Every behaviour the adapters share is tested here, once, one concern per
+// file (deadline_test.go, isolation_test.go, holder_test.go, fencing_test.go,
+// runonce_claim_test.go, ...), against the runner interface of
+// runner_test.go; gormlock's and entlock's own tests keep only what is
+// theirs (GORM's plugin, dbresolver, PrepareStmt and nested transactions;
+// ent's Driver, Wrap and transactional clients; their error texts for a nil
+// handle). Where the adapters differ by design, the test says so: claimInTx
+// (claim mode's fn outside any transaction in gormlock, in one of its own in
+// entlock).
+//
 // It lives here, in a package no user imports, because `go mod tidy` in a
 // user's module loads the tests of every package the user builds: a test of
 // the root package that imported ent would make every GORM user download ent

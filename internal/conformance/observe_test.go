@@ -9,34 +9,6 @@ import (
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
-// Holder names the connection that holds a lock while a verb holds it, and
-// nobody once it is released.
-func TestConformanceHolder(t *testing.T) {
-	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
-		ctx := context.Background()
-		r := openRunner(t, a, k)
-		key := "conf-holder-" + t.Name()
-		if h, err := r.Holder(ctx, key); err != nil || h.Held {
-			t.Fatalf("free lock: Holder = %+v, %v", h, err)
-		}
-		var inside ormlock.HolderInfo
-		err := r.Session(ctx, key, func(context.Context) error {
-			var err error
-			inside, err = openRunner(t, a, k).Holder(ctx, key)
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !inside.Held || inside.PID == 0 {
-			t.Fatalf("held lock: Holder = %+v, want held with a pid", inside)
-		}
-		if h, err := r.Holder(ctx, key); err != nil || h.Held {
-			t.Fatalf("released lock: Holder = %+v, %v", h, err)
-		}
-	})
-}
-
 // Every verb reports the same events in the same order on every adapter.
 func TestConformanceEvents(t *testing.T) {
 	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
@@ -66,7 +38,7 @@ func TestConformanceEvents(t *testing.T) {
 		tbl := ledgerTable(t, k, r)
 		job := "events-" + t.Name()
 		for range 2 {
-			_ = r.RunOnce(ctx, job, slotAt(0), func(txn) error { return nil }, obs, ormlock.WithLedgerTable(tbl))
+			_ = r.RunOnce(ctx, job, testdb.Slot(0), func(txn) error { return nil }, obs, ormlock.WithLedgerTable(tbl))
 		}
 		want("RunOnce twice", "attempt,acquired,released,attempt,acquired,already_done,released")
 

@@ -20,21 +20,6 @@ import (
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
-// slotAt returns a distinct, deterministic slot per index.
-func slotAt(i int) time.Time {
-	return time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(i) * time.Hour)
-}
-
-// maxOf raises m to n.
-func maxOf(m *atomic.Int64, n int64) {
-	for {
-		cur := m.Load()
-		if n <= cur || m.CompareAndSwap(cur, n) {
-			return
-		}
-	}
-}
-
 // contend runs RunOnce on three instances of adapter a (three pools) for
 // each of slots slots, the instances of a slot released together, and checks
 // that exactly one run per slot committed, that fn never ran twice at once,
@@ -51,12 +36,12 @@ func contend(t *testing.T, a adapter, k testdb.Kind, slots int, extra ...ormlock
 	job := "once-" + t.Name()
 	off := testdb.LogOffset(t, k)
 
-	insideBySlot := make([]atomic.Int64, slots)
+	insideBySlot := make([]testdb.Holders, slots)
 	calls := make([]atomic.Int64, slots)
-	var maxInside, notAcquired, alreadyDone atomic.Int64
+	var notAcquired, alreadyDone atomic.Int64
 	start := time.Now()
 	for s := range slots {
-		slot := slotAt(s)
+		slot := testdb.Slot(s)
 		barrier := make(chan struct{})
 		errs := make([]error, instances)
 		var wg sync.WaitGroup
@@ -70,8 +55,7 @@ func contend(t *testing.T, a adapter, k testdb.Kind, slots int, extra ...ormlock
 			wg.Go(func() {
 				<-barrier
 				errs[i] = r.RunOnce(ctx, job, slot, func(tx txn) error {
-					maxOf(&maxInside, insideBySlot[s].Add(1))
-					defer insideBySlot[s].Add(-1)
+					defer insideBySlot[s].Enter()()
 					calls[s].Add(1)
 					time.Sleep(2 * time.Millisecond)
 					return tx.Insert(owner, s)
@@ -99,8 +83,10 @@ func contend(t *testing.T, a adapter, k testdb.Kind, slots int, extra ...ormlock
 	}
 	elapsed := time.Since(start)
 
-	if got := maxInside.Load(); got != 1 {
-		t.Fatalf("max fn calls inside one slot at once = %d, want 1", got)
+	for s := range slots {
+		if got := insideBySlot[s].Max(); got != 1 {
+			t.Fatalf("slot %d: max fn calls inside at once = %d, want 1", s, got)
+		}
 	}
 	for s := range slots {
 		if n := calls[s].Load(); n != 1 {
@@ -145,9 +131,9 @@ func TestConformanceRunOnceFailedFnRetries(t *testing.T) {
 		owner := enttest.Owner(t, k)
 		job := "retry-" + t.Name()
 		opt := ormlock.WithLedgerTable(tbl)
-		lock := ormlock.RunKey(job, slotAt(1))
+		lock := ormlock.RunKey(job, testdb.Slot(1))
 		boom := errors.New("boom")
-		err := r.RunOnce(ctx, job, slotAt(1), func(tx txn) error {
+		err := r.RunOnce(ctx, job, testdb.Slot(1), func(tx txn) error {
 			if err := tx.Insert(owner, 1); err != nil {
 				return err
 			}
@@ -166,11 +152,11 @@ func TestConformanceRunOnceFailedFnRetries(t *testing.T) {
 			t.Fatal("lock still held after a failed run")
 		}
 		// a later trigger retries
-		if err := r.RunOnce(ctx, job, slotAt(1), func(tx txn) error { return tx.Insert(owner, 1) }, opt); err != nil {
+		if err := r.RunOnce(ctx, job, testdb.Slot(1), func(tx txn) error { return tx.Insert(owner, 1) }, opt); err != nil {
 			t.Fatalf("retry: %v", err)
 		}
 		rs := runsOf(t, r, tbl, job)
-		if len(rs) != 1 || rs[0].Status != ormlock.RunDone || !rs[0].Slot.Equal(slotAt(1)) || rs[0].Job != job {
+		if len(rs) != 1 || rs[0].Status != ormlock.RunDone || !rs[0].Slot.Equal(testdb.Slot(1)) || rs[0].Job != job {
 			t.Fatalf("ledger after retry: %+v", rs)
 		}
 		if n := enttest.Count(t, k, owner); n != 1 {
@@ -179,7 +165,7 @@ func TestConformanceRunOnceFailedFnRetries(t *testing.T) {
 		// already done, in either mode
 		for _, mode := range []ormlock.Option{nil, ormlock.WithClaim()} {
 			called := false
-			err = r.RunOnce(ctx, job, slotAt(1), func(txn) error { called = true; return nil }, opt, mode)
+			err = r.RunOnce(ctx, job, testdb.Slot(1), func(txn) error { called = true; return nil }, opt, mode)
 			if !errors.Is(err, ormlock.ErrAlreadyDone) || called {
 				t.Fatalf("claim=%v: again: err=%v called=%v, want ErrAlreadyDone without calling fn", mode != nil, err, called)
 			}
@@ -207,7 +193,7 @@ func TestRunOnceCrossORM(t *testing.T) {
 		owner := enttest.Owner(t, k)
 		job := "cross-" + t.Name()
 		const slots = 24
-		var inside, maxInside atomic.Int64
+		var in testdb.Holders
 		wins := map[string]int{}
 		start := time.Now()
 		for s := range slots {
@@ -229,18 +215,16 @@ func TestRunOnceCrossORM(t *testing.T) {
 			var wg sync.WaitGroup
 			wg.Go(func() {
 				<-barrier
-				entErr = entlock.RunOnce(ctx, client, job, slotAt(s), func(tx *ent.Tx) error {
-					maxOf(&maxInside, inside.Add(1))
-					defer inside.Add(-1)
+				entErr = entlock.RunOnce(ctx, client, job, testdb.Slot(s), func(tx *ent.Tx) error {
+					defer in.Enter()()
 					time.Sleep(2 * time.Millisecond)
 					return tx.Item.Create().SetOwner(owner).SetN(s).Exec(ctx)
 				}, entOpts...)
 			})
 			wg.Go(func() {
 				<-barrier
-				gormErr = gormlock.RunOnce(gdb.WithContext(ctx), job, slotAt(s), func(tx *gorm.DB) error {
-					maxOf(&maxInside, inside.Add(1))
-					defer inside.Add(-1)
+				gormErr = gormlock.RunOnce(gdb.WithContext(ctx), job, testdb.Slot(s), func(tx *gorm.DB) error {
+					defer in.Enter()()
 					time.Sleep(2 * time.Millisecond)
 					return tx.Exec("INSERT INTO items (owner, n) VALUES (?, ?)", owner, s).Error
 				}, gormOpts...)
@@ -259,8 +243,8 @@ func TestRunOnceCrossORM(t *testing.T) {
 				t.Fatalf("slot %d: ent %v, gorm %v: want exactly one run", s, entErr, gormErr)
 			}
 		}
-		if maxInside.Load() != 1 {
-			t.Fatalf("max runs at once = %d, want 1", maxInside.Load())
+		if in.Max() != 1 {
+			t.Fatalf("max runs at once = %d, want 1", in.Max())
 		}
 		if n := enttest.Count(t, k, owner); n != slots {
 			t.Fatalf("work rows = %d, want %d", n, slots)
@@ -284,7 +268,7 @@ func TestRunOnceCrossORM(t *testing.T) {
 		t.Logf("%d slots in %v: wins %v", slots, time.Since(start).Round(time.Millisecond), wins)
 
 		// one after the other: whichever comes second finds the slot done
-		next := slotAt(slots)
+		next := testdb.Slot(slots)
 		if err := gormlock.RunOnce(gdb, job, next, func(*gorm.DB) error { return nil }, ormlock.WithLedgerTable(tbl)); err != nil {
 			t.Fatal(err)
 		}
@@ -293,7 +277,7 @@ func TestRunOnceCrossORM(t *testing.T) {
 				t.Fatalf("entlock after gormlock: %v", err)
 			}
 		}
-		next = slotAt(slots + 1)
+		next = testdb.Slot(slots + 1)
 		if err := entlock.RunOnce(ctx, client, job, next, func(*ent.Tx) error { return nil }, ormlock.WithLedgerTable(tbl)); err != nil {
 			t.Fatal(err)
 		}

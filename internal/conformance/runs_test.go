@@ -3,7 +3,6 @@ package conformance_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -11,7 +10,6 @@ import (
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/testdb"
-	"github.com/ormlock/ormlock/keyhash"
 )
 
 // Runs lists a job's runs, newest slot first, with their outcome, owner,
@@ -94,8 +92,7 @@ func TestConformanceRuns(t *testing.T) {
 func TestConformanceMigrateConcurrent(t *testing.T) {
 	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
 		ctx := context.Background()
-		name := fmt.Sprintf("m_%016x", uint64(keyhash.Int64(t.Name())))
-		t.Cleanup(func() { _, _ = testdb.AdminDB(t, k).Exec("DROP TABLE IF EXISTS " + name) })
+		name := testdb.Table(t, k, "m")
 		off := testdb.LogOffset(t, k)
 		var wg sync.WaitGroup
 		errs := make([]error, 4)

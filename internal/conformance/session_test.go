@@ -3,8 +3,8 @@ package conformance_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,7 +27,7 @@ func TestConformanceSessionMutualExclusion(t *testing.T) {
 		}
 		ctx := context.Background()
 		key := "conf-s-mutex-" + t.Name()
-		var inside, maxInside atomic.Int64
+		var in testdb.Holders
 		wins, losses := 0, 0
 		start := time.Now()
 		for r := range rounds {
@@ -38,8 +38,7 @@ func TestConformanceSessionMutualExclusion(t *testing.T) {
 				wg.Go(func() {
 					<-gate
 					errs[i] = l.Session(ctx, key, func(ctx context.Context) error {
-						maxOf(&maxInside, inside.Add(1))
-						defer inside.Add(-1)
+						defer in.Enter()()
 						time.Sleep(2 * time.Millisecond)
 						return ctx.Err()
 					})
@@ -63,7 +62,7 @@ func TestConformanceSessionMutualExclusion(t *testing.T) {
 			}
 			wins += roundWins
 		}
-		if got := maxInside.Load(); got != 1 {
+		if got := in.Max(); got != 1 {
 			t.Fatalf("max holders inside fn at once = %d, want 1", got)
 		}
 		if losses == 0 {
@@ -113,4 +112,262 @@ func TestConformanceReleaseFailureDestroysConnection(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The Session's lock connection ends behind its back: fn's context ends
+// with ErrLockLost as its cause within two keepalive intervals (plus slack),
+// the Session returns ErrLockLost joined with fn's ctx.Err(), the observer
+// hears lock_lost, the lock is free, and the pool and the next Session
+// work. No goroutine is left behind.
+func TestSessionLockLost(t *testing.T) {
+	leakcheck.Goroutines(t)
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		const keepalive = 200 * time.Millisecond
+		const lossBound = 2*keepalive + 2*time.Second
+		ctx := context.Background()
+		var ev testdb.Recorder
+		r := a.with(t, k, ormlock.WithObserver(&ev))
+		key := "s-lost-" + t.Name()
+		var detected time.Duration
+		var cause error
+		var lockID int64
+		err := r.Session(ctx, key, func(ctx context.Context) error {
+			h, err := r.Holder(ctx, key)
+			if err != nil || !h.Held {
+				return fmt.Errorf("holder: %v %v", h, err)
+			}
+			lockID = h.PID
+			testdb.Kill(t, k, lockID)
+			start := time.Now()
+			select {
+			case <-ctx.Done():
+				detected = time.Since(start)
+			case <-time.After(15 * time.Second):
+				return errors.New("fn's context not cancelled within 15s")
+			}
+			cause = context.Cause(ctx)
+			return ctx.Err()
+		}, ormlock.WithKeepalive(keepalive))
+		t.Logf("loss seen %v after the kill (keepalive %v); Session: %v", detected.Round(time.Millisecond), keepalive, err)
+		if !errors.Is(err, ormlock.ErrLockLost) {
+			t.Fatalf("Session error = %v, want ErrLockLost", err)
+		}
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Session error = %v, want fn's ctx.Err() joined in", err)
+		}
+		if !errors.Is(cause, ormlock.ErrLockLost) {
+			t.Fatalf("context.Cause(ctx) = %v, want ErrLockLost", cause)
+		}
+		if detected > lossBound {
+			t.Errorf("loss seen after %v, want within %v (two intervals plus slack)", detected, lossBound)
+		}
+		if ev.Count(ormlock.EventLockLost) == 0 {
+			t.Errorf("events = %v, want lock_lost", ev.Kinds())
+		}
+		testdb.WaitGone(t, k, lockID)
+		if !free(t, k, key) {
+			t.Fatal("lock still held after loss")
+		}
+		// the job's own pool keeps working, and so does the next Session
+		if err := r.Pool().PingContext(ctx); err != nil {
+			t.Fatalf("pool after the loss: %v", err)
+		}
+		if _, err := r.Pool().ExecContext(ctx, "SELECT 1"); err != nil {
+			t.Fatalf("pool after the loss: %v", err)
+		}
+		if err := r.Session(ctx, key, func(ctx context.Context) error {
+			_, err := r.Pool().ExecContext(ctx, "SELECT 1")
+			return err
+		}); err != nil {
+			t.Fatalf("next Session: %v", err)
+		}
+	})
+}
+
+// Session and Transaction on the same key exclude each other, both ways.
+func TestSessionExcludesTransaction(t *testing.T) {
+	leakcheck.Goroutines(t)
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		ctx := context.Background()
+		sdb, tdb := a.open(t, k), a.open(t, k)
+		key := "s-vs-tx-" + t.Name()
+		err := sdb.Session(ctx, key, func(ctx context.Context) error {
+			err := tdb.Transaction(ctx, key, func(txn) error { return errors.New("Transaction ran while a Session held the lock") })
+			if !errors.Is(err, ormlock.ErrNotAcquired) {
+				return fmt.Errorf("Transaction during a Session: %v, want ErrNotAcquired", err)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = tdb.Transaction(ctx, key, func(txn) error {
+			err := sdb.Session(ctx, key, func(context.Context) error { return errors.New("Session ran while a Transaction held the lock") })
+			if !errors.Is(err, ormlock.ErrNotAcquired) {
+				return fmt.Errorf("Session during a Transaction: %v, want ErrNotAcquired", err)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		// and racing each other
+		const rounds = 50
+		var h testdb.Holders
+		sWins, tWins := 0, 0
+		for r := 0; r < rounds; r++ {
+			var wg sync.WaitGroup
+			gate := make(chan struct{})
+			var serr, terr error
+			wg.Go(func() {
+				<-gate
+				serr = sdb.Session(ctx, key, func(ctx context.Context) error {
+					defer h.Enter()()
+					time.Sleep(2 * time.Millisecond)
+					return nil
+				})
+			})
+			wg.Go(func() {
+				<-gate
+				terr = tdb.Transaction(ctx, key, func(tx txn) error {
+					defer h.Enter()()
+					time.Sleep(2 * time.Millisecond)
+					_, err := tx.QueryInt("SELECT 1")
+					return err
+				})
+			})
+			close(gate)
+			wg.Wait()
+			for _, e := range []error{serr, terr} {
+				if e != nil && !errors.Is(e, ormlock.ErrNotAcquired) {
+					t.Fatalf("round %d: %v", r, e)
+				}
+			}
+			if serr == nil {
+				sWins++
+			}
+			if terr == nil {
+				tWins++
+			}
+		}
+		if got := h.Max(); got != 1 {
+			t.Fatalf("max holders at once = %d, want 1", got)
+		}
+		t.Logf("%d rounds: Session won %d, Transaction won %d", rounds, sWins, tWins)
+	})
+}
+
+// Unlock on every path: completion, fn's error (returned unchanged), panic
+// (re-panicked).
+func TestSessionUnlock(t *testing.T) {
+	leakcheck.Goroutines(t)
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		ctx := context.Background()
+		db := a.open(t, k)
+		key := "s-unlock-" + t.Name()
+		var ev testdb.Recorder
+		err := db.Session(ctx, key, func(ctx context.Context) error {
+			if free(t, k, key) {
+				return errors.New("lock free inside fn")
+			}
+			return ctx.Err()
+		}, ormlock.WithObserver(&ev))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !free(t, k, key) {
+			t.Fatal("lock held after Session returned")
+		}
+		want := []ormlock.EventKind{ormlock.EventAttempt, ormlock.EventAcquired, ormlock.EventReleased}
+		if got := ev.Kinds(); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("events = %v, want %v", got, want)
+		}
+
+		boom := errors.New("boom")
+		err = db.Session(ctx, key, func(context.Context) error { return boom })
+		if err != boom {
+			t.Fatalf("err = %v, want fn's error unchanged", err)
+		}
+		if !free(t, k, key) {
+			t.Fatal("lock held after fn error")
+		}
+
+		var got any
+		func() {
+			defer func() { got = recover() }()
+			_ = db.Session(ctx, key, func(context.Context) error { panic("kaboom") })
+		}()
+		if got != "kaboom" {
+			t.Fatalf("recovered %v, want the original panic value", got)
+		}
+		if !free(t, k, key) {
+			t.Fatal("lock held after panic")
+		}
+	})
+}
+
+// Try-once, waiting and context cancellation while waiting, as in
+// Transaction; a caller's cancellation inside fn is not a lost lock.
+func TestSessionWaitAndContext(t *testing.T) {
+	leakcheck.Goroutines(t)
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		db := a.open(t, k)
+		key := "s-wait-" + t.Name()
+		release := testdb.RawHold(t, k, "", key)
+		called := false
+		fn := func(context.Context) error { called = true; return nil }
+
+		if err := db.Session(context.Background(), key, fn); !errors.Is(err, ormlock.ErrNotAcquired) || called {
+			t.Fatalf("try-once: err=%v called=%v, want ErrNotAcquired", err, called)
+		}
+		if err := db.Session(context.Background(), key, fn, ormlock.WithWait(300*time.Millisecond)); !errors.Is(err, ormlock.ErrNotAcquired) || called {
+			t.Fatalf("wait timeout: err=%v called=%v, want ErrNotAcquired", err, called)
+		}
+
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(200*time.Millisecond, cancel)
+		err := db.Session(ctx, key, fn, ormlock.WithWait(30*time.Second))
+		if !errors.Is(err, ormlock.ErrNotAcquired) || !errors.Is(err, context.Canceled) || called {
+			t.Fatalf("cancel while waiting: err=%v called=%v, want ErrNotAcquired and context.Canceled", err, called)
+		}
+		dctx, dcancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer dcancel()
+		err = db.Session(dctx, key, fn, ormlock.WithWait(30*time.Second))
+		if !errors.Is(err, ormlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) || called {
+			t.Fatalf("deadline while waiting: err=%v called=%v, want ErrNotAcquired and context.DeadlineExceeded", err, called)
+		}
+		cctx, ccancel := context.WithCancel(context.Background())
+		ccancel()
+		if err := db.Session(cctx, key+"-free", fn); !errors.Is(err, context.Canceled) || called {
+			t.Fatalf("already cancelled: err=%v called=%v, want context.Canceled", err, called)
+		}
+
+		// a wait that outlasts the holder succeeds
+		time.AfterFunc(200*time.Millisecond, release)
+		start := time.Now()
+		if err := db.Session(context.Background(), key, fn, ormlock.WithWait(20*time.Second)); err != nil || !called {
+			t.Fatalf("wait for release: err=%v called=%v", err, called)
+		}
+		t.Logf("acquired after %v of waiting", time.Since(start).Round(time.Millisecond))
+
+		// the caller cancelling during fn ends fn's context, not the lock
+		ictx, icancel := context.WithCancel(context.Background())
+		var cause error
+		err = db.Session(ictx, key, func(ctx context.Context) error {
+			icancel()
+			<-ctx.Done()
+			cause = context.Cause(ctx)
+			return ctx.Err()
+		})
+		if !errors.Is(err, context.Canceled) || errors.Is(err, ormlock.ErrLockLost) {
+			t.Fatalf("caller cancel in fn: err=%v, want context.Canceled and not ErrLockLost", err)
+		}
+		if !errors.Is(cause, context.Canceled) || errors.Is(cause, ormlock.ErrLockLost) {
+			t.Fatalf("caller cancel in fn: cause=%v, want context.Canceled", cause)
+		}
+		if !free(t, k, key) {
+			t.Fatal("lock held after the caller's cancellation")
+		}
+	})
 }

@@ -14,6 +14,12 @@
 // with (RawHold, RawFree), the server log (LogPath, LogOffset, LogLines,
 // AssertNoDuplicateKeyLogged), an observer that records events (Recorder),
 // and private servers for restart and kill tests (Start, StartOn, Server).
+// The helpers every test package would otherwise copy live here too, once:
+// the in-process exclusion counter (Holders), per-test slots and tables
+// (Slot, TableName, Table), connection killers (Kill, WaitGone), the
+// hand-written lock protocol (Handwritten) and the observer-panic suite
+// (ObserverPanicSuite). GORM's are in internal/gormtest, ent's in
+// internal/enttest, so that this package imports neither ORM.
 //
 // Environment: ORMLOCK_TEST_POSTGRES_DSN, ORMLOCK_TEST_PGBOUNCER_DSN and
 // ORMLOCK_TEST_MYSQL_DSN, when set, are used by DSN/Open/AdminDB instead of
@@ -77,8 +83,9 @@ func (k Kind) Dialect() string {
 	return "postgres"
 }
 
-// driver is the database/sql driver name for the kind.
-func (k Kind) driver() string {
+// Driver is the database/sql driver name for the kind: "pgx" for Postgres
+// and PgBouncer, "mysql" for MariaDB.
+func (k Kind) Driver() string {
 	if k == MariaDB {
 		return "mysql"
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ormlock/ormlock"
 )
@@ -69,3 +70,23 @@ func (r *Recorder) Take() string {
 	}
 	return strings.Join(names, ",")
 }
+
+// Holders counts the callers inside a critical section and remembers the
+// most seen at once: the in-process check of mutual exclusion. The zero
+// value is ready; it is safe for concurrent use.
+type Holders struct{ inside, max atomic.Int64 }
+
+// Enter records one more caller inside; call the result when it leaves.
+func (h *Holders) Enter() (leave func()) {
+	n := h.inside.Add(1)
+	for {
+		m := h.max.Load()
+		if n <= m || h.max.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	return func() { h.inside.Add(-1) }
+}
+
+// Max is the most callers seen inside at once.
+func (h *Holders) Max() int64 { return h.max.Load() }

@@ -560,7 +560,7 @@ func (s *Server) adminDB() (*sql.DB, error) {
 }
 
 func openAdmin(k Kind, dsn string) (*sql.DB, error) {
-	drv := k.driver()
+	drv := k.Driver()
 	db, err := sql.Open(drv, dsn)
 	if err != nil {
 		return nil, fmt.Errorf("testdb: %s: open admin pool: %w", k, err)

@@ -162,7 +162,7 @@ func adminDB(k Kind) (*sql.DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	key := k.driver() + " " + d
+	key := k.Driver() + " " + d
 	adminMu.Lock()
 	defer adminMu.Unlock()
 	if db := admins[key]; db != nil {
@@ -192,7 +192,7 @@ func DSN(tb testing.TB, k Kind) string {
 // "mysql"), closed in tb.Cleanup.
 func Open(tb testing.TB, k Kind) *sql.DB {
 	tb.Helper()
-	db, err := sql.Open(k.driver(), DSN(tb, k))
+	db, err := sql.Open(k.Driver(), DSN(tb, k))
 	if err != nil {
 		tb.Fatalf("testdb: open %s: %v", k, err)
 	}

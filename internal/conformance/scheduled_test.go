@@ -1,14 +1,12 @@
-package gormlock_test
+package conformance_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
 
-	"gorm.io/gorm"
-
 	"github.com/ormlock/ormlock"
-	"github.com/ormlock/ormlock/gormlock"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
@@ -27,27 +25,28 @@ func (s *slotRecorder) Slot(t time.Time) time.Time {
 // RunScheduled takes the slot from the schedule at the current time: two
 // instances firing apart run the slot once.
 func TestRunScheduled(t *testing.T) {
-	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db, _ := openGorm(t, k)
-		tbl := ledgerTable(t, k, db)
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		ctx := context.Background()
+		r := openRunner(t, a, k)
+		tbl := ledgerTable(t, k, r)
 		opt := ormlock.WithLedgerTable(tbl)
 		sched := &slotRecorder{slot: time.Date(2033, 3, 3, 0, 0, 0, 0, time.UTC)}
 		ran := 0
-		fn := func(*gorm.DB) error { ran++; return nil }
+		fn := func(txn) error { ran++; return nil }
 		before := time.Now()
-		if err := gormlock.RunScheduled(db, "scheduled", sched, fn, opt); err != nil {
+		if err := r.RunScheduled(ctx, "scheduled", sched, fn, opt); err != nil {
 			t.Fatalf("first: %v", err)
 		}
-		if err := gormlock.RunScheduled(db, "scheduled", sched, fn, opt); !errors.Is(err, ormlock.ErrAlreadyDone) {
+		if err := r.RunScheduled(ctx, "scheduled", sched, fn, opt); !errors.Is(err, ormlock.ErrAlreadyDone) {
 			t.Fatalf("second: %v, want ErrAlreadyDone", err)
 		}
 		if ran != 1 || len(sched.asked) != 2 || sched.asked[0].Before(before) || time.Since(sched.asked[0]) > time.Minute {
 			t.Fatalf("ran %d times; schedule asked for %v (want the current time)", ran, sched.asked)
 		}
-		if rs := runs(t, db, tbl, "scheduled"); len(rs) != 1 || !rs[0].Slot.Equal(sched.slot) {
+		if rs := runsOf(t, r, tbl, "scheduled"); len(rs) != 1 || !rs[0].Slot.Equal(sched.slot) {
 			t.Fatalf("ledger: %+v", rs)
 		}
-		if err := gormlock.RunScheduled(db, "scheduled", nil, fn, opt); !errors.Is(err, ormlock.ErrInvalidArgument) {
+		if err := r.RunScheduled(ctx, "scheduled", nil, fn, opt); !errors.Is(err, ormlock.ErrInvalidArgument) {
 			t.Fatalf("nil schedule: %v", err)
 		}
 	})

@@ -1,16 +1,14 @@
-package gormlock_test
+package conformance_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"gorm.io/gorm"
-
 	"github.com/ormlock/ormlock"
-	"github.com/ormlock/ormlock/gormlock"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
@@ -26,28 +24,23 @@ func TestRunOnceNamespacesSeparateRuns(t *testing.T) {
 		extra []ormlock.Option
 	}{{"transactional", nil}, {"claim", []ormlock.Option{ormlock.WithClaim()}}} {
 		t.Run(mode.name, func(t *testing.T) {
-			testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-				db, _ := openGorm(t, k)
-				tbl := ledgerTable(t, k, db)
-				billing, _ := openGorm(t, k)
-				reports, _ := openGorm(t, k)
-				for _, c := range []struct {
-					db *gorm.DB
-					ns string
-				}{{billing, "billing"}, {reports, "reports"}} {
-					if err := c.db.Use(gormlock.New(ormlock.WithNamespace(c.ns), ormlock.WithLedgerTable(tbl), ormlock.WithKeepalive(200*time.Millisecond))); err != nil {
-						t.Fatal(err)
-					}
+			forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+				ctx := context.Background()
+				plain := openRunner(t, a, k)
+				tbl := ledgerTable(t, k, plain)
+				services := map[string]runner{}
+				for _, ns := range []string{"billing", "reports"} {
+					services[ns] = a.with(t, k, ormlock.WithNamespace(ns), ormlock.WithLedgerTable(tbl), ormlock.WithKeepalive(200*time.Millisecond))
 				}
 				const job = "nightly-cleanup"
-				slot := slotAt(1)
+				slot := testdb.Slot(1)
 
 				// the first service is inside fn when the second one runs
 				inside, leave := make(chan struct{}), make(chan struct{})
 				var first error
 				var wg sync.WaitGroup
 				wg.Go(func() {
-					first = gormlock.RunOnce(billing, job, slot, func(*gorm.DB) error {
+					first = services["billing"].RunOnce(ctx, job, slot, func(txn) error {
 						close(inside)
 						<-leave
 						return nil
@@ -59,7 +52,7 @@ func TestRunOnceNamespacesSeparateRuns(t *testing.T) {
 					t.Fatal("billing's run never started")
 				}
 				ran := false
-				second := gormlock.RunOnce(reports, job, slot, func(*gorm.DB) error { ran = true; return nil }, mode.extra...)
+				second := services["reports"].RunOnce(ctx, job, slot, func(txn) error { ran = true; return nil }, mode.extra...)
 				close(leave)
 				wg.Wait()
 				if first != nil || second != nil || !ran {
@@ -67,24 +60,21 @@ func TestRunOnceNamespacesSeparateRuns(t *testing.T) {
 				}
 
 				// each namespace now has its slot done, and only its own
-				for _, c := range []struct {
-					db *gorm.DB
-					ns string
-				}{{billing, "billing"}, {reports, "reports"}} {
-					err := gormlock.RunOnce(c.db, job, slot, func(*gorm.DB) error { return nil }, mode.extra...)
+				for ns, r := range services {
+					err := r.RunOnce(ctx, job, slot, func(txn) error { return nil }, mode.extra...)
 					if !errors.Is(err, ormlock.ErrAlreadyDone) {
-						t.Errorf("%s again: %v, want ErrAlreadyDone", c.ns, err)
+						t.Errorf("%s again: %v, want ErrAlreadyDone", ns, err)
 					}
-					rs, err := gormlock.Runs(c.db, job, 10)
-					if err != nil || len(rs) != 1 || rs[0].Namespace != c.ns || rs[0].Status != ormlock.RunDone || !rs[0].Slot.Equal(slot) {
-						t.Errorf("%s: Runs = %+v, %v; want one done run in its namespace", c.ns, rs, err)
+					rs, err := r.Runs(ctx, job, 10)
+					if err != nil || len(rs) != 1 || rs[0].Namespace != ns || rs[0].Status != ormlock.RunDone || !rs[0].Slot.Equal(slot) {
+						t.Errorf("%s: Runs = %+v, %v; want one done run in its namespace", ns, rs, err)
 					}
 				}
 				// no namespace: a third job of its own, not run yet
-				if rs := runs(t, db, tbl, job); len(rs) != 0 {
+				if rs := runsOf(t, plain, tbl, job); len(rs) != 0 {
 					t.Errorf("Runs without a namespace = %+v, want none", rs)
 				}
-				if err := gormlock.RunOnce(db, job, slot, func(*gorm.DB) error { return nil }, append(mode.extra, ormlock.WithLedgerTable(tbl))...); err != nil {
+				if err := plain.RunOnce(ctx, job, slot, func(txn) error { return nil }, append(mode.extra, ormlock.WithLedgerTable(tbl))...); err != nil {
 					t.Errorf("no namespace: %v", err)
 				}
 			})
@@ -141,12 +131,13 @@ func oldLedger(t *testing.T, k testdb.Kind, name string) {
 // an earlier version in place: its rows stay, in the empty namespace, and RunOnce
 // and Runs work on it, with and without a namespace.
 func TestMigrateUpgradesOldLedger(t *testing.T) {
-	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db, _ := openGorm(t, k)
-		name := "o_" + keyhashHex(t.Name())
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		ctx := context.Background()
+		r := openRunner(t, a, k)
+		name := testdb.TableName(t, "o")
 		oldLedger(t, k, name)
 		// before Migrate: RunOnce says what to do
-		err := gormlock.RunOnce(db, "old-job", slotAt(0), func(*gorm.DB) error { return nil }, ormlock.WithLedgerTable(name))
+		err := r.RunOnce(ctx, "old-job", testdb.Slot(0), func(txn) error { return nil }, ormlock.WithLedgerTable(name))
 		if err == nil || !strings.Contains(err.Error(), "upgrade it with Migrate") {
 			t.Fatalf("RunOnce on the old table: %v, want the upgrade hint", err)
 		}
@@ -154,8 +145,8 @@ func TestMigrateUpgradesOldLedger(t *testing.T) {
 		var wg sync.WaitGroup
 		errs := make([]error, 3)
 		for i, ns := range []string{"", "billing", "reports"} {
-			other, _ := openGorm(t, k)
-			wg.Go(func() { errs[i] = gormlock.Migrate(other, ormlock.WithLedgerTable(name), ormlock.WithNamespace(ns)) })
+			other := openRunner(t, a, k)
+			wg.Go(func() { errs[i] = other.Migrate(ctx, ormlock.WithLedgerTable(name), ormlock.WithNamespace(ns)) })
 		}
 		wg.Wait()
 		for i, err := range errs {
@@ -163,38 +154,38 @@ func TestMigrateUpgradesOldLedger(t *testing.T) {
 				t.Fatalf("Migrate %d: %v", i, err)
 			}
 		}
-		if err := gormlock.Migrate(db, ormlock.WithLedgerTable(name)); err != nil {
+		if err := r.Migrate(ctx, ormlock.WithLedgerTable(name)); err != nil {
 			t.Fatalf("Migrate again: %v", err)
 		}
 
-		rs := runs(t, db, name, "old-job")
+		rs := runsOf(t, r, name, "old-job")
 		if len(rs) != 2 || rs[0].Status != ormlock.RunFailed || rs[0].Error != "boom" || rs[1].Status != ormlock.RunDone ||
 			rs[0].Namespace != "" || rs[1].Namespace != "" || rs[1].Owner != "old/1" ||
 			!rs[1].Slot.Equal(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)) {
 			t.Fatalf("old rows after the upgrade: %+v", rs)
 		}
-		if rs := runs(t, db, name, "other"); len(rs) != 1 || rs[0].Status != ormlock.RunRunning {
+		if rs := runsOf(t, r, name, "other"); len(rs) != 1 || rs[0].Status != ormlock.RunRunning {
 			t.Fatalf("old running row after the upgrade: %+v", rs)
 		}
 		// without a namespace the old rows are this job's own
 		opt := ormlock.WithLedgerTable(name)
 		slot0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-		if err := gormlock.RunOnce(db, "old-job", slot0, func(*gorm.DB) error { return nil }, opt); !errors.Is(err, ormlock.ErrAlreadyDone) {
+		if err := r.RunOnce(ctx, "old-job", slot0, func(txn) error { return nil }, opt); !errors.Is(err, ormlock.ErrAlreadyDone) {
 			t.Errorf("old done slot: %v, want ErrAlreadyDone", err)
 		}
-		if err := gormlock.RunOnce(db, "old-job", slot0.Add(time.Hour), func(*gorm.DB) error { return nil }, opt); err != nil {
+		if err := r.RunOnce(ctx, "old-job", slot0.Add(time.Hour), func(txn) error { return nil }, opt); err != nil {
 			t.Errorf("retry of the old failed slot: %v", err)
 		}
 		// in a namespace, the same (job, slot) is a run of its own, in the
 		// upgraded primary key
 		ns := ormlock.WithNamespace("billing")
-		if err := gormlock.RunOnce(db, "old-job", slot0, func(*gorm.DB) error { return nil }, opt, ns); err != nil {
+		if err := r.RunOnce(ctx, "old-job", slot0, func(txn) error { return nil }, opt, ns); err != nil {
 			t.Errorf("namespaced run of an old slot: %v", err)
 		}
-		if rs, err := gormlock.Runs(db, "old-job", 10, opt, ns); err != nil || len(rs) != 1 || rs[0].Namespace != "billing" {
+		if rs, err := r.Runs(ctx, "old-job", 10, opt, ns); err != nil || len(rs) != 1 || rs[0].Namespace != "billing" {
 			t.Errorf("namespaced Runs: %+v, %v", rs, err)
 		}
-		if rs := runs(t, db, name, "old-job"); len(rs) != 2 || rs[0].Status != ormlock.RunDone || rs[1].Status != ormlock.RunDone {
+		if rs := runsOf(t, r, name, "old-job"); len(rs) != 2 || rs[0].Status != ormlock.RunDone || rs[1].Status != ormlock.RunDone {
 			t.Errorf("rows without a namespace: %+v", rs)
 		}
 	})

@@ -1,0 +1,189 @@
+package conformance_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/enttest"
+	"github.com/ormlock/ormlock/internal/faults"
+	"github.com/ormlock/ormlock/internal/testdb"
+)
+
+// grace is how long after its deadline a call may return.
+const grace = 2 * time.Second
+
+// verb is one verb of an adapter, called with a trivial fn.
+type verb struct {
+	name string
+	call func(ctx context.Context, r runner, key string) error
+}
+
+// verbs are the verbs a deadline must bound; ledger is RunOnce's table.
+func verbs(ledger string) []verb {
+	nop := func(txn) error { return nil }
+	return []verb{
+		{"Transaction", func(ctx context.Context, r runner, key string) error { return r.Transaction(ctx, key, nop) }},
+		{"TransactionWait", func(ctx context.Context, r runner, key string) error {
+			return r.Transaction(ctx, key, nop, ormlock.WithWait(time.Minute))
+		}},
+		{"RunOnce", func(ctx context.Context, r runner, key string) error {
+			return r.RunOnce(ctx, key, testdb.Slot(0), nop, ormlock.WithLedgerTable(ledger), ormlock.WithWait(time.Minute))
+		}},
+		{"Session", func(ctx context.Context, r runner, key string) error {
+			return r.Session(ctx, key, func(context.Context) error { return nil }, ormlock.WithWait(time.Minute))
+		}},
+	}
+}
+
+// notAcquiredByDeadline calls v with a deadline and checks that it returns
+// within the deadline plus grace, with an error matching both
+// ErrNotAcquired and context.DeadlineExceeded.
+func notAcquiredByDeadline(t *testing.T, r runner, v verb, key string, deadline time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	start := time.Now()
+	err := v.call(ctx, r, key)
+	faults.Within(t, v.name, start, deadline+grace)
+	if !errors.Is(err, ormlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("%s: %v, want ErrNotAcquired and DeadlineExceeded", v.name, err)
+	}
+}
+
+// The pool's only connection is held elsewhere: every verb gives up at the
+// caller's deadline, before the lock.
+func TestDeadlinePoolExhausted(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		r := openRunner(t, a, k)
+		ledger := ledgerTable(t, k, r)
+		r.Pool().SetMaxOpenConns(1)
+		conn, err := r.Pool().Conn(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range verbs(ledger) {
+			notAcquiredByDeadline(t, r, v, "pool-"+t.Name()+v.name, 300*time.Millisecond)
+		}
+		_ = conn.Close()
+	})
+}
+
+// A server that accepts TCP connections and never answers: the dial is cut
+// by the deadline and classified as not acquired. The cases touch no real
+// server and run in parallel.
+func TestDeadlineSilentServer(t *testing.T) {
+	for _, a := range adapters {
+		for _, dialect := range []string{"postgres", "mysql"} {
+			t.Run(a.name+"/"+dialect, func(t *testing.T) {
+				t.Parallel()
+				addr := faults.Silent(t)
+				driver, dsn := "pgx", "postgres://u:p@"+addr+"/db?sslmode=disable"
+				if dialect == "mysql" {
+					driver, dsn = "mysql", "u:p@tcp("+addr+")/db"
+				}
+				db, err := sql.Open(driver, dsn)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = db.Close() })
+				r := a.on(t, dialect, db)
+				for _, v := range verbs("ormlock_runs") {
+					notAcquiredByDeadline(t, r, v, "silent", time.Second)
+				}
+				if n := db.Stats().InUse; n != 0 {
+					t.Errorf("InUse = %d after the calls", n)
+				}
+			})
+		}
+	}
+}
+
+// The backend of the pool's idle connection is frozen before the call:
+// BEGIN never answers, and the deadline ends the wait.
+func TestDeadlineFrozenIdleBackend(t *testing.T) {
+	for _, a := range adapters {
+		t.Run(a.name, func(t *testing.T) {
+			k := testdb.Postgres
+			r := openRunner(t, a, k)
+			ledger := ledgerTable(t, k, r)
+			r.Pool().SetMaxIdleConns(1)
+			for _, v := range verbs(ledger) {
+				t.Run(v.name, func(t *testing.T) {
+					resume := faults.Freeze(t, faults.PGBackendPID(t, r.Pool())) // the pool's one idle connection
+					notAcquiredByDeadline(t, r, v, "frozen-"+t.Name(), time.Second)
+					resume()
+				})
+			}
+		})
+	}
+}
+
+// The backend freezes while fn runs. fn returns nil before the deadline:
+// the COMMIT is cut at the deadline (its outcome is unknown). fn returns
+// after the deadline: the ROLLBACK is bounded and nothing is committed.
+// Either way the lock is free once the backend resumes. The two kinds use
+// two databases, whose leak checks do not see each other: they run in
+// parallel, their cases one after the other.
+func TestDeadlineFrozenDuringFn(t *testing.T) {
+	for _, k := range []testdb.Kind{testdb.Postgres, testdb.PgBouncer} {
+		t.Run(string(k), func(t *testing.T) {
+			t.Parallel()
+			deadlineFrozenDuringFn(t, k)
+		})
+	}
+}
+
+func deadlineFrozenDuringFn(t *testing.T, k testdb.Kind) {
+	for _, a := range adapters {
+		for _, iso := range []sql.IsolationLevel{sql.LevelReadCommitted, sql.LevelRepeatableRead} {
+			for _, late := range []bool{false, true} {
+				name := a.name + "/" + iso.String()
+				if late {
+					name += "/fnPastDeadline"
+				}
+				t.Run(name, func(t *testing.T) {
+					r := openRunner(t, a, k)
+					owner := enttest.Owner(t, k)
+					const deadline = 2 * time.Second
+					ctx, cancel := context.WithTimeout(context.Background(), deadline)
+					defer cancel()
+					var resume func()
+					start := time.Now()
+					err := r.Transaction(ctx, "frozen-fn-"+t.Name(), func(tx txn) error {
+						pid, err := tx.QueryInt("SELECT pg_backend_pid()")
+						if err != nil {
+							return err
+						}
+						if err := tx.Insert(owner, 1); err != nil {
+							return err
+						}
+						resume = faults.Freeze(t, int(pid))
+						if late {
+							<-ctx.Done()
+						}
+						return nil
+					}, ormlock.WithTxOptions(&sql.TxOptions{Isolation: iso}))
+					faults.Within(t, "Transaction", start, deadline+grace)
+					if !errors.Is(err, context.DeadlineExceeded) {
+						t.Errorf("Transaction: %v, want DeadlineExceeded", err)
+					}
+					if errors.Is(err, ormlock.ErrNotAcquired) {
+						t.Errorf("Transaction: %v: the lock was acquired", err)
+					}
+					if resume != nil {
+						resume()
+					}
+					if late {
+						if n := enttest.Count(t, k, owner); n != 0 {
+							t.Errorf("rows after a rollback: %d, want 0", n)
+						}
+					}
+				})
+			}
+		}
+	}
+}

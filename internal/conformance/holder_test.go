@@ -1,0 +1,381 @@
+package conformance_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/keyhash"
+)
+
+// connIDQuery returns the server connection id: pg_backend_pid() or
+// CONNECTION_ID().
+func connIDQuery(k testdb.Kind) string {
+	if k.Dialect() == "postgres" {
+		return "SELECT pg_backend_pid()"
+	}
+	return "SELECT CONNECTION_ID()"
+}
+
+// holderOf asks r who holds key and checks the answer names its dialect and
+// lock.
+func holderOf(t *testing.T, r runner, key any, opts ...ormlock.Option) ormlock.HolderInfo {
+	t.Helper()
+	h, err := r.Holder(context.Background(), key, opts...)
+	if err != nil {
+		t.Fatalf("Holder(%v): %v", key, err)
+	}
+	if h.Dialect == "" || h.Lock == "" {
+		t.Errorf("Holder(%v) without Dialect/Lock: %+v", key, h)
+	}
+	return h
+}
+
+// Holder names the connection that holds a lock while a verb holds it, and
+// nobody once it is released.
+func TestConformanceHolder(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		ctx := context.Background()
+		r := openRunner(t, a, k)
+		key := "conf-holder-" + t.Name()
+		if h, err := r.Holder(ctx, key); err != nil || h.Held {
+			t.Fatalf("free lock: Holder = %+v, %v", h, err)
+		}
+		var inside ormlock.HolderInfo
+		err := r.Session(ctx, key, func(context.Context) error {
+			var err error
+			inside, err = openRunner(t, a, k).Holder(ctx, key)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !inside.Held || inside.PID == 0 {
+			t.Fatalf("held lock: Holder = %+v, want held with a pid", inside)
+		}
+		if h, err := r.Holder(ctx, key); err != nil || h.Held {
+			t.Fatalf("released lock: Holder = %+v, %v", h, err)
+		}
+	})
+}
+
+func TestHolderFree(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		r := openRunner(t, a, k)
+		for _, key := range []ormlock.Key{ormlock.Name("holder-free-" + t.Name()), ormlock.ID(keyhash.Int64("holder-free-id-" + t.Name())), ormlock.Pair(-3, 77)} {
+			h := holderOf(t, r, key)
+			if h.Held || h.PID != 0 || h.User != "" || h.Waiters != 0 || !h.TxStart.IsZero() || h.String() != "free" || h.Dialect != k.Dialect() {
+				t.Errorf("%v: free lock reported as %+v", key, h)
+			}
+		}
+	})
+}
+
+func TestHolderTransaction(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		r := openRunner(t, a, k)
+		key := "holder-tx-" + t.Name()
+		var h ormlock.HolderInfo
+		var pid int64
+		err := r.Transaction(context.Background(), key, func(tx txn) error {
+			var err error
+			if pid, err = tx.QueryInt(connIDQuery(k)); err != nil {
+				return err
+			}
+			time.Sleep(10 * time.Millisecond)
+			h, err = r.Holder(context.Background(), key) // through the pool, another connection
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("holder seen from another connection: %s (lock %s)", h, h.Lock)
+		if !h.Held || h.PID != pid {
+			t.Fatalf("Holder = %+v, want held by the transaction's connection %d", h, pid)
+		}
+		if h.User == "" || h.ClientAddr == "" || h.Database == "" || h.State == "" {
+			t.Errorf("holder details missing: %+v", h)
+		}
+		if k.Dialect() == "postgres" {
+			if h.State != "idle in transaction" || h.TxStart.IsZero() || h.ConnStart.IsZero() || h.Mode != "ExclusiveLock" {
+				t.Errorf("postgres details: %+v", h)
+			}
+			if !strings.Contains(h.Query, "pg_backend_pid") {
+				t.Errorf("query = %q, want the holder's last statement", h.Query)
+			}
+			// HeldFor runs from the transaction's start, which precedes the
+			// lock call and the 10ms sleep inside fn
+			if h.HeldFor <= 0 {
+				t.Errorf("HeldFor = %v", h.HeldFor)
+			}
+			want := keyhash.Int64(key)
+			wantLock := fmt.Sprintf("classid=%d objid=%d objsubid=1", uint32(uint64(want)>>32), uint32(want))
+			if h.Lock != wantLock {
+				t.Errorf("Lock = %q, want %q", h.Lock, wantLock)
+			}
+		} else if h.State != "Sleep" || h.Lock != keyhash.MySQLName("", key) {
+			t.Errorf("mariadb details: %+v", h)
+		}
+		if h := holderOf(t, r, key); h.Held {
+			t.Fatalf("still held after Transaction: %v", h)
+		}
+	})
+}
+
+// The adapter's default namespace (GORM's plugin, entlock.Wrap) applies to
+// Holder, and a per-call one overrides it.
+func TestHolderNamespace(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		r := a.with(t, k, ormlock.WithNamespace("holderns"))
+		key := "holder-ns-" + t.Name()
+		err := r.Transaction(context.Background(), key, func(tx txn) error {
+			pid, err := tx.QueryInt(connIDQuery(k))
+			if err != nil {
+				return err
+			}
+			if h := holderOf(t, r, key); !h.Held || h.PID != pid {
+				return fmt.Errorf("with the default namespace: %v, want pid %d", h, pid)
+			}
+			if h := holderOf(t, r, key, ormlock.WithNamespace("holderns")); !h.Held || h.PID != pid {
+				return fmt.Errorf("with the namespace per call: %v", h)
+			}
+			if h := holderOf(t, r, key, ormlock.WithNamespace("")); h.Held {
+				return fmt.Errorf("without the namespace, another key, yet held: %v", h)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// Numeric keys: the pg_locks coordinates of a bigint (classid high half,
+// objid low half, objsubid 1) and of a pair (objsubid 2), with negative
+// halves, which pg_locks shows as unsigned oids.
+func TestHolderNumericKeys(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		r := openRunner(t, a, k)
+		base := keyhash.Int64("holder-num-" + t.Name())
+		keys := []ormlock.Key{
+			ormlock.ID(base | -1<<63 | 1<<31), // both halves with the high bit set
+			ormlock.ID(base &^ (-1 << 63) &^ (1 << 31)),
+			ormlock.Pair(-7, int32(base)|-1<<31),
+			ormlock.Pair(7, int32(base)&0x7fffffff),
+		}
+		for _, key := range keys {
+			err := r.Transaction(context.Background(), key, func(tx txn) error {
+				pid, err := tx.QueryInt(connIDQuery(k))
+				if err != nil {
+					return err
+				}
+				if h := holderOf(t, r, key); !h.Held || h.PID != pid {
+					return fmt.Errorf("%v: %v, want pid %d", key, h, pid)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if k.Dialect() != "postgres" {
+			return
+		}
+		// a bigint whose halves equal a pair's is a different lock
+		err := r.Transaction(context.Background(), ormlock.ID(7<<32|9), func(txn) error {
+			if h := holderOf(t, r, ormlock.Pair(7, 9)); h.Held {
+				return fmt.Errorf("pair (7,9) reported held by the bigint 7<<32|9: %v", h)
+			}
+			if h := holderOf(t, r, ormlock.ID(7<<32|9)); !h.Held || h.Lock != "classid=7 objid=9 objsubid=1" {
+				return fmt.Errorf("bigint: %v %q", h, h.Lock)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// The reported holder of a Session is its lock connection, not fn's:
+// ending it makes the Session lose its lock.
+func TestHolderSession(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		r := openRunner(t, a, k)
+		key := "holder-sess-" + t.Name()
+		err := r.Session(context.Background(), key, func(ctx context.Context) error {
+			h, err := r.Holder(ctx, key)
+			if err != nil {
+				return err
+			}
+			t.Logf("Session's lock connection: %s", h)
+			if !h.Held || h.PID == 0 {
+				return fmt.Errorf("holder %+v", h)
+			}
+			want := "Sleep"
+			if k.Dialect() == "postgres" {
+				want = "idle in transaction"
+			}
+			// the keepalive runs on that connection every 100ms: between
+			// its checks the connection is idle
+			for i := 0; h.State != want && i < 50; i++ {
+				time.Sleep(20 * time.Millisecond)
+				if h, err = r.Holder(ctx, key); err != nil {
+					return err
+				}
+			}
+			if h.State != want {
+				return fmt.Errorf("state %q, want %q", h.State, want)
+			}
+			// the session's lock connection is not fn's: a statement of fn
+			// runs on another one
+			var own int64
+			err = r.Transaction(ctx, key+"-other", func(tx txn) error {
+				own, err = tx.QueryInt(connIDQuery(k))
+				return err
+			})
+			if err != nil || own == h.PID {
+				return fmt.Errorf("fn's connection %d vs holder %d: %v", own, h.PID, err)
+			}
+			// the reported connection is the one that holds the lock: end
+			// it and the Session loses its lock
+			testdb.Kill(t, k, h.PID)
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(30 * time.Second):
+				return errors.New("loss not seen within 30s")
+			}
+		}, ormlock.WithKeepalive(100*time.Millisecond))
+		if !errors.Is(err, ormlock.ErrLockLost) {
+			t.Fatalf("err = %v, want ErrLockLost after ending the reported holder", err)
+		}
+	})
+}
+
+// A lock taken by hand-written SQL, as existing code would.
+func TestHolderRawSQL(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		r := openRunner(t, a, k)
+		key := "holder-raw-" + t.Name()
+		ctx := context.Background()
+		pool := testdb.Open(t, k)
+		t.Cleanup(func() { testdb.AssertNoLeaks(t, k, pool) })
+		conn, err := pool.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		var pid int64
+		if err := conn.QueryRowContext(ctx, connIDQuery(k)).Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		if k.Dialect() == "postgres" {
+			// session-level through PgBouncer would not stick to one
+			// server connection: hold it in a transaction there
+			if k == testdb.PgBouncer {
+				tx, err := conn.BeginTx(ctx, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer tx.Rollback()
+				if err := tx.QueryRowContext(ctx, connIDQuery(k)).Scan(&pid); err != nil {
+					t.Fatal(err)
+				}
+				if _, err = tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1)", keyhash.Int64(key)); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", keyhash.Int64(key)); err != nil {
+					t.Fatal(err)
+				}
+				defer conn.ExecContext(ctx, "SELECT pg_advisory_unlock($1)", keyhash.Int64(key))
+			}
+		} else {
+			name := keyhash.MySQLName("", key)
+			var ok bool
+			if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0) = 1", name).Scan(&ok); err != nil || !ok {
+				t.Fatalf("GET_LOCK: %v %v", ok, err)
+			}
+			defer conn.ExecContext(ctx, "SELECT RELEASE_LOCK(?)", name)
+		}
+		h := holderOf(t, r, key)
+		t.Logf("raw holder: %s", h)
+		if !h.Held || h.PID != pid {
+			t.Fatalf("Holder = %+v, want pid %d", h, pid)
+		}
+		if k == testdb.Postgres && (h.State != "idle" || !h.TxStart.IsZero() || h.HeldFor <= 0) {
+			// a session-level lock outside a transaction: HeldFor runs
+			// from the connection's start
+			t.Errorf("session-level holder: %+v", h)
+		}
+	})
+}
+
+// Sessions queued with WithWait show up as Waiters on PostgreSQL.
+func TestHolderWaitersPostgres(t *testing.T) {
+	forEachPostgres(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		r, waiter := openRunner(t, a, k), a.open(t, k)
+		key := "holder-wait-" + t.Name()
+		ctx := context.Background()
+		done := make(chan error, 1)
+		err := r.Transaction(ctx, key, func(txn) error {
+			go func() {
+				done <- waiter.Transaction(ctx, key, func(txn) error { return nil }, ormlock.WithWait(30*time.Second))
+			}()
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				h := holderOf(t, r, key)
+				if !h.Held {
+					return fmt.Errorf("not held: %v", h)
+				}
+				if h.Waiters == 1 {
+					t.Logf("with one waiter: %s", h)
+					return nil
+				}
+				if time.Now().After(deadline) {
+					return fmt.Errorf("waiter not seen within 10s: %v", h)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+		werr := <-done // the waiter gets the lock once fn has returned
+		if err != nil {
+			t.Fatal(err)
+		}
+		if werr != nil {
+			t.Fatalf("waiter: %v", werr)
+		}
+	})
+}
+
+// Bad input to Holder, the same on every adapter; the adapters test their
+// own (a nil handle, a nil context, a transactional client).
+func TestHolderBadInput(t *testing.T) {
+	for _, a := range adapters {
+		t.Run(a.name, func(t *testing.T) {
+			r := openRunner(t, a, testdb.Postgres)
+			ctx := context.Background()
+			for _, c := range []struct {
+				name string
+				key  any
+				opts []ormlock.Option
+				text string
+			}{
+				{"empty key", "", nil, "empty"},
+				{"zero Key", ormlock.Key{}, nil, "zero Key"},
+				{"bad namespace", "k", []ormlock.Option{ormlock.WithNamespace("a:b")}, "namespace"},
+			} {
+				_, err := r.Holder(ctx, c.key, c.opts...)
+				if !errors.Is(err, ormlock.ErrInvalidKey) || !strings.Contains(err.Error(), c.text) || !strings.HasPrefix(err.Error(), "ormlock: ") {
+					t.Errorf("%s: %v, want ErrInvalidKey mentioning %q", c.name, err, c.text)
+				}
+			}
+		})
+	}
+}

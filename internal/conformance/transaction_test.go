@@ -1,0 +1,283 @@
+package conformance_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/enttest"
+	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/keyhash"
+)
+
+// Transaction's edge cases on every adapter and server. Waiting, giving up
+// and a context ending while waiting are TestConformanceWaitAndCancel;
+// exclusion of and by hand-written SQL is TestCrossORMInterop.
+
+// ofOwner is the condition on items of owner, as SQL.
+func ofOwner(owner string) string {
+	return "owner = '" + strings.ReplaceAll(owner, "'", "''") + "'"
+}
+
+func TestTransactionWaitRestoresLockTimeout(t *testing.T) {
+	forEachPostgres(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		l := a.open(t, k)
+		var lt string
+		err := l.Transaction(context.Background(), "lt-"+t.Name(), func(tx txn) error {
+			return tx.Scan("SELECT current_setting('lock_timeout')", &lt)
+		}, ormlock.WithWait(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lt != "0" {
+			t.Fatalf("lock_timeout inside fn = %q, want the session's own value 0", lt)
+		}
+	})
+}
+
+func TestTransactionContext(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		l := a.open(t, k)
+		key := "ctx-" + t.Name()
+		t.Run("already cancelled", func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			err := l.Transaction(ctx, key+"-free", func(txn) error {
+				t.Error("fn called")
+				return nil
+			})
+			if !errors.Is(err, ormlock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+				t.Fatalf("err = %v, want ErrNotAcquired and context.Canceled", err)
+			}
+		})
+		t.Run("cancel inside fn", func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			err := l.Transaction(ctx, key+"-fn", func(tx txn) error {
+				cancel()
+				_, err := tx.QueryInt("SELECT 1")
+				return err
+			})
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("err = %v, want fn's context.Canceled", err)
+			}
+			if !free(t, k, key+"-fn") {
+				t.Fatal("lock held after cancelled fn")
+			}
+		})
+		t.Run("cancel inside fn, fn returns nil", func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			owner := enttest.Owner(t, k)
+			err := l.Transaction(ctx, key+"-fn2", func(tx txn) error {
+				if err := tx.Insert(owner, 1); err != nil {
+					return err
+				}
+				cancel()
+				// the lock is held until fn returns, even after ctx ended
+				time.Sleep(50 * time.Millisecond)
+				if free(t, k, key+"-fn2") {
+					return errors.New("lock dropped when ctx ended, before fn returned")
+				}
+				return nil
+			})
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("err = %v, want a commit error matching context.Canceled", err)
+			}
+			if n := enttest.Count(t, k, owner); n != 0 {
+				t.Fatalf("%d rows committed after ctx ended, want 0", n)
+			}
+			if !free(t, k, key+"-fn2") {
+				t.Fatal("lock held after cancelled fn")
+			}
+		})
+	})
+}
+
+// A call inside fn on the same pool, whose one connection fn's transaction
+// holds, gives up at its deadline.
+func TestTransactionPoolExhausted(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		ctx := context.Background()
+		r := openRunner(t, a, k)
+		r.Pool().SetMaxOpenConns(1)
+		key := "pool-" + t.Name()
+		err := r.Transaction(ctx, key, func(txn) error {
+			ictx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			defer cancel()
+			err := r.Transaction(ictx, key+"-inner", func(txn) error { return errors.New("inner fn called") })
+			if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ormlock.ErrNotAcquired) {
+				return fmt.Errorf("inner on an exhausted pool: %v, want ErrNotAcquired and DeadlineExceeded", err)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestTransactionNumericKeys(t *testing.T) {
+	forEachPostgres(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		ctx := context.Background()
+		l := a.open(t, k)
+		admin := testdb.AdminDB(t, k)
+		id := keyhash.Int64("numeric-" + t.Name())
+		err := l.Transaction(ctx, id, func(txn) error {
+			var ok bool
+			if err := admin.QueryRow("SELECT pg_try_advisory_xact_lock($1)", id).Scan(&ok); err != nil || ok {
+				return fmt.Errorf("bigint id not held: ok=%v err=%v", ok, err)
+			}
+			// the pair space is separate
+			return admin.QueryRow("SELECT pg_try_advisory_xact_lock(1, 2)").Scan(&ok)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = l.Transaction(ctx, ormlock.Pair(7, 9), func(txn) error {
+			var ok bool
+			if err := admin.QueryRow("SELECT pg_try_advisory_xact_lock(7, 9)").Scan(&ok); err != nil || ok {
+				return fmt.Errorf("pair not held: ok=%v err=%v", ok, err)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// The lock is released only after COMMIT: whoever takes it next sees the
+// holder's writes (on MySQL/MariaDB RELEASE_LOCK runs after COMMIT).
+func TestTransactionReleaseAfterCommit(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		ctx := context.Background()
+		holder, waiter := a.open(t, k), a.open(t, k)
+		owner := enttest.Owner(t, k)
+		key := "relcommit-" + t.Name()
+		for i := range 20 {
+			inserted := make(chan struct{})
+			var seen int64
+			var werr error
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				<-inserted
+				werr = waiter.Transaction(ctx, key, func(tx txn) error {
+					var err error
+					seen, err = tx.QueryInt("SELECT COUNT(*) FROM items WHERE " + ofOwner(owner))
+					return err
+				}, ormlock.WithWait(20*time.Second))
+			})
+			err := holder.Transaction(ctx, key, func(tx txn) error {
+				if err := tx.Insert(owner, i); err != nil {
+					return err
+				}
+				close(inserted)
+				time.Sleep(20 * time.Millisecond) // the waiter is now waiting
+				return nil
+			})
+			wg.Wait()
+			if err != nil || werr != nil {
+				t.Fatalf("round %d: holder %v, waiter %v", i, err, werr)
+			}
+			if seen != int64(i+1) {
+				t.Fatalf("round %d: the next holder saw %d rows, want %d: the lock was released before COMMIT", i, seen, i+1)
+			}
+		}
+	})
+}
+
+// WithTxOptions applies to fn's transaction: a read-only one refuses the
+// insert, and the lock is free after the failure.
+func TestTransactionTxOptions(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		l := a.open(t, k)
+		owner := enttest.Owner(t, k)
+		key := "txopts-" + t.Name()
+		err := l.Transaction(context.Background(), key, func(tx txn) error {
+			if free(t, k, key) {
+				return errors.New("lock not held")
+			}
+			return tx.Insert(owner, 1)
+		}, ormlock.WithTxOptions(&sql.TxOptions{ReadOnly: true}))
+		if err == nil {
+			t.Fatal("insert in a read-only transaction succeeded: WithTxOptions not applied")
+		}
+		t.Logf("read-only transaction refused the insert: %v", err)
+		if n := enttest.Count(t, k, owner); n != 0 {
+			t.Fatalf("rows = %d", n)
+		}
+		if !free(t, k, key) {
+			t.Fatal("lock held after the failed transaction")
+		}
+	})
+}
+
+// Bad input, the same on every adapter, fails before any lock with a
+// sentinel and a message naming the problem; the adapters test their own
+// (a nil handle, a nil context).
+func TestTransactionBadInput(t *testing.T) {
+	for _, a := range adapters {
+		t.Run(a.name, func(t *testing.T) {
+			ctx := context.Background()
+			l := a.open(t, testdb.Postgres)
+			called := false
+			fn := func(txn) error { called = true; return nil }
+			sfn := func(context.Context) error { called = true; return nil }
+			for _, c := range []struct {
+				name string
+				err  error
+				want error
+				text string
+			}{
+				{"empty key", l.Transaction(ctx, "", fn), ormlock.ErrInvalidKey, "empty"},
+				{"zero Key", l.Transaction(ctx, ormlock.Key{}, fn), ormlock.ErrInvalidKey, "zero Key"},
+				{"invalid UTF-8", l.Transaction(ctx, "bad\xffutf8", fn), ormlock.ErrInvalidKey, "UTF-8"},
+				{"NUL", l.Transaction(ctx, "nul\x00byte", fn), ormlock.ErrInvalidKey, "NUL"},
+				{"nil fn", l.Transaction(ctx, "k", nil), ormlock.ErrInvalidArgument, "nil fn"},
+				{"negative wait", l.Transaction(ctx, "k", fn, ormlock.WithWait(-time.Second)), ormlock.ErrInvalidArgument, "WithWait"},
+				{"namespace with colon", l.Transaction(ctx, "k", fn, ormlock.WithNamespace("a:b")), ormlock.ErrInvalidKey, "namespace"},
+				{"Session nil fn", l.Session(ctx, "k", nil), ormlock.ErrInvalidArgument, "nil fn"},
+				{"Session empty key", l.Session(ctx, "", func(context.Context) error { called = true; return nil }), ormlock.ErrInvalidKey, "empty"},
+				{"Session zero Key", l.Session(ctx, ormlock.Key{}, sfn), ormlock.ErrInvalidKey, "zero Key"},
+				{"Session zero keepalive", l.Session(ctx, "k", sfn, ormlock.WithKeepalive(0)), ormlock.ErrInvalidArgument, "WithKeepalive"},
+				{"Session negative wait", l.Session(ctx, "k", sfn, ormlock.WithWait(-time.Second)), ormlock.ErrInvalidArgument, "WithWait"},
+			} {
+				if !errors.Is(c.err, c.want) || !strings.Contains(c.err.Error(), c.text) || !strings.HasPrefix(c.err.Error(), "ormlock: ") {
+					t.Errorf("%s: err = %v, want %v mentioning %q", c.name, c.err, c.want, c.text)
+				}
+			}
+			if called {
+				t.Error("fn called on bad input")
+			}
+		})
+	}
+}
+
+func TestTransactionLongNamesMariaDB(t *testing.T) {
+	for _, a := range adapters {
+		t.Run(a.name, func(t *testing.T) {
+			k := testdb.MariaDB
+			ctx := context.Background()
+			l1, l2 := a.open(t, k), a.open(t, k)
+			long := strings.Repeat("a", 300)
+			other := strings.Repeat("a", 299) + "b"
+			if keyhash.MySQLName("", long) == keyhash.MySQLName("", other) {
+				t.Fatal("distinct long names map to one MySQL name")
+			}
+			err := l1.Transaction(ctx, long, func(txn) error {
+				if err := l2.Transaction(ctx, long, func(txn) error { return nil }); !errors.Is(err, ormlock.ErrNotAcquired) {
+					return fmt.Errorf("same long name not excluded: %v", err)
+				}
+				return l2.Transaction(ctx, other, func(txn) error { return nil })
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
