@@ -14,6 +14,7 @@ var (
 	ErrAlreadyDone        = ormlock.ErrAlreadyDone
 	ErrUnsupportedDialect = ormlock.ErrUnsupportedDialect
 	ErrInvalidKey         = ormlock.ErrInvalidKey
+	ErrInvalidArgument    = ormlock.ErrInvalidArgument
 )
 
 // ErrNestedTransaction is returned when Transaction (or RunOnce) is called on
