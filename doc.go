@@ -32,8 +32,25 @@
 //
 // Every outcome has one sentinel ([ErrNotAcquired], [ErrLockLost],
 // [ErrAlreadyDone], [ErrUnsupportedDialect], [ErrInvalidKey],
-// [ErrInvalidArgument]); compare with errors.Is. The callback's own error is
-// returned unchanged.
+// [ErrInvalidArgument], and [ErrStaleToken] for fenced writes); compare
+// with errors.Is. The callback's own error is returned unchanged. Messages
+// start with "ormlock: " once, however many layers added their context.
+//
+// # What is here, and what is not
+//
+// This package is the vocabulary a user writes: keys ([Key], [Name], [ID],
+// [Pair], [KeyType] and [RunKey], the key of a RunOnce run, for Holder
+// lookups), options as opaque values ([Option] and the With functions),
+// the errors, observing ([Observer], [ObserverFunc], [Event], [EventKind],
+// [SlogObserver]), [HolderInfo], the ledger's [Run] and [RunStatus],
+// the schedules ([Schedule], [Cron], [CronSeconds], [Every],
+// [SlotTolerance]), fencing ([WithFencing], [FencingToken], [CheckFenced])
+// and the input limits a configuration can be checked against at start-up
+// ([MaxNameLen], [MaxNamespaceLen], [MaxJobLen], [ValidJob]). What the
+// adapters share to implement the verbs (the lock protocol, the settings an
+// Option sets, key derivation, the cron parser and slot search, the ledger)
+// lives under internal/ and is not a promise; docs/PROTOCOL.md describes
+// its behaviour per dialect.
 //
 // # Observing locks
 //
