@@ -11,6 +11,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/ledger"
 	"github.com/ormlock/ormlock/internal/lockproto"
@@ -184,7 +185,7 @@ func (w *workTx) get() (dialect.Tx, error) {
 	if w.tx == nil {
 		tx, err := w.begin(w.ctx)
 		if err != nil {
-			return nil, fmt.Errorf("ormlock: entlock.RunOnce: begin fn's transaction: %w", err)
+			return nil, errs.Wrap(err, "entlock.RunOnce: begin fn's transaction")
 		}
 		w.tx = tx
 	}

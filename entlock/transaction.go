@@ -9,6 +9,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/keys"
 )
 
@@ -63,7 +64,7 @@ func begin[T TxLike](ctx context.Context, client interface {
 		if r.err != nil {
 			return zero, r.err
 		}
-		return zero, fmt.Errorf("ormlock: entlock.%s: start transaction: %w", r.verb, err)
+		return zero, errs.Wrap(err, "entlock.%s: start transaction", r.verb)
 	}
 	if r.tx == nil {
 		_ = tx.Rollback()
@@ -91,7 +92,7 @@ func run[T TxLike](verb string, tx T, fn func(tx T) error) error {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("ormlock: entlock.%s: commit: %w", verb, err)
+		return errs.Wrap(err, "entlock.%s: commit", verb)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"gorm.io/plugin/dbresolver"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
@@ -119,7 +120,7 @@ func sqlTx(tx *gorm.DB) (lockproto.Querier, error) {
 func primarySQL(db *gorm.DB) (*sql.DB, error) {
 	sqlDB, err := primary(db).DB()
 	if err != nil {
-		return nil, fmt.Errorf("ormlock: get *sql.DB from gorm: %w", err)
+		return nil, errs.Wrap(err, "get *sql.DB from gorm")
 	}
 	return sqlDB, nil
 }
@@ -193,7 +194,7 @@ func (c *call) pgNested(fn func(tx *gorm.DB) error) error {
 	}
 	var iso string
 	if err := q.QueryRowContext(c.ctx, "SHOW transaction_isolation").Scan(&iso); err != nil {
-		return c.op.Abandon(c.ctx, fmt.Errorf("ormlock: read the outer transaction's isolation: %w", err))
+		return c.op.Abandon(c.ctx, errs.Wrap(err, "read the outer transaction's isolation"))
 	}
 	if iso != "read committed" && iso != "read uncommitted" {
 		return fmt.Errorf("%w: gormlock.%s on %q inside a %s transaction: its snapshot was taken before the lock, so fn could not see the commits of the lock's earlier holders; call it outside the transaction (any isolation works there) or use READ COMMITTED",

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
@@ -145,7 +146,7 @@ func (r *Run) runClaimed(ctx, lctx context.Context, db *sql.DB, started time.Tim
 	}
 	if werr := r.finishDetached(ctx, db, started, status, text); werr != nil {
 		if ferr != nil {
-			return lockproto.Join(ferr, werr)
+			return errs.Join(ferr, werr)
 		}
 		return werr
 	}

@@ -12,6 +12,7 @@ import (
 	"weak"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/errs"
 )
 
 // Fake locks. Some servers accept the lock functions and exclude nobody:
@@ -106,7 +107,7 @@ func checkPostgres(ctx context.Context, db CheckQuerier) (verdict func() error, 
 		inRecovery bool
 	)
 	if err := db.QueryRowContext(ctx, "SELECT version(), pg_is_in_recovery()").Scan(&version, &inRecovery); err != nil {
-		return nil, fmt.Errorf("ormlock: check the server's locks (SELECT version(), pg_is_in_recovery()): %w", err)
+		return nil, errs.Wrap(err, "check the server's locks (SELECT version(), pg_is_in_recovery())")
 	}
 	return func() error { return PostgresVerdict(version, inRecovery) }, nil
 }
@@ -148,26 +149,26 @@ const mysqlVars = `SHOW GLOBAL VARIABLES WHERE Variable_name IN ('read_only', 'i
 func checkMySQL(ctx context.Context, db CheckQuerier) (verdict func() error, err error) {
 	rows, err := db.QueryContext(ctx, mysqlVars)
 	if err != nil {
-		return nil, fmt.Errorf("ormlock: check the server's locks (%s): %w", mysqlVars, err)
+		return nil, errs.Wrap(err, "check the server's locks (%s)", mysqlVars)
 	}
 	vars := map[string]string{}
 	for rows.Next() {
 		var name, value sql.NullString
 		if err := rows.Scan(&name, &value); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("ormlock: check the server's locks: %w", err)
+			return nil, errs.Wrap(err, "check the server's locks")
 		}
 		vars[strings.ToLower(name.String)] = value.String
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("ormlock: check the server's locks: %w", err)
+		return nil, errs.Wrap(err, "check the server's locks")
 	}
 	members := 0
 	if isOff(vars["group_replication_single_primary_mode"]) {
 		const q = `SELECT COUNT(*) FROM performance_schema.replication_group_members WHERE MEMBER_STATE = 'ONLINE'`
 		if err := db.QueryRowContext(ctx, q).Scan(&members); err != nil {
-			return nil, fmt.Errorf("ormlock: check the server's locks (%s): %w", q, err)
+			return nil, errs.Wrap(err, "check the server's locks (%s)", q)
 		}
 	}
 	return func() error { return MySQLVerdict(vars, members) }, nil

@@ -3,11 +3,11 @@ package lockproto
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/fencectx"
 	"github.com/ormlock/ormlock/internal/keys"
 )
@@ -94,7 +94,7 @@ func (t *FenceTable) CreateSQL() string {
 // Create runs CreateSQL on q.
 func (t *FenceTable) Create(ctx context.Context, q Querier) error {
 	if _, err := q.ExecContext(ctx, t.CreateSQL()); err != nil {
-		return fmt.Errorf("ormlock: create fence table %q: %w", t.name, err)
+		return errs.Wrap(err, "create fence table %q", t.name)
 	}
 	return nil
 }
@@ -137,9 +137,9 @@ func (t *FenceTable) Issue(ctx context.Context, q Querier, ns, id string) (int64
 
 func (t *FenceTable) wrap(err error) error {
 	if SQLState(err) == "42P01" || MySQLErrno(err) == 1146 {
-		return fmt.Errorf("ormlock: fence table %q does not exist (create it with Migrate): issue a fencing token: %w", t.name, err)
+		return errs.Wrap(err, "fence table %q does not exist (create it with Migrate): issue a fencing token", t.name)
 	}
-	return fmt.Errorf("ormlock: fence table %q: issue a fencing token: %w", t.name, err)
+	return errs.Wrap(err, "fence table %q: issue a fencing token", t.name)
 }
 
 // FenceID is the counter row's identity of key k (the namespace is a
@@ -174,7 +174,7 @@ func (o *Op) checkFencePool(db *sql.DB) error {
 	if !o.Cfg.Fencing || o.Dialect != Postgres || db.Stats().MaxOpenConnections != 1 {
 		return nil
 	}
-	return fmt.Errorf("%w: ormlock: %s on %q with WithFencing on PostgreSQL needs two connections (the lock's transaction stays open on one while the token is committed on another, so that it is durable before fn runs), and the pool's MaxOpenConns is 1",
+	return fmt.Errorf("%w: %s on %q with WithFencing on PostgreSQL needs two connections (the lock's transaction stays open on one while the token is committed on another, so that it is durable before fn runs), and the pool's MaxOpenConns is 1",
 		ormlock.ErrInvalidArgument, o.Verb, o.Key.String())
 }
 
@@ -210,9 +210,9 @@ func (o *Op) IssueToken(ctx context.Context, q Querier) error {
 	tok, err := t.Issue(ctx, q, o.Cfg.Namespace, id)
 	if err != nil {
 		if cerr := ctxErr(ctx); cerr != nil {
-			err = errors.Join(cerr, err)
+			err = errs.Join(cerr, err)
 		}
-		return fmt.Errorf("ormlock: %s on %q: %w", o.Verb, o.Key.String(), err)
+		return errs.Wrap(err, "%s on %q", o.Verb, o.Key.String())
 	}
 	o.token = tok
 	return nil
@@ -253,7 +253,7 @@ func (o *Op) sessionToken(ctx context.Context, db *sql.DB, conn *sql.Conn, h *se
 	if rerr != nil {
 		Destroy(conn)
 		o.Emit(ctx, ormlock.EventReleaseFailed, rerr)
-		return errors.Join(err, rerr)
+		return errs.Join(err, rerr)
 	}
 	_ = conn.Close()
 	o.Emit(ctx, ormlock.EventReleased, nil)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/keys"
 )
 
@@ -90,7 +91,7 @@ func pgHolder(ctx context.Context, q Querier, k keys.PostgresKey) (ormlock.Holde
 		return ormlock.HolderInfo{Dialect: h.Dialect, Lock: h.Lock}, nil
 	}
 	if err != nil {
-		return ormlock.HolderInfo{}, fmt.Errorf("ormlock: look up lock holder in pg_locks: %w", err)
+		return ormlock.HolderInfo{}, errs.Wrap(err, "look up lock holder in pg_locks")
 	}
 	h.Waiters = int(waiters)
 	if !granted { // only waiters: free this instant
@@ -121,7 +122,7 @@ func mysqlHolder(ctx context.Context, q Querier, name string) (ormlock.HolderInf
 	)
 	err := q.QueryRowContext(ctx, mysqlHolderQuery, name).Scan(&id, &user, &host, &db, &command, &secs, &state, &info)
 	if err != nil {
-		return ormlock.HolderInfo{}, fmt.Errorf("ormlock: look up lock holder with IS_USED_LOCK: %w", err)
+		return ormlock.HolderInfo{}, errs.Wrap(err, "look up lock holder with IS_USED_LOCK")
 	}
 	if !id.Valid {
 		return h, nil

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/keys"
 )
 
@@ -78,7 +79,7 @@ func PGTryXact(ctx context.Context, q Querier, k keys.PostgresKey) (bool, error)
 		err = q.QueryRowContext(ctx, "SELECT pg_try_advisory_xact_lock($1::int8)", k.Int64).Scan(&ok)
 	}
 	if err != nil {
-		return false, fmt.Errorf("ormlock: pg_try_advisory_xact_lock: %w", err)
+		return false, errs.Wrap(err, "pg_try_advisory_xact_lock")
 	}
 	return ok, nil
 }
@@ -102,7 +103,7 @@ func PGWaitXact(ctx context.Context, q Querier, k keys.PostgresKey, wait time.Du
 	var prev string
 	if err := q.QueryRowContext(ctx, "SELECT current_setting('lock_timeout'), set_config('lock_timeout', $1, true)",
 		strconv.FormatInt(ms, 10)+"ms").Scan(&prev, new(string)); err != nil {
-		return false, fmt.Errorf("ormlock: set lock_timeout: %w", err)
+		return false, errs.Wrap(err, "set lock_timeout")
 	}
 	var err error
 	if k.IsPair {
@@ -114,7 +115,7 @@ func PGWaitXact(ctx context.Context, q Querier, k keys.PostgresKey, wait time.Du
 		if SQLState(err) == sqlStateLockNotAvailable {
 			return false, nil
 		}
-		return false, fmt.Errorf("ormlock: pg_advisory_xact_lock: %w", err)
+		return false, errs.Wrap(err, "pg_advisory_xact_lock")
 	}
 	return true, nil
 }
@@ -124,7 +125,7 @@ func PGWaitXact(ctx context.Context, q Querier, k keys.PostgresKey, wait time.Du
 func PGIdleTimeout(ctx context.Context, q Querier) (time.Duration, error) {
 	var ms int64
 	if err := q.QueryRowContext(ctx, "SELECT setting::int8 FROM pg_settings WHERE name = 'idle_in_transaction_session_timeout'").Scan(&ms); err != nil {
-		return 0, fmt.Errorf("ormlock: read idle_in_transaction_session_timeout: %w", err)
+		return 0, errs.Wrap(err, "read idle_in_transaction_session_timeout")
 	}
 	return time.Duration(ms) * time.Millisecond, nil
 }
@@ -135,7 +136,7 @@ func PGIdleTimeout(ctx context.Context, q Querier) (time.Duration, error) {
 // COMMITTED transaction then holds no snapshot (backend_xmin is NULL).
 func PGPing(ctx context.Context, q Querier) error {
 	if _, err := q.ExecContext(ctx, "SELECT 1"); err != nil {
-		return fmt.Errorf("ormlock: keepalive: %w", err)
+		return errs.Wrap(err, "keepalive")
 	}
 	return nil
 }
@@ -179,7 +180,7 @@ func MySQLGetLock(ctx context.Context, q Querier, name string, wait time.Duratio
 		err = q.QueryRowContext(ctx, "SELECT GET_LOCK(?, ?)", name, wait.Seconds()).Scan(&res)
 	}
 	if err != nil {
-		return false, fmt.Errorf("ormlock: GET_LOCK: %w", err)
+		return false, errs.Wrap(err, "GET_LOCK")
 	}
 	if !res.Valid {
 		return false, errGetLockNull
@@ -197,7 +198,7 @@ var ErrNotHeld = errors.New("ormlock: lock was not held by this connection")
 func MySQLReleaseLock(ctx context.Context, q Querier, name string) error {
 	var res sql.NullInt64
 	if err := q.QueryRowContext(ctx, "SELECT RELEASE_LOCK(?)", name).Scan(&res); err != nil {
-		return fmt.Errorf("ormlock: RELEASE_LOCK: %w", err)
+		return errs.Wrap(err, "RELEASE_LOCK")
 	}
 	if !res.Valid {
 		return fmt.Errorf("%w: RELEASE_LOCK returned NULL (no such lock)", ErrNotHeld)
@@ -213,7 +214,7 @@ func MySQLReleaseLock(ctx context.Context, q Querier, name string) error {
 func MySQLHeld(ctx context.Context, q Querier, name string) error {
 	var held sql.NullBool
 	if err := q.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?) = CONNECTION_ID()", name).Scan(&held); err != nil {
-		return fmt.Errorf("ormlock: keepalive: %w", err)
+		return errs.Wrap(err, "keepalive")
 	}
 	if !held.Valid || !held.Bool {
 		return fmt.Errorf("%w: IS_USED_LOCK no longer names this connection", ErrNotHeld)
@@ -231,13 +232,13 @@ func MySQLHeld(ctx context.Context, q Querier, name string) error {
 func MySQLKeepSession(ctx context.Context, q Querier, atLeast time.Duration) (prev int64, err error) {
 	secs := max(int64(atLeast/time.Second), 60)
 	if err := q.QueryRowContext(ctx, "SELECT @@session.wait_timeout").Scan(&prev); err != nil {
-		return 0, fmt.Errorf("ormlock: read wait_timeout: %w", err)
+		return 0, errs.Wrap(err, "read wait_timeout")
 	}
 	if prev >= secs {
 		return 0, nil
 	}
 	if _, err := q.ExecContext(ctx, "SET SESSION wait_timeout = "+strconv.FormatInt(secs, 10)); err != nil {
-		return 0, fmt.Errorf("ormlock: raise wait_timeout: %w", err)
+		return 0, errs.Wrap(err, "raise wait_timeout")
 	}
 	return prev, nil
 }
@@ -252,7 +253,7 @@ func MySQLRestoreSession(ctx context.Context, q Querier, prev int64) error {
 		return nil
 	}
 	if _, err := q.ExecContext(ctx, "SET SESSION wait_timeout = "+strconv.FormatInt(prev, 10)); err != nil {
-		return fmt.Errorf("ormlock: restore wait_timeout: %w", err)
+		return errs.Wrap(err, "restore wait_timeout")
 	}
 	return nil
 }

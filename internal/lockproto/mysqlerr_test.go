@@ -3,7 +3,6 @@ package lockproto_test
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 
 	"github.com/go-sql-driver/mysql"
@@ -60,18 +59,5 @@ func TestStatementTimeout(t *testing.T) {
 		if got := lockproto.StatementTimeout(c.err); got != c.want {
 			t.Errorf("StatementTimeout(%v) = %v, want %v", c.err, got, c.want)
 		}
-	}
-}
-
-// Join keeps both errors matchable and the text on one line.
-func TestJoin(t *testing.T) {
-	a, b := errors.New("a"), &mysql.MySQLError{Number: 1969, Message: "b"}
-	err := lockproto.Join(a, fmt.Errorf("w: %w", b))
-	var me *mysql.MySQLError
-	if !errors.Is(err, a) || !errors.As(err, &me) || strings.Contains(err.Error(), "\n") {
-		t.Fatalf("Join = %q", err)
-	}
-	if lockproto.Join(nil, a) != a || lockproto.Join(a, nil) != a || lockproto.Join(nil, nil) != nil {
-		t.Fatal("Join with a nil side")
 	}
 }

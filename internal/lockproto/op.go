@@ -11,6 +11,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/keys"
 )
 
@@ -176,7 +177,7 @@ func (o *Op) notAcquired(ctx context.Context, cause error) error {
 // it is a not-acquired outcome that also matches the context error.
 func (o *Op) failed(ctx context.Context, err error) error {
 	if cerr := ctxErr(ctx); cerr != nil {
-		return o.notAcquired(ctx, Join(cerr, err))
+		return o.notAcquired(ctx, errs.Join(cerr, err))
 	}
 	if statementTimeout(err) {
 		// the server's own statement timeout ended the lock wait: the

@@ -4,10 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/errs"
 )
 
 // releaseTimeout bounds a release that runs detached from the caller's
@@ -60,7 +60,7 @@ func (o *Op) WithNamed(ctx context.Context, db *sql.DB, body func(conn *sql.Conn
 func (o *Op) LockNamed(ctx context.Context, db *sql.DB) (*sql.Conn, error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {
-		return nil, o.failed(ctx, fmt.Errorf("ormlock: pin a connection: %w", err))
+		return nil, o.failed(ctx, errs.Wrap(err, "pin a connection"))
 	}
 	if err := o.AcquireNamed(ctx, conn); err != nil {
 		o.dropUnlocked(conn, err)

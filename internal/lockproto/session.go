@@ -3,12 +3,12 @@ package lockproto
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/errs"
 )
 
 // sessionHold is a lock held on a dedicated connection for a Session.
@@ -83,7 +83,7 @@ func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Contex
 	}
 	conn, err := db.Conn(ctx)
 	if err != nil {
-		return o.failed(ctx, fmt.Errorf("ormlock: pin a connection: %w", err))
+		return o.failed(ctx, errs.Wrap(err, "pin a connection"))
 	}
 	var h *sessionHold
 	switch o.Dialect {
@@ -163,7 +163,7 @@ func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Contex
 		if lostErr != nil {
 			lerr := fmt.Errorf("%w: %q: %w", ormlock.ErrLockLost, o.Key.String(), lostErr)
 			if err != nil {
-				err = errors.Join(lerr, err)
+				err = errs.Join(lerr, err)
 			} else {
 				err = lerr
 			}

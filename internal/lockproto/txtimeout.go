@@ -2,7 +2,8 @@ package lockproto
 
 import (
 	"context"
-	"fmt"
+
+	"github.com/ormlock/ormlock/internal/errs"
 )
 
 // pgKeepTransaction is sent at the start of a Session's lock transaction.
@@ -21,7 +22,7 @@ const pgKeepTransaction = `SELECT set_config('transaction_timeout', '0', true) W
 // not ended by it; it does nothing on servers without the setting.
 func PGKeepTransaction(ctx context.Context, q Querier) error {
 	if _, err := q.ExecContext(ctx, pgKeepTransaction); err != nil {
-		return fmt.Errorf("ormlock: disable transaction_timeout for the lock transaction: %w", err)
+		return errs.Wrap(err, "disable transaction_timeout for the lock transaction")
 	}
 	return nil
 }
