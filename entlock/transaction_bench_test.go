@@ -29,6 +29,7 @@ func BenchmarkTransaction(b *testing.B) {
 			noop := func(*ent.Tx) error { return nil }
 			b.Run("entlock", func(b *testing.B) {
 				b.ReportAllocs()
+				defer testdb.ReportCPU(b)()
 				for b.Loop() {
 					if err := entlock.Transaction(ctx, client, name, noop); err != nil {
 						b.Fatal(err)
@@ -37,6 +38,7 @@ func BenchmarkTransaction(b *testing.B) {
 			})
 			b.Run("handwritten", func(b *testing.B) {
 				b.ReportAllocs()
+				defer testdb.ReportCPU(b)()
 				for b.Loop() {
 					if err := testdb.Handwritten(ctx, k, db, name); err != nil {
 						b.Fatal(err)
@@ -45,6 +47,7 @@ func BenchmarkTransaction(b *testing.B) {
 			})
 			b.Run("ent-no-lock", func(b *testing.B) {
 				b.ReportAllocs()
+				defer testdb.ReportCPU(b)()
 				for b.Loop() {
 					tx, err := plain.Tx(ctx)
 					if err != nil {

@@ -25,6 +25,7 @@ func BenchmarkTransaction(b *testing.B) {
 			noop := func(*gorm.DB) error { return nil }
 			b.Run("gormlock", func(b *testing.B) {
 				b.ReportAllocs()
+				defer testdb.ReportCPU(b)()
 				for b.Loop() {
 					if err := gormlock.Transaction(db, name, noop); err != nil {
 						b.Fatal(err)
@@ -33,6 +34,7 @@ func BenchmarkTransaction(b *testing.B) {
 			})
 			b.Run("handwritten", func(b *testing.B) {
 				b.ReportAllocs()
+				defer testdb.ReportCPU(b)()
 				ctx := context.Background()
 				for b.Loop() {
 					if err := testdb.Handwritten(ctx, k, sqlDB, name); err != nil {
@@ -42,6 +44,7 @@ func BenchmarkTransaction(b *testing.B) {
 			})
 			b.Run("gorm-no-lock", func(b *testing.B) {
 				b.ReportAllocs()
+				defer testdb.ReportCPU(b)()
 				for b.Loop() {
 					if err := db.Transaction(noop); err != nil {
 						b.Fatal(err)

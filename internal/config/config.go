@@ -64,6 +64,15 @@ func New(opts ...Option) Config {
 
 // With returns a copy of c with opts applied in order.
 func (c Config) With(opts ...Option) Config {
+	if len(opts) == 0 {
+		return c // no option: c need not move to the heap (see with)
+	}
+	return c.with(opts)
+}
+
+// with applies opts to c, which escapes: an option is a function taking
+// &c.
+func (c Config) with(opts []Option) Config {
 	for _, o := range opts {
 		if o != nil {
 			o(&c)

@@ -138,12 +138,12 @@ func (o *Op) beginInline(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (
 		return nil, err
 	}
 	if begin, ok := pgBegin(opts); ok && !o.NeedSQLTx && isPgx(conn) {
-		ct, _, err := o.lockOneMessage(ctx, db, conn, begin, false)
+		ct, _, err := o.lockOneMessage(ctx, db, conn, begin, false, true)
 		if err != nil {
 			return nil, err
 		}
 		lt := &LockedTx{Tx: ct, ctx: ctx, op: o, txCancel: ct.cancel}
-		if level, snap := snapshotLevel(ct.isoDefault); snap {
+		if level := ct.snapDefault; level != sql.LevelDefault {
 			// No level was asked for, and the server's default takes its
 			// snapshot once: the lock statement just took it, before the
 			// lock. Give the lock back and take the split protocol's path
@@ -416,7 +416,7 @@ func (o *Op) holdLockTx(ctx context.Context, db *sql.DB, conn *sql.Conn, long bo
 		// one message: BEGIN, transaction_timeout off (long), the lock and
 		// (long) the idle timeout, by the simple protocol, which leaves no
 		// portal open: the idle transaction holds no snapshot
-		ct, idle, err := o.lockOneMessage(ctx, db, conn, "BEGIN ISOLATION LEVEL READ COMMITTED", long)
+		ct, idle, err := o.lockOneMessage(ctx, db, conn, "BEGIN ISOLATION LEVEL READ COMMITTED", long, false)
 		if err != nil {
 			return nil, err
 		}

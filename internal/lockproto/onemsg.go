@@ -81,16 +81,17 @@ func pgBegin(opts *sql.TxOptions) (string, bool) {
 // pgKeyArgs writes k as the arguments of an advisory lock function, as
 // integer literals.
 func pgKeyArgs(b *strings.Builder, k keys.PostgresKey) {
+	var num [24]byte
 	if k.IsPair {
 		b.WriteString("(")
-		b.WriteString(strconv.FormatInt(int64(k.ClassID), 10))
+		b.Write(strconv.AppendInt(num[:0], int64(k.ClassID), 10))
 		b.WriteString(")::int4, (")
-		b.WriteString(strconv.FormatInt(int64(k.ObjID), 10))
+		b.Write(strconv.AppendInt(num[:0], int64(k.ObjID), 10))
 		b.WriteString(")::int4")
 		return
 	}
 	b.WriteString("(")
-	b.WriteString(strconv.FormatInt(k.Int64, 10))
+	b.Write(strconv.AppendInt(num[:0], k.Int64, 10))
 	b.WriteString(")::int8")
 }
 
@@ -102,8 +103,9 @@ func pgKeyArgs(b *strings.Builder, k keys.PostgresKey) {
 // ormlock.lock_timeout). The last statement's first column is the lock's
 // result (true, or for the wait the empty result of a granted lock); its
 // second, for a Session, the session's idle_in_transaction_session_timeout
-// in milliseconds.
-func pgLockMessage(begin string, k keys.PostgresKey, wait time.Duration, long bool) string {
+// in milliseconds; then, without a level in begin, the server's default
+// level; then, with probe, the backend's pid (see pgSession).
+func pgLockMessage(begin string, k keys.PostgresKey, wait time.Duration, long, probe bool) string {
 	var b strings.Builder
 	b.Grow(256)
 	b.WriteString(begin)
@@ -130,6 +132,9 @@ func pgLockMessage(begin string, k keys.PostgresKey, wait time.Duration, long bo
 		// the server's default level applies: report it (see isoDefault)
 		b.WriteString(", current_setting('transaction_isolation')")
 	}
+	if probe {
+		b.WriteString(", pg_backend_pid()")
+	}
 	return b.String()
 }
 
@@ -152,14 +157,119 @@ func isPgx(conn *sql.Conn) bool {
 	return withPgConn(conn, func(*pgconn.PgConn) error { return nil }) == nil
 }
 
+// ---- the try-once lock as a prepared statement ----
+//
+// Parsing and planning the lock's SELECT is most of what the server spends
+// on a locked transaction beyond an unlocked one (on a loopback server, as
+// much as the client's whole call). So on a connection that reaches its
+// backend directly, a Transaction's try-once lock is a statement prepared
+// once per connection, by SQL (PREPARE, in the message of its first use),
+// and run by EXECUTE in the one message with BEGIN; the message is still
+// one simple-protocol query, and the server parses only the EXECUTE:
+//
+//	BEGIN; EXECUTE ormlock_pg_try_advisory_xact_lock_int8(-2533923874772390729)
+//
+// The statement is named after the function it runs, so that the server's
+// log says what the message does. A connection is direct when the pid of
+// its backend (pg_backend_pid(), read with the first lock taken on the
+// connection) is the pid the connection announced when it started: a pooler
+// in between (PgBouncer in transaction mode hands each transaction to any
+// of its server connections, where a prepared statement may not exist)
+// announces a pid of its own, so behind one the lock is sent as text every
+// time. A prepared statement that the application dropped (DISCARD ALL,
+// DEALLOCATE) is prepared again in the same call: ROLLBACK, then the
+// message with PREPARE. Prepared statements outlive ROLLBACK; they are the
+// connection's and end with it. The wait, Session and the split protocol's
+// lock transaction keep the text message.
+
+// pgTryStmt names the prepared try-once lock statements, for int8 keys and
+// for pairs of int4; their first column is the lock's result, their second
+// the transaction's isolation (read when BEGIN named no level).
+var pgTryStmt = [2]struct{ name, prepare string }{
+	{"ormlock_pg_try_advisory_xact_lock_int8",
+		"PREPARE ormlock_pg_try_advisory_xact_lock_int8(int8) AS SELECT pg_try_advisory_xact_lock($1), current_setting('transaction_isolation')"},
+	{"ormlock_pg_try_advisory_xact_lock_int4",
+		"PREPARE ormlock_pg_try_advisory_xact_lock_int4(int4, int4) AS SELECT pg_try_advisory_xact_lock($1, $2), current_setting('transaction_isolation')"},
+}
+
+// pgSessionKey is the key of a connection's pgSession in pgconn's
+// CustomData.
+const pgSessionKey = "ormlock.session"
+
+// pgSession is what the protocol knows of one pgx connection, kept with it
+// (pgconn's CustomData).
+type pgSession struct {
+	known    bool    // direct was read
+	direct   bool    // the connection reaches its backend without a pooler
+	prepared [2]bool // pgTryStmt[i] is prepared on the backend
+}
+
+// pgSessionOf returns pc's pgSession, created on first use; nil when pgconn
+// keeps no custom data.
+func pgSessionOf(pc *pgconn.PgConn) *pgSession {
+	m := pc.CustomData()
+	if m == nil {
+		return nil
+	}
+	if s, ok := m[pgSessionKey].(*pgSession); ok {
+		return s
+	}
+	s := new(pgSession)
+	m[pgSessionKey] = s
+	return s
+}
+
+// pgTryMessage is the one message of the prepared try-once lock on a direct
+// connection: BEGIN, PREPARE when the statement is not prepared yet, and
+// EXECUTE.
+func pgTryMessage(begin string, k keys.PostgresKey, prepare bool) string {
+	var num [24]byte
+	i := pgTryIndex(k)
+	var b strings.Builder
+	b.Grow(256)
+	b.WriteString(begin)
+	if prepare {
+		b.WriteString("; ")
+		b.WriteString(pgTryStmt[i].prepare)
+	}
+	b.WriteString("; EXECUTE ")
+	b.WriteString(pgTryStmt[i].name)
+	b.WriteString("(")
+	if k.IsPair {
+		b.Write(strconv.AppendInt(num[:0], int64(k.ClassID), 10))
+		b.WriteString(", ")
+		b.Write(strconv.AppendInt(num[:0], int64(k.ObjID), 10))
+	} else {
+		b.Write(strconv.AppendInt(num[:0], k.Int64, 10))
+	}
+	b.WriteString(")")
+	return b.String()
+}
+
+func pgTryIndex(k keys.PostgresKey) int {
+	if k.IsPair {
+		return 1
+	}
+	return 0
+}
+
+// SQLSTATEs of the prepared statement's life: gone (26000,
+// invalid_sql_statement_name) and there already (42P05,
+// duplicate_prepared_statement).
+const (
+	sqlStateNoStatement  = "26000"
+	sqlStateDupStatement = "42P05"
+)
+
 // lockOneMessage begins a transaction with begin on the pinned pgx
 // connection conn (see isPgx) and takes o's lock in the same message (see
-// pgLockMessage). On success it returns the transaction, which owns conn
+// pgLockMessage; with stmt, a try-once lock may be the prepared statement,
+// see pgTryStmt). On success it returns the transaction, which owns conn
 // from then on, and for a Session (long) the session's
 // idle_in_transaction_session_timeout; on failure conn has been given back
 // (its transaction ended: ROLLBACK confirmed by the server) or destroyed,
 // and the error is classified as AcquireXact's.
-func (o *Op) lockOneMessage(ctx context.Context, db *sql.DB, conn *sql.Conn, begin string, long bool) (*ConnTx, time.Duration, error) {
+func (o *Op) lockOneMessage(ctx context.Context, db *sql.DB, conn *sql.Conn, begin string, long, stmt bool) (*ConnTx, time.Duration, error) {
 	o.start = time.Now()
 	o.Emit(ctx, ormlock.EventAttempt, nil)
 	wait, bounded, err := o.budget(ctx)
@@ -167,29 +277,66 @@ func (o *Op) lockOneMessage(ctx context.Context, db *sql.DB, conn *sql.Conn, beg
 		_ = conn.Close() // nothing was sent
 		return nil, 0, err
 	}
-	msg := pgLockMessage(begin, o.pg, wait, long)
 	mctx, done := ctx, func() {}
 	if wait > 0 {
 		mctx, done = waitCtx(ctx)
 	}
+	wantIso := !strings.Contains(begin, "ISOLATION")
 	var (
-		res    []*pgconn.Result
+		rep    lockReply
 		status byte
 	)
 	err = withPgConn(conn, func(pc *pgconn.PgConn) error {
-		var err error
-		res, err = pc.Exec(mctx, msg).ReadAll()
-		status = pc.TxStatus()
-		if err == nil && pc.IsClosed() {
-			err = errors.New("connection closed")
+		send := func(msg string, l lockLayout) error {
+			var err error
+			rep, err = readLockReply(pc.Exec(mctx, msg), l)
+			status = pc.TxStatus()
+			if err == nil && pc.IsClosed() {
+				err = errors.New("connection closed")
+			}
+			return err
+		}
+		var ps *pgSession
+		if stmt && wait == 0 && !long {
+			ps = pgSessionOf(pc)
+		}
+		if ps == nil || (ps.known && !ps.direct) {
+			return send(pgLockMessage(begin, o.pg, wait, long, false), lockLayout{wait: wait > 0, long: long, iso: wantIso})
+		}
+		if !ps.known {
+			// the first lock on this connection: as text, with the pid
+			err := send(pgLockMessage(begin, o.pg, 0, false, true), lockLayout{iso: wantIso, pid: true})
+			if err == nil {
+				ps.known, ps.direct = true, rep.pid != 0 && rep.pid == pc.PID()
+			}
+			return err
+		}
+		i := pgTryIndex(o.pg)
+		l := lockLayout{iso: true}
+		if ps.prepared[i] {
+			err := send(pgTryMessage(begin, o.pg, false), l)
+			if err == nil || SQLState(err) != sqlStateNoStatement || status != 'E' {
+				return err
+			}
+			// the application dropped it (DISCARD ALL, DEALLOCATE): end
+			// the failed transaction, then prepare it again
+			ps.prepared[i] = false
+			if _, rerr := pc.Exec(mctx, "ROLLBACK").ReadAll(); rerr != nil || pc.TxStatus() != 'I' {
+				return err
+			}
+		}
+		err := send(pgTryMessage(begin, o.pg, true), l)
+		switch {
+		case err == nil:
+			ps.prepared[i] = true
+		case SQLState(err) == sqlStateDupStatement:
+			ps.prepared[i] = true // there after all: EXECUTE it next time
 		}
 		return err
 	})
 	done()
-	ok, idle, iso := false, time.Duration(0), ""
-	if err == nil {
-		ok, idle, iso, err = pgLockResult(res, wait > 0, long, !strings.Contains(begin, "ISOLATION"))
-	} else if wait > 0 && SQLState(err) == sqlStateLockNotAvailable {
+	ok := rep.ok
+	if err != nil && wait > 0 && SQLState(err) == sqlStateLockNotAvailable {
 		err = nil // lock_timeout expired: held elsewhere
 	}
 	if err == nil && ok && status != 'T' {
@@ -199,9 +346,12 @@ func (o *Op) lockOneMessage(ctx context.Context, db *sql.DB, conn *sql.Conn, beg
 		err = fmt.Errorf("ormlock: BEGIN and pg_advisory_xact_lock: %w", err)
 	}
 	txCtx, txCancel := txContext(ctx)
-	tx := &ConnTx{conn: conn, db: db, ctx: txCtx, cancel: txCancel, isoDefault: iso}
+	tx := &ConnTx{conn: conn, db: db, ctx: txCtx, cancel: txCancel}
+	if wantIso {
+		tx.snapDefault = rep.level
+	}
 	if err == nil && ok {
-		return tx, idle, o.settle(ctx, true, bounded, nil)
+		return tx, rep.idle, o.settle(ctx, true, bounded, nil)
 	}
 	// Not acquired, or failed: end the transaction the message began. The
 	// connection goes back to the pool only when the server confirms it is
@@ -216,37 +366,106 @@ func (o *Op) lockOneMessage(ctx context.Context, db *sql.DB, conn *sql.Conn, beg
 	return nil, 0, o.settle(ctx, false, bounded, err)
 }
 
-// pgLockResult reads the last result of a lock message: whether the lock is
-// held and, for a Session, the idle timeout.
-func pgLockResult(res []*pgconn.Result, wait, long, iso bool) (bool, time.Duration, string, error) {
-	if len(res) == 0 {
-		return false, 0, "", errors.New("no result")
-	}
-	last := res[len(res)-1]
-	if last.Err != nil {
-		return false, 0, "", last.Err
-	}
-	if len(last.Rows) != 1 || len(last.Rows[0]) < 1 || (long && len(last.Rows[0]) < 2) || (iso && len(last.Rows[0]) < 2) {
-		return false, 0, "", fmt.Errorf("unexpected result of the lock statement: %d rows", len(last.Rows))
-	}
-	row := last.Rows[0]
-	ok := string(row[0]) == "t"
-	if wait && !ok {
-		return false, 0, "", fmt.Errorf("unexpected result of pg_advisory_xact_lock: %q", row[0])
-	}
-	var idle time.Duration
-	if long && row[1] != nil {
-		ms, err := strconv.ParseInt(string(row[1]), 10, 64)
-		if err != nil {
-			return false, 0, "", fmt.Errorf("read idle_in_transaction_session_timeout: %w", err)
+// lockLayout says which columns follow the lock's result in the last row of
+// a lock message, in this order.
+type lockLayout struct {
+	wait bool // the lock is the bounded wait (its result is IS NOT NULL), followed by lock_timeout's restore
+	long bool // idle_in_transaction_session_timeout, in milliseconds
+	iso  bool // transaction_isolation
+	pid  bool // pg_backend_pid()
+}
+
+// lockReply is what a lock message answered.
+type lockReply struct {
+	ok    bool
+	idle  time.Duration
+	level sql.IsolationLevel // transaction_isolation when it takes its snapshot once (snapshotLevel), else LevelDefault
+	pid   uint32
+}
+
+// readLockReply reads the answer to a lock message to its end, without
+// keeping it: the lock's row is the first row of the last result that has
+// rows (BEGIN and PREPARE have none; the wait's set_config has one, before
+// the lock's).
+func readLockReply(mrr *pgconn.MultiResultReader, l lockLayout) (lockReply, error) {
+	var (
+		rep     lockReply
+		rowErr  error
+		results int
+		rows    int
+	)
+	for mrr.NextResult() {
+		results++
+		rr := mrr.ResultReader()
+		n := 0
+		for rr.NextRow() {
+			n++
+			if n == 1 {
+				rep, rowErr = parseLockRow(rr.Values(), l)
+			}
 		}
-		idle = time.Duration(ms) * time.Millisecond
+		if _, err := rr.Close(); err != nil {
+			_ = mrr.Close()
+			return lockReply{}, err
+		}
+		if n > 0 {
+			rows = n
+		}
 	}
-	var level string
-	if iso {
-		level = string(row[len(row)-1])
+	if err := mrr.Close(); err != nil {
+		return lockReply{}, err
 	}
-	return ok, idle, level, nil
+	switch {
+	case results == 0:
+		return lockReply{}, errors.New("no result")
+	case rows != 1:
+		return lockReply{}, fmt.Errorf("unexpected result of the lock statement: %d rows", rows)
+	}
+	return rep, rowErr
+}
+
+// parseLockRow reads the lock's row (see lockLayout).
+func parseLockRow(row [][]byte, l lockLayout) (lockReply, error) {
+	want := 1
+	for _, b := range []bool{l.wait, l.long, l.iso, l.pid} {
+		if b {
+			want++
+		}
+	}
+	if len(row) < want {
+		return lockReply{}, fmt.Errorf("unexpected result of the lock statement: %d columns", len(row))
+	}
+	var rep lockReply
+	rep.ok = string(row[0]) == "t"
+	if l.wait && !rep.ok {
+		return lockReply{}, fmt.Errorf("unexpected result of pg_advisory_xact_lock: %q", row[0])
+	}
+	c := 1
+	if l.wait {
+		c++ // the restored lock_timeout
+	}
+	if l.long {
+		if row[c] != nil {
+			ms, err := strconv.ParseInt(string(row[c]), 10, 64)
+			if err != nil {
+				return lockReply{}, fmt.Errorf("read idle_in_transaction_session_timeout: %w", err)
+			}
+			rep.idle = time.Duration(ms) * time.Millisecond
+		}
+		c++
+	}
+	if l.iso {
+		rep.level, _ = snapshotLevel(string(row[c]))
+		c++
+	}
+	if l.pid {
+		pid, err := strconv.ParseUint(string(row[c]), 10, 32)
+		if err != nil {
+			return lockReply{}, fmt.Errorf("read pg_backend_pid(): %w", err)
+		}
+		rep.pid = uint32(pid)
+	}
+	return rep, nil
 }
 
 // ConnTx is a PostgreSQL transaction begun on a pinned connection by a
@@ -267,9 +486,10 @@ type ConnTx struct {
 	ctx    context.Context // the transaction's own context: bounds COMMIT and ROLLBACK
 	cancel context.CancelFunc
 
-	// isoDefault is the server's transaction_isolation when BEGIN named no
-	// level ("" when it did).
-	isoDefault string
+	// snapDefault is the server's transaction_isolation when BEGIN named
+	// no level and that level takes its snapshot once (snapshotLevel);
+	// LevelDefault otherwise.
+	snapDefault sql.IsolationLevel
 
 	mu   sync.Mutex
 	done bool
@@ -353,12 +573,19 @@ func (t *ConnTx) end(stmt string) error {
 	}
 	idle := false
 	err := withPgConn(t.conn, func(pc *pgconn.PgConn) error {
-		res, err := pc.Exec(t.ctx, stmt).ReadAll()
+		mrr := pc.Exec(t.ctx, stmt)
+		results, rolledBack := 0, false
+		for mrr.NextResult() {
+			tag, _ := mrr.ResultReader().Close()
+			results++
+			rolledBack = tag.String() == "ROLLBACK"
+		}
+		err := mrr.Close()
 		idle = err == nil && pc.TxStatus() == 'I'
 		if err != nil {
 			return err
 		}
-		if stmt == "COMMIT" && len(res) == 1 && res[0].CommandTag.String() == "ROLLBACK" {
+		if stmt == "COMMIT" && results == 1 && rolledBack {
 			return pgx.ErrTxCommitRollback
 		}
 		return nil
