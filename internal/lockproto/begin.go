@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/errs"
 )
 
 // LockedTx is a transaction begun with the lock held, for adapters that hand
@@ -124,7 +125,7 @@ func (o *Op) pin(ctx context.Context, db *sql.DB) (*sql.Conn, error) {
 	}
 	conn, err := db.Conn(ctx)
 	if err != nil {
-		return nil, o.failed(ctx, fmt.Errorf("ormlock: pin a connection: %w", err))
+		return nil, o.failed(ctx, errs.Wrap(err, "pin a connection"))
 	}
 	return conn, nil
 }
@@ -186,7 +187,7 @@ func (o *Op) beginInline(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (
 // SERIALIZABLE (see BeginLocked).
 func (o *Op) beginSplit(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*LockedTx, error) {
 	if db.Stats().MaxOpenConnections == 1 {
-		return nil, fmt.Errorf("%w: ormlock: %s on %q at isolation %s needs two connections (the lock is held on one, in a READ COMMITTED transaction, so that the transaction on the other takes its snapshot after the lock is granted), and the pool's MaxOpenConns is 1",
+		return nil, fmt.Errorf("%w: %s on %q at isolation %s needs two connections (the lock is held on one, in a READ COMMITTED transaction, so that the transaction on the other takes its snapshot after the lock is granted), and the pool's MaxOpenConns is 1",
 			ormlock.ErrInvalidArgument, o.Verb, o.Key.String(), opts.Isolation)
 	}
 	conn, err := o.pin(ctx, db)
@@ -217,9 +218,9 @@ func (o *Op) beginSplit(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*
 		lk.end(ctx)
 		o.EndXact(ctx)
 		if cerr := ctxErr(ctx); cerr != nil {
-			return nil, fmt.Errorf("ormlock: %s on %q: begin transaction: %w", o.Verb, o.Key.String(), errors.Join(cerr, err))
+			return nil, errs.Wrap(errs.Join(cerr, err), "%s on %q: begin transaction", o.Verb, o.Key.String())
 		}
-		return nil, fmt.Errorf("ormlock: begin transaction: %w", err)
+		return nil, errs.Wrap(err, "begin transaction")
 	}
 	return &LockedTx{Tx: tx, ctx: ctx, op: o, txCancel: txCancel, lock: lk}, nil
 }
@@ -244,7 +245,7 @@ func (o *Op) beginMySQL(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*
 		// a BEGIN cut short leaves the connection's state unknown:
 		// ReleaseNamed destroys it when the release is not confirmed
 		_ = o.ReleaseNamed(ctx, conn)
-		return nil, fmt.Errorf("ormlock: begin transaction: %w", err)
+		return nil, errs.Wrap(err, "begin transaction")
 	}
 	return &LockedTx{Tx: tx, ctx: ctx, op: o, conn: conn, txCancel: txCancel}, nil
 }
@@ -261,7 +262,7 @@ func (o *Op) beginOn(ctx context.Context, conn *sql.Conn, opts *sql.TxOptions) (
 	}
 	if err != nil {
 		txCancel()
-		return nil, nil, o.failed(ctx, fmt.Errorf("ormlock: begin transaction: %w", err))
+		return nil, nil, o.failed(ctx, errs.Wrap(err, "begin transaction"))
 	}
 	return tx, txCancel, nil
 }
@@ -293,7 +294,7 @@ func (t *LockedTx) Commit() error {
 	} else {
 		err = withinGrace(t.ctx, t.txCancel, t.Tx.Commit)
 		if err != nil && t.ctx.Err() != nil {
-			err = fmt.Errorf("ormlock: COMMIT cut short after the context ended (outcome unknown): %w", errors.Join(t.ctx.Err(), err))
+			err = errs.Wrap(errs.Join(t.ctx.Err(), err), "COMMIT cut short after the context ended (outcome unknown)")
 		}
 	}
 	t.end()

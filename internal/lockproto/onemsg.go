@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/keys"
 )
 
@@ -343,7 +344,7 @@ func (o *Op) lockOneMessage(ctx context.Context, db *sql.DB, conn *sql.Conn, beg
 		err = fmt.Errorf("transaction status %q after the lock", status)
 	}
 	if err != nil {
-		err = fmt.Errorf("ormlock: BEGIN and pg_advisory_xact_lock: %w", err)
+		err = errs.Wrap(err, "BEGIN and pg_advisory_xact_lock")
 	}
 	txCtx, txCancel := txContext(ctx)
 	tx := &ConnTx{conn: conn, db: db, ctx: txCtx, cancel: txCancel}
