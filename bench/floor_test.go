@@ -1,0 +1,68 @@
+package bench_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ormlock/ormlock/internal/testdb"
+)
+
+// BenchmarkLockFloor measures what the lock's statement costs by itself on
+// one pgx connection, with no ORM and no database/sql: each iteration sends,
+// in a rotated order, a bare transaction (`begin`; `commit`), one that runs
+// a trivial statement with BEGIN (`BEGIN; SELECT 1`; `commit`) and one that
+// takes the lock with BEGIN (`BEGIN; SELECT pg_try_advisory_xact_lock(k)`;
+// `commit`) — the same two round trips each. It reports each one's median
+// (µs) and the ratio bare ÷ locked, the best a locked transaction can do
+// against a plain one on this server, whatever the client:
+//
+//	cd bench && go test -run '^$' -bench BenchmarkLockFloor -benchtime 5000x -count 3 .
+func BenchmarkLockFloor(b *testing.B) {
+	for _, k := range []testdb.Kind{testdb.Postgres, testdb.PgBouncer} {
+		b.Run(string(k), func(b *testing.B) {
+			ctx := context.Background()
+			conn, err := pgx.Connect(ctx, testdb.DSN(b, k))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer conn.Close(context.WithoutCancel(ctx))
+			names := []string{"bare", "select1", "lock"}
+			firsts := []string{"begin", "BEGIN; SELECT 1", "BEGIN; SELECT pg_try_advisory_xact_lock(-4242424242)"}
+			run := func(i int) {
+				for _, q := range []string{firsts[i], "commit"} {
+					if _, err := conn.PgConn().Exec(ctx, q).ReadAll(); err != nil {
+						b.Fatalf("%s: %v", q, err)
+					}
+				}
+			}
+			for i := range firsts {
+				for range 20 {
+					run(i)
+				}
+			}
+			lat := make([][]time.Duration, len(firsts))
+			r := 0
+			for b.Loop() {
+				for j := range firsts {
+					i := (j + r) % len(firsts)
+					t0 := time.Now()
+					run(i)
+					lat[i] = append(lat[i], time.Since(t0))
+				}
+				r++
+			}
+			p50 := make([]float64, len(firsts))
+			for i, n := range names {
+				slices.Sort(lat[i])
+				p50[i] = float64(lat[i][len(lat[i])/2]) / float64(time.Microsecond)
+				b.ReportMetric(p50[i], n+"-p50-µs")
+			}
+			b.ReportMetric(p50[0]/p50[2], "bare÷lock")
+			b.ReportMetric(p50[0]/p50[1], "bare÷select1")
+		})
+	}
+}
