@@ -327,11 +327,17 @@ func (o *Op) lockOneMessage(ctx context.Context, db *sql.DB, conn *sql.Conn, beg
 			}
 		}
 		err := send(pgTryMessage(begin, o.pg, true), l)
-		switch {
-		case err == nil:
+		if err != nil && SQLState(err) == sqlStateDupStatement && status == 'E' {
+			// there after all (a PREPARE whose answer was lost): end the
+			// failed transaction, then EXECUTE it
 			ps.prepared[i] = true
-		case SQLState(err) == sqlStateDupStatement:
-			ps.prepared[i] = true // there after all: EXECUTE it next time
+			if _, rerr := pc.Exec(mctx, "ROLLBACK").ReadAll(); rerr != nil || pc.TxStatus() != 'I' {
+				return err
+			}
+			return send(pgTryMessage(begin, o.pg, false), l)
+		}
+		if err == nil {
+			ps.prepared[i] = true
 		}
 		return err
 	})

@@ -125,6 +125,25 @@ func TestPreparedTryLock(t *testing.T) {
 					t.Fatalf("after %s: events %v, want %v", drop, ev, wantEvents)
 				}
 			}
+			// a statement that is there although the connection's record
+			// says it is not (a PREPARE whose answer was lost) is used as
+			// it is, within the call
+			fresh := testdb.Open(t, k)
+			fresh.SetMaxOpenConns(1)
+			t.Cleanup(func() { testdb.AssertNoLeaks(t, k, fresh) })
+			lockOnce(t, fresh, other, key, nil) // learns the connection is direct
+			if _, err := fresh.Exec("PREPARE " + int8Stmt + "(int8) AS SELECT pg_try_advisory_xact_lock($1), current_setting('transaction_isolation')"); err != nil {
+				t.Fatal(err)
+			}
+			rec := &testdb.Recorder{}
+			if got := lockOnce(t, fresh, other, key, rec); !slices.Equal(got, []string{int8Stmt}) {
+				t.Fatalf("after an unrecorded PREPARE: prepared %q, want %s", got, int8Stmt)
+			}
+			if ev := rec.Kinds(); !slices.Equal(ev, []ormlock.EventKind{ormlock.EventAttempt, ormlock.EventAcquired, ormlock.EventReleased}) {
+				t.Fatalf("after an unrecorded PREPARE: events %v", ev)
+			}
+			lockOnce(t, fresh, other, key, nil)
+
 			// a loser on the prepared statement leaves the connection idle,
 			// back in the pool
 			release := testdb.RawHold(t, k, "", t.Name())
