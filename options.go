@@ -20,8 +20,8 @@ type Option = config.Option
 
 // WithNamespace sets a namespace for name keys: on PostgreSQL the key becomes
 // keyhash.Int64NS(ns, name), on MySQL/MariaDB the lock name "ns:name". It is
-// also part of a RunOnce run's identity in the ledger. The default is no
-// namespace. ID and Pair keys ignore it on PostgreSQL. A namespace is valid
+// also part of a RunOnce run's identity in the ledger: Runs reads and Prune
+// deletes only the rows of its namespace. The default is no namespace. ID and Pair keys ignore it on PostgreSQL. A namespace is valid
 // UTF-8 without NUL bytes or ':', at most [MaxNamespaceLen] bytes, and does
 // not end with a space (MySQL's ledger would not tell it apart).
 //

@@ -12,8 +12,10 @@ import (
 // slot is more than olderThan before now, and returns how many it deleted:
 // gormlock.Prune's twin (see there for the rules: never a 'running' claim,
 // batches of at most 1,000 rows each committed on its own, olderThan longer
-// than the longest period of the jobs). x is the client or the *Driver, as
-// for [Session]; it works through the pool, outside any transaction.
+// than the longest period of the jobs, only the rows of the namespace of
+// [ormlock.WithNamespace], those [Runs] reads). x is the client or the
+// *Driver, as for [Session]; it works through the pool, outside any
+// transaction.
 func Prune[T TxLike](ctx context.Context, x interface {
 	Tx(context.Context) (T, error)
 }, olderThan time.Duration, opts ...ormlock.Option) (int64, error) {
@@ -32,5 +34,5 @@ func Prune[T TxLike](ctx context.Context, x interface {
 	if err != nil {
 		return 0, err
 	}
-	return t.Prune(ctx, d.db, time.Now().Add(-olderThan), ledger.PruneBatch)
+	return t.Prune(ctx, d.db, cfg.Namespace, time.Now().Add(-olderThan), ledger.PruneBatch)
 }

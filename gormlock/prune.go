@@ -24,6 +24,9 @@ import (
 //
 // db must not be inside a transaction (the batches commit on their own). The
 // ledger table is the one of [ormlock.WithLedgerTable] (or the plugin's).
+// Only the rows of the namespace of [ormlock.WithNamespace] (or the
+// plugin's; none by default) are pruned, the rows [Runs] reads: services
+// that share a ledger table prune their own runs.
 func Prune(db *gorm.DB, olderThan time.Duration, opts ...ormlock.Option) (int64, error) {
 	const verb = "gormlock.Prune"
 	if db == nil {
@@ -61,5 +64,5 @@ func Prune(db *gorm.DB, olderThan time.Duration, opts ...ormlock.Option) (int64,
 	if db.Statement != nil && db.Statement.Context != nil {
 		ctx = db.Statement.Context
 	}
-	return t.Prune(ctx, sqlDB, time.Now().Add(-olderThan), ledger.PruneBatch)
+	return t.Prune(ctx, sqlDB, cfg.Namespace, time.Now().Add(-olderThan), ledger.PruneBatch)
 }

@@ -155,3 +155,44 @@ func TestPruneConcurrentRuns(t *testing.T) {
 		}
 	})
 }
+
+// Prune deletes the rows of its own namespace only (WithNamespace, none by
+// default), the rows Runs reads: services sharing a ledger table prune
+// their own runs, never another's.
+func TestPruneNamespaces(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		ctx := context.Background()
+		r := openRunner(t, a, k)
+		tbl := ledgerTable(t, k, r)
+		opt := ormlock.WithLedgerTable(tbl)
+		old := time.Now().Add(-30 * 24 * time.Hour).Truncate(time.Second)
+		nss := []string{"", "billing", "mail"}
+		for _, ns := range nss {
+			for i := range 3 {
+				if err := r.RunOnce(ctx, "prune-ns", old.Add(time.Duration(i)*time.Hour), func(txn) error { return nil }, opt, ormlock.WithNamespace(ns)); err != nil {
+					t.Fatalf("RunOnce in %q: %v", ns, err)
+				}
+			}
+		}
+		left := func(ns string) int {
+			t.Helper()
+			rs, err := r.Runs(ctx, "prune-ns", 10, opt, ormlock.WithNamespace(ns))
+			if err != nil {
+				t.Fatalf("Runs in %q: %v", ns, err)
+			}
+			return len(rs)
+		}
+		if n, err := r.Prune(ctx, 24*time.Hour, opt, ormlock.WithNamespace("billing")); err != nil || n != 3 {
+			t.Fatalf("Prune in billing: %d, %v; want 3", n, err)
+		}
+		if got := []int{left(""), left("billing"), left("mail")}; got[0] != 3 || got[1] != 0 || got[2] != 3 {
+			t.Fatalf("rows left in \"\", billing, mail: %v; want [3 0 3]", got)
+		}
+		if n, err := r.Prune(ctx, 24*time.Hour, opt); err != nil || n != 3 {
+			t.Fatalf("Prune without a namespace: %d, %v; want 3", n, err)
+		}
+		if got := []int{left(""), left("billing"), left("mail")}; got[0] != 0 || got[1] != 0 || got[2] != 3 {
+			t.Fatalf("rows left in \"\", billing, mail: %v; want [0 0 3]", got)
+		}
+	})
+}

@@ -20,32 +20,33 @@ func ValidatePrune(verb string, olderThan time.Duration) error {
 	return nil
 }
 
-// Prune deletes the finished rows ('done' or 'failed') whose slot is before
-// cutoff, never a 'running' claim, and returns how many it deleted. It works
+// Prune deletes the finished rows ('done' or 'failed') of namespace ns whose
+// slot is before cutoff, never a 'running' claim and never a row of another
+// namespace, and returns how many it deleted. It works
 // in batches of at most batch rows, each its own short READ COMMITTED
 // transaction (so InnoDB keeps no lock on the rows a batch only looked at,
 // and no batch holds row locks for long), until a batch finds fewer rows
 // than batch or ctx ends. On PostgreSQL a batch is DELETE ... WHERE (job,
 // slot) IN (SELECT ... LIMIT n); on MySQL/MariaDB, DELETE ... LIMIT n.
-func (t *Table) Prune(ctx context.Context, db *sql.DB, cutoff time.Time, batch int) (int64, error) {
+func (t *Table) Prune(ctx context.Context, db *sql.DB, ns string, cutoff time.Time, batch int) (int64, error) {
 	if batch < 1 {
 		batch = PruneBatch
 	}
 	var query string
 	if t.pg() {
 		// the outer status test is re-checked on a row claimed meanwhile
-		query = `DELETE FROM ` + t.q + ` WHERE (job, slot) IN (
-	SELECT job, slot FROM ` + t.q + ` WHERE slot < $1 AND status <> 'running' LIMIT $2
+		query = `DELETE FROM ` + t.q + ` WHERE (namespace, job, slot) IN (
+	SELECT namespace, job, slot FROM ` + t.q + ` WHERE namespace = $1 AND slot < $2 AND status <> 'running' LIMIT $3
 ) AND status <> 'running'`
 	} else {
-		query = "DELETE FROM " + t.q + " WHERE slot < ? AND status <> 'running' LIMIT ?"
+		query = "DELETE FROM " + t.q + " WHERE namespace = ? AND slot < ? AND status <> 'running' LIMIT ?"
 	}
 	var total int64
 	for {
 		if err := ctx.Err(); err != nil {
 			return total, err
 		}
-		n, err := t.pruneBatch(ctx, db, query, cutoff, batch)
+		n, err := t.pruneBatch(ctx, db, query, ns, cutoff, batch)
 		total += n
 		if err != nil {
 			return total, t.wrap("prune", err)
@@ -56,12 +57,12 @@ func (t *Table) Prune(ctx context.Context, db *sql.DB, cutoff time.Time, batch i
 	}
 }
 
-func (t *Table) pruneBatch(ctx context.Context, db *sql.DB, query string, cutoff time.Time, batch int) (int64, error) {
+func (t *Table) pruneBatch(ctx context.Context, db *sql.DB, query, ns string, cutoff time.Time, batch int) (int64, error) {
 	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return 0, err
 	}
-	res, err := tx.ExecContext(ctx, query, t.slotArg(cutoff), batch)
+	res, err := tx.ExecContext(ctx, query, ns, t.slotArg(cutoff), batch)
 	if err != nil {
 		_ = tx.Rollback()
 		return 0, err
