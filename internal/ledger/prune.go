@@ -26,8 +26,9 @@ func ValidatePrune(verb string, olderThan time.Duration) error {
 // in batches of at most batch rows, each its own short READ COMMITTED
 // transaction (so InnoDB keeps no lock on the rows a batch only looked at,
 // and no batch holds row locks for long), until a batch finds fewer rows
-// than batch or ctx ends. On PostgreSQL a batch is DELETE ... WHERE (job,
-// slot) IN (SELECT ... LIMIT n); on MySQL/MariaDB, DELETE ... LIMIT n.
+// than batch or ctx ends. On PostgreSQL a batch is DELETE ... WHERE
+// (namespace, job, slot) IN (SELECT ... LIMIT n); on MySQL/MariaDB, DELETE
+// ... LIMIT n.
 func (t *Table) Prune(ctx context.Context, db *sql.DB, ns string, cutoff time.Time, batch int) (int64, error) {
 	if batch < 1 {
 		batch = PruneBatch
