@@ -6,6 +6,7 @@ require (
 	entgo.io/ent v0.14.5
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/jackc/pgx/v5 v5.12.0
+	github.com/lib/pq v1.12.3
 	github.com/robfig/cron/v3 v3.0.1
 	go.uber.org/goleak v1.3.0
 	gorm.io/driver/mysql v1.6.0
