@@ -203,7 +203,9 @@ func TestSnapshotIsolationNeedsTwoConns(t *testing.T) {
 // transaction's first, would take the snapshot before the lock. The
 // one-message path reads the level with the lock and, seeing a
 // snapshot-once level, takes the two-connection path at that level instead,
-// so B still sees A's commit. Directly on PostgreSQL only: PgBouncer refuses
+// so B still sees A's commit. A driver other than pgx (lib/pq), on which
+// BEGIN and the lock are two messages, reads the level with the lock
+// statement the same way. Directly on PostgreSQL only: PgBouncer refuses
 // the start-up parameter that sets the default here.
 func TestTransactionServerDefaultIsolation(t *testing.T) {
 	k := testdb.Postgres
@@ -213,10 +215,14 @@ func TestTransactionServerDefaultIsolation(t *testing.T) {
 		sep = "&"
 	}
 	for _, a := range adapters {
-		for _, level := range []string{"repeatable%20read", "serializable"} {
-			t.Run(a.name+"/"+level, func(t *testing.T) {
+		for _, c := range []struct{ driver, level string }{
+			{"pgx", "repeatable%20read"}, {"pgx", "serializable"},
+			{"postgres", "repeatable%20read"}, {"postgres", "serializable"},
+		} {
+			driver, level := c.driver, c.level
+			t.Run(a.name+"/"+driver+"/"+level, func(t *testing.T) {
 				open := func() runner {
-					db, err := sql.Open("pgx", dsn+sep+"default_transaction_isolation="+level)
+					db, err := sql.Open(driver, dsn+sep+"default_transaction_isolation="+level)
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -167,7 +167,29 @@ func (o *Op) beginInline(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (
 		Destroy(conn)
 		return nil, err
 	}
-	if err := o.AcquireXact(ctx, tx); err != nil {
+	// No level asked for: the lock's statement reads the server's default,
+	// which may take the snapshot once (as the one-message path does).
+	var iso *string
+	if opts == nil || opts.Isolation == sql.LevelDefault {
+		iso = new(string)
+	}
+	if err := o.acquireXact(ctx, tx, iso); err != nil {
+		if errors.Is(err, errSnapshotTaken) {
+			// the snapshot predates the lock: give the transaction (and
+			// the lock, if it was taken) back, and take the split
+			// protocol's path at that level, explicitly
+			if withinGrace(ctx, txCancel, tx.Rollback) != nil {
+				Destroy(conn)
+			} else {
+				_ = conn.Close()
+			}
+			level, _ := snapshotLevel(*iso)
+			split := &sql.TxOptions{Isolation: level}
+			if opts != nil {
+				split.ReadOnly = opts.ReadOnly
+			}
+			return o.beginSplit(ctx, db, split)
+		}
 		if withinGrace(ctx, txCancel, tx.Rollback) != nil || !cleanNotAcquired(err) {
 			Destroy(conn)
 		} else {

@@ -69,14 +69,20 @@ type Querier interface {
 
 // ---- PostgreSQL: transaction-level advisory locks ----
 
-// PGTryXact tries pg_try_advisory_xact_lock on the transaction q.
-func PGTryXact(ctx context.Context, q Querier, k keys.PostgresKey) (bool, error) {
+// PGTryXact tries pg_try_advisory_xact_lock on the transaction q. With
+// iso, the same statement reads the transaction's isolation into it.
+func PGTryXact(ctx context.Context, q Querier, k keys.PostgresKey, iso *string) (bool, error) {
 	var ok bool
 	var err error
+	dest := []any{&ok}
+	isoCol := ""
+	if iso != nil {
+		dest, isoCol = append(dest, iso), ", current_setting('transaction_isolation')"
+	}
 	if k.IsPair {
-		err = q.QueryRowContext(ctx, "SELECT pg_try_advisory_xact_lock($1::int4, $2::int4)", k.ClassID, k.ObjID).Scan(&ok)
+		err = q.QueryRowContext(ctx, "SELECT pg_try_advisory_xact_lock($1::int4, $2::int4)"+isoCol, k.ClassID, k.ObjID).Scan(dest...)
 	} else {
-		err = q.QueryRowContext(ctx, "SELECT pg_try_advisory_xact_lock($1::int8)", k.Int64).Scan(&ok)
+		err = q.QueryRowContext(ctx, "SELECT pg_try_advisory_xact_lock($1::int8)"+isoCol, k.Int64).Scan(dest...)
 	}
 	if err != nil {
 		return false, errs.Wrap(err, "pg_try_advisory_xact_lock")
@@ -98,12 +104,27 @@ const pgMaxLockTimeout = 1<<31 - 1
 // restored to its previous value once the lock is held. When the timeout
 // expires it returns false and the transaction is aborted: the caller must
 // roll it back (or roll back to its savepoint).
-func PGWaitXact(ctx context.Context, q Querier, k keys.PostgresKey, wait time.Duration) (bool, error) {
+//
+// With iso, the first statement (which sets lock_timeout) also reads the
+// transaction's isolation into it, and when that is a level whose snapshot
+// that statement just took (REPEATABLE READ, SERIALIZABLE) PGWaitXact
+// returns errSnapshotTaken without waiting.
+func PGWaitXact(ctx context.Context, q Querier, k keys.PostgresKey, wait time.Duration, iso *string) (bool, error) {
 	ms := min(max(wait.Milliseconds(), 1), pgMaxLockTimeout)
 	var prev string
-	if err := q.QueryRowContext(ctx, "SELECT current_setting('lock_timeout'), set_config('lock_timeout', $1, true)",
-		strconv.FormatInt(ms, 10)+"ms").Scan(&prev, new(string)); err != nil {
+	dest := []any{&prev, new(string)}
+	isoCol := ""
+	if iso != nil {
+		dest, isoCol = append(dest, iso), ", current_setting('transaction_isolation')"
+	}
+	if err := q.QueryRowContext(ctx, "SELECT current_setting('lock_timeout'), set_config('lock_timeout', $1, true)"+isoCol,
+		strconv.FormatInt(ms, 10)+"ms").Scan(dest...); err != nil {
 		return false, errs.Wrap(err, "set lock_timeout")
+	}
+	if iso != nil {
+		if _, snap := snapshotLevel(*iso); snap {
+			return false, errSnapshotTaken
+		}
 	}
 	var err error
 	if k.IsPair {

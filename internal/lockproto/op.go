@@ -210,6 +210,20 @@ func ctxErr(ctx context.Context) error {
 // must be rolled back. The lock is released by the transaction's end; call
 // EndXact then.
 func (o *Op) AcquireXact(ctx context.Context, q Querier) error {
+	return o.acquireXact(ctx, q, nil)
+}
+
+// errSnapshotTaken says that the lock's first statement ran in a
+// transaction whose isolation (the server's default: none was asked for)
+// takes its snapshot once, so that statement took it before the lock: the
+// transaction must be given up for the two-connection path.
+var errSnapshotTaken = errors.New("the transaction's snapshot was taken before the lock")
+
+// acquireXact is AcquireXact; with iso, the lock's first statement reads
+// the transaction's isolation into it, and a snapshot-once level returns
+// errSnapshotTaken (no event: the caller starts over), the lock, if taken,
+// released with the transaction the caller rolls back.
+func (o *Op) acquireXact(ctx context.Context, q Querier, iso *string) error {
 	o.start = time.Now()
 	o.Emit(ctx, ormlock.EventAttempt, nil)
 	wait, bounded, err := o.budget(ctx)
@@ -219,12 +233,25 @@ func (o *Op) AcquireXact(ctx context.Context, q Querier) error {
 	var ok bool
 	if wait > 0 {
 		wctx, done := waitCtx(ctx)
-		ok, err = PGWaitXact(wctx, q, o.pg, wait)
+		ok, err = PGWaitXact(wctx, q, o.pg, wait, iso)
 		done()
 	} else {
-		ok, err = PGTryXact(ctx, q, o.pg)
+		ok, err = PGTryXact(ctx, q, o.pg, iso)
+		if _, snap := snapshotLevel(deref(iso)); snap && err == nil {
+			err = errSnapshotTaken
+		}
+	}
+	if errors.Is(err, errSnapshotTaken) {
+		return err
 	}
 	return o.settle(ctx, ok, bounded, err)
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 func (o *Op) settle(ctx context.Context, ok, bounded bool, err error) error {
