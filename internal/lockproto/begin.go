@@ -314,13 +314,39 @@ func (t *LockedTx) Commit() error {
 		_ = withinGrace(t.ctx, t.txCancel, t.Tx.Rollback)
 		err = cerr
 	} else {
-		err = withinGrace(t.ctx, t.txCancel, t.Tx.Commit)
+		if t.op.Dialect == MySQL && t.ctx.Done() != nil {
+			err = t.mysqlCommit()
+		} else {
+			err = withinGrace(t.ctx, t.txCancel, t.Tx.Commit)
+		}
 		if err != nil && t.ctx.Err() != nil {
 			err = errs.Wrap(errs.Join(t.ctx.Err(), err), "COMMIT cut short after the context ended (outcome unknown)")
 		}
 	}
 	t.end()
 	return err
+}
+
+// mysqlCommit commits a MySQL/MariaDB transaction whose context can end.
+// go-sql-driver's Commit takes no context and waits as long as the DSN's
+// readTimeout (by default for ever) on a server that stopped answering, so
+// the COMMIT is sent as a statement with a context that ends endGrace after
+// t.ctx (the driver closes the connection then), and database/sql's
+// transaction is ended afterwards by its Commit, a COMMIT the server, no
+// longer in a transaction, answers at once: one round trip more, paid only
+// by a context that can end.
+func (t *LockedTx) mysqlCommit() error {
+	cctx, cancel := context.WithCancel(context.WithoutCancel(t.ctx))
+	defer cancel()
+	var err error
+	if gerr := withinGrace(t.ctx, cancel, func() error {
+		_, err = t.Tx.ExecContext(cctx, "COMMIT")
+		return err
+	}); gerr != nil {
+		_ = t.Tx.Rollback() // ends database/sql's transaction; the connection is closed
+		return errs.Wrap(gerr, "COMMIT")
+	}
+	return t.Tx.Commit()
 }
 
 // Token returns the fencing token of the lock (ormlock.WithFencing).

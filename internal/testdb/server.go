@@ -50,6 +50,17 @@ type Server struct {
 	admin     *sql.DB
 }
 
+// PID returns the server process's pid (0 when it is not running), for
+// tests that freeze it.
+func (s *Server) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.p == nil || s.p.cmd.Process == nil {
+		return 0
+	}
+	return s.p.cmd.Process.Pid
+}
+
 // pgTarget is the PostgreSQL server behind a PgBouncer.
 type pgTarget struct {
 	host     string
