@@ -164,14 +164,28 @@ func runFakeClock(t *testing.T, k testdb.Kind, c fakeClockCase) {
 		if err != nil {
 			t.Fatalf("after %d firings: the schedulers did not arm their timers: %v", len(firings), err)
 		}
-		next, err := jobs[0].NextRun()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, j := range jobs[1:] {
-			if n, _ := j.NextRun(); !n.Equal(next) {
-				t.Fatalf("the schedulers disagree on the next run: %v and %v", next, n)
+		// each scheduler reschedules its job after a firing on its own
+		// goroutine: wait until all three have, then they must agree
+		var next time.Time
+		for agreeBy := time.Now().Add(10 * time.Second); ; {
+			var err error
+			next, err = jobs[0].NextRun()
+			if err != nil {
+				t.Fatal(err)
 			}
+			agree, other := true, next
+			for _, j := range jobs[1:] {
+				if n, _ := j.NextRun(); !n.Equal(next) {
+					agree, other = false, n
+				}
+			}
+			if agree {
+				break
+			}
+			if time.Now().After(agreeBy) {
+				t.Fatalf("the schedulers disagree on the next run: %v and %v", next, other)
+			}
+			time.Sleep(5 * time.Millisecond)
 		}
 		if !next.Before(end) {
 			break
