@@ -338,13 +338,12 @@ func (t *LockedTx) Commit() error {
 func (t *LockedTx) mysqlCommit() error {
 	cctx, cancel := context.WithCancel(context.WithoutCancel(t.ctx))
 	defer cancel()
-	var err error
-	if gerr := withinGrace(t.ctx, cancel, func() error {
-		_, err = t.Tx.ExecContext(cctx, "COMMIT")
+	if err := withinGrace(t.ctx, cancel, func() error {
+		_, err := t.Tx.ExecContext(cctx, "COMMIT")
 		return err
-	}); gerr != nil {
+	}); err != nil {
 		_ = t.Tx.Rollback() // ends database/sql's transaction; the connection is closed
-		return errs.Wrap(gerr, "COMMIT")
+		return errs.Wrap(err, "COMMIT")
 	}
 	return t.Tx.Commit()
 }

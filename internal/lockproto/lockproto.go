@@ -70,7 +70,10 @@ type Querier interface {
 // ---- PostgreSQL: transaction-level advisory locks ----
 
 // PGTryXact tries pg_try_advisory_xact_lock on the transaction q. With
-// iso, the same statement reads the transaction's isolation into it.
+// iso, the same statement reads the transaction's isolation into it, and
+// when that is a level whose snapshot the statement just took (REPEATABLE
+// READ, SERIALIZABLE) PGTryXact returns errSnapshotTaken (a lock it took
+// ends with the transaction, which the caller rolls back).
 func PGTryXact(ctx context.Context, q Querier, k keys.PostgresKey, iso *string) (bool, error) {
 	var ok bool
 	var err error
@@ -87,7 +90,20 @@ func PGTryXact(ctx context.Context, q Querier, k keys.PostgresKey, iso *string) 
 	if err != nil {
 		return false, errs.Wrap(err, "pg_try_advisory_xact_lock")
 	}
+	if snapshotTaken(iso) {
+		return false, errSnapshotTaken
+	}
 	return ok, nil
+}
+
+// snapshotTaken reports whether iso, when read, is a level whose snapshot
+// the statement that read it took.
+func snapshotTaken(iso *string) bool {
+	if iso == nil {
+		return false
+	}
+	_, snap := snapshotLevel(*iso)
+	return snap
 }
 
 // sqlStateLockNotAvailable is PostgreSQL's lock_not_available, raised when
@@ -121,10 +137,8 @@ func PGWaitXact(ctx context.Context, q Querier, k keys.PostgresKey, wait time.Du
 		strconv.FormatInt(ms, 10)+"ms").Scan(dest...); err != nil {
 		return false, errs.Wrap(err, "set lock_timeout")
 	}
-	if iso != nil {
-		if _, snap := snapshotLevel(*iso); snap {
-			return false, errSnapshotTaken
-		}
+	if snapshotTaken(iso) {
+		return false, errSnapshotTaken
 	}
 	var err error
 	if k.IsPair {

@@ -237,21 +237,11 @@ func (o *Op) acquireXact(ctx context.Context, q Querier, iso *string) error {
 		done()
 	} else {
 		ok, err = PGTryXact(ctx, q, o.pg, iso)
-		if _, snap := snapshotLevel(deref(iso)); snap && err == nil {
-			err = errSnapshotTaken
-		}
 	}
 	if errors.Is(err, errSnapshotTaken) {
 		return err
 	}
 	return o.settle(ctx, ok, bounded, err)
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }
 
 func (o *Op) settle(ctx context.Context, ok, bounded bool, err error) error {
