@@ -377,6 +377,22 @@ WHERE job = ? AND slot = ? AND status = 'running' AND owner = ? AND started_at =
 	return nil
 }
 
+// abandon marks failed the 'running' claim of (ns, job, slot) by owner,
+// whatever its started_at, with errText; no such row is not an error. The
+// caller holds the (job, slot) lock, so the row cannot be a live run's.
+func (t *Table) abandon(ctx context.Context, q lockproto.Querier, ns, job string, slot time.Time, owner, errText string) error {
+	query := "UPDATE " + t.q + ` SET status = 'failed', finished_at = UTC_TIMESTAMP(6), error = ?
+WHERE namespace = ? AND job = ? AND slot = ? AND status = 'running' AND owner = ?`
+	if t.pg() {
+		query = `UPDATE ` + t.q + ` SET status = 'failed', finished_at = clock_timestamp(), error = $1
+WHERE namespace = $2 AND job = $3 AND slot = $4 AND status = 'running' AND owner = $5`
+	}
+	if _, err := q.ExecContext(ctx, query, ErrorText(errText), ns, job, t.slotArg(slot), owner); err != nil {
+		return t.wrap("mark an interrupted claim failed", err)
+	}
+	return nil
+}
+
 // ErrorText prepares an error message for the ledger's error column: valid
 // UTF-8 without NUL bytes, at most 4000 bytes (cut at a character boundary,
 // marked "…[truncated]").

@@ -112,13 +112,31 @@ func (r *Run) Claimed(ctx context.Context, db *sql.DB, fn func(ctx context.Conte
 	return r.op.Session(ctx, db, func(lctx context.Context) error {
 		started, ok, err := r.t.claim(lctx, db, r.ns, r.job, r.slot, r.owner)
 		if err != nil {
-			return err
+			return r.claimFailed(ctx, lctx, db, err)
 		}
 		if !ok {
 			return r.alreadyDone(lctx)
 		}
 		return r.runClaimed(ctx, lctx, db, started, fn)
 	})
+}
+
+// claimFailed handles a claim statement that failed: it may still have been
+// written (the answer lost, or the context ending between the write and its
+// read-back on MySQL), which would leave a 'running' row nobody runs. While
+// the (job, slot) lock is held no live run can own a 'running' row, so this
+// run's own is marked failed, detached from ctx; a later call takes it over.
+// When the lock was lost, or the table or column is missing, it does nothing.
+func (r *Run) claimFailed(ctx, lctx context.Context, db *sql.DB, err error) error {
+	if missingTable(err) || missingColumn(err) || errors.Is(context.Cause(lctx), ormlock.ErrLockLost) {
+		return err
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	defer cancel()
+	if aerr := r.t.abandon(fctx, db, r.ns, r.job, r.slot, r.owner, "the claim failed: "+err.Error()); aerr != nil {
+		return errs.Join(err, aerr)
+	}
+	return err
 }
 
 func (r *Run) runClaimed(ctx, lctx context.Context, db *sql.DB, started time.Time, fn func(ctx context.Context) error) (err error) {
