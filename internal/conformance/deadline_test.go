@@ -33,6 +33,9 @@ func verbs(ledger string) []verb {
 		{"RunOnce", func(ctx context.Context, r runner, key string) error {
 			return r.RunOnce(ctx, key, testdb.Slot(0), nop, ormlock.WithLedgerTable(ledger), ormlock.WithWait(time.Minute))
 		}},
+		{"RunOnceClaim", func(ctx context.Context, r runner, key string) error {
+			return r.RunOnce(ctx, key, testdb.Slot(0), nop, ormlock.WithLedgerTable(ledger), ormlock.WithClaim(), ormlock.WithWait(time.Minute))
+		}},
 		{"Session", func(ctx context.Context, r runner, key string) error {
 			return r.Session(ctx, key, func(context.Context) error { return nil }, ormlock.WithWait(time.Minute))
 		}},

@@ -110,7 +110,14 @@ func (r *Run) InTx(ctx context.Context, q lockproto.Querier, fn func() error) er
 // the row is left to it.
 func (r *Run) Claimed(ctx context.Context, db *sql.DB, fn func(ctx context.Context) error) error {
 	return r.op.Session(ctx, db, func(lctx context.Context) error {
-		started, ok, err := r.t.claim(lctx, db, r.ns, r.job, r.slot, r.owner)
+		// The claim runs on a connection of its own: failing to get one
+		// (an exhausted pool) writes nothing, and needs no clean-up.
+		conn, err := db.Conn(lctx)
+		if err != nil {
+			return r.t.wrap("claim", err)
+		}
+		started, ok, err := r.t.claim(lctx, conn, r.ns, r.job, r.slot, r.owner)
+		_ = conn.Close()
 		if err != nil {
 			return r.claimFailed(ctx, lctx, db, err)
 		}
@@ -120,6 +127,11 @@ func (r *Run) Claimed(ctx context.Context, db *sql.DB, fn func(ctx context.Conte
 		return r.runClaimed(ctx, lctx, db, started, fn)
 	})
 }
+
+// abandonTimeout bounds marking an interrupted claim failed: milliseconds on
+// a healthy server; on a frozen one the call must not outlive its context by
+// much (the row is then left 'running', and the next claim takes it over).
+const abandonTimeout = time.Second
 
 // claimFailed handles a claim statement that failed: it may still have been
 // written (the answer lost, or the context ending between the write and its
@@ -131,7 +143,7 @@ func (r *Run) claimFailed(ctx, lctx context.Context, db *sql.DB, err error) erro
 	if missingTable(err) || missingColumn(err) || errors.Is(context.Cause(lctx), ormlock.ErrLockLost) {
 		return err
 	}
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
 	defer cancel()
 	if aerr := r.t.abandon(fctx, db, r.ns, r.job, r.slot, r.owner, "the claim failed: "+err.Error()); aerr != nil {
 		return errs.Join(err, aerr)
