@@ -207,4 +207,3 @@ func (c *lossyConn) CheckNamedValue(nv *driver.NamedValue) error {
 	}
 	return driver.ErrSkip
 }
-
