@@ -1,4 +1,4 @@
-package ledger_test
+package ledger
 
 import (
 	"context"
@@ -16,7 +16,6 @@ import (
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/keys"
-	"github.com/ormlock/ormlock/internal/ledger"
 	"github.com/ormlock/ormlock/internal/lockproto"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
@@ -30,19 +29,8 @@ func TestMain(m *testing.M) { os.Exit(testdb.Main(m)) }
 func TestClaimAnswerLost(t *testing.T) {
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
-		d := lockproto.Postgres
-		if k == testdb.MariaDB {
-			d = lockproto.MySQL
-		}
-		table := testdb.Table(t, k, "claimlost")
-		tbl, err := ledger.NewTable(d, table)
-		if err != nil {
-			t.Fatal(err)
-		}
-		admin := testdb.Open(t, k)
-		if _, err := admin.ExecContext(ctx, tbl.CreateSQL()); err != nil {
-			t.Fatalf("create the ledger table: %v", err)
-		}
+		tbl, admin := testTable(t, k, "claimlost")
+		d, table := tbl.d, tbl.name
 		job, slot := "claimlost", testdb.Slot(1)
 		run := func(db *sql.DB, fn func(context.Context) error) error {
 			cfg := config.New(ormlock.WithLedgerTable(table), ormlock.WithOwner("replica-a"), ormlock.WithClaim())
@@ -50,7 +38,7 @@ func TestClaimAnswerLost(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r, err := ledger.NewRun("ledger test", op, job, slot)
+			r, err := NewRun("ledger test", op, job, slot)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -59,7 +47,7 @@ func TestClaimAnswerLost(t *testing.T) {
 
 		lossy := lostAnswerDB(t, k, "INSERT INTO")
 		ran := false
-		err = run(lossy, func(context.Context) error { ran = true; return nil })
+		err := run(lossy, func(context.Context) error { ran = true; return nil })
 		if err == nil || !strings.Contains(err.Error(), errAnswerLost.Error()) || ran {
 			t.Fatalf("Claimed with the claim's answer lost: %v (fn ran: %v), want the lost answer and fn not run", err, ran)
 		}

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"testing"
 	"time"
@@ -19,18 +20,7 @@ import (
 func TestTableClaimEdges(t *testing.T) {
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
-		d := lockproto.Postgres
-		if k == testdb.MariaDB {
-			d = lockproto.MySQL
-		}
-		tbl, err := NewTable(d, testdb.Table(t, k, "edges"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		db := testdb.Open(t, k)
-		if _, err := db.ExecContext(ctx, tbl.CreateSQL()); err != nil {
-			t.Fatal(err)
-		}
+		tbl, db := testTable(t, k, "edges")
 		job, slot := "edges", testdb.Slot(2)
 		status := func(ns string) (ormlock.RunStatus, string) {
 			t.Helper()
@@ -116,4 +106,23 @@ func TestTableClaimEdges(t *testing.T) {
 		}
 		testdb.AssertNoLeaks(t, k, db)
 	})
+}
+
+// testTable creates a ledger table of its own for the test on k's server,
+// and returns it with a pool on that server.
+func testTable(t *testing.T, k testdb.Kind, prefix string) (*Table, *sql.DB) {
+	t.Helper()
+	d := lockproto.Postgres
+	if k == testdb.MariaDB {
+		d = lockproto.MySQL
+	}
+	tbl, err := NewTable(d, testdb.Table(t, k, prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := testdb.Open(t, k)
+	if _, err := db.ExecContext(context.Background(), tbl.CreateSQL()); err != nil {
+		t.Fatalf("create the ledger table: %v", err)
+	}
+	return tbl, db
 }
