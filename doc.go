@@ -17,8 +17,8 @@
 // # Keys
 //
 // Names are hashed to PostgreSQL keys by package keyhash (spec v1, a
-// compatibility promise). See [Key] for how each key form maps to each
-// server.
+// compatibility promise). How each key form maps to each server:
+// docs/PROTOCOL.md (Keys on each server).
 //
 // # Slots
 //
@@ -27,6 +27,7 @@
 // of robfig/cron and gocron (their own parser, firing for firing), [Every]
 // for a period (aligned to midnight, or anchored to the Unix epoch).
 // Instances whose clocks or start times differ by seconds agree on the slot.
+// The dialect and the slot rules: docs/SCHEDULES.md.
 //
 // # Errors
 //
@@ -58,6 +59,7 @@
 // of a lock's use: attempt, acquired (with the wait), not_acquired,
 // released (with the hold time), release_failed, lock_lost and, for
 // RunOnce, already_done. Nothing is built when no observer is set.
-// [SlogObserver] writes the events to a log/slog logger. [HolderInfo] is the
+// [SlogObserver] writes the events to a log/slog logger (docs/PROTOCOL.md,
+// Events and SlogObserver). [HolderInfo] is the
 // answer of the adapters' Holder lookups: who holds a lock right now.
 package ormlock

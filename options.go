@@ -19,23 +19,13 @@ import (
 type Option = config.Option
 
 // WithNamespace sets a namespace for name keys: on PostgreSQL the key becomes
-// keyhash.Int64NS(ns, name), on MySQL/MariaDB the lock name "ns:name". It is
-// also part of a RunOnce run's identity in the ledger: Runs reads and Prune
-// deletes only the rows of its namespace. The default is no namespace. ID and Pair keys ignore it on PostgreSQL. A namespace is valid
-// UTF-8 without NUL bytes or ':', at most [MaxNamespaceLen] bytes, and does
-// not end with a space (MySQL's ledger would not tell it apart).
-//
-// What a namespace does: it keeps cooperating code from clashing by accident,
-// e.g. two services on one MySQL server (whose named locks are server-wide,
-// across schemas) that both name a job "nightly-cleanup". What it does not
-// do: isolate code that does not cooperate. Any database user can take any
-// advisory or named lock, including another namespace's: by computing its key
-// (keyhash is public; an ID key ignores the namespace on PostgreSQL), by
-// naming "ns:name" without a namespace on MySQL, or with raw SQL; and
-// [HolderInfo] shows who holds it. Mutually distrustful tenants need
-// separate databases on PostgreSQL (advisory keys are per database) and
-// separate servers on MySQL/MariaDB. See docs/PROTOCOL.md and the Security
-// section of docs/RELIABILITY.md.
+// keyhash.Int64NS(ns, name), on MySQL/MariaDB the lock name "ns:name"; ID and
+// Pair keys ignore it on PostgreSQL. It is part of a RunOnce run's identity:
+// Runs reads and Prune deletes only the rows of its namespace. The default is
+// no namespace. An invalid namespace (see docs/PROTOCOL.md, Keys on each
+// server) is an error wrapping [ErrInvalidKey]. A namespace keeps cooperating
+// code apart; it is no security boundary. See docs/PROTOCOL.md (What a
+// namespace does, and what it does not).
 func WithNamespace(ns string) Option {
 	return func(c *config.Config) {
 		if err := keys.ValidateName("namespace", ns); err != nil {

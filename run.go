@@ -63,15 +63,10 @@ const MaxJobLen = 191
 
 // ValidJob returns an error wrapping [ErrInvalidArgument] unless job can name
 // a RunOnce job: non-empty valid UTF-8 without NUL bytes, at most [MaxJobLen]
-// characters, not ending with a space. RunOnce, RunScheduled and the
-// scheduler module return its error; it is exported so that a program (or
-// the scheduler module, which uses only this API) can reject a configured
-// job name at start-up rather than at the first run.
-//
-// A trailing space is refused because MySQL/MariaDB compare the job column
-// (utf8mb4_bin, a PAD SPACE collation) ignoring trailing spaces: "report "
-// would share the ledger row of "report" and get ErrAlreadyDone without ever
-// running, while PostgreSQL keeps them apart.
+// characters, not ending with a space (MySQL/MariaDB would give it the ledger
+// row of the name without the space). RunOnce, RunScheduled and the scheduler
+// module return its error; call it to reject a configured job name at
+// start-up. See docs/PROTOCOL.md (The verbs on each server, RunOnce).
 func ValidJob(job string) error {
 	switch {
 	case job == "":

@@ -7,33 +7,12 @@ import (
 )
 
 // SlogObserver returns an [Observer] that writes every event to logger as one
-// structured record; a nil logger means slog.Default() at the time of each
-// event. Use it per call or as a plugin default:
-//
-//	if err := db.Use(gormlock.New(ormlock.WithObserver(ormlock.SlogObserver(logger)))); err != nil {
-//		return err
-//	}
-//
-// The message is "ormlock: " followed by the event's name (EventKind.String,
-// e.g. "ormlock: not_acquired"). Levels are chosen so that at the default
-// Info level each use of a lock leaves one line that says how it ended, and
-// the steps in between are Debug:
-//
-//	attempt                  Debug
-//	acquired                 Debug (the job started; its end is logged at Info)
-//	released                 Info  (the job ran; held= says for how long)
-//	not_acquired             Info  (another holder had it, or the wait or context ran out)
-//	                         Warn  when err is not a context error (e.g. the database was unreachable)
-//	already_done             Info
-//	release_failed           Error (the connection was destroyed; exclusion may not have held)
-//	lock_lost                Error (a Session's fn was cancelled)
-//
-// Attributes: verb, dialect, key ([Key.String]), namespace (when set), wait
-// (acquired, not_acquired), held (released, release_failed, lock_lost) and
-// err (when the event carries one). A logger whose handler is not enabled
-// for an event's level costs a level check and nothing else; an enabled
-// one is called through LogAttrs with at most six attributes, built without
-// allocating (apart from the text of a numeric key).
+// structured record whose message is "ormlock: " and the event's name (e.g.
+// "ormlock: not_acquired"); a nil logger means slog.Default() at the time of
+// each event. At the default Info level each use of a lock leaves one line
+// that says how it ended; the steps in between are Debug, failures Warn or
+// Error. Use it per call or as a plugin default ([WithObserver]). Levels and
+// attributes: docs/PROTOCOL.md (Events and SlogObserver).
 func SlogObserver(logger *slog.Logger) Observer { return slogObserver{l: logger} }
 
 type slogObserver struct{ l *slog.Logger }

@@ -32,26 +32,13 @@ type Driver struct {
 var _ dialect.Driver = (*Driver)(nil)
 
 // Wrap returns drv wrapped so that the verbs of this package can take locks
-// through a client built on it:
-//
-//	client := ent.NewClient(ent.Driver(entlock.Wrap(entsql.OpenDB(dialect.Postgres, db))))
-//
-// opts are the defaults of every verb called through this driver (namespace,
-// wait, observer, ...); per-call options apply on top. The default is
-// ormlock's defaults (no namespace, try once, no observer).
-//
-// drv must be a PostgreSQL or MySQL/MariaDB driver that exposes its *sql.DB:
-// an *entsql.Driver (from entsql.Open or entsql.OpenDB), optionally inside
-// dialect.Debug, or any driver with a DB() *sql.DB method. Wrap never fails,
-// so that it can be used inline; when drv does not qualify (nil, another
-// dialect such as sqlite3, no *sql.DB) or an option is invalid, plain use of
-// the driver still works as before and every verb returns the problem without
-// calling fn: an error wrapping [ormlock.ErrUnsupportedDialect] or
-// [ormlock.ErrInvalidArgument]. Check [Driver.Err] at start-up to fail early.
-//
-// Put dialect.Debug outside the wrapper (or use the client's Debug method),
-// not inside it: the locked transactions of the verbs run on the *sql.DB
-// directly and bypass a Debug driver that is wrapped.
+// through a client built on it; opts are the defaults of every verb called
+// through it (per-call options apply on top). drv must be a PostgreSQL or
+// MySQL/MariaDB driver that exposes its *sql.DB, such as an *entsql.Driver.
+// Wrap never fails: when drv does not qualify or an option is invalid, plain
+// use of the driver still works and every verb returns an error wrapping
+// [ormlock.ErrUnsupportedDialect] or [ormlock.ErrInvalidArgument] without
+// calling fn; check [Driver.Err] at start-up. See docs/PROTOCOL.md (Set-up).
 func Wrap(drv dialect.Driver, opts ...ormlock.Option) *Driver {
 	d := &Driver{drv: drv, cfg: config.New(opts...)}
 	d.err = d.cfg.Err()

@@ -10,12 +10,10 @@ import (
 
 // Prune deletes the ledger rows of finished runs ('done' or 'failed') whose
 // slot is more than olderThan before now, and returns how many it deleted:
-// gormlock.Prune's twin (see there for the rules: never a 'running' claim,
-// batches of at most 1,000 rows each committed on its own, olderThan longer
-// than the longest period of the jobs, only the rows of the namespace of
-// [ormlock.WithNamespace], those [Runs] reads). x is the client or the
-// *Driver, as for [Session]; it works through the pool, outside any
-// transaction.
+// gormlock.Prune's twin (never a 'running' claim, short batches, only the
+// namespace in effect, olderThan longer than the longest period of the
+// jobs). x is the client or the *Driver, as for [Session]; it works through
+// the pool, outside any transaction. See docs/PROTOCOL.md (The ledger).
 func Prune[T TxLike](ctx context.Context, x interface {
 	Tx(context.Context) (T, error)
 }, olderThan time.Duration, opts ...ormlock.Option) (int64, error) {

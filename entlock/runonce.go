@@ -76,14 +76,11 @@ func RunOnce[T TxLike](ctx context.Context, client interface {
 }
 
 // Runs returns the last limit runs of job from the ledger table, newest slot
-// first: the audit trail of who ran which slot, when, for how long, and with
-// which error, in the namespace in effect ([ormlock.WithNamespace], per call
-// or given to [Wrap]; part of a run's identity). x is the client or the
-// *Driver, as for [Session]; the ledger
-// table is the one of [ormlock.WithLedgerTable] (per call, or given to
-// [Wrap]). It reads through the pool, outside any transaction (a
-// transactional client, tx.Client(), is refused: ent has no way to reach its
-// transaction). limit must be positive.
+// first: who ran which slot, when, for how long, and with which error, in the
+// namespace in effect ([ormlock.WithNamespace], per call or given to [Wrap]).
+// x is the client or the *Driver, as for [Session]; a transactional client
+// (tx.Client()) is refused. limit must be positive. See docs/PROTOCOL.md (The
+// ledger).
 func Runs[T TxLike](ctx context.Context, x interface {
 	Tx(context.Context) (T, error)
 }, job string, limit int, opts ...ormlock.Option) ([]ormlock.Run, error) {

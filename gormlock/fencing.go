@@ -10,16 +10,10 @@ import (
 
 // FencingToken returns the fencing token of the lock under which tx was
 // handed to fn, when the verb ran with [ormlock.WithFencing]: the tx of
-// [Transaction] and of [RunOnce] (both modes; claim mode's db carries the
-// session's context). It reads tx's context (tx.Statement.Context), so a
-// tx.WithContext(ctx) that replaces it with a context not derived from it
-// loses the token; a Session's fn reads it with [ormlock.FencingToken] on
-// its ctx.
-//
-// Use it in a fenced write (see [ormlock.CheckFenced]):
-//
-//	tok, _ := gormlock.FencingToken(tx)
-//	res := tx.Exec("UPDATE accounts SET balance = ?, fence = ? WHERE id = ? AND fence < ?", b, tok, id, tok)
+// [Transaction] and of [RunOnce] (both modes). It reads tx.Statement.Context,
+// so a tx.WithContext with a context not derived from it loses the token; a
+// Session's fn reads it with [ormlock.FencingToken] on its ctx. Check a
+// fenced write with [CheckFenced]. See docs/PROTOCOL.md (Fencing).
 func FencingToken(tx *gorm.DB) (int64, bool) {
 	if tx == nil || tx.Statement == nil || tx.Statement.Context == nil {
 		return 0, false

@@ -9,31 +9,14 @@ import (
 	"github.com/ormlock/ormlock/internal/ledger"
 )
 
-// Migrate creates the RunOnce ledger table if it does not exist (CREATE
-// TABLE IF NOT EXISTS; calling it again is harmless). The table is
-// the default "ormlock_runs" or the one set with
-// [ormlock.WithLedgerTable], per call or as a plugin default; the name must
-// be a plain identifier (an error wrapping [ormlock.ErrInvalidArgument]
-// otherwise, before anything is sent to the server) and is quoted. On
-// PostgreSQL it is created in the first schema of the search_path.
-//
-// Replicas may all call Migrate at start-up: it holds a lock on the table
-// name while it creates it (waiting up to a minute, or the longer
-// [ormlock.WithWait]), because concurrent CREATE TABLE IF NOT EXISTS can fail
-// on PostgreSQL. It runs on its own connection of db's primary pool, not in
-// db's transaction.
-//
-// Columns: namespace, job, slot, status ('running', 'done', 'failed'),
-// owner, started_at, finished_at, error; primary key (namespace, job, slot);
-// times in UTC (timestamptz on PostgreSQL, DATETIME(6) on MySQL/MariaDB). A
-// table created by an earlier version, without the namespace column, is
-// upgraded in place: the column is added (existing rows get the empty namespace)
-// and the primary key becomes (namespace, job, slot).
-//
-// It also creates the fence table of [ormlock.WithFencing]'s tokens, named
-// after the ledger table with "_fence" appended ("ormlock_runs_fence" by
-// default): one row per fenced key, (namespace, lock_key, token). See
-// docs/PROTOCOL.md, Fencing.
+// Migrate creates the RunOnce ledger table, and the fence table of
+// [ormlock.WithFencing], if they do not exist; calling it again is harmless,
+// and replicas may all call it at start-up (it holds a lock on the table
+// name meanwhile). The table is "ormlock_runs" or [ormlock.WithLedgerTable]'s
+// (per call or a plugin default); a name that is not a plain identifier is an
+// error wrapping [ormlock.ErrInvalidArgument]. A table of an earlier version
+// is upgraded in place. It runs on its own connection of db's primary pool,
+// not in db's transaction. See docs/PROTOCOL.md (The ledger).
 func Migrate(db *gorm.DB, opts ...ormlock.Option) error {
 	if db == nil {
 		return fmt.Errorf("%w: gormlock.Migrate: nil *gorm.DB", ormlock.ErrInvalidArgument)

@@ -33,14 +33,12 @@ func New(opts ...ormlock.Option) *Plugin {
 func (p *Plugin) Name() string { return PluginName }
 
 // Initialize implements gorm.Plugin: it rejects invalid options and, with
-// ormlock.ErrUnsupportedDialect, any dialect other than postgres and mysql,
-// so that a misconfiguration fails at start-up rather than at midnight.
-//
-// It fails closed: GORM does not register a plugin whose Initialize failed,
-// so the failure is recorded on db's configuration instead, and every verb
-// called on db (or a session or transaction derived from it) returns this
-// error without taking a lock, even when the caller ignored db.Use's error.
-// A later successful db.Use(gormlock.New(...)) clears it.
+// ormlock.ErrUnsupportedDialect, any dialect other than postgres and mysql.
+// It fails closed: the failure is recorded on db's configuration, and every
+// verb called on db (or a session or transaction derived from it) returns
+// this error without taking a lock, even when the caller ignored db.Use's
+// error. A later successful db.Use(gormlock.New(...)) clears it. See
+// docs/PROTOCOL.md (Set-up).
 func (p *Plugin) Initialize(db *gorm.DB) error {
 	err := p.cfg.Err()
 	if err == nil {

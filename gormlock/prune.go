@@ -12,21 +12,12 @@ import (
 )
 
 // Prune deletes the ledger rows of finished runs ('done' or 'failed') whose
-// slot is more than olderThan before now, and returns how many it deleted.
-// It never deletes a 'running' claim, and works in batches of at most 1,000
-// rows, each a short transaction of its own, so the ledger is never locked
-// for long; it stops at the first error or when db's context ends,
-// returning what it deleted so far.
-//
-// olderThan must be longer than the longest period of the jobs plus the
-// latest a trigger may come: a trigger for a slot whose row was pruned runs
-// that slot again. A week is a safe choice for daily jobs.
-//
-// db must not be inside a transaction (the batches commit on their own). The
-// ledger table is the one of [ormlock.WithLedgerTable] (or the plugin's).
-// Only the rows of the namespace of [ormlock.WithNamespace] (or the
-// plugin's; none by default) are pruned, the rows [Runs] reads: services
-// that share a ledger table prune their own runs.
+// slot is more than olderThan before now, and returns how many it deleted (so
+// far, when it stops at an error or when db's context ends). It never deletes
+// a 'running' claim, works in short batches, and prunes only the namespace in
+// effect. olderThan must exceed the longest period of the jobs plus the
+// latest a trigger may come, or a pruned slot runs again. db must not be
+// inside a transaction. See docs/PROTOCOL.md (The ledger).
 func Prune(db *gorm.DB, olderThan time.Duration, opts ...ormlock.Option) (int64, error) {
 	const verb = "gormlock.Prune"
 	if db == nil {

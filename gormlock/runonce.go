@@ -62,11 +62,11 @@ func RunOnce(db *gorm.DB, job string, slot time.Time, fn func(tx *gorm.DB) error
 }
 
 // Runs returns the last limit runs of job from the ledger table, newest slot
-// first: the audit trail of who ran which slot, when, for how long, and with
-// which error. It returns the runs of the namespace in effect
-// ([ormlock.WithNamespace], per call or a plugin default), as RunOnce records
-// them: the namespace is part of a run's identity. It reads from the primary (with dbresolver), or from db's
-// transaction when db is inside one. limit must be positive.
+// first: who ran which slot, when, for how long, and with which error, in the
+// namespace in effect ([ormlock.WithNamespace], per call or a plugin
+// default). It reads from the primary (with dbresolver), or from db's
+// transaction when db is inside one. limit must be positive. See
+// docs/PROTOCOL.md (The ledger).
 func Runs(db *gorm.DB, job string, limit int, opts ...ormlock.Option) ([]ormlock.Run, error) {
 	const verb = "gormlock.Runs"
 	if db == nil {

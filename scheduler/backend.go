@@ -41,17 +41,13 @@ func (b Backend) check(verb string) error {
 	return nil
 }
 
-// GORM returns the Backend on db: runs go through [gormlock.RunOnce] in
-// claim mode ([ormlock.WithClaim], added to opts) and leadership through
-// [gormlock.Session]. opts apply on top of the defaults of the gormlock
-// plugin registered on db, if any: the namespace, the ledger table, the
-// owner id written to the ledger ([ormlock.WithOwner]; worth setting to the
-// replica's name), the keepalive, the observer. An invalid option or a nil db
-// is reported by the constructor that takes the Backend.
-//
-// db must not be inside a transaction. Each run holds two connections of its
-// pool while the job runs (the lock connection and the ledger's), and the
-// [Elector] one for as long as it leads.
+// GORM returns the Backend on db: runs go through [gormlock.RunOnce] in claim
+// mode ([ormlock.WithClaim], added to opts) and leadership through
+// [gormlock.Session]; opts apply on top of the gormlock plugin's defaults
+// (set [ormlock.WithOwner] to the replica's name). db must not be inside a
+// transaction; each run holds two of its connections. An invalid option or a
+// nil db is reported by the constructor that takes the Backend. See
+// docs/SCHEDULES.md (Backends: GORM and Ent).
 func GORM(db *gorm.DB, opts ...ormlock.Option) Backend {
 	const name = "scheduler.GORM"
 	if db == nil {

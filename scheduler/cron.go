@@ -24,43 +24,14 @@ func (f JobFunc) Run() { _ = f(context.Background()) }
 
 var _ cron.Job = JobFunc(nil)
 
-// JobWrapper returns a robfig/cron v3 JobWrapper that runs every firing of
-// the job it wraps at most once per slot across all the instances that
-// share the database: each firing maps the time it fires (see [WithClock])
-// to its slot under schedule and runs the job through the Backend's RunOnce
-// ([gormlock.RunOnce] or [entlock.RunOnce]) in claim mode for (job, slot). An instance that fires while another runs
-// the slot ([ormlock.ErrNotAcquired]), or after it has run
-// ([ormlock.ErrAlreadyDone]), skips the firing; [WithCronLogger] logs that
-// at Info. Any other error (the database unreachable, the ledger table
-// missing, a lost lock, the job's own error when it is a [JobFunc]) goes to
-// the error handler ([WithErrorHandler]).
-//
-// job names the job in the ledger and in the lock key: the same on every
-// instance, distinct between jobs. schedule must describe the same times as
-// the cron spec the job is added with, e.g. for
-//
-//	c := cron.New(cron.WithLocation(berlin))
-//	c.AddJob("0 0 * * *", cron.NewChain(w).Then(job))
-//
-// it is ormlock.Cron("0 0 * * *", berlin); with cron.WithSeconds() it is
-// [ormlock.CronSeconds], and for "@every 90s" it is ormlock.Cron("@every
-// 90s", nil) (or [ormlock.Every]), whose windows are anchored to the Unix
-// epoch so that replicas started at different times agree.
-//
-// Chains: put the wrapper innermost, next to the job
-// (cron.NewChain(cron.Recover(logger), w).Then(job)), so that the lock is
-// held exactly while the job runs and a [JobFunc] is recognized. A panic in
-// the job marks the slot 'failed', releases the lock and goes on up the
-// chain. Runs use context.Background(): robfig/cron gives jobs no context,
-// and cron.Stop waits for running jobs.
-//
-// Options: [WithErrorHandler], [WithCronLogger], [WithClock],
-// [WithExclusive], [WithPrune]. Bad input (an invalid job name, a nil
-// schedule, an invalid Backend or option) is an error wrapping
-// [ormlock.ErrInvalidArgument] that names it. The wrapper returned with it
-// fails closed: it never runs the job, and hands that error to the error
-// handler at every firing, so a caller that ignored the error runs nothing
-// rather than runs unlocked.
+// JobWrapper returns a robfig/cron v3 JobWrapper that runs each firing of the
+// job it wraps at most once per slot of schedule across all the instances
+// that share the database (RunOnce in claim mode for (job, slot)); a firing
+// whose slot another instance runs or has run is skipped. schedule must
+// describe the cron spec's times; put the wrapper innermost in a chain. Other
+// errors, and a [JobFunc]'s own, go to the error handler. Bad input wraps
+// [ormlock.ErrInvalidArgument], and the wrapper returned with it fails closed
+// (it runs nothing). See docs/SCHEDULES.md (JobWrapper).
 func JobWrapper(b Backend, job string, schedule ormlock.Schedule, opts ...Option) (cron.JobWrapper, error) {
 	const verb = "scheduler.JobWrapper"
 	cfg, cfgErr := newConfig(opts)

@@ -21,6 +21,10 @@
 // This package is a module of its own (github.com/ormlock/ormlock/scheduler)
 // so that the library's go.mod names no scheduler.
 //
+// The cron dialect, how a firing maps to its slot, and each adapter's
+// behaviour (skips, errors, contexts, options, fail closed) are described
+// once, in docs/SCHEDULES.md; the function docs are short and link there.
+//
 // # Why slots, not a mutex
 //
 // A distributed mutex on the job name makes runs exclusive, not unique:

@@ -19,27 +19,17 @@ import (
 var ErrNotLeader = errors.New("ormlock: not the leader")
 
 // Elector is a gocron v2 elector (gocron.WithDistributedElector): of the
-// schedulers that share the database and the leader key, one leads, and
-// only the leader runs jobs.
+// schedulers that share the database and the leader key, one leads, and only
+// the leader runs jobs. Leadership is a lock held with Session semantics
+// ([gormlock.Session]); a background goroutine retries every [WithRetry]
+// interval while this instance does not lead, and [Elector.Close] releases
+// the lock.
 //
-// Leadership is a lock on the leader key held with Session semantics
-// ([gormlock.Session]): a dedicated connection holds it for as long as this
-// instance leads, with a keepalive ([ormlock.WithKeepalive], default
-// 2s) that notices a lost connection. A background
-// goroutine tries to take the lock at start-up and then every [WithRetry]
-// interval while it does not lead; [Elector.Close] stops it and releases the
-// lock, so another instance takes over within its retry interval.
-//
-// Guarantee, and its limit: the database lets one connection hold the lock at
-// a time, so two instances never both hold it. But an instance learns that
-// it lost the lock (its connection was killed, the server restarted or
-// failed over) only at its next keepalive, up to two intervals later, and
-// meanwhile another instance may already lead: runs that start in that
-// window may happen twice. Leader election also knows nothing of slots: a new
-// leader runs whatever its own scheduler fires next, so a run the old leader
-// made just before stopping can be repeated, and one due in the leaderless
-// gap is missed. Where each run must happen exactly once, use the [Locker]
-// (gocron uses the Elector instead of the Locker when both are set).
+// It is only as exclusive as the keepalive allows: a leader learns of a lost
+// lock up to two keepalive intervals late, and election knows nothing of
+// slots, so at a change of leader a run may happen twice or be missed. Where
+// each run must happen exactly once, use the [Locker]. See docs/SCHEDULES.md
+// (Elector).
 type Elector struct {
 	b      Backend
 	key    string
@@ -53,18 +43,14 @@ type Elector struct {
 
 var _ gocron.Elector = (*Elector)(nil)
 
-// NewElector starts campaigning for the lock named key on b and returns
-// once the first attempt has ended: when the lock was free, this instance
-// leads already. Every instance of one service must use the same key (and
-// namespace); services with different keys elect independently.
-//
-// Options: [WithRetry], [WithErrorHandler]. Bad input (an empty or invalid
-// key, an invalid Backend or option) is an error wrapping
-// [ormlock.ErrInvalidArgument] or [ormlock.ErrInvalidKey] that names it.
-// The Elector returned with such an error fails closed: it never campaigns,
-// and IsLeader returns that error, so a caller that ignored it runs nothing.
-// Call [Elector.Close] when done, or the campaign goes on (and a leader
-// keeps its lock) until the process exits.
+// NewElector starts campaigning for the lock named key on b and returns once
+// the first attempt has ended (when the lock was free, this instance leads
+// already). Every instance of one service uses the same key and namespace.
+// Bad input is an error wrapping [ormlock.ErrInvalidArgument] or
+// [ormlock.ErrInvalidKey], and the Elector returned with it fails closed
+// (IsLeader returns that error). Call [Elector.Close] when done, or the
+// campaign (and a leader's lock) lasts until the process exits. See
+// docs/SCHEDULES.md (Elector).
 func NewElector(b Backend, key string, opts ...Option) (*Elector, error) {
 	const verb = "scheduler.NewElector"
 	cfg, err := newConfig(opts)

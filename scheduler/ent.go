@@ -10,19 +10,13 @@ import (
 	"github.com/ormlock/ormlock/entlock"
 )
 
-// Ent returns the Backend on an ent client built on [entlock.Wrap] (or on
-// the *entlock.Driver itself): runs go through [entlock.RunOnce] in claim
-// mode ([ormlock.WithClaim], added to opts) and leadership through
-// [entlock.Session]. opts apply on top of the defaults given to
-// entlock.Wrap. The ledger rows and lock keys are the ones [GORM] uses, so
-// replicas on either ORM share the runs.
-//
-// One difference from GORM: entlock.RunOnce gives a claim-mode job its
-// (lazily begun) transaction, not the lock's context, so a [JobFunc] run
-// through an Ent backend gets the context of the firing
-// (context.Background()), which a lost lock does not cancel; the loss is
-// still reported when the job returns. The job's transaction is not used
-// (it is never begun).
+// Ent returns the Backend on an ent client built on [entlock.Wrap] (or on the
+// *entlock.Driver itself): runs go through [entlock.RunOnce] in claim mode,
+// leadership through [entlock.Session]; opts apply on top of Wrap's defaults.
+// The ledger rows and lock keys are [GORM]'s, so replicas on either ORM share
+// the runs. A [JobFunc] run through it gets the firing's context, which a
+// lost lock does not cancel (the loss is still reported). See
+// docs/SCHEDULES.md (Backends: GORM and Ent).
 func Ent[T entlock.TxLike](client interface {
 	Tx(context.Context) (T, error)
 }, opts ...ormlock.Option) Backend {

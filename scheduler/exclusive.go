@@ -9,23 +9,13 @@ import (
 	"github.com/ormlock/ormlock"
 )
 
-// WithExclusive keeps the job itself exclusive across all the replicas
-// while a run is in progress, in addition to running each slot once: a
-// firing that comes while a run of the same job (of an earlier slot) is
-// still going on, on any replica, waits up to wait for it to end, and is
-// skipped ([ormlock.ErrNotAcquired]) if it has not — wait 0 skips at once.
-// A skipped firing's slot does not run (it is not retried later); its
-// ledger has no row. Applies to NewLocker and JobWrapper.
-//
-// The default is not exclusive: the adapters lock each slot, not the job,
-// so a job that runs longer than its period runs in two slots at once,
-// possibly on two replicas (gocron's singleton mode and robfig/cron's
-// SkipIfStillRunning only see one process).
-//
-// How: the run also holds the lock named "ormlock.job:" + job (in the
-// Backend's namespace) with Session semantics, on a connection of its own,
-// for as long as the run lasts (so a run holds three connections of the
-// pool instead of two); its loss is reported like the slot lock's.
+// WithExclusive keeps the job itself exclusive across all the replicas while
+// a run is in progress, besides running each slot once: a firing during a run
+// of the same job (of an earlier slot) waits up to wait for it to end, then
+// is skipped ([ormlock.ErrNotAcquired]; wait 0 skips at once) and its slot
+// never runs. A run then holds a third connection of the pool. Applies to
+// NewLocker and JobWrapper. The default is not exclusive: a job longer than
+// its period runs in two slots at once. See docs/SCHEDULES.md (WithExclusive).
 func WithExclusive(wait time.Duration) Option {
 	return func(c *config) {
 		if wait < 0 {
@@ -61,15 +51,13 @@ const PruneInterval = time.Hour
 // pruneTimeout bounds one pruning.
 const pruneTimeout = 5 * time.Minute
 
-// WithPrune makes the adapter delete the ledger's finished rows whose slot
-// is more than olderThan old ([gormlock.Prune] or entlock.Prune: in batches,
-// never a running claim): after a run it made, at most once per
-// [PruneInterval], on the goroutine that ran the job, once the job's lock is
-// released. Errors go to the error handler. olderThan must be longer than
-// the longest period of the jobs plus the latest a trigger may come, since
-// a trigger for a slot whose row is gone runs it again: a week is safe for
-// daily jobs. Applies to NewLocker and JobWrapper. The default is no
-// pruning (call gormlock.Prune yourself, or not at all).
+// WithPrune makes the adapter delete the ledger's finished rows whose slot is
+// more than olderThan old, after a run it made, at most once per
+// [PruneInterval], once the job's lock is released; errors go to the error
+// handler. olderThan must exceed the longest period of the jobs plus the
+// latest a trigger may come (a week is safe for daily jobs). Applies to
+// NewLocker and JobWrapper. The default is no pruning. See
+// docs/SCHEDULES.md (WithPrune).
 func WithPrune(olderThan time.Duration) Option {
 	return func(c *config) {
 		if olderThan <= 0 {

@@ -18,52 +18,15 @@ import (
 // schedulers that share the database, each scheduled run of a job happens
 // once, however far apart their clocks and start times are.
 //
-// gocron calls Lock(ctx, job name) before every run and skips the run when
-// Lock returns an error; after the run it calls Unlock. Lock maps the time
-// of the call (see [WithClock]) to the run's slot with the job's schedule
-// ([WithJobSchedule], else the Locker's default) and claims (job, slot) the
-// way [gormlock.RunOnce] does in claim mode ([ormlock.WithClaim]): it takes
-// the lock [ormlock.RunKey](job, slot) on a dedicated connection, commits a
-// 'running' row in the ledger, and holds both until Unlock, which marks the
-// row 'done' and releases the lock. So:
-//
-//   - An instance whose trigger comes while another runs the slot gets
-//     [ormlock.ErrNotAcquired], and one whose trigger comes after the run has
-//     finished gets [ormlock.ErrAlreadyDone]: gocron skips the run either
-//     way. A plain mutex on the job name would let that late instance run
-//     the job a second time.
-//   - A trigger up to [ormlock.SlotTolerance] early (at most half the
-//     period) counts for the scheduled time it precedes, so skewed clocks
-//     agree on the slot (see [ormlock.Schedule]).
-//
-// The ledger row is marked 'done' at Unlock whatever the job returned:
-// gocron does not tell the locker how the job ended. A job that must be
-// retried within its slot when it fails should call [gormlock.RunOnce]
-// itself.
-//
-// Errors: Lock returns ErrAlreadyDone and ErrNotAcquired (skips, not
-// reported) and any other error (the database unreachable, the ledger table
-// missing — create it with gormlock.Migrate) as RunOnce returned it; gocron
-// hands them to its AfterLockError event listener. Other errors also go to
-// the error handler ([WithErrorHandler]), and so do the errors of Unlock,
-// which gocron discards: a release that failed, or a lock lost while the job
-// ran (the error wraps [ormlock.ErrLockLost]).
-//
-// Contexts: gocron passes the job's context to Lock and Unlock; it is
-// cancelled when the job is removed or the scheduler shuts down, possibly
-// while the job runs. The lock attempt honours it (a claim it cuts short is
-// a skip: ErrNotAcquired wrapping the context's cause, not reported), but once the run has
-// started the hold does not depend on it, and Unlock ignores its context
-// altogether: the ledger update and the release run to completion (bounded
-// by ormlock's own timeouts), so a shutdown never leaves a 'running' row or
-// a held lock behind.
-//
-// The job name is the one gocron passes (gocron.WithName; by default the
-// function's name): it must be the same on every replica, and it names the
-// job in the ledger (at most 191 characters).
-//
-// A Locker is safe for concurrent use: gocron may run several jobs, and
-// several runs of one job, at once.
+// Lock maps the time of the call to the run's slot under the job's schedule
+// and claims (job, slot) as RunOnce's claim mode does ([ormlock.WithClaim]),
+// holding it until Unlock, which marks the ledger row 'done' (whatever the
+// job returned: gocron does not say) and releases the lock. An instance that
+// comes while another runs the slot, or after it ran, gets
+// [ormlock.ErrNotAcquired] or [ormlock.ErrAlreadyDone], and gocron skips the
+// run. A shutdown never leaves a 'running' row or a held lock behind. The job
+// name is gocron's (gocron.WithName), the same on every replica. A Locker is
+// safe for concurrent use. See docs/SCHEDULES.md (Locker).
 type Locker struct {
 	b   Backend
 	def ormlock.Schedule
@@ -73,19 +36,13 @@ type Locker struct {
 
 var _ gocron.Locker = (*Locker)(nil)
 
-// NewLocker returns a Locker on b whose jobs run on schedule unless
-// [WithJobSchedule] gives a job its own. schedule is normally the gocron
-// job's own schedule written for ormlock: [ormlock.Cron] with the same
-// expression and time zone as gocron.CronJob(expr, false),
-// [ormlock.CronSeconds] for gocron.CronJob(expr, true), or [ormlock.Every]
-// (nil location) for a gocron.DurationJob.
-//
-// Options: [WithJobSchedule], [WithErrorHandler], [WithClock],
-// [WithExclusive], [WithPrune]. Bad input (a nil schedule, an invalid
-// Backend or option) is an error wrapping [ormlock.ErrInvalidArgument] that
-// names it. The Locker returned with it fails closed: every Lock returns
-// that error (and reports it) without taking a lock, so a caller that
-// ignored the error runs nothing rather than runs unlocked.
+// NewLocker returns a Locker on b whose jobs run on schedule (normally the
+// gocron job's own, written for ormlock: [ormlock.Cron] with the expression
+// and zone of gocron.CronJob) unless [WithJobSchedule] gives a job its own.
+// Bad input (a nil schedule, an invalid Backend or option) is an error
+// wrapping [ormlock.ErrInvalidArgument]; the Locker returned with it fails
+// closed: every Lock returns that error without taking a lock. See
+// docs/SCHEDULES.md (Locker).
 func NewLocker(b Backend, schedule ormlock.Schedule, opts ...Option) (*Locker, error) {
 	const verb = "scheduler.NewLocker"
 	cfg, cfgErr := newConfig(opts)

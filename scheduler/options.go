@@ -95,15 +95,13 @@ func WithJobSchedule(job string, schedule ormlock.Schedule) Option {
 	}
 }
 
-// WithErrorHandler sets the function that receives every error other than
-// a skip (a slot already done, or held by another instance): a run that
-// could not be started (database unreachable, ledger table missing), a
-// failed release or a lost lock at the end of a run, a wrapped job's error,
-// a leadership attempt that failed or a leadership lost. It is called on the
-// scheduler's goroutine, or on the Elector's; it must not block for long.
-// Applies to all constructors. The default logs the error through
-// slog.Default() at level Error (through the cron.Logger of
-// [WithCronLogger] instead, when that is set).
+// WithErrorHandler sets the function that receives every error other than a
+// skip (a slot done, or held by another instance): a run that could not
+// start, a failed release or a lost lock, a wrapped job's error, a failed or
+// lost leadership. It is called on the scheduler's or the Elector's goroutine
+// and must not block for long. Applies to all constructors. The default logs
+// through slog.Default() at level Error (or [WithCronLogger]'s logger, when
+// set). See docs/SCHEDULES.md (Errors, skips and fail closed).
 func WithErrorHandler(f func(err error)) Option {
 	return func(c *config) {
 		if f == nil {

@@ -16,7 +16,7 @@ var (
 
 // Cron parses expr with robfig/cron v3's standard parser, or with the
 // optional seconds field when seconds is set; errors wrap errInvalid and
-// name verb. See ormlock.Cron for the rules.
+// name verb. The rules are in docs/SCHEDULES.md (Cron).
 func Cron(errInvalid error, verb, expr string, loc *time.Location, seconds bool) (s Slotter, err error) {
 	p := standardParser
 	if seconds {

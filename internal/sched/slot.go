@@ -19,8 +19,8 @@ type Slotter interface {
 // still count for the scheduled time it precedes.
 const Tolerance = 5 * time.Second
 
-// Every returns the schedule of period d (see ormlock.Every for the
-// rules); errors wrap errInvalid and name verb.
+// Every returns the schedule of period d (the rules are in
+// docs/SCHEDULES.md, Every); errors wrap errInvalid and name verb.
 func Every(errInvalid error, verb string, d time.Duration, loc *time.Location) (Slotter, error) {
 	const day = 24 * time.Hour
 	switch {
