@@ -502,12 +502,10 @@ func (l *pgLockTx) rollback(ctx context.Context) error {
 	return l.tx.Rollback()
 }
 
-// end releases the lock (ROLLBACK, bounded by releaseTimeout) and gives the
+// end releases the lock (ROLLBACK, bounded as releaseWithin says) and gives the
 // connection back, or destroys it when the ROLLBACK failed.
 func (l *pgLockTx) end(ctx context.Context) {
-	rctx, rcancel := releaseCtx(ctx)
-	defer rcancel()
-	if l.rollback(rctx) != nil {
+	if releaseWithin(ctx, l.rollback) != nil {
 		Destroy(l.conn)
 		return
 	}
@@ -516,9 +514,7 @@ func (l *pgLockTx) end(ctx context.Context) {
 
 // drop ends a lock transaction whose lock was not taken (err says why).
 func (l *pgLockTx) drop(ctx context.Context, err error) {
-	rctx, rcancel := releaseCtx(ctx)
-	defer rcancel()
-	if l.rollback(rctx) != nil || !cleanNotAcquired(err) {
+	if releaseWithin(ctx, l.rollback) != nil || !cleanNotAcquired(err) {
 		Destroy(l.conn)
 		return
 	}

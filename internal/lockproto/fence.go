@@ -247,9 +247,7 @@ func (o *Op) sessionToken(ctx context.Context, db *sql.DB, conn *sql.Conn, h *se
 	if err == nil {
 		return nil
 	}
-	rctx, rcancel := releaseCtx(ctx)
-	rerr := h.release(rctx)
-	rcancel()
+	rerr := releaseWithin(ctx, h.release)
 	if rerr != nil {
 		Destroy(conn)
 		o.Emit(ctx, ormlock.EventReleaseFailed, rerr)

@@ -21,6 +21,17 @@ func releaseCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 }
 
+// releaseWithin runs release with a release context (releaseCtx) that is
+// also cut endGrace after ctx ends: a healthy server answers a release in
+// milliseconds, and one that stopped answering cannot hold the caller
+// longer than that past its deadline. A release cut short fails, and its
+// caller destroys the connection, which frees the lock with it.
+func releaseWithin(ctx context.Context, release func(rctx context.Context) error) error {
+	rctx, rcancel := releaseCtx(ctx)
+	defer rcancel()
+	return withinGrace(ctx, rcancel, func() error { return release(rctx) })
+}
+
 // txReleaseCtx is the context of the release that follows a Transaction's
 // COMMIT or ROLLBACK on the same connection: releaseCtx, except that a
 // caller whose context can never end (context.Background) gets it unchanged
@@ -91,7 +102,7 @@ func isCtxErr(err error) bool {
 func (o *Op) ReleaseNamed(ctx context.Context, conn *sql.Conn) error {
 	rctx, cancel := txReleaseCtx(ctx)
 	defer cancel()
-	if err := MySQLReleaseLock(rctx, conn, o.mysql); err != nil {
+	if err := withinGrace(ctx, cancel, func() error { return MySQLReleaseLock(rctx, conn, o.mysql) }); err != nil {
 		Destroy(conn)
 		o.Emit(ctx, ormlock.EventReleaseFailed, err)
 		return err

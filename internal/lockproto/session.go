@@ -74,7 +74,9 @@ type sessionHold struct {
 // connection, so the server frees whatever it held and it never goes back
 // to the pool, and is reported as ormlock.ErrLockLost too. The release runs
 // on every path, a panic included (the panic then goes on), with a context
-// that ignores the caller's cancellation, bounded by releaseTimeout.
+// that ignores the caller's cancellation, bounded by releaseTimeout and by
+// endGrace after the caller's context ended (see releaseWithin), so a
+// server that stopped answering cannot hold the caller past its deadline.
 //
 // The pinned connection counts against db's MaxOpenConns while fn runs.
 func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Context) error) (err error) {
@@ -141,9 +143,7 @@ func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Contex
 		wg.Wait()
 		cancel(context.Canceled)
 		lostErr := lost
-		rctx, rcancel := releaseCtx(ctx)
-		rerr := h.release(rctx)
-		rcancel()
+		rerr := releaseWithin(ctx, h.release)
 		switch {
 		case rerr != nil:
 			Destroy(conn)
