@@ -304,18 +304,18 @@ func (t *LockedTx) Commit() error {
 	var err error
 	if t.ctx.Err() == nil && t.lock != nil {
 		if lerr := t.lock.confirm(t.ctx); lerr != nil && t.ctx.Err() == nil {
-			_ = withinGrace(t.ctx, t.txCancel, t.Tx.Rollback)
+			_ = t.rollback()
 			t.op.Emit(t.ctx, ormlock.EventLockLost, lerr)
 			t.end()
 			return fmt.Errorf("%w: %q: the lock transaction failed before COMMIT: %w", ormlock.ErrLockLost, t.op.Key.String(), lerr)
 		}
 	}
 	if cerr := t.ctx.Err(); cerr != nil {
-		_ = withinGrace(t.ctx, t.txCancel, t.Tx.Rollback)
+		_ = t.rollback()
 		err = cerr
 	} else {
 		if t.op.Dialect == MySQL && t.ctx.Done() != nil {
-			err = t.mysqlCommit()
+			err = t.mysqlEnd("COMMIT", t.Tx.Commit)
 		} else {
 			err = withinGrace(t.ctx, t.txCancel, t.Tx.Commit)
 		}
@@ -327,25 +327,35 @@ func (t *LockedTx) Commit() error {
 	return err
 }
 
-// mysqlCommit commits a MySQL/MariaDB transaction whose context can end.
-// go-sql-driver's Commit takes no context and waits as long as the DSN's
-// readTimeout (by default for ever) on a server that stopped answering, so
-// the COMMIT is sent as a statement with a context that ends endGrace after
-// t.ctx (the driver closes the connection then), and database/sql's
-// transaction is ended afterwards by its Commit, a COMMIT the server, no
-// longer in a transaction, answers at once: one round trip more, paid only
-// by a context that can end.
-func (t *LockedTx) mysqlCommit() error {
+// mysqlEnd ends a MySQL/MariaDB transaction whose context can end with stmt
+// (COMMIT or ROLLBACK). go-sql-driver's Commit and Rollback take no context
+// and wait as long as the DSN's readTimeout (by default for ever) on a
+// server that stopped answering, so stmt is sent as a statement with a
+// context that ends endGrace after t.ctx (the driver closes the connection
+// then), and database/sql's transaction is ended afterwards by end (its
+// Commit or Rollback), a statement the server, no longer in a transaction,
+// answers at once: one round trip more, paid only by a context that can
+// end.
+func (t *LockedTx) mysqlEnd(stmt string, end func() error) error {
 	cctx, cancel := context.WithCancel(context.WithoutCancel(t.ctx))
 	defer cancel()
 	if err := withinGrace(t.ctx, cancel, func() error {
-		_, err := t.Tx.ExecContext(cctx, "COMMIT")
+		_, err := t.Tx.ExecContext(cctx, stmt)
 		return err
 	}); err != nil {
 		_ = t.Tx.Rollback() // ends database/sql's transaction; the connection is closed
-		return errs.Wrap(err, "COMMIT")
+		return errs.Wrap(err, "%s", stmt)
 	}
-	return t.Tx.Commit()
+	return end()
+}
+
+// rollback ends the transaction with ROLLBACK, cut endGrace after t.ctx
+// ended (on MySQL/MariaDB by mysqlEnd).
+func (t *LockedTx) rollback() error {
+	if t.op.Dialect == MySQL && t.ctx.Done() != nil {
+		return t.mysqlEnd("ROLLBACK", t.Tx.Rollback)
+	}
+	return withinGrace(t.ctx, t.txCancel, t.Tx.Rollback)
 }
 
 // Token returns the fencing token of the lock (ormlock.WithFencing).
@@ -353,7 +363,7 @@ func (t *LockedTx) Token() (int64, bool) { return t.op.Token() }
 
 // Rollback rolls the transaction back, then releases the lock.
 func (t *LockedTx) Rollback() error {
-	err := withinGrace(t.ctx, t.txCancel, t.Tx.Rollback)
+	err := t.rollback()
 	t.end()
 	return err
 }
