@@ -77,3 +77,25 @@ func frozenSession(t *testing.T, r runner, key string, freeze func() (resume fun
 		}
 	}
 }
+
+// The caller's context ends while fn goes on working past the release's
+// grace; on a healthy server the release still succeeds: the grace counts
+// from the release, not from the end of the context.
+func TestSessionReleaseLongAfterCancel(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		r := openRunner(t, a, k)
+		key := "release-after-cancel-" + t.Name()
+		ctx, cancel := context.WithCancel(context.Background())
+		err := r.Session(ctx, key, func(context.Context) error {
+			cancel()
+			time.Sleep(1500 * time.Millisecond) // longer than the grace
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("Session: %v, want nil (fn succeeded and the lock was released)", err)
+		}
+		if h, err := r.Holder(context.Background(), key); err != nil || h.Held {
+			t.Fatalf("after the Session: %+v, %v", h, err)
+		}
+	})
+}
