@@ -19,8 +19,9 @@ import (
 // [ormlock.Schedule], or call [RunScheduled]. A slot already done returns
 // [ormlock.ErrAlreadyDone]; by default fn's work and the ledger row commit in
 // one transaction, and [ormlock.WithClaim] selects claim mode for long jobs.
-// The protocol, claim mode and nesting are in docs/PROTOCOL.md (RunOnce);
-// bad input wraps [ormlock.ErrInvalidArgument] (see [ormlock.ValidJob]).
+// Bad input wraps [ormlock.ErrInvalidArgument] (see [ormlock.ValidJob]).
+// Protocol, claim mode and nesting: docs/PROTOCOL.md (The verbs on each
+// server, RunOnce).
 func RunOnce(db *gorm.DB, job string, slot time.Time, fn func(tx *gorm.DB) error, opts ...ormlock.Option) error {
 	const verb = "gormlock.RunOnce"
 	if fn == nil {

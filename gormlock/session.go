@@ -16,7 +16,7 @@ import (
 // keepalive ([ormlock.WithKeepalive], default 2s) cancels fn's ctx with
 // cause [ormlock.ErrLockLost] when the lock is lost, and Session's error then
 // wraps ErrLockLost. Per-dialect mechanism, timeouts and pool sizing: see
-// docs/PROTOCOL.md (Session).
+// docs/PROTOCOL.md (The verbs on each server, Session).
 func Session[K ormlock.KeyType](db *gorm.DB, key K, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
 	if fn == nil {
 		return fmt.Errorf("%w: gormlock.Session: nil fn", ormlock.ErrInvalidArgument)

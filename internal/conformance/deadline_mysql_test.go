@@ -40,18 +40,25 @@ func TestDeadlineFrozenCommitMySQL(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), deadline)
 				defer cancel()
 				var resume func()
+				var thaw *time.Timer
 				start := time.Now()
 				err = r.Transaction(ctx, key, func(tx txn) error {
 					if _, err := tx.QueryInt("SELECT 1"); err != nil {
 						return err
 					}
 					resume = faults.Freeze(t, srv.PID())
+					// should COMMIT or ROLLBACK not be bounded, the server thaws in
+					// time for the call to return and the test to fail, not hang
+					thaw = time.AfterFunc(deadline+grace+5*time.Second, resume)
 					// SIGSTOP takes effect as each server thread next runs:
 					// let it, or a COMMIT sent at once may still be answered
 					time.Sleep(100 * time.Millisecond)
 					return c.fnErr
 				})
 				faults.Within(t, "Transaction", start, deadline+grace)
+				if thaw != nil {
+					thaw.Stop()
+				}
 				if resume != nil {
 					resume()
 				}

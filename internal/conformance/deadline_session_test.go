@@ -52,15 +52,22 @@ func frozenSession(t *testing.T, r runner, key string, freeze func() (resume fun
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
 	var resume func()
+	var thaw *time.Timer
 	start := time.Now()
 	// a keepalive longer than the test: the release, not a failed check,
 	// meets the frozen server
 	err := r.Session(ctx, key, func(ctx context.Context) error {
 		resume = freeze()
+		// should the release not be bounded, the server thaws in time for
+		// the call to return and the test to fail rather than hang
+		thaw = time.AfterFunc(deadline+grace+5*time.Second, resume)
 		<-ctx.Done()
 		return ctx.Err()
 	}, ormlock.WithKeepalive(time.Minute))
 	faults.Within(t, "Session", start, deadline+grace)
+	if thaw != nil {
+		thaw.Stop()
+	}
 	if resume != nil {
 		resume()
 	}
