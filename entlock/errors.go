@@ -6,17 +6,6 @@ import (
 	"github.com/ormlock/ormlock"
 )
 
-// Re-exported sentinels: each is the very value in package ormlock, so
-// errors.Is works with either name.
-var (
-	ErrNotAcquired        = ormlock.ErrNotAcquired
-	ErrLockLost           = ormlock.ErrLockLost
-	ErrAlreadyDone        = ormlock.ErrAlreadyDone
-	ErrUnsupportedDialect = ormlock.ErrUnsupportedDialect
-	ErrInvalidKey         = ormlock.ErrInvalidKey
-	ErrInvalidArgument    = ormlock.ErrInvalidArgument
-)
-
 // ErrNotWrapped is returned when a verb is given an ent client whose driver
 // is not an entlock [Driver] (the client was not built with
 // ent.Driver(entlock.Wrap(drv))), so no lock could be taken. fn is not

@@ -16,24 +16,6 @@ import (
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
-// entlock re-exports the sentinels: a loser's error matches both, and so
-// does a lost lock's (TestSessionLockLost in internal/conformance). The
-// loser's behaviour itself is TestConformanceWaitAndCancel in
-// internal/conformance.
-func TestTransactionSentinelReexported(t *testing.T) {
-	k := testdb.Postgres
-	client, _ := openEnt(t, k)
-	key := "held-" + t.Name()
-	defer rawHold(t, k, key)()
-	err := entlock.Transaction(context.Background(), client, key, func(*ent.Tx) error { return errors.New("fn called") })
-	if !errors.Is(err, ormlock.ErrNotAcquired) || !errors.Is(err, entlock.ErrNotAcquired) {
-		t.Fatalf("err = %v, want ErrNotAcquired matching the re-exported sentinel", err)
-	}
-	if !errors.Is(ormlock.ErrLockLost, entlock.ErrLockLost) {
-		t.Error("entlock.ErrLockLost is not ormlock.ErrLockLost")
-	}
-}
-
 func TestTransactionNested(t *testing.T) {
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()

@@ -1,21 +1,6 @@
 package gormlock
 
-import (
-	"errors"
-
-	"github.com/ormlock/ormlock"
-)
-
-// Re-exported sentinels: each is the very value in package ormlock, so
-// errors.Is works with either name.
-var (
-	ErrNotAcquired        = ormlock.ErrNotAcquired
-	ErrLockLost           = ormlock.ErrLockLost
-	ErrAlreadyDone        = ormlock.ErrAlreadyDone
-	ErrUnsupportedDialect = ormlock.ErrUnsupportedDialect
-	ErrInvalidKey         = ormlock.ErrInvalidKey
-	ErrInvalidArgument    = ormlock.ErrInvalidArgument
-)
+import "errors"
 
 // ErrNestedTransaction is returned when Transaction (or RunOnce) is called on
 // MySQL/MariaDB with a db that is already inside a transaction: the named lock
