@@ -221,9 +221,14 @@ func TestHolderSession(t *testing.T) {
 			if k.Dialect() == "postgres" {
 				want = "idle in transaction"
 			}
-			// the keepalive runs on that connection every 100ms: between
-			// its checks the connection is idle
-			for i := 0; h.State != want && i < 50; i++ {
+			// Between its keepalive checks the lock connection is idle. A
+			// check caught in flight shows its statement's state instead
+			// (MariaDB: "Execute (Writing to net)" while the reply is
+			// sent, longer on a loaded machine), so sample until an idle
+			// moment is seen: the keepalive's 1 s interval leaves the
+			// connection idle nearly all the time.
+			deadline := time.Now().Add(10 * time.Second)
+			for h.State != want && time.Now().Before(deadline) {
 				time.Sleep(20 * time.Millisecond)
 				if h, err = r.Holder(ctx, key); err != nil {
 					return err
@@ -251,7 +256,7 @@ func TestHolderSession(t *testing.T) {
 			case <-time.After(30 * time.Second):
 				return errors.New("loss not seen within 30s")
 			}
-		}, ormlock.WithKeepalive(100*time.Millisecond))
+		}, ormlock.WithKeepalive(time.Second))
 		if !errors.Is(err, ormlock.ErrLockLost) {
 			t.Fatalf("err = %v, want ErrLockLost after ending the reported holder", err)
 		}
