@@ -1,7 +1,7 @@
 package scheduler_test
 
 // TestREADMESnippets type-checks every ```go block of the repository's
-// README.md, so that a snippet that no longer compiles fails CI. It lives in
+// README.md and docs/TROUBLESHOOTING.md, so that a snippet that no longer compiles fails CI. It lives in
 // the scheduler module because that module can import everything the README
 // shows (the library, gocron, robfig/cron, GORM, ent, pgx).
 //
@@ -25,7 +25,7 @@ package scheduler_test
 //
 // Each block is built as a package of its own in a scratch module that
 // replaces the ormlock modules with this checkout; `go vet` reports errors
-// at README.md's own line numbers.
+// at the document's own line numbers.
 
 import (
 	"bytes"
@@ -42,12 +42,16 @@ import (
 )
 
 type snippet struct {
-	line int // README line of the block's first line
+	file string // the document, relative to the repository's root
+	line int    // its line of the block's first line
 	text string
 }
 
-// readmeSnippets returns README.md's ```go blocks.
-func readmeSnippets(t *testing.T, readme string) []snippet {
+// snippetDocs are the documents whose ```go blocks are checked.
+var snippetDocs = []string{"README.md", "docs/TROUBLESHOOTING.md"}
+
+// readmeSnippets returns the ```go blocks of the document file.
+func readmeSnippets(t *testing.T, file, readme string) []snippet {
 	t.Helper()
 	var out []snippet
 	var cur *snippet
@@ -55,7 +59,7 @@ func readmeSnippets(t *testing.T, readme string) []snippet {
 	for i, l := range strings.Split(readme, "\n") {
 		switch {
 		case cur == nil && strings.TrimSpace(l) == "```go":
-			cur = &snippet{line: i + 2}
+			cur = &snippet{file: file, line: i + 2}
 			body = nil
 		case cur != nil && strings.TrimSpace(l) == "```":
 			cur.text = strings.Join(body, "\n") + "\n"
@@ -66,7 +70,7 @@ func readmeSnippets(t *testing.T, readme string) []snippet {
 		}
 	}
 	if cur != nil {
-		t.Fatalf("README.md:%d: unterminated ```go block", cur.line-1)
+		t.Fatalf("%s:%d: unterminated ```go block", file, cur.line-1)
 	}
 	return out
 }
@@ -167,13 +171,17 @@ func TestREADMESnippets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	snippets := readmeSnippets(t, string(readme))
-	if len(snippets) == 0 {
-		t.Fatal("README.md has no ```go blocks")
+	var snippets []snippet
+	for _, file := range snippetDocs {
+		text, err := os.ReadFile(filepath.Join(root, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := readmeSnippets(t, file, string(text))
+		if len(got) == 0 {
+			t.Fatalf("%s has no ```go blocks", file)
+		}
+		snippets = append(snippets, got...)
 	}
 	dir := t.TempDir()
 	write := func(name, text string) {
@@ -208,7 +216,7 @@ func TestREADMESnippets(t *testing.T) {
 		pkg := fmt.Sprintf("s%02d", i)
 		src, prelude, err := snippetFiles(pkg, s)
 		if err != nil {
-			t.Errorf("README.md:%d: %v", s.line, err)
+			t.Errorf("%s:%d: %v", s.file, s.line, err)
 			continue
 		}
 		write(pkg+"/snippet.go", src)
@@ -220,9 +228,9 @@ func TestREADMESnippets(t *testing.T) {
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("README.md's Go snippets do not build (%v):\n%s", err, out.String())
+		t.Fatalf("the documents' Go snippets do not build (%v):\n%s", err, out.String())
 	}
-	t.Logf("%d README snippets type-check", len(snippets))
+	t.Logf("%d snippets of %v type-check", len(snippets), snippetDocs)
 }
 
 // snippetFiles turns a README block into the source of package pkg and
@@ -268,7 +276,7 @@ func snippetFiles(pkg string, s snippet) (src, prelude string, err error) {
 	}
 	prelude = fmt.Sprintf("package %s\n\n%s\n%s\n", pkg, importBlock(preImports), strings.Join(decls, "\n"))
 	if isFile {
-		return fmt.Sprintf("package %s\n\n//line README.md:%d\n%s", pkg, s.line, text), prelude, nil
+		return fmt.Sprintf("package %s\n\n//line %s:%d\n%s", pkg, s.file, s.line, text), prelude, nil
 	}
 	imports := map[string]bool{}
 	for name, path := range snippetImports {
@@ -286,7 +294,7 @@ func snippetFiles(pkg string, s snippet) (src, prelude string, err error) {
 			tail = "return nil\n"
 		}
 	}
-	return fmt.Sprintf("package %s\n\n%s\nfunc _()%s {\n//line README.md:%d\n%s%s}\n", pkg, importBlock(imports), sig, s.line, text, tail), prelude, nil
+	return fmt.Sprintf("package %s\n\n%s\nfunc _()%s {\n//line %s:%d\n%s%s}\n", pkg, importBlock(imports), sig, s.file, s.line, text, tail), prelude, nil
 }
 
 func importBlock(paths map[string]bool) string {
