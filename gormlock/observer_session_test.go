@@ -114,7 +114,7 @@ func TestObserverSession(t *testing.T) {
 
 // TestObserverSlogReal feeds SlogObserver real events: one replica runs the
 // job, another finds it held. Run with -v to see the lines (the README's
-// "Why didn't my job run?" shows them).
+// docs/TROUBLESHOOTING.md shows them).
 func TestObserverSlogReal(t *testing.T) {
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		var mu sync.Mutex
@@ -233,7 +233,7 @@ func BenchmarkTransactionObserver(b *testing.B) {
 	}
 }
 
-// TestObserverWalkthrough is the README's "Why didn't my job run?": two
+// TestObserverWalkthrough is docs/TROUBLESHOOTING.md's walkthrough: two
 // replicas, each logging lock events at slog's default level (Info) and
 // naming itself in application_name; the second finds the job's lock held
 // and asks who holds it. Run with -v to see the lines.
