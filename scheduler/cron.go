@@ -53,6 +53,9 @@ func JobWrapper(b Backend, job string, schedule ormlock.Schedule, opts ...Option
 	return func(j cron.Job) cron.Job {
 		return cron.FuncJob(func() {
 			slot := schedule.Slot(cfg.now())
+			if err := cfg.refires.fired(job, slot, schedule); err != nil {
+				cfg.report(err)
+			}
 			// A cancellable context, never cancelled before the run ends:
 			// ormlock bounds its detached releases by a timeout only
 			// for contexts that can end (it passes a Background one

@@ -28,17 +28,21 @@ import (
 // name is gocron's (gocron.WithName), the same on every replica. A Locker is
 // safe for concurrent use. See docs/SCHEDULES.md (Locker).
 type Locker struct {
-	b   Backend
-	def ormlock.Schedule
-	cfg config
-	err error // the constructor's error: every Lock returns it
+	b     Backend
+	def   ormlock.Schedule // nil in strict mode without a default
+	cfg   config
+	err   error // the constructor's error: every Lock returns it
+	built bool  // made by NewLocker
 }
 
 var _ gocron.Locker = (*Locker)(nil)
 
 // NewLocker returns a Locker on b whose jobs run on schedule (normally the
 // gocron job's own, written for ormlock: [ormlock.Cron] with the expression
-// and zone of gocron.CronJob) unless [WithJobSchedule] gives a job its own.
+// and zone of gocron.CronJob) unless [WithJobSchedule] gives a job its own;
+// with [WithStrict], schedule may be nil and every job needs its own. A job
+// that fires again within a slot it has already run or skipped is reported
+// (see docs/SCHEDULES.md, A trigger denser than its schedule).
 // Bad input (a nil schedule, an invalid Backend or option) is an error
 // wrapping [ormlock.ErrInvalidArgument]; the Locker returned with it fails
 // closed: every Lock returns that error without taking a lock. See
@@ -49,22 +53,29 @@ func NewLocker(b Backend, schedule ormlock.Schedule, opts ...Option) (*Locker, e
 	err := b.check(verb)
 	switch {
 	case err != nil:
-	case schedule == nil:
-		err = fmt.Errorf("%w: %s: nil schedule", ormlock.ErrInvalidArgument, verb)
-	default:
+	case cfgErr != nil:
 		err = cfgErr
+	case schedule == nil && !cfg.strict:
+		err = fmt.Errorf("%w: %s: nil schedule (pass the jobs' schedule, or scheduler.WithStrict() and a scheduler.WithJobSchedule per job)", ormlock.ErrInvalidArgument, verb)
 	}
 	if err != nil {
-		return &Locker{cfg: cfg, err: err}, err
+		return &Locker{cfg: cfg, err: err, built: true}, err
 	}
-	return &Locker{b: b, def: schedule, cfg: cfg}, nil
+	return &Locker{b: b, def: schedule, cfg: cfg, built: true}, nil
 }
 
-func (l *Locker) schedule(job string) ormlock.Schedule {
+// schedule returns the schedule of job, or why it has none.
+func (l *Locker) schedule(job string) (ormlock.Schedule, error) {
 	if s, ok := l.cfg.jobs[job]; ok {
-		return s
+		return s, nil
 	}
-	return l.def
+	switch {
+	case l.cfg.strict:
+		return nil, fmt.Errorf("%w: scheduler.Locker: job %q has no schedule of its own, which strict mode requires (scheduler.WithJobSchedule(%q, ...))", ormlock.ErrInvalidArgument, job, job)
+	case l.def == nil: // unreachable: NewLocker refuses it
+		return nil, fmt.Errorf("%w: scheduler.Locker: job %q has no schedule", ormlock.ErrInvalidArgument, job)
+	}
+	return l.def, nil
 }
 
 // Lock claims the current slot of job for this instance, and holds it until
@@ -84,7 +95,15 @@ func (l *Locker) Lock(ctx context.Context, job string) (gocron.Lock, error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	slot := l.schedule(job).Slot(l.cfg.now())
+	s, err := l.schedule(job)
+	if err != nil {
+		l.cfg.report(err)
+		return nil, err
+	}
+	slot := s.Slot(l.cfg.now())
+	if err := l.cfg.refires.fired(job, slot, s); err != nil {
+		l.cfg.report(err)
+	}
 	h := &heldRun{job: job, slot: slot, cfg: &l.cfg, b: l.b, release: make(chan struct{}), done: make(chan error, 1)}
 	started := make(chan struct{})
 
@@ -142,7 +161,7 @@ func (l *Locker) usable() error {
 		return fmt.Errorf("%w: %s: nil Locker (build one with scheduler.NewLocker)", ormlock.ErrInvalidArgument, verb)
 	case l.err != nil:
 		return l.err
-	case l.def == nil:
+	case !l.built:
 		if err := l.b.check(verb); err != nil {
 			return err
 		}

@@ -31,10 +31,12 @@ type config struct {
 	exclusive     bool
 	exclusiveWait time.Duration
 	pruner        *pruner // WithPrune; nil: no pruning
+	strict        bool     // WithStrict: refuse jobs without their own schedule
+	refires       *refires // firings per slot, to report a trigger denser than its schedule
 }
 
 func newConfig(opts []Option) (config, error) {
-	c := config{now: time.Now, retry: DefaultRetry}
+	c := config{now: time.Now, retry: DefaultRetry, refires: &refires{}}
 	for _, o := range opts {
 		if o != nil {
 			o(&c)
