@@ -57,8 +57,10 @@
 //     context), so a shutdown never leaves a held lock or a 'running' row.
 //     ormlock's own release paths are detached from cancellation too
 //     (context.WithoutCancel, bounded by timeouts).
-//   - The Locker marks a run 'done' at Unlock whatever the job returned,
-//     since gocron does not tell a locker how the job ended.
+//   - gocron does not tell a locker how the job ended: the Locker marks a
+//     run 'done' at Unlock unless gocron's event listeners of
+//     [Locker.RecordFailures] said the job failed or panicked, which marks
+//     it 'failed' (retried by a later firing).
 //   - The Elector is for "one replica does the scheduling" and is only as
 //     exclusive as the keepalive allows (see [Elector]); the Locker gives
 //     the stronger, per-run guarantee. gocron consults the Elector instead

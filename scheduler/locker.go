@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
+	"github.com/google/uuid"
 
 	"github.com/ormlock/ormlock"
 )
@@ -20,8 +21,9 @@ import (
 //
 // Lock maps the time of the call to the run's slot under the job's schedule
 // and claims (job, slot) as RunOnce's claim mode does ([ormlock.WithClaim]),
-// holding it until Unlock, which marks the ledger row 'done' (whatever the
-// job returned: gocron does not say) and releases the lock. An instance that
+// holding it until Unlock, which marks the ledger row 'done' (or 'failed'
+// when the job failed and [Locker.RecordFailures] is wired in: gocron does
+// not tell a locker otherwise) and releases the lock. An instance that
 // comes while another runs the slot, or after it ran, gets
 // [ormlock.ErrNotAcquired] or [ormlock.ErrAlreadyDone], and gocron skips the
 // run. A shutdown never leaves a 'running' row or a held lock behind. The job
@@ -33,6 +35,9 @@ type Locker struct {
 	cfg   config
 	err   error // the constructor's error: every Lock returns it
 	built bool  // made by NewLocker
+
+	mu   sync.Mutex
+	held map[string][]*heldRun // runs between Lock and Unlock, by job
 }
 
 var _ gocron.Locker = (*Locker)(nil)
@@ -104,7 +109,7 @@ func (l *Locker) Lock(ctx context.Context, job string) (gocron.Lock, error) {
 	if err := l.cfg.refires.fired(job, slot, s); err != nil {
 		l.cfg.report(err)
 	}
-	h := &heldRun{job: job, slot: slot, cfg: &l.cfg, b: l.b, release: make(chan struct{}), done: make(chan error, 1)}
+	h := &heldRun{l: l, job: job, slot: slot, cfg: &l.cfg, b: l.b, release: make(chan struct{}), done: make(chan error, 1)}
 	started := make(chan struct{})
 
 	// The attempt honours ctx; the hold, once the slot is claimed, does
@@ -123,11 +128,12 @@ func (l *Locker) Lock(ctx context.Context, job string) (gocron.Lock, error) {
 			}
 			close(started)
 			<-h.release
-			return nil
+			return h.failure // set by JobFailed before Unlock, if the job failed
 		})
 	}()
 	select {
 	case <-started:
+		l.hold(h)
 		return h, nil
 	case err := <-h.done:
 		if err == nil { // unreachable: fn always starts or fails
@@ -170,8 +176,84 @@ func (l *Locker) usable() error {
 	return l.b.check(verb)
 }
 
+// hold records h as a run of its job in progress, for JobFailed.
+func (l *Locker) hold(h *heldRun) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.held == nil {
+		l.held = make(map[string][]*heldRun)
+	}
+	l.held[h.job] = append(l.held[h.job], h)
+}
+
+// unhold forgets h (at Unlock).
+func (l *Locker) unhold(h *heldRun) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	hs := l.held[h.job]
+	for i, x := range hs {
+		if x == h {
+			hs = append(hs[:i:i], hs[i+1:]...)
+			break
+		}
+	}
+	if len(hs) == 0 {
+		delete(l.held, h.job)
+	} else {
+		l.held[h.job] = hs
+	}
+}
+
+// RecordFailures returns the gocron job option that tells the Locker how a
+// job ended: gocron's event listeners for a job that returned an error
+// (gocron.AfterJobRunsWithError) or panicked (gocron.AfterJobRunsWithPanic,
+// which makes gocron recover the panic), which gocron calls before Unlock.
+// The run's slot is then recorded 'failed' with the error's text (a panic as
+// "panic: VALUE"), the error goes to the error handler, and a later firing
+// in the same slot (or a catch-up) runs it again; without it, every run is
+// recorded 'done'. Pass it to every job, in one line:
+//
+//	gocron.NewScheduler(gocron.WithDistributedLocker(locker), gocron.WithGlobalJobOptions(locker.RecordFailures()))
+//
+// A job's own AfterJobRunsWithError or AfterJobRunsWithPanic listener
+// replaces this one (gocron keeps one of each); call [Locker.JobFailed] from
+// it. See docs/SCHEDULES.md (Failed gocron runs).
+func (l *Locker) RecordFailures() gocron.JobOption {
+	return gocron.WithEventListeners(
+		gocron.AfterJobRunsWithError(func(_ uuid.UUID, job string, err error) { l.JobFailed(job, err) }),
+		gocron.AfterJobRunsWithPanic(func(_ uuid.UUID, job string, p any) { l.JobFailed(job, fmt.Errorf("panic: %v", p)) }),
+	)
+}
+
+// JobFailed records that the run of job in progress (between this Locker's
+// Lock and Unlock) failed with err: Unlock then marks its slot 'failed'
+// with err's text instead of 'done'. [Locker.RecordFailures] calls it from
+// gocron's event listeners; call it from a listener of your own. When
+// several runs of job are in progress at once (a job longer than its period,
+// without gocron's singleton mode), which one failed is unknown: none is
+// marked, and the error handler is told. A nil err, or a job with no run in
+// progress, does nothing; of several calls for one run, the first counts.
+func (l *Locker) JobFailed(job string, err error) {
+	if l == nil || err == nil {
+		return
+	}
+	l.mu.Lock()
+	hs := l.held[job]
+	if len(hs) == 1 && hs[0].failure == nil {
+		// the first one counts: after a panic's listener, gocron calls
+		// the error listener too, with "gocron: panic recovered from ..."
+		hs[0].failure = err
+	}
+	l.mu.Unlock()
+	if len(hs) > 1 {
+		l.cfg.report(wrapf(err, "job %q: %d runs in progress failed one of them, which one is unknown: none is recorded failed", job, len(hs)))
+	}
+}
+
 // heldRun is a claimed (job, slot) held for gocron until Unlock.
 type heldRun struct {
+	l       *Locker
+	failure error // the job's error (JobFailed), read after release
 	job     string
 	slot    time.Time
 	cfg     *config
@@ -182,12 +264,14 @@ type heldRun struct {
 	err     error
 }
 
-// Unlock marks the run's ledger row 'done' and releases its lock, whatever
-// ctx says (see [Locker]). It returns RunOnce's error, if any (a lost lock
+// Unlock marks the run's ledger row 'done' (or 'failed', when
+// [Locker.JobFailed] said so) and releases its lock, whatever ctx says (see
+// [Locker]). It returns RunOnce's error, if any (a lost lock
 // wraps [ormlock.ErrLockLost]), also handed to the error handler, since
 // gocron ignores it. Calling it again returns the same error.
 func (h *heldRun) Unlock(context.Context) error {
 	h.once.Do(func() {
+		h.l.unhold(h)
 		close(h.release)
 		if err := <-h.done; err != nil {
 			h.err = wrapf(err, "job %q, slot %s", h.job, h.slot.Format(time.RFC3339Nano))
