@@ -35,7 +35,7 @@ var _ cron.Job = JobFunc(nil)
 func JobWrapper(b Backend, job string, schedule ormlock.Schedule, opts ...Option) (cron.JobWrapper, error) {
 	const verb = "scheduler.JobWrapper"
 	cfg, cfgErr := newConfig(opts)
-	err := b.check(verb)
+	err := b.Check(verb)
 	if err == nil {
 		err = validJob("JobWrapper", job)
 	}
@@ -45,6 +45,9 @@ func JobWrapper(b Backend, job string, schedule ormlock.Schedule, opts ...Option
 	if err == nil {
 		err = cfgErr
 	}
+	if err == nil {
+		err = cfg.checkCatchUp(verb, b, false)
+	}
 	if err != nil {
 		return func(cron.Job) cron.Job {
 			return cron.FuncJob(func() { cfg.report(err) })
@@ -52,7 +55,8 @@ func JobWrapper(b Backend, job string, schedule ormlock.Schedule, opts ...Option
 	}
 	return func(j cron.Job) cron.Job {
 		return cron.FuncJob(func() {
-			slot := schedule.Slot(cfg.now())
+			now := cfg.now()
+			slot := schedule.Slot(now)
 			if err := cfg.refires.fired(job, slot, schedule); err != nil {
 				cfg.report(err)
 			}
@@ -63,7 +67,7 @@ func JobWrapper(b Backend, job string, schedule ormlock.Schedule, opts ...Option
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			ran := false
-			err := cfg.claim(ctx, b, job, slot, func(ctx context.Context) error {
+			err := cfg.claim(ctx, b, job, schedule, now, func(ctx context.Context) error {
 				ran = true
 				if f, ok := j.(JobFunc); ok {
 					return f(ctx)

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/sched"
 )
 
 // Locker is a gocron v2 distributed locker (gocron.WithDistributedLocker or
@@ -36,8 +37,9 @@ type Locker struct {
 	err   error // the constructor's error: every Lock returns it
 	built bool  // made by NewLocker
 
-	mu   sync.Mutex
-	held map[string][]*heldRun // runs between Lock and Unlock, by job
+	mu    sync.Mutex
+	held  map[string][]*heldRun // runs between Lock and Unlock, by job
+	fired map[string]bool       // jobs fired since the Locker was made
 }
 
 var _ gocron.Locker = (*Locker)(nil)
@@ -55,11 +57,13 @@ var _ gocron.Locker = (*Locker)(nil)
 func NewLocker(b Backend, schedule ormlock.Schedule, opts ...Option) (*Locker, error) {
 	const verb = "scheduler.NewLocker"
 	cfg, cfgErr := newConfig(opts)
-	err := b.check(verb)
+	err := b.Check(verb)
 	switch {
 	case err != nil:
 	case cfgErr != nil:
 		err = cfgErr
+	case cfg.checkCatchUp(verb, b, true) != nil:
+		err = cfg.checkCatchUp(verb, b, true)
 	case schedule == nil && !cfg.strict:
 		err = fmt.Errorf("%w: %s: nil schedule (pass the jobs' schedule, or scheduler.WithStrict() and a scheduler.WithJobSchedule per job)", ormlock.ErrInvalidArgument, verb)
 	}
@@ -105,21 +109,31 @@ func (l *Locker) Lock(ctx context.Context, job string) (gocron.Lock, error) {
 		l.cfg.report(err)
 		return nil, err
 	}
-	slot := s.Slot(l.cfg.now())
+	now := l.cfg.now()
+	slot := s.Slot(now)
 	if err := l.cfg.refires.fired(job, slot, s); err != nil {
 		l.cfg.report(err)
 	}
 	h := &heldRun{l: l, job: job, slot: slot, cfg: &l.cfg, b: l.b, release: make(chan struct{}), done: make(chan error, 1)}
 	started := make(chan struct{})
+	mode := sched.CatchUpNone
+	if l.firstFiring(job) {
+		// one firing, one run: with ormlock.WithCatchUp, the newest slot
+		// of the window that has not run, the current one if it has not
+		mode = sched.CatchUpOneRun
+	}
 
 	// The attempt honours ctx; the hold, once the slot is claimed, does
 	// not: ctx is gocron's job context, which a shutdown cancels while the
 	// job may still run, and gocron calls Unlock after the job in any case.
-	hctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	hctx, cancel := context.WithCancelCause(sched.WithCatchUpMode(context.WithoutCancel(ctx), mode))
 	detach := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
 	go func() {
 		defer cancel(nil)
-		h.done <- l.cfg.claim(hctx, l.b, job, slot, func(context.Context) error {
+		h.done <- l.cfg.claim(hctx, l.b, job, s, now, func(rctx context.Context) error {
+			if ran, ok := ormlock.Slot(rctx); ok {
+				h.slot = ran // a caught-up slot; read after started
+			}
 			if !detach() {
 				// ctx ended while the slot was being claimed: do not
 				// start a run that gocron will not make; the row is
@@ -168,12 +182,43 @@ func (l *Locker) usable() error {
 	case l.err != nil:
 		return l.err
 	case !l.built:
-		if err := l.b.check(verb); err != nil {
+		if err := l.b.Check(verb); err != nil {
 			return err
 		}
 		return fmt.Errorf("%w: %s: zero Locker (build one with scheduler.NewLocker)", ormlock.ErrInvalidArgument, verb)
 	}
-	return l.b.check(verb)
+	return l.b.Check(verb)
+}
+
+// firstFiring reports whether this is the first Lock of job since the
+// Locker was made.
+func (l *Locker) firstFiring(job string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.fired[job] {
+		return false
+	}
+	if l.fired == nil {
+		l.fired = make(map[string]bool)
+	}
+	l.fired[job] = true
+	return true
+}
+
+// Slot returns the slot of the run of job in progress (between Lock and
+// Unlock): a gocron job's context is gocron's, which ormlock.Slot cannot
+// read, so a job that may run a caught-up slot asks its Locker here. ok is
+// false when no run, or more than one, of job is in progress.
+func (l *Locker) Slot(job string) (slot time.Time, ok bool) {
+	if l == nil {
+		return time.Time{}, false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if hs := l.held[job]; len(hs) == 1 {
+		return hs[0].slot, true
+	}
+	return time.Time{}, false
 }
 
 // hold records h as a run of its job in progress, for JobFailed.

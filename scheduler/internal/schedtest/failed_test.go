@@ -1,4 +1,4 @@
-package scheduler_test
+package schedtest_test
 
 import (
 	"errors"
@@ -13,6 +13,7 @@ import (
 	"github.com/ormlock/ormlock/gormlock"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/scheduler"
+	"github.com/ormlock/ormlock/scheduler/gormsched"
 )
 
 // With Locker.RecordFailures wired into a real gocron scheduler, a job that
@@ -28,7 +29,7 @@ func TestLockerRecordsFailedRuns(t *testing.T) {
 		// every firing maps to one slot: the retries are of that slot
 		var mu sync.Mutex
 		var seen []string // the ledger row when each failure was reported
-		l, err := scheduler.NewLocker(scheduler.GORM(db), everySecond(t),
+		l, err := scheduler.NewLocker(gormsched.Backend(db), everySecond(t),
 			scheduler.WithClock(func() time.Time { return slot }),
 			scheduler.WithErrorHandler(func(err error) {
 				if errors.Is(err, ormlock.ErrAlreadyDone) || strings.Contains(err.Error(), "fired") {

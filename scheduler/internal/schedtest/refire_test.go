@@ -1,4 +1,4 @@
-package scheduler_test
+package schedtest_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/scheduler"
+	"github.com/ormlock/ormlock/scheduler/gormsched"
 )
 
 // fire is one gocron firing as the executor makes it: Lock, the job, Unlock.
@@ -41,7 +42,7 @@ func TestLockerReportsDenseTrigger(t *testing.T) {
 		var now atomic.Int64
 		now.Store(time.Date(2031, 5, 7, 10, 0, 0, 0, time.UTC).UnixNano())
 		var handled errs
-		l, err := scheduler.NewLocker(scheduler.GORM(db), daily, scheduler.WithErrorHandler(handled.handle),
+		l, err := scheduler.NewLocker(gormsched.Backend(db), daily, scheduler.WithErrorHandler(handled.handle),
 			scheduler.WithClock(func() time.Time { return time.Unix(0, now.Load()) }))
 		if err != nil {
 			t.Fatal(err)
@@ -75,7 +76,7 @@ func TestLockerReportsDenseTrigger(t *testing.T) {
 			t.Fatal(err)
 		}
 		var handled2 errs
-		l2, err := scheduler.NewLocker(scheduler.GORM(db), hourly, scheduler.WithErrorHandler(handled2.handle),
+		l2, err := scheduler.NewLocker(gormsched.Backend(db), hourly, scheduler.WithErrorHandler(handled2.handle),
 			scheduler.WithClock(func() time.Time { return time.Unix(0, now.Load()) }))
 		if err != nil {
 			t.Fatal(err)
@@ -99,12 +100,12 @@ func TestLockerStrict(t *testing.T) {
 	forEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db := openGorm(t, k)
 		migrate(t, db)
-		if _, err := scheduler.NewLocker(scheduler.GORM(db), nil); !errors.Is(err, ormlock.ErrInvalidArgument) || !strings.Contains(err.Error(), "WithStrict") {
+		if _, err := scheduler.NewLocker(gormsched.Backend(db), nil); !errors.Is(err, ormlock.ErrInvalidArgument) || !strings.Contains(err.Error(), "WithStrict") {
 			t.Fatalf("nil default without WithStrict: %v", err)
 		}
 		known, unknown := jobName(t)+"-known", jobName(t)+"-unknown"
 		var handled errs
-		l, err := scheduler.NewLocker(scheduler.GORM(db), nil, scheduler.WithStrict(),
+		l, err := scheduler.NewLocker(gormsched.Backend(db), nil, scheduler.WithStrict(),
 			scheduler.WithJobSchedule(known, everySecond(t)), scheduler.WithErrorHandler(handled.handle))
 		if err != nil {
 			t.Fatal(err)
