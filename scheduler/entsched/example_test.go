@@ -39,4 +39,3 @@ func ExampleBackend() {
 	_, _ = s.NewJob(gocron.CronJob("0 0 * * *", false), gocron.NewTask(settle), gocron.WithName("daily-settlement"))
 	s.Start()
 }
-

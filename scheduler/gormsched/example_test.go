@@ -161,4 +161,3 @@ func ExampleBackend_exclusive() {
 	}
 	s.Start()
 }
-
