@@ -61,19 +61,33 @@ func Scheduled(ctx context.Context, verb, job string, s ormlock.Schedule, open f
 	if err := ValidateJob(verb, job); err != nil {
 		return err
 	}
-	missed, currentTaken, err := r.missed(ctx, job, s, now, current)
+	slots, taken, err := r.window(ctx, job, s, now, current)
 	if err != nil {
 		return err
 	}
+	var missed []time.Time
+	if r.Cfg.CatchUpPolicy == ormlock.CatchUpLatest || mode == sched.CatchUpOneRun {
+		// the newest slot before the current one, if it has not run: when
+		// it has, older ones do not matter to this policy (and a replica
+		// that read the ledger after another caught up must not run an
+		// older one)
+		if n := len(slots); n > 0 && !taken[slots[n-1].UnixMicro()] {
+			missed = slots[n-1:]
+		}
+	} else {
+		for _, t := range slots {
+			if !taken[t.UnixMicro()] {
+				missed = append(missed, t)
+			}
+		}
+	}
 	if mode == sched.CatchUpOneRun {
-		// one firing, one run: the newest slot that has not run
-		if currentTaken && len(missed) > 0 {
-			return run(missed[len(missed)-1])
+		// one firing, one run: the current slot if it has not run, else
+		// the newest missed one
+		if taken[current.UnixMicro()] && len(missed) > 0 {
+			return run(missed[0])
 		}
 		return run(current)
-	}
-	if r.Cfg.CatchUpPolicy == ormlock.CatchUpLatest && len(missed) > 1 {
-		missed = missed[len(missed)-1:]
 	}
 	ran := false
 	for _, slot := range missed {
@@ -96,10 +110,10 @@ func skip(err error) bool {
 	return errors.Is(err, ormlock.ErrAlreadyDone) || errors.Is(err, ormlock.ErrNotAcquired)
 }
 
-// missed returns the slots of s after now-window and before current that
-// have no 'done' or 'running' row, oldest first (the newest MaxCatchUp of
-// them), and whether current has such a row.
-func (r Reader) missed(ctx context.Context, job string, s ormlock.Schedule, now, current time.Time) ([]time.Time, bool, error) {
+// window returns the slots of s after now-window and before current,
+// oldest first (the newest MaxCatchUp of them), and the slots among them
+// and current whose row is 'done' or 'running' (by UnixMicro).
+func (r Reader) window(ctx context.Context, job string, s ormlock.Schedule, now, current time.Time) ([]time.Time, map[int64]bool, error) {
 	var slots []time.Time
 	for t := sched.Next(s, now.Add(-r.Cfg.CatchUpWindow)); !t.IsZero() && t.Before(current); t = sched.Next(s, t) {
 		slots = append(slots, t)
@@ -116,15 +130,9 @@ func (r Reader) missed(ctx context.Context, job string, s ormlock.Schedule, now,
 	}
 	taken, err := r.T.taken(ctx, r.Q, r.Cfg.Namespace, job, from, current)
 	if err != nil {
-		return nil, false, err
+		return nil, nil, err
 	}
-	out := slots[:0]
-	for _, t := range slots {
-		if !taken[t.UnixMicro()] {
-			out = append(out, t)
-		}
-	}
-	return out, taken[current.UnixMicro()], nil
+	return slots, taken, nil
 }
 
 // taken returns the slots of job in [from, to] whose row is 'done' or
