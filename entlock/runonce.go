@@ -22,7 +22,8 @@ import (
 // shares the database, and records the run in the ledger table ([Migrate]):
 // gormlock.RunOnce for ent, on the same lock and rows. slot is the scheduled
 // time, never time.Now(): take it from an [ormlock.Schedule], or call
-// [RunScheduled]. A slot already done returns [ormlock.ErrAlreadyDone];
+// [RunScheduled] (a slot with a fraction of a second is refused); fn reads
+// it with [Slot](tx). A slot already done returns [ormlock.ErrAlreadyDone];
 // [ormlock.WithClaim] selects claim mode, where fn's tx is a transaction of
 // its own. client (or the *Driver) must be built on [Wrap]; a transactional
 // client is refused. See docs/PROTOCOL.md (The verbs on each server, RunOnce).

@@ -16,7 +16,9 @@ import (
 // RunOnce runs fn at most once per (job, slot) across every instance that
 // shares the database, and records the run in the ledger table ([Migrate]).
 // slot is the scheduled time, never time.Now(): take it from an
-// [ormlock.Schedule], or call [RunScheduled]. A slot already done returns
+// [ormlock.Schedule], or call [RunScheduled] (a slot with a fraction of a
+// second is refused). fn reads the slot with
+// ormlock.Slot(tx.Statement.Context). A slot already done returns
 // [ormlock.ErrAlreadyDone]; by default fn's work and the ledger row commit in
 // one transaction, and [ormlock.WithClaim] selects claim mode for long jobs.
 // Bad input wraps [ormlock.ErrInvalidArgument] (see [ormlock.ValidJob]).

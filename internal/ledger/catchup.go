@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ormlock/ormlock"
@@ -96,7 +97,8 @@ func Scheduled(ctx context.Context, verb, job string, s ormlock.Schedule, open f
 			ran = true
 		case skip(err):
 		default:
-			return err
+			// fn's error stays visible to errors.Is and errors.As
+			return fmt.Errorf("ormlock: job %q, catch-up of slot %s: %w", job, slot.Format(time.RFC3339), unprefixed{err})
 		}
 	}
 	err = run(current)
@@ -172,3 +174,11 @@ func (t *Table) taken(ctx context.Context, q Querier, ns, job string, from, to t
 	}
 	return out, nil
 }
+
+// unprefixed is err with a leading "ormlock: " cut from its text, so that a
+// message that wraps it says "ormlock: " once.
+type unprefixed struct{ err error }
+
+func (u unprefixed) Error() string { return strings.TrimPrefix(u.err.Error(), "ormlock: ") }
+
+func (u unprefixed) Unwrap() error { return u.err }
