@@ -13,12 +13,14 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/enttest"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/scheduler"
+	"github.com/ormlock/ormlock/scheduler/entsched"
 	"github.com/ormlock/ormlock/scheduler/gormsched"
 )
 
-// Three JobWrapper replicas of an hourly job, down for three slots, fire
+// Three JobWrapper replicas of an hourly job (two on GORM, one on ent), down for three slots, fire
 // together at their first firing after start (their clocks a second apart):
 // with CatchUpAll each missed slot runs once, with CatchUpLatest only the
 // newest; the current slot runs once; the JobFunc reads each slot it runs
@@ -53,7 +55,12 @@ func TestJobWrapperCatchUp(t *testing.T) {
 							t.Fatal(err)
 						}
 					}
-					b := gormsched.Backend(db, ormlock.WithOwner(fmt.Sprint("replica-", i)), ormlock.WithCatchUp(270*time.Minute, c.policy))
+					opts := []ormlock.Option{ormlock.WithOwner(fmt.Sprint("replica-", i)), ormlock.WithCatchUp(270*time.Minute, c.policy)}
+					b := gormsched.Backend(db, opts...)
+					if i == 2 { // one replica on ent: the same slots, locks and rows
+						client, _ := enttest.Open(t, k)
+						b = entsched.Backend(client, opts...)
+					}
 					now := hour(4).Add(time.Duration(i) * time.Second)
 					w, err := scheduler.JobWrapper(b, job, hourly, scheduler.WithClock(func() time.Time { return now }), scheduler.WithErrorHandler(handled.handle))
 					if err != nil {
