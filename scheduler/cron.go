@@ -28,7 +28,9 @@ var _ cron.Job = JobFunc(nil)
 // job it wraps at most once per slot of schedule across all the instances
 // that share the database (RunOnce in claim mode for (job, slot)); a firing
 // whose slot another instance runs or has run is skipped. schedule must
-// describe the cron spec's times; put the wrapper innermost in a chain. Other
+// describe the cron spec's times (nil: the job's [WithJobSchedule], so that
+// a set-up in strict mode names every job's schedule once); put the wrapper
+// innermost in a chain. Other
 // errors, and a [JobFunc]'s own, go to the error handler. Bad input wraps
 // [ormlock.ErrInvalidArgument], and the wrapper returned with it fails closed
 // (it runs nothing). See docs/SCHEDULES.md (JobWrapper).
@@ -39,8 +41,11 @@ func JobWrapper(b Backend, job string, schedule ormlock.Schedule, opts ...Option
 	if err == nil {
 		err = validJob("JobWrapper", job)
 	}
+	if s, ok := cfg.jobs[job]; ok && schedule == nil {
+		schedule = s // the job's WithJobSchedule, as a Locker would take it
+	}
 	if err == nil && schedule == nil {
-		err = fmt.Errorf("%w: %s: nil schedule", ormlock.ErrInvalidArgument, verb)
+		err = fmt.Errorf("%w: %s: job %q has no schedule (pass it, or scheduler.WithJobSchedule(%q, ...))", ormlock.ErrInvalidArgument, verb, job, job)
 	}
 	if err == nil {
 		err = cfgErr

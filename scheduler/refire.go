@@ -12,8 +12,9 @@ import (
 // ([WithJobSchedule]): its Lock returns an error wrapping
 // [ormlock.ErrInvalidArgument] naming the job, which is also reported, and
 // gocron skips the run. With it, NewLocker's default schedule may be nil. A
-// [JobWrapper] always names its job's schedule, so strict mode changes
-// nothing there. Applies to NewLocker and JobWrapper. The default is not
+// [JobWrapper] takes its job's schedule as an argument, or from
+// WithJobSchedule when the argument is nil, and refuses a job with neither
+// whether strict or not. Applies to NewLocker and JobWrapper. The default is not
 // strict: a job without its own schedule runs on the Locker's default. See
 // docs/SCHEDULES.md (A trigger denser than its schedule).
 func WithStrict() Option { return func(c *config) { c.strict = true } }

@@ -104,6 +104,14 @@ func TestLockerStrict(t *testing.T) {
 			t.Fatalf("nil default without WithStrict: %v", err)
 		}
 		known, unknown := jobName(t)+"-known", jobName(t)+"-unknown"
+		// a JobWrapper takes a nil schedule from WithJobSchedule, and
+		// refuses a job with neither
+		if _, err := scheduler.JobWrapper(gormsched.Backend(db), unknown, nil, scheduler.WithStrict()); !errors.Is(err, ormlock.ErrInvalidArgument) || !strings.Contains(err.Error(), "WithJobSchedule") {
+			t.Fatalf("JobWrapper without a schedule: %v", err)
+		}
+		if _, err := scheduler.JobWrapper(gormsched.Backend(db), known, nil, scheduler.WithStrict(), scheduler.WithJobSchedule(known, everySecond(t))); err != nil {
+			t.Fatalf("JobWrapper with WithJobSchedule: %v", err)
+		}
 		var handled errs
 		l, err := scheduler.NewLocker(gormsched.Backend(db), nil, scheduler.WithStrict(),
 			scheduler.WithJobSchedule(known, everySecond(t)), scheduler.WithErrorHandler(handled.handle))
