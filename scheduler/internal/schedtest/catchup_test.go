@@ -33,6 +33,7 @@ func TestJobWrapperCatchUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+		client, _ := enttest.Open(t, k)
 		for _, c := range []struct {
 			policy ormlock.CatchUpPolicy
 			want   []time.Time
@@ -58,7 +59,6 @@ func TestJobWrapperCatchUp(t *testing.T) {
 					opts := []ormlock.Option{ormlock.WithOwner(fmt.Sprint("replica-", i)), ormlock.WithCatchUp(270*time.Minute, c.policy)}
 					b := gormsched.Backend(db, opts...)
 					if i == 2 { // one replica on ent: the same slots, locks and rows
-						client, _ := enttest.Open(t, k)
 						b = entsched.Backend(client, opts...)
 					}
 					now := hour(4).Add(time.Duration(i) * time.Second)
