@@ -3,6 +3,7 @@ package entlock
 import (
 	"reflect"
 	"sync"
+	"time"
 )
 
 // FencingToken returns the fencing token of the lock under which tx was
@@ -45,4 +46,33 @@ func recordToken(tx any, src interface{ Token() (int64, bool) }) (forget func())
 	}
 	tokens.Store(tx, tok)
 	return func() { tokens.Delete(tx) }
+}
+
+// Slot returns the slot of the [RunOnce] or [RunScheduled] run under which
+// tx was handed to fn, while fn runs: a run caught up by
+// [ormlock.WithCatchUp] learns here which slot it runs. tx must be the very
+// value fn was given, as for [FencingToken].
+func Slot(tx any) (time.Time, bool) {
+	if !comparable(tx) {
+		return time.Time{}, false
+	}
+	v, ok := slots.Load(tx)
+	if !ok {
+		return time.Time{}, false
+	}
+	return v.(time.Time), true
+}
+
+// slots maps the tx values handed to a RunOnce fn to their slot while fn
+// runs.
+var slots sync.Map
+
+// recordSlot records slot for tx while fn runs; the returned func forgets
+// it.
+func recordSlot(tx any, slot time.Time) (forget func()) {
+	if !comparable(tx) {
+		return func() {}
+	}
+	slots.Store(tx, slot)
+	return func() { slots.Delete(tx) }
 }

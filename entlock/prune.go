@@ -25,6 +25,9 @@ func Prune[T TxLike](ctx context.Context, x interface {
 		return 0, err
 	}
 	d, cfg, err := driverFor(ctx, verb, x, opts)
+	if err == nil {
+		err = ledger.CheckCatchUp("entlock."+verb, olderThan, cfg)
+	}
 	if err != nil {
 		return 0, err
 	}

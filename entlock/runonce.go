@@ -15,13 +15,15 @@ import (
 	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/ledger"
 	"github.com/ormlock/ormlock/internal/lockproto"
+	"github.com/ormlock/ormlock/internal/sched"
 )
 
 // RunOnce runs fn at most once per (job, slot) across every instance that
 // shares the database, and records the run in the ledger table ([Migrate]):
 // gormlock.RunOnce for ent, on the same lock and rows. slot is the scheduled
 // time, never time.Now(): take it from an [ormlock.Schedule], or call
-// [RunScheduled]. A slot already done returns [ormlock.ErrAlreadyDone];
+// [RunScheduled] (a slot with a fraction of a second is refused); fn reads
+// it with [Slot](tx). A slot already done returns [ormlock.ErrAlreadyDone];
 // [ormlock.WithClaim] selects claim mode, where fn's tx is a transaction of
 // its own. client (or the *Driver) must be built on [Wrap]; a transactional
 // client is refused. See docs/PROTOCOL.md (The verbs on each server, RunOnce).
@@ -53,6 +55,7 @@ func RunOnce[T TxLike](ctx context.Context, client interface {
 	if err != nil {
 		return err
 	}
+	ctx = sched.WithSlot(ctx, r.Slot())
 	if cfg.Claim {
 		return r.Claimed(ctx, d.db, func(lctx context.Context) error {
 			tx, err := begin(lctx, client, &request{verb: verb, op: op, work: true})
@@ -60,6 +63,7 @@ func RunOnce[T TxLike](ctx context.Context, client interface {
 				return err
 			}
 			defer recordToken(tx, op)()
+			defer recordSlot(tx, r.Slot())()
 			return run(verb, tx, fn)
 		})
 	}
@@ -70,6 +74,7 @@ func RunOnce[T TxLike](ctx context.Context, client interface {
 	}
 	q := lr.tx.(*lockedTx).lt.Tx
 	defer recordToken(tx, op)()
+	defer recordSlot(tx, r.Slot())()
 	return run(verb, tx, func(tx T) error {
 		return r.InTx(ctx, q, func() error { return fn(tx) })
 	})
@@ -94,15 +99,27 @@ func Runs[T TxLike](ctx context.Context, x interface {
 	if limit < 1 {
 		return nil, fmt.Errorf("%w: entlock.%s: limit must be positive, got %d", ormlock.ErrInvalidArgument, verb, limit)
 	}
-	d, cfg, err := driverFor(ctx, verb, x, opts)
+	r, err := readerOf(ctx, verb, x, opts)
 	if err != nil {
 		return nil, err
+	}
+	return r.T.Runs(ctx, r.Q, r.Cfg.Namespace, job, limit)
+}
+
+// readerOf returns what reading the ledger through x needs: the settings
+// (Wrap's defaults with opts), the table, and the wrapped pool.
+func readerOf[T TxLike](ctx context.Context, verb string, x interface {
+	Tx(context.Context) (T, error)
+}, opts []ormlock.Option) (ledger.Reader, error) {
+	d, cfg, err := driverFor(ctx, verb, x, opts)
+	if err != nil {
+		return ledger.Reader{}, err
 	}
 	t, err := ledger.NewTable(d.dial, cfg.LedgerTable)
 	if err != nil {
-		return nil, err
+		return ledger.Reader{}, err
 	}
-	return t.Runs(ctx, d.db, cfg.Namespace, job, limit)
+	return ledger.Reader{Cfg: cfg, T: t, Q: d.db}, nil
 }
 
 // checkCall validates what every ledger and lookup verb is given: a context,

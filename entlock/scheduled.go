@@ -2,22 +2,26 @@ package entlock
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/ledger"
 )
 
 // RunScheduled is [RunOnce] for the slot of the current time under
 // schedule: RunOnce(ctx, client, job, schedule.Slot(time.Now()), fn,
 // opts...), the form that cannot get the slot wrong (see
-// gormlock.RunScheduled). A nil schedule is an error wrapping
-// [ormlock.ErrInvalidArgument].
+// gormlock.RunScheduled). With [ormlock.WithCatchUp] it first runs the
+// missed slots of the window; fn reads the slot it runs with [Slot](tx). A
+// nil schedule is an error wrapping [ormlock.ErrInvalidArgument]. See
+// docs/SCHEDULES.md (Catch-up of missed slots).
 func RunScheduled[T TxLike](ctx context.Context, client interface {
 	Tx(context.Context) (T, error)
 }, job string, schedule ormlock.Schedule, fn func(tx T) error, opts ...ormlock.Option) error {
-	if schedule == nil {
-		return fmt.Errorf("%w: entlock.RunScheduled: nil schedule", ormlock.ErrInvalidArgument)
+	const verb = "RunScheduled"
+	if err := checkCall(ctx, verb, client, opts); err != nil {
+		return err
 	}
-	return RunOnce(ctx, client, job, schedule.Slot(time.Now()), fn, opts...)
+	return ledger.Scheduled(ctx, "entlock."+verb, job, schedule, func() (ledger.Reader, error) { return readerOf(ctx, verb, client, opts) },
+		func(slot time.Time) error { return RunOnce(ctx, client, job, slot, fn, opts...) })
 }

@@ -17,7 +17,9 @@ import (
 // a 'running' claim, works in short batches, and prunes only the namespace in
 // effect. olderThan must exceed the longest period of the jobs plus the
 // latest a trigger may come, or a pruned slot runs again. db must not be
-// inside a transaction. See docs/PROTOCOL.md (The ledger).
+// inside a transaction. A window shorter than the catch-up window of
+// [ormlock.WithCatchUp], given with it, is refused. See docs/PROTOCOL.md
+// (The ledger).
 func Prune(db *gorm.DB, olderThan time.Duration, opts ...ormlock.Option) (int64, error) {
 	const verb = "gormlock.Prune"
 	if db == nil {
@@ -39,6 +41,9 @@ func Prune(db *gorm.DB, olderThan time.Duration, opts ...ormlock.Option) (int64,
 	cfg, err := configFor(db, opts)
 	if err == nil {
 		err = cfg.Err()
+	}
+	if err == nil {
+		err = ledger.CheckCatchUp(verb, olderThan, cfg)
 	}
 	if err != nil {
 		return 0, err

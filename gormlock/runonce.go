@@ -2,7 +2,6 @@ package gormlock
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"time"
 
@@ -11,12 +10,15 @@ import (
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/ledger"
+	"github.com/ormlock/ormlock/internal/sched"
 )
 
 // RunOnce runs fn at most once per (job, slot) across every instance that
 // shares the database, and records the run in the ledger table ([Migrate]).
 // slot is the scheduled time, never time.Now(): take it from an
-// [ormlock.Schedule], or call [RunScheduled]. A slot already done returns
+// [ormlock.Schedule], or call [RunScheduled] (a slot with a fraction of a
+// second is refused). fn reads the slot with
+// ormlock.Slot(tx.Statement.Context). A slot already done returns
 // [ormlock.ErrAlreadyDone]; by default fn's work and the ledger row commit in
 // one transaction, and [ormlock.WithClaim] selects claim mode for long jobs.
 // Bad input wraps [ormlock.ErrInvalidArgument] (see [ormlock.ValidJob]).
@@ -32,6 +34,9 @@ func RunOnce(db *gorm.DB, job string, slot time.Time, fn func(tx *gorm.DB) error
 	}
 	if err := ledger.ValidateSlot(verb, slot); err != nil {
 		return err
+	}
+	if db != nil { // fn's context carries the slot (ormlock.Slot)
+		db = db.WithContext(sched.WithSlot(ctxOf(db), keys.NormalizeSlot(slot)))
 	}
 	c, err := prepare(db, "RunOnce", keys.RunKey(job, slot), opts)
 	if err != nil {
@@ -82,41 +87,58 @@ func Runs(db *gorm.DB, job string, limit int, opts ...ormlock.Option) ([]ormlock
 	if limit < 1 {
 		return nil, fmt.Errorf("%w: %s: limit must be positive, got %d", ormlock.ErrInvalidArgument, verb, limit)
 	}
-	d, err := dialectOf(db)
+	r, err := readerOf(db, verb, opts)
 	if err != nil {
 		return nil, err
+	}
+	return r.T.Runs(ctxOf(db), r.Q, r.Cfg.Namespace, job, limit)
+}
+
+// readerOf returns what reading the ledger through db needs: the settings
+// (the plugin's defaults with opts), the table, and a querier on the
+// primary, or on db's transaction when db is inside one.
+func readerOf(db *gorm.DB, verb string, opts []ormlock.Option) (ledger.Reader, error) {
+	if db == nil {
+		return ledger.Reader{}, fmt.Errorf("%w: %s: nil *gorm.DB", ormlock.ErrInvalidArgument, verb)
+	}
+	if db.Error != nil {
+		return ledger.Reader{}, db.Error
+	}
+	d, err := dialectOf(db)
+	if err != nil {
+		return ledger.Reader{}, err
 	}
 	cfg, err := configFor(db, opts)
 	if err != nil {
-		return nil, err
+		return ledger.Reader{}, err
 	}
 	if err := cfg.Err(); err != nil {
-		return nil, err
+		return ledger.Reader{}, err
 	}
 	t, err := ledger.NewTable(d, cfg.LedgerTable)
 	if err != nil {
-		return nil, err
+		return ledger.Reader{}, err
 	}
-	ctx := context.Background()
-	if db.Statement != nil && db.Statement.Context != nil {
-		ctx = db.Statement.Context
-	}
-	var q interface {
-		QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	}
+	r := ledger.Reader{Cfg: cfg, T: t}
 	if inTx(db) {
 		txq, err := sqlTx(db)
 		if err != nil {
-			return nil, err
+			return ledger.Reader{}, err
 		}
 		var ok bool
-		if q, ok = txq.(interface {
-			QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-		}); !ok {
-			return nil, fmt.Errorf("ormlock: GORM transaction pool %T cannot run queries", txq)
+		if r.Q, ok = txq.(ledger.Querier); !ok {
+			return ledger.Reader{}, fmt.Errorf("ormlock: GORM transaction pool %T cannot run queries", txq)
 		}
-	} else if q, err = primarySQL(db); err != nil {
-		return nil, err
+	} else if r.Q, err = primarySQL(db); err != nil {
+		return ledger.Reader{}, err
 	}
-	return t.Runs(ctx, q, cfg.Namespace, job, limit)
+	return r, nil
+}
+
+// ctxOf returns db's context, or context.Background().
+func ctxOf(db *gorm.DB) context.Context {
+	if db.Statement != nil && db.Statement.Context != nil {
+		return db.Statement.Context
+	}
+	return context.Background()
 }

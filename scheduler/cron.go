@@ -28,22 +28,30 @@ var _ cron.Job = JobFunc(nil)
 // job it wraps at most once per slot of schedule across all the instances
 // that share the database (RunOnce in claim mode for (job, slot)); a firing
 // whose slot another instance runs or has run is skipped. schedule must
-// describe the cron spec's times; put the wrapper innermost in a chain. Other
+// describe the cron spec's times (nil: the job's [WithJobSchedule], so that
+// a set-up in strict mode names every job's schedule once); put the wrapper
+// innermost in a chain. Other
 // errors, and a [JobFunc]'s own, go to the error handler. Bad input wraps
 // [ormlock.ErrInvalidArgument], and the wrapper returned with it fails closed
 // (it runs nothing). See docs/SCHEDULES.md (JobWrapper).
 func JobWrapper(b Backend, job string, schedule ormlock.Schedule, opts ...Option) (cron.JobWrapper, error) {
 	const verb = "scheduler.JobWrapper"
 	cfg, cfgErr := newConfig(opts)
-	err := b.check(verb)
+	err := b.Check(verb)
 	if err == nil {
 		err = validJob("JobWrapper", job)
 	}
+	if s, ok := cfg.jobs[job]; ok && schedule == nil {
+		schedule = s // the job's WithJobSchedule, as a Locker would take it
+	}
 	if err == nil && schedule == nil {
-		err = fmt.Errorf("%w: %s: nil schedule", ormlock.ErrInvalidArgument, verb)
+		err = fmt.Errorf("%w: %s: job %q has no schedule (pass it, or scheduler.WithJobSchedule(%q, ...))", ormlock.ErrInvalidArgument, verb, job, job)
 	}
 	if err == nil {
 		err = cfgErr
+	}
+	if err == nil {
+		err = cfg.checkCatchUp(verb, b, false)
 	}
 	if err != nil {
 		return func(cron.Job) cron.Job {
@@ -52,7 +60,11 @@ func JobWrapper(b Backend, job string, schedule ormlock.Schedule, opts ...Option
 	}
 	return func(j cron.Job) cron.Job {
 		return cron.FuncJob(func() {
-			slot := schedule.Slot(cfg.now())
+			now := cfg.now()
+			slot := schedule.Slot(now)
+			if err := cfg.refires.fired(job, slot, schedule); err != nil {
+				cfg.report(err)
+			}
 			// A cancellable context, never cancelled before the run ends:
 			// ormlock bounds its detached releases by a timeout only
 			// for contexts that can end (it passes a Background one
@@ -60,7 +72,7 @@ func JobWrapper(b Backend, job string, schedule ormlock.Schedule, opts ...Option
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			ran := false
-			err := cfg.claim(ctx, b, job, slot, func(ctx context.Context) error {
+			err := cfg.claim(ctx, b, job, schedule, now, func(ctx context.Context) error {
 				ran = true
 				if f, ok := j.(JobFunc); ok {
 					return f(ctx)

@@ -8,14 +8,18 @@
 //     replica leads, through a long-held lock, and only the leader runs jobs.
 //   - [JobWrapper]: a robfig/cron v3 JobWrapper with the Locker's semantics.
 //
-// Each takes a [Backend]: [GORM] on a *gorm.DB (or [Ent] on an ent client),
-// with ormlock options such as the namespace or the ledger's owner id.
+// Each takes a [Backend] from the package of your data layer:
+// gormsched.Backend on a *gorm.DB, entsched.Backend on an ent client, with
+// ormlock options such as the namespace, the ledger's owner id or
+// [ormlock.WithCatchUp].
 //
 //	db.Use(gormlock.New(ormlock.WithOwner(hostname)))
 //	if err := gormlock.Migrate(db); err != nil { ... } // the ledger table
 //	midnight, _ := ormlock.Cron("0 0 * * *", berlin)
-//	locker, err := scheduler.NewLocker(scheduler.GORM(db), midnight)
-//	s, err := gocron.NewScheduler(gocron.WithLocation(berlin), gocron.WithDistributedLocker(locker))
+//	locker, err := scheduler.NewLocker(gormsched.Backend(db), nil, scheduler.WithStrict(),
+//		scheduler.WithJobSchedule("daily-settlement", midnight))
+//	s, err := gocron.NewScheduler(gocron.WithLocation(berlin), gocron.WithDistributedLocker(locker),
+//		gocron.WithGlobalJobOptions(locker.RecordFailures()))
 //	s.NewJob(gocron.CronJob("0 0 * * *", false), gocron.NewTask(settle), gocron.WithName("daily-settlement"))
 //
 // This package is a module of its own (github.com/ormlock/ormlock/scheduler)
@@ -40,6 +44,34 @@
 //
 // # Decisions
 //
+//   - One package per backend, in this one module: package scheduler
+//     imports no ORM, scheduler/gormsched imports GORM, scheduler/entsched
+//     ent, and the database/sql and pgx backends will be packages of their
+//     own beside them. Measured with scripts/consumer-check and with an
+//     empty module cache: a GORM + gocron program that imports scheduler and
+//     gormsched downloads 26 module zips and links 17 modules, none of them
+//     ent or atlas (before, with scheduler.GORM in this package: 38 zips, 18
+//     linked modules, ent among them); the ent + gocron one downloads and
+//     links no GORM. Separate modules per backend were not needed: `go mod
+//     tidy` loads the packages a program imports and their tests, so what
+//     matters is that no package a program imports, nor its tests, imports
+//     the other ORM. That is why this module's tests live in
+//     internal/schedtest, which no program imports; the packages' own test
+//     files are ORM-free (scheduler) or use their own ORM only (examples).
+//   - A job that fires again within a slot it has already run or skipped
+//     fires more often than the schedule it is mapped by, and its extra
+//     firings are skipped in silence: it is reported through the error
+//     handler at its second repeat in one slot, or at a repeat in two slots
+//     running (one repeat can be timer jitter around the middle of two
+//     slots, or gocron's RunNow). [WithStrict] refuses jobs without their
+//     own schedule.
+//   - Catch-up ([ormlock.WithCatchUp] among the Backend's options): the
+//     JobWrapper catches up at every firing, with either policy; the gocron
+//     Locker answers one firing with one run, so it takes CatchUpLatest
+//     only, at a job's first firing after start (start the job with
+//     gocron.WithStartImmediately to catch up at once), and the job asks
+//     [Locker.Slot] which slot it runs. A WithPrune window shorter than the
+//     catch-up window is refused.
 //   - Claim mode. The job runs outside any transaction (the scheduler calls
 //     it, not ormlock), so the adapters use RunOnce's claim mode
 //     ([ormlock.WithClaim]): the (job, slot) lock is held on a dedicated
@@ -57,8 +89,11 @@
 //     context), so a shutdown never leaves a held lock or a 'running' row.
 //     ormlock's own release paths are detached from cancellation too
 //     (context.WithoutCancel, bounded by timeouts).
-//   - The Locker marks a run 'done' at Unlock whatever the job returned,
-//     since gocron does not tell a locker how the job ended.
+//   - gocron does not tell a locker how the job ended: the Locker marks a
+//     run 'done' at Unlock unless gocron's event listeners of
+//     [Locker.RecordFailures] (gocron v2.21 calls them before Unlock) said
+//     the job failed or panicked, which marks it 'failed' (retried by a
+//     later firing).
 //   - The Elector is for "one replica does the scheduling" and is only as
 //     exclusive as the keepalive allows (see [Elector]); the Locker gives
 //     the stronger, per-run guarantee. gocron consults the Elector instead

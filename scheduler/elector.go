@@ -54,7 +54,7 @@ var _ gocron.Elector = (*Elector)(nil)
 func NewElector(b Backend, key string, opts ...Option) (*Elector, error) {
 	const verb = "scheduler.NewElector"
 	cfg, err := newConfig(opts)
-	if bErr := b.check(verb); bErr != nil {
+	if bErr := b.Check(verb); bErr != nil {
 		err = bErr
 	} else if kErr := ormlock.Name(key).Validate(); kErr != nil {
 		err = fmt.Errorf("%w: %s: leader key %q", kErr, verb, key)
@@ -108,7 +108,7 @@ func (e *Elector) campaign(ctx context.Context, first chan struct{}) {
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
-		err := e.b.session(ctx, e.key, func(lctx context.Context) error {
+		err := e.b.Funcs().Session(ctx, e.key, func(lctx context.Context) error {
 			e.leader.Store(true)
 			// Lead until Close, or until the keepalive finds the lock
 			// lost; the flag drops before the lock is released.

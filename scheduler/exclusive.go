@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/ormlock/ormlock"
+	ormconfig "github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/ledger"
+	"github.com/ormlock/ormlock/internal/sched"
 )
 
 // WithExclusive keeps the job itself exclusive across all the replicas while
@@ -29,18 +32,23 @@ func WithExclusive(wait time.Duration) Option {
 // jobKey names the lock that keeps a job exclusive (WithExclusive).
 func jobKey(job string) string { return "ormlock.job:" + job }
 
-// claim runs fn for (job, slot) through b: once per slot, and with
-// WithExclusive, while holding the job's own lock too.
-func (c *config) claim(ctx context.Context, b Backend, job string, slot time.Time, fn func(ctx context.Context) error) error {
+// claim runs fn through b for the slot of now under s (RunScheduled in
+// claim mode: with ormlock.WithCatchUp among b's options, the missed slots
+// too, as ctx's catch-up mode allows; fn reads each slot with
+// ormlock.Slot), and with WithExclusive while holding the job's own lock.
+func (c *config) claim(ctx context.Context, b Backend, job string, s ormlock.Schedule, now time.Time, fn func(ctx context.Context) error) error {
+	f := b.Funcs()
+	ctx = sched.WithNow(ctx, now)
 	if !c.exclusive {
-		return b.runOnce(ctx, job, slot, fn)
+		return f.Scheduled(ctx, job, s, fn)
 	}
 	var wait []ormlock.Option
 	if c.exclusiveWait > 0 {
 		wait = append(wait, ormlock.WithWait(c.exclusiveWait))
 	}
-	return b.session(ctx, jobKey(job), func(ctx context.Context) error {
-		return b.runOnce(ctx, job, slot, fn)
+	return f.Session(ctx, jobKey(job), func(lctx context.Context) error {
+		// the session's context, which carries ctx's values
+		return f.Scheduled(lctx, job, s, fn)
 	}, wait...)
 }
 
@@ -100,7 +108,25 @@ func (c *config) afterRun(b Backend) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), pruneTimeout)
 	defer cancel()
-	if _, err := b.prune(ctx, p.olderThan); err != nil {
+	if _, err := b.Funcs().Prune(ctx, p.olderThan); err != nil {
 		c.report(wrapf(err, "prune the ledger"))
 	}
+}
+
+// checkCatchUp refuses what the catch-up of b's options (ormlock.WithCatchUp)
+// cannot do here: CatchUpAll in a gocron Locker (one firing, one run), and
+// a WithPrune window shorter than the catch-up window (the pruned 'done'
+// rows would run again). b must have passed Check.
+func (c *config) checkCatchUp(verb string, b Backend, locker bool) error {
+	cu := ormconfig.New(b.Funcs().Opts...)
+	switch {
+	case cu.CatchUpWindow <= 0:
+		return nil
+	case locker && cu.CatchUpPolicy == ormlock.CatchUpAll:
+		return fmt.Errorf("%w: %s: ormlock.WithCatchUp(%v, ormlock.CatchUpAll): a gocron Locker answers one firing with one run, so it catches up the newest missed slot only (ormlock.CatchUpLatest), at a job's first firing after start",
+			ormlock.ErrInvalidArgument, verb, cu.CatchUpWindow)
+	case c.pruner != nil:
+		return ledger.CheckCatchUp(verb+" with scheduler.WithPrune", c.pruner.olderThan, cu)
+	}
+	return nil
 }

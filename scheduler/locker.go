@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
+	"github.com/google/uuid"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/sched"
 )
 
 // Locker is a gocron v2 distributed locker (gocron.WithDistributedLocker or
@@ -20,25 +22,34 @@ import (
 //
 // Lock maps the time of the call to the run's slot under the job's schedule
 // and claims (job, slot) as RunOnce's claim mode does ([ormlock.WithClaim]),
-// holding it until Unlock, which marks the ledger row 'done' (whatever the
-// job returned: gocron does not say) and releases the lock. An instance that
+// holding it until Unlock, which marks the ledger row 'done' (or 'failed'
+// when the job failed and [Locker.RecordFailures] is wired in: gocron does
+// not tell a locker otherwise) and releases the lock. An instance that
 // comes while another runs the slot, or after it ran, gets
 // [ormlock.ErrNotAcquired] or [ormlock.ErrAlreadyDone], and gocron skips the
 // run. A shutdown never leaves a 'running' row or a held lock behind. The job
 // name is gocron's (gocron.WithName), the same on every replica. A Locker is
 // safe for concurrent use. See docs/SCHEDULES.md (Locker).
 type Locker struct {
-	b   Backend
-	def ormlock.Schedule
-	cfg config
-	err error // the constructor's error: every Lock returns it
+	b     Backend
+	def   ormlock.Schedule // nil in strict mode without a default
+	cfg   config
+	err   error // the constructor's error: every Lock returns it
+	built bool  // made by NewLocker
+
+	mu    sync.Mutex
+	held  map[string][]*heldRun // runs between Lock and Unlock, by job
+	fired map[string]bool       // jobs fired since the Locker was made
 }
 
 var _ gocron.Locker = (*Locker)(nil)
 
 // NewLocker returns a Locker on b whose jobs run on schedule (normally the
 // gocron job's own, written for ormlock: [ormlock.Cron] with the expression
-// and zone of gocron.CronJob) unless [WithJobSchedule] gives a job its own.
+// and zone of gocron.CronJob) unless [WithJobSchedule] gives a job its own;
+// with [WithStrict], schedule may be nil and every job needs its own. A job
+// that fires again within a slot it has already run or skipped is reported
+// (see docs/SCHEDULES.md, A trigger denser than its schedule).
 // Bad input (a nil schedule, an invalid Backend or option) is an error
 // wrapping [ormlock.ErrInvalidArgument]; the Locker returned with it fails
 // closed: every Lock returns that error without taking a lock. See
@@ -46,25 +57,34 @@ var _ gocron.Locker = (*Locker)(nil)
 func NewLocker(b Backend, schedule ormlock.Schedule, opts ...Option) (*Locker, error) {
 	const verb = "scheduler.NewLocker"
 	cfg, cfgErr := newConfig(opts)
-	err := b.check(verb)
+	err := b.Check(verb)
 	switch {
 	case err != nil:
-	case schedule == nil:
-		err = fmt.Errorf("%w: %s: nil schedule", ormlock.ErrInvalidArgument, verb)
-	default:
+	case cfgErr != nil:
 		err = cfgErr
+	case cfg.checkCatchUp(verb, b, true) != nil:
+		err = cfg.checkCatchUp(verb, b, true)
+	case schedule == nil && !cfg.strict:
+		err = fmt.Errorf("%w: %s: nil schedule (pass the jobs' schedule, or scheduler.WithStrict() and a scheduler.WithJobSchedule per job)", ormlock.ErrInvalidArgument, verb)
 	}
 	if err != nil {
-		return &Locker{cfg: cfg, err: err}, err
+		return &Locker{cfg: cfg, err: err, built: true}, err
 	}
-	return &Locker{b: b, def: schedule, cfg: cfg}, nil
+	return &Locker{b: b, def: schedule, cfg: cfg, built: true}, nil
 }
 
-func (l *Locker) schedule(job string) ormlock.Schedule {
+// schedule returns the schedule of job, or why it has none.
+func (l *Locker) schedule(job string) (ormlock.Schedule, error) {
 	if s, ok := l.cfg.jobs[job]; ok {
-		return s
+		return s, nil
 	}
-	return l.def
+	switch {
+	case l.cfg.strict:
+		return nil, fmt.Errorf("%w: scheduler.Locker: job %q has no schedule of its own, which strict mode requires (scheduler.WithJobSchedule(%q, ...))", ormlock.ErrInvalidArgument, job, job)
+	case l.def == nil: // unreachable: NewLocker refuses it
+		return nil, fmt.Errorf("%w: scheduler.Locker: job %q has no schedule", ormlock.ErrInvalidArgument, job)
+	}
+	return l.def, nil
 }
 
 // Lock claims the current slot of job for this instance, and holds it until
@@ -84,18 +104,36 @@ func (l *Locker) Lock(ctx context.Context, job string) (gocron.Lock, error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	slot := l.schedule(job).Slot(l.cfg.now())
-	h := &heldRun{job: job, slot: slot, cfg: &l.cfg, b: l.b, release: make(chan struct{}), done: make(chan error, 1)}
+	s, err := l.schedule(job)
+	if err != nil {
+		l.cfg.report(err)
+		return nil, err
+	}
+	now := l.cfg.now()
+	slot := s.Slot(now)
+	if err := l.cfg.refires.fired(job, slot, s); err != nil {
+		l.cfg.report(err)
+	}
+	h := &heldRun{l: l, job: job, slot: slot, cfg: &l.cfg, b: l.b, release: make(chan struct{}), done: make(chan error, 1)}
 	started := make(chan struct{})
+	mode := sched.CatchUpNone
+	if l.firstFiring(job) {
+		// one firing, one run: with ormlock.WithCatchUp, the newest slot
+		// of the window that has not run, the current one if it has not
+		mode = sched.CatchUpOneRun
+	}
 
 	// The attempt honours ctx; the hold, once the slot is claimed, does
 	// not: ctx is gocron's job context, which a shutdown cancels while the
 	// job may still run, and gocron calls Unlock after the job in any case.
-	hctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	hctx, cancel := context.WithCancelCause(sched.WithCatchUpMode(context.WithoutCancel(ctx), mode))
 	detach := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
 	go func() {
 		defer cancel(nil)
-		h.done <- l.cfg.claim(hctx, l.b, job, slot, func(context.Context) error {
+		h.done <- l.cfg.claim(hctx, l.b, job, s, now, func(rctx context.Context) error {
+			if ran, ok := ormlock.Slot(rctx); ok {
+				h.slot = ran // a caught-up slot; read after started
+			}
 			if !detach() {
 				// ctx ended while the slot was being claimed: do not
 				// start a run that gocron will not make; the row is
@@ -104,11 +142,12 @@ func (l *Locker) Lock(ctx context.Context, job string) (gocron.Lock, error) {
 			}
 			close(started)
 			<-h.release
-			return nil
+			return h.failure // set by JobFailed before Unlock, if the job failed
 		})
 	}()
 	select {
 	case <-started:
+		l.hold(h)
 		return h, nil
 	case err := <-h.done:
 		if err == nil { // unreachable: fn always starts or fails
@@ -142,17 +181,124 @@ func (l *Locker) usable() error {
 		return fmt.Errorf("%w: %s: nil Locker (build one with scheduler.NewLocker)", ormlock.ErrInvalidArgument, verb)
 	case l.err != nil:
 		return l.err
-	case l.def == nil:
-		if err := l.b.check(verb); err != nil {
+	case !l.built:
+		if err := l.b.Check(verb); err != nil {
 			return err
 		}
 		return fmt.Errorf("%w: %s: zero Locker (build one with scheduler.NewLocker)", ormlock.ErrInvalidArgument, verb)
 	}
-	return l.b.check(verb)
+	return l.b.Check(verb)
+}
+
+// firstFiring reports whether this is the first Lock of job since the
+// Locker was made.
+func (l *Locker) firstFiring(job string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.fired[job] {
+		return false
+	}
+	if l.fired == nil {
+		l.fired = make(map[string]bool)
+	}
+	l.fired[job] = true
+	return true
+}
+
+// Slot returns the slot of the run of job in progress (between Lock and
+// Unlock): a gocron job's context is gocron's, which ormlock.Slot cannot
+// read, so a job that may run a caught-up slot asks its Locker here. ok is
+// false when no run, or more than one, of job is in progress.
+func (l *Locker) Slot(job string) (slot time.Time, ok bool) {
+	if l == nil {
+		return time.Time{}, false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if hs := l.held[job]; len(hs) == 1 {
+		return hs[0].slot, true
+	}
+	return time.Time{}, false
+}
+
+// hold records h as a run of its job in progress, for JobFailed.
+func (l *Locker) hold(h *heldRun) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.held == nil {
+		l.held = make(map[string][]*heldRun)
+	}
+	l.held[h.job] = append(l.held[h.job], h)
+}
+
+// unhold forgets h (at Unlock).
+func (l *Locker) unhold(h *heldRun) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	hs := l.held[h.job]
+	for i, x := range hs {
+		if x == h {
+			hs = append(hs[:i:i], hs[i+1:]...)
+			break
+		}
+	}
+	if len(hs) == 0 {
+		delete(l.held, h.job)
+	} else {
+		l.held[h.job] = hs
+	}
+}
+
+// RecordFailures returns the gocron job option that tells the Locker how a
+// job ended: gocron's event listeners for a job that returned an error
+// (gocron.AfterJobRunsWithError) or panicked (gocron.AfterJobRunsWithPanic,
+// which makes gocron recover the panic), which gocron calls before Unlock.
+// The run's slot is then recorded 'failed' with the error's text (a panic as
+// "panic: VALUE"), the error goes to the error handler, and a later firing
+// in the same slot (or a catch-up) runs it again; without it, every run is
+// recorded 'done'. Pass it to every job, in one line:
+//
+//	gocron.NewScheduler(gocron.WithDistributedLocker(locker), gocron.WithGlobalJobOptions(locker.RecordFailures()))
+//
+// A job's own AfterJobRunsWithError or AfterJobRunsWithPanic listener
+// replaces this one (gocron keeps one of each); call [Locker.JobFailed] from
+// it. See docs/SCHEDULES.md (Failed gocron runs).
+func (l *Locker) RecordFailures() gocron.JobOption {
+	return gocron.WithEventListeners(
+		gocron.AfterJobRunsWithError(func(_ uuid.UUID, job string, err error) { l.JobFailed(job, err) }),
+		gocron.AfterJobRunsWithPanic(func(_ uuid.UUID, job string, p any) { l.JobFailed(job, fmt.Errorf("panic: %v", p)) }),
+	)
+}
+
+// JobFailed records that the run of job in progress (between this Locker's
+// Lock and Unlock) failed with err: Unlock then marks its slot 'failed'
+// with err's text instead of 'done'. [Locker.RecordFailures] calls it from
+// gocron's event listeners; call it from a listener of your own. When
+// several runs of job are in progress at once (a job longer than its period,
+// without gocron's singleton mode), which one failed is unknown: none is
+// marked, and the error handler is told. A nil err, or a job with no run in
+// progress, does nothing; of several calls for one run, the first counts.
+func (l *Locker) JobFailed(job string, err error) {
+	if l == nil || err == nil {
+		return
+	}
+	l.mu.Lock()
+	hs := l.held[job]
+	if len(hs) == 1 && hs[0].failure == nil {
+		// the first one counts: after a panic's listener, gocron calls
+		// the error listener too, with "gocron: panic recovered from ..."
+		hs[0].failure = err
+	}
+	l.mu.Unlock()
+	if len(hs) > 1 {
+		l.cfg.report(wrapf(err, "job %q: %d runs in progress failed one of them, which one is unknown: none is recorded failed", job, len(hs)))
+	}
 }
 
 // heldRun is a claimed (job, slot) held for gocron until Unlock.
 type heldRun struct {
+	l       *Locker
+	failure error // the job's error (JobFailed), read after release
 	job     string
 	slot    time.Time
 	cfg     *config
@@ -163,12 +309,14 @@ type heldRun struct {
 	err     error
 }
 
-// Unlock marks the run's ledger row 'done' and releases its lock, whatever
-// ctx says (see [Locker]). It returns RunOnce's error, if any (a lost lock
+// Unlock marks the run's ledger row 'done' (or 'failed', when
+// [Locker.JobFailed] said so) and releases its lock, whatever ctx says (see
+// [Locker]). It returns RunOnce's error, if any (a lost lock
 // wraps [ormlock.ErrLockLost]), also handed to the error handler, since
 // gocron ignores it. Calling it again returns the same error.
 func (h *heldRun) Unlock(context.Context) error {
 	h.once.Do(func() {
+		h.l.unhold(h)
 		close(h.release)
 		if err := <-h.done; err != nil {
 			h.err = wrapf(err, "job %q, slot %s", h.job, h.slot.Format(time.RFC3339Nano))

@@ -30,11 +30,13 @@ type config struct {
 	// to exclusiveWait for a run in progress (WithExclusive)
 	exclusive     bool
 	exclusiveWait time.Duration
-	pruner        *pruner // WithPrune; nil: no pruning
+	pruner        *pruner  // WithPrune; nil: no pruning
+	strict        bool     // WithStrict: refuse jobs without their own schedule
+	refires       *refires // firings per slot, to report a trigger denser than its schedule
 }
 
 func newConfig(opts []Option) (config, error) {
-	c := config{now: time.Now, retry: DefaultRetry}
+	c := config{now: time.Now, retry: DefaultRetry, refires: &refires{}}
 	for _, o := range opts {
 		if o != nil {
 			o(&c)

@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -193,5 +194,53 @@ func TestOncePerLockLost(t *testing.T) {
 		if out != "retried\n" {
 			t.Errorf("retry: %q", out)
 		}
+	})
+}
+
+// --catch-up runs the slots of the window that have no 'done' row before
+// the current one — each, oldest first (--catch-up-policy all), or the
+// newest (latest) — and exports each run's own slot as ORMLOCK_SLOT; a
+// second call finds everything done.
+func TestOncePerCatchUp(t *testing.T) {
+	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+		db := openGorm(t, k)
+		table := ledgerTable(t, k)
+		if err := gormlock.Migrate(db, ormlock.WithLedgerTable(table)); err != nil {
+			t.Fatal(err)
+		}
+		hourly, err := ormlock.Every(time.Hour, time.UTC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct{ policy, want string }{{"all", "-3h -2h -1h 0h"}, {"latest", "-1h 0h"}} {
+			job := uniq(t, c.policy)
+			now := hourly.Slot(time.Now())
+			// a window that reaches a minute before the slot 3 h ago
+			window := (time.Since(now.Add(-3*time.Hour)) + time.Minute).Truncate(time.Second).String()
+			code, out, stderr := runBin(t, k, "run", "--once-per", "1h", "--catch-up", window, "--catch-up-policy", c.policy,
+				"--ledger-table", table, job, "--", "sh", "-c", `echo "$ORMLOCK_SLOT"`)
+			want(t, code, stderr, 0)
+			if !hourly.Slot(time.Now()).Equal(now) {
+				return // the hour turned while the command ran
+			}
+			var got []string
+			for _, l := range strings.Fields(out) {
+				s, err := time.Parse(time.RFC3339, l)
+				if err != nil {
+					t.Fatalf("ORMLOCK_SLOT %q: %v", l, err)
+				}
+				got = append(got, fmt.Sprintf("%dh", int(s.Sub(now)/time.Hour)))
+			}
+			if strings.Join(got, " ") != c.want {
+				t.Errorf("%s: ran for %v, want %s", c.policy, got, c.want)
+			}
+			code, _, stderr = runBin(t, k, "run", "--once-per", "1h", "--catch-up", window, "--catch-up-policy", c.policy,
+				"--ledger-table", table, job, "--", "true")
+			want(t, code, stderr, 76, "already done")
+		}
+		code, _, stderr := runBin(t, k, "run", "--catch-up", "1h", "--ledger-table", table, "x", "--", "true")
+		want(t, code, stderr, 2, "--once-per")
+		code, _, stderr = runBin(t, k, "run", "--once-per", "1h", "--catch-up-policy", "some", "--ledger-table", table, "x", "--", "true")
+		want(t, code, stderr, 2, "latest or all")
 	})
 }

@@ -48,6 +48,10 @@ KEY is a lock name, as in the Go library (gormlock.Session(db, "KEY", ...)).
 the job name (gormlock.RunOnce in claim mode, the same ledger): a run that
 finds the slot done exits 76 (--done-exit-code) without running COMMAND; a
 failed COMMAND marks the slot failed, and the next trigger retries it.
+--catch-up DURATION first runs the slots missed within DURATION before now
+(no 'done' row): the newest (--catch-up-policy latest) or each, oldest
+first, stopping at a failure (all); ORMLOCK_SLOT names the slot each run is
+for.
 SCHEDULE is a cron expression ("0 3 * * *", "@daily") or a period ("1h",
 "15m"), read in --tz (default UTC; every host must use the same). The ledger
 table must exist: ormlock migrate.
@@ -83,6 +87,8 @@ type runFlags struct {
 	done      int
 	oncePer   string
 	tz        string
+	catchUp   time.Duration // --catch-up: window of missed --once-per slots
+	policy    string        // --catch-up-policy
 	owner     string
 	quiet     bool
 }
@@ -98,6 +104,8 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&f.done, "done-exit-code", exitAlreadyDone, "exit status `N` when the --once-per slot is already done")
 	fs.StringVar(&f.oncePer, "once-per", "", "run at most once per slot of `SCHEDULE` (cron expression or period); KEY is the job name")
 	fs.StringVar(&f.tz, "tz", "UTC", "time `ZONE` of --once-per (IANA name, or Local)")
+	fs.DurationVar(&f.catchUp, "catch-up", 0, "with --once-per, first run the slots missed within `DURATION` before now (default: none)")
+	fs.StringVar(&f.policy, "catch-up-policy", "latest", "`POLICY` of --catch-up: latest (the newest missed slot) or all (each, oldest first)")
 	fs.StringVar(&f.owner, "owner", "", "`ID` recorded in the ledger's owner column (default hostname/pid)")
 	fs.BoolVar(&f.quiet, "quiet", false, "print nothing when COMMAND does not run because of a conflict or a done slot")
 
@@ -175,11 +183,13 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		}, opts...)
 		return f.outcome(ch, err, stderr)
 	}
-	slot := sched.Slot(time.Now())
-	env = append(env, "ORMLOCK_JOB="+pos[0], "ORMLOCK_SLOT="+slot.UTC().Format(time.RFC3339Nano))
-	err = gormlock.RunOnce(db, pos[0], slot, func(tx *gorm.DB) error {
-		return ch.run(tx.Statement.Context, env)
-	}, append(opts, ormlock.WithClaim())...)
+	// the slot of now and, with --catch-up, the missed ones first: each run
+	// exports its own slot
+	env = append(env, "ORMLOCK_JOB="+pos[0])
+	err = gormlock.RunScheduled(db, pos[0], sched, func(tx *gorm.DB) error {
+		slot, _ := ormlock.Slot(tx.Statement.Context)
+		return ch.run(tx.Statement.Context, append(env[:len(env):len(env)], "ORMLOCK_SLOT="+slot.UTC().Format(time.RFC3339Nano)))
+	}, append(append(opts, f.catchUpOptions()...), ormlock.WithClaim())...)
 	return f.outcome(ch, err, stderr)
 }
 
@@ -205,7 +215,28 @@ func (f *runFlags) check() error {
 	if f.oncePer == "" && f.tz != "UTC" {
 		return usagef("--tz is the time zone of --once-per; give --once-per too")
 	}
+	if f.catchUp < 0 {
+		return usagef("--catch-up must not be negative, got %v", f.catchUp)
+	}
+	if f.oncePer == "" && f.catchUp > 0 {
+		return usagef("--catch-up catches up missed slots of --once-per; give --once-per too")
+	}
+	if f.policy != "latest" && f.policy != "all" {
+		return usagef("--catch-up-policy must be latest or all, got %q", f.policy)
+	}
 	return nil
+}
+
+// catchUpOptions returns the option of --catch-up and --catch-up-policy.
+func (f *runFlags) catchUpOptions() []ormlock.Option {
+	if f.catchUp == 0 {
+		return nil
+	}
+	policy := ormlock.CatchUpLatest
+	if f.policy == "all" {
+		policy = ormlock.CatchUpAll
+	}
+	return []ormlock.Option{ormlock.WithCatchUp(f.catchUp, policy)}
 }
 
 // outcome maps the verb's result to ormlock's exit status and message.

@@ -9,6 +9,7 @@ import (
 	"database/sql"
 	"fmt"
 	"regexp"
+	"strconv"
 	"time"
 )
 
@@ -49,6 +50,10 @@ type Config struct {
 	Claim bool
 	// Fencing issues a fencing token per acquisition (ormlock.WithFencing).
 	Fencing bool
+	// CatchUpWindow and CatchUpPolicy: RunScheduled's catch-up of missed
+	// slots (ormlock.WithCatchUp); a zero window means none.
+	CatchUpWindow time.Duration
+	CatchUpPolicy CatchUpPolicy
 
 	err error
 }
@@ -103,4 +108,25 @@ func ValidIdentifier(errInvalid error, what, s string) error {
 		return fmt.Errorf("%w: %s %q is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*, at most 63 bytes)", errInvalid, what, s)
 	}
 	return nil
+}
+
+// CatchUpPolicy is ormlock.CatchUpPolicy: which missed slots RunScheduled
+// runs.
+type CatchUpPolicy int
+
+// The catch-up policies (ormlock.CatchUpLatest, ormlock.CatchUpAll).
+const (
+	CatchUpLatest CatchUpPolicy = iota + 1
+	CatchUpAll
+)
+
+// String returns "latest" or "all".
+func (p CatchUpPolicy) String() string {
+	switch p {
+	case CatchUpLatest:
+		return "latest"
+	case CatchUpAll:
+		return "all"
+	}
+	return "CatchUpPolicy(" + strconv.Itoa(int(p)) + ")"
 }

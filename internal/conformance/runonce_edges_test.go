@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -127,6 +128,8 @@ func TestRunOnceBadInput(t *testing.T) {
 			fn := func(txn) error { called = true; return nil }
 			slot := testdb.Slot(0)
 			runsErr := func(_ []ormlock.Run, err error) error { return err }
+			var heard atomic.Int32
+			watch := ormlock.WithObserver(ormlock.ObserverFunc(func(context.Context, ormlock.Event) { heard.Add(1) }))
 			cases := []struct {
 				name string
 				err  error
@@ -139,6 +142,10 @@ func TestRunOnceBadInput(t *testing.T) {
 				{"NUL job", r.RunOnce(ctx, "j\x00", slot, fn), "NUL"},
 				{"zero slot", r.RunOnce(ctx, "j", time.Time{}, fn), "zero slot"},
 				{"ancient slot", r.RunOnce(ctx, "j", time.Date(999, 1, 1, 0, 0, 0, 0, time.UTC), fn), "outside years"},
+				// a trigger's wall clock, not a scheduled time: refused before
+				// anything is locked (the observer hears nothing) or written
+				{"sub-second slot", r.RunOnce(ctx, "j", slot.Add(time.Millisecond), fn, watch), "schedule.Slot(t)"},
+				{"sub-second slot, claim", r.RunOnce(ctx, "j", slot.Add(time.Microsecond), fn, watch, ormlock.WithClaim()), "RunScheduled"},
 				{"bad owner", r.RunOnce(ctx, "j", slot, fn, ormlock.WithOwner(strings.Repeat("o", 256))), "WithOwner"},
 				{"bad wait", r.RunOnce(ctx, "j", slot, fn, ormlock.WithWait(-1)), "WithWait"},
 				{"Runs limit 0", runsErr(r.Runs(ctx, "j", 0)), "limit"},
@@ -151,6 +158,9 @@ func TestRunOnceBadInput(t *testing.T) {
 			}
 			if called {
 				t.Error("fn called on bad input")
+			}
+			if n := heard.Load(); n != 0 {
+				t.Errorf("a refused slot reached the lock: %d events", n)
 			}
 		})
 	}

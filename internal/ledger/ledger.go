@@ -104,13 +104,22 @@ func ValidateJob(verb, job string) error {
 }
 
 // ValidateSlot checks a slot: non-zero, in years 1000 to 9999 (the range of
-// MySQL's DATETIME).
+// MySQL's DATETIME), and a whole second. Every adapter's RunOnce calls it
+// before it writes or locks anything: a slot is a scheduled time, and no
+// schedule of ormlock is finer than a second, so a slot with a fraction of a
+// second is a trigger's wall clock (time.Now()), which differs on every
+// replica and would deduplicate nothing.
 func ValidateSlot(verb string, slot time.Time) error {
 	if slot.IsZero() {
 		return fmt.Errorf("%w: %s: zero slot (pass the scheduled time, e.g. from ormlock.Every or ormlock.Cron)", ormlock.ErrInvalidArgument, verb)
 	}
 	if y := slot.UTC().Year(); y < 1000 || y > 9999 {
 		return fmt.Errorf("%w: %s: slot %v is outside years 1000-9999", ormlock.ErrInvalidArgument, verb, slot)
+	}
+	if slot.Nanosecond() != 0 {
+		return fmt.Errorf("%w: %s: slot %s has a fraction of a second, so it is a trigger's clock, not a scheduled time, "+
+			"and replicas would each run their own slot: pass schedule.Slot(t) (ormlock.Cron, ormlock.Every) or use RunScheduled",
+			ormlock.ErrInvalidArgument, verb, slot.UTC().Format(time.RFC3339Nano))
 	}
 	return nil
 }

@@ -43,10 +43,18 @@ func TestValidate(t *testing.T) {
 	if err := ledger.ValidateJob("X", strings.Repeat("é", ormlock.MaxJobLen)); err != nil {
 		t.Errorf("191 characters rejected: %v", err)
 	}
-	for _, s := range []time.Time{{}, time.Date(999, 12, 31, 0, 0, 0, 0, time.UTC), time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)} {
+	for _, s := range []time.Time{{}, time.Date(999, 12, 31, 0, 0, 0, 0, time.UTC), time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(2026, 1, 1, 0, 0, 0, 1, time.UTC), time.Date(2026, 1, 1, 0, 0, 0, 500_000_000, time.UTC)} {
 		if err := ledger.ValidateSlot("X", s); !errors.Is(err, ormlock.ErrInvalidArgument) {
 			t.Errorf("ValidateSlot(%v) = %v", s, err)
 		}
+	}
+	err := ledger.ValidateSlot("X", time.Date(2026, 1, 1, 0, 0, 0, 1000, time.UTC))
+	if err == nil || !strings.Contains(err.Error(), "schedule.Slot(t)") || !strings.Contains(err.Error(), "RunScheduled") {
+		t.Errorf("sub-second slot: %v, want a hint at schedule.Slot(t) and RunScheduled", err)
+	}
+	if err := ledger.ValidateSlot("X", time.Date(2026, 1, 1, 0, 0, 1, 0, time.FixedZone("x", 3600))); err != nil {
+		t.Errorf("a whole second refused: %v", err)
 	}
 	if _, err := ledger.NewTable(lockproto.Postgres, "runs; DROP TABLE x"); !errors.Is(err, ormlock.ErrInvalidArgument) {
 		t.Errorf("NewTable accepted an injection: %v", err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/config"
 )
 
 // PruneBatch is the most rows one pruning statement deletes.
@@ -16,6 +17,19 @@ const PruneBatch = 1000
 func ValidatePrune(verb string, olderThan time.Duration) error {
 	if olderThan <= 0 {
 		return fmt.Errorf("%w: %s: olderThan must be positive, got %v", ormlock.ErrInvalidArgument, verb, olderThan)
+	}
+	return nil
+}
+
+// CheckCatchUp refuses a pruning window shorter than the catch-up window
+// configured with it (ormlock.WithCatchUp among the same options or
+// defaults): it would delete the 'done' rows that tell the catch-up a slot
+// ran, and the slot would run again.
+func CheckCatchUp(verb string, olderThan time.Duration, cfg config.Config) error {
+	if cfg.CatchUpWindow > olderThan {
+		return fmt.Errorf("%w: %s: olderThan %v is shorter than the catch-up window %v (ormlock.WithCatchUp): "+
+			"the rows it deletes tell the catch-up which slots ran, so those slots would run again; prune at least the window",
+			ormlock.ErrInvalidArgument, verb, olderThan, cfg.CatchUpWindow)
 	}
 	return nil
 }

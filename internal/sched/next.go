@@ -27,3 +27,13 @@ func Next(s Slotter, t time.Time) time.Time {
 		w = n
 	}
 }
+
+// Enumerable reports whether Next can list the slots of s (s is made by
+// Every or Cron).
+func Enumerable(s Slotter) bool {
+	switch s.(type) {
+	case *cronSched, *every:
+		return true
+	}
+	return false
+}

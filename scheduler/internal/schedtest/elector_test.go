@@ -1,4 +1,4 @@
-package scheduler_test
+package schedtest_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/scheduler"
+	"github.com/ormlock/ormlock/scheduler/gormsched"
 )
 
 // leaders returns the indexes of the electors that lead.
@@ -63,7 +64,7 @@ func TestElector(t *testing.T) {
 		var scheds []gocron.Scheduler
 		for i := range es {
 			db := openGorm(t, k)
-			e, err := scheduler.NewElector(scheduler.GORM(db), key,
+			e, err := scheduler.NewElector(gormsched.Backend(db), key,
 				scheduler.WithRetry(100*time.Millisecond), scheduler.WithErrorHandler(handled.handle))
 			if err != nil {
 				t.Fatal(err)
@@ -143,7 +144,7 @@ func TestElectorLockLost(t *testing.T) {
 		es := make([]*scheduler.Elector, 2)
 		for i := range es {
 			db := openGorm(t, k)
-			e, err := scheduler.NewElector(scheduler.GORM(db, ormlock.WithKeepalive(100*time.Millisecond)), key,
+			e, err := scheduler.NewElector(gormsched.Backend(db, ormlock.WithKeepalive(100*time.Millisecond)), key,
 				scheduler.WithRetry(100*time.Millisecond), scheduler.WithErrorHandler(handled.handle))
 			if err != nil {
 				t.Fatal(err)

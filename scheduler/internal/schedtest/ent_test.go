@@ -1,4 +1,4 @@
-package scheduler_test
+package schedtest_test
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	"github.com/ormlock/ormlock/internal/enttest"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/scheduler"
+	"github.com/ormlock/ormlock/scheduler/entsched"
+	"github.com/ormlock/ormlock/scheduler/gormsched"
 )
 
 // The Ent backend shares locks and ledger rows with the GORM one: a replica
@@ -26,11 +28,11 @@ func TestEntBackend(t *testing.T) {
 		db := openGorm(t, k)
 		migrate(t, db)
 		now := func() time.Time { return time.Date(2031, 5, 6, 10, 0, 0, 0, time.UTC) }
-		entLocker, err := scheduler.NewLocker(scheduler.Ent(client, ormlock.WithOwner("ent")), everySecond(t), scheduler.WithClock(now))
+		entLocker, err := scheduler.NewLocker(entsched.Backend(client, ormlock.WithOwner("ent")), everySecond(t), scheduler.WithClock(now))
 		if err != nil {
 			t.Fatal(err)
 		}
-		gormLocker, err := scheduler.NewLocker(scheduler.GORM(db, ormlock.WithOwner("gorm")), everySecond(t), scheduler.WithClock(now))
+		gormLocker, err := scheduler.NewLocker(gormsched.Backend(db, ormlock.WithOwner("gorm")), everySecond(t), scheduler.WithClock(now))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,7 +52,7 @@ func TestEntBackend(t *testing.T) {
 
 		// robfig/cron wrapper on ent: a JobFunc's error marks the slot failed
 		var handled errs
-		w, err := scheduler.JobWrapper(scheduler.Ent(client), job, everySecond(t),
+		w, err := scheduler.JobWrapper(entsched.Backend(client), job, everySecond(t),
 			scheduler.WithClock(func() time.Time { return now().Add(time.Second) }), scheduler.WithErrorHandler(handled.handle))
 		if err != nil {
 			t.Fatal(err)
@@ -68,12 +70,12 @@ func TestEntBackend(t *testing.T) {
 
 		// leader election across the two ORMs
 		key := "leader:" + job
-		entElector, err := scheduler.NewElector(scheduler.Ent(client), key, scheduler.WithRetry(50*time.Millisecond))
+		entElector, err := scheduler.NewElector(entsched.Backend(client), key, scheduler.WithRetry(50*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer entElector.Close()
-		gormElector, err := scheduler.NewElector(scheduler.GORM(db), key, scheduler.WithRetry(50*time.Millisecond))
+		gormElector, err := scheduler.NewElector(gormsched.Backend(db), key, scheduler.WithRetry(50*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,7 +94,7 @@ func TestEntBackend(t *testing.T) {
 func TestEntBadInput(t *testing.T) {
 	s, _ := ormlock.Every(time.Minute, nil)
 	var client *nilClient
-	if _, err := scheduler.NewLocker(scheduler.Ent(client), s); !errors.Is(err, ormlock.ErrInvalidArgument) {
+	if _, err := scheduler.NewLocker(entsched.Backend(client), s); !errors.Is(err, ormlock.ErrInvalidArgument) {
 		t.Fatalf("nil ent client: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package scheduler_test
+package schedtest_test
 
 // TestREADMESnippets type-checks every ```go block of the repository's
 // README.md and docs/TROUBLESHOOTING.md, so that a snippet that no longer compiles fails CI. It lives in
@@ -12,7 +12,8 @@ package scheduler_test
 //     whole file. Anything else is a function body (statements); a body
 //     that returns a value is the body of a function returning an error.
 //   - A function body may use the packages ormlock, gormlock, entlock,
-//     scheduler, keyhash, gocron, cron (robfig), gorm, slog, log, os, time,
+//     scheduler, gormsched, entsched, keyhash, gocron, cron (robfig), gorm,
+//     slog, log, os, time,
 //     context, errors, fmt and sql without importing them.
 //   - Identifiers the quickstarts introduce may be used without declaring
 //     them when a block does not declare them itself: db (*gorm.DB), client
@@ -78,6 +79,7 @@ func readmeSnippets(t *testing.T, file, readme string) []snippet {
 var snippetImports = map[string]string{
 	"ormlock": "github.com/ormlock/ormlock", "gormlock": "github.com/ormlock/ormlock/gormlock",
 	"entlock": "github.com/ormlock/ormlock/entlock", "scheduler": "github.com/ormlock/ormlock/scheduler",
+	"gormsched": "github.com/ormlock/ormlock/scheduler/gormsched", "entsched": "github.com/ormlock/ormlock/scheduler/entsched",
 	"keyhash": "github.com/ormlock/ormlock/keyhash", "gocron": "github.com/go-co-op/gocron/v2",
 	"cron": "github.com/robfig/cron/v3", "gorm": "gorm.io/gorm", "slog": "log/slog", "log": "log",
 	"os": "os", "time": "time", "context": "context", "errors": "errors", "fmt": "fmt", "sql": "database/sql",
@@ -167,7 +169,7 @@ func TestREADMESnippets(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the go command is needed to build README.md's snippets: %v", err)
 	}
-	root, err := filepath.Abs("..")
+	root, err := filepath.Abs("../../..")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +197,7 @@ func TestREADMESnippets(t *testing.T) {
 		}
 	}
 	// the scratch module: this module's requirements, the checkout's modules
-	mod, err := os.ReadFile("go.mod")
+	mod, err := os.ReadFile("../../go.mod")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +207,7 @@ func TestREADMESnippets(t *testing.T) {
 		"replace github.com/ormlock/ormlock => %s\nreplace github.com/ormlock/ormlock/scheduler => %s\n",
 		root, filepath.Join(root, "scheduler"))
 	write("go.mod", gomod)
-	sum, err := os.ReadFile("go.sum")
+	sum, err := os.ReadFile("../../go.sum")
 	if err != nil {
 		t.Fatal(err)
 	}

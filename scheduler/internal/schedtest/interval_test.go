@@ -1,4 +1,4 @@
-package scheduler_test
+package schedtest_test
 
 import (
 	"fmt"
@@ -13,6 +13,7 @@ import (
 	"github.com/ormlock/ormlock/gormlock"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/scheduler"
+	"github.com/ormlock/ormlock/scheduler/gormsched"
 )
 
 // Interval jobs, whose firings each replica times from its own start
@@ -43,7 +44,7 @@ func TestIntervalJobs(t *testing.T) {
 						migrate(t, db)
 					}
 					replica := fmt.Sprintf("replica-%c", 'a'+i)
-					b := scheduler.GORM(db, ormlock.WithOwner(replica))
+					b := gormsched.Backend(db, ormlock.WithOwner(replica))
 					task := func() {
 						tl.enter(replica)
 						defer tl.exit()

@@ -1,4 +1,4 @@
-package scheduler_test
+package schedtest_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/ormlock/ormlock/gormlock"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/scheduler"
+	"github.com/ormlock/ormlock/scheduler/gormsched"
 )
 
 // Three robfig/cron instances, each with its own pool and a per-second
@@ -34,7 +35,7 @@ func TestJobWrapperRobfig(t *testing.T) {
 				migrate(t, db)
 			}
 			replica := fmt.Sprintf("replica-%c", 'a'+i)
-			w, err := scheduler.JobWrapper(scheduler.GORM(db, ormlock.WithOwner(replica)), job, everySecond(t),
+			w, err := scheduler.JobWrapper(gormsched.Backend(db, ormlock.WithOwner(replica)), job, everySecond(t),
 				scheduler.WithClock(skewed(skew)), scheduler.WithErrorHandler(handled.handle))
 			if err != nil {
 				t.Fatal(err)
@@ -102,7 +103,7 @@ func TestJobWrapperOutcomes(t *testing.T) {
 	job := jobName(t)
 	slot := time.Date(2031, 5, 6, 10, 0, 0, 0, time.UTC)
 	var log cronLog
-	w, err := scheduler.JobWrapper(scheduler.GORM(db, ormlock.WithOwner("w")), job, everySecond(t),
+	w, err := scheduler.JobWrapper(gormsched.Backend(db, ormlock.WithOwner("w")), job, everySecond(t),
 		scheduler.WithClock(func() time.Time { return slot }), scheduler.WithCronLogger(&log))
 	if err != nil {
 		t.Fatal(err)

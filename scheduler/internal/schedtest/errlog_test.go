@@ -1,4 +1,4 @@
-package scheduler_test
+package schedtest_test
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/scheduler"
+	"github.com/ormlock/ormlock/scheduler/gormsched"
 )
 
 // TestDefaultErrorHandlerEscapes: without WithErrorHandler or
@@ -27,7 +28,7 @@ func TestDefaultErrorHandlerEscapes(t *testing.T) {
 	log.SetOutput(&buf) // slog.Default()'s handler writes through package log
 	t.Cleanup(func() { log.SetOutput(out); log.SetFlags(flags) })
 	slot := time.Date(2031, 5, 7, 10, 0, 0, 0, time.UTC)
-	w, err := scheduler.JobWrapper(scheduler.GORM(db, ormlock.WithOwner("w")), jobName(t), everySecond(t),
+	w, err := scheduler.JobWrapper(gormsched.Backend(db, ormlock.WithOwner("w")), jobName(t), everySecond(t),
 		scheduler.WithClock(func() time.Time { return slot }))
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package scheduler_test
+package schedtest_test
 
 import (
 	"context"
@@ -16,6 +16,8 @@ import (
 	"github.com/ormlock/ormlock/internal/enttest/ent"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/scheduler"
+	"github.com/ormlock/ormlock/scheduler/entsched"
+	"github.com/ormlock/ormlock/scheduler/gormsched"
 )
 
 // WithExclusive: a run of the next slot, on another replica, while the
@@ -32,7 +34,7 @@ func TestLockerExclusive(t *testing.T) {
 		newLocker := func(now time.Time, opts ...scheduler.Option) *scheduler.Locker {
 			db := openGorm(t, k)
 			migrate(t, db)
-			l, err := scheduler.NewLocker(scheduler.GORM(db), minutely, append(opts, scheduler.WithClock(fixed(now)))...)
+			l, err := scheduler.NewLocker(gormsched.Backend(db), minutely, append(opts, scheduler.WithClock(fixed(now)))...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -113,7 +115,7 @@ func TestJobWrapperExclusiveRobfig(t *testing.T) {
 			if i == 0 {
 				migrate(t, db)
 			}
-			w, err := scheduler.JobWrapper(scheduler.GORM(db), job, everySecond(t), scheduler.WithExclusive(0), scheduler.WithErrorHandler(handled.handle))
+			w, err := scheduler.JobWrapper(gormsched.Backend(db), job, everySecond(t), scheduler.WithExclusive(0), scheduler.WithErrorHandler(handled.handle))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -164,7 +166,7 @@ func TestLockerPrune(t *testing.T) {
 		}
 		var handled errs
 		hourly, _ := ormlock.Every(time.Hour, nil)
-		l, err := scheduler.NewLocker(scheduler.GORM(db, opt), hourly, scheduler.WithPrune(24*time.Hour), scheduler.WithErrorHandler(handled.handle))
+		l, err := scheduler.NewLocker(gormsched.Backend(db, opt), hourly, scheduler.WithPrune(24*time.Hour), scheduler.WithErrorHandler(handled.handle))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -205,7 +207,7 @@ func TestJobWrapperPruneEnt(t *testing.T) {
 		}
 		var handled errs
 		hourly, _ := ormlock.Every(time.Hour, nil)
-		w, err := scheduler.JobWrapper(scheduler.Ent(client, opt), job, hourly, scheduler.WithPrune(24*time.Hour), scheduler.WithErrorHandler(handled.handle))
+		w, err := scheduler.JobWrapper(entsched.Backend(client, opt), job, hourly, scheduler.WithPrune(24*time.Hour), scheduler.WithErrorHandler(handled.handle))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package scheduler_test
+package schedtest_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package scheduler_test
+package schedtest_test
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/scheduler"
+	"github.com/ormlock/ormlock/scheduler/gormsched"
 )
 
 // fixed returns a clock that reads t.
@@ -39,7 +40,7 @@ func TestLockerCancelledWhileLocking(t *testing.T) {
 		var ran, skippedN int
 		for i := range 40 {
 			slot := time.Date(2032, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(i) * time.Hour)
-			l, err := scheduler.NewLocker(scheduler.GORM(db), hourly, scheduler.WithClock(fixed(slot)), scheduler.WithErrorHandler(handled.handle))
+			l, err := scheduler.NewLocker(gormsched.Backend(db), hourly, scheduler.WithClock(fixed(slot)), scheduler.WithErrorHandler(handled.handle))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -78,7 +79,7 @@ func TestFailClosed(t *testing.T) {
 	var runs atomic.Int32
 	bad := scheduler.WithRetry(-time.Second) // rejected; ignored by the caller below
 
-	locker, _ := scheduler.NewLocker(scheduler.GORM(db), every, bad, scheduler.WithErrorHandler(handled.handle))
+	locker, _ := scheduler.NewLocker(gormsched.Backend(db), every, bad, scheduler.WithErrorHandler(handled.handle))
 	s, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
 	if err != nil {
 		t.Fatal(err)
@@ -86,12 +87,12 @@ func TestFailClosed(t *testing.T) {
 	if _, err := s.NewJob(gocron.CronJob("* * * * * *", true), gocron.NewTask(func() { runs.Add(1) }), gocron.WithName(jobName(t))); err != nil {
 		t.Fatal(err)
 	}
-	w, _ := scheduler.JobWrapper(scheduler.GORM(db), jobName(t), every, bad, scheduler.WithErrorHandler(handled.handle))
+	w, _ := scheduler.JobWrapper(gormsched.Backend(db), jobName(t), every, bad, scheduler.WithErrorHandler(handled.handle))
 	c := cron.New(cron.WithSeconds())
 	if _, err := c.AddJob("* * * * * *", cron.NewChain(w).Then(cron.FuncJob(func() { runs.Add(1) }))); err != nil {
 		t.Fatal(err)
 	}
-	elector, _ := scheduler.NewElector(scheduler.GORM(db), "", bad)
+	elector, _ := scheduler.NewElector(gormsched.Backend(db), "", bad)
 	s.Start()
 	c.Start()
 	time.Sleep(2500 * time.Millisecond)
@@ -151,7 +152,7 @@ func TestLockerGocronShutdownWhileLocking(t *testing.T) {
 		for range 6 {
 			var scheds []gocron.Scheduler
 			for _, db := range dbs {
-				l, err := scheduler.NewLocker(scheduler.GORM(db), everySecond(t), scheduler.WithErrorHandler(handled.handle))
+				l, err := scheduler.NewLocker(gormsched.Backend(db), everySecond(t), scheduler.WithErrorHandler(handled.handle))
 				if err != nil {
 					t.Fatal(err)
 				}

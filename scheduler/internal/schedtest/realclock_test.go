@@ -1,4 +1,4 @@
-package scheduler_test
+package schedtest_test
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"github.com/ormlock/ormlock/gormlock"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/scheduler"
+	"github.com/ormlock/ormlock/scheduler/gormsched"
 )
 
 // lockCounts counts what gocron's calls to the Lockers ended in: "run",
@@ -135,7 +136,7 @@ func runFakeClock(t *testing.T, k testdb.Kind, c fakeClockCase) {
 			ledgerDB = db
 		}
 		replica := fmt.Sprintf("replica-%c", 'a'+i)
-		l, err := scheduler.NewLocker(scheduler.GORM(db, ormlock.WithOwner(replica)), sched,
+		l, err := scheduler.NewLocker(gormsched.Backend(db, ormlock.WithOwner(replica)), sched,
 			scheduler.WithClock(fc.Now), scheduler.WithErrorHandler(handled.handle))
 		if err != nil {
 			t.Fatal(err)

@@ -1,0 +1,58 @@
+package ormlock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/sched"
+)
+
+// CatchUpPolicy says which missed slots [WithCatchUp] runs.
+type CatchUpPolicy = config.CatchUpPolicy
+
+const (
+	// CatchUpLatest runs the newest missed slot only, as Quartz's "fire
+	// once now" misfire policy does: right for a job whose run covers
+	// everything since the last one (a sync, a report of the current state).
+	CatchUpLatest = config.CatchUpLatest
+	// CatchUpAll runs every missed slot, oldest first, stopping at the first
+	// that fails (its error is returned or reported; the rest are caught up
+	// later): right for a job whose runs each cover their own period (a
+	// daily settlement).
+	CatchUpAll = config.CatchUpAll
+)
+
+// WithCatchUp makes RunScheduled (gormlock's, entlock's and the others'),
+// the scheduler module's adapters and `ormlock run --once-per` catch up
+// missed slots: a slot of the schedule whose scheduled time lies within
+// window before now and that has no 'done' row in the ledger (a 'running'
+// claim is left to its owner; a 'failed' one runs again). At each call,
+// before the current slot, RunScheduled runs the newest missed slot
+// ([CatchUpLatest]) or each of them, oldest first ([CatchUpAll]); each is
+// claimed as a normal run is, so replicas that start together run each
+// once. fn reads the slot it runs with [Slot]. The schedule must be made by
+// [Cron], [CronSeconds] or [Every]. A window that is not positive, or an
+// unknown policy, is an error wrapping [ErrInvalidArgument]; a Prune
+// configured with this option refuses a window shorter than this one. The
+// default is no catch-up. See docs/SCHEDULES.md (Catch-up of missed slots).
+func WithCatchUp(window time.Duration, policy CatchUpPolicy) Option {
+	return func(c *config.Config) {
+		switch {
+		case window <= 0:
+			c.Fail(fmt.Errorf("%w: WithCatchUp: window must be positive, got %v", ErrInvalidArgument, window))
+		case policy != CatchUpLatest && policy != CatchUpAll:
+			c.Fail(fmt.Errorf("%w: WithCatchUp: unknown policy %v (CatchUpLatest or CatchUpAll)", ErrInvalidArgument, policy))
+		default:
+			c.CatchUpWindow, c.CatchUpPolicy = window, policy
+		}
+	}
+}
+
+// Slot returns the slot that a RunOnce or RunScheduled fn runs for, from
+// fn's context: gormlock's tx.Statement.Context, the ctx of a claim-mode fn
+// or of a scheduler.JobFunc (entlock's fn reads it with entlock.Slot(tx)).
+// A caught-up run of yesterday's slot must stamp yesterday's date, not
+// today's. ok is false outside such a run.
+func Slot(ctx context.Context) (slot time.Time, ok bool) { return sched.SlotFrom(ctx) }

@@ -1,0 +1,63 @@
+// Package entsched is the ent backend of the scheduler adapters: pass
+// [Backend] to scheduler.NewLocker, scheduler.NewElector or
+// scheduler.JobWrapper. It is a package of its own so that an ent program
+// links no GORM (see the scheduler package's Decisions).
+//
+//	client := ent.NewClient(ent.Driver(entlock.Wrap(drv)))
+//	locker, err := scheduler.NewLocker(entsched.Backend(client, ormlock.WithOwner(hostname)), midnight)
+package entsched
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"time"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/entlock"
+	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/sched"
+	"github.com/ormlock/ormlock/scheduler"
+	"github.com/ormlock/ormlock/scheduler/internal/backend"
+)
+
+// Backend returns the scheduler Backend on an ent client built on
+// [entlock.Wrap] (or on the *entlock.Driver itself): runs go through
+// [entlock.RunScheduled] in claim mode, leadership through
+// [entlock.Session]; opts apply on top of Wrap's defaults. The ledger rows
+// and lock keys are gormsched's, so replicas on either ORM share the runs. A
+// scheduler.JobFunc run through it gets the firing's context (with the
+// slot: ormlock.Slot), which a lost lock does not cancel (the loss is still
+// reported). See docs/SCHEDULES.md (Backends).
+func Backend[T entlock.TxLike](client interface {
+	Tx(context.Context) (T, error)
+}, opts ...ormlock.Option) scheduler.Backend {
+	const name = "entsched.Backend"
+	if client == nil || isNilPointer(client) {
+		return backend.Failed(fmt.Errorf("%w: %s: nil client", ormlock.ErrInvalidArgument, name))
+	}
+	if err := config.New(opts...).Err(); err != nil {
+		return backend.Failed(err)
+	}
+	with := func(extra []ormlock.Option) []ormlock.Option { return append(opts[:len(opts):len(opts)], extra...) }
+	return backend.New(backend.Funcs{
+		Scheduled: func(ctx context.Context, job string, s ormlock.Schedule, fn func(ctx context.Context) error, extra ...ormlock.Option) error {
+			return entlock.RunScheduled(ctx, client, job, s, func(tx T) error {
+				slot, _ := entlock.Slot(tx)
+				return fn(sched.WithSlot(ctx, slot))
+			}, append(with(extra), ormlock.WithClaim())...)
+		},
+		Session: func(ctx context.Context, key string, fn func(ctx context.Context) error, extra ...ormlock.Option) error {
+			return entlock.Session(ctx, client, key, fn, with(extra)...)
+		},
+		Prune: func(ctx context.Context, olderThan time.Duration) (int64, error) {
+			return entlock.Prune(ctx, client, olderThan, opts...)
+		},
+		Opts: opts,
+	})
+}
+
+func isNilPointer(v any) bool {
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
+}

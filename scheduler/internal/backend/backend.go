@@ -1,0 +1,63 @@
+// Package backend is the database side of the scheduler adapters, built by
+// the backend packages (gormsched, entsched, and the ones to come) and used
+// by package scheduler, which names it scheduler.Backend. It lives here so
+// that the core package imports no ORM: a GORM program then links no ent,
+// and an ent one no GORM.
+package backend
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ormlock/ormlock"
+)
+
+// SessionFunc holds the lock named key for as long as fn runs; extra
+// options (a wait) apply on top of the backend's.
+type SessionFunc func(ctx context.Context, key string, fn func(ctx context.Context) error, extra ...ormlock.Option) error
+
+// ScheduledFunc is RunScheduled in claim mode: the slot of the current
+// time under s and, with ormlock.WithCatchUp among the options, the missed
+// slots before it; fn reads the slot it runs with ormlock.Slot(ctx). The
+// clock and the Locker's one-run catch-up come in ctx (internal/sched).
+type ScheduledFunc func(ctx context.Context, job string, s ormlock.Schedule, fn func(ctx context.Context) error, extra ...ormlock.Option) error
+
+// PruneFunc deletes the finished ledger rows older than olderThan.
+type PruneFunc func(ctx context.Context, olderThan time.Duration) (int64, error)
+
+// Funcs are a backend's operations, each required.
+type Funcs struct {
+	Session   SessionFunc
+	Scheduled ScheduledFunc
+	Prune     PruneFunc
+	// Opts are the options the backend was built with.
+	Opts []ormlock.Option
+}
+
+// Backend is scheduler.Backend: a backend's operations, or the error that
+// building it met. The zero Backend is refused by Check.
+type Backend struct {
+	err error
+	f   *Funcs
+}
+
+// New returns the Backend of f.
+func New(f Funcs) Backend { return Backend{f: &f} }
+
+// Failed returns a Backend that refuses everything with err.
+func Failed(err error) Backend { return Backend{err: err} }
+
+// Check returns why b cannot be used by verb (a constructor), or nil.
+func (b Backend) Check(verb string) error {
+	switch {
+	case b.err != nil:
+		return b.err
+	case b.f == nil || b.f.Session == nil || b.f.Scheduled == nil || b.f.Prune == nil:
+		return fmt.Errorf("%w: %s: zero Backend (build one with gormsched.Backend or entsched.Backend)", ormlock.ErrInvalidArgument, verb)
+	}
+	return nil
+}
+
+// Funcs returns b's operations; b must have passed Check.
+func (b Backend) Funcs() *Funcs { return b.f }

@@ -1,0 +1,151 @@
+package schedtest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/enttest"
+	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/scheduler"
+	"github.com/ormlock/ormlock/scheduler/entsched"
+	"github.com/ormlock/ormlock/scheduler/gormsched"
+)
+
+// Three JobWrapper replicas of an hourly job (two on GORM, one on ent), down for three slots, fire
+// together at their first firing after start (their clocks a second apart):
+// with CatchUpAll each missed slot runs once, with CatchUpLatest only the
+// newest; the current slot runs once; the JobFunc reads each slot it runs
+// with ormlock.Slot.
+func TestJobWrapperCatchUp(t *testing.T) {
+	h := time.Date(2034, 6, 1, 10, 0, 0, 0, time.UTC)
+	hour := func(i int) time.Time { return h.Add(time.Duration(i) * time.Hour) }
+	hourly, err := ormlock.Every(time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+		client, _ := enttest.Open(t, k)
+		for _, c := range []struct {
+			policy ormlock.CatchUpPolicy
+			want   []time.Time
+		}{
+			{ormlock.CatchUpAll, []time.Time{hour(1), hour(2), hour(3), hour(4)}},
+			{ormlock.CatchUpLatest, []time.Time{hour(3), hour(4)}},
+		} {
+			t.Run(c.policy.String(), func(t *testing.T) {
+				job := jobName(t)
+				var mu sync.Mutex
+				var ran []time.Time
+				var handled errs
+				var jobs []func()
+				for i := range 3 {
+					db := openGorm(t, k)
+					if i == 0 {
+						migrate(t, db)
+						// the last run before the outage
+						if err := gormlock.RunOnce(db, job, hour(0), func(*gorm.DB) error { return nil }); err != nil {
+							t.Fatal(err)
+						}
+					}
+					opts := []ormlock.Option{ormlock.WithOwner(fmt.Sprint("replica-", i)), ormlock.WithCatchUp(270*time.Minute, c.policy)}
+					b := gormsched.Backend(db, opts...)
+					if i == 2 { // one replica on ent: the same slots, locks and rows
+						b = entsched.Backend(client, opts...)
+					}
+					now := hour(4).Add(time.Duration(i) * time.Second)
+					w, err := scheduler.JobWrapper(b, job, hourly, scheduler.WithClock(func() time.Time { return now }), scheduler.WithErrorHandler(handled.handle))
+					if err != nil {
+						t.Fatal(err)
+					}
+					jobs = append(jobs, w(scheduler.JobFunc(func(ctx context.Context) error {
+						s, ok := ormlock.Slot(ctx)
+						if !ok {
+							return errors.New("no slot in the job's context")
+						}
+						mu.Lock()
+						defer mu.Unlock()
+						ran = append(ran, s)
+						return nil
+					})).Run)
+				}
+				start := make(chan struct{})
+				var wg sync.WaitGroup
+				for _, run := range jobs {
+					wg.Go(func() { <-start; run() })
+				}
+				close(start)
+				wg.Wait()
+				sort.Slice(ran, func(i, j int) bool { return ran[i].Before(ran[j]) })
+				if fmt.Sprint(ran) != fmt.Sprint(c.want) {
+					t.Errorf("ran %v, want each of %v once", ran, c.want)
+				}
+				if got := handled.get(); len(got) != 0 {
+					t.Errorf("reported %v", got)
+				}
+			})
+		}
+	})
+}
+
+// The gocron Locker catches up the newest missed slot (CatchUpLatest) at a
+// job's first firing after start, when the current slot has run already;
+// the job reads that slot with Locker.Slot. Later firings run the current
+// slot only. CatchUpAll is refused, and so is a WithPrune window shorter
+// than the catch-up window.
+func TestLockerCatchUp(t *testing.T) {
+	h := time.Date(2034, 6, 1, 10, 0, 0, 0, time.UTC)
+	hour := func(i int) time.Time { return h.Add(time.Duration(i) * time.Hour) }
+	hourly, err := ormlock.Every(time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+		db := openGorm(t, k)
+		migrate(t, db)
+		job := jobName(t)
+		for _, s := range []time.Time{hour(0), hour(4)} { // another replica ran 14:00
+			if err := gormlock.RunOnce(db, job, s, func(*gorm.DB) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b := gormsched.Backend(db, ormlock.WithCatchUp(6*time.Hour, ormlock.CatchUpLatest))
+		if _, err := scheduler.NewLocker(gormsched.Backend(db, ormlock.WithCatchUp(time.Hour, ormlock.CatchUpAll)), hourly); !errors.Is(err, ormlock.ErrInvalidArgument) {
+			t.Fatalf("CatchUpAll in a Locker: %v", err)
+		}
+		if _, err := scheduler.NewLocker(b, hourly, scheduler.WithPrune(time.Hour)); !errors.Is(err, ormlock.ErrInvalidArgument) {
+			t.Fatalf("WithPrune shorter than the catch-up window: %v", err)
+		}
+		now := hour(4).Add(20 * time.Minute)
+		l, err := scheduler.NewLocker(b, hourly, scheduler.WithClock(func() time.Time { return now }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lk, err := l.Lock(context.Background(), job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s, ok := l.Slot(job); !ok || !s.Equal(hour(3)) {
+			t.Errorf("first firing runs %v, want the newest missed slot %v", s, hour(3))
+		}
+		if err := lk.Unlock(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		now = now.Add(5 * time.Minute)
+		if _, err := l.Lock(context.Background(), job); !errors.Is(err, ormlock.ErrAlreadyDone) {
+			t.Fatalf("second firing: %v, want ErrAlreadyDone (no catch-up after the first)", err)
+		}
+		rs, err := gormlock.Runs(db, job, 10)
+		if err != nil || len(rs) != 3 || !rs[1].Slot.Equal(hour(3)) || rs[1].Status != ormlock.RunDone {
+			t.Fatalf("ledger: %+v, %v", rs, err)
+		}
+	})
+}
