@@ -195,6 +195,11 @@ func (o *Op) holdPostgres(ctx context.Context, db *sql.DB, conn *sql.Conn) (*ses
 			return nil, err
 		}
 	}
+	if err := o.pgSetOwner(ctx, lk.tx); err != nil {
+		err = o.failed(ctx, err)
+		lk.drop(ctx, err)
+		return nil, err
+	}
 	every := o.Cfg.Keepalive
 	if idle > 0 && every > idle/3 {
 		every = max(idle/3, time.Millisecond)
@@ -220,6 +225,7 @@ func (o *Op) holdMySQL(ctx context.Context, conn *sql.Conn) (*sessionHold, error
 		o.dropUnlocked(conn, err)
 		return nil, err
 	}
+	o.mysqlRecordOwner(ctx, conn)
 	name := o.mysql
 	return &sessionHold{
 		ping: func(ctx context.Context) error { return MySQLHeld(ctx, conn, name) },

@@ -1,0 +1,42 @@
+package entlock
+
+import (
+	"context"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/keys"
+	"github.com/ormlock/ormlock/internal/lockproto"
+)
+
+// Lead campaigns for the lock named by key and runs fn while this caller
+// leads: it waits for the lock as a [Session] does (on the server, asking
+// again when a wait runs out, retrying after connection errors with a
+// bounded backoff), then calls fn with a ctx that is cancelled with cause
+// [ormlock.ErrLockLost] when leadership is lost. When fn returns by itself,
+// the lock is released and Lead returns fn's error (nil: resigned); after a
+// loss, Lead waits for fn to return and campaigns again. Lead returns
+// ctx's cause when ctx ends. x is the client built on a [Driver], or the
+// *Driver. With [ormlock.WithFencing] every term gets a greater token
+// ([ormlock.FencingToken]); [ormlock.WithOwner] names this replica for
+// [Holder]. An invalid key or option, an unsupported dialect or a refused
+// login is returned at once. See docs/PROTOCOL.md (Lead).
+func Lead[T TxLike, K ormlock.KeyType](ctx context.Context, x interface {
+	Tx(context.Context) (T, error)
+}, key K, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
+	k, err := check(ctx, "Lead", x, fn == nil, keys.Of(key), opts)
+	if err != nil {
+		return err
+	}
+	d, err := driverOf(ctx, "Lead", x)
+	if err != nil {
+		return err
+	}
+	if d.err != nil {
+		return d.err
+	}
+	op, err := lockproto.NewOp(d.dial, "Lead", k, d.cfg.With(opts...))
+	if err != nil {
+		return err
+	}
+	return op.Lead(ctx, d.db, fn)
+}

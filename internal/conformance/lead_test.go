@@ -1,0 +1,232 @@
+package conformance_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/entlock"
+	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/leakcheck"
+	"github.com/ormlock/ormlock/internal/lockproto"
+	"github.com/ormlock/ormlock/internal/testdb"
+)
+
+// leader is an adapter's Lead, kept apart from locker so that adapters
+// without it yet still run the rest of the suite.
+type leader interface {
+	// Lead campaigns for key and runs fn while elected.
+	Lead(ctx context.Context, key any, fn func(ctx context.Context) error, opts ...ormlock.Option) error
+}
+
+var (
+	_ leader = gormLocker{}
+	_ leader = entLocker{}
+)
+
+func (g gormLocker) Lead(ctx context.Context, key any, fn func(context.Context) error, opts ...ormlock.Option) error {
+	return gormlock.Lead(g.db.WithContext(ctx), keyOf(key), fn, opts...)
+}
+
+func (e entLocker) Lead(ctx context.Context, key any, fn func(context.Context) error, opts ...ormlock.Option) error {
+	return entlock.Lead(ctx, e.client, keyOf(key), fn, opts...)
+}
+
+// term is one replica's time as leader, as its fn saw it on entry.
+type term struct {
+	replica int
+	token   int64
+	inside  int64 // leaders inside fn at that moment, this one included
+	owner   string
+	pid     int64
+}
+
+// recv waits for a value on ch for at most d.
+func recv[T any](t *testing.T, ch <-chan T, d time.Duration, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(d):
+		t.Fatalf("no %s within %v", what, d)
+		panic("unreachable")
+	}
+}
+
+// Three replicas lead one key: one leader at a time in steady state; the
+// leader's server connection killed, its fn's context ends with
+// ErrLockLost and another replica is elected within two keepalive
+// intervals plus a margin; a resignation hands over at once; every term's
+// fencing token is greater than the last; Holder names the leader's owner;
+// cancelling the context ends every campaign with its cause, leaving the
+// lock free.
+func TestLead(t *testing.T) {
+	leakcheck.Goroutines(t)
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		const keepalive = 200 * time.Millisecond
+		const bound = 2*keepalive + 3*time.Second
+		var ev testdb.Recorder
+		var rs [3]runner
+		for i := range rs {
+			rs[i] = a.with(t, k, ormlock.WithObserver(&ev))
+		}
+		tbl := ledgerTable(t, k, rs[0])
+		if k.Dialect() == "mysql" {
+			t.Cleanup(func() {
+				if _, err := testdb.AdminDB(t, k).Exec("DROP TABLE IF EXISTS " + tbl + lockproto.OwnersTableSuffix); err != nil {
+					t.Errorf("drop owners table: %v", err)
+				}
+			})
+		}
+		key := "lead-" + t.Name()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+
+		var inside atomic.Int64
+		elected := make(chan term, 16)
+		deposed := make(chan error, 16)
+		type result struct {
+			replica int
+			err     error
+		}
+		results := make(chan result, len(rs))
+		var resign [3]chan struct{}
+		for i := range rs {
+			resign[i] = make(chan struct{})
+			go func() {
+				owner := fmt.Sprintf("replica-%d", i)
+				err := rs[i].(leader).Lead(ctx, key, func(fctx context.Context) error {
+					n := inside.Add(1)
+					var once atomic.Bool
+					leave := func() {
+						if !once.Swap(true) {
+							inside.Add(-1)
+						}
+					}
+					defer leave()
+					tok, _ := ormlock.FencingToken(fctx)
+					h, err := rs[i].Holder(fctx, key, ormlock.WithLedgerTable(tbl))
+					if err != nil {
+						t.Errorf("replica %d: Holder: %v", i, err)
+					}
+					elected <- term{replica: i, token: tok, inside: n, owner: h.Owner, pid: h.PID}
+					select {
+					case <-fctx.Done():
+						leave()
+						deposed <- context.Cause(fctx)
+						return fctx.Err()
+					case <-resign[i]:
+						return nil
+					}
+				}, ormlock.WithKeepalive(keepalive), ormlock.WithFencing(), ormlock.WithLedgerTable(tbl), ormlock.WithOwner(owner))
+				results <- result{i, err}
+			}()
+		}
+		var running = len(rs)
+		defer func() {
+			cancel()
+			for ; running > 0; running-- {
+				r := recv(t, results, 15*time.Second, "return of Lead after cancel")
+				if !errors.Is(r.err, context.Canceled) {
+					t.Errorf("replica %d: Lead after cancel = %v, want context.Canceled", r.replica, r.err)
+				}
+			}
+			// a campaign cancelled in its wait may have its connection
+			// destroyed, whose backend frees the lock a moment later
+			for start := time.Now(); !free(t, k, key); {
+				if time.Since(start) > 5*time.Second {
+					t.Error("lock held 5s after every Lead returned")
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}()
+
+		// steady state: one leader, and nobody else elected meanwhile
+		first := recv(t, elected, 15*time.Second, "leader")
+		if first.inside != 1 {
+			t.Fatalf("first leader saw %d leaders inside fn", first.inside)
+		}
+		if want := fmt.Sprintf("replica-%d", first.replica); first.owner != want {
+			t.Errorf("Holder().Owner = %q, want %q", first.owner, want)
+		}
+		select {
+		case e := <-elected:
+			t.Fatalf("replica %d elected while replica %d leads", e.replica, first.replica)
+		case <-time.After(3 * keepalive):
+		}
+
+		// the leader's lock connection dies
+		testdb.Kill(t, k, first.pid)
+		killed := time.Now()
+		second := recv(t, elected, bound, "leader after the kill")
+		cause := recv(t, deposed, bound, "deposition after the kill")
+		if d := time.Since(killed); d > bound {
+			t.Errorf("re-election and deposition took %v, want within %v", d, bound)
+		}
+		if !errors.Is(cause, ormlock.ErrLockLost) {
+			t.Fatalf("deposed leader's cause = %v, want ErrLockLost", cause)
+		}
+		if second.token <= first.token {
+			t.Errorf("term tokens %d then %d, want increasing", first.token, second.token)
+		}
+		t.Logf("replica %d led (token %d); killed, replica %d elected (token %d)", first.replica, first.token, second.replica, second.token)
+
+		// resignation hands over at once; the resigner's Lead returns nil
+		close(resign[second.replica])
+		resigned := time.Now()
+		r := recv(t, results, bound, "return of the resigned Lead")
+		running--
+		if r.replica != second.replica || r.err != nil {
+			t.Fatalf("after resigning replica %d: replica %d's Lead returned %v, want replica %d's nil", second.replica, r.replica, r.err, second.replica)
+		}
+		third := recv(t, elected, bound, "leader after the resignation")
+		if d := time.Since(resigned); d > bound {
+			t.Errorf("hand-over after resignation took %v, want within %v", d, bound)
+		}
+		if third.replica == second.replica {
+			t.Fatalf("resigned replica %d elected again", third.replica)
+		}
+		if third.inside != 1 {
+			t.Errorf("leader after resignation saw %d leaders inside fn", third.inside)
+		}
+		if third.token <= second.token {
+			t.Errorf("term tokens %d then %d, want increasing", second.token, third.token)
+		}
+		var electedEv, deposedEv int
+		for _, e := range ev.Events() {
+			switch {
+			case e.Verb != "Lead":
+			case e.Kind == ormlock.EventAcquired:
+				electedEv++
+			case e.Kind == ormlock.EventLockLost:
+				deposedEv++
+			}
+		}
+		if electedEv < 3 || deposedEv < 1 {
+			t.Errorf("Lead events = %v: %d acquired, %d lock_lost, want three acquired (elected) and a lock_lost (deposed)", ev.Kinds(), electedEv, deposedEv)
+		}
+	})
+}
+
+// Lead returns at once on bad input, without campaigning.
+func TestLeadBadInput(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		l := a.open(t, k).(leader)
+		ctx := context.Background()
+		fn := func(context.Context) error { t.Error("fn called"); return nil }
+		if err := l.Lead(ctx, "", fn); !errors.Is(err, ormlock.ErrInvalidKey) {
+			t.Errorf("empty key: %v, want ErrInvalidKey", err)
+		}
+		if err := l.Lead(ctx, "lead-bad", nil); !errors.Is(err, ormlock.ErrInvalidArgument) {
+			t.Errorf("nil fn: %v, want ErrInvalidArgument", err)
+		}
+		if err := l.Lead(ctx, "lead-bad", fn, ormlock.WithKeepalive(-1)); !errors.Is(err, ormlock.ErrInvalidArgument) {
+			t.Errorf("bad option: %v, want ErrInvalidArgument", err)
+		}
+	})
+}
