@@ -49,6 +49,10 @@ type Config struct {
 	Claim bool
 	// Fencing issues a fencing token per acquisition (ormlock.WithFencing).
 	Fencing bool
+	// SharedConns is the most lock connections the Sessions and Leads that
+	// ask for it share per pool (ormlock.WithSharedLockConns); 0: a
+	// connection of its own per Session.
+	SharedConns int
 
 	err error
 }
