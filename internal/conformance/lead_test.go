@@ -66,7 +66,20 @@ func recv[T any](t *testing.T, ch <-chan T, d time.Duration, what string) T {
 // lock free.
 func TestLead(t *testing.T) {
 	leakcheck.Goroutines(t)
-	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) { leadReplicas(t, a, k) })
+}
+
+// The same, the replicas holding their locks on shared lock connections,
+// whose campaigns wait by trying again.
+func TestLeadSharedLockConns(t *testing.T) {
+	leakcheck.Goroutines(t)
+	forEachDirect(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		leadReplicas(t, a, k, ormlock.WithSharedLockConns(2))
+	})
+}
+
+func leadReplicas(t *testing.T, a adapter, k testdb.Kind, extra ...ormlock.Option) {
+	{
 		const keepalive = 200 * time.Millisecond
 		const bound = 2*keepalive + 3*time.Second
 		var ev testdb.Recorder
@@ -122,7 +135,7 @@ func TestLead(t *testing.T) {
 					case <-resign[i]:
 						return nil
 					}
-				}, ormlock.WithKeepalive(keepalive), ormlock.WithFencing(), ormlock.WithLedgerTable(tbl), ormlock.WithOwner(owner))
+				}, append([]ormlock.Option{ormlock.WithKeepalive(keepalive), ormlock.WithFencing(), ormlock.WithLedgerTable(tbl), ormlock.WithOwner(owner)}, extra...)...)
 				results <- result{i, err}
 			}()
 		}
@@ -210,7 +223,7 @@ func TestLead(t *testing.T) {
 		if electedEv < 3 || deposedEv < 1 {
 			t.Errorf("Lead events = %v: %d acquired, %d lock_lost, want three acquired (elected) and a lock_lost (deposed)", ev.Kinds(), electedEv, deposedEv)
 		}
-	})
+	}
 }
 
 // Lead returns at once on bad input, without campaigning.

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 	"weak"
@@ -43,6 +44,11 @@ import (
 //     announced when the connection started, which a pooler's own pid never
 //     is; otherwise ormlock.ErrUnsupportedDialect, before anything is taken.
 //     Telling the two apart needs the pgx driver.
+//   - Owner (ormlock.WithOwner): on PostgreSQL the shared connection's
+//     application_name is the owner of the Session that opened it (SET, and
+//     RESET before it goes back to the pool), so one process should use
+//     one owner; on MySQL/MariaDB a Lead writes its row as on a connection
+//     of its own (owner.go).
 
 // sharedRetryMin is the first pause of a shared connection's wait.
 const sharedRetryMin = 10 * time.Millisecond
@@ -61,7 +67,9 @@ type sharedConn struct {
 	conn  *sql.Conn
 	stmt  sync.Mutex // one statement at a time
 	prev  int64      // MySQL: wait_timeout to restore (MySQLKeepSession)
+	named bool       // PostgreSQL: application_name set to an owner
 	stop  chan struct{}
+	every time.Duration             // the keepalive it was opened with: its wait_timeout allows it
 	users int                       // Sessions using it, taking or holding; pool.mu
 	held  map[*sharedHold]time.Time // Sessions holding a lock on it; pool.mu
 	dead  bool                      // pool.mu
@@ -69,6 +77,8 @@ type sharedConn struct {
 
 // sharedHold is one Session's lock on a shared connection.
 type sharedHold struct {
+	op     *Op
+	ctx    context.Context // the caller's, for the observer
 	every  time.Duration
 	cancel context.CancelCauseFunc
 	lost   error // pool.mu
@@ -104,7 +114,7 @@ func (o *Op) sharedSession(ctx context.Context, db *sql.DB, fn func(ctx context.
 	if err != nil {
 		return err
 	}
-	h := &sharedHold{every: o.Cfg.Keepalive}
+	h := &sharedHold{op: o, ctx: ctx, every: o.Cfg.Keepalive}
 	if err := o.sharedToken(ctx, db, p, c); err != nil {
 		return err
 	}
@@ -195,8 +205,8 @@ func (o *Op) sharedTry(ctx context.Context, db *sql.DB, p *sharedPool) (*sharedC
 		var err error
 		if o.Dialect == Postgres {
 			ok, err = pgTrySession(ctx, c.conn, o)
-		} else {
-			ok, err = MySQLGetLock(ctx, c.conn, o.mysql, 0)
+		} else if ok, err = MySQLGetLock(ctx, c.conn, o.mysql, 0); ok && err == nil {
+			o.mysqlRecordOwner(ctx, c.conn)
 		}
 		return err
 	})
@@ -324,9 +334,15 @@ func (o *Op) openShared(ctx context.Context, db *sql.DB) (*sharedConn, error) {
 	if err != nil {
 		return nil, errs.Wrap(err, "pin a shared lock connection")
 	}
-	c := &sharedConn{conn: conn, stop: make(chan struct{}), held: map[*sharedHold]time.Time{}}
+	c := &sharedConn{conn: conn, stop: make(chan struct{}), every: o.Cfg.Keepalive, held: map[*sharedHold]time.Time{}}
 	if o.Dialect == Postgres {
 		err = pgDirect(ctx, conn)
+		if err == nil && o.Cfg.Owner != "" {
+			// the connection's name is its opener's owner; RESET gives
+			// back the one it started with before it goes back to the pool
+			_, err = conn.ExecContext(ctx, strings.Replace(pgOwnerSQL(o.Cfg.Owner), "SET LOCAL ", "SET ", 1))
+			c.named = err == nil
+		}
 	} else {
 		c.prev, err = MySQLKeepSession(ctx, conn, 10*o.Cfg.Keepalive)
 	}
@@ -354,21 +370,17 @@ func pgDirect(ctx context.Context, conn *sql.Conn) error {
 	return nil
 }
 
-// keepalive checks c every interval (the shortest of its holders') until c
-// is closed or dies.
+// keepalive checks c every interval (the shortest of its holders' and of
+// the one it was opened with, which its MySQL wait_timeout was raised for)
+// until c is closed or dies.
 func (p *sharedPool) keepalive(c *sharedConn) {
 	for {
 		p.mu.Lock()
-		every := time.Duration(0)
+		every := c.every
 		for h := range c.held {
-			if every == 0 || h.every < every {
-				every = h.every
-			}
+			every = min(every, h.every)
 		}
 		p.mu.Unlock()
-		if every == 0 {
-			every = sharedRetryMin * 10
-		}
 		t := time.NewTimer(every)
 		select {
 		case <-c.stop:
@@ -409,7 +421,9 @@ func (p *sharedPool) kill(c *sharedConn, err error, but *sharedHold) {
 	}
 	p.mu.Unlock()
 	for _, h := range lost {
+		// fn hears of the loss first; then the observer
 		h.cancel(ormlock.ErrLockLost)
+		h.op.Emit(h.ctx, ormlock.EventLockLost, err)
 	}
 	go func() { // a statement of c still running (a wait's try) ends first
 		c.stmt.Lock()
@@ -454,7 +468,13 @@ func (p *sharedPool) leave(c *sharedConn, k any) {
 	defer c.stmt.Unlock()
 	rctx, cancel := releaseCtx(context.Background())
 	defer cancel()
-	if MySQLRestoreSession(rctx, c.conn, c.prev) != nil {
+	var err error
+	if c.named {
+		_, err = c.conn.ExecContext(rctx, "RESET application_name")
+	} else {
+		err = MySQLRestoreSession(rctx, c.conn, c.prev)
+	}
+	if err != nil {
 		Destroy(c.conn)
 		return
 	}
