@@ -256,3 +256,54 @@ func TestSharedLockConnsRefusedBehindPooler(t *testing.T) {
 		})
 	}
 }
+
+// On shared lock connections a wait for a held key stalls nobody: another
+// key is taken and released meanwhile on the same connection; the waiter
+// gets its key soon after it is freed (its tries back off to at most the
+// keepalive), and a waiter whose context is cancelled gives up with
+// ErrNotAcquired and the context's error.
+func TestSharedLockConnsWait(t *testing.T) {
+	leakcheck.Goroutines(t)
+	forEachDirect(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		const keepalive = 200 * time.Millisecond
+		r := a.with(t, k)
+		opts := []ormlock.Option{ormlock.WithSharedLockConns(1), ormlock.WithKeepalive(keepalive)}
+		busy, other := "sh-wait-busy-"+string(k), "sh-wait-other-"+string(k)
+		release := testdb.RawHold(t, k, "", busy)
+		ctx := context.Background()
+		got := make(chan time.Time, 1)
+		waited := make(chan error, 1)
+		go func() {
+			waited <- r.Session(ctx, busy, func(context.Context) error {
+				got <- time.Now()
+				return nil
+			}, append(opts, ormlock.WithWait(30*time.Second))...)
+		}()
+		for range 3 {
+			if err := r.Session(ctx, other, func(context.Context) error { return nil }, opts...); err != nil {
+				t.Fatalf("Session on a free key while another waits: %v", err)
+			}
+		}
+		select {
+		case err := <-waited:
+			t.Fatalf("waiter returned while its key is held: %v", err)
+		default:
+		}
+		release()
+		freed := time.Now()
+		at := recv(t, got, 2*keepalive+3*time.Second, "waiter's fn after the key was freed")
+		if err := recv(t, waited, 5*time.Second, "waiter's return"); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("waiter took its key %v after it was freed", at.Sub(freed).Round(time.Millisecond))
+
+		release = testdb.RawHold(t, k, "", busy)
+		defer release()
+		cctx, cancel := context.WithCancel(ctx)
+		time.AfterFunc(100*time.Millisecond, cancel)
+		err := r.Session(cctx, busy, func(context.Context) error { t.Error("fn called"); return nil }, append(opts, ormlock.WithWait(30*time.Second))...)
+		if !errors.Is(err, ormlock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled wait: %v, want ErrNotAcquired and context.Canceled", err)
+		}
+	})
+}
