@@ -2,8 +2,10 @@ package conformance_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"regexp"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -241,5 +243,52 @@ func TestLeadBadInput(t *testing.T) {
 		if err := l.Lead(ctx, "lead-bad", fn, ormlock.WithKeepalive(-1)); !errors.Is(err, ormlock.ErrInvalidArgument) {
 			t.Errorf("bad option: %v, want ErrInvalidArgument", err)
 		}
+	})
+}
+
+// A campaign retries connection errors with a backoff until its context
+// ends, and returns at once on an error no retry cures (a database that
+// does not exist).
+func TestLeadConnectionErrors(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		fn := func(context.Context) error { t.Error("fn called"); return nil }
+		dsn := testdb.DSN(t, k)
+		unknownDB := regexp.MustCompile(`(/)[A-Za-z0-9_]+(\?)`).ReplaceAllString(dsn, "${1}ormlock_no_such_db${2}")
+		refused := regexp.MustCompile(`127\.0\.0\.1:[0-9]+`).ReplaceAllString(dsn, "127.0.0.1:1")
+
+		var ev testdb.Recorder
+		db, err := sql.Open(k.Driver(), refused)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+		defer cancel()
+		err = a.on(t, k.Dialect(), db).(leader).Lead(ctx, "lead-conn", fn, ormlock.WithObserver(&ev))
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Lead on a refused connection: %v, want the context's deadline", err)
+		}
+		if n := ev.Count(ormlock.EventNotAcquired); n < 2 {
+			t.Errorf("%d failed attempts in 1.5s, want the campaign to retry (events %v)", n, ev.Kinds())
+		}
+
+		if k == testdb.PgBouncer {
+			// PgBouncer refuses an unknown database with SQLSTATE 08P01
+			// (protocol_violation), which does not say that retrying
+			// cannot help: the campaign retries it
+			return
+		}
+		db2, err := sql.Open(k.Driver(), unknownDB)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db2.Close() })
+		ctx2, cancel2 := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel2()
+		err = a.on(t, k.Dialect(), db2).(leader).Lead(ctx2, "lead-conn", fn)
+		if err == nil || ctx2.Err() != nil {
+			t.Fatalf("Lead on an unknown database: %v (context %v), want the server's refusal at once", err, ctx2.Err())
+		}
+		t.Log(err)
 	})
 }
