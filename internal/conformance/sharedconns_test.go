@@ -297,13 +297,35 @@ func TestSharedLockConnsWait(t *testing.T) {
 		}
 		t.Logf("waiter took its key %v after it was freed", at.Sub(freed).Round(time.Millisecond))
 
+		// a waiter cancelled mid-try leaves the connection, and the lock
+		// another Session holds on it, as they were
 		release = testdb.RawHold(t, k, "", busy)
 		defer release()
-		cctx, cancel := context.WithCancel(ctx)
-		time.AfterFunc(100*time.Millisecond, cancel)
-		err := r.Session(cctx, busy, func(context.Context) error { t.Error("fn called"); return nil }, append(opts, ormlock.WithWait(30*time.Second))...)
-		if !errors.Is(err, ormlock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
-			t.Fatalf("cancelled wait: %v, want ErrNotAcquired and context.Canceled", err)
+		holding, done := make(chan struct{}), make(chan struct{})
+		kept := make(chan error, 1)
+		go func() {
+			kept <- r.Session(ctx, other, func(fctx context.Context) error {
+				close(holding)
+				select {
+				case <-fctx.Done():
+					return context.Cause(fctx)
+				case <-done:
+					return nil
+				}
+			}, opts...)
+		}()
+		recv(t, holding, 10*time.Second, "the other Session holding")
+		for range 5 {
+			cctx, cancel := context.WithCancel(ctx)
+			time.AfterFunc(50*time.Millisecond, cancel)
+			err := r.Session(cctx, busy, func(context.Context) error { t.Error("fn called"); return nil }, append(opts, ormlock.WithWait(30*time.Second))...)
+			if !errors.Is(err, ormlock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+				t.Fatalf("cancelled wait: %v, want ErrNotAcquired and context.Canceled", err)
+			}
+		}
+		close(done)
+		if err := recv(t, kept, 5*time.Second, "the other Session's return"); err != nil {
+			t.Fatalf("Session on the same connection as cancelled waits: %v", err)
 		}
 	})
 }

@@ -200,15 +200,23 @@ func (o *Op) sharedTry(ctx context.Context, db *sql.DB, p *sharedPool) (*sharedC
 		p.unreserve(k)
 		return nil, false, err
 	}
+	// The try never waits on the server, so it is not cut by the caller's
+	// cancellation, which would break the connection under every other
+	// Session on it: it is bounded by the keepalive interval, and by
+	// endGrace once ctx has ended (a server that stopped answering).
 	var ok bool
 	err = c.run(func() error {
-		var err error
-		if o.Dialect == Postgres {
-			ok, err = pgTrySession(ctx, c.conn, o)
-		} else if ok, err = MySQLGetLock(ctx, c.conn, o.mysql, 0); ok && err == nil {
-			o.mysqlRecordOwner(ctx, c.conn)
-		}
-		return err
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.Cfg.Keepalive)
+		defer cancel()
+		return withinGrace(ctx, cancel, func() error {
+			var err error
+			if o.Dialect == Postgres {
+				ok, err = pgTrySession(sctx, c.conn, o)
+			} else if ok, err = MySQLGetLock(sctx, c.conn, o.mysql, 0); ok && err == nil {
+				o.mysqlRecordOwner(sctx, c.conn)
+			}
+			return err
+		})
 	})
 	if err != nil {
 		p.kill(c, err, nil)
