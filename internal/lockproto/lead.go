@@ -53,6 +53,19 @@ const (
 // by fn's return or ctx's end; a campaign's wait that ran out is
 // not_acquired.
 func (o *Op) Lead(ctx context.Context, db *sql.DB, fn func(ctx context.Context) error) error {
+	return o.Campaign(ctx, func(ctx context.Context, term *Op, fn func(ctx context.Context) error) error {
+		if err := term.CheckServer(ctx, db); err != nil {
+			return err
+		}
+		return term.Session(ctx, db, fn)
+	}, fn)
+}
+
+// Campaign is Lead's loop for an adapter whose Session is not
+// [Op.Session] on a *sql.DB (a pgx pool): session runs one term, a Session
+// of term (a fresh Op per term, carrying the campaign's wait) that calls fn
+// while the lock is held, after any per-attempt check.
+func (o *Op) Campaign(ctx context.Context, session func(ctx context.Context, term *Op, fn func(ctx context.Context) error) error, fn func(ctx context.Context) error) error {
 	backoff := leadBackoffMin
 	for {
 		if ctx.Err() != nil {
@@ -64,15 +77,12 @@ func (o *Op) Lead(ctx context.Context, db *sql.DB, fn func(ctx context.Context) 
 		}
 		var elected, deposed bool
 		start := time.Now()
-		err = term.CheckServer(ctx, db)
-		if err == nil {
-			err = term.Session(ctx, db, func(fctx context.Context) error {
-				elected = true
-				ferr := fn(fctx)
-				deposed = errors.Is(context.Cause(fctx), ormlock.ErrLockLost)
-				return ferr
-			})
-		}
+		err = session(ctx, term, func(fctx context.Context) error {
+			elected = true
+			ferr := fn(fctx)
+			deposed = errors.Is(context.Cause(fctx), ormlock.ErrLockLost)
+			return ferr
+		})
 		switch {
 		case ctx.Err() != nil:
 			return context.Cause(ctx)
