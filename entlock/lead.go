@@ -5,7 +5,6 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/keys"
-	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
 // Lead campaigns for the lock named by key and runs fn while this caller
@@ -23,18 +22,7 @@ import (
 func Lead[T TxLike, K ormlock.KeyType](ctx context.Context, x interface {
 	Tx(context.Context) (T, error)
 }, key K, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
-	k, err := check(ctx, "Lead", x, fn == nil, keys.Of(key), opts)
-	if err != nil {
-		return err
-	}
-	d, err := driverOf(ctx, "Lead", x)
-	if err != nil {
-		return err
-	}
-	if d.err != nil {
-		return d.err
-	}
-	op, err := lockproto.NewOp(d.dial, "Lead", k, d.cfg.With(opts...))
+	op, d, err := sessionOp(ctx, "Lead", x, keys.Of(key), fn == nil, opts)
 	if err != nil {
 		return err
 	}
