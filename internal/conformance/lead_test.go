@@ -262,14 +262,14 @@ func TestLeadConnectionErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { db.Close() })
-		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		err = a.on(t, k.Dialect(), db).(leader).Lead(ctx, "lead-conn", fn, ormlock.WithObserver(&ev))
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Lead on a refused connection: %v, want the context's deadline", err)
 		}
 		if n := ev.Count(ormlock.EventNotAcquired); n < 2 {
-			t.Errorf("%d failed attempts in 1.5s, want the campaign to retry (events %v)", n, ev.Kinds())
+			t.Errorf("%d failed attempts in 1s, want the campaign to retry (events %v)", n, ev.Kinds())
 		}
 
 		if k == testdb.PgBouncer {
