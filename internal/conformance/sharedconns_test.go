@@ -95,7 +95,8 @@ func TestSharedLockConns(t *testing.T) {
 			bound     = 2*keepalive + 3*time.Second
 		)
 		r, other := a.with(t, k), a.with(t, k)
-		opts := []ormlock.Option{ormlock.WithSharedLockConns(conns), ormlock.WithKeepalive(keepalive)}
+		owner := fmt.Sprintf("sh-owner-%s-%s", a.name, k)
+		opts := []ormlock.Option{ormlock.WithSharedLockConns(conns), ormlock.WithKeepalive(keepalive), ormlock.WithOwner(owner)}
 		names := make([]string, n)
 		for i := range names {
 			names[i] = fmt.Sprintf("sh-%s-%d", k, i)
@@ -161,6 +162,28 @@ func TestSharedLockConns(t *testing.T) {
 		}
 		if len(conn) > conns {
 			t.Fatalf("%d server connections hold the locks, want at most %d", len(conn), conns)
+		}
+		if k.Dialect() == "postgres" {
+			// the shared connections carry the owner as their
+			// application_name: pg_stat_activity counts them
+			var named int
+			if err := testdb.AdminDB(t, k).QueryRowContext(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", owner).Scan(&named); err != nil {
+				t.Fatal(err)
+			}
+			if named != len(conn) {
+				t.Errorf("pg_stat_activity shows %d connections named %q, want the %d lock connections", named, owner, len(conn))
+			}
+		} else {
+			var listed int
+			if err := testdb.AdminDB(t, k).QueryRowContext(ctx, "SELECT count(*) FROM information_schema.PROCESSLIST WHERE ID IN (SELECT DISTINCT IS_USED_LOCK(CONCAT(?, seq)) FROM seq_0_to_999)", "sh-"+string(k)+"-").Scan(&listed); err != nil {
+				t.Fatal(err)
+			}
+			if listed != len(conn) {
+				t.Errorf("information_schema.PROCESSLIST lists %d lock holders, want %d", listed, len(conn))
+			}
+		}
+		if h, err := r.Holder(ctx, names[2]); err != nil || h.Owner != owner && k.Dialect() == "postgres" {
+			t.Errorf("Holder(key 2) = %+v, %v; want owner %q", h, err, owner)
 		}
 		if st := r.Pool().Stats(); st.InUse > conns {
 			t.Errorf("pool has %d connections in use, want at most %d", st.InUse, conns)
