@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,7 +100,7 @@ func TestSharedLockConns(t *testing.T) {
 		opts := []ormlock.Option{ormlock.WithSharedLockConns(conns), ormlock.WithKeepalive(keepalive), ormlock.WithOwner(owner)}
 		names := make([]string, n)
 		for i := range names {
-			names[i] = fmt.Sprintf("sh-%s-%d", k, i)
+			names[i] = fmt.Sprintf("sh-%s-%s-%d", a.name, k, i)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
@@ -175,7 +176,7 @@ func TestSharedLockConns(t *testing.T) {
 			}
 		} else {
 			var listed int
-			if err := testdb.AdminDB(t, k).QueryRowContext(ctx, "SELECT count(*) FROM information_schema.PROCESSLIST WHERE ID IN (SELECT DISTINCT IS_USED_LOCK(CONCAT(?, seq)) FROM seq_0_to_999)", "sh-"+string(k)+"-").Scan(&listed); err != nil {
+			if err := testdb.AdminDB(t, k).QueryRowContext(ctx, "SELECT count(*) FROM information_schema.PROCESSLIST WHERE ID IN (SELECT DISTINCT IS_USED_LOCK(CONCAT(?, seq)) FROM seq_0_to_999)", "sh-"+a.name+"-"+string(k)+"-").Scan(&listed); err != nil {
 				t.Fatal(err)
 			}
 			if listed != len(conn) {
@@ -235,6 +236,9 @@ func TestSharedLockConns(t *testing.T) {
 			}
 			if !errors.Is(got.err, ormlock.ErrLockLost) {
 				t.Fatalf("Session %d on the killed connection: %v, want ErrLockLost", got.i, got.err)
+			}
+			if n := strings.Count(got.err.Error(), "ormlock: "); n != 1 {
+				t.Fatalf("error says \"ormlock: \" %d times: %v", n, got.err)
 			}
 			delete(want, got.i)
 		}

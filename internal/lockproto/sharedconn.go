@@ -31,10 +31,11 @@ import (
 //     sharedRetryMin and doubles up to the keepalive, never a server-side
 //     wait, which would stall the connection's other locks.
 //   - Keepalive: one "SELECT 1" per connection per interval (the shortest
-//     of its Sessions'). Session-level locks end only with their
-//     connection, so a live connection holds every lock it took. When a
-//     check or any statement on it fails, the connection is destroyed and
-//     every Session it carried is cancelled with cause ormlock.ErrLockLost.
+//     of its Sessions'), bounded by sharedTryTimeout. Session-level locks
+//     end only with their connection, so a live connection holds every
+//     lock it took. When a check or any statement on it fails, the
+//     connection is destroyed and every Session it carried is cancelled
+//     with cause ormlock.ErrLockLost.
 //   - A connection whose last Session ended goes back to the pool (MySQL:
 //     its wait_timeout set back first).
 //   - PostgreSQL behind a transaction-mode pooler has no session-level
@@ -146,7 +147,7 @@ func (o *Op) sharedSession(ctx context.Context, db *sql.DB, fn func(ctx context.
 		}
 		p.leave(c, o.lockKey())
 		if lostErr != nil {
-			lerr := fmt.Errorf("%w: %q: %w", ormlock.ErrLockLost, o.Key.String(), lostErr)
+			lerr := errs.Join(fmt.Errorf("%w: %q", ormlock.ErrLockLost, o.Key.String()), lostErr)
 			err = errs.Join(lerr, err)
 		}
 	}()
@@ -202,11 +203,11 @@ func (o *Op) sharedTry(ctx context.Context, db *sql.DB, p *sharedPool) (*sharedC
 	}
 	// The try never waits on the server, so it is not cut by the caller's
 	// cancellation, which would break the connection under every other
-	// Session on it: it is bounded by the keepalive interval, and by
-	// endGrace once ctx has ended (a server that stopped answering).
+	// Session on it: it is bounded by sharedTryTimeout, and by endGrace
+	// once ctx has ended (a server that stopped answering).
 	var ok bool
 	err = c.run(func() error {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.Cfg.Keepalive)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sharedTryTimeout(o.Cfg.Keepalive))
 		defer cancel()
 		return withinGrace(ctx, cancel, func() error {
 			var err error
@@ -226,6 +227,15 @@ func (o *Op) sharedTry(ctx context.Context, db *sql.DB, p *sharedPool) (*sharedC
 		return nil, false, err
 	}
 	return c, true, nil
+}
+
+// sharedTryTimeout bounds one statement on a shared connection (a
+// try-lock, a keepalive check): two keepalive intervals, and never under
+// 2 s, since a statement that times out costs every lock on the
+// connection (a server slow under load is not a dead one). A connection
+// that died fails at once, whatever the bound.
+func sharedTryTimeout(keepalive time.Duration) time.Duration {
+	return max(2*keepalive, 2*time.Second)
 }
 
 func pgTrySession(ctx context.Context, q Querier, o *Op) (bool, error) {
@@ -397,7 +407,7 @@ func (p *sharedPool) keepalive(c *sharedConn) {
 		case <-t.C:
 		}
 		err := c.run(func() error {
-			ctx, cancel := context.WithTimeout(context.Background(), every)
+			ctx, cancel := context.WithTimeout(context.Background(), sharedTryTimeout(every))
 			defer cancel()
 			return PGPing(ctx, c.conn)
 		})
