@@ -292,3 +292,41 @@ func TestLeadConnectionErrors(t *testing.T) {
 		t.Log(err)
 	})
 }
+
+// A restarted server deposes the leader; the campaign retries while the
+// server is down and the replica leads again once it is back.
+func TestLeadServerRestart(t *testing.T) {
+	for _, k := range []testdb.Kind{testdb.Postgres, testdb.MariaDB} {
+		t.Run(string(k), func(t *testing.T) {
+			srv := testdb.Start(t, k)
+			db, err := sql.Open(k.Driver(), srv.DSN())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+			l := adapters[0].on(t, k.Dialect(), db).(leader)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			terms := make(chan error, 4)
+			done := make(chan error, 1)
+			go func() {
+				done <- l.Lead(ctx, "lead-restart", func(fctx context.Context) error {
+					terms <- nil
+					<-fctx.Done()
+					terms <- context.Cause(fctx)
+					return fctx.Err()
+				}, ormlock.WithKeepalive(200*time.Millisecond))
+			}()
+			recv(t, terms, 15*time.Second, "first term")
+			srv.Restart(t)
+			if cause := recv(t, terms, 15*time.Second, "deposition by the restart"); !errors.Is(cause, ormlock.ErrLockLost) {
+				t.Fatalf("cause after the restart = %v, want ErrLockLost", cause)
+			}
+			recv(t, terms, 30*time.Second, "a term after the restart")
+			cancel()
+			if err := recv(t, done, 15*time.Second, "Lead's return"); !errors.Is(err, context.Canceled) {
+				t.Fatalf("Lead = %v, want context.Canceled", err)
+			}
+		})
+	}
+}
