@@ -265,7 +265,7 @@ func TestSharedLockConnsRefusedBehindPooler(t *testing.T) {
 		t.Run(a.name, func(t *testing.T) {
 			k := testdb.PgBouncer
 			r := a.with(t, k)
-			l := r.(leader)
+			l := leaderOf(t, a, r)
 			ctx := context.Background()
 			key := "sh-refused-" + a.name
 			fn := func(context.Context) error { t.Error("fn called behind a pooler"); return nil }
