@@ -60,6 +60,15 @@ type HolderInfo struct {
 	// Application is PostgreSQL's application_name; always "" on
 	// MySQL/MariaDB.
 	Application string
+	// Owner names the holder as it named itself with [WithOwner], for a
+	// Session or a Lead: on PostgreSQL the lock connection's
+	// application_name, which such a holder sets to its owner (at most 63
+	// bytes of it) for as long as it holds the lock, so another holder's
+	// application_name shows here too; on MySQL/MariaDB, whose
+	// PROCESSLIST has no such column, the row the holder wrote for its
+	// connection and lock in the owners table (see docs/PROTOCOL.md,
+	// Lead), or "" when there is none.
+	Owner string
 	// ClientAddr is the holder's client address: PostgreSQL's
 	// client_addr:client_port ("" for a Unix socket), MySQL's HOST
 	// ("host:port"). Behind PgBouncer it is PgBouncer's address.
@@ -158,6 +167,9 @@ func (h HolderInfo) format(maxQuery int) string {
 	}
 	field("user", cut(h.User, maxField))
 	field("application", cut(h.Application, maxField))
+	if h.Owner != h.Application {
+		field("owner", cut(h.Owner, maxField))
+	}
 	field("client", cut(h.ClientAddr, maxField))
 	field("database", cut(h.Database, maxField))
 	field("mode", cut(h.Mode, maxField))

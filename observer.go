@@ -40,7 +40,8 @@ func (k EventKind) String() string {
 // Event describes one thing that happened to a lock.
 type Event struct {
 	Kind EventKind
-	// Verb is "Transaction", "Session" or "RunOnce".
+	// Verb is "Transaction", "Session", "RunOnce" or "Lead" (whose
+	// acquired is elected and lock_lost deposed).
 	Verb string
 	// Dialect is "postgres" or "mysql".
 	Dialect string

@@ -112,3 +112,26 @@ func WithTxOptions(o *sql.TxOptions) Option { return func(c *config.Config) { c.
 // transaction, and the row is then marked "done" or "failed". The default is
 // off: the ledger row and fn's work commit together.
 func WithClaim() Option { return func(c *config.Config) { c.Claim = true } }
+
+// WithSharedLockConns makes a Session or Lead hold its lock on one of at
+// most n lock connections that the Sessions and Leads of this process
+// asking for it share per pool, instead of a connection of its own: 1,000
+// held locks cost n server connections. Each still releases only its own
+// key and learns of a lost connection within its keepalive (every Session
+// on a connection that dies is cancelled with [ErrLockLost]); a wait for a
+// held key is a try-lock repeated with a backoff capped at the keepalive.
+// It needs session-level locks: direct PostgreSQL (with the pgx driver,
+// which tells a pooler apart) or MySQL/MariaDB; behind a transaction-mode
+// pooler such as PgBouncer the verb returns [ErrUnsupportedDialect] before
+// anything is taken. Transaction and RunOnce ignore it. The default is 0:
+// a lock connection per Session. See docs/PROTOCOL.md (Shared lock
+// connections).
+func WithSharedLockConns(n int) Option {
+	return func(c *config.Config) {
+		if n < 1 {
+			c.Fail(fmt.Errorf("%w: WithSharedLockConns: n must be at least 1, got %d", ErrInvalidArgument, n))
+			return
+		}
+		c.SharedConns = n
+	}
+}

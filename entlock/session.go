@@ -19,18 +19,7 @@ import (
 func Session[T TxLike, K ormlock.KeyType](ctx context.Context, x interface {
 	Tx(context.Context) (T, error)
 }, key K, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
-	k, err := check(ctx, "Session", x, fn == nil, keys.Of(key), opts)
-	if err != nil {
-		return err
-	}
-	d, err := driverOf(ctx, "Session", x)
-	if err != nil {
-		return err
-	}
-	if d.err != nil {
-		return d.err
-	}
-	op, err := lockproto.NewOp(d.dial, "Session", k, d.cfg.With(opts...))
+	op, d, err := sessionOp(ctx, "Session", x, keys.Of(key), fn == nil, opts)
 	if err != nil {
 		return err
 	}
@@ -38,6 +27,29 @@ func Session[T TxLike, K ormlock.KeyType](ctx context.Context, x interface {
 		return err
 	}
 	return op.Session(ctx, d.db, fn)
+}
+
+// sessionOp validates a Session-like call (Session, Lead) and builds its Op
+// on the Driver under x.
+func sessionOp[T TxLike](ctx context.Context, verb string, x interface {
+	Tx(context.Context) (T, error)
+}, key ormlock.Key, nilFn bool, opts []ormlock.Option) (*lockproto.Op, *Driver, error) {
+	k, err := check(ctx, verb, x, nilFn, key, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	d, err := driverOf(ctx, verb, x)
+	if err != nil {
+		return nil, nil, err
+	}
+	if d.err != nil {
+		return nil, nil, d.err
+	}
+	op, err := lockproto.NewOp(d.dial, verb, k, d.cfg.With(opts...))
+	if err != nil {
+		return nil, nil, err
+	}
+	return op, d, nil
 }
 
 // driverOf returns x itself when it is a *Driver, else asks x's Tx method for

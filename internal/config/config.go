@@ -54,6 +54,10 @@ type Config struct {
 	// slots (ormlock.WithCatchUp); a zero window means none.
 	CatchUpWindow time.Duration
 	CatchUpPolicy CatchUpPolicy
+	// SharedConns is the most lock connections the Sessions and Leads that
+	// ask for it share per pool (ormlock.WithSharedLockConns); 0: a
+	// connection of its own per Session.
+	SharedConns int
 
 	err error
 }

@@ -67,7 +67,11 @@ func LookupHolder(ctx context.Context, q Querier, op *Op) (ormlock.HolderInfo, e
 	case Postgres:
 		return pgHolder(ctx, q, op.pg)
 	case MySQL:
-		return mysqlHolder(ctx, q, op.mysql)
+		h, err := mysqlHolder(ctx, q, op.mysql)
+		if err == nil && h.Held {
+			h.Owner, err = op.mysqlOwner(ctx, q, h.PID)
+		}
+		return h, err
 	}
 	return ormlock.HolderInfo{}, fmt.Errorf("%w: dialect %d", ormlock.ErrUnsupportedDialect, op.Dialect)
 }
@@ -98,6 +102,7 @@ func pgHolder(ctx context.Context, q Querier, k keys.PostgresKey) (ormlock.Holde
 		return ormlock.HolderInfo{Dialect: h.Dialect, Lock: h.Lock, Waiters: h.Waiters}, nil
 	}
 	h.Held = true
+	h.Owner = h.Application
 	if backendStart.Valid {
 		h.ConnStart = backendStart.Time
 	}

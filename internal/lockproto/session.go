@@ -80,6 +80,9 @@ type sessionHold struct {
 //
 // The pinned connection counts against db's MaxOpenConns while fn runs.
 func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Context) error) (err error) {
+	if o.Cfg.SharedConns > 0 {
+		return o.sharedSession(ctx, db, fn) // sharedconn.go
+	}
 	if err := o.CheckFence(db); err != nil {
 		return err
 	}
@@ -195,6 +198,11 @@ func (o *Op) holdPostgres(ctx context.Context, db *sql.DB, conn *sql.Conn) (*ses
 			return nil, err
 		}
 	}
+	if err := o.pgSetOwner(ctx, lk.tx); err != nil {
+		err = o.failed(ctx, err)
+		lk.drop(ctx, err)
+		return nil, err
+	}
 	every := o.Cfg.Keepalive
 	if idle > 0 && every > idle/3 {
 		every = max(idle/3, time.Millisecond)
@@ -220,6 +228,7 @@ func (o *Op) holdMySQL(ctx context.Context, conn *sql.Conn) (*sessionHold, error
 		o.dropUnlocked(conn, err)
 		return nil, err
 	}
+	o.mysqlRecordOwner(ctx, conn)
 	name := o.mysql
 	return &sessionHold{
 		ping: func(ctx context.Context) error { return MySQLHeld(ctx, conn, name) },

@@ -1,0 +1,43 @@
+package gormlock
+
+import (
+	"context"
+	"fmt"
+
+	"gorm.io/gorm"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/keys"
+	"github.com/ormlock/ormlock/internal/lockproto"
+)
+
+// Lead campaigns for the lock named by key and runs fn while this caller
+// leads: it waits for the lock as a [Session] does (on the server, asking
+// again when a wait runs out, retrying after connection errors with a
+// bounded backoff), then calls fn with a ctx that is cancelled with cause
+// [ormlock.ErrLockLost] when leadership is lost. When fn returns by itself,
+// the lock is released and Lead returns fn's error (nil: resigned); after a
+// loss, Lead waits for fn to return and campaigns again. Lead returns the
+// context's cause when db's context (db.WithContext) ends. With
+// [ormlock.WithFencing] every term gets a greater token
+// ([ormlock.FencingToken]); [ormlock.WithOwner] names this replica for
+// [Holder]. An invalid key or option, an unsupported dialect or a refused
+// login is returned at once. See docs/PROTOCOL.md (Lead).
+func Lead[K ormlock.KeyType](db *gorm.DB, key K, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
+	if fn == nil {
+		return fmt.Errorf("%w: gormlock.Lead: nil fn", ormlock.ErrInvalidArgument)
+	}
+	c := new(call)
+	if err := c.init(db, "Lead", keys.Of(key), opts); err != nil {
+		// the server check at the end of init may have failed on a
+		// connection error, which the campaign retries
+		if c.op == nil || lockproto.Permanent(err) {
+			return err
+		}
+	}
+	sqlDB, err := primarySQL(c.db)
+	if err != nil {
+		return err
+	}
+	return c.op.Lead(c.ctx, sqlDB, fn)
+}

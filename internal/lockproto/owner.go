@@ -1,0 +1,127 @@
+package lockproto
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/errs"
+)
+
+// The owner of a held lock (ormlock.WithOwner), where the server can show it
+// to ormlock.HolderInfo.Owner.
+//
+// PostgreSQL: a Session's (and a Lead's) lock transaction sets its
+// application_name to the owner with SET LOCAL, so pg_stat_activity shows
+// it for as long as the lock is held, and the ROLLBACK that releases the
+// lock restores the connection's own name. PostgreSQL keeps at most 63
+// bytes of it (NAMEDATALEN - 1); a longer owner is cut at a character
+// boundary. The statement has no arguments: it goes by the simple protocol
+// and leaves no portal (hence no snapshot) open on the idle transaction.
+
+// pgMaxAppName is the longest application_name PostgreSQL keeps, in bytes.
+const pgMaxAppName = 63
+
+// pgOwnerSQL is the statement that names owner as the lock transaction's
+// application_name: a string literal, quoted as standard_conforming_strings
+// (on since PostgreSQL 9.1) reads it.
+func pgOwnerSQL(owner string) string {
+	if len(owner) > pgMaxAppName {
+		n := pgMaxAppName
+		for n > 0 && !utf8.RuneStart(owner[n]) {
+			n--
+		}
+		owner = owner[:n]
+	}
+	return "SET LOCAL application_name = '" + strings.ReplaceAll(owner, "'", "''") + "'"
+}
+
+// pgSetOwner names o's owner on the lock transaction q (nothing without
+// WithOwner).
+func (o *Op) pgSetOwner(ctx context.Context, q Querier) error {
+	if o.Cfg.Owner == "" {
+		return nil
+	}
+	if _, err := q.ExecContext(ctx, pgOwnerSQL(o.Cfg.Owner)); err != nil {
+		return errs.Wrap(err, "set application_name to the owner")
+	}
+	return nil
+}
+
+// MySQL/MariaDB: PROCESSLIST carries no application name, so a Lead with
+// WithOwner, once elected, writes a row naming itself in the owners table
+// (the ledger table's name + OwnersTableSuffix, created on first use):
+//
+//	REPLACE INTO t (lock_name, owner, conn_id, since) VALUES (?, ?, CONNECTION_ID(), NOW(6))
+//
+// in a transaction of its own on the lock connection (so it is committed
+// whatever the session's autocommit): three round trips per term. A row
+// names the connection that wrote it, so the holder lookup reads it only
+// for the connection that holds the lock now; a deposed leader's row is
+// simply overwritten by the next. The row is best effort: a server that
+// refuses it (no CREATE or INSERT privilege) leaves Owner empty and the
+// lock as it is. Sessions do not write it (their WithOwner may be the
+// ledger's owner, set as a default, and must not create a table).
+
+// OwnersTableSuffix is appended to the ledger table's name to name the
+// MySQL/MariaDB owners table.
+const OwnersTableSuffix = "_owners"
+
+func mysqlOwnersTable(ledger string) string { return "`" + ledger + OwnersTableSuffix + "`" }
+
+// mysqlRecordOwner writes the owner row of a Lead's term on its lock
+// connection conn, creating the table when it is missing; errors are
+// ignored (see above).
+func (o *Op) mysqlRecordOwner(ctx context.Context, conn *sql.Conn) {
+	if o.Cfg.Owner == "" || o.Verb != "Lead" || validIdent(o.Cfg.LedgerTable+OwnersTableSuffix) != nil {
+		return
+	}
+	t := mysqlOwnersTable(o.Cfg.LedgerTable)
+	write := func() error {
+		tx, err := conn.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, "REPLACE INTO "+t+" (lock_name, owner, conn_id, since) VALUES (?, ?, CONNECTION_ID(), NOW(6))", o.mysql, o.Cfg.Owner); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		return tx.Commit()
+	}
+	if err := write(); isMySQLErrno(err, 1146) {
+		if _, err := conn.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS "+t+` (
+	lock_name VARBINARY(192) NOT NULL PRIMARY KEY,
+	owner     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+	conn_id   BIGINT UNSIGNED NOT NULL,
+	since     DATETIME(6) NOT NULL
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`); err == nil {
+			_ = write()
+		}
+	}
+}
+
+// mysqlOwner reads the owner row of the lock's holder, connection id, in
+// the owners table of o's ledger table; "" when there is none (no row, no
+// table).
+func (o *Op) mysqlOwner(ctx context.Context, q Querier, id int64) (string, error) {
+	if validIdent(o.Cfg.LedgerTable+OwnersTableSuffix) != nil {
+		return "", nil
+	}
+	var owner string
+	err := q.QueryRowContext(ctx, "SELECT owner FROM "+mysqlOwnersTable(o.Cfg.LedgerTable)+" WHERE lock_name = ? AND conn_id = ?", o.mysql, id).Scan(&owner)
+	switch {
+	case err == nil:
+		return owner, nil
+	case errors.Is(err, sql.ErrNoRows), isMySQLErrno(err, 1146):
+		return "", nil
+	}
+	return "", errs.Wrap(err, "read the lock's owner row")
+}
+
+func validIdent(s string) error {
+	return config.ValidIdentifier(ormlock.ErrInvalidArgument, "table", s)
+}
