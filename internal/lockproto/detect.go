@@ -76,6 +76,48 @@ func (o *Op) CheckServerOn(ctx context.Context, db *sql.DB, q CheckQuerier) erro
 	if _, ok := genuine.Load(wp); ok {
 		return nil
 	}
+	if q != CheckQuerier(db) {
+		// q is the caller's own transaction or connection: waiting for a
+		// check on another connection of db could wait for q itself.
+		return o.checkServer(ctx, db, wp, q)
+	}
+	// One check at a time per pool: the first calls on a cold pool (a
+	// service that starts 1,000 Sessions at once) would otherwise each take
+	// a connection to ask the same question. The others wait for its answer;
+	// a refusal or an error is not shared, so each of them then asks itself.
+	c := &inflightCheck{done: make(chan struct{})}
+	if v, loaded := checking.LoadOrStore(wp, c); loaded {
+		other := v.(*inflightCheck)
+		select {
+		case <-other.done:
+			if other.err == nil {
+				return nil
+			}
+		case <-ctx.Done():
+			return o.Abandon(ctx, context.Cause(ctx))
+		}
+		return o.checkServer(ctx, db, wp, q)
+	}
+	defer func() {
+		checking.Delete(wp)
+		close(c.done)
+	}()
+	c.err = o.checkServer(ctx, db, wp, q)
+	return c.err
+}
+
+// inflightCheck is the check of one pool that is running: done is closed
+// when err holds its outcome.
+type inflightCheck struct {
+	done chan struct{}
+	err  error
+}
+
+// checking holds the checks that are running.
+var checking sync.Map // weak.Pointer[sql.DB] -> *inflightCheck
+
+// checkServer asks db's server through q and caches a genuine answer.
+func (o *Op) checkServer(ctx context.Context, db *sql.DB, wp weak.Pointer[sql.DB], q CheckQuerier) error {
 	var (
 		verdict func() error
 		err     error

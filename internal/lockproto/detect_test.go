@@ -110,6 +110,46 @@ func TestCheckServer(t *testing.T) {
 	}
 }
 
+// The first calls on a cold pool share one check: 200 callers at once open
+// one connection between them, not one each (a service starting hundreds of
+// Sessions at once would otherwise hit the server's connection limit).
+func TestCheckServerOncePerPool(t *testing.T) {
+	for _, k := range testdb.Kinds() {
+		t.Run(string(k), func(t *testing.T) {
+			d := lockproto.Postgres
+			if k.Dialect() == "mysql" {
+				d = lockproto.MySQL
+			}
+			op, err := lockproto.NewOp(d, "Session", ormlock.Name("check-once-"+string(k)), config.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			db := testdb.Open(t, k)
+			db.SetMaxIdleConns(500) // every connection opened stays to be counted
+			start := make(chan struct{})
+			errc := make(chan error, 200)
+			for range 200 {
+				go func() {
+					<-start
+					errc <- op.CheckServer(context.Background(), db)
+				}()
+			}
+			close(start)
+			for range 200 {
+				if err := <-errc; err != nil {
+					t.Fatalf("CheckServer: %v", err)
+				}
+			}
+			if n := db.Stats().MaxOpenConnections; n != 0 {
+				t.Fatalf("pool limit %d, want none for this test", n)
+			}
+			if opened := db.Stats().OpenConnections; opened > 1 {
+				t.Fatalf("%d connections opened by 200 concurrent first checks, want 1", opened)
+			}
+		})
+	}
+}
+
 // BenchmarkCheckServerCached is the cost a verb pays on every call after
 // the first on a pool: a look-up keyed by a weak pointer to the pool.
 func BenchmarkCheckServerCached(b *testing.B) {
