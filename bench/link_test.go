@@ -36,13 +36,15 @@ var linkContenders = map[string]string{
 var linkRatios = [][2]string{
 	{"gormlock", "hand-written"}, {"entlock", "hand-written"},
 	{"gormlock", "gorm-tx"}, {"entlock", "ent-tx"},
+	{"entlock-ctx", "hand-written"}, {"entlock-ctx", "ent-tx"},
 }
 
 // BenchmarkInterleavedLink compares, on loopback and through a simulated
 // network link (bench.Link: an in-process TCP proxy adding -link-delay, by
 // default 250 µs, each way to every connection), the hand-written
 // protocol, gormlock.Transaction, entlock.Transaction and plain GORM and ent
-// transactions, with 1 and 8 goroutines, on PostgreSQL directly, behind
+// transactions, and entlock.Transaction on a context that can end
+// (entlock-ctx), with 1 and 8 goroutines, on PostgreSQL directly, behind
 // PgBouncer, and MariaDB (driver defaults, and interpolateParams=true).
 //
 // One iteration runs one step of each contender in an order rotated per
@@ -114,6 +116,21 @@ func interleaveSteps(b *testing.B, tg target, bt bench.Target, workers int, link
 		for w := range workers {
 			attempts[i] = append(attempts[i], in.Bind(uniq(fmt.Sprintf("%s-%s-%d", b.Name(), names[i], w)), func() {}))
 		}
+	}
+	// entlock-ctx: entlock.Transaction on a context that can end (never
+	// cancelled here), which bounds the release (MySQL/MariaDB: the COMMIT
+	// and RELEASE_LOCK under a deadline) and makes the drivers watch it.
+	cctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if i := slices.Index(names, "entlock"); i >= 0 {
+		var ws []bench.Attempt
+		for w := range workers {
+			a := ins[i].Bind(uniq(fmt.Sprintf("%s-entlock-ctx-%d", b.Name(), w)), func() {})
+			ws = append(ws, func(context.Context) (bool, error) { return a(cctx) })
+		}
+		names = append(names, "entlock-ctx")
+		ins = append(ins, ins[i])
+		attempts = append(attempts, ws)
 	}
 	ctx := context.Background()
 	// Persistent goroutines, started once: a step hands each its contender
