@@ -33,8 +33,9 @@ import (
 //	cd bench && ORMLOCK_SCALE=1 go test -count=1 -timeout 60m -v -run 'TestScale' .
 //
 // ORMLOCK_SCALE_ROWS sets the big ledger's rows (default 1,000,000; the
-// fence table's rows are the same), ORMLOCK_SCALE_KEYS the distinct keys
-// of TestScaleKeys (default 100,000).
+// fence table's rows are the same), ORMLOCK_SCALE_PRUNE_ROWS how many of
+// them TestScaleLedger prunes (default a quarter), ORMLOCK_SCALE_KEYS the
+// distinct keys of TestScaleKeys (default 100,000).
 
 func scaleOn(t *testing.T) {
 	t.Helper()
@@ -92,8 +93,8 @@ func scaleTable(t *testing.T, gdb *gorm.DB, tag string) string {
 	return name
 }
 
-// Ledger layout of the scale tests: scaleJobs jobs in two namespaces (''
-// and 'tenant'), one slot an hour from scaleEpoch, every status (mostly
+// Ledger layout of the scale tests: scaleJobs jobs in two namespaces (the
+// empty one and 'tenant'), one slot an hour from scaleEpoch, every status (mostly
 // 'done', 1 in 97 'failed', 1 in 1009 'running'). 1,000,000 rows are 1,000
 // hours of slots per job; 10,000,000 rows, 10,000 hours (a year and two
 // months).
@@ -181,9 +182,9 @@ func ratio(a, b []time.Duration) float64 { return float64(pct(a, 0.5)) / float64
 // a slot already done (what RunScheduled costs every instance that is not
 // first) on an empty ledger and on a ledger of ORMLOCK_SCALE_ROWS rows,
 // interleaved; Runs(job, 50) on the big ledger and on one of 100,000 rows of
-// the same layout, interleaved; then Prune of the oldest half of the big
-// ledger's empty namespace while RunOnce keeps running, against RunOnce
-// without it.
+// the same layout, interleaved; then Prune of the oldest rows of the big
+// ledger's empty namespace (ORMLOCK_SCALE_PRUNE_ROWS, by default a quarter
+// of the ledger) while RunOnce keeps running, against RunOnce without it.
 func TestScaleLedger(t *testing.T) {
 	scaleOn(t)
 	rows := scaleInt("ORMLOCK_SCALE_ROWS", 1_000_000)
@@ -238,9 +239,12 @@ func TestScaleLedger(t *testing.T) {
 			t.Logf("figure: %s: Runs(job, 50) p50 %v on 100,000 rows, %v on %d rows: %.2fx",
 				k, pct(lat[0], .5), pct(lat[1], .5), rows, ratio(lat[1], lat[0]))
 
-			// Prune the empty namespace's oldest half during RunOnce.
-			half := scaleEpoch.Add(time.Duration(rows/(2*scaleJobs)/2) * time.Hour)
-			olderThan := time.Since(half)
+			// Prune the empty namespace's oldest ORMLOCK_SCALE_PRUNE_ROWS
+			// rows (default a quarter of the ledger: half of the namespace)
+			// during RunOnce; the namespace has scaleJobs rows an hour.
+			pruneRows := scaleInt("ORMLOCK_SCALE_PRUNE_ROWS", rows/4)
+			cut := scaleEpoch.Add(time.Duration(pruneRows/scaleJobs) * time.Hour)
+			olderThan := time.Since(cut)
 			base := next.Add(30 * 24 * time.Hour) // after the 1,500 minutes of the interleaved runs
 			var (
 				during []time.Duration
