@@ -294,6 +294,28 @@ func TestScaleLedger(t *testing.T) {
 			t.Logf("figure: %s: Prune of %d rows of %d in %v (%.0f rows/s, batches of %d); RunOnce during it: %d runs, p50 %v p99 %v; after it: p50 %v p99 %v",
 				k, pruned, rows, ptook.Round(time.Millisecond), float64(pruned)/ptook.Seconds(), 1000, len(during),
 				pct(during, .5), pct(during, .99), pct(without, .5), pct(without, .99))
+
+			if os.Getenv("ORMLOCK_SCALE_PRUNE_INDEX") == "" {
+				return
+			}
+			// The same Prune again (the next pruneRows rows) with an index
+			// on (namespace, slot), which the ledger does not have.
+			idx := "CREATE INDEX " + big + "_ns_slot ON " + big + " (namespace, slot)"
+			t0 := time.Now()
+			if _, err := sdb.Exec(idx); err != nil {
+				t.Fatal(err)
+			}
+			analyze(t, sdb, k, big)
+			itook := time.Since(t0)
+			cut = cut.Add(time.Duration(pruneRows/scaleJobs) * time.Hour)
+			t0 = time.Now()
+			n, err := gormlock.Prune(gdb, time.Since(cut), ormlock.WithLedgerTable(big))
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := time.Since(t0)
+			t.Logf("figure: %s: with an index on (namespace, slot) (created in %v): Prune of the next %d rows in %v (%.0f rows/s)",
+				k, itook.Round(time.Millisecond), n, d.Round(time.Millisecond), float64(n)/d.Seconds())
 		})
 	}
 }
