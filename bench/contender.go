@@ -60,6 +60,7 @@ const (
 	CLease           = "lease table (INSERT/DELETE)"
 	CRedisLock       = "bsm/redislock"
 	CGormNoLock      = "GORM tx, no lock (reference)"
+	CEntNoLock       = "ent tx, no lock (reference)"
 )
 
 func onSQL(d Dialect) bool   { return d == Postgres || d == MySQL }
@@ -75,6 +76,7 @@ func Contenders() []Contender {
 		{Name: CLease, On: onSQL, Open: openLease},
 		{Name: CRedisLock, On: onRedis, Open: openRedisLock},
 		{Name: CGormNoLock, Reference: true, On: onSQL, Open: openGormNoLock},
+		{Name: CEntNoLock, Reference: true, On: onSQL, Open: openEntNoLock},
 	}
 }
 

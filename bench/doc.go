@@ -8,8 +8,8 @@
 //   - a lease table in the style of gocron-gorm-lock (INSERT a row with a
 //     unique name to take the lock, DELETE it to release);
 //   - bsm/redislock on a loopback Redis;
-//   - a plain GORM transaction that takes no lock, as a reference for what
-//     GORM itself costs.
+//   - a plain GORM transaction and a plain ent transaction that take no
+//     lock, as references for what each stack itself costs.
 //
 // The databases ([Target]) are PostgreSQL directly, PostgreSQL behind
 // PgBouncer in transaction mode, and MariaDB with and without the driver's
@@ -23,6 +23,10 @@
 // 50th and 99th percentile latency of an attempt, and heap allocations per
 // attempt (runtime.MemStats.Mallocs over the measured window, divided by the
 // attempts).
+//
+// With a [Link] (an in-process TCP proxy adding a fixed delay each way),
+// every connection crosses a simulated network instead of loopback, where
+// round trips, not the server's or the client's CPU, decide.
 //
 // The full comparison is the command in cmd/ormlockbench (make bench); the
 // BenchmarkXxx functions of this package give the core comparisons in the

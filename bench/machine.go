@@ -23,6 +23,9 @@ type Machine struct {
 	Servers map[string]string
 	// LoadBefore and LoadAfter are /proc/loadavg at the start and end.
 	LoadBefore, LoadAfter string
+	// Link describes the simulated network link every SQL connection went
+	// through, with its measured round trip; empty for loopback.
+	Link string
 	// Date is when the run started.
 	Date time.Time
 }

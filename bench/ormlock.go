@@ -189,3 +189,29 @@ func (e entTx) Bind(key string, crit func()) Attempt {
 		return outcome(entlock.Transaction(ctx, client, key, fn))
 	}
 }
+
+// ---- plain ent transaction, no lock (reference) ----
+
+type entNoLock struct{ entTx }
+
+func openEntNoLock(ctx context.Context, t Target, conns int) (Instance, error) {
+	i, err := openEntTransaction(ctx, t, conns)
+	if err != nil {
+		return nil, err
+	}
+	return entNoLock{i.(entTx)}, nil
+}
+
+// Bind is client.Tx and Commit with nothing in between: what the same ent
+// stack costs without a lock.
+func (e entNoLock) Bind(_ string, crit func()) Attempt {
+	client := e.client
+	return func(ctx context.Context) (bool, error) {
+		tx, err := client.Tx(ctx)
+		if err != nil {
+			return false, err
+		}
+		crit()
+		return true, tx.Commit()
+	}
+}

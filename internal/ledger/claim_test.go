@@ -78,6 +78,13 @@ var errAnswerLost = errors.New("connection reset: the answer was lost")
 // know.
 func lostAnswerDB(t *testing.T, k testdb.Kind, prefix string) *sql.DB {
 	t.Helper()
+	return wrappedDB(t, k, &lossy{prefix: prefix})
+}
+
+// wrappedDB opens a pool on k's server whose connections go through l
+// (l.Connector is set here).
+func wrappedDB(t *testing.T, k testdb.Kind, l *lossy) *sql.DB {
+	t.Helper()
 	base, err := sql.Open(k.Driver(), testdb.DSN(t, k))
 	if err != nil {
 		t.Fatal(err)
@@ -91,7 +98,7 @@ func lostAnswerDB(t *testing.T, k testdb.Kind, prefix string) *sql.DB {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &lossy{Connector: c, prefix: prefix}
+	l.Connector = c
 	db := sql.OpenDB(l)
 	t.Cleanup(func() { _ = db.Close() })
 	return db
@@ -99,8 +106,17 @@ func lostAnswerDB(t *testing.T, k testdb.Kind, prefix string) *sql.DB {
 
 type lossy struct {
 	driver.Connector
-	prefix string
+	prefix string // "" loses nothing
 	lost   atomic.Bool
+	// seen, when set, is called with every statement run and its
+	// arguments (the plan test records the ledger's statements with it).
+	seen func(query string, args []driver.NamedValue)
+}
+
+func (l *lossy) saw(query string, args []driver.NamedValue) {
+	if l.seen != nil {
+		l.seen(query, args)
+	}
 }
 
 func (l *lossy) Connect(ctx context.Context) (driver.Conn, error) {
@@ -113,7 +129,7 @@ func (l *lossy) Connect(ctx context.Context) (driver.Conn, error) {
 
 // lose reports whether query's answer is the one to lose.
 func (l *lossy) lose(query string) bool {
-	return strings.HasPrefix(strings.TrimSpace(query), l.prefix) && l.lost.CompareAndSwap(false, true)
+	return l.prefix != "" && strings.HasPrefix(strings.TrimSpace(query), l.prefix) && l.lost.CompareAndSwap(false, true)
 }
 
 // lossyConn forwards to the driver's connection, which implements the
@@ -124,6 +140,7 @@ type lossyConn struct {
 }
 
 func (c *lossyConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	c.l.saw(query, args)
 	res, err := c.Conn.(driver.ExecerContext).ExecContext(ctx, query, args)
 	if err == nil && c.l.lose(query) {
 		return nil, errAnswerLost
@@ -132,6 +149,7 @@ func (c *lossyConn) ExecContext(ctx context.Context, query string, args []driver
 }
 
 func (c *lossyConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	c.l.saw(query, args)
 	rows, err := c.Conn.(driver.QueryerContext).QueryContext(ctx, query, args)
 	if err == nil && c.l.lose(query) {
 		dest := make([]driver.Value, len(rows.Columns()))
@@ -164,6 +182,7 @@ type lossyStmt struct {
 }
 
 func (s *lossyStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
+	s.l.saw(s.query, args)
 	res, err := s.Stmt.(driver.StmtExecContext).ExecContext(ctx, args)
 	if err == nil && s.l.lose(s.query) {
 		return nil, errAnswerLost
@@ -172,6 +191,7 @@ func (s *lossyStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (
 }
 
 func (s *lossyStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
+	s.l.saw(s.query, args)
 	return s.Stmt.(driver.StmtQueryContext).QueryContext(ctx, args)
 }
 

@@ -6,6 +6,9 @@
 //	make bench
 //	cd bench && go run ./cmd/ormlockbench -png ../docs/bench.png
 //
+// With -link 250us every SQL connection goes through an in-process TCP proxy
+// that delays each chunk by 250 µs each way (bench.Link), as over a network.
+//
 // Flags set the measured time per cell, the rounds it is split into, the
 // chart's path, and, instead of starting a server, the DSN or address of an
 // existing one.
@@ -45,6 +48,7 @@ func run() error {
 	redisAddr := flag.String("redis", "", "Redis host:port to use instead of starting redis-server")
 	onlyTargets := flag.String("targets", "", "comma-separated database names to run (default: all), e.g. PostgreSQL,MariaDB+interp")
 	onlyContenders := flag.String("contenders", "", "comma-separated substrings of contender names to run (default: all), e.g. gormlock,hand-written")
+	link := flag.Duration("link", 0, "route every SQL connection through an in-process TCP proxy that adds this delay each way (e.g. 250us: a simulated network link); 0 is loopback")
 	flag.Parse()
 	if *command == "" {
 		*command = "go run ./cmd/ormlockbench " + strings.Join(os.Args[1:], " ")
@@ -122,6 +126,20 @@ func run() error {
 		func(c bench.Contender, f string) bool { return strings.Contains(c.Name, f) })
 	if len(targets) == 0 || len(contenders) == 0 {
 		return errors.New("no database or no contender left by -targets / -contenders")
+	}
+	if *link > 0 {
+		rtt, err := bench.MeasureLinkRTT(*link, 500)
+		if err != nil {
+			return fmt.Errorf("measure the link: %w", err)
+		}
+		m.Link = rtt.String()
+		links := bench.NewLinks(*link)
+		defer links.Close()
+		for i := range targets {
+			if targets[i], err = links.Route(targets[i]); err != nil {
+				return err
+			}
+		}
 	}
 	for _, t := range targets {
 		v, err := t.ServerVersion(ctx)
