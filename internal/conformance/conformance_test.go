@@ -72,6 +72,7 @@ type adapter struct {
 var adapters = []adapter{
 	{"gormlock", openGorm, gormWith, gormOnPool},
 	{"entlock", openEnt, entWith, entOnPool},
+	{"sqllock", openSQL, sqlWith, sqlOnPool},
 }
 
 // ---- gormlock ----
