@@ -40,9 +40,12 @@ func ExampleRunOnce() {
 	if err := sqllock.Migrate(ctx, db); err != nil { // once, at start-up
 		panic(err)
 	}
-	slot := ormlock.Every(time.Hour, time.UTC).Slot(time.Now())
-	err := sqllock.RunOnce(ctx, db, "hourly-report", slot, func(ctx context.Context, tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, "INSERT INTO reports (hour) VALUES ($1)", slot)
+	hourly, err := ormlock.Every(time.Hour, time.UTC)
+	if err != nil {
+		panic(err)
+	}
+	err = sqllock.RunScheduled(ctx, db, "hourly-report", hourly, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, "INSERT INTO reports (made) VALUES (now())")
 		return err
 	})
 	if errors.Is(err, ormlock.ErrAlreadyDone) {
