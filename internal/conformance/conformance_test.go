@@ -73,6 +73,7 @@ var adapters = []adapter{
 	{"gormlock", openGorm, gormWith, gormOnPool},
 	{"entlock", openEnt, entWith, entOnPool},
 	{"sqllock", openSQL, sqlWith, sqlOnPool},
+	{"pgxlock", openPgx, pgxWith, pgxOnPool},
 }
 
 // ---- gormlock ----

@@ -24,8 +24,11 @@ import (
 // on, its dialect, and the adapter's package name for error texts
 // ("sqllock", "pgxlock").
 type Pool struct {
-	Pkg     string
-	DB      *sql.DB
+	Pkg string
+	DB  *sql.DB
+	// Key, when set, is the *sql.DB under which what the protocol learns
+	// of the server is cached, when DB lives for one call only (pgxlock).
+	Key     *sql.DB
 	Dialect lockproto.Dialect
 	// NeedSQLTx asks BeginLocked for a *sql.Tx (BEGIN through
 	// database/sql, then the lock) rather than the one-message path.
@@ -57,7 +60,11 @@ func (p Pool) op(ctx context.Context, verb string, k ormlock.Key, cfg config.Con
 	}
 	op.NeedSQLTx = p.NeedSQLTx
 	op.SplitTx = p.SplitTx
-	if err := op.CheckServer(ctx, p.DB); err != nil {
+	key := p.Key
+	if key == nil {
+		key = p.DB
+	}
+	if err := op.CheckServerOn(ctx, key, p.DB); err != nil {
 		return nil, err
 	}
 	return op, nil
