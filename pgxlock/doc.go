@@ -49,12 +49,15 @@
 // # Behind PgBouncer
 //
 // In transaction mode, the lock needs nothing of the pooler: its message is
-// one simple-protocol query. fn's own statements follow the pool's
-// default_query_exec_mode: with PgBouncer before 1.21 (or without
-// max_prepared_statements) use simple_protocol, exec or describe_exec;
-// cache_statement and cache_describe (pgx's default) name prepared
-// statements on a server connection that the next transaction may not get,
-// and need PgBouncer 1.21 or later with max_prepared_statements set.
+// one simple-protocol query. The protocol's other statements (the server
+// check, the ledger, fencing) and fn's follow the pool's
+// default_query_exec_mode: with PgBouncer 1.18 to 1.20 (or without
+// max_prepared_statements) use simple_protocol or exec (tested);
+// describe_exec (an unnamed statement described in one sync and run in the
+// next, which outside a transaction may meet another server connection),
+// cache_describe and cache_statement (pgx's default: named statements on a
+// server connection the next transaction may not get) need PgBouncer 1.21
+// or later with max_prepared_statements set.
 //
 // # How it reaches the protocol
 //

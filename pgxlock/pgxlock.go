@@ -34,7 +34,7 @@ func Transaction[K ormlock.KeyType](ctx context.Context, pool *pgxpool.Pool, key
 		return err
 	}
 	defer done()
-	return ended(p.Transaction(ctx, keys.Of(key), cfg, locked(fn)))
+	return notPostgres(ended(p.Transaction(ctx, keys.Of(key), cfg, locked(fn))))
 }
 
 // locked hands fn a pgx.Tx on the locked transaction.
@@ -77,7 +77,7 @@ func Session[K ormlock.KeyType](ctx context.Context, pool *pgxpool.Pool, key K, 
 		return err
 	}
 	defer done()
-	return p.Session(ctx, keys.Of(key), cfg, fn)
+	return notPostgres(p.Session(ctx, keys.Of(key), cfg, fn))
 }
 
 // RunOnce runs fn at most once per (job, slot) across every instance that
@@ -94,9 +94,9 @@ func RunOnce(ctx context.Context, pool *pgxpool.Pool, job string, slot time.Time
 		return err
 	}
 	defer done()
-	return ended(p.RunOnce(ctx, job, slot, cfg, locked(fn), func(lctx context.Context) error {
+	return notPostgres(ended(p.RunOnce(ctx, job, slot, cfg, locked(fn), func(lctx context.Context) error {
 		return claimed(lctx, pool, cfg.TxOptions, fn)
-	}))
+	})))
 }
 
 // RunScheduled is [RunOnce] for the slot of schedule at the current time.
@@ -117,7 +117,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, opts ...ormlock.Option) er
 		return err
 	}
 	defer done()
-	return p.Migrate(ctx, cfg)
+	return notPostgres(p.Migrate(ctx, cfg))
 }
 
 // Holder asks the server who holds the lock named by key.
@@ -127,7 +127,8 @@ func Holder[K ormlock.KeyType](ctx context.Context, pool *pgxpool.Pool, key K, o
 		return ormlock.HolderInfo{}, err
 	}
 	defer done()
-	return p.Holder(ctx, keys.Of(key), cfg)
+	h, err := p.Holder(ctx, keys.Of(key), cfg)
+	return h, notPostgres(err)
 }
 
 // Runs returns the last limit runs of job from the ledger table, newest
@@ -138,7 +139,8 @@ func Runs(ctx context.Context, pool *pgxpool.Pool, job string, limit int, opts .
 		return nil, err
 	}
 	defer done()
-	return p.Runs(ctx, job, limit, cfg)
+	rs, err := p.Runs(ctx, job, limit, cfg)
+	return rs, notPostgres(err)
 }
 
 // Prune deletes the ledger's finished runs whose slot is older than
@@ -149,7 +151,8 @@ func Prune(ctx context.Context, pool *pgxpool.Pool, olderThan time.Duration, opt
 		return 0, err
 	}
 	defer done()
-	return p.Prune(ctx, olderThan, cfg)
+	n, err := p.Prune(ctx, olderThan, cfg)
+	return n, notPostgres(err)
 }
 
 // claimed runs fn in a transaction of its own on pool (RunOnce's claim

@@ -3,17 +3,21 @@ package pgxlock
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"weak"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/dbverbs"
+	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
@@ -61,4 +65,16 @@ func open(ctx context.Context, verb string, pool *pgxpool.Pool, nilFn bool, opts
 	db.SetMaxOpenConns(int(pool.Config().MaxConns))
 	p := dbverbs.Pool{Pkg: "pgxlock", DB: db, Key: keyOf(pool), Dialect: lockproto.Postgres, SplitTx: splitTx}
 	return p, cfg, func() { _ = db.Close() }, nil
+}
+
+// notPostgres names a server that answered the connection in another
+// protocol than PostgreSQL's (a MySQL/MariaDB server sends a handshake of
+// its own first) with ormlock.ErrUnsupportedDialect; other errors are
+// returned as they are.
+func notPostgres(err error) error {
+	var ce *pgconn.ConnectError
+	if err == nil || !errors.As(err, &ce) || !strings.Contains(ce.Error(), "unexpected message") {
+		return err
+	}
+	return errs.Join(fmt.Errorf("%w: pgxlock is PostgreSQL only, and the server did not answer in PostgreSQL's protocol (a MySQL/MariaDB server takes sqllock)", ormlock.ErrUnsupportedDialect), err)
 }

@@ -49,8 +49,8 @@ func dialectOf(ctx context.Context, verb string, db *sql.DB) (lockproto.Dialect,
 	}
 	d, err := probe(ctx, db)
 	if err != nil {
-		return 0, fmt.Errorf("%w: sqllock.%s: driver %T is not one ormlock knows (pgx's stdlib, lib/pq, go-sql-driver/mysql), and asking the server failed: %w",
-			ormlock.ErrUnsupportedDialect, verb, drv, err)
+		return 0, errs.Join(fmt.Errorf("%w: sqllock.%s: driver %T is not one ormlock knows (pgx's stdlib, lib/pq, go-sql-driver/mysql), and asking the server which it is failed",
+			ormlock.ErrUnsupportedDialect, verb, drv), err)
 	}
 	if d == 0 {
 		return 0, fmt.Errorf("%w: sqllock.%s: driver %T is not one ormlock knows (pgx's stdlib, lib/pq, go-sql-driver/mysql), and its server is neither PostgreSQL nor MySQL/MariaDB",

@@ -76,7 +76,7 @@ func TestUnknownDriver(t *testing.T) {
 		t.Error("fn called")
 		return nil
 	})
-	if !errors.Is(err, ormlock.ErrUnsupportedDialect) || !strings.Contains(err.Error(), "sqllock_test.noServer") {
+	if !errors.Is(err, ormlock.ErrUnsupportedDialect) || !strings.Contains(err.Error(), "sqllock_test.noServer") || strings.Count(err.Error(), "ormlock: ") != 1 {
 		t.Fatalf("err = %v, want ErrUnsupportedDialect naming the driver", err)
 	}
 }
