@@ -24,7 +24,7 @@ import (
 // protocol three. GORM's PrepareStmt fallback is gormlock's own test;
 // sqllock's database/sql BEGIN is sqlBeginRoundTrips.
 func TestTransactionRoundTrips(t *testing.T) {
-	forEachPostgres(t, func(t *testing.T, a adapter, k testdb.Kind) {
+	forEachPostgresInTurn(t, func(t *testing.T, a adapter, k testdb.Kind) {
 		sl := stmtlog.Start(t, k)
 		db := sl.Open(t)
 		enttest.Migrate(t, k)
