@@ -212,3 +212,34 @@ func TestBadInput(t *testing.T) {
 		}
 	}
 }
+
+// pgx's large-object API works on the locked transaction.
+func TestLargeObjects(t *testing.T) {
+	pool := newPool(t, testdb.Postgres, "", 2)
+	ctx := context.Background()
+	err := pgxlock.Transaction(ctx, pool, "pgxlock-lo", func(ctx context.Context, tx pgx.Tx) error {
+		lo := tx.LargeObjects()
+		oid, err := lo.Create(ctx, 0)
+		if err != nil {
+			return err
+		}
+		obj, err := lo.Open(ctx, oid, pgx.LargeObjectModeWrite|pgx.LargeObjectModeRead)
+		if err != nil {
+			return err
+		}
+		if _, err := obj.Write([]byte("locked")); err != nil {
+			return err
+		}
+		if _, err := obj.Seek(0, 0); err != nil {
+			return err
+		}
+		buf := make([]byte, 6)
+		if _, err := obj.Read(buf); err != nil || string(buf) != "locked" {
+			return fmt.Errorf("read %q, %v", buf, err)
+		}
+		return lo.Unlink(ctx, oid)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
