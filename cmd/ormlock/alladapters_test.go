@@ -34,9 +34,11 @@ type way struct {
 
 // A key held through any of gormlock, entlock, sqllock, pgxlock
 // (PostgreSQL), the ormlock command or the documented raw SQL excludes all
-// the others, on every server.
+// the others, on every server. The kinds run in parallel: each has a
+// database of its own.
 func TestEveryWayExcludesEveryOther(t *testing.T) {
 	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+		t.Parallel()
 		ways := goWays(t, k)
 		ways["raw SQL"] = way{
 			hold: func(t *testing.T, key string, body func()) {
