@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/dbverbs"
 	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/keys"
@@ -94,6 +95,10 @@ func RunOnce(ctx context.Context, pool *pgxpool.Pool, job string, slot time.Time
 		return err
 	}
 	defer done()
+	return runOnce(ctx, p, pool, job, slot, cfg, fn)
+}
+
+func runOnce(ctx context.Context, p dbverbs.Pool, pool *pgxpool.Pool, job string, slot time.Time, cfg config.Config, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	return notPostgres(ended(p.RunOnce(ctx, job, slot, cfg, locked(fn), func(lctx context.Context) error {
 		return claimed(lctx, pool, cfg.TxOptions, fn)
 	})))
@@ -101,11 +106,15 @@ func RunOnce(ctx context.Context, pool *pgxpool.Pool, job string, slot time.Time
 
 // RunScheduled is [RunOnce] for the slot of schedule at the current time.
 func RunScheduled(ctx context.Context, pool *pgxpool.Pool, job string, schedule ormlock.Schedule, fn func(ctx context.Context, tx pgx.Tx) error, opts ...ormlock.Option) error {
-	slot, err := dbverbs.Slot("pgxlock", schedule)
+	if err := dbverbs.CheckSchedule("pgxlock", schedule); err != nil {
+		return err
+	}
+	p, cfg, done, err := open(ctx, "RunScheduled", pool, fn == nil, opts)
 	if err != nil {
 		return err
 	}
-	return RunOnce(ctx, pool, job, slot, fn, opts...)
+	defer done()
+	return p.RunScheduled(schedule, func(slot time.Time) error { return runOnce(ctx, p, pool, job, slot, cfg, fn) })
 }
 
 // Migrate creates the ledger table (and the fencing table) of RunOnce and

@@ -70,8 +70,12 @@ func RunOnce(ctx context.Context, db *sql.DB, job string, slot time.Time, fn fun
 	if err != nil {
 		return err
 	}
+	return runOnce(ctx, p, job, slot, cfg, fn)
+}
+
+func runOnce(ctx context.Context, p dbverbs.Pool, job string, slot time.Time, cfg config.Config, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	return p.RunOnce(ctx, job, slot, cfg, locked(fn), func(lctx context.Context) error {
-		return claimed(lctx, db, cfg.TxOptions, fn)
+		return claimed(lctx, p.DB, cfg.TxOptions, fn)
 	})
 }
 
@@ -101,11 +105,14 @@ func claimed(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(ctx c
 
 // RunScheduled is [RunOnce] for the slot of schedule at the current time.
 func RunScheduled(ctx context.Context, db *sql.DB, job string, schedule ormlock.Schedule, fn func(ctx context.Context, tx *sql.Tx) error, opts ...ormlock.Option) error {
-	slot, err := dbverbs.Slot("sqllock", schedule)
+	if err := dbverbs.CheckSchedule("sqllock", schedule); err != nil {
+		return err
+	}
+	p, cfg, err := pool(ctx, "RunScheduled", db, fn == nil, opts)
 	if err != nil {
 		return err
 	}
-	return RunOnce(ctx, db, job, slot, fn, opts...)
+	return p.RunScheduled(schedule, func(slot time.Time) error { return runOnce(ctx, p, job, slot, cfg, fn) })
 }
 
 // Migrate creates the ledger table (and the fencing table) of RunOnce and

@@ -144,13 +144,18 @@ func (p Pool) RunOnce(ctx context.Context, job string, slot time.Time, cfg confi
 	})
 }
 
-// Slot is the slot of schedule at the current time, or an error for a nil
-// schedule.
-func Slot(pkg string, schedule ormlock.Schedule) (time.Time, error) {
+// CheckSchedule refuses a nil schedule, before the pool is looked at.
+func CheckSchedule(pkg string, schedule ormlock.Schedule) error {
 	if schedule == nil {
-		return time.Time{}, fmt.Errorf("%w: %s.RunScheduled: nil schedule", ormlock.ErrInvalidArgument, pkg)
+		return fmt.Errorf("%w: %s.RunScheduled: nil schedule", ormlock.ErrInvalidArgument, pkg)
 	}
-	return schedule.Slot(time.Now()), nil
+	return nil
+}
+
+// RunScheduled runs run (the adapter's RunOnce on this pool) for the slot
+// of schedule (checked by CheckSchedule) at the current time.
+func (p Pool) RunScheduled(schedule ormlock.Schedule, run func(slot time.Time) error) error {
+	return run(schedule.Slot(time.Now()))
 }
 
 // Migrate creates or upgrades the ledger table, under the migration lock.
