@@ -27,12 +27,16 @@
 //
 // # sqlx and bun
 //
-// Both keep a *sql.DB: pass it, and wrap the *sql.Tx fn gets if fn wants
-// the library's own transaction type. sqlx (sqlx.DB embeds *sql.DB):
+// Both keep a *sql.DB: pass it, and use the library's helpers on the
+// *sql.Tx fn gets. sqlx (sqlx.DB embeds *sql.DB):
 //
-//	err := sqllock.Transaction(ctx, xdb.DB, "rebuild-index", func(ctx context.Context, tx *sql.Tx) error {
-//		xtx := &sqlx.Tx{Tx: tx, Mapper: xdb.Mapper} // sqlx's helpers on the same transaction
-//		return rebuild(ctx, xtx)
+//	err := sqllock.Transaction(ctx, xdb.DB, "dispatch", func(ctx context.Context, tx *sql.Tx) error {
+//		rows, err := tx.QueryContext(ctx, xdb.Rebind("SELECT * FROM jobs WHERE state = ?"), "ready")
+//		if err != nil {
+//			return err
+//		}
+//		var jobs []Job
+//		return sqlx.StructScan(rows, &jobs) // sqlx's mapping on the locked transaction's rows
 //	})
 //
 // bun (bun.DB embeds *sql.DB):
