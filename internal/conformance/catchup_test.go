@@ -17,13 +17,18 @@ import (
 )
 
 // slotOf is the slot fn runs for, as fn reads it: ormlock.Slot on a
-// gormlock tx's context, entlock.Slot on an ent tx.
+// gormlock tx's context, entlock.Slot on an ent tx, ormlock.Slot on fn's
+// ctx for sqllock and pgxlock.
 func slotOf(tx txn) (time.Time, bool) {
 	switch tx := tx.(type) {
 	case gormTx:
 		return ormlock.Slot(tx.tx.Statement.Context)
 	case entTx:
 		return entlock.Slot(tx.tx)
+	case sqlTx:
+		return ormlock.Slot(tx.ctx)
+	case pgxTx:
+		return ormlock.Slot(tx.ctx)
 	}
 	return time.Time{}, false
 }

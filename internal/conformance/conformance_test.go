@@ -72,6 +72,8 @@ type adapter struct {
 var adapters = []adapter{
 	{"gormlock", openGorm, gormWith, gormOnPool},
 	{"entlock", openEnt, entWith, entOnPool},
+	{"sqllock", openSQL, sqlWith, sqlOnPool},
+	{"pgxlock", openPgx, pgxWith, pgxOnPool},
 }
 
 // ---- gormlock ----
@@ -195,20 +197,39 @@ func keyOf(key any) ormlock.Key {
 	panic(fmt.Sprintf("key of type %T", key))
 }
 
-// forEach runs f for every adapter on every server kind.
+// forEach runs f for every adapter on every server kind. The kinds of one
+// adapter run in parallel: each has a database of its own, whose leak check
+// does not see the others'; the adapters run one after the other.
 func forEach(t *testing.T, f func(t *testing.T, a adapter, k testdb.Kind)) {
+	t.Helper()
+	forKinds(t, testdb.Kinds(), f)
+}
+
+// forEachPostgres runs f for every adapter on PostgreSQL and PgBouncer, as
+// forEach does.
+func forEachPostgres(t *testing.T, f func(t *testing.T, a adapter, k testdb.Kind)) {
+	t.Helper()
+	forKinds(t, []testdb.Kind{testdb.Postgres, testdb.PgBouncer}, f)
+}
+
+func forKinds(t *testing.T, kinds []testdb.Kind, f func(t *testing.T, a adapter, k testdb.Kind)) {
 	t.Helper()
 	for _, a := range adapters {
 		t.Run(a.name, func(t *testing.T) {
-			for _, k := range testdb.Kinds() {
-				t.Run(string(k), func(t *testing.T) { f(t, a, k) })
+			for _, k := range kinds {
+				t.Run(string(k), func(t *testing.T) {
+					t.Parallel()
+					f(t, a, k)
+				})
 			}
 		})
 	}
 }
 
-// forEachPostgres runs f for every adapter on PostgreSQL and PgBouncer.
-func forEachPostgres(t *testing.T, f func(t *testing.T, a adapter, k testdb.Kind)) {
+// forEachPostgresInTurn is forEachPostgres one case after the other, for a
+// test that changes a setting of the PostgreSQL server both kinds reach
+// (the statement log).
+func forEachPostgresInTurn(t *testing.T, f func(t *testing.T, a adapter, k testdb.Kind)) {
 	t.Helper()
 	for _, a := range adapters {
 		for _, k := range []testdb.Kind{testdb.Postgres, testdb.PgBouncer} {

@@ -21,9 +21,10 @@ import (
 // does (BEGIN with the lock, COMMIT), a loser two (BEGIN with the lock,
 // ROLLBACK), Session's set-up one (BEGIN, transaction_timeout off, the lock
 // and the idle timeout read together) and its release one, the hand-written
-// protocol three. GORM's PrepareStmt fallback is gormlock's own test.
+// protocol three. GORM's PrepareStmt fallback is gormlock's own test;
+// sqllock's database/sql BEGIN is sqlBeginRoundTrips.
 func TestTransactionRoundTrips(t *testing.T) {
-	forEachPostgres(t, func(t *testing.T, a adapter, k testdb.Kind) {
+	forEachPostgresInTurn(t, func(t *testing.T, a adapter, k testdb.Kind) {
 		sl := stmtlog.Start(t, k)
 		db := sl.Open(t)
 		enttest.Migrate(t, k)
@@ -66,13 +67,14 @@ func TestTransactionRoundTrips(t *testing.T) {
 			"Transaction (wait), loser":          2,
 			"hand-written, loser":                3,
 		}
+		sqlBeginRoundTrips(a, want)
 		for c, lines := range counts {
 			t.Logf("%s: %d round trips: %q", c, len(lines), lines)
 			if len(lines) != want[c] {
 				t.Errorf("%s: %d statements in the server log, want %d: %q", c, len(lines), want[c], lines)
 			}
 		}
-		if first := counts["Transaction"]; len(first) > 0 && !(strings.Contains(first[0], "BEGIN") && strings.Contains(first[0], "pg_try_advisory_xact_lock")) {
+		if first := counts["Transaction"]; a.name != "sqllock" && len(first) > 0 && !(strings.Contains(first[0], "BEGIN") && strings.Contains(first[0], "pg_try_advisory_xact_lock")) {
 			t.Errorf("BEGIN and the lock are not one message: %q", first)
 		}
 	})

@@ -47,10 +47,10 @@ var (
 )
 
 // claimInTx reports whether the adapter runs a claim-mode fn in a
-// transaction of its own (entlock) rather than outside any transaction
-// (gormlock): whether fn's writes are visible while it runs, and whether
-// they survive fn's failure.
-func claimInTx(a adapter) bool { return a.name == "entlock" }
+// transaction of its own (entlock, sqllock, pgxlock) rather than outside
+// any transaction (gormlock): whether fn's writes are visible while it
+// runs, and whether they survive fn's failure.
+func claimInTx(a adapter) bool { return a.name != "gormlock" }
 
 func (g gormLocker) RunOnce(ctx context.Context, job string, slot time.Time, fn func(txn) error, opts ...ormlock.Option) error {
 	return gormlock.RunOnce(g.db.WithContext(ctx), job, slot, gormFn(fn), opts...)

@@ -229,10 +229,11 @@ func (o *Op) beginSplit(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*
 	// fn's, takes the snapshot, after the lock was granted.
 	txCtx, txCancel := txContext(ctx)
 	stop := bound(ctx, txCancel)
-	tx, err := db.BeginTx(txCtx, opts)
+	tx, err := o.beginSplitTx(txCtx, db, opts)
 	if stopped := stop(); err == nil && !stopped {
 		// ctx ended as BEGIN returned: database/sql is rolling tx back
 		err = ctx.Err()
+		o.dropSplitTx(tx)
 		tx = nil
 	}
 	if err != nil {

@@ -2,6 +2,7 @@ package lockproto
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,6 +28,9 @@ type Op struct {
 	// *ConnTx (BEGIN and the lock in one message): GORM's PrepareStmt
 	// caches statements per *sql.Tx.
 	NeedSQLTx bool
+	// SplitTx, when set, begins fn's transaction of the split protocol
+	// in place of db.BeginTx (see splittx.go).
+	SplitTx func(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (TxConn, error)
 	// Job is the RunOnce job the lock is for ("" for other verbs); events
 	// carry it, so that an observer can label them by job rather than by
 	// key, which differs per slot.

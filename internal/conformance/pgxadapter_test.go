@@ -1,0 +1,266 @@
+package conformance_test
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/enttest"
+	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/pgxlock"
+)
+
+// ---- pgxlock ----
+
+// pgxLocker is pgxlock on a *pgxpool.Pool; opts are the defaults it adds
+// to every call.
+type pgxLocker struct {
+	pools *pgxPools
+	opts  []ormlock.Option
+}
+
+// pgxPools gives a pgxLocker its pool, and the suite a database/sql view of
+// it (Pool) that the suite's tests size as they size the other adapters'
+// pools: the view's SetMaxOpenConns(n) makes the locker's pool one of n
+// connections (the view's connections are that pool's).
+type pgxPools struct {
+	t   *testing.T
+	dsn string
+	db  *sql.DB // the view
+
+	mu    sync.Mutex
+	pools map[int32]*pgxpool.Pool // by MaxConns
+}
+
+// pgxTx is the pgx.Tx pgxlock hands fn, with fn's ctx.
+type pgxTx struct {
+	ctx context.Context
+	tx  pgx.Tx
+}
+
+var _ runner = pgxLocker{}
+
+func openPgx(t *testing.T, k testdb.Kind) locker {
+	t.Helper()
+	return pgxWith(t, k)
+}
+
+// pgxWith opens pgxlock on a new pool; pgxlock is PostgreSQL only, so the
+// MariaDB cases of the suite are skipped for it.
+func pgxWith(t *testing.T, k testdb.Kind, opts ...ormlock.Option) runner {
+	t.Helper()
+	if k.Dialect() != "postgres" {
+		t.Skip("pgxlock is PostgreSQL only")
+	}
+	enttest.Migrate(t, k)
+	ps := newPgxPools(t, testdb.DSN(t, k))
+	t.Cleanup(func() { testdb.AssertNoLeaks(t, k, ps.db) })
+	return pgxLocker{ps, opts}
+}
+
+// newPgxPools opens the view of a pgxPools on dsn; its pools open on first
+// use and close when the test ends, after a check that none of their
+// connections is still acquired.
+func newPgxPools(t *testing.T, dsn string) *pgxPools {
+	t.Helper()
+	ps := &pgxPools{t: t, dsn: dsn, pools: map[int32]*pgxpool.Pool{}}
+	ps.db = sql.OpenDB(pgxView{ps})
+	t.Cleanup(func() {
+		_ = ps.db.Close()
+		ps.mu.Lock()
+		defer ps.mu.Unlock()
+		for _, p := range ps.pools {
+			// a destroyed connection counts as acquired until pgxpool's
+			// destructor has closed it, in the background
+			for until := time.Now().Add(5 * time.Second); p.Stat().AcquiredConns() != 0 && time.Now().Before(until); {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if n := p.Stat().AcquiredConns(); n != 0 {
+				t.Errorf("pgxlock: %d connection(s) of the pool still acquired", n)
+			}
+			p.Close()
+		}
+	})
+	return ps
+}
+
+// pool returns the pool of the size the view was given (pgxPoolConns when
+// unbounded).
+func (ps *pgxPools) pool() *pgxpool.Pool {
+	n := int32(ps.db.Stats().MaxOpenConnections)
+	if n == 0 {
+		n = pgxPoolConns
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if p := ps.pools[n]; p != nil {
+		return p
+	}
+	cfg, err := pgxpool.ParseConfig(ps.dsn)
+	if err != nil {
+		panic(err) // the DSN was parsed before
+	}
+	cfg.MaxConns = n
+	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		panic(err)
+	}
+	ps.pools[n] = p
+	return p
+}
+
+// pgxView is the view's connector: each connection is one acquired from
+// the pool, released to it (never kept idle by database/sql) when the view
+// is done with it, so that the view's idle connection is the pool's.
+type pgxView struct{ ps *pgxPools }
+
+func (v pgxView) Connect(ctx context.Context) (driver.Conn, error) {
+	c, err := stdlib.GetPoolConnector(v.ps.pool()).Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return viewConn{c.(*stdlib.Conn)}, nil
+}
+
+func (v pgxView) Driver() driver.Driver { return stdlib.GetDefaultDriver() }
+
+// viewConn is a connection of the view: database/sql closes it (which
+// releases it to the pool) rather than keep it idle.
+type viewConn struct{ *stdlib.Conn }
+
+func (viewConn) IsValid() bool { return false }
+
+// pgxPoolConns is the size of the suite's pgx pools: database/sql's pools
+// of the other adapters are unbounded.
+const pgxPoolConns = 32
+
+// pgxOnPool opens pgxlock on a pool of its own to the server db reaches,
+// with db's DSN (read from the pgx driver's connector): only a pool of
+// pgx's database/sql driver can be followed so, and only PostgreSQL. The
+// suite's checks on db (Pool) see db itself.
+func pgxOnPool(t *testing.T, dialect string, db *sql.DB) runner {
+	t.Helper()
+	if dialect != "postgres" {
+		t.Skip("pgxlock is PostgreSQL only")
+	}
+	dsn, ok := pgxDSN(db)
+	if !ok {
+		t.Skipf("pgxlock works on pgx's own pool; this pool's driver is %T", db.Driver())
+	}
+	return pgxLocker{pools: newPgxPools(t, dsn)}
+}
+
+// pgxDSN returns the DSN a pool of pgx's database/sql driver was opened
+// with (sql.Open("pgx", dsn)), found by reflection: the suite's tests build
+// such pools, with settings (a frozen proxy, a default isolation level)
+// that pgxlock must then meet on its own pool.
+func pgxDSN(db *sql.DB) (string, bool) {
+	if _, ok := db.Driver().(*stdlib.Driver); !ok {
+		return "", false
+	}
+	c := reflect.ValueOf(db).Elem().FieldByName("connector")
+	if !c.IsValid() || c.Kind() != reflect.Interface || c.IsNil() {
+		return "", false
+	}
+	c = c.Elem()
+	for c.Kind() == reflect.Pointer {
+		c = c.Elem()
+	}
+	if c.Kind() != reflect.Struct {
+		return "", false
+	}
+	name := c.FieldByName("name")
+	if !name.IsValid() || name.Kind() != reflect.String {
+		return "", false
+	}
+	return name.String(), true
+}
+
+func (p pgxLocker) with(opts []ormlock.Option) []ormlock.Option {
+	if len(p.opts) == 0 {
+		return opts
+	}
+	return append(append([]ormlock.Option(nil), p.opts...), opts...)
+}
+
+// pgxFn adapts fn to pgxlock (nil stays nil, for the bad-input tests).
+func pgxFn(fn func(txn) error) func(context.Context, pgx.Tx) error {
+	if fn == nil {
+		return nil
+	}
+	return func(ctx context.Context, tx pgx.Tx) error { return fn(pgxTx{ctx, tx}) }
+}
+
+func (p pgxLocker) Transaction(ctx context.Context, key any, fn func(txn) error, opts ...ormlock.Option) error {
+	return pgxlock.Transaction(ctx, p.pools.pool(), keyOf(key), pgxFn(fn), p.with(opts)...)
+}
+
+func (p pgxLocker) Session(ctx context.Context, key any, fn func(context.Context) error, opts ...ormlock.Option) error {
+	return pgxlock.Session(ctx, p.pools.pool(), keyOf(key), fn, p.with(opts)...)
+}
+
+func (p pgxLocker) RunOnce(ctx context.Context, job string, slot time.Time, fn func(txn) error, opts ...ormlock.Option) error {
+	return pgxlock.RunOnce(ctx, p.pools.pool(), job, slot, pgxFn(fn), p.with(opts)...)
+}
+
+func (p pgxLocker) RunScheduled(ctx context.Context, job string, schedule ormlock.Schedule, fn func(txn) error, opts ...ormlock.Option) error {
+	return pgxlock.RunScheduled(ctx, p.pools.pool(), job, schedule, pgxFn(fn), p.with(opts)...)
+}
+
+func (p pgxLocker) Migrate(ctx context.Context, opts ...ormlock.Option) error {
+	return pgxlock.Migrate(ctx, p.pools.pool(), p.with(opts)...)
+}
+
+func (p pgxLocker) Runs(ctx context.Context, job string, limit int, opts ...ormlock.Option) ([]ormlock.Run, error) {
+	return pgxlock.Runs(ctx, p.pools.pool(), job, limit, p.with(opts)...)
+}
+
+func (p pgxLocker) Holder(ctx context.Context, key any, opts ...ormlock.Option) (ormlock.HolderInfo, error) {
+	return pgxlock.Holder(ctx, p.pools.pool(), keyOf(key), p.with(opts)...)
+}
+
+func (p pgxLocker) Pool() *sql.DB { return p.pools.db }
+
+func (p pgxLocker) Prune(ctx context.Context, olderThan time.Duration, opts ...ormlock.Option) (int64, error) {
+	return pgxlock.Prune(ctx, p.pools.pool(), olderThan, p.with(opts)...)
+}
+
+func (p pgxLocker) PlainTx(ctx context.Context) error {
+	tx, err := p.pools.pool().Begin(ctx)
+	if err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+func (p pgxTx) Insert(owner string, n int) error {
+	_, err := p.tx.Exec(p.ctx, insertItem("postgres"), owner, n)
+	return err
+}
+
+func (p pgxTx) Exec(query string, args ...any) error {
+	_, err := p.tx.Exec(p.ctx, query, args...)
+	return err
+}
+
+func (p pgxTx) QueryInt(query string) (n int64, err error) {
+	err = p.Scan(query, &n)
+	return n, err
+}
+
+func (p pgxTx) Scan(query string, dest ...any) error {
+	return p.tx.QueryRow(p.ctx, query).Scan(dest...)
+}
+
+func (p pgxTx) Context() context.Context { return p.ctx }
+
+func (p pgxTx) FencingToken() (int64, bool) { return ormlock.FencingToken(p.ctx) }

@@ -1,0 +1,70 @@
+// Package pgxlock takes ormlock's distributed locks (PostgreSQL advisory
+// locks) on pgx's own pool, *pgxpool.Pool, for programs on pgx or sqlc with
+// pgx: the same locks, keys, ledger and fencing tokens as gormlock, entlock
+// and sqllock, so a key excludes across all of them.
+//
+//	err := pgxlock.Transaction(ctx, pool, "daily-settlement", func(ctx context.Context, tx pgx.Tx) error {
+//		_, err := tx.Exec(ctx, "INSERT INTO settlements (day) VALUES ($1)", day)
+//		return err // or, with sqlc: queries.WithTx(tx).CreateSettlement(ctx, day)
+//	})
+//	switch {
+//	case errors.Is(err, ormlock.ErrNotAcquired):
+//		// another replica holds the lock: nothing to do
+//	case err != nil:
+//		return err
+//	}
+//
+// The verbs are sqllock's, with fn given a pgx.Tx: [Transaction],
+// [Session], [RunOnce] (with [Migrate], [Runs], [Prune], [RunScheduled])
+// and [Holder]. Options go with each call. fn's ctx carries the fencing
+// token ([ormlock.FencingToken], with [ormlock.WithFencing]), which
+// [CheckFenced] checks on pgx's CommandTag; a Session's and a claimed
+// RunOnce's ctx ends with cause [ormlock.ErrLockLost] when the lock is
+// lost. PostgreSQL only (and CockroachDB from v26.3, see
+// docs/COMPATIBILITY.md).
+//
+// # One message
+//
+// BEGIN and the lock travel as one simple-protocol message, so a locked
+// Transaction makes the round trips of a plain pool.Begin / Commit: two, a
+// loser two (BEGIN with the lock, ROLLBACK), with [ormlock.WithWait] too
+// (docs/PROTOCOL.md, Round trips). On a connection that reaches its backend
+// directly the try-once lock is a statement prepared once per connection;
+// behind a pooler it is sent as text.
+//
+// # The transaction fn gets
+//
+// tx runs on the pool connection that holds the lock: Exec, Query,
+// QueryRow, SendBatch, CopyFrom and Prepare are that connection's, and
+// tx.Begin opens a savepoint, as pgx's own transactions do. fn may end the
+// transaction itself with tx.Commit or tx.Rollback (then the lock is
+// released at once); otherwise it commits when fn returns nil and rolls
+// back when fn fails or panics. tx.LargeObjects costs one round trip on its
+// first call (pgx builds the large-object API only on a transaction of its
+// own: a savepoint). The transaction options are database/sql's
+// ([ormlock.WithTxOptions]): at REPEATABLE READ and SERIALIZABLE the lock is
+// held on a second connection of the pool (docs/PROTOCOL.md, Isolation
+// levels), so such a pool needs two connections.
+//
+// # Behind PgBouncer
+//
+// In transaction mode, the lock needs nothing of the pooler: its message is
+// one simple-protocol query. The protocol's other statements (the server
+// check, the ledger, fencing) and fn's follow the pool's
+// default_query_exec_mode: with PgBouncer 1.18 to 1.20 (or without
+// max_prepared_statements) use simple_protocol or exec (tested);
+// describe_exec (an unnamed statement described in one sync and run in the
+// next, which outside a transaction may meet another server connection),
+// cache_describe and cache_statement (pgx's default: named statements on a
+// server connection the next transaction may not get) need PgBouncer 1.21
+// or later with max_prepared_statements set.
+//
+// # How it reaches the protocol
+//
+// The protocol is written once, on database/sql (internal/lockproto).
+// pgxlock runs it, for the length of each call, on a *sql.DB over the pool
+// made by pgx's own database/sql driver (stdlib.OpenDBFromPool): every
+// connection it uses is acquired from the pool and released to it, which
+// destroys it unless it is idle outside any transaction. So a program on
+// pgxlock links database/sql and pgx's stdlib, and no other driver.
+package pgxlock

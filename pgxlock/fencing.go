@@ -1,0 +1,30 @@
+package pgxlock
+
+import (
+	"errors"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/ormlock/ormlock"
+)
+
+// CheckFenced is [ormlock.CheckFenced] for pgx: it checks the outcome of a
+// fenced write sent with Exec ("UPDATE t SET ..., fence = $1 WHERE id = $2
+// AND fence < $1"). It returns err when the statement failed, an error
+// wrapping [ormlock.ErrStaleToken] when no row was changed, and nil
+// otherwise. See docs/PROTOCOL.md (Fenced writes).
+//
+//	tok, _ := ormlock.FencingToken(ctx)
+//	err := pgxlock.CheckFenced(tx.Exec(ctx, "UPDATE accounts SET balance = $1, fence = $2 WHERE id = $3 AND fence < $2", b, tok, id))
+func CheckFenced(tag pgconn.CommandTag, err error) error {
+	return ormlock.CheckFenced(tagResult(tag), err)
+}
+
+// tagResult is a command tag as database/sql's Result.
+type tagResult pgconn.CommandTag
+
+func (r tagResult) LastInsertId() (int64, error) {
+	return 0, errors.New("ormlock: pgxlock: PostgreSQL has no last insert id")
+}
+
+func (r tagResult) RowsAffected() (int64, error) { return pgconn.CommandTag(r).RowsAffected(), nil }

@@ -1,0 +1,80 @@
+package pgxlock
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"weak"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/dbverbs"
+	"github.com/ormlock/ormlock/internal/errs"
+	"github.com/ormlock/ormlock/internal/lockproto"
+)
+
+// The protocol (internal/lockproto) runs on database/sql. pgxlock gives it,
+// for the length of one call, a *sql.DB over the pool through pgx's own
+// database/sql driver (stdlib.OpenDBFromPool): every connection it opens is
+// a connection acquired from the pool, and closing it releases that
+// connection to the pool, which destroys it if it is not idle outside any
+// transaction. The *sql.DB is closed when the call returns, so pgxlock
+// keeps no goroutine or connection of its own between calls; what the
+// protocol learns of the server once per pool (whether its locks are real)
+// is cached under a stand-in *sql.DB kept for the pool's lifetime.
+
+// poolKeys holds, per pool, the *sql.DB under which the protocol caches what
+// it learned of the pool's server (weakly: a pool that is garbage collected
+// leaves the map).
+var poolKeys sync.Map // weak.Pointer[pgxpool.Pool] -> *sql.DB
+
+// keyOf returns pool's stand-in *sql.DB (never opened: a cache key).
+func keyOf(pool *pgxpool.Pool) *sql.DB {
+	wp := weak.Make(pool)
+	if k, ok := poolKeys.Load(wp); ok {
+		return k.(*sql.DB)
+	}
+	k, loaded := poolKeys.LoadOrStore(wp, new(sql.DB))
+	if !loaded {
+		runtime.AddCleanup(pool, func(wp weak.Pointer[pgxpool.Pool]) { poolKeys.Delete(wp) }, wp)
+	}
+	return k.(*sql.DB)
+}
+
+// open checks a verb's arguments and returns the protocol's pool over pool,
+// and the function that closes it, to be called when the verb returns.
+func open(ctx context.Context, verb string, pool *pgxpool.Pool, nilFn bool, opts []ormlock.Option) (dbverbs.Pool, config.Config, func(), error) {
+	cfg, err := dbverbs.Check(ctx, "pgxlock", verb, "*pgxpool.Pool", pool == nil, opts)
+	if err != nil {
+		return dbverbs.Pool{}, cfg, nil, err
+	}
+	if nilFn {
+		return dbverbs.Pool{}, cfg, nil, fmt.Errorf("%w: pgxlock.%s: nil fn", ormlock.ErrInvalidArgument, verb)
+	}
+	db := stdlib.OpenDBFromPool(pool)
+	// the pool bounds the connections; this makes the protocol's checks
+	// for a pool of one connection see it
+	db.SetMaxOpenConns(int(pool.Config().MaxConns))
+	p := dbverbs.Pool{Pkg: "pgxlock", DB: db, Key: keyOf(pool), Dialect: lockproto.Postgres, SplitTx: splitTx}
+	return p, cfg, func() { _ = db.Close() }, nil
+}
+
+// notPostgres names a server that answered the connection in another
+// protocol than PostgreSQL's (a MySQL/MariaDB server sends a handshake of
+// its own first) with ormlock.ErrUnsupportedDialect; other errors are
+// returned as they are.
+func notPostgres(err error) error {
+	var ce *pgconn.ConnectError
+	if err == nil || !errors.As(err, &ce) || !strings.Contains(ce.Error(), "unexpected message") {
+		return err
+	}
+	return errs.Join(fmt.Errorf("%w: pgxlock is PostgreSQL only, and the server did not answer in PostgreSQL's protocol (a MySQL/MariaDB server takes sqllock)", ormlock.ErrUnsupportedDialect), err)
+}

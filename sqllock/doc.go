@@ -1,0 +1,76 @@
+// Package sqllock takes ormlock's distributed locks on a plain *sql.DB
+// (PostgreSQL advisory locks, MySQL/MariaDB named locks), for programs on
+// database/sql, sqlc, sqlx or bun: the same locks, keys, ledger and
+// fencing tokens as gormlock and entlock, so a key excludes across all of
+// them.
+//
+//	err := sqllock.Transaction(ctx, db, "daily-settlement", func(ctx context.Context, tx *sql.Tx) error {
+//		_, err := tx.ExecContext(ctx, "INSERT INTO settlements (day) VALUES ($1)", day)
+//		return err
+//	})
+//	switch {
+//	case errors.Is(err, ormlock.ErrNotAcquired):
+//		// another replica holds the lock: nothing to do
+//	case err != nil:
+//		return err
+//	}
+//
+// The verbs: [Transaction] runs fn in one transaction while the lock is
+// held; [Session] holds the lock on a dedicated connection while a long fn
+// uses the pool; [RunOnce] runs a job at most once per (job, slot) with a
+// ledger ([Migrate], [Runs], [Prune], [RunScheduled]), shared with the
+// other adapters; [Holder] says who holds a lock. Options go with each
+// call: there is no plugin to hold defaults. fn's ctx carries the fencing
+// token ([ormlock.FencingToken], with [ormlock.WithFencing]); a Session's
+// and a claimed RunOnce's ctx ends with cause [ormlock.ErrLockLost] when the
+// lock is lost.
+//
+// # sqlx and bun
+//
+// Both keep a *sql.DB: pass it, and use the library's helpers on the
+// *sql.Tx fn gets. sqlx (sqlx.DB embeds *sql.DB):
+//
+//	err := sqllock.Transaction(ctx, xdb.DB, "dispatch", func(ctx context.Context, tx *sql.Tx) error {
+//		rows, err := tx.QueryContext(ctx, xdb.Rebind("SELECT * FROM jobs WHERE state = ?"), "ready")
+//		if err != nil {
+//			return err
+//		}
+//		var jobs []Job
+//		return sqlx.StructScan(rows, &jobs) // sqlx's mapping on the locked transaction's rows
+//	})
+//
+// bun (bun.DB embeds *sql.DB):
+//
+//	err := sqllock.Transaction(ctx, bdb.DB, "rebuild-index", func(ctx context.Context, tx *sql.Tx) error {
+//		_, err := bdb.NewInsert().Conn(tx).Model(&row).Exec(ctx) // bun's query builder on tx
+//		return err
+//	})
+//
+// # The driver
+//
+// The dialect comes from the driver's type: pgx's stdlib, lib/pq and
+// go-sql-driver/mysql are known (looked at by name, never imported: your
+// program links only the driver it uses). A driver that hides its type (a
+// wrapper such as otelsql or sqlhooks) is recognised by asking its server
+// once per pool (SELECT version()); anything else gives
+// [ormlock.ErrUnsupportedDialect] naming the driver. Fake locks (a
+// PostgreSQL standby, Galera, a read-only MySQL replica) are refused as by
+// the other adapters (docs/COMPATIBILITY.md). The MySQL driver's DSN
+// settings parseTime, loc, clientFoundRows and interpolateParams may be
+// anything.
+//
+// # The cost of database/sql's BEGIN
+//
+// fn gets a real *sql.Tx, which only database/sql can begin: it sends BEGIN
+// as a round trip of its own, and the lock follows as the transaction's
+// first statement. A locked Transaction therefore costs what the
+// hand-written protocol does, one round trip more than a plain transaction:
+// on PostgreSQL three (BEGIN, the lock, COMMIT), four with
+// [ormlock.WithWait] (lock_timeout is set first), a loser three (BEGIN,
+// the lock, ROLLBACK); on MySQL/MariaDB GET_LOCK and RELEASE_LOCK around
+// the transaction (docs/PROTOCOL.md, Round trips). gormlock, entlock and
+// pgxlock on pgx send BEGIN and the lock in one message instead.
+//
+// What happens on each server, on cancellation, at each isolation level
+// and deadline, and how to size the pool: docs/PROTOCOL.md.
+package sqllock
