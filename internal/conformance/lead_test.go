@@ -17,6 +17,8 @@ import (
 	"github.com/ormlock/ormlock/internal/leakcheck"
 	"github.com/ormlock/ormlock/internal/lockproto"
 	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/pgxlock"
+	"github.com/ormlock/ormlock/sqllock"
 )
 
 // leader is an adapter's Lead, kept apart from locker so that adapters
@@ -29,6 +31,8 @@ type leader interface {
 var (
 	_ leader = gormLocker{}
 	_ leader = entLocker{}
+	_ leader = sqlLocker{}
+	_ leader = pgxLocker{}
 )
 
 func (g gormLocker) Lead(ctx context.Context, key any, fn func(context.Context) error, opts ...ormlock.Option) error {
@@ -37,6 +41,14 @@ func (g gormLocker) Lead(ctx context.Context, key any, fn func(context.Context) 
 
 func (e entLocker) Lead(ctx context.Context, key any, fn func(context.Context) error, opts ...ormlock.Option) error {
 	return entlock.Lead(ctx, e.client, keyOf(key), fn, opts...)
+}
+
+func (s sqlLocker) Lead(ctx context.Context, key any, fn func(context.Context) error, opts ...ormlock.Option) error {
+	return sqllock.Lead(ctx, s.db, keyOf(key), fn, s.with(opts)...)
+}
+
+func (p pgxLocker) Lead(ctx context.Context, key any, fn func(context.Context) error, opts ...ormlock.Option) error {
+	return pgxlock.Lead(ctx, p.pools.pool(), keyOf(key), fn, p.with(opts)...)
 }
 
 // leaderOf returns l's Lead; an adapter without one yet is skipped, or

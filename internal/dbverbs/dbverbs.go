@@ -53,7 +53,8 @@ func Check(ctx context.Context, pkg, verb, poolType string, nilPool bool, opts [
 }
 
 // op builds the Op of a verb on key and asks the server once per pool
-// whether its locks are real (lockproto.Op.CheckServer).
+// whether its locks are real (lockproto.Op.CheckServer). When only that
+// question failed, the Op is returned with its error.
 func (p Pool) op(ctx context.Context, verb string, k ormlock.Key, cfg config.Config) (*lockproto.Op, error) {
 	op, err := lockproto.NewOp(p.Dialect, verb, k, cfg)
 	if err != nil {
@@ -66,7 +67,7 @@ func (p Pool) op(ctx context.Context, verb string, k ormlock.Key, cfg config.Con
 		key = p.DB
 	}
 	if err := op.CheckServerOn(ctx, key, p.DB); err != nil {
-		return nil, err
+		return op, err // the Op is valid; Lead retries a connection error
 	}
 	return op, nil
 }
@@ -115,6 +116,20 @@ func (p Pool) Session(ctx context.Context, k ormlock.Key, cfg config.Config, fn 
 		return err
 	}
 	return op.Session(ctx, p.DB, fn)
+}
+
+// Lead campaigns for k and runs fn while elected (lockproto.Op.Lead, which
+// asks the server about its locks again at every term). A connection error
+// of the first such check is left to the campaign's retries; an invalid
+// key or option, or any other permanent error, is returned at once.
+func (p Pool) Lead(ctx context.Context, k ormlock.Key, cfg config.Config, fn func(ctx context.Context) error) error {
+	op, err := p.op(ctx, "Lead", k, cfg)
+	if err != nil {
+		if op == nil || lockproto.Permanent(err) {
+			return err
+		}
+	}
+	return op.Lead(ctx, p.DB, fn)
 }
 
 // RunOnce runs fn at most once per (job, slot). In the ledger's default
