@@ -106,7 +106,10 @@ func (o *Op) mysqlRecordOwner(ctx context.Context, conn *sql.Conn) {
 
 // mysqlOwner reads the owner row of the lock's holder, connection id, in
 // the owners table of o's ledger table; "" when there is none (no row, no
-// table).
+// table) or the server refuses to show it (no database selected, no
+// privilege on the table): the owner is best effort, as its write is, and
+// must not cost Holder the answer it could give. Only an error of the
+// connection itself is returned.
 func (o *Op) mysqlOwner(ctx context.Context, q Querier, id int64) (string, error) {
 	if validIdent(o.Cfg.LedgerTable+OwnersTableSuffix) != nil {
 		return "", nil
@@ -116,7 +119,7 @@ func (o *Op) mysqlOwner(ctx context.Context, q Querier, id int64) (string, error
 	switch {
 	case err == nil:
 		return owner, nil
-	case errors.Is(err, sql.ErrNoRows), isMySQLErrno(err, 1146):
+	case errors.Is(err, sql.ErrNoRows), MySQLErrno(err) != 0:
 		return "", nil
 	}
 	return "", errs.Wrap(err, "read the lock's owner row")
