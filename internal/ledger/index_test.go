@@ -31,7 +31,7 @@ func TestIndexName(t *testing.T) {
 	if len(n1) != 63 || len(n2) != 63 || n1 == n2 || !strings.HasPrefix(n1, strings.Repeat("b", 46)+"_") || !strings.HasSuffix(n1, "_ns_slot") {
 		t.Errorf("IndexName of 63-byte names: %q, %q", n1, n2)
 	}
-	if got := name(strings.Repeat("c", 56)); len(got) != 63 || got == strings.Repeat("c", 56)+"_ns_slot"[:7] {
+	if got := name(strings.Repeat("c", 56)); len(got) != 63 || !strings.HasPrefix(got, strings.Repeat("c", 46)+"_") {
 		t.Errorf("IndexName of 56 bytes = %q", got)
 	}
 	my, _ := ledger.NewTable(lockproto.MySQL, "Runs_1")
