@@ -52,14 +52,7 @@ HAVING GROUP_CONCAT(COLUMN_NAME ORDER BY SEQ_IN_INDEX) = 'namespace,slot' ORDER 
 // (namespace, slot), named as the ledger names it.
 func wantPruneIndex(t *testing.T, k testdb.Kind, table string) {
 	t.Helper()
-	d := lockproto.Postgres
-	if k.Dialect() == "mysql" {
-		d = lockproto.MySQL
-	}
-	tbl, err := ledger.NewTable(d, table)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tbl := ledgerOf(t, k, table)
 	got := pruneIndexes(t, k, table)
 	if len(got) != 1 || got[0] != tbl.IndexName() {
 		t.Fatalf("indexes of %s on (namespace, slot): %q, want [%q]", table, got, tbl.IndexName())
@@ -69,36 +62,31 @@ func wantPruneIndex(t *testing.T, k testdb.Kind, table string) {
 	}
 }
 
+// ledgerOf is the ledger's Table of name on k's dialect.
+func ledgerOf(t *testing.T, k testdb.Kind, name string) *ledger.Table {
+	t.Helper()
+	d := lockproto.Postgres
+	if k.Dialect() == "mysql" {
+		d = lockproto.MySQL
+	}
+	tbl, err := ledger.NewTable(d, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tbl
+}
+
 // previousLedger creates a ledger table of the shape the release before
 // the prune index created (namespace column, primary key (namespace, job,
-// slot), no other index), with a few old finished rows and a running one.
+// slot), no other index: today's CREATE TABLE without the index), with a
+// few old finished rows and a running one.
 func previousLedger(t *testing.T, k testdb.Kind, name string) {
 	t.Helper()
 	admin := testdb.AdminDB(t, k)
-	ddl := `CREATE TABLE "` + name + `" (
-	namespace   varchar(128) NOT NULL DEFAULT '',
-	job         varchar(191) NOT NULL,
-	slot        timestamptz  NOT NULL,
-	status      varchar(16)  NOT NULL CHECK (status IN ('running', 'done', 'failed')),
-	owner       varchar(255) NOT NULL DEFAULT '',
-	started_at  timestamptz  NOT NULL,
-	finished_at timestamptz,
-	error       text,
-	PRIMARY KEY (namespace, job, slot)
-)`
-	if k.Dialect() == "mysql" {
-		ddl = "CREATE TABLE `" + name + "`" + ` (
-	namespace   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL DEFAULT '',
-	job         VARCHAR(191) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
-	slot        DATETIME(6)  NOT NULL,
-	status      VARCHAR(16)  NOT NULL,
-	owner       VARCHAR(255) CHARACTER SET utf8mb4 NOT NULL DEFAULT '',
-	started_at  DATETIME(6)  NOT NULL,
-	finished_at DATETIME(6)  NULL,
-	error       TEXT         CHARACTER SET utf8mb4 NULL,
-	PRIMARY KEY (namespace, job, slot),
-	CHECK (status IN ('running', 'done', 'failed'))
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`
+	tbl := ledgerOf(t, k, name)
+	ddl := strings.Replace(tbl.CreateSQL(), "\n\tKEY `"+tbl.IndexName()+"` (namespace, slot),", "", 1)
+	if strings.Contains(ddl, "(namespace, slot)") {
+		t.Fatalf("the index is still in the previous shape's DDL: %s", ddl)
 	}
 	if _, err := admin.Exec(ddl); err != nil {
 		t.Fatalf("create the previous ledger: %v", err)
