@@ -128,8 +128,8 @@ func oldLedger(t *testing.T, k testdb.Kind, name string) {
 }
 
 // TestMigrateUpgradesOldLedger: Migrate upgrades a ledger table created by
-// an earlier version in place: its rows stay, in the empty namespace, and RunOnce
-// and Runs work on it, with and without a namespace.
+// an earlier version in place: its rows stay, in the empty namespace, it
+// gets the index on (namespace, slot), and RunOnce and Runs work on it, with and without a namespace.
 func TestMigrateUpgradesOldLedger(t *testing.T) {
 	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
 		ctx := context.Background()
@@ -157,6 +157,7 @@ func TestMigrateUpgradesOldLedger(t *testing.T) {
 		if err := r.Migrate(ctx, ormlock.WithLedgerTable(name)); err != nil {
 			t.Fatalf("Migrate again: %v", err)
 		}
+		wantPruneIndex(t, k, name)
 
 		rs := runsOf(t, r, name, "old-job")
 		if len(rs) != 2 || rs[0].Status != ormlock.RunFailed || rs[0].Error != "boom" || rs[1].Status != ormlock.RunDone ||

@@ -24,6 +24,11 @@
 // (job, slot), are upgraded in place by Migrate (upgrade.go); their rows get
 // the empty namespace.
 //
+// An index on (namespace, slot) (Table.IndexName) serves Prune, whose
+// predicate the primary key does not: without it each batch reads the whole
+// namespace. Migrate creates it with the table, and adds it to a table
+// created before it existed (index.go).
+//
 // Times come from the database server's clock (clock_timestamp(),
 // UTC_TIMESTAMP(6)), so the audit trail of all instances shares one clock.
 // MySQL DATETIME values are written and read as text in UTC, so neither the
@@ -166,7 +171,9 @@ func (t *Table) Name() string { return t.name }
 
 func (t *Table) pg() bool { return t.d == lockproto.Postgres }
 
-// CreateSQL returns the CREATE TABLE IF NOT EXISTS statement.
+// CreateSQL returns the CREATE TABLE IF NOT EXISTS statement. On
+// MySQL/MariaDB it declares the index on (namespace, slot); on PostgreSQL,
+// where an index is a statement of its own, Migrate adds it (ensureIndex).
 func (t *Table) CreateSQL() string {
 	if t.pg() {
 		return `CREATE TABLE IF NOT EXISTS ` + t.q + ` (
@@ -191,6 +198,7 @@ func (t *Table) CreateSQL() string {
 	finished_at DATETIME(6)  NULL,
 	error       TEXT         CHARACTER SET utf8mb4 NULL,
 	PRIMARY KEY (namespace, job, slot),
+	KEY ` + t.quote(t.IndexName()) + ` (namespace, slot),
 	CHECK (status IN ('running', 'done', 'failed'))
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`
 }

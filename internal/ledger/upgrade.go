@@ -14,6 +14,8 @@ import (
 // together. It adds the column with default '' (every existing row keeps its
 // job, slot and status, in the empty namespace) and makes the primary key
 // (namespace, job, slot). A table that has the column is left alone.
+// Then it adds the index on (namespace, slot) if the table has none
+// (index.go).
 //
 // PostgreSQL: the ALTER TABLEs run in Migrate's transaction, so a failure
 // leaves the table as it was. MySQL/MariaDB: one ALTER TABLE, which InnoDB
@@ -38,9 +40,19 @@ WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'namespace'
 	return n > 0, nil
 }
 
-// upgrade adds the namespace column to a table of the earlier shape (see
-// above).
+// upgrade brings a table of an earlier shape to the current one, in order:
+// the namespace column (see above), then the index on (namespace, slot)
+// (index.go), which tables created before it existed lack.
 func (t *Table) upgrade(ctx context.Context, q lockproto.Querier) error {
+	if err := t.upgradeNamespace(ctx, q); err != nil {
+		return err
+	}
+	return t.ensureIndex(ctx, q)
+}
+
+// upgradeNamespace adds the namespace column to a table of the earliest
+// shape (see above).
+func (t *Table) upgradeNamespace(ctx context.Context, q lockproto.Querier) error {
 	ok, err := t.hasNamespace(ctx, q)
 	if err != nil || ok {
 		return err

@@ -1,0 +1,102 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+
+	"github.com/ormlock/ormlock/internal/errs"
+	"github.com/ormlock/ormlock/internal/lockproto"
+)
+
+// The prune index: a btree index on (namespace, slot), which serves Prune's
+// predicate (namespace = ? AND slot < ? AND status <> 'running'), so that a
+// batch reads the rows it deletes instead of the whole namespace (the
+// primary key (namespace, job, slot) orders a namespace's rows by job
+// first). On MySQL/MariaDB CreateSQL declares it as a KEY; on PostgreSQL,
+// and on tables created before it existed, Migrate adds it (ensureIndex),
+// under Migrate's lock, after checking that no index with those leading
+// columns is there: an index that exists is never touched again, and
+// Migrate then takes no lock on the table beyond what CREATE TABLE IF NOT
+// EXISTS takes.
+
+// indexSuffix ends the prune index's name.
+const indexSuffix = "_ns_slot"
+
+// maxIdentBytes is PostgreSQL's identifier limit (NAMEDATALEN-1); MySQL's
+// is 64.
+const maxIdentBytes = 63
+
+// IndexName returns the name of the prune index: the table's name with
+// "_ns_slot", or, when that would pass 63 bytes, the first 46 bytes of the
+// table's name, "_", 8 hex digits of a hash of the whole name and
+// "_ns_slot" (so two long names that share their first 46 bytes still get
+// distinct names; PostgreSQL's index names are unique per schema, not per
+// table).
+func (t *Table) IndexName() string {
+	if len(t.name)+len(indexSuffix) <= maxIdentBytes {
+		return t.name + indexSuffix
+	}
+	h := fnv.New32a()
+	h.Write([]byte(t.name))
+	tag := fmt.Sprintf("_%08x", h.Sum32())
+	return t.name[:maxIdentBytes-len(tag)-len(indexSuffix)] + tag + indexSuffix
+}
+
+// quote quotes an identifier of the table (validated: plain characters).
+func (t *Table) quote(ident string) string {
+	if t.pg() {
+		return `"` + ident + `"`
+	}
+	return "`" + ident + "`"
+}
+
+// hasIndex reports whether the table has a usable btree index whose
+// leading columns are (namespace, slot), whatever its name (one added by
+// hand serves as well).
+func (t *Table) hasIndex(ctx context.Context, q lockproto.Querier) (bool, error) {
+	var n int
+	var err error
+	if t.pg() {
+		err = q.QueryRowContext(ctx, `SELECT COUNT(*) FROM pg_index i
+JOIN pg_class c ON c.oid = i.indexrelid
+JOIN pg_am am ON am.oid = c.relam AND am.amname = 'btree'
+JOIN pg_attribute a0 ON a0.attrelid = i.indrelid AND a0.attnum = i.indkey[0] AND a0.attname = 'namespace'
+JOIN pg_attribute a1 ON a1.attrelid = i.indrelid AND a1.attnum = i.indkey[1] AND a1.attname = 'slot'
+WHERE i.indrelid = to_regclass($1) AND i.indisvalid AND i.indpred IS NULL`, t.q).Scan(&n)
+	} else {
+		err = q.QueryRowContext(ctx, `SELECT COUNT(*) FROM (SELECT INDEX_NAME FROM information_schema.STATISTICS
+WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND SUB_PART IS NULL
+AND ((SEQ_IN_INDEX = 1 AND COLUMN_NAME = 'namespace') OR (SEQ_IN_INDEX = 2 AND COLUMN_NAME = 'slot'))
+GROUP BY INDEX_NAME HAVING COUNT(*) = 2) ix`, t.name).Scan(&n)
+	}
+	if err != nil {
+		return false, errs.Wrap(err, "ledger table %q: look for the index on (namespace, slot)", t.name)
+	}
+	return n > 0, nil
+}
+
+// ensureIndex adds the prune index when the table has none (see above).
+// The caller holds Migrate's lock, so no other Migrate of this version adds
+// it at the same time; the statement is a plain CREATE INDEX (ADD INDEX),
+// not IF NOT EXISTS, so that a name already taken by another relation is an
+// error that names it rather than a table left without its index.
+//
+// Building it on a big table takes a while: PostgreSQL's CREATE INDEX
+// blocks writes to the table until it commits (and waits for the
+// transactions writing to it), InnoDB's ADD INDEX lets reads and writes go
+// on while it builds.
+func (t *Table) ensureIndex(ctx context.Context, q lockproto.Querier) error {
+	ok, err := t.hasIndex(ctx, q)
+	if err != nil || ok {
+		return err
+	}
+	query := "ALTER TABLE " + t.q + " ADD INDEX " + t.quote(t.IndexName()) + " (namespace, slot)"
+	if t.pg() {
+		query = "CREATE INDEX " + t.quote(t.IndexName()) + " ON " + t.q + " (namespace, slot)"
+	}
+	if _, err := q.ExecContext(ctx, query); err != nil {
+		return errs.Wrap(err, "ledger table %q: add the index %q on (namespace, slot)", t.name, t.IndexName())
+	}
+	return nil
+}
