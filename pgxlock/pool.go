@@ -59,12 +59,63 @@ func open(ctx context.Context, verb string, pool *pgxpool.Pool, nilFn bool, opts
 	if nilFn {
 		return dbverbs.Pool{}, cfg, nil, fmt.Errorf("%w: pgxlock.%s: nil fn", ormlock.ErrInvalidArgument, verb)
 	}
+	var (
+		db    *sql.DB
+		close func()
+	)
+	if cfg.SharedConns > 0 && (verb == "Session" || verb == "Lead") {
+		db, close = sharedDB(pool)
+	} else {
+		db = openDB(pool)
+		close = func() { _ = db.Close() }
+	}
+	p := dbverbs.Pool{Pkg: "pgxlock", DB: db, Key: keyOf(pool), Dialect: lockproto.Postgres, SplitTx: splitTx}
+	return p, cfg, close, nil
+}
+
+// openDB opens a *sql.DB over pool.
+func openDB(pool *pgxpool.Pool) *sql.DB {
 	db := stdlib.OpenDBFromPool(pool)
 	// the pool bounds the connections; this makes the protocol's checks
 	// for a pool of one connection see it
 	db.SetMaxOpenConns(int(pool.Config().MaxConns))
-	p := dbverbs.Pool{Pkg: "pgxlock", DB: db, Key: keyOf(pool), Dialect: lockproto.Postgres, SplitTx: splitTx}
-	return p, cfg, func() { _ = db.Close() }, nil
+	return db
+}
+
+// The Sessions and Leads that ask for shared lock connections
+// (ormlock.WithSharedLockConns) must share one *sql.DB, under which the
+// protocol keeps those connections: one per pool, opened by the first of
+// them and closed when the last returns, so that pgxlock still keeps
+// nothing between calls.
+var (
+	sharedMu  sync.Mutex
+	sharedDBs = map[*pgxpool.Pool]*shared{} // only while in use
+)
+
+type shared struct {
+	db    *sql.DB
+	users int
+}
+
+// sharedDB returns pool's shared *sql.DB and the function that gives it
+// back.
+func sharedDB(pool *pgxpool.Pool) (*sql.DB, func()) {
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	s := sharedDBs[pool]
+	if s == nil {
+		s = &shared{db: openDB(pool)}
+		sharedDBs[pool] = s
+	}
+	s.users++
+	return s.db, func() {
+		sharedMu.Lock()
+		defer sharedMu.Unlock()
+		if s.users--; s.users == 0 {
+			delete(sharedDBs, pool)
+			_ = s.db.Close()
+		}
+	}
 }
 
 // notPostgres names a server that answered the connection in another
