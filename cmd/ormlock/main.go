@@ -23,6 +23,9 @@ const (
 )
 
 func main() {
+	if os.Getenv(supervisorEnv) == "1" {
+		os.Exit(supervise(os.Args[1:]))
+	}
 	os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr))
 }
 
