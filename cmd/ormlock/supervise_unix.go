@@ -147,7 +147,11 @@ func supervise(args []string) int {
 			s.cmdDone, s.ws = true, ev.ws
 			if !s.stopping {
 				if n := len(descendants(os.Getpid())); n > 0 || s.groupAlive() {
-					fmt.Fprintf(os.Stderr, "ormlock: COMMAND exited and left %d processes running; sending them SIGTERM (SIGKILL in %v)\n", n, s.grace)
+					what := fmt.Sprintf("%d processes", n)
+					if n == 1 {
+						what = "1 process"
+					}
+					fmt.Fprintf(os.Stderr, "ormlock: COMMAND exited and left %s running; sending SIGTERM (SIGKILL in %v)\n", what, s.grace)
 					s.terminate()
 					kill = time.After(s.grace)
 				}
