@@ -268,7 +268,7 @@ const sigCountEnv = "ORMLOCK_TEST_COUNT_SIGNALS"
 func countSignals() int {
 	c := make(chan os.Signal, 16)
 	signal.Notify(c, syscall.SIGINT, syscall.SIGTERM)
-	fmt.Println("started")
+	fmt.Printf("started pid=%d\n", os.Getpid())
 	for s := range c {
 		if s == syscall.SIGTERM {
 			return 128 + int(syscall.SIGTERM)
