@@ -85,12 +85,13 @@ type runFlags struct {
 	tz        string
 	owner     string
 	quiet     bool
+	exportDSN bool
 }
 
 func runCmd(args []string, stdout, stderr io.Writer) error {
 	var f runFlags
 	fs := newFlagSet("run", runUsage, stdout)
-	f.register(fs.FlagSet, true)
+	f.register(fs, true)
 	fs.DurationVar(&f.wait, "wait", 0, "wait up to `DURATION` for the lock (default: try once)")
 	fs.DurationVar(&f.keepalive, "keepalive", config.DefaultKeepalive, "check the lock connection every `DURATION`; a loss is seen within two")
 	fs.DurationVar(&f.grace, "grace", 10*time.Second, "after a lost lock, wait `DURATION` between SIGTERM and SIGKILL")
@@ -100,6 +101,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&f.tz, "tz", "UTC", "time `ZONE` of --once-per (IANA name, or Local)")
 	fs.StringVar(&f.owner, "owner", "", "`ID` recorded in the ledger's owner column (default hostname/pid)")
 	fs.BoolVar(&f.quiet, "quiet", false, "print nothing when COMMAND does not run because of a conflict or a done slot")
+	fs.BoolVar(&f.exportDSN, "export-dsn", false, "pass the DSN on to COMMAND as $ORMLOCK_DSN (by default COMMAND's environment has none)")
 
 	left, command, sep := splitCommand(args)
 	pos, err := parseFlags(fs, left)
@@ -163,7 +165,11 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		return f.outcome(ch, err, stderr)
 	}
 	defer closeDB()
-	env := commandEnv(pos[0], f.namespace)
+	exported := ""
+	if f.exportDSN {
+		exported = f.dsn
+	}
+	env := commandEnv(pos[0], f.namespace, exported)
 	if sched == nil {
 		err = gormlock.Session(db, key, func(ctx context.Context) error {
 			err := ch.run(ctx, env)
@@ -253,13 +259,24 @@ func (f *runFlags) outcome(ch *child, err error, stderr io.Writer) error {
 	return dbError(err)
 }
 
-// commandEnv is COMMAND's environment: ormlock's own plus the lock's name.
-// (A fencing token, once the library issues them, goes here as
-// ORMLOCK_FENCING_TOKEN.)
-func commandEnv(key, ns string) []string {
-	env := append(os.Environ(), "ORMLOCK_KEY="+key)
+// commandEnv is COMMAND's environment: ormlock's own without $ORMLOCK_DSN
+// (a job that logs its environment must not leak the password), plus the
+// lock's name, and the DSN only when dsn is not empty (--export-dsn).
+// PG* and MYSQL_PWD stay: jobs that run psql or mysql need them. (A fencing
+// token, once the library issues them, goes here as ORMLOCK_FENCING_TOKEN.)
+func commandEnv(key, ns, dsn string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "ORMLOCK_DSN=") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "ORMLOCK_KEY="+key)
 	if ns != "" {
 		env = append(env, "ORMLOCK_NAMESPACE="+ns)
+	}
+	if dsn != "" {
+		env = append(env, "ORMLOCK_DSN="+dsn)
 	}
 	return env
 }
@@ -318,7 +335,7 @@ func parseSchedule(s, tz string) (ormlock.Schedule, error) {
 		sched, err = ormlock.Cron(s, loc)
 	}
 	if err != nil {
-		return nil, usagef("--once-per %q: %v", s, err)
+		return nil, usagef("--once-per %q: %s", s, strings.TrimPrefix(err.Error(), "ormlock: "))
 	}
 	return sched, nil
 }
