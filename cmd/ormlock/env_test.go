@@ -17,6 +17,7 @@ import (
 // the lock's variables are there, the supervisor's marker is not.
 func TestRunEnvironment(t *testing.T) {
 	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+		t.Parallel() // one server each
 		key := uniq(t, "env")
 		script := `echo "dsn=${ORMLOCK_DSN-unset} pg=$PGPASSWORD my=$MYSQL_PWD key=$ORMLOCK_KEY ns=$ORMLOCK_NAMESPACE sup=${ORMLOCK_SUPERVISOR-unset}"`
 		withVars := func(c *exec.Cmd) {
@@ -40,6 +41,7 @@ func TestRunEnvironment(t *testing.T) {
 // holder and runs that find nothing say on stderr where they looked.
 func TestNamespaceVariable(t *testing.T) {
 	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+		t.Parallel() // one server each
 		key := uniq(t, "ns")
 		inNS := func(c *exec.Cmd) { c.Env = append(c.Env, "ORMLOCK_NAMESPACE=envns") }
 		g, waitFor := gate(t)
@@ -126,6 +128,7 @@ func TestConnectTimeout(t *testing.T) {
 // password URL-decoded.
 func TestConnectRefused(t *testing.T) {
 	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+		t.Parallel() // one server each
 		u := dsnURL(t, k)
 		noDB := *u
 		noDB.Path = "/no_such_db_ormlock"
