@@ -27,18 +27,28 @@ database connection (gormlock.Session), checked every --keepalive.
 
   - Lock held elsewhere: COMMAND does not run; exit 75 (--conflict-exit-code).
     --wait DURATION waits for it instead of trying once.
-  - Lock lost while COMMAND runs (connection killed, failover): COMMAND gets
-    SIGTERM, SIGKILL after --grace; exit 77.
+  - Lock lost while COMMAND runs (connection killed, failover): COMMAND and
+    every process it started get SIGTERM, SIGKILL after --grace; exit 77.
   - SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1 and SIGUSR2 sent to ormlock are
-    forwarded to COMMAND; the lock is released only after COMMAND has exited.
-    A signal that comes before COMMAND starts ends ormlock: exit 128+n.
-    Ctrl-C and Ctrl-\ at a terminal reach COMMAND directly, as it shares
-    ormlock's process group; ormlock does not send them a second time.
-  - On Linux, COMMAND gets SIGKILL if ormlock itself is killed (kill -9), as
-    the database then frees the lock.
-  - stdin, stdout and stderr are COMMAND's own. Its environment gets
-    ORMLOCK_KEY (and ORMLOCK_NAMESPACE when set; with --once-per also
-    ORMLOCK_JOB and ORMLOCK_SLOT, the slot in RFC 3339, UTC).
+    forwarded to COMMAND's process group, never dropped; the lock is released
+    only after COMMAND has exited. A signal that comes before COMMAND starts
+    ends ormlock: exit 128+n.
+  - COMMAND's children end with it: the processes it leaves running (in the
+    background, under setsid or nohup, daemons) get SIGTERM when COMMAND
+    exits, SIGKILL after --grace, and the lock is released only when none is
+    left. If ormlock itself is killed (kill -9), they all get SIGKILL, as the
+    database then frees the lock. (On Linux. On other Unix systems only the
+    processes still in COMMAND's process group are found.)
+  - At a terminal, COMMAND's process group is the foreground one and ormlock
+    stays out of it: Ctrl-C, Ctrl-\ and Ctrl-Z reach COMMAND once, and the
+    shell's fg and bg work.
+  - stdin, stdout and stderr are COMMAND's own. Its environment is ormlock's
+    without ORMLOCK_DSN (--export-dsn passes the DSN on; PG* variables and
+    MYSQL_PWD stay, for jobs that run psql or mysql), plus ORMLOCK_KEY,
+    ORMLOCK_NAMESPACE when set, and with --once-per ORMLOCK_JOB and
+    ORMLOCK_SLOT (the slot in RFC 3339, UTC).
+  - A flag whose description names $ORMLOCK_X takes that variable's value
+    when it is not given.
 
 KEY is a lock name, as in the Go library (gormlock.Session(db, "KEY", ...)).
 "id:N" names the numeric key N (ormlock.ID, pg_advisory_lock(N)),
@@ -94,7 +104,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	f.register(fs, true)
 	fs.DurationVar(&f.wait, "wait", 0, "wait up to `DURATION` for the lock (default: try once)")
 	fs.DurationVar(&f.keepalive, "keepalive", config.DefaultKeepalive, "check the lock connection every `DURATION`; a loss is seen within two")
-	fs.DurationVar(&f.grace, "grace", 10*time.Second, "after a lost lock, wait `DURATION` between SIGTERM and SIGKILL")
+	fs.DurationVar(&f.grace, "grace", 10*time.Second, "wait `DURATION` between SIGTERM and SIGKILL when COMMAND's processes are stopped (lock lost, or COMMAND exited first)")
 	fs.IntVar(&f.conflict, "conflict-exit-code", exitConflict, "exit status `N` when the lock is held elsewhere")
 	fs.IntVar(&f.done, "done-exit-code", exitAlreadyDone, "exit status `N` when the --once-per slot is already done")
 	fs.StringVar(&f.oncePer, "once-per", "", "run at most once per slot of `SCHEDULE` (cron expression or period); KEY is the job name")
