@@ -128,7 +128,9 @@ func startWith(t *testing.T, k testdb.Kind, setup func(*exec.Cmd), args ...strin
 	if k != "" {
 		p.cmd.Env = append(p.cmd.Env, "ORMLOCK_DSN="+testdb.DSN(t, k))
 	}
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// A session of its own, without a controlling terminal: ormlock
+	// must not take over the terminal go test runs in.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
 	if setup != nil {
 		setup(p.cmd)
 	}

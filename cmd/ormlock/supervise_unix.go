@@ -73,11 +73,13 @@ func supervise(args []string) int {
 	}
 	attr := &syscall.SysProcAttr{Setpgid: true}
 	tieToParent(attr)
-	if tty := foregroundTTY(); tty != nil {
-		// ormlock's group has the terminal: COMMAND's group gets it, so
-		// Ctrl-C and Ctrl-Z reach COMMAND's processes and not ormlock.
-		s.tty = tty
-		attr.Foreground, attr.Ctty = true, int(tty.Fd())
+	if s.tty = controllingTTY(); s.tty != nil {
+		if pg, err := tcgetpgrp(s.tty); err == nil && pg == s.pgrp {
+			// ormlock's group has the terminal: COMMAND's group gets
+			// it, so Ctrl-C and Ctrl-Z reach COMMAND's processes and
+			// not ormlock.
+			attr.Foreground, attr.Ctty = true, int(s.tty.Fd())
+		}
 	}
 	s.pid, err = syscall.ForkExec(args[1], args[2:], &syscall.ProcAttr{Env: env, Files: []uintptr{0, 1, 2}, Sys: attr})
 	if err != nil {
@@ -141,8 +143,11 @@ func supervise(args []string) int {
 				continue // a process COMMAND left behind, reaped
 			}
 			if ev.ws.Stopped() {
-				s.suspend()
-				continue
+				switch ev.ws.StopSignal() {
+				case syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU:
+					s.suspend()
+				}
+				continue // a SIGSTOP from kill is not the job's stop
 			}
 			s.cmdDone, s.ws = true, ev.ws
 			if !s.stopping {
@@ -229,7 +234,7 @@ func (s *supervisor) groupAlive() bool {
 // group and that group stops too, so the shell sees its job stopped.
 func (s *supervisor) suspend() {
 	if s.tty == nil {
-		return // stopped by someone's kill -STOP: not a job-control stop
+		return // no terminal, no job control
 	}
 	if pg, err := tcgetpgrp(s.tty); err == nil && pg == s.pid {
 		_ = tcsetpgrp(s.tty, s.pgrp)

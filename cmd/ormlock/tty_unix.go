@@ -9,16 +9,10 @@ import (
 	"unsafe"
 )
 
-// foregroundTTY returns the controlling terminal when the calling process's
-// group is its foreground group (ormlock started from a shell, not put in
-// the background), and nil otherwise.
-func foregroundTTY() *os.File {
+// controllingTTY returns the controlling terminal, or nil without one.
+func controllingTTY() *os.File {
 	f, err := os.OpenFile("/dev/tty", os.O_RDWR, 0) // ENXIO without a controlling terminal
 	if err != nil {
-		return nil
-	}
-	if pg, err := tcgetpgrp(f); err != nil || pg != syscall.Getpgrp() {
-		f.Close()
 		return nil
 	}
 	return f
