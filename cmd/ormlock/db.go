@@ -69,10 +69,14 @@ func (c *common) options() ([]ormlock.Option, error) {
 		opts = append(opts, ormlock.WithLedgerTable(c.ledger))
 	}
 	if err := config.New(opts...).Err(); err != nil {
-		return nil, &usageError{msg: "--namespace/--ledger-table: " + err.Error()}
+		return nil, usagef("--namespace/--ledger-table: %s", bare(err))
 	}
 	return opts, nil
 }
+
+// bare is err's text without the library's "ormlock: ", for a message
+// that has its own.
+func bare(err error) string { return strings.TrimPrefix(err.Error(), "ormlock: ") }
 
 // where says, for a message, which namespace a command looked in.
 func (c *common) where() string {

@@ -153,7 +153,7 @@ func keyCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if err := config.New(ormlock.WithNamespace(*ns)).Err(); err != nil {
-		return usagef("--namespace: %v", err)
+		return usagef("--namespace: %s", bare(err))
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	defer tw.Flush()

@@ -154,7 +154,10 @@ func TestOncePerSharesLedgerWithGo(t *testing.T) {
 func TestOncePerNoLedger(t *testing.T) {
 	forEachKind(t, func(t *testing.T, k testdb.Kind) {
 		code, _, stderr := runBin(t, k, "run", "--once-per", "@daily", "--ledger-table", "no_such_ledger", uniq(t, "job"), "--", "true")
-		want(t, code, stderr, 70, "no_such_ledger", "ormlock migrate")
+		want(t, code, stderr, 70, "no_such_ledger", "create it with: ormlock migrate")
+		if strings.Contains(stderr, "Migrate") {
+			t.Errorf("the hint names the Go function too: %s", stderr)
+		}
 	})
 }
 

@@ -326,7 +326,7 @@ func parseKey(s string) (ormlock.Key, error) {
 		k = ormlock.Name(s)
 	}
 	if err := k.Validate(); err != nil {
-		return k, usagef("bad KEY %q: %v", s, err)
+		return k, usagef("bad KEY %q: %s", s, bare(err))
 	}
 	return k, nil
 }
@@ -345,7 +345,7 @@ func parseSchedule(s, tz string) (ormlock.Schedule, error) {
 		sched, err = ormlock.Cron(s, loc)
 	}
 	if err != nil {
-		return nil, usagef("--once-per %q: %s", s, strings.TrimPrefix(err.Error(), "ormlock: "))
+		return nil, usagef("--once-per %q: %s", s, bare(err))
 	}
 	return sched, nil
 }
