@@ -45,7 +45,7 @@ func TestNamespaceVariable(t *testing.T) {
 		key := uniq(t, "ns")
 		inNS := func(c *exec.Cmd) { c.Env = append(c.Env, "ORMLOCK_NAMESPACE=envns") }
 		g, waitFor := gate(t)
-		p := startWith(t, k, inNS, "run", "--keepalive", "200ms", key, "--", "sh", "-c", "echo started; "+waitFor)
+		p := startWith(t, k, inNS, "run", key, "--", "sh", "-c", "echo started; "+waitFor)
 		p.waitOutput(t, "started", time.Minute)
 		if testdb.RawFree(t, k, "envns", key) {
 			t.Errorf("the lock is not taken in $ORMLOCK_NAMESPACE")

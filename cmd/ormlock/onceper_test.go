@@ -26,7 +26,7 @@ func TestOncePerThreeHosts(t *testing.T) {
 		}
 		job := uniq(t, "job")
 		args := []string{"run", "--once-per", "0 3 * * *", "--tz", "Europe/Berlin", "--ledger-table", table,
-			"--keepalive", "200ms", "--wait", "1m", job, "--", "sh", "-c", `echo "ran $ORMLOCK_JOB $ORMLOCK_SLOT"; sleep 1`}
+			"--wait", "1m", job, "--", "sh", "-c", `echo "ran $ORMLOCK_JOB $ORMLOCK_SLOT"; sleep 1`}
 		var ps []*proc
 		for range 3 {
 			ps = append(ps, start(t, k, args...))

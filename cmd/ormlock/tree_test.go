@@ -103,7 +103,13 @@ func TestRunStopsEveryDescendant(t *testing.T) {
 				t.Run(c.path, func(t *testing.T) {
 					t.Parallel()
 					dir, key := t.TempDir(), uniq(t, c.path)
-					p := start(t, k, "run", "--keepalive", "200ms", "--grace", "500ms", key, "--",
+					// A short keepalive finds the loss soon; elsewhere
+					// it could take a slow ping under load for one.
+					keepalive := "5s"
+					if c.path == "lost" {
+						keepalive = "200ms"
+					}
+					p := start(t, k, "run", "--keepalive", keepalive, "--grace", "500ms", key, "--",
 						"sh", "-c", treeScript(dir, c.path == "exits"))
 					p.waitOutput(t, "started", time.Minute)
 					pids := treePids(t, dir)
