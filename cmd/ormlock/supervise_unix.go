@@ -150,6 +150,9 @@ func supervise(args []string) int {
 				continue // a SIGSTOP from kill is not the job's stop
 			}
 			s.cmdDone, s.ws = true, ev.ws
+			// The job is over for the shell: the terminal goes back
+			// to ormlock's group before any message is printed.
+			s.restoreTTY()
 			if !s.stopping {
 				if n := len(descendants(os.Getpid())); n > 0 || s.groupAlive() {
 					what := fmt.Sprintf("%d processes", n)
