@@ -84,23 +84,31 @@ func startJob(path string, argv, env []string, grace time.Duration) (*job, error
 	}
 	go func() {
 		defer close(j.done)
+		// The status line comes once no process of COMMAND is left:
+		// ormlock goes on then, without waiting for the supervisor's
+		// own exit (which the race detector, for one, delays by 1 s).
 		last := ""
-		for lines.Scan() {
-			last = lines.Text()
+		for last == "" && lines.Scan() {
+			if t := lines.Text(); strings.HasPrefix(t, "exit ") || strings.HasPrefix(t, "signal ") {
+				last = t
+			}
 		}
-		stR.Close()
-		werr := cmd.Wait()
-		ctlW.Close()
 		what, n, _ := strings.Cut(last, " ")
 		code, cerr := strconv.Atoi(n)
 		switch {
 		case cerr != nil:
+			werr := cmd.Wait()
 			j.err = fmt.Errorf("COMMAND's supervisor (pid %d) ended without COMMAND's status: %v", cmd.Process.Pid, werr)
 		case what == "signal":
 			j.status, j.killed = 128+code, syscall.Signal(code).String()
 		default:
 			j.status = code
 		}
+		if cerr == nil {
+			go func() { _ = cmd.Wait() }()
+		}
+		stR.Close()
+		ctlW.Close()
 	}()
 	return j, nil
 }

@@ -124,7 +124,7 @@ func startWith(t *testing.T, k testdb.Kind, setup func(*exec.Cmd), args ...strin
 	t.Helper()
 	p := &proc{cmd: exec.Command(bin, args...), stdout: &buffer{}, stderr: &buffer{}, done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
-	p.cmd.Env = append(os.Environ(), "ORMLOCK_DSN=")
+	p.cmd.Env = append(childEnv(), "ORMLOCK_DSN=")
 	if k != "" {
 		p.cmd.Env = append(p.cmd.Env, "ORMLOCK_DSN="+testdb.DSN(t, k))
 	}
@@ -154,6 +154,18 @@ func startWith(t *testing.T, k testdb.Kind, setup func(*exec.Cmd), args ...strin
 		}
 	})
 	return p
+}
+
+// childEnv is the environment of the processes the tests start: the test
+// binary's, and with -race no 1 s sleep at each exit (the race detector's
+// default, to let other goroutines report; a report is printed and fails
+// the run either way).
+func childEnv() []string {
+	env := os.Environ()
+	if raceFlag != "" && os.Getenv("GORACE") == "" {
+		env = append(env, "GORACE=atexit_sleep_ms=0")
+	}
+	return env
 }
 
 // wait waits up to d for the process to exit and returns its status.

@@ -59,7 +59,7 @@ func TestRunJobControl(t *testing.T) {
 	out := &buffer{}
 	go func() { _, _ = io.Copy(out, master) }()
 	sh := exec.Command(bash, "--norc", "--noprofile", "-i")
-	sh.Env = append(os.Environ(), "ORMLOCK_DSN="+testdb.DSN(t, k), sigCountEnv+"=1", "PS1=$ ", "TERM=dumb")
+	sh.Env = append(childEnv(), "ORMLOCK_DSN="+testdb.DSN(t, k), sigCountEnv+"=1", "PS1=$ ", "TERM=dumb")
 	sh.Stdin, sh.Stdout, sh.Stderr = slave, slave, slave
 	// A session of its own whose controlling terminal is the pty, as a
 	// login shell's.
