@@ -2,10 +2,12 @@ package main_test
 
 import (
 	"context"
+	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/keyhash"
@@ -34,6 +36,7 @@ func TestUsageErrors(t *testing.T) {
 		{"invalid utf-8", []string{"run", "--dsn", pgDSN, "a\xff", "--", "true"}, 2, "not valid UTF-8"},
 		{"bad namespace", []string{"run", "--dsn", pgDSN, "--namespace", "a:b", "job", "--", "true"}, 2, "namespace"},
 		{"bad schedule", []string{"run", "--dsn", pgDSN, "--once-per", "0 25 * * *", "job", "--", "true"}, 2, "--once-per"},
+		{"not a schedule", []string{"run", "--dsn", pgDSN, "--once-per", "every day", "job", "--", "true"}, 2, "--once-per"},
 		{"bad period", []string{"run", "--dsn", pgDSN, "--once-per", "0s", "job", "--", "true"}, 2, "--once-per"},
 		{"bad tz", []string{"run", "--dsn", pgDSN, "--once-per", "@daily", "--tz", "Mars/Olympus", "job", "--", "true"}, 2, "unknown time zone"},
 		{"tz alone", []string{"run", "--dsn", pgDSN, "--tz", "Europe/Berlin", "job", "--", "true"}, 2, "--tz"},
@@ -57,8 +60,16 @@ func TestUsageErrors(t *testing.T) {
 			if strings.Contains(stderr, "s3cr3t-pw") {
 				t.Errorf("the password shows in %q", stderr)
 			}
+			for _, line := range strings.Split(stderr, "\n") {
+				if strings.Count(line, "ormlock: ") > 1 {
+					t.Errorf("\"ormlock: \" twice in %q", line)
+				}
+			}
 		})
 	}
+	// A bad value in a flag's variable is a usage error naming it.
+	p := startWith(t, "", func(c *exec.Cmd) { c.Env = append(c.Env, "ORMLOCK_CONNECT_TIMEOUT=soon") }, "holder", "--dsn", pgDSN, "job")
+	want(t, p.wait(t, time.Minute), p.stderr.String(), 2, "$ORMLOCK_CONNECT_TIMEOUT", `"soon"`, "--connect-timeout")
 	testdb.AssertNoLeaks(t, testdb.Postgres)
 }
 
@@ -73,7 +84,11 @@ func TestHelp(t *testing.T) {
 			t.Errorf("%q: %s", args, out)
 		}
 	}
-	_, out, _ := runBin(t, "", "--help")
+	_, out, _ := runBin(t, "", "holder", "--help")
+	if strings.Contains(out, "query=") {
+		t.Errorf("holder --help shows a query, which holder never prints:\n%s", out)
+	}
+	_, out, _ = runBin(t, "", "--help")
 	for _, s := range []string{"75", "76", "77", "70", "simple_protocol"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("ormlock --help does not mention %s", s)

@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
+	"net/url"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -26,28 +29,38 @@ import (
 	"github.com/ormlock/ormlock/internal/config"
 )
 
-// connectTimeout bounds the first contact with the server (dial, login,
-// ping). A DSN's own connect_timeout (PostgreSQL) or timeout (MySQL) applies
-// to each dial as well.
-const connectTimeout = 15 * time.Second
+// defaultConnectTimeout bounds the first contact with the server (dial,
+// login, ping) unless --connect-timeout says otherwise. A DSN's own
+// connect_timeout (PostgreSQL) or timeout (MySQL) applies to each dial as
+// well.
+const defaultConnectTimeout = 10 * time.Second
 
 // common holds the flags every database command takes.
 type common struct {
-	dsn       string
-	namespace string
-	ledger    string
+	dsn            string
+	namespace      string
+	ledger         string
+	connectTimeout time.Duration
 }
 
-func (c *common) register(fs *flag.FlagSet, ledger bool) {
-	fs.StringVar(&c.dsn, "dsn", "", "database `DSN`: a PostgreSQL URL or key=value string, or a go-sql-driver MySQL DSN (default $ORMLOCK_DSN)")
+func (c *common) register(fs *flagSet, ledger bool) {
+	fs.StringVar(&c.dsn, "dsn", "", "database `DSN`: a PostgreSQL URL or key=value string, a mysql:// URL or a go-sql-driver MySQL DSN")
+	fs.env("dsn", "ORMLOCK_DSN")
 	fs.StringVar(&c.namespace, "namespace", "", "key namespace (`NS`), as ormlock.WithNamespace")
+	fs.env("namespace", "ORMLOCK_NAMESPACE")
+	fs.DurationVar(&c.connectTimeout, "connect-timeout", defaultConnectTimeout, "give up reaching the server (connect, log in, first query) after `DURATION`")
+	fs.env("connect-timeout", "ORMLOCK_CONNECT_TIMEOUT")
 	if ledger {
 		fs.StringVar(&c.ledger, "ledger-table", config.DefaultLedgerTable, "ledger `table` of --once-per runs")
+		fs.env("ledger-table", "ORMLOCK_LEDGER_TABLE")
 	}
 }
 
 // options returns the library options the flags stand for, or a usage error.
 func (c *common) options() ([]ormlock.Option, error) {
+	if c.connectTimeout <= 0 {
+		return nil, usagef("--connect-timeout must be positive, got %v", c.connectTimeout)
+	}
 	var opts []ormlock.Option
 	if c.namespace != "" {
 		opts = append(opts, ormlock.WithNamespace(c.namespace))
@@ -56,38 +69,44 @@ func (c *common) options() ([]ormlock.Option, error) {
 		opts = append(opts, ormlock.WithLedgerTable(c.ledger))
 	}
 	if err := config.New(opts...).Err(); err != nil {
-		return nil, &usageError{msg: "--namespace/--ledger-table: " + err.Error()}
+		return nil, usagef("--namespace/--ledger-table: %s", bare(err))
 	}
 	return opts, nil
 }
 
-// open connects to the database named by --dsn or $ORMLOCK_DSN and checks
-// that it answers. The returned close function closes the pool.
-func (c *common) open(ctx context.Context) (*gorm.DB, func(), error) {
-	dsn := c.dsn
-	if dsn == "" {
-		dsn = os.Getenv("ORMLOCK_DSN")
+// bare is err's text without the library's "ormlock: ", for a message
+// that has its own.
+func bare(err error) string { return strings.TrimPrefix(err.Error(), "ormlock: ") }
+
+// where says, for a message, which namespace a command looked in.
+func (c *common) where() string {
+	if c.namespace == "" {
+		return "no namespace (--namespace, $ORMLOCK_NAMESPACE)"
 	}
-	if dsn == "" {
+	return fmt.Sprintf("namespace %q", c.namespace)
+}
+
+// open connects to the database named by --dsn (or $ORMLOCK_DSN) and checks
+// that it answers within --connect-timeout. The returned close function
+// closes the pool.
+func (c *common) open(ctx context.Context) (*gorm.DB, func(), error) {
+	if c.dsn == "" {
 		return nil, nil, usagef("no database: set --dsn or ORMLOCK_DSN (a postgres:// URL or a MySQL DSN such as user:pass@tcp(host:3306)/db)")
 	}
-	sqlDB, dialect, err := openSQL(dsn)
+	sqlDB, srv, err := openSQL(c.dsn)
 	if err != nil {
 		return nil, nil, err
 	}
 	// A run holds one connection for the lock and uses one for the ledger.
 	sqlDB.SetMaxIdleConns(2)
-	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	pctx, cancel := context.WithTimeout(ctx, c.connectTimeout)
 	defer cancel()
 	if err := sqlDB.PingContext(pctx); err != nil {
 		sqlDB.Close()
-		if ctx.Err() != nil {
-			return nil, nil, ctx.Err()
-		}
-		return nil, nil, fmt.Errorf("cannot reach the %s server: %w", dialect, err)
+		return nil, nil, srv.connectError(ctx, pctx, c.connectTimeout, err)
 	}
 	var d gorm.Dialector
-	if dialect == "postgres" {
+	if srv.dialect == "postgres" {
 		d = postgres.New(postgres.Config{Conn: sqlDB})
 	} else {
 		// The version query GORM would send has no deadline; the locks
@@ -97,39 +116,105 @@ func (c *common) open(ctx context.Context) (*gorm.DB, func(), error) {
 	db, err := gorm.Open(d, &gorm.Config{Logger: logger.Discard, DisableAutomaticPing: true})
 	if err != nil {
 		sqlDB.Close()
-		return nil, nil, fmt.Errorf("open GORM on the %s server: %w", dialect, err)
+		return nil, nil, fmt.Errorf("open GORM on the %s: %w", srv, err)
 	}
 	return db.WithContext(ctx), func() { sqlDB.Close() }, nil
+}
+
+// server names the server a DSN points to, for messages.
+type server struct {
+	dialect string // "postgres" or "MySQL"
+	addr    string // host:port, or a socket
+}
+
+func (s server) String() string { return fmt.Sprintf("%s server at %s", s.dialect, s.addr) }
+
+// connectError says why the first contact failed: the server refused the
+// login (no such database or role, a wrong password), or did not answer.
+func (s server) connectError(ctx, pctx context.Context, timeout time.Duration, err error) error {
+	var pe *pgconn.PgError
+	var me *gomysql.MySQLError
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.As(err, &pe):
+		return fmt.Errorf("the %s refused the connection: %s (SQLSTATE %s)", s, pe.Message, pe.Code)
+	case errors.As(err, &me):
+		return fmt.Errorf("the %s refused the connection: %s (error %d)", s, me.Message, me.Number)
+	case pctx.Err() != nil:
+		return fmt.Errorf("cannot reach the %s: timed out after %v (--connect-timeout)", s, timeout)
+	}
+	return fmt.Errorf("cannot reach the %s: %w", s, err)
 }
 
 // pgKeyValue matches the start of a PostgreSQL key=value connection string.
 var pgKeyValue = regexp.MustCompile(`^\s*[A-Za-z_]+\s*=`)
 
 // openSQL opens a pool for dsn: pgx for a postgres:// or postgresql:// URL
-// or a key=value string, go-sql-driver/mysql otherwise. Unparsable DSNs are
-// usage errors that never echo a password.
-func openSQL(dsn string) (*sql.DB, string, error) {
+// or a key=value string, go-sql-driver/mysql for a mysql:// URL or a
+// go-sql-driver DSN. Unparsable DSNs are usage errors that never echo a
+// password.
+func openSQL(dsn string) (*sql.DB, server, error) {
 	lower := strings.ToLower(dsn)
 	if strings.HasPrefix(lower, "postgres://") || strings.HasPrefix(lower, "postgresql://") || pgKeyValue.MatchString(dsn) {
 		cfg, err := pgx.ParseConfig(dsn)
 		if err != nil {
 			// pgconn's message already hides the password.
-			return nil, "", usagef("bad PostgreSQL DSN: %v", err)
+			return nil, server{}, usagef("bad PostgreSQL DSN: %v", err)
 		}
-		return stdlib.OpenDB(*cfg), "postgres", nil
+		addr := cfg.Host
+		if !strings.HasPrefix(addr, "/") {
+			addr = net.JoinHostPort(addr, strconv.Itoa(int(cfg.Port)))
+		}
+		return stdlib.OpenDB(*cfg), server{"postgres", addr}, nil
 	}
-	cfg, err := gomysql.ParseDSN(dsn)
+	var cfg *gomysql.Config
+	var err error
+	if strings.HasPrefix(lower, "mysql://") {
+		cfg, err = parseMySQLURL(dsn)
+	} else if cfg, err = gomysql.ParseDSN(dsn); err != nil {
+		err = usagef("bad DSN: not a postgres:// URL, a PostgreSQL key=value string, a mysql:// URL or a MySQL DSN (user:pass@tcp(host:3306)/db): %v", err)
+	}
 	if err != nil {
-		return nil, "", usagef("bad DSN: not a postgres:// URL, a PostgreSQL key=value string or a MySQL DSN (user:pass@tcp(host:3306)/db): %v", err)
+		return nil, server{}, err
 	}
 	// The driver would log dropped connections on stderr too; ormlock
 	// reports them once, as errors.
 	cfg.Logger = log.New(io.Discard, "", 0)
 	conn, err := gomysql.NewConnector(cfg)
 	if err != nil {
-		return nil, "", usagef("bad MySQL DSN: %v", err)
+		return nil, server{}, usagef("bad MySQL DSN: %v", err)
 	}
-	return sql.OpenDB(conn), "MySQL", nil
+	return sql.OpenDB(conn), server{"MySQL", cfg.Addr}, nil
+}
+
+// parseMySQLURL reads mysql://user:pass@host:port/db?params (port 3306 by
+// default), the password URL-decoded, into go-sql-driver's configuration.
+func parseMySQLURL(dsn string) (*gomysql.Config, error) {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // url.Error quotes the URL, password and all
+		}
+		return nil, usagef("bad mysql:// URL: %v", err)
+	}
+	if u.Host == "" {
+		return nil, usagef("bad mysql:// URL: no host (mysql://user:pass@host:3306/db)")
+	}
+	addr := u.Host
+	if u.Port() == "" {
+		addr = net.JoinHostPort(u.Hostname(), "3306")
+	}
+	// The query's parameters are go-sql-driver's, as after its DSN's "?".
+	cfg, err := gomysql.ParseDSN("tcp(" + addr + ")/?" + u.RawQuery)
+	if err != nil {
+		return nil, usagef("bad mysql:// URL parameters: %v", err)
+	}
+	cfg.User = u.User.Username()
+	cfg.Passwd, _ = u.User.Password()
+	cfg.DBName = strings.TrimPrefix(u.Path, "/")
+	return cfg, nil
 }
 
 // dbError adds what an operator can do to errors from the database.
@@ -141,10 +226,24 @@ func dbError(err error) error {
 	var me *gomysql.MySQLError
 	switch {
 	case errors.As(err, &pe) && pe.Code == "42P01", errors.As(err, &me) && me.Number == 1146:
+		// The library's hint names its Go function; this is the command.
+		msg := err.Error()
+		if hinted := strings.Replace(msg, "(create it with Migrate)", "(create it with: ormlock migrate)", 1); hinted != msg {
+			return &rephrased{msg: hinted, err: err}
+		}
 		return fmt.Errorf("%w; create it with: ormlock migrate", err)
 	}
 	return err
 }
+
+// rephrased is err with another text.
+type rephrased struct {
+	msg string
+	err error
+}
+
+func (e *rephrased) Error() string { return e.msg }
+func (e *rephrased) Unwrap() error { return e.err }
 
 // parseInterspersed parses args with fs, allowing flags after positional
 // arguments (ormlock holder KEY --dsn ...), and returns the positionals.
@@ -164,10 +263,20 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// flagSet is a flag set with its usage text.
+// flagSet is a flag set with its usage text and the environment variables
+// its flags default to.
 type flagSet struct {
 	*flag.FlagSet
 	help func()
+	envs [][2]string // flag name, variable
+}
+
+// env makes the flag name default to the environment variable v when it
+// is not given; --help says so.
+func (fs *flagSet) env(name, v string) {
+	f := fs.Lookup(name)
+	f.Usage += "; or $" + v
+	fs.envs = append(fs.envs, [2]string{name, v})
 }
 
 // newFlagSet returns a flag set whose --help prints usage and the flags to
@@ -196,6 +305,15 @@ func parseFlags(fs *flagSet, args []string) ([]string, error) {
 	}
 	if err != nil {
 		return nil, &usageError{msg: err.Error()}
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	for _, e := range fs.envs {
+		if v := os.Getenv(e[1]); v != "" && !given[e[0]] {
+			if err := fs.Set(e[0], v); err != nil {
+				return nil, usagef("$%s: invalid value %q for --%s: %v", e[1], v, e[0], err)
+			}
+		}
 	}
 	return pos, nil
 }

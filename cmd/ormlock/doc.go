@@ -15,22 +15,25 @@
 //	ormlock migrate                                gormlock.Migrate
 //
 // The database is --dsn or $ORMLOCK_DSN: a postgres:// (or postgresql://)
-// URL or key=value string, opened with pgx, or a go-sql-driver MySQL DSN.
-// Behind PgBouncer in transaction mode the URL needs
-// default_query_exec_mode=simple_protocol.
+// URL or key=value string, opened with pgx, or a mysql:// URL or a
+// go-sql-driver MySQL DSN. Behind PgBouncer in transaction mode the URL
+// needs default_query_exec_mode=simple_protocol. --namespace, --ledger-table
+// and --connect-timeout (default 10s: a server that accepts the connection
+// and never answers fails then) default to $ORMLOCK_NAMESPACE,
+// $ORMLOCK_LEDGER_TABLE and $ORMLOCK_CONNECT_TIMEOUT.
 //
 // # Exit statuses of ormlock run
 //
 //	COMMAND's  COMMAND ran and exited: its status; 128+n when signal n killed it
 //	2          usage error: bad flags, KEY, DSN, schedule or time zone, missing --
-//	70         ormlock's own error (EX_SOFTWARE): server unreachable, query
-//	           failed, ledger table missing
+//	70         ormlock's own error (EX_SOFTWARE): server unreachable or
+//	           refusing the login, query failed, ledger table missing
 //	75         the lock is held elsewhere, COMMAND not run (EX_TEMPFAIL;
 //	           --conflict-exit-code N, as flock's -E)
 //	76         --once-per: the slot is already done, COMMAND not run
 //	           (--done-exit-code N)
-//	77         the lock was lost while COMMAND ran; COMMAND got SIGTERM, then
-//	           SIGKILL after --grace (default 10s)
+//	77         the lock was lost while COMMAND ran; COMMAND and every process
+//	           it started got SIGTERM, then SIGKILL after --grace (default 10s)
 //	126, 127   COMMAND cannot be executed / is not found (as in a shell)
 //	128+n      ormlock got signal n before COMMAND started: it exits at once
 //
@@ -40,25 +43,49 @@
 //
 // # Decisions
 //
-// The lock is released only after COMMAND has exited, whatever signal
-// ormlock got; signals are forwarded, not acted on. COMMAND stays in
-// ormlock's process group, so it can use the terminal; Ctrl-C and Ctrl-\ at
-// the terminal reach it directly, and ormlock (on Linux) does not forward
-// SIGINT or SIGQUIT while its group is the terminal's foreground group, so
-// they arrive once.
+// The lock covers COMMAND's whole process tree, as flock(1)'s lock, an open
+// file its children inherit, does: a job that forks (bash -c 'work & wait',
+// make, a launcher script) must not go on without the lock while another
+// host runs it. ormlock starts COMMAND through a small supervisor, its own
+// binary started again, which puts COMMAND in a process group of its own.
+// On Linux the supervisor is a child subreaper (PR_SET_CHILD_SUBREAPER), so
+// the processes COMMAND leaves behind become its children even when they
+// started their own session (setsid, nohup, daemons), and it finds every
+// live descendant in /proc. It stops them all, SIGTERM then SIGKILL after
+// --grace, when the lock is lost, and when COMMAND exits while some still
+// run; ormlock releases the lock only once none is left. The supervisor
+// holds one end of a pipe from ormlock: when ormlock dies (kill -9, the OOM
+// killer), the server frees the lock at once, and the supervisor kills
+// every descendant with SIGKILL; COMMAND itself also has SIGKILL as its
+// parent-death signal, should the supervisor die. No cgroup is needed: the
+// supervisor is a subreaper before COMMAND starts, so no descendant escapes
+// it. Only a SIGKILL sent to the supervisor itself leaves COMMAND's
+// descendants to init.
 //
-// A lock lost while COMMAND runs ends COMMAND, because another host may
-// already be running it; a loss found only by the release, after COMMAND
-// exited, is reported as lost too (status 77), since the exclusion may not
-// have held to the end. On Linux COMMAND is tied to ormlock's life
-// (Pdeathsig SIGKILL): if ormlock is killed, the server frees the lock at
-// once, and COMMAND must not run on without it.
+// Signals ormlock gets are forwarded to COMMAND's process group, not acted
+// on, and never dropped: at a terminal, COMMAND's group is made the
+// foreground group and ormlock stays outside it, so Ctrl-C, Ctrl-\ and
+// Ctrl-Z reach COMMAND once, straight from the terminal, and any signal
+// that reaches ormlock was sent to it with kill and is passed on. (os/signal
+// cannot tell a keyboard SIGINT from a kill, so this follows from the
+// process layout.) When COMMAND stops at the terminal, the supervisor gives
+// the terminal back to ormlock's group and stops that group, so the shell
+// sees its job stopped; the shell's fg gives the terminal back to COMMAND.
 //
-// The lock follows COMMAND's own process: unlike flock(1), whose lock is an
-// open file that children inherit, it ends when COMMAND exits, even if
-// COMMAND left children running, and SIGTERM after a loss goes to COMMAND
-// alone (a shell script should exec its last command or pass TERM on with a
-// trap).
+// A lock lost while COMMAND runs ends its processes, because another host
+// may already be running it; a loss found only by the release, after
+// COMMAND exited, is reported as lost too (status 77), since the exclusion
+// may not have held to the end.
+//
+// COMMAND does not inherit ORMLOCK_DSN, whose password a job that logs its
+// environment would leak; --export-dsn passes the DSN on. PG* variables and
+// MYSQL_PWD are left alone: jobs that run psql or mysql rely on them.
+//
+// On other Unix systems (macOS, the BSDs) there is no subreaper and no
+// /proc: the supervisor stops the processes still in COMMAND's process
+// group, on the same paths, but misses those that left it (setsid,
+// daemons). On Windows ormlock starts COMMAND directly: a lost lock kills
+// COMMAND alone, and nothing stops it when ormlock is killed.
 //
 // A signal before COMMAND starts makes ormlock exit at once: closing its
 // connections ends the wait or frees the lock on the server. It does not

@@ -25,18 +25,22 @@ const holderUsage = `Usage: ormlock holder [flags] KEY
 
 Shows who holds the lock KEY right now, as gormlock.Holder reports it: the
 holder's backend pid (PostgreSQL) or connection id (MySQL/MariaDB), what
-pg_terminate_backend and KILL take, its user, client, state and last query;
-or "free". KEY reads as in ormlock run (a name, id:N, pair:C,O).
+pg_terminate_backend and KILL take, its user, client and state (not its
+query, which may carry secrets); or "free". KEY reads as in ormlock run (a name, id:N, pair:C,O).
 
 Examples:
   ormlock holder --dsn "$DSN" nightly-report
-  # held pid=4242 user=app client=10.0.0.7:51234 database=app state="idle in transaction" state_for=1.2s held_for=1.3s waiters=0 query="SELECT 1"
+  # held pid=4242 user=app client=10.0.0.7:51234 database=app state="idle in transaction" state_for=1.2s held_for=1.3s waiters=0
+
+A free lock prints "free", and stderr says which namespace was looked in:
+a lock taken under another namespace (--namespace, $ORMLOCK_NAMESPACE) is
+another lock.
 `
 
 func holderCmd(args []string, stdout, stderr io.Writer) error {
 	var c common
 	fs := newFlagSet("holder", holderUsage, stdout)
-	c.register(fs.FlagSet, false)
+	c.register(fs, false)
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -58,6 +62,9 @@ func holderCmd(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		fmt.Fprintln(stdout, h.String())
+		if !h.Held {
+			fmt.Fprintf(stderr, "ormlock: %q is not held in %s\n", pos[0], c.where())
+		}
 		return nil
 	})
 }
@@ -77,7 +84,7 @@ Examples:
 func runsCmd(args []string, stdout, stderr io.Writer) error {
 	var c common
 	fs := newFlagSet("runs", runsUsage, stdout)
-	c.register(fs.FlagSet, true)
+	c.register(fs, true)
 	limit := fs.Int("limit", 10, "show at most `N` runs")
 	pos, err := parseFlags(fs, args)
 	if err != nil {
@@ -97,6 +104,9 @@ func runsCmd(args []string, stdout, stderr io.Writer) error {
 		runs, err := gormlock.Runs(db, pos[0], *limit, opts...)
 		if err != nil {
 			return err
+		}
+		if len(runs) == 0 {
+			fmt.Fprintf(stderr, "ormlock: no runs of %q in ledger table %s, %s\n", pos[0], c.ledger, c.where())
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "SLOT\tSTATUS\tOWNER\tSTARTED\tDURATION\tERROR")
@@ -130,6 +140,7 @@ Examples:
 func keyCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("key", keyUsage, stdout)
 	ns := fs.String("namespace", "", "key namespace (`NS`), as ormlock.WithNamespace")
+	fs.env("namespace", "ORMLOCK_NAMESPACE")
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -142,7 +153,7 @@ func keyCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if err := config.New(ormlock.WithNamespace(*ns)).Err(); err != nil {
-		return usagef("--namespace: %v", err)
+		return usagef("--namespace: %s", bare(err))
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	defer tw.Flush()
@@ -191,7 +202,7 @@ Examples:
 func migrateCmd(args []string, stdout, stderr io.Writer) error {
 	var c common
 	fs := newFlagSet("migrate", migrateUsage, stdout)
-	c.register(fs.FlagSet, true)
+	c.register(fs, true)
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return err

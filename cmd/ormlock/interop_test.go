@@ -59,7 +59,7 @@ func TestGoAndCommandExcludeEachOther(t *testing.T) {
 				}
 
 				// The command holds it: Go does not get it.
-				p := start(t, k, append(append([]string{"run", "--keepalive", "200ms"}, c.flags...), c.arg, "--",
+				p := start(t, k, append(append([]string{"run"}, c.flags...), c.arg, "--",
 					"sh", "-c", "echo started; exec sleep 60")...)
 				p.waitOutput(t, "started", time.Minute)
 				err := gormlock.Session(db, c.key, func(context.Context) error {

@@ -23,6 +23,9 @@ const (
 )
 
 func main() {
+	if os.Getenv(supervisorEnv) == "1" {
+		os.Exit(supervise(os.Args[1:]))
+	}
 	os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -74,9 +77,12 @@ Usage:
 Commands:
 %s
 The database is --dsn or $ORMLOCK_DSN: a PostgreSQL URL or key=value string
-(postgres://user:pass@host:5432/db), or a go-sql-driver MySQL DSN
+(postgres://user:pass@host:5432/db), a MySQL URL (mysql://user:pass@host:3306/db,
+the password URL-encoded) or a go-sql-driver MySQL DSN
 (user:pass@tcp(host:3306)/db). Behind PgBouncer in transaction mode add
-default_query_exec_mode=simple_protocol to the PostgreSQL URL.
+default_query_exec_mode=simple_protocol to the PostgreSQL URL. --namespace,
+--ledger-table and --connect-timeout (default 10s) likewise default to
+$ORMLOCK_NAMESPACE, $ORMLOCK_LEDGER_TABLE and $ORMLOCK_CONNECT_TIMEOUT.
 
 Keys and runs are those of the Go library (gormlock, entlock): a Go service
 and a shell job that name the same key exclude each other.
@@ -84,14 +90,14 @@ and a shell job that name the same key exclude each other.
 Exit statuses of ormlock run:
   COMMAND's own   COMMAND ran: its exit status, or 128+n when signal n killed it
   2               usage error: bad flags, key, DSN or schedule, missing --
-  70              ormlock's own error: database unreachable, a query failed,
-                  no ledger table (run ormlock migrate)
+  70              ormlock's own error: database unreachable or refusing the
+                  login, a query failed, no ledger table (run ormlock migrate)
   75              the lock is held elsewhere; COMMAND did not run
                   (--conflict-exit-code N)
   76              --once-per: the slot is already done; COMMAND did not run
                   (--done-exit-code N)
-  77              the lock was lost while COMMAND ran; COMMAND was sent
-                  SIGTERM (SIGKILL after --grace)
+  77              the lock was lost while COMMAND ran; COMMAND and every
+                  process it started were sent SIGTERM (SIGKILL after --grace)
   126, 127        COMMAND could not be executed / was not found
   128+n           ormlock was interrupted by signal n before COMMAND started
 The other commands exit 0, 2 on a usage error and 70 on any other error.

@@ -124,11 +124,13 @@ func startWith(t *testing.T, k testdb.Kind, setup func(*exec.Cmd), args ...strin
 	t.Helper()
 	p := &proc{cmd: exec.Command(bin, args...), stdout: &buffer{}, stderr: &buffer{}, done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
-	p.cmd.Env = append(os.Environ(), "ORMLOCK_DSN=")
+	p.cmd.Env = append(childEnv(), "ORMLOCK_DSN=")
 	if k != "" {
 		p.cmd.Env = append(p.cmd.Env, "ORMLOCK_DSN="+testdb.DSN(t, k))
 	}
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// A session of its own, without a controlling terminal: ormlock
+	// must not take over the terminal go test runs in.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
 	if setup != nil {
 		setup(p.cmd)
 	}
@@ -152,6 +154,18 @@ func startWith(t *testing.T, k testdb.Kind, setup func(*exec.Cmd), args ...strin
 		}
 	})
 	return p
+}
+
+// childEnv is the environment of the processes the tests start: the test
+// binary's, and with -race no 1 s sleep at each exit (the race detector's
+// default, to let other goroutines report; a report is printed and fails
+// the run either way).
+func childEnv() []string {
+	env := os.Environ()
+	if raceFlag != "" && os.Getenv("GORACE") == "" {
+		env = append(env, "GORACE=atexit_sleep_ms=0")
+	}
+	return env
 }
 
 // wait waits up to d for the process to exit and returns its status.
@@ -268,7 +282,7 @@ const sigCountEnv = "ORMLOCK_TEST_COUNT_SIGNALS"
 func countSignals() int {
 	c := make(chan os.Signal, 16)
 	signal.Notify(c, syscall.SIGINT, syscall.SIGTERM)
-	fmt.Println("started")
+	fmt.Printf("started pid=%d\n", os.Getpid())
 	for s := range c {
 		if s == syscall.SIGTERM {
 			return 128 + int(syscall.SIGTERM)

@@ -27,7 +27,7 @@ func TestOncePerThreeHosts(t *testing.T) {
 		}
 		job := uniq(t, "job")
 		args := []string{"run", "--once-per", "0 3 * * *", "--tz", "Europe/Berlin", "--ledger-table", table,
-			"--keepalive", "200ms", "--wait", "1m", job, "--", "sh", "-c", `echo "ran $ORMLOCK_JOB $ORMLOCK_SLOT"; sleep 1`}
+			"--wait", "1m", job, "--", "sh", "-c", `echo "ran $ORMLOCK_JOB $ORMLOCK_SLOT"; sleep 1`}
 		var ps []*proc
 		for range 3 {
 			ps = append(ps, start(t, k, args...))
@@ -155,7 +155,10 @@ func TestOncePerSharesLedgerWithGo(t *testing.T) {
 func TestOncePerNoLedger(t *testing.T) {
 	forEachKind(t, func(t *testing.T, k testdb.Kind) {
 		code, _, stderr := runBin(t, k, "run", "--once-per", "@daily", "--ledger-table", "no_such_ledger", uniq(t, "job"), "--", "true")
-		want(t, code, stderr, 70, "no_such_ledger", "ormlock migrate")
+		want(t, code, stderr, 70, "no_such_ledger", "create it with: ormlock migrate")
+		if strings.Contains(stderr, "Migrate") {
+			t.Errorf("the hint names the Go function too: %s", stderr)
+		}
 	})
 }
 

@@ -27,18 +27,28 @@ database connection (gormlock.Session), checked every --keepalive.
 
   - Lock held elsewhere: COMMAND does not run; exit 75 (--conflict-exit-code).
     --wait DURATION waits for it instead of trying once.
-  - Lock lost while COMMAND runs (connection killed, failover): COMMAND gets
-    SIGTERM, SIGKILL after --grace; exit 77.
+  - Lock lost while COMMAND runs (connection killed, failover): COMMAND and
+    every process it started get SIGTERM, SIGKILL after --grace; exit 77.
   - SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1 and SIGUSR2 sent to ormlock are
-    forwarded to COMMAND; the lock is released only after COMMAND has exited.
-    A signal that comes before COMMAND starts ends ormlock: exit 128+n.
-    Ctrl-C and Ctrl-\ at a terminal reach COMMAND directly, as it shares
-    ormlock's process group; ormlock does not send them a second time.
-  - On Linux, COMMAND gets SIGKILL if ormlock itself is killed (kill -9), as
-    the database then frees the lock.
-  - stdin, stdout and stderr are COMMAND's own. Its environment gets
-    ORMLOCK_KEY (and ORMLOCK_NAMESPACE when set; with --once-per also
-    ORMLOCK_JOB and ORMLOCK_SLOT, the slot in RFC 3339, UTC).
+    forwarded to COMMAND's process group, never dropped; the lock is released
+    only after COMMAND has exited. A signal that comes before COMMAND starts
+    ends ormlock: exit 128+n.
+  - COMMAND's children end with it: the processes it leaves running (in the
+    background, under setsid or nohup, daemons) get SIGTERM when COMMAND
+    exits, SIGKILL after --grace, and the lock is released only when none is
+    left. If ormlock itself is killed (kill -9), they all get SIGKILL, as the
+    database then frees the lock. (On Linux. On other Unix systems only the
+    processes still in COMMAND's process group are found.)
+  - At a terminal, COMMAND's process group is the foreground one and ormlock
+    stays out of it: Ctrl-C, Ctrl-\ and Ctrl-Z reach COMMAND once, and the
+    shell's fg and bg work.
+  - stdin, stdout and stderr are COMMAND's own. Its environment is ormlock's
+    without ORMLOCK_DSN (--export-dsn passes the DSN on; PG* variables and
+    MYSQL_PWD stay, for jobs that run psql or mysql), plus ORMLOCK_KEY,
+    ORMLOCK_NAMESPACE when set, and with --once-per ORMLOCK_JOB and
+    ORMLOCK_SLOT (the slot in RFC 3339, UTC).
+  - A flag whose description names $ORMLOCK_X takes that variable's value
+    when it is not given.
 
 KEY is a lock name, as in the Go library (gormlock.Session(db, "KEY", ...)).
 "id:N" names the numeric key N (ormlock.ID, pg_advisory_lock(N)),
@@ -91,15 +101,16 @@ type runFlags struct {
 	policy    string        // --catch-up-policy
 	owner     string
 	quiet     bool
+	exportDSN bool
 }
 
 func runCmd(args []string, stdout, stderr io.Writer) error {
 	var f runFlags
 	fs := newFlagSet("run", runUsage, stdout)
-	f.register(fs.FlagSet, true)
+	f.register(fs, true)
 	fs.DurationVar(&f.wait, "wait", 0, "wait up to `DURATION` for the lock (default: try once)")
 	fs.DurationVar(&f.keepalive, "keepalive", config.DefaultKeepalive, "check the lock connection every `DURATION`; a loss is seen within two")
-	fs.DurationVar(&f.grace, "grace", 10*time.Second, "after a lost lock, wait `DURATION` between SIGTERM and SIGKILL")
+	fs.DurationVar(&f.grace, "grace", 10*time.Second, "wait `DURATION` between SIGTERM and SIGKILL to COMMAND's processes (lock lost, or COMMAND exited before them)")
 	fs.IntVar(&f.conflict, "conflict-exit-code", exitConflict, "exit status `N` when the lock is held elsewhere")
 	fs.IntVar(&f.done, "done-exit-code", exitAlreadyDone, "exit status `N` when the --once-per slot is already done")
 	fs.StringVar(&f.oncePer, "once-per", "", "run at most once per slot of `SCHEDULE` (cron expression or period); KEY is the job name")
@@ -108,6 +119,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&f.policy, "catch-up-policy", "latest", "`POLICY` of --catch-up: latest (the newest missed slot) or all (each, oldest first)")
 	fs.StringVar(&f.owner, "owner", "", "`ID` recorded in the ledger's owner column (default hostname/pid)")
 	fs.BoolVar(&f.quiet, "quiet", false, "print nothing when COMMAND does not run because of a conflict or a done slot")
+	fs.BoolVar(&f.exportDSN, "export-dsn", false, "pass the DSN on to COMMAND as $ORMLOCK_DSN (by default COMMAND's environment has none)")
 
 	left, command, sep := splitCommand(args)
 	pos, err := parseFlags(fs, left)
@@ -171,7 +183,11 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		return f.outcome(ch, err, stderr)
 	}
 	defer closeDB()
-	env := commandEnv(pos[0], f.namespace)
+	exported := ""
+	if f.exportDSN {
+		exported = f.dsn
+	}
+	env := commandEnv(pos[0], f.namespace, exported)
 	if sched == nil {
 		err = gormlock.Session(db, key, func(ctx context.Context) error {
 			err := ch.run(ctx, env)
@@ -284,13 +300,24 @@ func (f *runFlags) outcome(ch *child, err error, stderr io.Writer) error {
 	return dbError(err)
 }
 
-// commandEnv is COMMAND's environment: ormlock's own plus the lock's name.
-// (A fencing token, once the library issues them, goes here as
-// ORMLOCK_FENCING_TOKEN.)
-func commandEnv(key, ns string) []string {
-	env := append(os.Environ(), "ORMLOCK_KEY="+key)
+// commandEnv is COMMAND's environment: ormlock's own without $ORMLOCK_DSN
+// (a job that logs its environment must not leak the password), plus the
+// lock's name, and the DSN only when dsn is not empty (--export-dsn).
+// PG* and MYSQL_PWD stay: jobs that run psql or mysql need them. (A fencing
+// token, once the library issues them, goes here as ORMLOCK_FENCING_TOKEN.)
+func commandEnv(key, ns, dsn string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "ORMLOCK_DSN=") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "ORMLOCK_KEY="+key)
 	if ns != "" {
 		env = append(env, "ORMLOCK_NAMESPACE="+ns)
+	}
+	if dsn != "" {
+		env = append(env, "ORMLOCK_DSN="+dsn)
 	}
 	return env
 }
@@ -330,7 +357,7 @@ func parseKey(s string) (ormlock.Key, error) {
 		k = ormlock.Name(s)
 	}
 	if err := k.Validate(); err != nil {
-		return k, usagef("bad KEY %q: %v", s, err)
+		return k, usagef("bad KEY %q: %s", s, bare(err))
 	}
 	return k, nil
 }
@@ -349,7 +376,7 @@ func parseSchedule(s, tz string) (ormlock.Schedule, error) {
 		sched, err = ormlock.Cron(s, loc)
 	}
 	if err != nil {
-		return nil, usagef("--once-per %q: %v", s, err)
+		return nil, usagef("--once-per %q: %s", s, bare(err))
 	}
 	return sched, nil
 }

@@ -34,8 +34,8 @@ func TestRunConflict(t *testing.T) {
 		key := uniq(t, "lock")
 		g, waitFor := gate(t)
 		script := "echo started; " + waitFor
-		a := start(t, k, "run", "--keepalive", "200ms", key, "--", "sh", "-c", script)
-		b := start(t, k, "run", "--keepalive", "200ms", key, "--", "sh", "-c", script)
+		a := start(t, k, "run", key, "--", "sh", "-c", script)
+		b := start(t, k, "run", key, "--", "sh", "-c", script)
 		var loser, winner *proc
 		select {
 		case <-a.done:
@@ -121,7 +121,7 @@ func TestRunSignals(t *testing.T) {
 	forEachKind(t, func(t *testing.T, k testdb.Kind) {
 		key := uniq(t, "term")
 		g, waitFor := gate(t)
-		p := start(t, k, "run", "--keepalive", "200ms", key, "--", "sh", "-c",
+		p := start(t, k, "run", key, "--", "sh", "-c",
 			`trap 'echo got-term; `+waitFor+`; exit 7' TERM; echo started; while :; do sleep 0.05; done`)
 		p.waitOutput(t, "started", time.Minute)
 		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {

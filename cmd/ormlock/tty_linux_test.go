@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -38,9 +39,16 @@ func openPTY(t *testing.T) (master, slave *os.File) {
 	return m, s
 }
 
-// Ctrl-C at ormlock's terminal reaches COMMAND once: straight from the
-// terminal, not a second time through ormlock. SIGTERM is still forwarded.
-func TestRunTerminalCtrlC(t *testing.T) {
+// ormlock run from an interactive shell on a terminal: Ctrl-C reaches
+// COMMAND once, straight from the terminal (ormlock is not in the
+// terminal's foreground group, so it cannot send it a second time); a
+// SIGINT sent to ormlock with kill is forwarded, not dropped; Ctrl-Z stops
+// the job and the shell's fg resumes it with the terminal.
+func TestRunJobControl(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash for an interactive shell")
+	}
 	k := testdb.Postgres
 	master, slave := openPTY(t)
 	key := uniq(t, "tty")
@@ -48,34 +56,86 @@ func TestRunTerminalCtrlC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := startWith(t, k, func(c *exec.Cmd) {
-		c.Env = append(c.Env, sigCountEnv+"=1")
-		c.Stdin = slave
-		// A session of its own whose controlling terminal is the pty, as
-		// a login shell's: ormlock's group is the foreground group.
-		c.SysProcAttr.Setsid, c.SysProcAttr.Setctty, c.SysProcAttr.Ctty = true, true, 0
-	}, "run", key, "--", self)
-	p.waitOutput(t, "started", time.Minute)
-	// Standard signals that arrive together merge into one, which hides
-	// some duplicates: press Ctrl-C a few times, apart.
-	const presses = 5
-	for range presses {
-		if _, err := master.Write([]byte{3}); err != nil { // ^C
-			t.Fatal(err)
-		}
-		time.Sleep(300 * time.Millisecond)
-	}
-	p.waitOutput(t, "int", 30*time.Second)
-	time.Sleep(time.Second) // a forwarded duplicate would show by now
-	if n := strings.Count(p.stdout.String(), "int"); n > presses {
-		t.Errorf("COMMAND got SIGINT %d times for %d Ctrl-C: %q", n, presses, p.stdout)
-	}
-	if p.exited() {
-		t.Fatalf("ormlock exited on Ctrl-C: %d %s", p.code, p.stderr)
-	}
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	out := &buffer{}
+	go func() { _, _ = io.Copy(out, master) }()
+	sh := exec.Command(bash, "--norc", "--noprofile", "-i")
+	sh.Env = append(childEnv(), "ORMLOCK_DSN="+testdb.DSN(t, k), sigCountEnv+"=1", "PS1=$ ", "TERM=dumb")
+	sh.Stdin, sh.Stdout, sh.Stderr = slave, slave, slave
+	// A session of its own whose controlling terminal is the pty, as a
+	// login shell's.
+	sh.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0, Pdeathsig: syscall.SIGKILL}
+	if err := sh.Start(); err != nil {
 		t.Fatal(err)
 	}
-	want(t, p.wait(t, time.Minute), p.stderr.String(), 128+int(syscall.SIGTERM))
+	shDone := make(chan struct{})
+	go func() { _ = sh.Wait(); close(shDone) }()
+	t.Cleanup(func() { _ = sh.Process.Kill(); <-shDone })
+	type_ := func(s string) {
+		t.Helper()
+		if _, err := master.Write([]byte(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor := func(s string, n int) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for strings.Count(out.String(), s) < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %d× %q on the terminal:\n%s", n, s, out)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	type_(bin + " run " + key + " -- " + self + "\n")
+	waitFor("started pid=", 1)
+	var cmdPid int
+	if _, err := fmt.Sscanf(out.String()[strings.Index(out.String(), "started pid="):], "started pid=%d", &cmdPid); err != nil {
+		t.Fatal(err)
+	}
+	ormlockPid := parentOf(t, parentOf(t, cmdPid)) // COMMAND's parent is the supervisor
+
+	type_("\x03") // Ctrl-C
+	waitFor("int", 1)
+	if err := syscall.Kill(ormlockPid, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("int", 2)
+
+	type_("\x1a") // Ctrl-Z
+	waitFor("Stopped", 1)
+	type_("fg\n")
+	waitFor("$ fg", 1)
+	// Back in the foreground, with the terminal: Ctrl-C reaches it again.
+	deadline := time.Now().Add(time.Minute)
+	for strings.Count(out.String(), "int") < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("Ctrl-C after fg did not reach COMMAND:\n%s", out)
+		}
+		type_("\x03")
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err := syscall.Kill(cmdPid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	type_("echo rc=$?\n") // read by the shell once the job is over
+	waitFor("rc=143", 1)
+	if n := strings.Count(out.String(), "int"); n > 2+4 {
+		t.Errorf("COMMAND got SIGINT %d times:\n%s", n, out)
+	}
 	testdb.AssertNoLeaks(t, k)
+}
+
+// parentOf returns the parent pid of pid.
+func parentOf(t *testing.T, pid int) int {
+	t.Helper()
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ppid int
+	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	if _, err := fmt.Sscan(fields[1], &ppid); err != nil {
+		t.Fatal(err)
+	}
+	return ppid
 }
