@@ -1,0 +1,111 @@
+package conformance_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/keys"
+	"github.com/ormlock/ormlock/internal/testdb"
+)
+
+// pgLockPID returns the pid of the backend that holds the advisory lock of
+// k (in no namespace) on the server of kind k, through the admin pool.
+func pgLockPID(t *testing.T, kind testdb.Kind, k ormlock.Key) int64 {
+	t.Helper()
+	pk := keys.Postgres(k, "")
+	classid, objid, sub := uint32(uint64(pk.Int64)>>32), uint32(pk.Int64), 1
+	if pk.IsPair {
+		classid, objid, sub = uint32(pk.ClassID), uint32(pk.ObjID), 2
+	}
+	var pid int64
+	err := testdb.AdminDB(t, kind).QueryRow(`SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
+		AND classid::int8 = $1 AND objid::int8 = $2 AND objsubid = $3`, int64(classid), int64(objid), sub).Scan(&pid)
+	if err != nil {
+		t.Fatalf("find the backend holding %s: %v", k, err)
+	}
+	return pid
+}
+
+// TestFencingLockLostBeforeToken: on PostgreSQL the token is committed on a
+// second connection while the lock stays on the first. When the lock's
+// backend dies after the lock was granted and before the token is issued,
+// and another holder takes the lock and its token meanwhile, the first
+// holder must not get a greater token and run fn with it: its call fails
+// with an error wrapping ErrLockLost, fn is not called, and the lock and
+// its connections are left clean. Every verb and mode that issues tokens
+// is covered (Transaction at READ COMMITTED and REPEATABLE READ, Session,
+// RunOnce in both modes).
+func TestFencingLockLostBeforeToken(t *testing.T) {
+	forEachPostgres(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		ctx := context.Background()
+		other := a.with(t, k)
+		tbl := ormlock.WithLedgerTable(ledgerTable(t, k, other))
+		type call func(r runner, key string, fn func(), opts ...ormlock.Option) error
+		tx := func(iso sql.IsolationLevel) call {
+			return func(r runner, key string, fn func(), opts ...ormlock.Option) error {
+				opts = append(opts, ormlock.WithTxOptions(&sql.TxOptions{Isolation: iso}))
+				return r.Transaction(ctx, key, func(txn) error { fn(); return nil }, opts...)
+			}
+		}
+		runOnce := func(claim bool) call {
+			return func(r runner, key string, fn func(), opts ...ormlock.Option) error {
+				if claim {
+					opts = append(opts, ormlock.WithClaim())
+				}
+				return r.RunOnce(ctx, key, testdb.Slot(0), func(txn) error { fn(); return nil }, opts...)
+			}
+		}
+		cases := map[string]call{
+			"Transaction":                tx(sql.LevelDefault),
+			"Transaction/RepeatableRead": tx(sql.LevelRepeatableRead),
+			"Session": func(r runner, key string, fn func(), opts ...ormlock.Option) error {
+				return r.Session(ctx, key, func(context.Context) error { fn(); return nil }, opts...)
+			},
+			"RunOnce":       runOnce(false),
+			"RunOnce/Claim": runOnce(true),
+		}
+		for name, c := range cases {
+			t.Run(name, func(t *testing.T) {
+				key := "fence-lost-" + strings.ReplaceAll(name, "/", "-") + "-" + a.name + "-" + string(k)
+				var fired atomic.Bool
+				obs := ormlock.ObserverFunc(func(_ context.Context, e ormlock.Event) {
+					if e.Kind != ormlock.EventAcquired || fired.Swap(true) {
+						return
+					}
+					// the lock is granted, the token not issued yet: the
+					// lock's backend dies, another holder takes the lock
+					// and its token
+					pid := pgLockPID(t, k, e.Key)
+					testdb.Kill(t, k, pid)
+					testdb.WaitGone(t, k, pid)
+					if err := c(other, key, func() {}, tbl, ormlock.WithFencing()); err != nil {
+						t.Errorf("the next holder: %v", err)
+					}
+				})
+				r := a.with(t, k, ormlock.WithObserver(obs))
+				called := false
+				err := c(r, key, func() { called = true }, tbl, ormlock.WithFencing())
+				if called {
+					t.Error("fn ran with a token issued after its lock was lost (and after the next holder's)")
+				}
+				if !errors.Is(err, ormlock.ErrLockLost) {
+					t.Errorf("err = %v, want ErrLockLost", err)
+				}
+				if err != nil && strings.Count(err.Error(), "ormlock: ") != 1 {
+					t.Errorf("error %q should say \"ormlock: \" once", err)
+				}
+				if !fired.Load() {
+					t.Fatal("the lock was never acquired")
+				}
+				if !free(t, k, key) && !strings.HasPrefix(name, "RunOnce") {
+					t.Error("lock left held")
+				}
+			})
+		}
+	})
+}
