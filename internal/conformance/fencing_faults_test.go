@@ -109,3 +109,18 @@ func TestFencingLockLostBeforeToken(t *testing.T) {
 		}
 	})
 }
+
+// TestFencingNumericKeys: the issuance's check that the lock's backend
+// holds the lock finds numeric keys and pairs (negative halves included) as
+// pg_locks shows them.
+func TestFencingNumericKeys(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		r := a.with(t, k)
+		tbl := ormlock.WithLedgerTable(ledgerTable(t, k, r))
+		for _, key := range []ormlock.Key{ormlock.ID(-5), ormlock.ID(1 << 40), ormlock.Pair(-1, -2), ormlock.Pair(7, 1<<30)} {
+			if tok := txToken(t, r, key, false, tbl); tok != 1 {
+				t.Errorf("%s: first token %d, want 1", key, tok)
+			}
+		}
+	})
+}

@@ -302,7 +302,12 @@ func (o *Op) lockOneMessage(ctx context.Context, db *sql.DB, conn *sql.Conn, beg
 			ps = pgSessionOf(pc)
 		}
 		if ps == nil || (ps.known && !ps.direct) {
-			return send(pgLockMessage(begin, o.pg, wait, long, false), lockLayout{wait: wait > 0, long: long, iso: wantIso})
+			// with fencing the message reads the backend's pid, which the
+			// token's issuance checks (fence.go)
+			fence := o.Cfg.Fencing
+			err := send(pgLockMessage(begin, o.pg, wait, long, fence), lockLayout{wait: wait > 0, long: long, iso: wantIso, pid: fence})
+			o.lockPID = rep.pid
+			return err
 		}
 		if !ps.known {
 			// the first lock on this connection: as text, with the pid
@@ -310,8 +315,11 @@ func (o *Op) lockOneMessage(ctx context.Context, db *sql.DB, conn *sql.Conn, beg
 			if err == nil {
 				ps.known, ps.direct = true, rep.pid != 0 && rep.pid == pc.PID()
 			}
+			o.lockPID = rep.pid
 			return err
 		}
+		// direct: the backend's pid is the one the connection announced
+		o.lockPID = pc.PID()
 		i := pgTryIndex(o.pg)
 		l := lockLayout{iso: true}
 		if ps.prepared[i] {

@@ -37,6 +37,9 @@ type Op struct {
 
 	fenceID string // the fencing counter, when not the key's (fence.go)
 	token   int64  // the fencing token of this acquisition, once issued
+	lockPID uint32 // PostgreSQL with fencing: the pid of the backend that took the lock
+	// MySQL with fencing: the lock connection's @@autocommit, read by GET_LOCK
+	autocommit int64
 
 	start    time.Time
 	acquired time.Time
@@ -231,12 +234,16 @@ func (o *Op) acquireXact(ctx context.Context, q Querier, iso *string) error {
 		return err
 	}
 	var ok bool
+	var pid *uint32
+	if o.Cfg.Fencing {
+		pid = &o.lockPID // the token's issuance checks this backend holds the lock
+	}
 	if wait > 0 {
 		wctx, done := waitCtx(ctx)
-		ok, err = PGWaitXact(wctx, q, o.pg, wait, iso)
+		ok, err = PGWaitXact(wctx, q, o.pg, wait, iso, pid)
 		done()
 	} else {
-		ok, err = PGTryXact(ctx, q, o.pg, iso)
+		ok, err = PGTryXact(ctx, q, o.pg, iso, pid)
 	}
 	if errors.Is(err, errSnapshotTaken) {
 		return err
@@ -279,12 +286,17 @@ func (o *Op) AcquireNamed(ctx context.Context, q Querier) error {
 		return err
 	}
 	var ok bool
+	var ac *int64
+	if o.Cfg.Fencing {
+		o.autocommit = 1
+		ac = &o.autocommit // the token's INSERT is committed explicitly when it is 0
+	}
 	if wait > 0 {
 		wctx, done := waitCtx(ctx)
-		ok, err = MySQLGetLock(wctx, q, o.mysql, wait)
+		ok, err = mysqlGetLock(wctx, q, o.mysql, wait, ac)
 		done()
 	} else { // GET_LOCK(name, 0) answers at once: nothing to detach
-		ok, err = MySQLGetLock(ctx, q, o.mysql, 0)
+		ok, err = mysqlGetLock(ctx, q, o.mysql, 0, ac)
 	}
 	return o.settle(ctx, ok, bounded, err)
 }
