@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/enttest"
 	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
@@ -123,4 +124,102 @@ func TestFencingNumericKeys(t *testing.T) {
 			}
 		}
 	})
+}
+
+// openWith opens a pool on the server of kind k whose DSN has the extra
+// parameters params ("autocommit=0"). The caller closes it with
+// closeChecked before the test's clean-ups run (the pool's idle
+// connections would keep the metadata locks of an open transaction).
+func openWith(t *testing.T, k testdb.Kind, params string) *sql.DB {
+	t.Helper()
+	dsn := testdb.DSN(t, k)
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	db, err := sql.Open(k.Driver(), dsn+sep+params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+// closeChecked checks db for leaks and closes it.
+func closeChecked(t *testing.T, k testdb.Kind, db *sql.DB) {
+	t.Helper()
+	testdb.AssertNoLeaks(t, k, db)
+	db.Close()
+}
+
+// committedToken reads the fence counter id (FenceID: "name:key",
+// "job:job") of the ledger table tbl as another session sees it: what was
+// committed.
+func committedToken(t *testing.T, k testdb.Kind, tbl, id string) int64 {
+	t.Helper()
+	q := "SELECT token FROM " + tbl + "_fence WHERE namespace = '' AND lock_key = ?"
+	if k.Dialect() == "postgres" {
+		q = strings.Replace(q, "?", "$1", 1)
+	}
+	var tok int64
+	if err := testdb.AdminDB(t, k).QueryRow(q, id).Scan(&tok); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		t.Fatalf("read the fence counter %q: %v", id, err)
+	}
+	return tok
+}
+
+// TestFencingAutocommitOff: on MySQL/MariaDB the token is drawn on the
+// lock's connection; with autocommit off (autocommit=0 in the DSN, or the
+// server's default) it must still be committed before fn runs, by every
+// verb and mode, so that a crash cannot make it be issued again.
+func TestFencingAutocommitOff(t *testing.T) {
+	for _, a := range adapters {
+		t.Run(a.name, func(t *testing.T) {
+			k := testdb.MariaDB
+			enttest.Migrate(t, k)
+			db := openWith(t, k, "autocommit=0")
+			defer closeChecked(t, k, db)
+			r := a.on(t, k.Dialect(), db)
+			tbl := ledgerTable(t, k, r)
+			opts := []ormlock.Option{ormlock.WithLedgerTable(tbl), ormlock.WithFencing()}
+			ctx := context.Background()
+			key := "fence-autocommit-" + a.name
+			check := func(what, id string, tok int64, ok bool) {
+				t.Helper()
+				if !ok {
+					t.Errorf("%s: no token", what)
+				}
+				if got := committedToken(t, k, tbl, id); got != tok {
+					t.Errorf("%s: fn runs with token %d, but the committed counter is %d", what, tok, got)
+				}
+			}
+			if err := r.Transaction(ctx, key, func(tx txn) error {
+				tok, ok := tx.FencingToken()
+				check("Transaction", "name:"+key, tok, ok)
+				return nil
+			}, opts...); err != nil {
+				t.Fatalf("Transaction: %v", err)
+			}
+			if err := r.Session(ctx, key, func(ctx context.Context) error {
+				tok, ok := ormlock.FencingToken(ctx)
+				check("Session", "name:"+key, tok, ok)
+				return nil
+			}, opts...); err != nil {
+				t.Fatalf("Session: %v", err)
+			}
+			job := "fence-autocommit-job-" + a.name
+			for i, claim := range []bool{false, true} {
+				o := opts
+				if claim {
+					o = append(o[:len(o):len(o)], ormlock.WithClaim())
+				}
+				if err := r.RunOnce(ctx, job, testdb.Slot(i), func(tx txn) error {
+					tok, ok := tx.FencingToken()
+					check("RunOnce", "job:"+job, tok, ok)
+					return nil
+				}, o...); err != nil {
+					t.Fatalf("RunOnce (claim %v): %v", claim, err)
+				}
+			}
+		})
+	}
 }
