@@ -87,6 +87,9 @@ func run[T TxLike](verb string, tx T, fn func(tx T) error) error {
 	if err != nil {
 		// ErrTxDone: fn ended the transaction itself.
 		if rerr := tx.Rollback(); rerr != nil && !errors.Is(rerr, sql.ErrTxDone) {
+			if errors.Is(rerr, ormlock.ErrLockLost) {
+				return errs.Join(rerr, err) // the lock's connection was gone: fn's error stays reachable
+			}
 			return fmt.Errorf("%w (ormlock: rollback failed: %w)", err, rerr)
 		}
 		return err

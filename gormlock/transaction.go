@@ -3,6 +3,7 @@ package gormlock
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -152,7 +153,9 @@ func (c *call) transaction(fn func(tx *gorm.DB) error) error {
 	err = c.run(fn, c.session(lt.Tx))
 	done = true
 	if err != nil {
-		_ = lt.Rollback()
+		if rerr := lt.Rollback(); errors.Is(rerr, ormlock.ErrLockLost) {
+			return errs.Join(rerr, err) // the lock's connection was gone: fn's error stays reachable
+		}
 		return err
 	}
 	return lt.Commit()

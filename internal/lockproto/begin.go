@@ -307,20 +307,26 @@ func (t *LockedTx) Commit() error {
 			_ = t.rollback()
 			t.op.Emit(t.ctx, ormlock.EventLockLost, lerr)
 			t.end()
-			return fmt.Errorf("%w: %q: the lock transaction failed before COMMIT: %w", ormlock.ErrLockLost, t.op.Key.String(), lerr)
+			return errs.Mark(ormlock.ErrLockLost, lerr, "%q: the lock transaction failed before COMMIT", t.op.Key.String())
 		}
 	}
 	if cerr := t.ctx.Err(); cerr != nil {
-		_ = t.rollback()
+		rerr := t.rollback()
 		err = cerr
+		if connGone(rerr) && !isCtxErr(rerr) {
+			err = t.lockLost("ROLLBACK", rerr)
+		}
 	} else {
 		if t.op.Dialect == MySQL && t.ctx.Done() != nil {
 			err = t.mysqlEnd("COMMIT", t.Tx.Commit)
 		} else {
 			err = withinGrace(t.ctx, t.txCancel, t.Tx.Commit)
 		}
-		if err != nil && t.ctx.Err() != nil {
+		switch {
+		case err != nil && t.ctx.Err() != nil:
 			err = errs.Wrap(errs.Join(t.ctx.Err(), err), "COMMIT cut short after the context ended (outcome unknown)")
+		case connGone(err):
+			err = t.lockLost("COMMIT", err)
 		}
 	}
 	t.end()
@@ -361,31 +367,42 @@ func (t *LockedTx) rollback() error {
 // Token returns the fencing token of the lock (ormlock.WithFencing).
 func (t *LockedTx) Token() (int64, bool) { return t.op.Token() }
 
-// Rollback rolls the transaction back, then releases the lock.
+// Rollback rolls the transaction back, then releases the lock. When the
+// ROLLBACK or the release finds the lock's connection gone (it broke, or
+// the driver closed it as a statement's context ended), the error wraps
+// ormlock.ErrLockLost: the lock may have been free while fn ran.
 func (t *LockedTx) Rollback() error {
 	err := t.rollback()
-	t.end()
+	if connGone(err) && !(isCtxErr(err) && ctxErr(t.ctx) != nil) {
+		t.end()
+		return t.lockLost("ROLLBACK", err)
+	}
+	if rerr := t.end(); err == nil && connGone(rerr) && !isCtxErr(rerr) {
+		return t.lockLost("the release", rerr)
+	}
 	return err
 }
 
-// end releases the lock after the transaction, once.
-func (t *LockedTx) end() {
+// end releases the lock after the transaction, once, and returns the
+// release's error (nil where the end of the transaction was the release).
+func (t *LockedTx) end() (err error) {
 	t.once.Do(func() {
 		t.txCancel()
 		switch t.op.Dialect {
 		case Postgres:
 			switch {
 			case t.lock != nil:
-				t.lock.end(t.ctx)
+				err = t.lock.end(t.ctx)
 			case t.conn != nil:
 				_ = t.conn.Close()
 			}
 			// a *ConnTx gave its connection back or destroyed it as it ended
 			t.op.EndXact(t.ctx)
 		case MySQL:
-			_ = t.op.ReleaseNamed(t.ctx, t.conn)
+			err = t.op.ReleaseNamed(t.ctx, t.conn)
 		}
 	})
+	return err
 }
 
 // ---- bounding the detached transaction ----
@@ -514,12 +531,13 @@ func (l *pgLockTx) rollback(ctx context.Context) error {
 
 // end releases the lock (ROLLBACK, bounded as releaseWithin says) and gives the
 // connection back, or destroys it when the ROLLBACK failed.
-func (l *pgLockTx) end(ctx context.Context) {
-	if releaseWithin(ctx, l.rollback) != nil {
+func (l *pgLockTx) end(ctx context.Context) error {
+	if err := releaseWithin(ctx, l.rollback); err != nil {
 		Destroy(l.conn)
-		return
+		return err
 	}
 	_ = l.conn.Close()
+	return nil
 }
 
 // drop ends a lock transaction whose lock was not taken (err says why).
