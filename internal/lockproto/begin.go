@@ -252,7 +252,11 @@ func (o *Op) beginMySQL(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	if err := o.IssueToken(ctx, conn); err != nil { // fencing: autocommitted before BEGIN
+	if err := o.keepCompletionType(ctx, conn); err != nil {
+		_ = o.ReleaseNamed(ctx, conn)
+		return nil, err
+	}
+	if err := o.IssueToken(ctx, conn); err != nil { // fencing: committed before BEGIN
 		_ = o.ReleaseNamed(ctx, conn)
 		return nil, err
 	}
@@ -324,9 +328,11 @@ func (t *LockedTx) Commit() error {
 		}
 		switch {
 		case err != nil && t.ctx.Err() != nil:
-			err = errs.Wrap(errs.Join(t.ctx.Err(), err), "COMMIT cut short after the context ended (outcome unknown)")
+			err = errs.Mark(ormlock.ErrCommitUnknown, errs.Join(t.ctx.Err(), err), "%q: COMMIT cut short after the context ended", t.op.Key.String())
+		case connGone(err) && unsent(err):
+			err = t.lockLost("COMMIT (not sent: the transaction did not commit)", err)
 		case connGone(err):
-			err = t.lockLost("COMMIT", err)
+			err = errs.Mark(ormlock.ErrCommitUnknown, t.lockLost("COMMIT", err), "")
 		}
 	}
 	t.end()
@@ -352,7 +358,11 @@ func (t *LockedTx) mysqlEnd(stmt string, end func() error) error {
 		_ = t.Tx.Rollback() // ends database/sql's transaction; the connection is closed
 		return errs.Wrap(err, "%s", stmt)
 	}
-	return end()
+	// stmt took effect: the outcome is known whatever end answers (a
+	// connection the server closed after it answers with an error, which
+	// the release then finds)
+	_ = end()
+	return nil
 }
 
 // rollback ends the transaction with ROLLBACK, cut endGrace after t.ctx

@@ -175,7 +175,9 @@ func (t *FenceTable) Issue(ctx context.Context, q Querier, ns, id string, h Hold
 		return 0, t.wrap(fmt.Errorf("LAST_INSERT_ID returned %d", tok))
 	}
 	if h.Commit {
-		if _, err := q.ExecContext(ctx, "COMMIT"); err != nil {
+		// explicit: completion_type must not chain a transaction or end
+		// the session (and its lock) here
+		if _, err := q.ExecContext(ctx, "COMMIT AND NO CHAIN NO RELEASE"); err != nil {
 			return 0, t.wrap(errs.Wrap(err, "COMMIT (autocommit is off)"))
 		}
 	}
@@ -254,7 +256,7 @@ func (o *Op) IssueToken(ctx context.Context, q Querier) error {
 	if id == "" {
 		id = FenceID(o.Key)
 	}
-	h := Holder{PID: o.lockPID, Key: o.pg, Commit: o.Dialect == MySQL && o.autocommit == 0}
+	h := Holder{PID: o.lockPID, Key: o.pg, Commit: o.Dialect == MySQL && o.my.autocommit == 0}
 	if o.Dialect == Postgres && h.PID == 0 {
 		return fmt.Errorf("ormlock: %s on %q: the lock's backend is unknown: no fencing token was issued", o.Verb, o.Key.String())
 	}

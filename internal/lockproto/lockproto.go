@@ -222,15 +222,26 @@ func MySQLGetLock(ctx context.Context, q Querier, name string, wait time.Duratio
 	return mysqlGetLock(ctx, q, name, wait, nil)
 }
 
-// mysqlGetLock is MySQLGetLock; with autocommit, the same statement reads
-// the session's @@autocommit into it (a fenced token's INSERT is committed
-// explicitly when it is 0: see fence.go).
-func mysqlGetLock(ctx context.Context, q Querier, name string, wait time.Duration, autocommit *int64) (bool, error) {
+// mysqlSession is what GET_LOCK's statement read of the lock connection's
+// session (mysqlGetLock).
+type mysqlSession struct {
+	autocommit     int64
+	completionType string // NO_CHAIN, CHAIN or RELEASE
+	// restoreCT: completion_type was set to 0 for a Transaction and is set
+	// back to completionType after the release (ReleaseNamed)
+	restoreCT bool
+}
+
+// mysqlGetLock is MySQLGetLock; with sess, the same statement reads the
+// session's @@autocommit (a fenced token's INSERT is committed explicitly
+// when it is 0: see fence.go) and @@completion_type (a Transaction sets it
+// to 0 for its transaction when it is not: see beginMySQL) into it.
+func mysqlGetLock(ctx context.Context, q Querier, name string, wait time.Duration, sess *mysqlSession) (bool, error) {
 	var res sql.NullInt64
 	var err error
 	dest, col := []any{&res}, ""
-	if autocommit != nil {
-		dest, col = append(dest, autocommit), ", @@autocommit"
+	if sess != nil {
+		dest, col = append(dest, &sess.autocommit, &sess.completionType), ", @@autocommit, @@completion_type"
 	}
 	if wait <= 0 {
 		err = q.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0)"+col, name).Scan(dest...)

@@ -2,6 +2,7 @@ package lockproto
 
 import (
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"strings"
 
@@ -33,8 +34,11 @@ func connGone(err error) bool {
 }
 
 // unsent reports whether err says that the statement was never sent (pgx's
-// SafeToRetry), so that the server cannot have run it.
-func unsent(err error) bool { return pgconn.SafeToRetry(err) }
+// SafeToRetry; database/sql's driver.ErrBadConn, which drivers return only
+// before anything was written), so that the server cannot have run it.
+func unsent(err error) bool {
+	return pgconn.SafeToRetry(err) || errors.Is(err, driver.ErrBadConn)
+}
 
 // lockLost builds the error of a lock whose connection was found gone by
 // stmt (err): it wraps ormlock.ErrLockLost and err, and t.ctx's error when

@@ -35,11 +35,10 @@ type Op struct {
 	pg    keys.PostgresKey
 	mysql string
 
-	fenceID string // the fencing counter, when not the key's (fence.go)
-	token   int64  // the fencing token of this acquisition, once issued
-	lockPID uint32 // PostgreSQL with fencing: the pid of the backend that took the lock
-	// MySQL with fencing: the lock connection's @@autocommit, read by GET_LOCK
-	autocommit int64
+	fenceID string       // the fencing counter, when not the key's (fence.go)
+	token   int64        // the fencing token of this acquisition, once issued
+	lockPID uint32       // PostgreSQL with fencing: the pid of the backend that took the lock
+	my      mysqlSession // MySQL: the lock connection's session, read by GET_LOCK
 
 	start    time.Time
 	acquired time.Time
@@ -286,17 +285,13 @@ func (o *Op) AcquireNamed(ctx context.Context, q Querier) error {
 		return err
 	}
 	var ok bool
-	var ac *int64
-	if o.Cfg.Fencing {
-		o.autocommit = 1
-		ac = &o.autocommit // the token's INSERT is committed explicitly when it is 0
-	}
+	o.my = mysqlSession{autocommit: 1}
 	if wait > 0 {
 		wctx, done := waitCtx(ctx)
-		ok, err = mysqlGetLock(wctx, q, o.mysql, wait, ac)
+		ok, err = mysqlGetLock(wctx, q, o.mysql, wait, &o.my)
 		done()
 	} else { // GET_LOCK(name, 0) answers at once: nothing to detach
-		ok, err = mysqlGetLock(ctx, q, o.mysql, 0, ac)
+		ok, err = mysqlGetLock(ctx, q, o.mysql, 0, &o.my)
 	}
 	return o.settle(ctx, ok, bounded, err)
 }
