@@ -3,7 +3,6 @@ package gormlock
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -153,8 +152,10 @@ func (c *call) transaction(fn func(tx *gorm.DB) error) error {
 	err = c.run(fn, c.session(lt.Tx))
 	done = true
 	if err != nil {
-		if rerr := lt.Rollback(); errors.Is(rerr, ormlock.ErrLockLost) {
-			return errs.Join(rerr, err) // the lock's connection was gone: fn's error stays reachable
+		if rerr := lt.Rollback(); lockproto.Reported(rerr, err) {
+			// the lock's connection was gone, or fn committed implicitly:
+			// fn's error stays reachable
+			return errs.Join(rerr, err)
 		}
 		return err
 	}

@@ -87,6 +87,16 @@ func (r *Run) InTx(ctx context.Context, q lockproto.Querier, fn func() error) er
 		return r.alreadyDone(ctx)
 	}
 	if err := fn(); err != nil {
+		if r.op.MySQLImplicitCommit(ctx, q) {
+			// fn committed the claim behind the transaction's back (a
+			// DDL statement): the rollback will not remove the
+			// 'running' row, so it is marked failed (autocommitted)
+			ierr := errs.Mark(lockproto.ErrImplicitCommit, nil, "job %q, slot %s", r.job, r.slot.Format(time.RFC3339Nano))
+			if ferr := r.t.finish(context.WithoutCancel(ctx), q, r.ns, r.job, r.slot, r.owner, started, ormlock.RunFailed, ierr.Error()+": "+err.Error()); ferr != nil {
+				ierr = errs.Join(ierr, ferr)
+			}
+			return errs.Join(ierr, err)
+		}
 		return err
 	}
 	return r.t.finish(ctx, q, r.ns, r.job, r.slot, r.owner, started, ormlock.RunDone, "")

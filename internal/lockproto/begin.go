@@ -321,6 +321,9 @@ func (t *LockedTx) Commit() error {
 			err = t.lockLost("ROLLBACK", rerr)
 		}
 	} else {
+		if t.implicitCommit() {
+			t.warnImplicitCommit()
+		}
 		if t.op.Dialect == MySQL && t.ctx.Done() != nil {
 			err = t.mysqlEnd("COMMIT", t.Tx.Commit)
 		} else {
@@ -381,7 +384,12 @@ func (t *LockedTx) Token() (int64, bool) { return t.op.Token() }
 // ROLLBACK or the release finds the lock's connection gone (it broke, or
 // the driver closed it as a statement's context ended), the error wraps
 // ormlock.ErrLockLost: the lock may have been free while fn ran.
+//
+// On MySQL/MariaDB, a transaction that fn committed implicitly (a DDL
+// statement) gives an error wrapping ErrImplicitCommit: the ROLLBACK undid
+// nothing written before the DDL.
 func (t *LockedTx) Rollback() error {
+	implicit := t.implicitCommit()
 	err := t.rollback()
 	if connGone(err) && !(isCtxErr(err) && ctxErr(t.ctx) != nil) {
 		t.end()
@@ -389,6 +397,9 @@ func (t *LockedTx) Rollback() error {
 	}
 	if rerr := t.end(); err == nil && connGone(rerr) && !isCtxErr(rerr) {
 		return t.lockLost("the release", rerr)
+	}
+	if implicit {
+		return errs.Join(errs.Mark(ErrImplicitCommit, nil, "%s on %q", t.op.Verb, t.op.Key.String()), err)
 	}
 	return err
 }
