@@ -219,6 +219,10 @@ func TestFencingAutocommitOff(t *testing.T) {
 				}, o...); err != nil {
 					t.Fatalf("RunOnce (claim %v): %v", claim, err)
 				}
+				var n int
+				if err := testdb.AdminDB(t, k).QueryRow("SELECT COUNT(*) FROM "+tbl+" WHERE job = ? AND status = 'done'", job).Scan(&n); err != nil || n != i+1 {
+					t.Errorf("RunOnce (claim %v): %d committed 'done' rows (%v), want %d", claim, n, err, i+1)
+				}
 			}
 		})
 	}

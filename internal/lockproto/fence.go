@@ -313,3 +313,9 @@ func (o *Op) sessionToken(ctx context.Context, db *sql.DB, conn *sql.Conn, h *se
 	o.Emit(ctx, ormlock.EventReleased, nil)
 	return err
 }
+
+// AutocommitOff reports whether the lock's MySQL/MariaDB connection runs
+// with autocommit 0 (read by GET_LOCK's statement; false on PostgreSQL and
+// before the lock): the claim mode's ledger statements are then followed
+// by COMMIT.
+func (o *Op) AutocommitOff() bool { return o.Dialect == MySQL && o.Acquired() && o.my.autocommit == 0 }
