@@ -270,7 +270,16 @@ func (o *Op) beginMySQL(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*
 		txCancel()
 		// a BEGIN cut short leaves the connection's state unknown:
 		// ReleaseNamed destroys it when the release is not confirmed
-		_ = o.ReleaseNamed(ctx, conn)
+		rerr := o.ReleaseNamed(ctx, conn)
+		if cerr := ctxErr(ctx); cerr != nil && !errors.Is(err, cerr) {
+			err = errs.Join(cerr, err)
+		}
+		if connGone(rerr) && !isCtxErr(rerr) {
+			// the lock's connection broke, or the driver closed it as the
+			// context ended during BEGIN: the lock went with it (fn did
+			// not run)
+			return nil, errs.Mark(ormlock.ErrLockLost, err, "%s on %q: begin transaction", o.Verb, o.Key.String())
+		}
 		return nil, errs.Wrap(err, "begin transaction")
 	}
 	return &LockedTx{Tx: tx, ctx: ctx, op: o, conn: conn, txCancel: txCancel}, nil
@@ -333,7 +342,13 @@ func (t *LockedTx) Commit() error {
 		case err != nil && t.ctx.Err() != nil:
 			err = errs.Mark(ormlock.ErrCommitUnknown, errs.Join(t.ctx.Err(), err), "%q: COMMIT cut short after the context ended", t.op.Key.String())
 		case connGone(err) && unsent(err):
-			err = t.lockLost("COMMIT (not sent: the transaction did not commit)", err)
+			if t.lock == nil {
+				err = t.lockLost("COMMIT (not sent: the transaction did not commit)", err)
+			}
+		case connGone(err) && t.lock != nil:
+			// fn's transaction, on its own connection (the lock was
+			// confirmed before COMMIT)
+			err = errs.Mark(ormlock.ErrCommitUnknown, err, "%q: COMMIT", t.op.Key.String())
 		case connGone(err):
 			err = errs.Mark(ormlock.ErrCommitUnknown, t.lockLost("COMMIT", err), "")
 		}
@@ -391,11 +406,13 @@ func (t *LockedTx) Token() (int64, bool) { return t.op.Token() }
 func (t *LockedTx) Rollback() error {
 	implicit := t.implicitCommit()
 	err := t.rollback()
-	if connGone(err) && !(isCtxErr(err) && ctxErr(t.ctx) != nil) {
+	// the split protocol's fn transaction is not the lock's connection:
+	// only the lock transaction's end can find the lock gone
+	if t.lock == nil && connGone(err) && !(isCtxErr(err) && ctxErr(t.ctx) != nil) {
 		t.end()
 		return t.lockLost("ROLLBACK", err)
 	}
-	if rerr := t.end(); err == nil && connGone(rerr) && !isCtxErr(rerr) {
+	if rerr := t.end(); connGone(rerr) && !isCtxErr(rerr) {
 		return t.lockLost("the release", rerr)
 	}
 	if implicit {
