@@ -19,6 +19,14 @@ var ErrNotAcquired = errors.New("ormlock: lock not acquired")
 // error as its cause (see context.Cause).
 var ErrLockLost = errors.New("ormlock: lock lost")
 
+// ErrCommitUnknown is returned when a COMMIT was sent but no answer came
+// back: the connection broke under it, or the caller's context ended and
+// the COMMIT was cut short. The transaction may or may not have committed;
+// check the data before doing its work again. The error also matches the
+// cause (ErrLockLost when the lock's connection broke, the context's error
+// when it ended). A COMMIT known not to have been sent is not reported so.
+var ErrCommitUnknown = errors.New("ormlock: commit outcome unknown: the transaction may or may not have committed")
+
 // ErrAlreadyDone is returned when RunOnce finds that the (job, slot) already
 // has a committed run in the ledger; the callback is not called.
 var ErrAlreadyDone = errors.New("ormlock: job already done for this slot")

@@ -26,17 +26,22 @@ func WithFencing() Option { return func(c *config.Config) { c.Fencing = true } }
 // and the context of a gormlock transaction (tx.Statement.Context).
 func FencingToken(ctx context.Context) (int64, bool) { return fencectx.From(ctx) }
 
-// ErrStaleToken is returned by [CheckFenced] when a fenced write changed no
-// row: the resource has already seen a token at least as great, so the
-// writer's lock was lost and another holder has written since.
+// ErrStaleToken is returned by [CheckFenced] when a fenced write matched no
+// row: the row's fence is greater than the writer's token, so a holder with
+// a greater token has written it since (the writer's lock was lost), or
+// the row does not exist.
 var ErrStaleToken = errors.New("ormlock: stale fencing token")
 
 // CheckFenced checks the outcome of a fenced write, an UPDATE that only
-// matches while the resource's last token is smaller than the writer's
-// ("UPDATE t SET ..., fence = $tok WHERE id = $id AND fence < $tok"). It
-// returns err when the statement failed, an error wrapping [ErrStaleToken]
-// when no row was changed, and nil otherwise. The row must exist first
-// (with fence 0). See docs/PROTOCOL.md (Fenced writes).
+// matches while the resource's last token is at most the writer's
+// ("UPDATE t SET ..., fence = $tok WHERE id = $id AND fence <= $tok"), so a
+// holder writes the row as often as it likes under its token and only
+// smaller tokens are refused. It returns err when the statement failed, an
+// error wrapping [ErrStaleToken] when no row matched, and nil otherwise.
+// The row must exist first (with fence 0). On MySQL/MariaDB an UPDATE
+// reports the rows it changed, not those it matched, unless the DSN sets
+// clientFoundRows=true: without it a repeated write of the same values is
+// taken for a stale one. See docs/PROTOCOL.md (Fenced writes).
 func CheckFenced(res sql.Result, err error) error {
 	if err != nil {
 		return err
@@ -46,7 +51,7 @@ func CheckFenced(res sql.Result, err error) error {
 		return errs.Wrap(err, "fenced write: rows affected")
 	}
 	if n == 0 {
-		return fmt.Errorf("%w: the resource has seen a newer holder's token; this holder's lock was lost", ErrStaleToken)
+		return fmt.Errorf("%w: the fenced write matched no row (its fence is greater than the token: a holder with a greater token has written it since; or the row does not exist)", ErrStaleToken)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/keys"
+	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
 // TxLike is what the verbs need of a transaction: ent's generated *ent.Tx
@@ -87,6 +88,14 @@ func run[T TxLike](verb string, tx T, fn func(tx T) error) error {
 	if err != nil {
 		// ErrTxDone: fn ended the transaction itself.
 		if rerr := tx.Rollback(); rerr != nil && !errors.Is(rerr, sql.ErrTxDone) {
+			if lockproto.Reported(rerr, err) {
+				// the lock's connection was gone, or fn committed
+				// implicitly: fn's error stays reachable
+				return errs.Join(rerr, err)
+			}
+			if errors.Is(rerr, lockproto.ErrImplicitCommit) {
+				return err // which says so already (RunOnce's ledger)
+			}
 			return fmt.Errorf("%w (ormlock: rollback failed: %w)", err, rerr)
 		}
 		return err

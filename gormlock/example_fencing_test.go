@@ -20,7 +20,7 @@ func ExampleFencingToken() {
 	err := gormlock.Session(db, "rebalance", func(ctx context.Context) error {
 		tok, _ := ormlock.FencingToken(ctx)
 		return gormlock.CheckFenced(db.WithContext(ctx).Exec(
-			"UPDATE accounts SET balance = balance + 100, fence = ? WHERE id = ? AND fence < ?", tok, 7, tok))
+			"UPDATE accounts SET balance = balance + 100, fence = ? WHERE id = ? AND fence <= ?", tok, 7, tok))
 	}, ormlock.WithFencing())
 	if errors.Is(err, ormlock.ErrStaleToken) {
 		log.Print("a newer holder has written: this one's lock was lost")

@@ -40,11 +40,14 @@ func (c *call) nestedToken(tx *gorm.DB) (*gorm.DB, error) {
 
 // CheckFenced is [ormlock.CheckFenced] for a GORM statement: it returns
 // r.Error when the statement failed, an error wrapping
-// [ormlock.ErrStaleToken] when it changed no row, and nil otherwise.
+// [ormlock.ErrStaleToken] when it matched no row, and nil otherwise. The
+// holder may write the row again under the same token (fence <= token); on
+// MySQL/MariaDB the DSN needs clientFoundRows=true for a write that changes
+// nothing to count (see docs/PROTOCOL.md, Fenced writes).
 //
 //	tok, _ := gormlock.FencingToken(tx)
 //	err := gormlock.CheckFenced(tx.Exec(
-//		"UPDATE accounts SET balance = ?, fence = ? WHERE id = ? AND fence < ?", b, tok, id, tok))
+//		"UPDATE accounts SET balance = ?, fence = ? WHERE id = ? AND fence <= ?", b, tok, id, tok))
 func CheckFenced(r *gorm.DB) error {
 	if r == nil {
 		return fmt.Errorf("%w: gormlock.CheckFenced: nil *gorm.DB", ormlock.ErrInvalidArgument)

@@ -33,7 +33,7 @@ func TestFencingStaleWrite(t *testing.T) {
 			t.Fatal(err)
 		}
 		write := func(db *gorm.DB, note string, tok int64) error {
-			return gormlock.CheckFenced(db.Exec("UPDATE "+res+" SET note = ?, fence = ? WHERE id = 1 AND fence < ?", note, tok, tok))
+			return gormlock.CheckFenced(db.Exec("UPDATE "+res+" SET note = ?, fence = ? WHERE id = 1 AND fence <= ?", note, tok, tok))
 		}
 		key := "fence-stale-" + string(k)
 		started, wake := make(chan int64, 1), make(chan struct{})

@@ -13,7 +13,7 @@ import (
 
 // txToken runs a fenced Transaction on key and returns fn's token; fail
 // makes fn return an error (the transaction rolls back).
-func txToken(t *testing.T, l locker, key string, fail bool, opts ...ormlock.Option) int64 {
+func txToken(t *testing.T, l locker, key any, fail bool, opts ...ormlock.Option) int64 {
 	t.Helper()
 	var tok int64
 	errFail := errors.New("fn failed")

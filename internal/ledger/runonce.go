@@ -87,6 +87,16 @@ func (r *Run) InTx(ctx context.Context, q lockproto.Querier, fn func() error) er
 		return r.alreadyDone(ctx)
 	}
 	if err := fn(); err != nil {
+		if r.op.MySQLImplicitCommit(ctx, q) {
+			// fn committed the claim behind the transaction's back (a
+			// DDL statement): the rollback will not remove the
+			// 'running' row, so it is marked failed (autocommitted)
+			ierr := errs.Mark(lockproto.ErrImplicitCommit, nil, "job %q, slot %s", r.job, r.slot.Format(time.RFC3339Nano))
+			if ferr := r.t.finish(context.WithoutCancel(ctx), q, r.ns, r.job, r.slot, r.owner, started, ormlock.RunFailed, ierr.Error()+": "+err.Error()); ferr != nil {
+				ierr = errs.Join(ierr, ferr)
+			}
+			return errs.Join(ierr, err)
+		}
 		return err
 	}
 	return r.t.finish(ctx, q, r.ns, r.job, r.slot, r.owner, started, ormlock.RunDone, "")
@@ -117,7 +127,7 @@ func (r *Run) Claimed(ctx context.Context, db *sql.DB, fn func(ctx context.Conte
 			return r.t.wrap("claim", err)
 		}
 		started, ok, err := r.t.claim(lctx, conn, r.ns, r.job, r.slot, r.owner)
-		_ = conn.Close()
+		err = r.done(lctx, conn, err)
 		if err != nil {
 			return r.claimFailed(ctx, lctx, db, err)
 		}
@@ -145,7 +155,9 @@ func (r *Run) claimFailed(ctx, lctx context.Context, db *sql.DB, err error) erro
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
 	defer cancel()
-	if aerr := r.t.abandon(fctx, db, r.ns, r.job, r.slot, r.owner, "the claim failed: "+err.Error()); aerr != nil {
+	if aerr := r.autocommitted(fctx, db, func(q lockproto.Querier) error {
+		return r.t.abandon(fctx, q, r.ns, r.job, r.slot, r.owner, "the claim failed: "+err.Error())
+	}); aerr != nil {
 		return errs.Join(err, aerr)
 	}
 	return err
@@ -186,5 +198,46 @@ func (r *Run) runClaimed(ctx, lctx context.Context, db *sql.DB, started time.Tim
 func (r *Run) finishDetached(ctx context.Context, db *sql.DB, started time.Time, status ormlock.RunStatus, text string) error {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
-	return r.t.finish(fctx, db, r.ns, r.job, r.slot, r.owner, started, status, text)
+	return r.autocommitted(fctx, db, func(q lockproto.Querier) error {
+		return r.t.finish(fctx, q, r.ns, r.job, r.slot, r.owner, started, status, text)
+	})
+}
+
+// autocommitted runs the claim mode's ledger statement f on db, committed
+// when f returns: as it is where the session autocommits; on a connection
+// pinned for it and followed by COMMIT where it does not (MySQL/MariaDB
+// with autocommit 0, which GET_LOCK's statement read: see
+// (*lockproto.Op).AutocommitOff), so that the row is never left
+// uncommitted on a connection back in the pool.
+func (r *Run) autocommitted(ctx context.Context, db *sql.DB, f func(q lockproto.Querier) error) error {
+	if !r.op.AutocommitOff() {
+		return f(db)
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return r.t.wrap("pin a connection", err)
+	}
+	return r.done(ctx, conn, f(conn))
+}
+
+// done ends the use of conn by a claim-mode ledger statement that
+// returned err: where the session does not autocommit, COMMIT (the
+// connection is destroyed when that or the statement failed, so that no
+// transaction goes back to the pool); then conn goes back to the pool.
+func (r *Run) done(ctx context.Context, conn *sql.Conn, err error) error {
+	if !r.op.AutocommitOff() {
+		_ = conn.Close()
+		return err
+	}
+	if err == nil {
+		if _, cerr := conn.ExecContext(ctx, "COMMIT AND NO CHAIN NO RELEASE"); cerr != nil {
+			err = r.t.wrap("COMMIT (autocommit is off)", cerr)
+		}
+	}
+	if err != nil {
+		lockproto.Destroy(conn)
+		return err
+	}
+	_ = conn.Close()
+	return nil
 }

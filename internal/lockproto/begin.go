@@ -253,7 +253,11 @@ func (o *Op) beginMySQL(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	if err := o.IssueToken(ctx, conn); err != nil { // fencing: autocommitted before BEGIN
+	if err := o.keepCompletionType(ctx, conn); err != nil {
+		_ = o.ReleaseNamed(ctx, conn)
+		return nil, err
+	}
+	if err := o.IssueToken(ctx, conn); err != nil { // fencing: committed before BEGIN
 		_ = o.ReleaseNamed(ctx, conn)
 		return nil, err
 	}
@@ -267,7 +271,16 @@ func (o *Op) beginMySQL(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*
 		txCancel()
 		// a BEGIN cut short leaves the connection's state unknown:
 		// ReleaseNamed destroys it when the release is not confirmed
-		_ = o.ReleaseNamed(ctx, conn)
+		rerr := o.ReleaseNamed(ctx, conn)
+		if cerr := ctxErr(ctx); cerr != nil && !errors.Is(err, cerr) {
+			err = errs.Join(cerr, err)
+		}
+		if connGone(rerr) && !isCtxErr(rerr) {
+			// the lock's connection broke, or the driver closed it as the
+			// context ended during BEGIN: the lock went with it (fn did
+			// not run)
+			return nil, errs.Mark(ormlock.ErrLockLost, err, "%s on %q: begin transaction", o.Verb, o.Key.String())
+		}
 		return nil, errs.Wrap(err, "begin transaction")
 	}
 	return &LockedTx{Tx: tx, ctx: ctx, op: o, conn: conn, txCancel: txCancel}, nil
@@ -308,20 +321,37 @@ func (t *LockedTx) Commit() error {
 			_ = t.rollback()
 			t.op.Emit(t.ctx, ormlock.EventLockLost, lerr)
 			t.end()
-			return fmt.Errorf("%w: %q: the lock transaction failed before COMMIT: %w", ormlock.ErrLockLost, t.op.Key.String(), lerr)
+			return errs.Mark(ormlock.ErrLockLost, lerr, "%q: the lock transaction failed before COMMIT", t.op.Key.String())
 		}
 	}
 	if cerr := t.ctx.Err(); cerr != nil {
-		_ = t.rollback()
+		rerr := t.rollback()
 		err = cerr
+		if connGone(rerr) && !isCtxErr(rerr) {
+			err = t.lockLost("ROLLBACK", rerr)
+		}
 	} else {
+		if t.implicitCommit() {
+			t.warnImplicitCommit()
+		}
 		if t.op.Dialect == MySQL && t.ctx.Done() != nil {
 			err = t.mysqlEnd("COMMIT", t.Tx.Commit)
 		} else {
 			err = withinGrace(t.ctx, t.txCancel, t.Tx.Commit)
 		}
-		if err != nil && t.ctx.Err() != nil {
-			err = errs.Wrap(errs.Join(t.ctx.Err(), err), "COMMIT cut short after the context ended (outcome unknown)")
+		switch {
+		case err != nil && t.ctx.Err() != nil:
+			err = errs.Mark(ormlock.ErrCommitUnknown, errs.Join(t.ctx.Err(), err), "%q: COMMIT cut short after the context ended", t.op.Key.String())
+		case connGone(err) && unsent(err):
+			if t.lock == nil {
+				err = t.lockLost("COMMIT (not sent: the transaction did not commit)", err)
+			}
+		case connGone(err) && t.lock != nil:
+			// fn's transaction, on its own connection (the lock was
+			// confirmed before COMMIT)
+			err = errs.Mark(ormlock.ErrCommitUnknown, err, "%q: COMMIT", t.op.Key.String())
+		case connGone(err):
+			err = errs.Mark(ormlock.ErrCommitUnknown, t.lockLost("COMMIT", err), "")
 		}
 	}
 	t.end()
@@ -347,7 +377,11 @@ func (t *LockedTx) mysqlEnd(stmt string, end func() error) error {
 		_ = t.Tx.Rollback() // ends database/sql's transaction; the connection is closed
 		return errs.Wrap(err, "%s", stmt)
 	}
-	return end()
+	// stmt took effect: the outcome is known whatever end answers (a
+	// connection the server closed after it answers with an error, which
+	// the release then finds)
+	_ = end()
+	return nil
 }
 
 // rollback ends the transaction with ROLLBACK, cut endGrace after t.ctx
@@ -362,31 +396,52 @@ func (t *LockedTx) rollback() error {
 // Token returns the fencing token of the lock (ormlock.WithFencing).
 func (t *LockedTx) Token() (int64, bool) { return t.op.Token() }
 
-// Rollback rolls the transaction back, then releases the lock.
+// Rollback rolls the transaction back, then releases the lock. When the
+// ROLLBACK or the release finds the lock's connection gone (it broke, or
+// the driver closed it as a statement's context ended), the error wraps
+// ormlock.ErrLockLost: the lock may have been free while fn ran.
+//
+// On MySQL/MariaDB, a transaction that fn committed implicitly (a DDL
+// statement) gives an error wrapping ErrImplicitCommit: the ROLLBACK undid
+// nothing written before the DDL.
 func (t *LockedTx) Rollback() error {
+	implicit := t.implicitCommit()
 	err := t.rollback()
-	t.end()
+	// the split protocol's fn transaction is not the lock's connection:
+	// only the lock transaction's end can find the lock gone
+	if t.lock == nil && connGone(err) && !(isCtxErr(err) && ctxErr(t.ctx) != nil) {
+		t.end()
+		return t.lockLost("ROLLBACK", err)
+	}
+	if rerr := t.end(); connGone(rerr) && !isCtxErr(rerr) {
+		return t.lockLost("the release", rerr)
+	}
+	if implicit {
+		return errs.Join(errs.Mark(ErrImplicitCommit, nil, "%s on %q", t.op.Verb, t.op.Key.String()), err)
+	}
 	return err
 }
 
-// end releases the lock after the transaction, once.
-func (t *LockedTx) end() {
+// end releases the lock after the transaction, once, and returns the
+// release's error (nil where the end of the transaction was the release).
+func (t *LockedTx) end() (err error) {
 	t.once.Do(func() {
 		t.txCancel()
 		switch t.op.Dialect {
 		case Postgres:
 			switch {
 			case t.lock != nil:
-				t.lock.end(t.ctx)
+				err = t.lock.end(t.ctx)
 			case t.conn != nil:
 				_ = t.conn.Close()
 			}
 			// a *ConnTx gave its connection back or destroyed it as it ended
 			t.op.EndXact(t.ctx)
 		case MySQL:
-			_ = t.op.ReleaseNamed(t.ctx, t.conn)
+			err = t.op.ReleaseNamed(t.ctx, t.conn)
 		}
 	})
+	return err
 }
 
 // ---- bounding the detached transaction ----
@@ -515,12 +570,13 @@ func (l *pgLockTx) rollback(ctx context.Context) error {
 
 // end releases the lock (ROLLBACK, bounded as releaseWithin says) and gives the
 // connection back, or destroys it when the ROLLBACK failed.
-func (l *pgLockTx) end(ctx context.Context) {
-	if releaseWithin(ctx, l.rollback) != nil {
+func (l *pgLockTx) end(ctx context.Context) error {
+	if err := releaseWithin(ctx, l.rollback); err != nil {
 		Destroy(l.conn)
-		return
+		return err
 	}
 	_ = l.conn.Close()
+	return nil
 }
 
 // drop ends a lock transaction whose lock was not taken (err says why).

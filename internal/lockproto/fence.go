@@ -3,6 +3,7 @@ package lockproto
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 
 	"github.com/ormlock/ormlock"
@@ -99,25 +100,66 @@ func (t *FenceTable) Create(ctx context.Context, q Querier) error {
 	return nil
 }
 
+// pgHeld is the condition, evaluated by the issuing statement, that the
+// backend $3 still holds the advisory lock ($4, $5, $6: pg_locks' classid,
+// objid and objsubid). pg_locks is read live, not from a snapshot.
+const pgHeld = `EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = $3 AND classid = $4::int8::oid AND objid = $5::int8::oid AND objsubid = $6)`
+
 func (t *FenceTable) issueSQL() string {
 	if t.d == Postgres {
 		// set_config is evaluated for the proposed row, before the
 		// conflict check, and returns the (non-NULL) new value: the
-		// literal 1 of a new row
+		// literal 1 of a new row. The lock's backend must still hold the
+		// lock: for a new row when it is inserted, for an existing one
+		// once its row lock is taken (DO UPDATE's WHERE is evaluated
+		// then), so that every holder after a loss gets a greater token;
+		// otherwise the statement writes and returns nothing.
 		return `INSERT INTO ` + t.q + ` AS f (namespace, lock_key, token)
-VALUES ($1, $2, (set_config('synchronous_commit', CASE current_setting('synchronous_commit') WHEN 'off' THEN 'local' ELSE current_setting('synchronous_commit') END, true) IS NOT NULL)::int)
-ON CONFLICT (namespace, lock_key) DO UPDATE SET token = f.token + 1
+SELECT $1, $2, (set_config('synchronous_commit', CASE current_setting('synchronous_commit') WHEN 'off' THEN 'local' ELSE current_setting('synchronous_commit') END, true) IS NOT NULL)::int
+WHERE ` + pgHeld + `
+ON CONFLICT (namespace, lock_key) DO UPDATE SET token = f.token + 1 WHERE ` + pgHeld + `
 RETURNING f.token`
 	}
 	return "INSERT INTO " + t.q + " (namespace, lock_key, token) VALUES (?, ?, LAST_INSERT_ID(1)) ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)"
 }
 
-// Issue draws the next token of (ns, id), autocommitted on q (a pinned
-// connection outside any transaction, or the pool).
-func (t *FenceTable) Issue(ctx context.Context, q Querier, ns, id string) (int64, error) {
+// Holder is what the issuance of a token checks or needs of the lock it is
+// issued under.
+type Holder struct {
+	// PostgreSQL: the pid of the backend that holds the lock, and the lock.
+	PID uint32
+	Key keys.PostgresKey
+	// MySQL/MariaDB: the lock connection runs with autocommit off, so the
+	// INSERT is followed by COMMIT.
+	Commit bool
+}
+
+// pgLockTag returns k as pg_locks shows it: classid, objid, objsubid.
+func pgLockTag(k keys.PostgresKey) (classid, objid int64, objsubid int) {
+	if k.IsPair {
+		return int64(uint32(k.ClassID)), int64(uint32(k.ObjID)), 2
+	}
+	return int64(uint64(k.Int64) >> 32), int64(uint32(k.Int64)), 1
+}
+
+// errNotHeld says that the issuing statement found the lock no longer held
+// by the lock's backend: no token was drawn.
+var errNotHeld = errors.New("the lock's backend no longer holds the lock")
+
+// Issue draws the next token of (ns, id), committed on q (a pinned
+// connection outside any transaction, or the pool) when it returns. On
+// PostgreSQL the statement draws it only while h.PID holds h.Key (an error
+// wrapping ormlock.ErrLockLost otherwise); on MySQL/MariaDB q is the lock's
+// own connection, and h.Commit sends COMMIT after the INSERT.
+func (t *FenceTable) Issue(ctx context.Context, q Querier, ns, id string, h Holder) (int64, error) {
 	var tok int64
 	if t.d == Postgres {
-		if err := q.QueryRowContext(ctx, t.issueSQL(), ns, id).Scan(&tok); err != nil {
+		classid, objid, sub := pgLockTag(h.Key)
+		err := q.QueryRowContext(ctx, t.issueSQL(), ns, id, int64(h.PID), classid, objid, sub).Scan(&tok)
+		if errors.Is(err, sql.ErrNoRows) {
+			return 0, fmt.Errorf("%w: %w (backend %d): no fencing token was issued", ormlock.ErrLockLost, errNotHeld, h.PID)
+		}
+		if err != nil {
 			return 0, t.wrap(err)
 		}
 		return tok, nil
@@ -131,6 +173,13 @@ func (t *FenceTable) Issue(ctx context.Context, q Querier, ns, id string) (int64
 	}
 	if tok <= 0 {
 		return 0, t.wrap(fmt.Errorf("LAST_INSERT_ID returned %d", tok))
+	}
+	if h.Commit {
+		// explicit: completion_type must not chain a transaction or end
+		// the session (and its lock) here
+		if _, err := q.ExecContext(ctx, "COMMIT AND NO CHAIN NO RELEASE"); err != nil {
+			return 0, t.wrap(errs.Wrap(err, "COMMIT (autocommit is off)"))
+		}
 	}
 	return tok, nil
 }
@@ -207,8 +256,15 @@ func (o *Op) IssueToken(ctx context.Context, q Querier) error {
 	if id == "" {
 		id = FenceID(o.Key)
 	}
-	tok, err := t.Issue(ctx, q, o.Cfg.Namespace, id)
+	h := Holder{PID: o.lockPID, Key: o.pg, Commit: o.Dialect == MySQL && o.my.autocommit == 0}
+	if o.Dialect == Postgres && h.PID == 0 {
+		return fmt.Errorf("ormlock: %s on %q: the lock's backend is unknown: no fencing token was issued", o.Verb, o.Key.String())
+	}
+	tok, err := t.Issue(ctx, q, o.Cfg.Namespace, id, h)
 	if err != nil {
+		if errors.Is(err, ormlock.ErrLockLost) {
+			o.Emit(ctx, ormlock.EventLockLost, err)
+		}
 		if cerr := ctxErr(ctx); cerr != nil {
 			err = errs.Join(cerr, err)
 		}
@@ -257,3 +313,9 @@ func (o *Op) sessionToken(ctx context.Context, db *sql.DB, conn *sql.Conn, h *se
 	o.Emit(ctx, ormlock.EventReleased, nil)
 	return err
 }
+
+// AutocommitOff reports whether the lock's MySQL/MariaDB connection runs
+// with autocommit 0 (read by GET_LOCK's statement; false on PostgreSQL and
+// before the lock): the claim mode's ledger statements are then followed
+// by COMMIT.
+func (o *Op) AutocommitOff() bool { return o.Dialect == MySQL && o.Acquired() && o.my.autocommit == 0 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
@@ -33,7 +34,11 @@ func TestFenceIssueDurable(t *testing.T) {
 		if _, err := tx.Exec("SET LOCAL synchronous_commit = " + c.session); err != nil {
 			t.Fatal(err)
 		}
-		tok, err := ft.Issue(ctx, tx, "", "name:durable")
+		var pid uint32
+		if err := tx.QueryRow("SELECT pg_backend_pid() FROM (SELECT pg_try_advisory_xact_lock(4242)) l").Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		tok, err := ft.Issue(ctx, tx, "", "name:durable", lockproto.Holder{PID: pid, Key: keys.PostgresKey{Int64: 4242}})
 		if err != nil {
 			t.Fatal(err)
 		}

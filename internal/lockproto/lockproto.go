@@ -74,18 +74,24 @@ type Querier interface {
 // when that is a level whose snapshot the statement just took (REPEATABLE
 // READ, SERIALIZABLE) PGTryXact returns errSnapshotTaken (a lock it took
 // ends with the transaction, which the caller rolls back).
-func PGTryXact(ctx context.Context, q Querier, k keys.PostgresKey, iso *string) (bool, error) {
+//
+// With pid, the same statement also reads the backend's pid into it (the
+// lock's holder, which a fenced token's issuance checks: see fence.go).
+func PGTryXact(ctx context.Context, q Querier, k keys.PostgresKey, iso *string, pid *uint32) (bool, error) {
 	var ok bool
 	var err error
 	dest := []any{&ok}
-	isoCol := ""
+	cols := ""
 	if iso != nil {
-		dest, isoCol = append(dest, iso), ", current_setting('transaction_isolation')"
+		dest, cols = append(dest, iso), ", current_setting('transaction_isolation')"
+	}
+	if pid != nil {
+		dest, cols = append(dest, pid), cols+", pg_backend_pid()"
 	}
 	if k.IsPair {
-		err = q.QueryRowContext(ctx, "SELECT pg_try_advisory_xact_lock($1::int4, $2::int4)"+isoCol, k.ClassID, k.ObjID).Scan(dest...)
+		err = q.QueryRowContext(ctx, "SELECT pg_try_advisory_xact_lock($1::int4, $2::int4)"+cols, k.ClassID, k.ObjID).Scan(dest...)
 	} else {
-		err = q.QueryRowContext(ctx, "SELECT pg_try_advisory_xact_lock($1::int8)"+isoCol, k.Int64).Scan(dest...)
+		err = q.QueryRowContext(ctx, "SELECT pg_try_advisory_xact_lock($1::int8)"+cols, k.Int64).Scan(dest...)
 	}
 	if err != nil {
 		return false, errs.Wrap(err, "pg_try_advisory_xact_lock")
@@ -124,8 +130,9 @@ const pgMaxLockTimeout = 1<<31 - 1
 // With iso, the first statement (which sets lock_timeout) also reads the
 // transaction's isolation into it, and when that is a level whose snapshot
 // that statement just took (REPEATABLE READ, SERIALIZABLE) PGWaitXact
-// returns errSnapshotTaken without waiting.
-func PGWaitXact(ctx context.Context, q Querier, k keys.PostgresKey, wait time.Duration, iso *string) (bool, error) {
+// returns errSnapshotTaken without waiting. With pid, the lock statement
+// also reads the backend's pid into it, as PGTryXact's does.
+func PGWaitXact(ctx context.Context, q Querier, k keys.PostgresKey, wait time.Duration, iso *string, pid *uint32) (bool, error) {
 	ms := min(max(wait.Milliseconds(), 1), pgMaxLockTimeout)
 	var prev string
 	dest := []any{&prev, new(string)}
@@ -141,9 +148,14 @@ func PGWaitXact(ctx context.Context, q Querier, k keys.PostgresKey, wait time.Du
 		return false, errSnapshotTaken
 	}
 	var err error
-	if k.IsPair {
+	switch {
+	case pid != nil && k.IsPair:
+		err = q.QueryRowContext(ctx, "SELECT pg_backend_pid() FROM (SELECT pg_advisory_xact_lock($1::int4, $2::int4), set_config('lock_timeout', $3, true)) l", k.ClassID, k.ObjID, prev).Scan(pid)
+	case pid != nil:
+		err = q.QueryRowContext(ctx, "SELECT pg_backend_pid() FROM (SELECT pg_advisory_xact_lock($1::int8), set_config('lock_timeout', $2, true)) l", k.Int64, prev).Scan(pid)
+	case k.IsPair:
 		_, err = q.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1::int4, $2::int4), set_config('lock_timeout', $3, true)", k.ClassID, k.ObjID, prev)
-	} else {
+	default:
 		_, err = q.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1::int8), set_config('lock_timeout', $2, true)", k.Int64, prev)
 	}
 	if err != nil {
@@ -207,12 +219,34 @@ var errGetLockNull = errors.New("ormlock: GET_LOCK returned NULL (interrupted: K
 // result of 1 is acquired, 0 is held elsewhere (timeout); NULL (an error such
 // as a killed query) is never "acquired" and is returned as an error.
 func MySQLGetLock(ctx context.Context, q Querier, name string, wait time.Duration) (bool, error) {
+	return mysqlGetLock(ctx, q, name, wait, nil)
+}
+
+// mysqlSession is what GET_LOCK's statement read of the lock connection's
+// session (mysqlGetLock).
+type mysqlSession struct {
+	autocommit     int64
+	completionType string // NO_CHAIN, CHAIN or RELEASE
+	// restoreCT: completion_type was set to 0 for a Transaction and is set
+	// back to completionType after the release (ReleaseNamed)
+	restoreCT bool
+}
+
+// mysqlGetLock is MySQLGetLock; with sess, the same statement reads the
+// session's @@autocommit (a fenced token's INSERT is committed explicitly
+// when it is 0: see fence.go) and @@completion_type (a Transaction sets it
+// to 0 for its transaction when it is not: see beginMySQL) into it.
+func mysqlGetLock(ctx context.Context, q Querier, name string, wait time.Duration, sess *mysqlSession) (bool, error) {
 	var res sql.NullInt64
 	var err error
+	dest, col := []any{&res}, ""
+	if sess != nil {
+		dest, col = append(dest, &sess.autocommit, &sess.completionType), ", @@autocommit, @@completion_type"
+	}
 	if wait <= 0 {
-		err = q.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0)", name).Scan(&res)
+		err = q.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0)"+col, name).Scan(dest...)
 	} else {
-		err = q.QueryRowContext(ctx, "SELECT GET_LOCK(?, ?)", name, wait.Seconds()).Scan(&res)
+		err = q.QueryRowContext(ctx, "SELECT GET_LOCK(?, ?)"+col, name, wait.Seconds()).Scan(dest...)
 	}
 	if err != nil {
 		return false, errs.Wrap(err, "GET_LOCK")

@@ -43,7 +43,7 @@ func TestPostgresXact(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, pk := range []keys.PostgresKey{key, pair} {
-				if ok, err := lockproto.PGTryXact(ctx, tx1, pk, nil); err != nil || !ok {
+				if ok, err := lockproto.PGTryXact(ctx, tx1, pk, nil, nil); err != nil || !ok {
 					t.Fatalf("first try: %v %v", ok, err)
 				}
 			}
@@ -51,10 +51,10 @@ func TestPostgresXact(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if ok, err := lockproto.PGTryXact(ctx, tx2, key, nil); err != nil || ok {
+			if ok, err := lockproto.PGTryXact(ctx, tx2, key, nil, nil); err != nil || ok {
 				t.Fatalf("second try while held: %v %v", ok, err)
 			}
-			if ok, err := lockproto.PGWaitXact(ctx, tx2, pair, 100*time.Millisecond, nil); err != nil || ok {
+			if ok, err := lockproto.PGWaitXact(ctx, tx2, pair, 100*time.Millisecond, nil, nil); err != nil || ok {
 				t.Fatalf("wait while held: %v %v", ok, err)
 			}
 			_ = tx2.Rollback() // aborted by lock_timeout
@@ -66,7 +66,7 @@ func TestPostgresXact(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer tx3.Rollback()
-			if ok, err := lockproto.PGWaitXact(ctx, tx3, key, time.Second, nil); err != nil || !ok {
+			if ok, err := lockproto.PGWaitXact(ctx, tx3, key, time.Second, nil, nil); err != nil || !ok {
 				t.Fatalf("wait after release: %v %v", ok, err)
 			}
 			var lt string

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,6 +37,11 @@ import (
 // GORM's PrepareStmt (its statement cache needs a *sql.Tx) and isolation
 // levels database/sql's pgx driver would refuse take the two-message path
 // (BEGIN through database/sql, then the lock).
+
+// errNotOurStatement says that the prepared lock statement's answer did not
+// carry the connection's mark, and the library's statement could not be
+// put in its place: the lock was not taken.
+var errNotOurStatement = errors.New("the prepared lock statement is not the library's")
 
 // errNoOneMessage reports that the one-message path does not apply (not a
 // pgx connection); nothing was sent.
@@ -185,12 +191,19 @@ func isPgx(conn *sql.Conn) bool {
 
 // pgTryStmt names the prepared try-once lock statements, for int8 keys and
 // for pairs of int4; their first column is the lock's result, their second
-// the transaction's isolation (read when BEGIN named no level).
+// the transaction's isolation (read when BEGIN named no level), their third
+// the connection's mark (pgSession.mark), a literal of the statement's
+// body: the library trusts an EXECUTE's answer only when it carries the
+// mark, so that a statement of that name it did not prepare (the
+// application's own) can never stand in for the lock. A statement that
+// answers without the mark, or fails as the library's never would (other
+// parameter types), is dropped and the library's prepared in its place,
+// within the call.
 var pgTryStmt = [2]struct{ name, prepare string }{
 	{"ormlock_pg_try_advisory_xact_lock_int8",
-		"PREPARE ormlock_pg_try_advisory_xact_lock_int8(int8) AS SELECT pg_try_advisory_xact_lock($1), current_setting('transaction_isolation')"},
+		"PREPARE ormlock_pg_try_advisory_xact_lock_int8(int8) AS SELECT pg_try_advisory_xact_lock($1), current_setting('transaction_isolation'), "},
 	{"ormlock_pg_try_advisory_xact_lock_int4",
-		"PREPARE ormlock_pg_try_advisory_xact_lock_int4(int4, int4) AS SELECT pg_try_advisory_xact_lock($1, $2), current_setting('transaction_isolation')"},
+		"PREPARE ormlock_pg_try_advisory_xact_lock_int4(int4, int4) AS SELECT pg_try_advisory_xact_lock($1, $2), current_setting('transaction_isolation'), "},
 }
 
 // pgSessionKey is the key of a connection's pgSession in pgconn's
@@ -203,6 +216,7 @@ type pgSession struct {
 	known    bool    // direct was read
 	direct   bool    // the connection reaches its backend without a pooler
 	prepared [2]bool // pgTryStmt[i] is prepared on the backend
+	mark     int64   // random, written into the statements this connection prepares
 }
 
 // pgSessionOf returns pc's pgSession, created on first use; nil when pgconn
@@ -215,15 +229,15 @@ func pgSessionOf(pc *pgconn.PgConn) *pgSession {
 	if s, ok := m[pgSessionKey].(*pgSession); ok {
 		return s
 	}
-	s := new(pgSession)
+	s := &pgSession{mark: rand.Int64N(1<<62) + 1}
 	m[pgSessionKey] = s
 	return s
 }
 
 // pgTryMessage is the one message of the prepared try-once lock on a direct
-// connection: BEGIN, PREPARE when the statement is not prepared yet, and
-// EXECUTE.
-func pgTryMessage(begin string, k keys.PostgresKey, prepare bool) string {
+// connection: BEGIN, PREPARE (with the connection's mark) when the
+// statement is not prepared yet, and EXECUTE.
+func pgTryMessage(begin string, k keys.PostgresKey, prepare bool, mark int64) string {
 	var num [24]byte
 	i := pgTryIndex(k)
 	var b strings.Builder
@@ -232,6 +246,8 @@ func pgTryMessage(begin string, k keys.PostgresKey, prepare bool) string {
 	if prepare {
 		b.WriteString("; ")
 		b.WriteString(pgTryStmt[i].prepare)
+		b.Write(strconv.AppendInt(num[:0], mark, 10))
+		b.WriteString("::int8")
 	}
 	b.WriteString("; EXECUTE ")
 	b.WriteString(pgTryStmt[i].name)
@@ -302,7 +318,12 @@ func (o *Op) lockOneMessage(ctx context.Context, db *sql.DB, conn *sql.Conn, beg
 			ps = pgSessionOf(pc)
 		}
 		if ps == nil || (ps.known && !ps.direct) {
-			return send(pgLockMessage(begin, o.pg, wait, long, false), lockLayout{wait: wait > 0, long: long, iso: wantIso})
+			// with fencing the message reads the backend's pid, which the
+			// token's issuance checks (fence.go)
+			fence := o.Cfg.Fencing
+			err := send(pgLockMessage(begin, o.pg, wait, long, fence), lockLayout{wait: wait > 0, long: long, iso: wantIso, pid: fence})
+			o.lockPID = rep.pid
+			return err
 		}
 		if !ps.known {
 			// the first lock on this connection: as text, with the pid
@@ -310,36 +331,49 @@ func (o *Op) lockOneMessage(ctx context.Context, db *sql.DB, conn *sql.Conn, beg
 			if err == nil {
 				ps.known, ps.direct = true, rep.pid != 0 && rep.pid == pc.PID()
 			}
+			o.lockPID = rep.pid
 			return err
 		}
+		// direct: the backend's pid is the one the connection announced
+		o.lockPID = pc.PID()
 		i := pgTryIndex(o.pg)
-		l := lockLayout{iso: true}
-		if ps.prepared[i] {
-			err := send(pgTryMessage(begin, o.pg, false), l)
-			if err == nil || SQLState(err) != sqlStateNoStatement || status != 'E' {
-				return err
-			}
-			// the application dropped it (DISCARD ALL, DEALLOCATE): end
-			// the failed transaction, then prepare it again
+		l := lockLayout{iso: true, mark: true}
+		// ours: the answer carries the connection's mark; otherwise, on a
+		// connection still in the transaction the message began (status
+		// 'T' or 'E'), the statement of that name is not the library's
+		// (dropped by the application: DISCARD ALL, DEALLOCATE; or a
+		// foreign one): end the transaction, which ends whatever that
+		// statement took, drop it and prepare the library's
+		ours := func(err error) bool { return err == nil && rep.mark == ps.mark }
+		foreign := func() bool { return !pc.IsClosed() && (status == 'T' || status == 'E') }
+		drop := func() bool {
 			ps.prepared[i] = false
-			if _, rerr := pc.Exec(mctx, "ROLLBACK").ReadAll(); rerr != nil || pc.TxStatus() != 'I' {
+			_, rerr := pc.Exec(mctx, "ROLLBACK; DEALLOCATE "+pgTryStmt[i].name).ReadAll()
+			return (rerr == nil || SQLState(rerr) == sqlStateNoStatement) && pc.TxStatus() == 'I'
+		}
+		if ps.prepared[i] {
+			err := send(pgTryMessage(begin, o.pg, false, ps.mark), l)
+			if ours(err) || !foreign() {
 				return err
 			}
+			if !drop() {
+				return errs.Join(errNotOurStatement, err)
+			}
 		}
-		err := send(pgTryMessage(begin, o.pg, true), l)
+		err := send(pgTryMessage(begin, o.pg, true, ps.mark), l)
 		if err != nil && SQLState(err) == sqlStateDupStatement && status == 'E' {
-			// there after all (a PREPARE whose answer was lost): end the
-			// failed transaction, then EXECUTE it
-			ps.prepared[i] = true
-			if _, rerr := pc.Exec(mctx, "ROLLBACK").ReadAll(); rerr != nil || pc.TxStatus() != 'I' {
+			// a statement of that name the record does not know (a
+			// PREPARE whose answer was lost, or a foreign one)
+			if !drop() {
 				return err
 			}
-			return send(pgTryMessage(begin, o.pg, false), l)
+			err = send(pgTryMessage(begin, o.pg, true, ps.mark), l)
 		}
-		if err == nil {
+		if ours(err) {
 			ps.prepared[i] = true
+			return nil
 		}
-		return err
+		return errs.Join(errNotOurStatement, err)
 	})
 	done()
 	ok := rep.ok
@@ -380,6 +414,7 @@ type lockLayout struct {
 	long bool // idle_in_transaction_session_timeout, in milliseconds
 	iso  bool // transaction_isolation
 	pid  bool // pg_backend_pid()
+	mark bool // the prepared statement's mark (pgSession.mark)
 }
 
 // lockReply is what a lock message answered.
@@ -388,6 +423,7 @@ type lockReply struct {
 	idle  time.Duration
 	level sql.IsolationLevel // transaction_isolation when it takes its snapshot once (snapshotLevel), else LevelDefault
 	pid   uint32
+	mark  int64
 }
 
 // readLockReply reads the answer to a lock message to its end, without
@@ -434,7 +470,7 @@ func readLockReply(mrr *pgconn.MultiResultReader, l lockLayout) (lockReply, erro
 // parseLockRow reads the lock's row (see lockLayout).
 func parseLockRow(row [][]byte, l lockLayout) (lockReply, error) {
 	want := 1
-	for _, b := range []bool{l.wait, l.long, l.iso, l.pid} {
+	for _, b := range []bool{l.wait, l.long, l.iso, l.pid, l.mark} {
 		if b {
 			want++
 		}
@@ -471,6 +507,14 @@ func parseLockRow(row [][]byte, l lockLayout) (lockReply, error) {
 			return lockReply{}, fmt.Errorf("read pg_backend_pid(): %w", err)
 		}
 		rep.pid = uint32(pid)
+		c++
+	}
+	if l.mark {
+		mark, err := strconv.ParseInt(string(row[c]), 10, 64)
+		if err != nil {
+			return lockReply{}, fmt.Errorf("read the prepared statement's mark: %w", err)
+		}
+		rep.mark = mark
 	}
 	return rep, nil
 }

@@ -39,8 +39,10 @@ type Op struct {
 	pg    keys.PostgresKey
 	mysql string
 
-	fenceID string // the fencing counter, when not the key's (fence.go)
-	token   int64  // the fencing token of this acquisition, once issued
+	fenceID string       // the fencing counter, when not the key's (fence.go)
+	token   int64        // the fencing token of this acquisition, once issued
+	lockPID uint32       // PostgreSQL with fencing: the pid of the backend that took the lock
+	my      mysqlSession // MySQL: the lock connection's session, read by GET_LOCK
 
 	start    time.Time
 	acquired time.Time
@@ -235,12 +237,16 @@ func (o *Op) acquireXact(ctx context.Context, q Querier, iso *string) error {
 		return err
 	}
 	var ok bool
+	var pid *uint32
+	if o.Cfg.Fencing {
+		pid = &o.lockPID // the token's issuance checks this backend holds the lock
+	}
 	if wait > 0 {
 		wctx, done := waitCtx(ctx)
-		ok, err = PGWaitXact(wctx, q, o.pg, wait, iso)
+		ok, err = PGWaitXact(wctx, q, o.pg, wait, iso, pid)
 		done()
 	} else {
-		ok, err = PGTryXact(ctx, q, o.pg, iso)
+		ok, err = PGTryXact(ctx, q, o.pg, iso, pid)
 	}
 	if errors.Is(err, errSnapshotTaken) {
 		return err
@@ -283,12 +289,13 @@ func (o *Op) AcquireNamed(ctx context.Context, q Querier) error {
 		return err
 	}
 	var ok bool
+	o.my = mysqlSession{autocommit: 1}
 	if wait > 0 {
 		wctx, done := waitCtx(ctx)
-		ok, err = MySQLGetLock(wctx, q, o.mysql, wait)
+		ok, err = mysqlGetLock(wctx, q, o.mysql, wait, &o.my)
 		done()
 	} else { // GET_LOCK(name, 0) answers at once: nothing to detach
-		ok, err = MySQLGetLock(ctx, q, o.mysql, 0)
+		ok, err = mysqlGetLock(ctx, q, o.mysql, 0, &o.my)
 	}
 	return o.settle(ctx, ok, bounded, err)
 }

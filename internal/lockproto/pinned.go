@@ -102,7 +102,12 @@ func isCtxErr(err error) bool {
 func (o *Op) ReleaseNamed(ctx context.Context, conn *sql.Conn) error {
 	rctx, cancel := txReleaseCtx(ctx)
 	defer cancel()
-	if err := withinGrace(ctx, cancel, func() error { return MySQLReleaseLock(rctx, conn, o.mysql) }); err != nil {
+	if err := withinGrace(ctx, cancel, func() error {
+		if err := MySQLReleaseLock(rctx, conn, o.mysql); err != nil {
+			return err
+		}
+		return o.restoreCompletionType(rctx, conn)
+	}); err != nil {
 		Destroy(conn)
 		o.Emit(ctx, ormlock.EventReleaseFailed, err)
 		return err
@@ -110,4 +115,45 @@ func (o *Op) ReleaseNamed(ctx context.Context, conn *sql.Conn) error {
 	_ = conn.Close()
 	o.Emit(ctx, ormlock.EventReleased, nil)
 	return nil
+}
+
+// keepCompletionType makes COMMIT and ROLLBACK on the lock connection conn
+// plain for a Transaction: completion_type 1 (CHAIN) would begin a new
+// transaction that goes back to the pool with the connection, 2 (RELEASE)
+// would end the session, and its lock, before RELEASE_LOCK, and fail the
+// second COMMIT of a committed transaction. GET_LOCK's statement read the
+// setting; only a session where it is not 0 pays this round trip, and
+// another after the release to set it back (restoreCompletionType).
+func (o *Op) keepCompletionType(ctx context.Context, conn *sql.Conn) error {
+	if ct := o.my.completionType; ct == "" || ct == "NO_CHAIN" || ct == "0" {
+		return nil
+	}
+	if _, err := conn.ExecContext(ctx, "SET SESSION completion_type = 0"); err != nil {
+		return errs.Wrap(err, "%s on %q: SET SESSION completion_type = 0", o.Verb, o.Key.String())
+	}
+	o.my.restoreCT = true
+	return nil
+}
+
+// restoreCompletionType sets completion_type back after the release, when
+// keepCompletionType changed it.
+func (o *Op) restoreCompletionType(ctx context.Context, conn *sql.Conn) error {
+	if !o.my.restoreCT {
+		return nil
+	}
+	if _, err := conn.ExecContext(ctx, "SET SESSION completion_type = "+mysqlCompletionType(o.my.completionType)); err != nil {
+		return errs.Wrap(err, "restore completion_type")
+	}
+	o.my.restoreCT = false
+	return nil
+}
+
+// mysqlCompletionType returns the setting ct as a literal for SET: one of
+// its three names, else NO_CHAIN (the default).
+func mysqlCompletionType(ct string) string {
+	switch ct {
+	case "CHAIN", "RELEASE", "1", "2":
+		return "'" + ct + "'"
+	}
+	return "'NO_CHAIN'"
 }

@@ -164,7 +164,7 @@ func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Contex
 			o.Emit(ctx, ormlock.EventReleased, nil)
 		}
 		if lostErr != nil {
-			lerr := fmt.Errorf("%w: %q: %w", ormlock.ErrLockLost, o.Key.String(), lostErr)
+			lerr := errs.Mark(ormlock.ErrLockLost, lostErr, "%q", o.Key.String())
 			if err != nil {
 				err = errs.Join(lerr, err)
 			} else {

@@ -1,0 +1,53 @@
+package lockproto
+
+import (
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/errs"
+)
+
+// connGone reports whether err, the failure of a statement that ends a
+// transaction (COMMIT, ROLLBACK) or its lock (RELEASE_LOCK), says that the
+// connection broke under it, rather than that the server refused the
+// statement: no server error (a closed connection, a network error, the
+// driver's ErrBadConn or "invalid connection"), or one that ends the
+// session (SQLSTATE class 08, 57P01-57P03: administrator command, crash,
+// shutdown; MariaDB/MySQL 1927 connection killed, 1053 shutdown).
+func connGone(err error) bool {
+	if err == nil || errors.Is(err, pgx.ErrTxCommitRollback) || errors.Is(err, sql.ErrTxDone) {
+		return false
+	}
+	if st := SQLState(err); st != "" {
+		return strings.HasPrefix(st, "08") || st == "57P01" || st == "57P02" || st == "57P03"
+	}
+	if n := MySQLErrno(err); n != 0 {
+		return n == 1927 || n == 1053
+	}
+	return true
+}
+
+// unsent reports whether err says that the statement was never sent (pgx's
+// SafeToRetry; database/sql's driver.ErrBadConn, which drivers return only
+// before anything was written), so that the server cannot have run it.
+func unsent(err error) bool {
+	return pgconn.SafeToRetry(err) || errors.Is(err, driver.ErrBadConn)
+}
+
+// lockLost builds the error of a lock whose connection was found gone by
+// stmt (err): it wraps ormlock.ErrLockLost and err, and t.ctx's error when
+// t.ctx has ended (the driver may have closed the connection because it
+// did).
+func (t *LockedTx) lockLost(stmt string, err error) error {
+	lerr := errs.Mark(ormlock.ErrLockLost, err, "%q: the lock's connection was gone at %s", t.op.Key.String(), stmt)
+	if cerr := ctxErr(t.ctx); cerr != nil {
+		lerr = errs.Join(lerr, cerr)
+	}
+	return lerr
+}
