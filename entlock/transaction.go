@@ -2,8 +2,6 @@ package entlock
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"reflect"
 
@@ -86,19 +84,7 @@ func run[T TxLike](verb string, tx T, fn func(tx T) error) error {
 	err := fn(tx)
 	done = true
 	if err != nil {
-		// ErrTxDone: fn ended the transaction itself.
-		if rerr := tx.Rollback(); rerr != nil && !errors.Is(rerr, sql.ErrTxDone) {
-			if lockproto.Reported(rerr, err) {
-				// the lock's connection was gone, or fn committed
-				// implicitly: fn's error stays reachable
-				return errs.Join(rerr, err)
-			}
-			if errors.Is(rerr, lockproto.ErrImplicitCommit) {
-				return err // which says so already (RunOnce's ledger)
-			}
-			return fmt.Errorf("%w (ormlock: rollback failed: %w)", err, rerr)
-		}
-		return err
+		return lockproto.FnFailed(err, tx.Rollback())
 	}
 	if err := tx.Commit(); err != nil {
 		return errs.Wrap(err, "entlock.%s: commit", verb)

@@ -152,12 +152,7 @@ func (c *call) transaction(fn func(tx *gorm.DB) error) error {
 	err = c.run(fn, c.session(lt.Tx))
 	done = true
 	if err != nil {
-		if rerr := lt.Rollback(); lockproto.Reported(rerr, err) {
-			// the lock's connection was gone, or fn committed implicitly:
-			// fn's error stays reachable
-			return errs.Join(rerr, err)
-		}
-		return err
+		return lockproto.FnFailed(err, lt.Rollback())
 	}
 	return lt.Commit()
 }

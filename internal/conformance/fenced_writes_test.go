@@ -10,6 +10,7 @@ import (
 	"github.com/ormlock/ormlock/gormlock"
 	"github.com/ormlock/ormlock/internal/enttest"
 	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/pgxlock"
 )
 
 // fencedWrite is the recipe of docs/PROTOCOL.md (Fenced writes), run in
@@ -25,6 +26,14 @@ func fencedWrite(k testdb.Kind, tx txn, table string, id int, v string, tok int6
 			q = "UPDATE " + table + " SET v = $1, fence = $2 WHERE id = $3 AND fence <= $4"
 		}
 		return ormlock.CheckFenced(tx.tx.ExecContext(tx.ctx, q, v, tok, id, tok))
+	case sqlTx:
+		if k.Dialect() == "postgres" {
+			q = "UPDATE " + table + " SET v = $1, fence = $2 WHERE id = $3 AND fence <= $4"
+		}
+		return ormlock.CheckFenced(tx.tx.ExecContext(tx.ctx, q, v, tok, id, tok))
+	case pgxTx:
+		q = "UPDATE " + table + " SET v = $1, fence = $2 WHERE id = $3 AND fence <= $4"
+		return pgxlock.CheckFenced(tx.tx.Exec(tx.ctx, q, v, tok, id, tok))
 	}
 	panic("unknown txn")
 }

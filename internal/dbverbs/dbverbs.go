@@ -9,7 +9,6 @@ package dbverbs
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
@@ -101,10 +100,7 @@ func (p Pool) transaction(ctx context.Context, op *lockproto.Op, fn Locked) erro
 	err = fn(op.TokenContext(ctx), lt)
 	done = true
 	if err != nil {
-		if rerr := lt.Rollback(); rerr != nil && !errors.Is(rerr, sql.ErrTxDone) && ctx.Err() == nil {
-			return fmt.Errorf("%w (ormlock: rollback failed: %w)", err, rerr)
-		}
-		return err
+		return lockproto.FnFailed(err, lt.Rollback())
 	}
 	return lt.Commit()
 }

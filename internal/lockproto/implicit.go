@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"log/slog"
 	"reflect"
 
@@ -98,3 +99,23 @@ func Reported(rerr, ferr error) bool {
 	}
 	return errors.Is(rerr, ErrImplicitCommit) && !errors.Is(ferr, ErrImplicitCommit)
 }
+
+// FnFailed is the error a verb returns when fn failed with ferr and the
+// rollback that followed returned rerr, the same in every adapter (ent's
+// WithTx habit): ferr itself when the rollback succeeded or fn had ended
+// the transaction itself (sql.ErrTxDone); ferr joined with rerr when rerr
+// says something the caller must hear (Reported: the lock was lost, or an
+// implicit commit ferr does not mention), so that errors.Is matches both;
+// otherwise ferr with the rollback's failure added to its text.
+func FnFailed(ferr, rerr error) error {
+	switch {
+	case rerr == nil, errors.Is(rerr, sql.ErrTxDone):
+		return ferr
+	case Reported(rerr, ferr):
+		return errs.Join(rerr, ferr)
+	case errors.Is(rerr, ErrImplicitCommit):
+		return ferr // which says so already (RunOnce's ledger)
+	}
+	return fmt.Errorf("%w (ormlock: rollback failed: %s)", ferr, errs.Trim(rerr.Error()))
+}
+
