@@ -118,4 +118,3 @@ func FnFailed(ferr, rerr error) error {
 	}
 	return fmt.Errorf("%w (ormlock: rollback failed: %s)", ferr, errs.Trim(rerr.Error()))
 }
-

@@ -66,6 +66,7 @@ type sharedPool struct {
 
 type sharedConn struct {
 	conn  *sql.Conn
+	pid   uint32     // PostgreSQL: its backend's pid (a fencing token's issuance checks it holds the lock)
 	stmt  sync.Mutex // one statement at a time
 	prev  int64      // MySQL: wait_timeout to restore (MySQLKeepSession)
 	named bool       // PostgreSQL: application_name set to an owner
@@ -281,6 +282,7 @@ func (o *Op) sharedToken(ctx context.Context, db *sql.DB, p *sharedPool, c *shar
 	}
 	var err error
 	if o.Dialect == Postgres {
+		o.lockPID = c.pid // the issuing statement checks this backend still holds the lock
 		err = o.IssueToken(ctx, db)
 	} else {
 		err = c.run(func() error { return o.IssueToken(ctx, c.conn) })
@@ -354,7 +356,7 @@ func (o *Op) openShared(ctx context.Context, db *sql.DB) (*sharedConn, error) {
 	}
 	c := &sharedConn{conn: conn, stop: make(chan struct{}), every: o.Cfg.Keepalive, held: map[*sharedHold]time.Time{}}
 	if o.Dialect == Postgres {
-		err = pgDirect(ctx, conn)
+		c.pid, err = pgDirect(ctx, conn)
 		if err == nil && o.Cfg.Owner != "" {
 			// the connection's name is its opener's owner; RESET gives
 			// back the one it started with before it goes back to the pool
@@ -371,21 +373,22 @@ func (o *Op) openShared(ctx context.Context, db *sql.DB) (*sharedConn, error) {
 	return c, nil
 }
 
-// pgDirect returns nil when conn reaches its PostgreSQL backend without a
-// pooler in between, else an error wrapping ormlock.ErrUnsupportedDialect.
-func pgDirect(ctx context.Context, conn *sql.Conn) error {
+// pgDirect returns conn's backend pid when conn reaches its PostgreSQL
+// backend without a pooler in between, else an error wrapping
+// ormlock.ErrUnsupportedDialect.
+func pgDirect(ctx context.Context, conn *sql.Conn) (uint32, error) {
 	var announced uint32
 	if withPgConn(conn, func(pc *pgconn.PgConn) error { announced = pc.PID(); return nil }) != nil {
-		return fmt.Errorf("%w: WithSharedLockConns on PostgreSQL needs the pgx driver, which tells a direct connection from a transaction-mode pooler's", ormlock.ErrUnsupportedDialect)
+		return 0, fmt.Errorf("%w: WithSharedLockConns on PostgreSQL needs the pgx driver, which tells a direct connection from a transaction-mode pooler's", ormlock.ErrUnsupportedDialect)
 	}
 	var pid int64
 	if err := conn.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
-		return errs.Wrap(err, "read pg_backend_pid() of a shared lock connection")
+		return 0, errs.Wrap(err, "read pg_backend_pid() of a shared lock connection")
 	}
 	if pid != int64(announced) {
-		return fmt.Errorf("%w: WithSharedLockConns needs session-level advisory locks, which a transaction-mode pooler (PgBouncer) would hand to its other clients: this connection's backend pid %d is not the pid %d it was announced with, so a pooler is in between", ormlock.ErrUnsupportedDialect, pid, announced)
+		return 0, fmt.Errorf("%w: WithSharedLockConns needs session-level advisory locks, which a transaction-mode pooler (PgBouncer) would hand to its other clients: this connection's backend pid %d is not the pid %d it was announced with, so a pooler is in between", ormlock.ErrUnsupportedDialect, pid, announced)
 	}
-	return nil
+	return announced, nil
 }
 
 // keepalive checks c every interval (the shortest of its holders' and of
