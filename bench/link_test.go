@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,7 +14,10 @@ import (
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
-var linkDelay = flag.Duration("link-delay", 250*time.Microsecond, "one-way delay of BenchmarkInterleavedLink's simulated network link")
+var (
+	linkDelay = flag.Duration("link-delay", 250*time.Microsecond, "one-way delay of BenchmarkInterleavedLink's simulated network link")
+	linkOnly  = flag.String("link-contenders", "", "comma-separated short names (linkContenders) BenchmarkInterleavedLink runs; empty: all")
+)
 
 // linkContenders are the contenders of BenchmarkInterleavedLink, by short
 // name, in the order of bench.Contenders: each adapter, the hand-written
@@ -64,6 +68,10 @@ var linkRatios = [][2]string{
 // is metric link-rtt-p50-µs.
 //
 //	cd bench && go test -run '^$' -bench BenchmarkInterleavedLink -benchtime 400x -count 3 .
+//
+// -link-contenders keeps some contenders only (fewer contenders per
+// iteration, so each step's neighbours differ), e.g.
+// -link-contenders pgxlock,pgx-tx,pgx-hand-written.
 func BenchmarkInterleavedLink(b *testing.B) {
 	targets := []struct {
 		name string
@@ -110,6 +118,9 @@ func interleaveSteps(b *testing.B, tg target, bt bench.Target, workers int, link
 	)
 	for _, c := range bench.Contenders() {
 		n, ok := linkContenders[c.Name]
+		if *linkOnly != "" && !slices.Contains(strings.Split(*linkOnly, ","), n) {
+			ok = false
+		}
 		if !ok || !c.On(bt.Dialect) {
 			continue
 		}
