@@ -61,6 +61,11 @@ const (
 	CRedisLock       = "bsm/redislock"
 	CGormNoLock      = "GORM tx, no lock (reference)"
 	CEntNoLock       = "ent tx, no lock (reference)"
+	CSQLTransaction  = "sqllock.Transaction"
+	CPgxTransaction  = "pgxlock.Transaction"
+	CPgxHandwritten  = "pgx (hand-written)"
+	CSQLNoLock       = "database/sql tx, no lock (reference)"
+	CPgxNoLock       = "pgx tx, no lock (reference)"
 )
 
 func onSQL(d Dialect) bool   { return d == Postgres || d == MySQL }
@@ -72,11 +77,16 @@ func Contenders() []Contender {
 		{Name: CHandwritten, Baseline: true, On: onSQL, Open: openHandwritten},
 		{Name: CGormTransaction, On: onSQL, Open: openGormTransaction},
 		{Name: CEntTransaction, On: onSQL, Open: openEntTransaction},
+		{Name: CSQLTransaction, On: onSQL, Open: openSQLTransaction},
+		{Name: CPgxTransaction, On: onPostgres, Open: openPgxTransaction},
+		{Name: CPgxHandwritten, On: onPostgres, Open: openPgxHandwritten},
 		{Name: CGormSession, On: onSQL, Open: openGormSession},
 		{Name: CLease, On: onSQL, Open: openLease},
 		{Name: CRedisLock, On: onRedis, Open: openRedisLock},
 		{Name: CGormNoLock, Reference: true, On: onSQL, Open: openGormNoLock},
 		{Name: CEntNoLock, Reference: true, On: onSQL, Open: openEntNoLock},
+		{Name: CSQLNoLock, Reference: true, On: onSQL, Open: openSQLNoLock},
+		{Name: CPgxNoLock, Reference: true, On: onPostgres, Open: openPgxNoLock},
 	}
 }
 

@@ -2,12 +2,14 @@ package bench_test
 
 import (
 	"context"
+	"flag"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/ormlock/ormlock/bench"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
@@ -18,14 +20,29 @@ import (
 // takes the lock with BEGIN (`BEGIN; SELECT pg_try_advisory_xact_lock(k)`;
 // `commit`) — the same two round trips each. It reports each one's median
 // (µs) and the ratio bare ÷ locked, the best a locked transaction can do
-// against a plain one on this server, whatever the client:
+// against a plain one on this server, whatever the client. With
+// -floor-link, the connection goes through a simulated network link of
+// -link-delay each way (see BenchmarkInterleavedLink):
 //
 //	cd bench && go test -run '^$' -bench BenchmarkLockFloor -benchtime 5000x -count 3 .
+//	cd bench && go test -run '^$' -bench BenchmarkLockFloor -benchtime 1000x -count 3 . -floor-link
+var floorLink = flag.Bool("floor-link", false, "route BenchmarkLockFloor's connection through a simulated network link of -link-delay each way")
+
 func BenchmarkLockFloor(b *testing.B) {
 	for _, k := range []testdb.Kind{testdb.Postgres, testdb.PgBouncer} {
 		b.Run(string(k), func(b *testing.B) {
 			ctx := context.Background()
-			conn, err := pgx.Connect(ctx, testdb.DSN(b, k))
+			dsn := testdb.DSN(b, k)
+			if *floorLink {
+				links := bench.NewLinks(*linkDelay)
+				defer links.Close()
+				t, err := links.Route(bench.Target{Name: string(k), Dialect: bench.Postgres, DSN: dsn})
+				if err != nil {
+					b.Fatal(err)
+				}
+				dsn = t.DSN
+			}
+			conn, err := pgx.Connect(ctx, dsn)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,38 +14,47 @@ import (
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
-var linkDelay = flag.Duration("link-delay", 250*time.Microsecond, "one-way delay of BenchmarkInterleavedLink's simulated network link")
+var (
+	linkDelay = flag.Duration("link-delay", 250*time.Microsecond, "one-way delay of BenchmarkInterleavedLink's simulated network link")
+	linkOnly  = flag.String("link-contenders", "", "comma-separated short names (linkContenders) BenchmarkInterleavedLink runs; empty: all")
+)
 
 // linkContenders are the contenders of BenchmarkInterleavedLink, by short
-// name, in the order of bench.Contenders.
-//
-// sqllock and pgxlock: add their contenders here (short names "sqllock"
-// and "pgxlock") once the adapters exist, with their own plain transactions
-// ("sql-tx": db.BeginTx/Commit; "pgx-tx": pool.Begin/Commit) and pairs in
-// linkRatios below.
+// name, in the order of bench.Contenders: each adapter, the hand-written
+// protocol on its driver, and a plain transaction of its stack.
 var linkContenders = map[string]string{
 	bench.CHandwritten:     "hand-written",
 	bench.CGormTransaction: "gormlock",
 	bench.CEntTransaction:  "entlock",
+	bench.CSQLTransaction:  "sqllock",
+	bench.CPgxTransaction:  "pgxlock",
+	bench.CPgxHandwritten:  "pgx-hand-written",
 	bench.CGormNoLock:      "gorm-tx",
 	bench.CEntNoLock:       "ent-tx",
+	bench.CSQLNoLock:       "sql-tx",
+	bench.CPgxNoLock:       "pgx-tx",
 }
 
-// linkRatios are the ratios BenchmarkInterleavedLink reports: each ORM
-// adapter over the hand-written protocol (goal ≥ 1.25 over the link) and
-// over a plain transaction of the same stack (goal ≥ 0.9).
+// linkRatios are the ratios BenchmarkInterleavedLink reports: each adapter
+// over the hand-written protocol on its driver (goals over the link: ≥ 1.25
+// for gormlock, entlock and pgxlock, ≥ 0.95 for sqllock, whose
+// database/sql BEGIN is a round trip of its own) and over a plain
+// transaction of the same stack (goal ≥ 0.9).
 var linkRatios = [][2]string{
 	{"gormlock", "hand-written"}, {"entlock", "hand-written"},
 	{"gormlock", "gorm-tx"}, {"entlock", "ent-tx"},
 	{"entlock-ctx", "hand-written"}, {"entlock-ctx", "ent-tx"},
+	{"sqllock", "hand-written"}, {"sqllock", "sql-tx"},
+	{"pgxlock", "pgx-hand-written"}, {"pgxlock", "pgx-tx"},
 }
 
 // BenchmarkInterleavedLink compares, on loopback and through a simulated
 // network link (bench.Link: an in-process TCP proxy adding -link-delay, by
 // default 250 µs, each way to every connection), the hand-written
-// protocol, gormlock.Transaction, entlock.Transaction and plain GORM and ent
-// transactions, and entlock.Transaction on a context that can end
-// (entlock-ctx), with 1 and 8 goroutines, on PostgreSQL directly, behind
+// protocol (database/sql; and pgx's own on PostgreSQL), gormlock,
+// entlock, sqllock and pgxlock (PostgreSQL only) Transaction and plain
+// transactions of each stack, and entlock.Transaction on a context that can
+// end (entlock-ctx), with 1 and 8 goroutines, on PostgreSQL directly, behind
 // PgBouncer, and MariaDB (driver defaults, and interpolateParams=true).
 //
 // One iteration runs one step of each contender in an order rotated per
@@ -58,6 +68,10 @@ var linkRatios = [][2]string{
 // is metric link-rtt-p50-µs.
 //
 //	cd bench && go test -run '^$' -bench BenchmarkInterleavedLink -benchtime 400x -count 3 .
+//
+// -link-contenders keeps some contenders only (fewer contenders per
+// iteration, so each step's neighbours differ), e.g.
+// -link-contenders pgxlock,pgx-tx,pgx-hand-written.
 func BenchmarkInterleavedLink(b *testing.B) {
 	targets := []struct {
 		name string
@@ -104,6 +118,9 @@ func interleaveSteps(b *testing.B, tg target, bt bench.Target, workers int, link
 	)
 	for _, c := range bench.Contenders() {
 		n, ok := linkContenders[c.Name]
+		if *linkOnly != "" && !slices.Contains(strings.Split(*linkOnly, ","), n) {
+			ok = false
+		}
 		if !ok || !c.On(bt.Dialect) {
 			continue
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
+	"github.com/ormlock/ormlock/internal/sched"
 )
 
 // Transaction runs fn in a transaction on a connection of pool while the
@@ -167,7 +168,12 @@ func Prune(ctx context.Context, pool *pgxpool.Pool, olderThan time.Duration, opt
 // claimed runs fn in a transaction of its own on pool (RunOnce's claim
 // mode), with the isolation level and read-only mode of
 // [ormlock.WithTxOptions] if given.
+// The scheduler backend (scheduler/pgxsched) asks for no transaction
+// (sched.WithBareClaim): its job gets a nil tx and a ctx without the ask.
 func claimed(ctx context.Context, pool *pgxpool.Pool, opts *sql.TxOptions, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	if sched.BareClaim(ctx) {
+		return fn(sched.WithBareClaim(ctx, false), nil)
+	}
 	topts, err := pgxOptions(opts)
 	if err != nil {
 		return err

@@ -9,7 +9,8 @@
 //   - [JobWrapper]: a robfig/cron v3 JobWrapper with the Locker's semantics.
 //
 // Each takes a [Backend] from the package of your data layer:
-// gormsched.Backend on a *gorm.DB, entsched.Backend on an ent client, with
+// gormsched.Backend on a *gorm.DB, entsched.Backend on an ent client,
+// sqlsched.Backend on a *sql.DB, pgxsched.Backend on a *pgxpool.Pool, with
 // ormlock options such as the namespace, the ledger's owner id or
 // [ormlock.WithCatchUp].
 //
@@ -46,13 +47,14 @@
 //
 //   - One package per backend, in this one module: package scheduler
 //     imports no ORM, scheduler/gormsched imports GORM, scheduler/entsched
-//     ent, and the database/sql and pgx backends will be packages of their
-//     own beside them. Measured with scripts/consumer-check and with an
+//     ent, scheduler/sqlsched database/sql only and scheduler/pgxsched pgx
+//     only. Measured with scripts/consumer-check and with an
 //     empty module cache: a GORM + gocron program that imports scheduler and
 //     gormsched downloads 26 module zips and links 17 modules, none of them
 //     ent or atlas (before, with scheduler.GORM in this package: 38 zips, 18
 //     linked modules, ent among them); the ent + gocron one downloads and
-//     links no GORM. Separate modules per backend were not needed: `go mod
+//     links no GORM, and the database/sql + gocron and pgxpool + gocron
+//     ones neither (consumer-check's sqlsched and pgxsched). Separate modules per backend were not needed: `go mod
 //     tidy` loads the packages a program imports and their tests, so what
 //     matters is that no package a program imports, nor its tests, imports
 //     the other ORM. That is why this module's tests live in
@@ -116,6 +118,6 @@
 //     wrapper reports it), so an ignored error cannot run jobs unlocked;
 //     nil and zero values refuse too.
 //   - The ledger table is not created here: call gormlock.Migrate (or
-//     entlock.Migrate) at start-up, as for RunOnce; a missing table makes
+//     entlock.Migrate, sqllock.Migrate, pgxlock.Migrate) at start-up, as for RunOnce; a missing table makes
 //     every run fail with an error that says so.
 package scheduler

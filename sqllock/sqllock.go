@@ -12,6 +12,7 @@ import (
 	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
+	"github.com/ormlock/ormlock/internal/sched"
 )
 
 // Transaction runs fn in a transaction of db while the lock named by key is
@@ -80,7 +81,12 @@ func runOnce(ctx context.Context, p dbverbs.Pool, job string, slot time.Time, cf
 }
 
 // claimed runs fn in a transaction of its own on db (RunOnce's claim mode).
+// The scheduler backend (scheduler/sqlsched) asks for no transaction
+// (sched.WithBareClaim): its job gets a nil tx and a ctx without the ask.
 func claimed(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	if sched.BareClaim(ctx) {
+		return fn(sched.WithBareClaim(ctx, false), nil)
+	}
 	tx, err := db.BeginTx(ctx, opts)
 	if err != nil {
 		return errs.Wrap(err, "sqllock.RunOnce: begin fn's transaction")

@@ -67,3 +67,19 @@ func CatchUpModeOf(ctx context.Context) CatchUpMode {
 	m, _ := ctx.Value(modeKey{}).(CatchUpMode)
 	return m
 }
+
+type bareKey struct{}
+
+// WithBareClaim returns ctx telling a claim-mode RunOnce of sqllock or
+// pgxlock whether to run fn without a transaction of its own (a nil tx):
+// the scheduler backends, whose job runs outside any transaction, set it,
+// so that a run does not hold a connection idle in a transaction.
+func WithBareClaim(ctx context.Context, bare bool) context.Context {
+	return context.WithValue(ctx, bareKey{}, bare)
+}
+
+// BareClaim reports whether ctx carries WithBareClaim(ctx, true).
+func BareClaim(ctx context.Context) bool {
+	b, _ := ctx.Value(bareKey{}).(bool)
+	return b
+}

@@ -39,16 +39,15 @@ func Backend[T entlock.TxLike](client interface {
 	if err := config.New(opts...).Err(); err != nil {
 		return backend.Failed(err)
 	}
-	with := func(extra []ormlock.Option) []ormlock.Option { return append(opts[:len(opts):len(opts)], extra...) }
 	return backend.New(backend.Funcs{
 		Scheduled: func(ctx context.Context, job string, s ormlock.Schedule, fn func(ctx context.Context) error, extra ...ormlock.Option) error {
 			return entlock.RunScheduled(ctx, client, job, s, func(tx T) error {
 				slot, _ := entlock.Slot(tx)
 				return fn(sched.WithSlot(ctx, slot))
-			}, append(with(extra), ormlock.WithClaim())...)
+			}, backend.Claim(opts, extra)...)
 		},
 		Session: func(ctx context.Context, key string, fn func(ctx context.Context) error, extra ...ormlock.Option) error {
-			return entlock.Session(ctx, client, key, fn, with(extra)...)
+			return entlock.Session(ctx, client, key, fn, backend.With(opts, extra)...)
 		},
 		Prune: func(ctx context.Context, olderThan time.Duration) (int64, error) {
 			return entlock.Prune(ctx, client, olderThan, opts...)

@@ -35,17 +35,16 @@ func Backend(db *gorm.DB, opts ...ormlock.Option) scheduler.Backend {
 	if err := gormlock.New(opts...).Err(); err != nil {
 		return backend.Failed(err)
 	}
-	with := func(extra []ormlock.Option) []ormlock.Option { return append(opts[:len(opts):len(opts)], extra...) }
 	return backend.New(backend.Funcs{
 		Scheduled: func(ctx context.Context, job string, s ormlock.Schedule, fn func(ctx context.Context) error, extra ...ormlock.Option) error {
 			return gormlock.RunScheduled(db.WithContext(ctx), job, s, func(tx *gorm.DB) error {
 				// Claim mode: tx is the plain db bound to the lock
 				// session's context, which carries the slot.
 				return fn(tx.Statement.Context)
-			}, append(with(extra), ormlock.WithClaim())...)
+			}, backend.Claim(opts, extra)...)
 		},
 		Session: func(ctx context.Context, key string, fn func(ctx context.Context) error, extra ...ormlock.Option) error {
-			return gormlock.Session(db.WithContext(ctx), key, fn, with(extra)...)
+			return gormlock.Session(db.WithContext(ctx), key, fn, backend.With(opts, extra)...)
 		},
 		Prune: func(ctx context.Context, olderThan time.Duration) (int64, error) {
 			return gormlock.Prune(db.WithContext(ctx), olderThan, opts...)

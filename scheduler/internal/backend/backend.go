@@ -1,5 +1,5 @@
 // Package backend is the database side of the scheduler adapters, built by
-// the backend packages (gormsched, entsched, and the ones to come) and used
+// the backend packages (gormsched, entsched, sqlsched, pgxsched) and used
 // by package scheduler, which names it scheduler.Backend. It lives here so
 // that the core package imports no ORM: a GORM program then links no ent,
 // and an ent one no GORM.
@@ -54,10 +54,21 @@ func (b Backend) Check(verb string) error {
 	case b.err != nil:
 		return b.err
 	case b.f == nil || b.f.Session == nil || b.f.Scheduled == nil || b.f.Prune == nil:
-		return fmt.Errorf("%w: %s: zero Backend (build one with gormsched.Backend or entsched.Backend)", ormlock.ErrInvalidArgument, verb)
+		return fmt.Errorf("%w: %s: zero Backend (build one with gormsched, entsched, sqlsched or pgxsched.Backend)", ormlock.ErrInvalidArgument, verb)
 	}
 	return nil
 }
 
 // Funcs returns b's operations; b must have passed Check.
 func (b Backend) Funcs() *Funcs { return b.f }
+
+// With returns the backend's options followed by a call's extra ones,
+// without writing into opts' array.
+func With(opts, extra []ormlock.Option) []ormlock.Option {
+	return append(opts[:len(opts):len(opts)], extra...)
+}
+
+// Claim is With plus ormlock.WithClaim: the options of a scheduled run.
+func Claim(opts, extra []ormlock.Option) []ormlock.Option {
+	return append(With(opts, extra), ormlock.WithClaim())
+}

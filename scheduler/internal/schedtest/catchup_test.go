@@ -18,10 +18,13 @@ import (
 	"github.com/ormlock/ormlock/scheduler"
 	"github.com/ormlock/ormlock/scheduler/entsched"
 	"github.com/ormlock/ormlock/scheduler/gormsched"
+	"github.com/ormlock/ormlock/scheduler/pgxsched"
+	"github.com/ormlock/ormlock/scheduler/sqlsched"
 )
 
-// Three JobWrapper replicas of an hourly job (two on GORM, one on ent), down for three slots, fire
-// together at their first firing after start (their clocks a second apart):
+// JobWrapper replicas of an hourly job (two on GORM, one on each other
+// backend the server has), down for three slots, fire together at their
+// first firing after start (their clocks a second apart):
 // with CatchUpAll each missed slot runs once, with CatchUpLatest only the
 // newest; the current slot runs once; the JobFunc reads each slot it runs
 // with ormlock.Slot.
@@ -47,7 +50,11 @@ func TestJobWrapperCatchUp(t *testing.T) {
 				var ran []time.Time
 				var handled errs
 				var jobs []func()
-				for i := range 3 {
+				replicas := 4
+				if k.Dialect() == "postgres" {
+					replicas = 5
+				}
+				for i := range replicas {
 					db := openGorm(t, k)
 					if i == 0 {
 						migrate(t, db)
@@ -58,8 +65,13 @@ func TestJobWrapperCatchUp(t *testing.T) {
 					}
 					opts := []ormlock.Option{ormlock.WithOwner(fmt.Sprint("replica-", i)), ormlock.WithCatchUp(270*time.Minute, c.policy)}
 					b := gormsched.Backend(db, opts...)
-					if i == 2 { // one replica on ent: the same slots, locks and rows
+					switch i { // one replica on each other backend: the same slots, locks and rows
+					case 2:
 						b = entsched.Backend(client, opts...)
+					case 3:
+						b = sqlsched.Backend(testdb.Open(t, k), opts...)
+					case 4:
+						b = pgxsched.Backend(pgxPool(t, k), opts...)
 					}
 					now := hour(4).Add(time.Duration(i) * time.Second)
 					w, err := scheduler.JobWrapper(b, job, hourly, scheduler.WithClock(func() time.Time { return now }), scheduler.WithErrorHandler(handled.handle))

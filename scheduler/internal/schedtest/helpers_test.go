@@ -30,7 +30,13 @@ func TestMain(m *testing.M) { os.Exit(testdb.Main(m)) }
 // mostly wait for timers, so the servers' CPU is not the limit.
 func forEachKind(t *testing.T, f func(t *testing.T, k testdb.Kind)) {
 	t.Helper()
-	for _, k := range testdb.Kinds() {
+	forKinds(t, testdb.Kinds(), f)
+}
+
+// forKinds is forEachKind on the given kinds.
+func forKinds(t *testing.T, kinds []testdb.Kind, f func(t *testing.T, k testdb.Kind)) {
+	t.Helper()
+	for _, k := range kinds {
 		t.Run(string(k), func(t *testing.T) {
 			t.Parallel()
 			f(t, k)
