@@ -11,10 +11,11 @@ package schedtest_test
 //     is a file without its package clause; one with a package clause is a
 //     whole file. Anything else is a function body (statements); a body
 //     that returns a value is the body of a function returning an error.
-//   - A function body may use the packages ormlock, gormlock, entlock,
-//     scheduler, gormsched, entsched, keyhash, gocron, cron (robfig), gorm,
-//     slog, log, os, time,
-//     context, errors, fmt and sql without importing them.
+//   - A function body, or a file block without an import declaration, may
+//     use the packages of snippetImports (ormlock, the adapters and the
+//     scheduler backends, keyhash, gocron, cron (robfig), gorm, pgx,
+//     pgxpool, ent (the stand-in), dialect, entsql, and slog, log, os,
+//     time, context, errors, fmt and sql) without importing them.
 //   - Identifiers the quickstarts introduce may be used without declaring
 //     them when a block does not declare them itself: db (*gorm.DB), client
 //     (*ent.Client), ctx, berlin (*time.Location), logger (*slog.Logger),
@@ -83,6 +84,10 @@ var snippetImports = map[string]string{
 	"keyhash": "github.com/ormlock/ormlock/keyhash", "gocron": "github.com/go-co-op/gocron/v2",
 	"cron": "github.com/robfig/cron/v3", "gorm": "gorm.io/gorm", "slog": "log/slog", "log": "log",
 	"os": "os", "time": "time", "context": "context", "errors": "errors", "fmt": "fmt", "sql": "database/sql",
+	"sqllock": "github.com/ormlock/ormlock/sqllock", "pgxlock": "github.com/ormlock/ormlock/pgxlock",
+	"sqlsched": "github.com/ormlock/ormlock/scheduler/sqlsched", "pgxsched": "github.com/ormlock/ormlock/scheduler/pgxsched",
+	"pgx": "github.com/jackc/pgx/v5", "pgxpool": "github.com/jackc/pgx/v5/pgxpool",
+	"ent": "example.com/app/ent", "dialect": "entgo.io/ent/dialect", "entsql": "entsql entgo.io/ent/dialect/sql",
 }
 
 // snippetPrelude: identifier -> declaration and the imports it needs.
@@ -277,14 +282,17 @@ func snippetFiles(pkg string, s snippet) (src, prelude string, err error) {
 		}
 	}
 	prelude = fmt.Sprintf("package %s\n\n%s\n%s\n", pkg, importBlock(preImports), strings.Join(decls, "\n"))
-	if isFile {
-		return fmt.Sprintf("package %s\n\n//line %s:%d\n%s", pkg, s.file, s.line, text), prelude, nil
-	}
 	imports := map[string]bool{}
 	for name, path := range snippetImports {
 		if regexp.MustCompile(`\b` + name + `\.`).MatchString(text) {
 			imports[path] = true
 		}
+	}
+	if isFile {
+		if len(f.Imports) > 0 {
+			imports = nil // the block imports what it uses itself
+		}
+		return fmt.Sprintf("package %s\n\n%s//line %s:%d\n%s", pkg, importBlock(imports), s.file, s.line, text), prelude, nil
 	}
 	// A body that returns a value (`return err`) is the body of a function
 	// returning an error; it gets a final `return nil` unless it ends with
@@ -306,6 +314,10 @@ func importBlock(paths map[string]bool) string {
 	var b strings.Builder
 	b.WriteString("import (\n")
 	for p := range paths {
+		if name, path, ok := strings.Cut(p, " "); ok { // "alias path"
+			fmt.Fprintf(&b, "\t%s %q\n", name, path)
+			continue
+		}
 		fmt.Fprintf(&b, "\t%q\n", p)
 	}
 	b.WriteString(")\n")
