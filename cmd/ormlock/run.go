@@ -108,9 +108,8 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	var f runFlags
 	fs := newFlagSet("run", runUsage, stdout)
 	f.register(fs, true)
+	f.registerCommand(fs)
 	fs.DurationVar(&f.wait, "wait", 0, "wait up to `DURATION` for the lock (default: try once)")
-	fs.DurationVar(&f.keepalive, "keepalive", config.DefaultKeepalive, "check the lock connection every `DURATION`; a loss is seen within two")
-	fs.DurationVar(&f.grace, "grace", 10*time.Second, "wait `DURATION` between SIGTERM and SIGKILL to COMMAND's processes (lock lost, or COMMAND exited before them)")
 	fs.IntVar(&f.conflict, "conflict-exit-code", exitConflict, "exit status `N` when the lock is held elsewhere")
 	fs.IntVar(&f.done, "done-exit-code", exitAlreadyDone, "exit status `N` when the --once-per slot is already done")
 	fs.StringVar(&f.oncePer, "once-per", "", "run at most once per slot of `SCHEDULE` (cron expression or period); KEY is the job name")
@@ -119,22 +118,10 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&f.policy, "catch-up-policy", "latest", "`POLICY` of --catch-up: latest (the newest missed slot) or all (each, oldest first)")
 	fs.StringVar(&f.owner, "owner", "", "`ID` recorded in the ledger's owner column (default hostname/pid)")
 	fs.BoolVar(&f.quiet, "quiet", false, "print nothing when COMMAND does not run because of a conflict or a done slot")
-	fs.BoolVar(&f.exportDSN, "export-dsn", false, "pass the DSN on to COMMAND as $ORMLOCK_DSN (by default COMMAND's environment has none)")
 
-	left, command, sep := splitCommand(args)
-	pos, err := parseFlags(fs, left)
+	pos, command, err := parseCommandLine(fs, "run", args)
 	if err != nil {
 		return err
-	}
-	switch {
-	case len(pos) == 0:
-		return usagef("missing KEY: ormlock run [flags] KEY -- COMMAND [ARGS...]")
-	case !sep:
-		return usagef("missing -- between KEY and COMMAND: ormlock run [flags] KEY -- COMMAND [ARGS...]")
-	case len(pos) > 1:
-		return usagef("one KEY before --, got %d arguments: %q", len(pos), pos)
-	case len(command) == 0:
-		return usagef("missing COMMAND after --")
 	}
 	if err := f.check(); err != nil {
 		return err
@@ -209,6 +196,34 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	return f.outcome(ch, err, stderr)
 }
 
+// registerCommand registers the flags of COMMAND's lock and processes,
+// which ormlock run and ormlock lead share.
+func (f *runFlags) registerCommand(fs *flagSet) {
+	fs.DurationVar(&f.keepalive, "keepalive", config.DefaultKeepalive, "check the lock connection every `DURATION`; a loss is seen within two")
+	fs.DurationVar(&f.grace, "grace", 10*time.Second, "wait `DURATION` between SIGTERM and SIGKILL to COMMAND's processes (lock lost, or COMMAND exited before them)")
+	fs.BoolVar(&f.exportDSN, "export-dsn", false, "pass the DSN on to COMMAND as $ORMLOCK_DSN (by default COMMAND's environment has none)")
+}
+
+// parseCommandLine parses "[flags] KEY -- COMMAND [ARGS...]" of the
+// command name and returns KEY (pos[0]) and COMMAND.
+func parseCommandLine(fs *flagSet, name string, args []string) (pos, command []string, err error) {
+	left, command, sep := splitCommand(args)
+	if pos, err = parseFlags(fs, left); err != nil {
+		return nil, nil, err
+	}
+	switch {
+	case len(pos) == 0:
+		return nil, nil, usagef("missing KEY: ormlock %s [flags] KEY -- COMMAND [ARGS...]", name)
+	case !sep:
+		return nil, nil, usagef("missing -- between KEY and COMMAND: ormlock %s [flags] KEY -- COMMAND [ARGS...]", name)
+	case len(pos) > 1:
+		return nil, nil, usagef("one KEY before --, got %d arguments: %q", len(pos), pos)
+	case len(command) == 0:
+		return nil, nil, usagef("missing COMMAND after --")
+	}
+	return pos, command, nil
+}
+
 // check validates the flags that the library does not.
 func (f *runFlags) check() error {
 	for _, c := range []struct {
@@ -260,14 +275,10 @@ func (f *runFlags) outcome(ch *child, err error, stderr io.Writer) error {
 	if ch.ran {
 		switch {
 		case errors.Is(err, ormlock.ErrLockLost):
-			what := fmt.Sprintf("exited with status %d", ch.status)
-			if ch.killed != "" {
-				what = fmt.Sprintf("was killed by signal %d (%s)", ch.status-128, ch.killed)
-			}
 			// Session joins the loss with run's own error: the first
 			// line says it all.
 			msg, _, _ := strings.Cut(err.Error(), "\n")
-			return &exitCode{code: exitLockLost, err: fmt.Errorf("%s; COMMAND %s", msg, what)}
+			return &exitCode{code: exitLockLost, err: fmt.Errorf("%s; COMMAND %s", msg, ch.how())}
 		case err == nil:
 		case errors.As(err, new(*commandFailed)):
 		case ch.status != 0:
@@ -303,8 +314,8 @@ func (f *runFlags) outcome(ch *child, err error, stderr io.Writer) error {
 // commandEnv is COMMAND's environment: ormlock's own without $ORMLOCK_DSN
 // (a job that logs its environment must not leak the password), plus the
 // lock's name, and the DSN only when dsn is not empty (--export-dsn).
-// PG* and MYSQL_PWD stay: jobs that run psql or mysql need them. (A fencing
-// token, once the library issues them, goes here as ORMLOCK_FENCING_TOKEN.)
+// PG* and MYSQL_PWD stay: jobs that run psql or mysql need them. (ormlock
+// lead --fencing adds each term's token as ORMLOCK_FENCING_TOKEN.)
 func commandEnv(key, ns, dsn string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
