@@ -128,16 +128,12 @@ func (e *Elector) campaign(ctx context.Context, first chan struct{}) {
 	f := e.b.Funcs()
 	err := f.Session(ctx, e.key, lead)
 	signal()
-	for {
-		// Not reported: another instance leads, a loss (reported by
-		// lead), or Close ended an attempt. A failed release is.
-		if err != nil && !errors.Is(err, ormlock.ErrNotAcquired) && !errors.Is(err, ormlock.ErrLockLost) && !errors.Is(err, context.Canceled) {
-			e.cfg.report(wrapf(err, "leader key %q", e.key))
-		}
-		if ctx.Err() != nil {
-			return
-		}
+	for ctx.Err() == nil {
+		// Not reported: another instance led at the first try, or a
+		// loss (lead reports it). Lead returns only at Close or with an
+		// error it does not retry: the campaign pauses then.
 		if err != nil && !errors.Is(err, ormlock.ErrNotAcquired) && !errors.Is(err, ormlock.ErrLockLost) {
+			e.cfg.report(wrapf(err, "leader key %q", e.key))
 			select {
 			case <-ctx.Done():
 				return
