@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"os/signal"
 	"strconv"
 
 	"github.com/ormlock/ormlock"
@@ -72,14 +70,7 @@ func leadCmd(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&f.owner, "owner", "", "`ID` naming this host to ormlock holder while it leads (default hostname/pid)")
 	fs.BoolVar(&fencing, "fencing", false, "give each term a fencing token, in COMMAND's $ORMLOCK_FENCING_TOKEN (needs ormlock migrate)")
 
-	pos, command, err := parseCommandLine(fs, "lead", args)
-	if err != nil {
-		return err
-	}
-	if err := f.check(); err != nil {
-		return err
-	}
-	opts, err := f.options()
+	pos, command, opts, err := f.parseCommandLine(fs, "lead", args)
 	if err != nil {
 		return err
 	}
@@ -98,33 +89,13 @@ func leadCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	path, err := exec.LookPath(command[0])
-	if err != nil {
-		return startError(command[0], err)
-	}
-
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
-	ch := &child{path: path, argv: command, grace: f.grace, stderr: stderr, idle: "while campaigning (COMMAND not running)"}
-	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, forwarded...)
-	defer signal.Stop(sigs)
-	go func() {
-		for s := range sigs {
-			ch.signal(s)
-		}
-	}()
-
-	db, closeDB, err := f.open(ctx)
+	ch, db, env, done, err := f.prepare(ctx, pos[0], command, "while campaigning (COMMAND not running)", stderr)
 	if err != nil {
-		return f.outcome(ch, err, stderr)
+		return err
 	}
-	defer closeDB()
-	exported := ""
-	if f.exportDSN {
-		exported = f.dsn
-	}
-	env := commandEnv(pos[0], f.namespace, exported)
+	defer done()
 	err = gormlock.Lead(db.WithContext(ctx), key, func(ctx context.Context) error {
 		term := env
 		if token, ok := ormlock.FencingToken(ctx); ok {

@@ -2,7 +2,6 @@ package main_test
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -94,7 +93,7 @@ func TestLead(t *testing.T) {
 
 		// The leader's lock connection killed: its COMMAND and the
 		// backgrounded grandchild stop, the other one leads.
-		pids := treePidsOf(t, dirs[i], "command", "bg")
+		pids := treePids(t, dirs[i], "command", "bg")
 		killHolder(t, k, db, key)
 		waitTerms(t, 1, other)
 		assertGone(t, pids, time.Minute)
@@ -109,7 +108,7 @@ func TestLead(t *testing.T) {
 
 		// COMMAND ends by itself: ormlock lead exits with its status,
 		// its grandchild stopped, and the deposed one leads again.
-		pids = treePidsOf(t, dirs[1-i], "command", "bg")
+		pids = treePids(t, dirs[1-i], "command", "bg")
 		letGo(t, filepath.Join(dirs[1-i], "go"))
 		want(t, other.wait(t, time.Minute), other.stderr.String(), 5)
 		assertGone(t, pids, 0)
@@ -119,7 +118,7 @@ func TestLead(t *testing.T) {
 		}
 
 		// SIGTERM to ormlock lead stops COMMAND's tree and releases.
-		pids = treePidsOf(t, dirs[i], "command", "bg")
+		pids = treePids(t, dirs[i], "command", "bg")
 		if err := leader.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
@@ -129,22 +128,4 @@ func TestLead(t *testing.T) {
 			t.Errorf("lock held after ormlock lead exited")
 		}
 	})
-}
-
-// treePidsOf reads the pids leadScript recorded in dir.
-func treePidsOf(t *testing.T, dir string, names ...string) map[string]int {
-	t.Helper()
-	pids := map[string]int{}
-	for _, name := range names {
-		b, err := os.ReadFile(filepath.Join(dir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err != nil {
-			t.Fatalf("%s pid %q: %v", name, b, err)
-		}
-		pids[name] = pid
-	}
-	return pids
 }

@@ -119,14 +119,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&f.owner, "owner", "", "`ID` recorded in the ledger's owner column (default hostname/pid)")
 	fs.BoolVar(&f.quiet, "quiet", false, "print nothing when COMMAND does not run because of a conflict or a done slot")
 
-	pos, command, err := parseCommandLine(fs, "run", args)
-	if err != nil {
-		return err
-	}
-	if err := f.check(); err != nil {
-		return err
-	}
-	opts, err := f.options()
+	pos, command, opts, err := f.parseCommandLine(fs, "run", args)
 	if err != nil {
 		return err
 	}
@@ -149,32 +142,11 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	} else if key, err = parseKey(pos[0]); err != nil {
 		return err
 	}
-	path, err := exec.LookPath(command[0])
+	ch, db, env, done, err := f.prepare(context.Background(), pos[0], command, "", stderr)
 	if err != nil {
-		return startError(command[0], err)
+		return err
 	}
-
-	ctx := context.Background()
-	ch := &child{path: path, argv: command, grace: f.grace, stderr: stderr}
-	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, forwarded...)
-	defer signal.Stop(sigs)
-	go func() {
-		for s := range sigs {
-			ch.signal(s)
-		}
-	}()
-
-	db, closeDB, err := f.open(ctx)
-	if err != nil {
-		return f.outcome(ch, err, stderr)
-	}
-	defer closeDB()
-	exported := ""
-	if f.exportDSN {
-		exported = f.dsn
-	}
-	env := commandEnv(pos[0], f.namespace, exported)
+	defer done()
 	if sched == nil {
 		err = gormlock.Session(db, key, func(ctx context.Context) error {
 			err := ch.run(ctx, env)
@@ -196,6 +168,36 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	return f.outcome(ch, err, stderr)
 }
 
+// prepare readies COMMAND for ormlock run and ormlock lead: it finds it,
+// forwards ormlock's signals to it from now on (idle says when a signal ends
+// ormlock instead, "" before COMMAND started), and opens the database. It
+// returns COMMAND, the pool (on ctx), COMMAND's environment and what undoes
+// this; its error is ormlock's exit.
+func (f *runFlags) prepare(ctx context.Context, key string, command []string, idle string, stderr io.Writer) (*child, *gorm.DB, []string, func(), error) {
+	path, err := exec.LookPath(command[0])
+	if err != nil {
+		return nil, nil, nil, nil, startError(command[0], err)
+	}
+	ch := &child{path: path, argv: command, grace: f.grace, stderr: stderr, idle: idle}
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, forwarded...)
+	go func() {
+		for s := range sigs {
+			ch.signal(s)
+		}
+	}()
+	db, closeDB, err := f.open(ctx)
+	if err != nil {
+		signal.Stop(sigs)
+		return nil, nil, nil, nil, f.outcome(ch, err, stderr)
+	}
+	exported := ""
+	if f.exportDSN {
+		exported = f.dsn
+	}
+	return ch, db, commandEnv(key, f.namespace, exported), func() { closeDB(); signal.Stop(sigs) }, nil
+}
+
 // registerCommand registers the flags of COMMAND's lock and processes,
 // which ormlock run and ormlock lead share.
 func (f *runFlags) registerCommand(fs *flagSet) {
@@ -205,23 +207,28 @@ func (f *runFlags) registerCommand(fs *flagSet) {
 }
 
 // parseCommandLine parses "[flags] KEY -- COMMAND [ARGS...]" of the
-// command name and returns KEY (pos[0]) and COMMAND.
-func parseCommandLine(fs *flagSet, name string, args []string) (pos, command []string, err error) {
+// command name, checks the flags, and returns KEY (pos[0]), COMMAND and the
+// options of the common flags.
+func (f *runFlags) parseCommandLine(fs *flagSet, name string, args []string) (pos, command []string, opts []ormlock.Option, err error) {
 	left, command, sep := splitCommand(args)
 	if pos, err = parseFlags(fs, left); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	switch {
 	case len(pos) == 0:
-		return nil, nil, usagef("missing KEY: ormlock %s [flags] KEY -- COMMAND [ARGS...]", name)
+		return nil, nil, nil, usagef("missing KEY: ormlock %s [flags] KEY -- COMMAND [ARGS...]", name)
 	case !sep:
-		return nil, nil, usagef("missing -- between KEY and COMMAND: ormlock %s [flags] KEY -- COMMAND [ARGS...]", name)
+		return nil, nil, nil, usagef("missing -- between KEY and COMMAND: ormlock %s [flags] KEY -- COMMAND [ARGS...]", name)
 	case len(pos) > 1:
-		return nil, nil, usagef("one KEY before --, got %d arguments: %q", len(pos), pos)
+		return nil, nil, nil, usagef("one KEY before --, got %d arguments: %q", len(pos), pos)
 	case len(command) == 0:
-		return nil, nil, usagef("missing COMMAND after --")
+		return nil, nil, nil, usagef("missing COMMAND after --")
 	}
-	return pos, command, nil
+	if err := f.check(); err != nil {
+		return nil, nil, nil, err
+	}
+	opts, err = f.options()
+	return pos, command, opts, err
 }
 
 // check validates the flags that the library does not.
