@@ -91,6 +91,18 @@ func TestLead(t *testing.T) {
 			t.Errorf("holder %q does not say %s", out, w)
 		}
 
+		// A third one, campaigning, ends at once on SIGINT (128+2)
+		// without running COMMAND.
+		c := start(t, k, "lead", key, "--", "echo", "ran")
+		time.Sleep(300 * time.Millisecond) // into the campaign, most likely
+		if err := c.cmd.Process.Signal(syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		want(t, c.wait(t, time.Minute), c.stderr.String(), 128+2)
+		if c.stdout.String() != "" {
+			t.Errorf("COMMAND ran: %q", c.stdout)
+		}
+
 		// The leader's lock connection killed: its COMMAND and the
 		// backgrounded grandchild stop, the other one leads.
 		pids := treePids(t, dirs[i], "command", "bg")
