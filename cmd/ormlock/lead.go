@@ -102,13 +102,17 @@ func leadCmd(args []string, stdout, stderr io.Writer) error {
 			term = append(env[:len(env):len(env)], "ORMLOCK_FENCING_TOKEN="+strconv.FormatInt(token, 10))
 		}
 		err := ch.run(ctx, term)
+		lost := errors.Is(context.Cause(ctx), ormlock.ErrLockLost)
 		switch {
-		case errors.Is(err, errStoppedLost):
-			// Deposed: Lead campaigns again once fn returns.
-			fmt.Fprintf(stderr, "ormlock: COMMAND %s; campaigning again for %q\n", ch.how(), pos[0])
+		case errors.Is(err, errStoppedLost), lost && !ch.ran:
+			// Deposed (before COMMAND started, or COMMAND stopped):
+			// Lead campaigns again once fn returns.
+			if ch.ran {
+				fmt.Fprintf(stderr, "ormlock: COMMAND %s; campaigning again for %q\n", ch.how(), pos[0])
+			}
 			ch.reset()
 			return nil
-		case errors.Is(context.Cause(ctx), ormlock.ErrLockLost):
+		case lost:
 			// COMMAND ended by itself as the loss was found: ormlock
 			// ends (77, as ormlock run), Lead must not campaign again.
 			cancel(context.Cause(ctx))
