@@ -20,10 +20,11 @@ var ErrNotLeader = errors.New("ormlock: not the leader")
 
 // Elector is a gocron v2 elector (gocron.WithDistributedElector): of the
 // schedulers that share the database and the leader key, one leads, and only
-// the leader runs jobs. Leadership is a lock held with Session semantics
-// ([gormlock.Session]); a background goroutine retries every [WithRetry]
-// interval while this instance does not lead, and [Elector.Close] releases
-// the lock.
+// the leader runs jobs. Leadership is the adapter's Lead ([gormlock.Lead]):
+// after a first try at start-up, a background goroutine waits for the lock
+// on the server while this instance does not lead, so it takes over as soon
+// as the leader releases it or its connection dies; [Elector.Close]
+// releases the lock.
 //
 // It is only as exclusive as the keepalive allows: a leader learns of a lost
 // lock up to two keepalive intervals late, and election knows nothing of
@@ -56,6 +57,8 @@ func NewElector(b Backend, key string, opts ...Option) (*Elector, error) {
 	cfg, err := newConfig(opts)
 	if bErr := b.Check(verb); bErr != nil {
 		err = bErr
+	} else if b.Funcs().Lead == nil {
+		err = fmt.Errorf("%w: %s: the Backend has no Lead", ormlock.ErrInvalidArgument, verb)
 	} else if kErr := ormlock.Name(key).Validate(); kErr != nil {
 		err = fmt.Errorf("%w: %s: leader key %q", kErr, verb, key)
 	}
@@ -100,38 +103,43 @@ func (e *Elector) Close() error {
 	return nil
 }
 
+// campaign tries the lock once, so that NewElector returns at once (leading
+// when the lock was free), then campaigns with the backend's Lead until
+// Close. A loss is reported when found; Lead retries connection errors
+// itself, and after one it does not retry (a refused login) the campaign
+// starts again after the retry interval.
 func (e *Elector) campaign(ctx context.Context, first chan struct{}) {
 	defer close(e.done)
 	var once sync.Once
 	signal := func() { once.Do(func() { close(first) }) }
 	defer signal()
-	t := time.NewTimer(0)
-	defer t.Stop()
-	for {
-		err := e.b.Funcs().Session(ctx, e.key, func(lctx context.Context) error {
-			e.leader.Store(true)
-			// Lead until Close, or until the keepalive finds the lock
-			// lost; the flag drops before the lock is released.
-			defer e.leader.Store(false)
-			signal()
-			<-lctx.Done()
-			return nil
-		})
+	lead := func(lctx context.Context) error {
+		e.leader.Store(true)
 		signal()
-		closing := ctx.Err() != nil
-		// Not reported: another instance leads, or Close ended an
-		// attempt. A failed release at Close is reported.
-		if err != nil && !errors.Is(err, ormlock.ErrNotAcquired) && !(closing && errors.Is(err, context.Canceled)) {
+		// Lead until Close, or until the keepalive finds the lock lost;
+		// the flag drops before the lock is released.
+		<-lctx.Done()
+		e.leader.Store(false)
+		if cause := context.Cause(lctx); errors.Is(cause, ormlock.ErrLockLost) {
+			e.cfg.report(wrapf(cause, "leader key %q", e.key))
+		}
+		return nil
+	}
+	f := e.b.Funcs()
+	err := f.Session(ctx, e.key, lead)
+	signal()
+	for ctx.Err() == nil {
+		// Not reported: another instance led at the first try, or a
+		// loss (lead reports it). Lead returns only at Close or with an
+		// error it does not retry: the campaign pauses then.
+		if err != nil && !errors.Is(err, ormlock.ErrNotAcquired) && !errors.Is(err, ormlock.ErrLockLost) {
 			e.cfg.report(wrapf(err, "leader key %q", e.key))
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(e.cfg.retry):
+			}
 		}
-		if closing {
-			return
-		}
-		t.Reset(e.cfg.retry)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+		err = f.Lead(ctx, e.key, lead)
 	}
 }

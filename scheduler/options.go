@@ -11,8 +11,8 @@ import (
 	"github.com/ormlock/ormlock"
 )
 
-// DefaultRetry is how often an [Elector] that is not the leader tries to
-// become it.
+// DefaultRetry is how long an [Elector] waits before it campaigns again
+// after an error its campaign does not retry by itself (see [WithRetry]).
 const DefaultRetry = 2 * time.Second
 
 // Option configures [NewLocker], [NewElector] or [JobWrapper]; each option
@@ -142,9 +142,11 @@ func WithClock(now func() time.Time) Option {
 	}
 }
 
-// WithRetry sets how often an [Elector] that is not the leader (or has lost
-// the lead) tries to become it; this bounds how long the instances go
-// leaderless after the leader stops. Applies to NewElector. The default is
+// WithRetry sets how long an [Elector] waits before it campaigns again
+// after an error that its campaign does not retry by itself (a refused
+// login, a missing privilege; connection errors are retried with a backoff
+// of at most 5 s, and a free lock is taken at once, as the campaign waits
+// for it on the server). Applies to NewElector. The default is
 // [DefaultRetry] (2s).
 func WithRetry(d time.Duration) Option {
 	return func(c *config) {

@@ -30,6 +30,7 @@ type child struct {
 	argv   []string // COMMAND [ARGS...], argv[0] as given
 	grace  time.Duration
 	stderr io.Writer
+	idle   string // when a signal ends ormlock: "before COMMAND started" by default
 
 	mu  sync.Mutex
 	job *job // set once started
@@ -57,7 +58,11 @@ func (c *child) signal(s os.Signal) {
 	if sig, ok := s.(syscall.Signal); ok {
 		n = int(sig)
 	}
-	fmt.Fprintf(c.stderr, "ormlock: interrupted by %v before COMMAND started\n", s)
+	when := c.idle
+	if when == "" {
+		when = "before COMMAND started"
+	}
+	fmt.Fprintf(c.stderr, "ormlock: interrupted by %v %s\n", s, when)
 	os.Exit(128 + n) // with c.mu held: COMMAND cannot start now
 }
 
@@ -114,6 +119,22 @@ func (c *child) run(ctx context.Context, env []string) error {
 			return nil
 		}
 	}
+}
+
+// how says how COMMAND ended, once ran is true.
+func (c *child) how() string {
+	if c.killed != "" {
+		return fmt.Sprintf("was killed by signal %d (%s)", c.status-128, c.killed)
+	}
+	return fmt.Sprintf("exited with status %d", c.status)
+}
+
+// reset makes c a COMMAND not started, for the next term of ormlock lead:
+// a signal ends ormlock again until it starts.
+func (c *child) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.job, c.ran, c.status, c.killed = nil, false, 0, ""
 }
 
 // startError maps a failed start to a shell's statuses: 127 when COMMAND is

@@ -76,7 +76,7 @@ func TestUsageErrors(t *testing.T) {
 // --help of each command prints its usage and examples on stdout, status 0.
 func TestHelp(t *testing.T) {
 	for _, args := range [][]string{
-		{"--help"}, {"help"}, {"run", "--help"}, {"help", "run"}, {"holder", "-h"}, {"runs", "--help"}, {"key", "--help"}, {"migrate", "--help"},
+		{"--help"}, {"help"}, {"run", "--help"}, {"help", "run"}, {"holder", "-h"}, {"runs", "--help"}, {"key", "--help"}, {"migrate", "--help"}, {"lead", "--help"},
 	} {
 		code, out, stderr := runBin(t, "", args...)
 		want(t, code, stderr, 0)

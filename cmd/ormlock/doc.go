@@ -9,6 +9,7 @@
 //	ormlock run [flags] KEY -- COMMAND [ARGS...]   gormlock.Session around COMMAND
 //	ormlock run --once-per SCHEDULE [flags] JOB -- COMMAND [ARGS...]
 //	                                               gormlock.RunOnce, claim mode
+//	ormlock lead [flags] KEY -- COMMAND [ARGS...]  gormlock.Lead around COMMAND
 //	ormlock holder KEY                             gormlock.Holder
 //	ormlock runs JOB                               gormlock.Runs
 //	ormlock key NAME                               keyhash: bigint, pair, MySQL name, psql
@@ -36,6 +37,22 @@
 //	           it started got SIGTERM, then SIGKILL after --grace (default 10s)
 //	126, 127   COMMAND cannot be executed / is not found (as in a shell)
 //	128+n      ormlock got signal n before COMMAND started: it exits at once
+//
+// # Exit statuses of ormlock lead
+//
+//	COMMAND's  COMMAND exited by itself (or was killed by a signal, 128+n,
+//	           one forwarded by ormlock too): its status
+//	2          usage error
+//	70         ormlock's own error: the server unreachable at the first
+//	           contact (--connect-timeout) or refusing the login; later
+//	           connection errors are retried by the campaign
+//	77         the lock was found lost just as COMMAND exited by itself
+//	126, 127   COMMAND cannot be executed / is not found
+//	128+n      ormlock got signal n while COMMAND was not running
+//	           (campaigning): it exits at once
+//
+// A lost leadership is no exit: COMMAND's processes are stopped as by
+// ormlock run on a loss, and ormlock campaigns again.
 //
 // The other commands exit 0, 2 on a usage error, 70 on any other error.
 // An unreachable server is 70, not 2: the invocation may be right and a
@@ -96,6 +113,6 @@
 // With --once-per, KEY is the job name and the lock is RunOnce's (job, slot)
 // lock; the slot is taken from the schedule in --tz (default UTC, so hosts
 // in different zones agree). COMMAND's environment gets ORMLOCK_KEY,
-// ORMLOCK_NAMESPACE, and with --once-per ORMLOCK_JOB and ORMLOCK_SLOT; the
-// fencing token will be ORMLOCK_FENCING_TOKEN once the library issues one.
+// ORMLOCK_NAMESPACE, and with --once-per ORMLOCK_JOB and ORMLOCK_SLOT;
+// ormlock lead --fencing adds the term's token as ORMLOCK_FENCING_TOKEN.
 package main

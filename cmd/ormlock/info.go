@@ -40,7 +40,7 @@ another lock.
 func holderCmd(args []string, stdout, stderr io.Writer) error {
 	var c common
 	fs := newFlagSet("holder", holderUsage, stdout)
-	c.register(fs, false)
+	c.register(fs, true) // on MySQL/MariaDB the owners table is the ledger's
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return err

@@ -58,6 +58,7 @@ var commands = []struct {
 	run           func(args []string, stdout, stderr io.Writer) error
 }{
 	{"run", "run COMMAND while holding a lock, or once per schedule slot", runCmd},
+	{"lead", "run COMMAND while this host leads, campaign again when it loses", leadCmd},
 	{"holder", "show who holds a lock", holderCmd},
 	{"runs", "show the last runs of a job from the ledger", runsCmd},
 	{"key", "show the database keys a lock name maps to", keyCmd},
@@ -68,6 +69,7 @@ const mainUsage = `ormlock: flock(1) for a fleet, on the database it already has
 
 Usage:
   ormlock run [flags] KEY -- COMMAND [ARGS...]
+  ormlock lead [flags] KEY -- COMMAND [ARGS...]
   ormlock holder [flags] KEY
   ormlock runs [flags] JOB
   ormlock key [--namespace NS] NAME
@@ -100,6 +102,8 @@ Exit statuses of ormlock run:
                   process it started were sent SIGTERM (SIGKILL after --grace)
   126, 127        COMMAND could not be executed / was not found
   128+n           ormlock was interrupted by signal n before COMMAND started
+ormlock lead exits with COMMAND's status when it ends by itself, and as
+ormlock run otherwise (2, 70, 77, 126, 127, 128+n): see ormlock lead --help.
 The other commands exit 0, 2 on a usage error and 70 on any other error.
 
 Examples:

@@ -108,9 +108,8 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	var f runFlags
 	fs := newFlagSet("run", runUsage, stdout)
 	f.register(fs, true)
+	f.registerCommand(fs)
 	fs.DurationVar(&f.wait, "wait", 0, "wait up to `DURATION` for the lock (default: try once)")
-	fs.DurationVar(&f.keepalive, "keepalive", config.DefaultKeepalive, "check the lock connection every `DURATION`; a loss is seen within two")
-	fs.DurationVar(&f.grace, "grace", 10*time.Second, "wait `DURATION` between SIGTERM and SIGKILL to COMMAND's processes (lock lost, or COMMAND exited before them)")
 	fs.IntVar(&f.conflict, "conflict-exit-code", exitConflict, "exit status `N` when the lock is held elsewhere")
 	fs.IntVar(&f.done, "done-exit-code", exitAlreadyDone, "exit status `N` when the --once-per slot is already done")
 	fs.StringVar(&f.oncePer, "once-per", "", "run at most once per slot of `SCHEDULE` (cron expression or period); KEY is the job name")
@@ -119,27 +118,8 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&f.policy, "catch-up-policy", "latest", "`POLICY` of --catch-up: latest (the newest missed slot) or all (each, oldest first)")
 	fs.StringVar(&f.owner, "owner", "", "`ID` recorded in the ledger's owner column (default hostname/pid)")
 	fs.BoolVar(&f.quiet, "quiet", false, "print nothing when COMMAND does not run because of a conflict or a done slot")
-	fs.BoolVar(&f.exportDSN, "export-dsn", false, "pass the DSN on to COMMAND as $ORMLOCK_DSN (by default COMMAND's environment has none)")
 
-	left, command, sep := splitCommand(args)
-	pos, err := parseFlags(fs, left)
-	if err != nil {
-		return err
-	}
-	switch {
-	case len(pos) == 0:
-		return usagef("missing KEY: ormlock run [flags] KEY -- COMMAND [ARGS...]")
-	case !sep:
-		return usagef("missing -- between KEY and COMMAND: ormlock run [flags] KEY -- COMMAND [ARGS...]")
-	case len(pos) > 1:
-		return usagef("one KEY before --, got %d arguments: %q", len(pos), pos)
-	case len(command) == 0:
-		return usagef("missing COMMAND after --")
-	}
-	if err := f.check(); err != nil {
-		return err
-	}
-	opts, err := f.options()
+	pos, command, opts, err := f.parseCommandLine(fs, "run", args)
 	if err != nil {
 		return err
 	}
@@ -162,32 +142,11 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	} else if key, err = parseKey(pos[0]); err != nil {
 		return err
 	}
-	path, err := exec.LookPath(command[0])
+	ch, db, env, done, err := f.prepare(context.Background(), pos[0], command, "", stderr)
 	if err != nil {
-		return startError(command[0], err)
+		return err
 	}
-
-	ctx := context.Background()
-	ch := &child{path: path, argv: command, grace: f.grace, stderr: stderr}
-	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, forwarded...)
-	defer signal.Stop(sigs)
-	go func() {
-		for s := range sigs {
-			ch.signal(s)
-		}
-	}()
-
-	db, closeDB, err := f.open(ctx)
-	if err != nil {
-		return f.outcome(ch, err, stderr)
-	}
-	defer closeDB()
-	exported := ""
-	if f.exportDSN {
-		exported = f.dsn
-	}
-	env := commandEnv(pos[0], f.namespace, exported)
+	defer done()
 	if sched == nil {
 		err = gormlock.Session(db, key, func(ctx context.Context) error {
 			err := ch.run(ctx, env)
@@ -207,6 +166,69 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		return ch.run(tx.Statement.Context, append(env[:len(env):len(env)], "ORMLOCK_SLOT="+slot.UTC().Format(time.RFC3339Nano)))
 	}, append(append(opts, f.catchUpOptions()...), ormlock.WithClaim())...)
 	return f.outcome(ch, err, stderr)
+}
+
+// prepare readies COMMAND for ormlock run and ormlock lead: it finds it,
+// forwards ormlock's signals to it from now on (idle says when a signal ends
+// ormlock instead, "" before COMMAND started), and opens the database. It
+// returns COMMAND, the pool (on ctx), COMMAND's environment and what undoes
+// this; its error is ormlock's exit.
+func (f *runFlags) prepare(ctx context.Context, key string, command []string, idle string, stderr io.Writer) (*child, *gorm.DB, []string, func(), error) {
+	path, err := exec.LookPath(command[0])
+	if err != nil {
+		return nil, nil, nil, nil, startError(command[0], err)
+	}
+	ch := &child{path: path, argv: command, grace: f.grace, stderr: stderr, idle: idle}
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, forwarded...)
+	go func() {
+		for s := range sigs {
+			ch.signal(s)
+		}
+	}()
+	db, closeDB, err := f.open(ctx)
+	if err != nil {
+		signal.Stop(sigs)
+		return nil, nil, nil, nil, f.outcome(ch, err, stderr)
+	}
+	exported := ""
+	if f.exportDSN {
+		exported = f.dsn
+	}
+	return ch, db, commandEnv(key, f.namespace, exported), func() { closeDB(); signal.Stop(sigs) }, nil
+}
+
+// registerCommand registers the flags of COMMAND's lock and processes,
+// which ormlock run and ormlock lead share.
+func (f *runFlags) registerCommand(fs *flagSet) {
+	fs.DurationVar(&f.keepalive, "keepalive", config.DefaultKeepalive, "check the lock connection every `DURATION`; a loss is seen within two")
+	fs.DurationVar(&f.grace, "grace", 10*time.Second, "wait `DURATION` between SIGTERM and SIGKILL to COMMAND's processes (lock lost, or COMMAND exited before them)")
+	fs.BoolVar(&f.exportDSN, "export-dsn", false, "pass the DSN on to COMMAND as $ORMLOCK_DSN (by default COMMAND's environment has none)")
+}
+
+// parseCommandLine parses "[flags] KEY -- COMMAND [ARGS...]" of the
+// command name, checks the flags, and returns KEY (pos[0]), COMMAND and the
+// options of the common flags.
+func (f *runFlags) parseCommandLine(fs *flagSet, name string, args []string) (pos, command []string, opts []ormlock.Option, err error) {
+	left, command, sep := splitCommand(args)
+	if pos, err = parseFlags(fs, left); err != nil {
+		return nil, nil, nil, err
+	}
+	switch {
+	case len(pos) == 0:
+		return nil, nil, nil, usagef("missing KEY: ormlock %s [flags] KEY -- COMMAND [ARGS...]", name)
+	case !sep:
+		return nil, nil, nil, usagef("missing -- between KEY and COMMAND: ormlock %s [flags] KEY -- COMMAND [ARGS...]", name)
+	case len(pos) > 1:
+		return nil, nil, nil, usagef("one KEY before --, got %d arguments: %q", len(pos), pos)
+	case len(command) == 0:
+		return nil, nil, nil, usagef("missing COMMAND after --")
+	}
+	if err := f.check(); err != nil {
+		return nil, nil, nil, err
+	}
+	opts, err = f.options()
+	return pos, command, opts, err
 }
 
 // check validates the flags that the library does not.
@@ -260,14 +282,10 @@ func (f *runFlags) outcome(ch *child, err error, stderr io.Writer) error {
 	if ch.ran {
 		switch {
 		case errors.Is(err, ormlock.ErrLockLost):
-			what := fmt.Sprintf("exited with status %d", ch.status)
-			if ch.killed != "" {
-				what = fmt.Sprintf("was killed by signal %d (%s)", ch.status-128, ch.killed)
-			}
 			// Session joins the loss with run's own error: the first
 			// line says it all.
 			msg, _, _ := strings.Cut(err.Error(), "\n")
-			return &exitCode{code: exitLockLost, err: fmt.Errorf("%s; COMMAND %s", msg, what)}
+			return &exitCode{code: exitLockLost, err: fmt.Errorf("%s; COMMAND %s", msg, ch.how())}
 		case err == nil:
 		case errors.As(err, new(*commandFailed)):
 		case ch.status != 0:
@@ -303,8 +321,8 @@ func (f *runFlags) outcome(ch *child, err error, stderr io.Writer) error {
 // commandEnv is COMMAND's environment: ormlock's own without $ORMLOCK_DSN
 // (a job that logs its environment must not leak the password), plus the
 // lock's name, and the DSN only when dsn is not empty (--export-dsn).
-// PG* and MYSQL_PWD stay: jobs that run psql or mysql need them. (A fencing
-// token, once the library issues them, goes here as ORMLOCK_FENCING_TOKEN.)
+// PG* and MYSQL_PWD stay: jobs that run psql or mysql need them. (ormlock
+// lead --fencing adds each term's token as ORMLOCK_FENCING_TOKEN.)
 func commandEnv(key, ns, dsn string) []string {
 	var env []string
 	for _, kv := range os.Environ() {

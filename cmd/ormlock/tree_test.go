@@ -31,11 +31,14 @@ echo started
 ` + end
 }
 
-// treePids reads the pids treeScript recorded.
-func treePids(t *testing.T, dir string) map[string]int {
+// treePids reads the pids treeScript recorded (or those of names).
+func treePids(t *testing.T, dir string, names ...string) map[string]int {
 	t.Helper()
+	if len(names) == 0 {
+		names = []string{"command", "bg", "sid"}
+	}
 	pids := map[string]int{}
-	for _, name := range []string{"command", "bg", "sid"} {
+	for _, name := range names {
 		b, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
 			t.Fatal(err)

@@ -24,7 +24,7 @@ import (
 // Backend returns the scheduler Backend on an ent client built on
 // [entlock.Wrap] (or on the *entlock.Driver itself): runs go through
 // [entlock.RunScheduled] in claim mode, leadership through
-// [entlock.Session]; opts apply on top of Wrap's defaults. The ledger rows
+// [entlock.Lead]; opts apply on top of Wrap's defaults. The ledger rows
 // and lock keys are gormsched's, so replicas on either ORM share the runs. A
 // scheduler.JobFunc run through it gets the firing's context (with the
 // slot: ormlock.Slot), which a lost lock does not cancel (the loss is still
@@ -48,6 +48,9 @@ func Backend[T entlock.TxLike](client interface {
 		},
 		Session: func(ctx context.Context, key string, fn func(ctx context.Context) error, extra ...ormlock.Option) error {
 			return entlock.Session(ctx, client, key, fn, backend.With(opts, extra)...)
+		},
+		Lead: func(ctx context.Context, key string, fn func(ctx context.Context) error, extra ...ormlock.Option) error {
+			return entlock.Lead(ctx, client, key, fn, backend.With(opts, extra)...)
 		},
 		Prune: func(ctx context.Context, olderThan time.Duration) (int64, error) {
 			return entlock.Prune(ctx, client, olderThan, opts...)

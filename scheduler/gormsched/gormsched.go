@@ -21,7 +21,7 @@ import (
 
 // Backend returns the scheduler Backend on db: runs go through
 // [gormlock.RunScheduled] in claim mode ([ormlock.WithClaim], added to opts)
-// and leadership through [gormlock.Session]; opts apply on top of the
+// and leadership through [gormlock.Lead]; opts apply on top of the
 // gormlock plugin's defaults (set [ormlock.WithOwner] to the replica's
 // name, [ormlock.WithCatchUp] to catch up missed slots). db must not be
 // inside a transaction; each run holds two of its connections. An invalid
@@ -45,6 +45,9 @@ func Backend(db *gorm.DB, opts ...ormlock.Option) scheduler.Backend {
 		},
 		Session: func(ctx context.Context, key string, fn func(ctx context.Context) error, extra ...ormlock.Option) error {
 			return gormlock.Session(db.WithContext(ctx), key, fn, backend.With(opts, extra)...)
+		},
+		Lead: func(ctx context.Context, key string, fn func(ctx context.Context) error, extra ...ormlock.Option) error {
+			return gormlock.Lead(db.WithContext(ctx), key, fn, backend.With(opts, extra)...)
 		},
 		Prune: func(ctx context.Context, olderThan time.Duration) (int64, error) {
 			return gormlock.Prune(db.WithContext(ctx), olderThan, opts...)

@@ -50,6 +50,9 @@ func Backend(pool *pgxpool.Pool, opts ...ormlock.Option) scheduler.Backend {
 		Session: func(ctx context.Context, key string, fn func(ctx context.Context) error, extra ...ormlock.Option) error {
 			return pgxlock.Session(ctx, pool, key, fn, backend.With(opts, extra)...)
 		},
+		Lead: func(ctx context.Context, key string, fn func(ctx context.Context) error, extra ...ormlock.Option) error {
+			return pgxlock.Lead(ctx, pool, key, fn, backend.With(opts, extra)...)
+		},
 		Prune: func(ctx context.Context, olderThan time.Duration) (int64, error) {
 			return pgxlock.Prune(ctx, pool, olderThan, opts...)
 		},

@@ -48,6 +48,9 @@ func Backend(db *sql.DB, opts ...ormlock.Option) scheduler.Backend {
 		Session: func(ctx context.Context, key string, fn func(ctx context.Context) error, extra ...ormlock.Option) error {
 			return sqllock.Session(ctx, db, key, fn, backend.With(opts, extra)...)
 		},
+		Lead: func(ctx context.Context, key string, fn func(ctx context.Context) error, extra ...ormlock.Option) error {
+			return sqllock.Lead(ctx, db, key, fn, backend.With(opts, extra)...)
+		},
 		Prune: func(ctx context.Context, olderThan time.Duration) (int64, error) {
 			return sqllock.Prune(ctx, db, olderThan, opts...)
 		},

@@ -28,7 +28,11 @@ type PruneFunc func(ctx context.Context, olderThan time.Duration) (int64, error)
 
 // Funcs are a backend's operations, each required.
 type Funcs struct {
-	Session   SessionFunc
+	Session SessionFunc
+	// Lead is the adapter's Lead (a SessionFunc's shape: campaign for key,
+	// fn while elected, campaign again after a loss); the Elector's
+	// campaign.
+	Lead      SessionFunc
 	Scheduled ScheduledFunc
 	Prune     PruneFunc
 	// Opts are the options the backend was built with.
