@@ -34,11 +34,6 @@ func openPlain(t *testing.T, k testdb.Kind) (*ent.Client, *sql.DB) {
 	return ent.NewClient(ent.Driver(entsql.OpenDB(k.Dialect(), db))), db
 }
 
-func rawHold(t *testing.T, k testdb.Kind, name string) func() {
-	t.Helper()
-	return testdb.RawHold(t, k, "", name)
-}
-
 func rawFree(t *testing.T, k testdb.Kind, name string) bool {
 	t.Helper()
 	return testdb.RawFree(t, k, "", name)
