@@ -118,17 +118,23 @@ var marks atomic.Int64
 func (sl *Log) mark(t *testing.T) string {
 	t.Helper()
 	m := fmt.Sprintf("ormlock-mark-%d-%d", os.Getpid(), marks.Add(1))
-	if _, err := testdb.AdminDB(t, sl.k).Exec("SELECT '" + m + "'"); err != nil {
-		t.Fatal(err)
-	}
+	// An idle backend applies a configuration reload only once its next
+	// statement has run, so the first marker an admin connection sends
+	// after Start's reload may run with log_statement still off: send it
+	// again every 500 ms until the log shows it.
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		for _, l := range sl.lines(t) {
-			if strings.Contains(l, m) {
-				return m
-			}
+		if _, err := testdb.AdminDB(t, sl.k).Exec("SELECT '" + m + "'"); err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		for again := time.Now().Add(500 * time.Millisecond); time.Now().Before(again); {
+			for _, l := range sl.lines(t) {
+				if strings.Contains(l, m) {
+					return m
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
 	t.Fatalf("marker %q never reached the log", m)
 	return ""
