@@ -3,11 +3,8 @@ package ormlock
 import (
 	"context"
 	"database/sql"
-	"errors"
-	"fmt"
 
 	"github.com/ormlock/ormlock/internal/config"
-	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/fencectx"
 )
 
@@ -29,7 +26,7 @@ func FencingToken(ctx context.Context) (int64, bool) { return fencectx.From(ctx)
 // ErrStaleToken is returned by [CheckFenced] when a fenced write changed no
 // row: the resource has already seen a token at least as great, so the
 // writer's lock was lost and another holder has written since.
-var ErrStaleToken = errors.New("ormlock: stale fencing token")
+var ErrStaleToken = fencectx.ErrStaleToken
 
 // CheckFenced checks the outcome of a fenced write, an UPDATE that only
 // matches while the resource's last token is smaller than the writer's
@@ -38,15 +35,5 @@ var ErrStaleToken = errors.New("ormlock: stale fencing token")
 // when no row was changed, and nil otherwise. The row must exist first
 // (with fence 0). See docs/PROTOCOL.md (Fenced writes).
 func CheckFenced(res sql.Result, err error) error {
-	if err != nil {
-		return err
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return errs.Wrap(err, "fenced write: rows affected")
-	}
-	if n == 0 {
-		return fmt.Errorf("%w: the resource has seen a newer holder's token; this holder's lock was lost", ErrStaleToken)
-	}
-	return nil
+	return fencectx.Check(err, func() (int64, error) { return res.RowsAffected() })
 }

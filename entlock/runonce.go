@@ -26,7 +26,9 @@ import (
 // it with [Slot](tx). A slot already done returns [ormlock.ErrAlreadyDone];
 // [ormlock.WithClaim] selects claim mode, where fn's tx is a transaction of
 // its own. client (or the *Driver) must be built on [Wrap]; a transactional
-// client is refused. See docs/PROTOCOL.md (The verbs on each server, RunOnce).
+// client is refused. A job name is valid UTF-8 without NUL bytes or a trailing space, at most
+// 191 characters; bad input wraps [ormlock.ErrInvalidArgument].
+// See docs/PROTOCOL.md (The verbs on each server, RunOnce).
 func RunOnce[T TxLike](ctx context.Context, client interface {
 	Tx(context.Context) (T, error)
 }, job string, slot time.Time, fn func(tx T) error, opts ...ormlock.Option) error {

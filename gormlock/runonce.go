@@ -21,7 +21,8 @@ import (
 // ormlock.Slot(tx.Statement.Context). A slot already done returns
 // [ormlock.ErrAlreadyDone]; by default fn's work and the ledger row commit in
 // one transaction, and [ormlock.WithClaim] selects claim mode for long jobs.
-// Bad input wraps [ormlock.ErrInvalidArgument] (see [ormlock.ValidJob]).
+// A job name is valid UTF-8 without NUL bytes or a trailing space, at most
+// 191 characters; bad input wraps [ormlock.ErrInvalidArgument].
 // Protocol, claim mode and nesting: docs/PROTOCOL.md (The verbs on each
 // server, RunOnce).
 func RunOnce(db *gorm.DB, job string, slot time.Time, fn func(tx *gorm.DB) error, opts ...ormlock.Option) error {

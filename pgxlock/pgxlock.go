@@ -88,7 +88,9 @@ func Session[K ormlock.KeyType](ctx context.Context, pool *pgxpool.Pool, key K, 
 // [ormlock.ErrAlreadyDone]. fn's tx is the locked transaction that also
 // writes the ledger row; with [ormlock.WithClaim] it is a transaction of
 // its own on the pool, begun on a ctx that ends with cause
-// [ormlock.ErrLockLost] if the lock is lost. See docs/PROTOCOL.md (RunOnce).
+// [ormlock.ErrLockLost] if the lock is lost. A job name is valid UTF-8 without NUL bytes or a trailing space, at most
+// 191 characters; bad input wraps [ormlock.ErrInvalidArgument].
+// See docs/PROTOCOL.md (RunOnce).
 func RunOnce(ctx context.Context, pool *pgxpool.Pool, job string, slot time.Time, fn func(ctx context.Context, tx pgx.Tx) error, opts ...ormlock.Option) error {
 	p, cfg, done, err := open(ctx, "RunOnce", pool, fn == nil, opts)
 	if err != nil {

@@ -89,7 +89,7 @@ func (r *Run) InTx(ctx context.Context, q lockproto.Querier, fn func() error) er
 	if err := fn(); err != nil {
 		return err
 	}
-	return r.t.finish(ctx, q, r.ns, r.job, r.slot, r.owner, started, ormlock.RunDone, "")
+	return r.t.finish(ctx, q, r.ns, r.job, r.slot, r.owner, started, StatusDone, "")
 }
 
 // Claimed is the claim mode: it holds the (job, slot) lock with
@@ -159,17 +159,17 @@ func (r *Run) runClaimed(ctx, lctx context.Context, db *sql.DB, started time.Tim
 		}
 		p := recover()
 		if p == nil { // runtime.Goexit (t.FailNow, say): record it, let it go on
-			_ = r.finishDetached(ctx, db, started, ormlock.RunFailed, "fn exited the goroutine (runtime.Goexit)")
+			_ = r.finishDetached(ctx, db, started, StatusFailed, "fn exited the goroutine (runtime.Goexit)")
 			return
 		}
-		_ = r.finishDetached(ctx, db, started, ormlock.RunFailed, fmt.Sprintf("panic: %v", p))
+		_ = r.finishDetached(ctx, db, started, StatusFailed, fmt.Sprintf("panic: %v", p))
 		panic(p)
 	}()
 	ferr := fn(lctx)
 	panicked = false
-	status, text := ormlock.RunDone, ""
+	status, text := StatusDone, ""
 	if ferr != nil {
-		status, text = ormlock.RunFailed, ferr.Error()
+		status, text = StatusFailed, ferr.Error()
 		if cause := context.Cause(lctx); errors.Is(cause, ormlock.ErrLockLost) && !errors.Is(ferr, ormlock.ErrLockLost) {
 			text = cause.Error() + ": " + text
 		}
@@ -183,7 +183,7 @@ func (r *Run) runClaimed(ctx, lctx context.Context, db *sql.DB, started time.Tim
 	return ferr
 }
 
-func (r *Run) finishDetached(ctx context.Context, db *sql.DB, started time.Time, status ormlock.RunStatus, text string) error {
+func (r *Run) finishDetached(ctx context.Context, db *sql.DB, started time.Time, status, text string) error {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
 	return r.t.finish(fctx, db, r.ns, r.job, r.slot, r.owner, started, status, text)

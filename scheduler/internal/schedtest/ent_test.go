@@ -61,7 +61,7 @@ func TestEntBackend(t *testing.T) {
 		w(scheduler.JobFunc(func(context.Context) error { return boom })).Run()
 		w(cron.FuncJob(func() {})).Run()
 		runs, err := gormlock.Runs(db, job, 10)
-		if err != nil || len(runs) != 2 || runs[0].Status != ormlock.RunDone || runs[1].Owner != "ent" {
+		if err != nil || len(runs) != 2 || runs[0].Status != "done" || runs[1].Owner != "ent" {
 			t.Fatalf("ledger: %+v, %v", runs, err)
 		}
 		if got := handled.get(); len(got) != 1 || !errors.Is(got[0], boom) {
