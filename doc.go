@@ -35,7 +35,8 @@
 // Every outcome has one sentinel ([ErrNotAcquired], [ErrLockLost],
 // [ErrAlreadyDone], [ErrUnsupportedDialect], [ErrInvalidKey],
 // [ErrInvalidArgument], and [ErrStaleToken] for fenced writes); compare
-// with errors.Is. The callback's own error is returned unchanged. Messages
+// with errors.Is. The callback's own error is returned unchanged (a failed
+// rollback after it is added, as ent's WithTx does). Messages
 // start with "ormlock: " once, however many layers added their context.
 //
 // # What is here, and what is not

@@ -36,13 +36,7 @@ func RunOnce[T TxLike](ctx context.Context, client interface {
 	if err := checkCall(ctx, verb, client, opts); err != nil {
 		return err
 	}
-	if fn == nil {
-		return fmt.Errorf("%w: entlock.%s: nil fn", ormlock.ErrInvalidArgument, verb)
-	}
-	if err := ledger.ValidateJob("entlock."+verb, job); err != nil {
-		return err
-	}
-	if err := ledger.ValidateSlot("entlock."+verb, slot); err != nil {
+	if err := ledger.CheckRunOnce("entlock."+verb, fn == nil, job, slot); err != nil {
 		return err
 	}
 	d, cfg, err := driverFor(ctx, verb, client, opts)
@@ -66,7 +60,7 @@ func RunOnce[T TxLike](ctx context.Context, client interface {
 			}
 			defer recordToken(tx, op)()
 			defer recordSlot(tx, r.Slot())()
-			return run(verb, tx, fn)
+			return run(ctx, verb, tx, fn)
 		})
 	}
 	lr := &request{verb: verb, op: op}
@@ -77,7 +71,7 @@ func RunOnce[T TxLike](ctx context.Context, client interface {
 	q := lr.tx.(*lockedTx).lt.Tx
 	defer recordToken(tx, op)()
 	defer recordSlot(tx, r.Slot())()
-	return run(verb, tx, func(tx T) error {
+	return run(ctx, verb, tx, func(tx T) error {
 		return r.InTx(ctx, q, func() error { return fn(tx) })
 	})
 }
@@ -95,11 +89,8 @@ func Runs[T TxLike](ctx context.Context, x interface {
 	if err := checkCall(ctx, verb, x, opts); err != nil {
 		return nil, err
 	}
-	if err := ledger.ValidateJob("entlock."+verb, job); err != nil {
+	if err := ledger.CheckRuns("entlock."+verb, job, limit); err != nil {
 		return nil, err
-	}
-	if limit < 1 {
-		return nil, fmt.Errorf("%w: entlock.%s: limit must be positive, got %d", ormlock.ErrInvalidArgument, verb, limit)
 	}
 	r, err := readerOf(ctx, verb, x, opts)
 	if err != nil {

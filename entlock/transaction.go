@@ -2,8 +2,6 @@ package entlock
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"reflect"
 
@@ -40,7 +38,7 @@ func Transaction[T TxLike, K ormlock.KeyType](ctx context.Context, client interf
 		return err
 	}
 	defer recordToken(tx, r)()
-	return run("Transaction", tx, fn)
+	return run(ctx, "Transaction", tx, fn)
 }
 
 // begin has client.Tx start the transaction that r asks the Driver under
@@ -75,7 +73,7 @@ func begin[T TxLike](ctx context.Context, client interface {
 
 // run calls fn and ends tx: commit when fn returns nil, rollback when it
 // fails or panics. verb names the caller in a commit error.
-func run[T TxLike](verb string, tx T, fn func(tx T) error) error {
+func run[T TxLike](ctx context.Context, verb string, tx T, fn func(tx T) error) error {
 	done := false
 	defer func() {
 		if !done { // fn panicked or called runtime.Goexit
@@ -85,11 +83,7 @@ func run[T TxLike](verb string, tx T, fn func(tx T) error) error {
 	err := fn(tx)
 	done = true
 	if err != nil {
-		// ErrTxDone: fn ended the transaction itself.
-		if rerr := tx.Rollback(); rerr != nil && !errors.Is(rerr, sql.ErrTxDone) {
-			return fmt.Errorf("%w (ormlock: rollback failed: %w)", err, rerr)
-		}
-		return err
+		return errs.RolledBack(ctx, err, tx.Rollback())
 	}
 	if err := tx.Commit(); err != nil {
 		return errs.Wrap(err, "entlock.%s: commit", verb)

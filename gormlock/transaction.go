@@ -152,10 +152,9 @@ func (c *call) transaction(fn func(tx *gorm.DB) error) error {
 	err = c.run(fn, c.session(lt.Tx))
 	done = true
 	if err != nil {
-		_ = lt.Rollback()
-		return err
+		return errs.RolledBack(c.ctx, err, lt.Rollback())
 	}
-	return lt.Commit()
+	return errs.Wrap(lt.Commit(), "gormlock.%s: commit", c.op.Verb)
 }
 
 // session returns a session of c.db over the transaction tx, as GORM's own

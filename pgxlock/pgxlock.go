@@ -187,8 +187,11 @@ func claimed(ctx context.Context, pool *pgxpool.Pool, opts *sql.TxOptions, fn fu
 	err = fn(ctx, tx)
 	done = true
 	if err != nil {
-		_ = tx.Rollback(context.WithoutCancel(ctx))
-		return err
+		rerr := tx.Rollback(context.WithoutCancel(ctx))
+		if errors.Is(rerr, pgx.ErrTxClosed) { // fn ended the transaction itself
+			rerr = nil
+		}
+		return errs.RolledBack(ctx, err, rerr)
 	}
 	if err := tx.Commit(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
 		return errs.Wrap(err, "pgxlock.RunOnce: commit")

@@ -96,8 +96,7 @@ func claimed(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(ctx c
 	err = fn(ctx, tx)
 	done = true
 	if err != nil {
-		_ = tx.Rollback()
-		return err
+		return errs.RolledBack(ctx, err, tx.Rollback())
 	}
 	if err := tx.Commit(); err != nil {
 		return errs.Wrap(err, "sqllock.RunOnce: commit")
