@@ -99,7 +99,7 @@ func TestObserverEmitAllocs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, kind := range []ormlock.EventKind{evAttempt, evAcquired, evReleased} {
+		for _, kind := range []ormlock.EventKind{ormlock.EventAttempt, ormlock.EventAcquired, ormlock.EventReleased} {
 			if n := testing.AllocsPerRun(100, func() { op.Emit(ctx, kind, nil) }); n != 0 {
 				t.Errorf("%s: Emit(%v) allocates %.1f", c.name, kind, n)
 			}
