@@ -16,8 +16,8 @@ import (
 )
 
 // Transaction runs fn inside one GORM transaction while the lock named by key
-// is held, and returns fn's error unchanged; key is a name, an id or an
-// [ormlock.Key]. It tries once ([ormlock.ErrNotAcquired] when the lock is
+// is held, and returns fn's error unchanged (a failed rollback after it is
+// added, as ent's WithTx does); key is a name, an id or an [ormlock.Key]. It tries once ([ormlock.ErrNotAcquired] when the lock is
 // held, fn not called) unless [ormlock.WithWait] is given; the context is
 // GORM's (db.WithContext). Protocol per dialect, cancellation, nesting and
 // dbresolver: docs/PROTOCOL.md.
