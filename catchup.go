@@ -33,7 +33,7 @@ const (
 // ([CatchUpLatest]) or each of them, oldest first ([CatchUpAll]); each is
 // claimed as a normal run is, so replicas that start together run each
 // once. fn reads the slot it runs with [Slot]. The schedule must be made by
-// [Cron], [CronSeconds] or [Every]. A window that is not positive, or an
+// [Cron] or [Every]. A window that is not positive, or an
 // unknown policy, is an error wrapping [ErrInvalidArgument]; a Prune
 // configured with this option refuses a window shorter than this one. The
 // default is no catch-up. See docs/SCHEDULES.md (Catch-up of missed slots).

@@ -23,8 +23,9 @@
 // # Slots
 //
 // RunOnce records one run per (job, slot). A [Schedule] maps the time a job
-// was triggered to its slot: [Cron] and [CronSeconds] for the cron dialect
-// of robfig/cron and gocron (their own parser, firing for firing), [Every]
+// was triggered to its slot: [Cron] for the cron dialects of robfig/cron
+// and gocron, with or without seconds (their own parser, firing for
+// firing), [Every]
 // for a period (aligned to midnight, or anchored to the Unix epoch).
 // Instances whose clocks or start times differ by seconds agree on the slot.
 // The dialect and the slot rules: docs/SCHEDULES.md.
@@ -34,24 +35,28 @@
 // Every outcome has one sentinel ([ErrNotAcquired], [ErrLockLost],
 // [ErrAlreadyDone], [ErrUnsupportedDialect], [ErrInvalidKey],
 // [ErrInvalidArgument], and [ErrStaleToken] for fenced writes); compare
-// with errors.Is. The callback's own error is returned unchanged. Messages
+// with errors.Is. The callback's own error is returned unchanged (a failed
+// rollback after it is added, as ent's WithTx does). Messages
 // start with "ormlock: " once, however many layers added their context.
 //
 // # What is here, and what is not
 //
-// This package is the vocabulary a user writes: keys ([Key], [Name], [ID],
-// [Pair], [KeyType] and [RunKey], the key of a RunOnce run, for Holder
-// lookups), options as opaque values ([Option] and the With functions),
-// the errors, observing ([Observer], [ObserverFunc], [Event], [EventKind],
-// [SlogObserver]), [HolderInfo], the ledger's [Run] and [RunStatus],
-// the schedules ([Schedule], [Cron], [CronSeconds], [Every],
-// [SlotTolerance]), fencing ([WithFencing], [FencingToken], [CheckFenced])
-// and the input limits a configuration can be checked against at start-up
-// ([MaxNameLen], [MaxNamespaceLen], [MaxJobLen], [ValidJob]). What the
-// adapters share to implement the verbs (the lock protocol, the settings an
-// Option sets, key derivation, the cron parser and slot search, the ledger)
-// lives under internal/ and is not a promise; docs/PROTOCOL.md describes
-// its behaviour per dialect.
+// This package holds the names a user writes, and nothing else: keys
+// ([Key], [Name], [ID], [Pair], [KeyType] for the verbs' key parameter, and
+// [RunKey], the key of a RunOnce run, for Holder lookups), options as
+// opaque values ([Option] and the With functions), the errors, observing
+// ([Observer], [ObserverFunc], [Event], [EventKind] and its constants,
+// [SlogObserver]), [HolderInfo], the ledger's [Run] (its Status is a plain
+// string: "running", "done" or "failed"), the schedules ([Schedule], [Cron],
+// [Every], [SlotTolerance]) and fencing ([WithFencing], [FencingToken],
+// [CheckFenced]). Limits are not settings, so they are not names here: the
+// docs of [Name], [WithNamespace] and the adapters' RunOnce state them, and
+// the verbs (and the scheduler module's constructors, at start-up) refuse
+// what exceeds them with an error that says so. Defaults are stated in
+// their option's doc. What the adapters share to implement the verbs (the
+// lock protocol, the settings an Option sets, key derivation, the cron
+// parser and slot search, the ledger) lives under internal/ and is not a
+// promise; docs/PROTOCOL.md describes its behaviour per dialect.
 //
 // # Observing locks
 //

@@ -3,11 +3,8 @@ package ormlock
 import (
 	"context"
 	"database/sql"
-	"errors"
-	"fmt"
 
 	"github.com/ormlock/ormlock/internal/config"
-	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/fencectx"
 )
 
@@ -30,7 +27,7 @@ func FencingToken(ctx context.Context) (int64, bool) { return fencectx.From(ctx)
 // row: the row's fence is greater than the writer's token, so a holder with
 // a greater token has written it since (the writer's lock was lost), or
 // the row does not exist.
-var ErrStaleToken = errors.New("ormlock: stale fencing token")
+var ErrStaleToken = fencectx.ErrStaleToken
 
 // CheckFenced checks the outcome of a fenced write, an UPDATE that only
 // matches while the resource's last token is at most the writer's
@@ -43,15 +40,5 @@ var ErrStaleToken = errors.New("ormlock: stale fencing token")
 // clientFoundRows=true: without it a repeated write of the same values is
 // taken for a stale one. See docs/PROTOCOL.md (Fenced writes).
 func CheckFenced(res sql.Result, err error) error {
-	if err != nil {
-		return err
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return errs.Wrap(err, "fenced write: rows affected")
-	}
-	if n == 0 {
-		return fmt.Errorf("%w: the fenced write matched no row (its fence is greater than the token: a holder with a greater token has written it since; or the row does not exist)", ErrStaleToken)
-	}
-	return nil
+	return fencectx.Check(err, func() (int64, error) { return res.RowsAffected() })
 }

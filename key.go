@@ -25,8 +25,9 @@ type Key = keys.Key
 type KeyType = keys.Type
 
 // Name returns the key for a lock name. The name must be non-empty valid
-// UTF-8 without NUL bytes, at most [MaxNameLen] bytes; the verbs return
-// [ErrInvalidKey] otherwise.
+// UTF-8 without NUL bytes, at most 1,024 bytes (room for every name ormlock
+// derives itself: a RunOnce lock name for the longest job name is 808
+// bytes); the verbs return [ErrInvalidKey] otherwise.
 func Name(name string) Key { return keys.Name(name) }
 
 // ID returns the key for a numeric lock id, used as-is as a PostgreSQL bigint
@@ -36,15 +37,3 @@ func ID(id int64) Key { return keys.ID(id) }
 // Pair returns the key for PostgreSQL's two-int form,
 // pg_advisory_xact_lock(classID, objID).
 func Pair(classID, objID int32) Key { return keys.Pair(classID, objID) }
-
-// Length limits of names and namespaces, in bytes of UTF-8.
-const (
-	// MaxNameLen is the longest lock name a [Name] key accepts: 1 KiB,
-	// room for every name ormlock derives itself (a RunOnce lock name for
-	// the longest job name is 808 bytes). A name, which errors and observer
-	// events carry, stays bounded; a longer one is [ErrInvalidKey].
-	MaxNameLen = 1024
-	// MaxNamespaceLen is the longest namespace [WithNamespace] accepts:
-	// it must fit the RunOnce ledger's namespace column.
-	MaxNamespaceLen = 128
-)

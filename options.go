@@ -22,10 +22,12 @@ type Option = config.Option
 // keyhash.Int64NS(ns, name), on MySQL/MariaDB the lock name "ns:name"; ID and
 // Pair keys ignore it on PostgreSQL. It is part of a RunOnce run's identity:
 // Runs reads and Prune deletes only the rows of its namespace. The default is
-// no namespace. An invalid namespace (see docs/PROTOCOL.md, Keys on each
-// server) is an error wrapping [ErrInvalidKey]. A namespace keeps cooperating
-// code apart; it is no security boundary. See docs/PROTOCOL.md (What a
-// namespace does, and what it does not).
+// no namespace. A namespace is valid UTF-8 without NUL bytes, ':' or a
+// trailing space, at most 128 bytes (it must fit the RunOnce ledger's
+// namespace column); any other (docs/PROTOCOL.md, Keys on each server) is an
+// error wrapping [ErrInvalidKey]. A namespace keeps cooperating code apart;
+// it is no security boundary. See docs/PROTOCOL.md (What a namespace does,
+// and what it does not).
 func WithNamespace(ns string) Option {
 	return func(c *config.Config) {
 		if err := keys.ValidateName("namespace", ns); err != nil {

@@ -189,7 +189,7 @@ func TestKillHolder(t *testing.T) {
 						if err != nil {
 							t.Fatal(err)
 						}
-						if len(rs) != 1 || rs[0].Status != ormlock.RunDone {
+						if len(rs) != 1 || rs[0].Status != "done" {
 							t.Errorf("round %d: ledger %+v, want exactly one done run", i, rs)
 						}
 						if n := countRows(t, k.Dialect(), admin, work, "slot = ?", slotText); n != 1 {

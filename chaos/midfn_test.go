@@ -182,7 +182,7 @@ func TestKillConnectionMidFn(t *testing.T) {
 				}
 				if rs, err := gormlock.Runs(dbB, job, 10, ormlock.WithLedgerTable(led)); err != nil {
 					t.Fatal(err)
-				} else if len(rs) > 0 && rs[0].Status == ormlock.RunDone {
+				} else if len(rs) > 0 && rs[0].Status == "done" {
 					t.Fatalf("the killed run is marked done: %+v", rs[0])
 				} else {
 					t.Logf("ledger after the kill: %+v", rs)
@@ -210,7 +210,7 @@ func TestKillConnectionMidFn(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if len(rs) != 1 || rs[0].Status != ormlock.RunDone || rs[0].Owner != "B" {
+				if len(rs) != 1 || rs[0].Status != "done" || rs[0].Owner != "B" {
 					t.Fatalf("ledger %+v, want exactly one done run, by B", rs)
 				}
 				if !claim {

@@ -316,7 +316,7 @@ func restartRun(t *testing.T, srv *testdb.Server, restart func(testing.TB), rest
 	}
 	done := map[string]bool{}
 	for _, r := range rs {
-		if r.Status == ormlock.RunDone {
+		if r.Status == "done" {
 			done[r.Slot.UTC().Format(time.RFC3339)] = true
 		}
 	}

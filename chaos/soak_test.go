@@ -364,7 +364,7 @@ func soakRun(t *testing.T, k testdb.Kind, total int) {
 	done := 0
 	for _, r := range rs {
 		s := r.Slot.UTC().Format(time.RFC3339)
-		if r.Status == ormlock.RunDone {
+		if r.Status == "done" {
 			done++
 			if perSlot[s] != 1 {
 				t.Errorf("slot %s done, %d work rows", s, perSlot[s])

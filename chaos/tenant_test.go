@@ -12,6 +12,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/keyhash"
 )
@@ -142,14 +143,14 @@ func TestHugeNamesBounded(t *testing.T) {
 			"Session":         gormlock.Session(db, huge, func(context.Context) error { t.Error("fn called"); return nil }, opts...),
 			"Holder":          herr,
 			"namespace":       gormlock.Transaction(db, "job", fn, append(opts, ormlock.WithNamespace(huge))...),
-			"just over 1 KiB": gormlock.Transaction(db, strings.Repeat("é", ormlock.MaxNameLen/2)+"x", fn, opts...),
+			"just over 1 KiB": gormlock.Transaction(db, strings.Repeat("é", keys.MaxNameLen/2)+"x", fn, opts...),
 		} {
 			if !errors.Is(err, ormlock.ErrInvalidKey) || len(err.Error()) > 512 {
 				t.Errorf("%s %s: %d-byte error %.200v, want a short ErrInvalidKey", k, verb, len(fmt.Sprint(err)), err)
 			}
 		}
 		// the longest accepted name locks, and what is echoed stays bounded
-		long := strings.Repeat("k", ormlock.MaxNameLen)
+		long := strings.Repeat("k", keys.MaxNameLen)
 		var errB error
 		if err := gormlock.Transaction(db, long, func(*gorm.DB) error {
 			errB = gormlock.Transaction(db, long, fn, opts...)

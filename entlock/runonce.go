@@ -26,7 +26,9 @@ import (
 // it with [Slot](tx). A slot already done returns [ormlock.ErrAlreadyDone];
 // [ormlock.WithClaim] selects claim mode, where fn's tx is a transaction of
 // its own. client (or the *Driver) must be built on [Wrap]; a transactional
-// client is refused. See docs/PROTOCOL.md (The verbs on each server, RunOnce).
+// client is refused. A job name is valid UTF-8 without NUL bytes or a trailing space, at most
+// 191 characters; bad input wraps [ormlock.ErrInvalidArgument].
+// See docs/PROTOCOL.md (The verbs on each server, RunOnce).
 func RunOnce[T TxLike](ctx context.Context, client interface {
 	Tx(context.Context) (T, error)
 }, job string, slot time.Time, fn func(tx T) error, opts ...ormlock.Option) error {
@@ -34,13 +36,7 @@ func RunOnce[T TxLike](ctx context.Context, client interface {
 	if err := checkCall(ctx, verb, client, opts); err != nil {
 		return err
 	}
-	if fn == nil {
-		return fmt.Errorf("%w: entlock.%s: nil fn", ormlock.ErrInvalidArgument, verb)
-	}
-	if err := ledger.ValidateJob("entlock."+verb, job); err != nil {
-		return err
-	}
-	if err := ledger.ValidateSlot("entlock."+verb, slot); err != nil {
+	if err := ledger.CheckRunOnce("entlock."+verb, fn == nil, job, slot); err != nil {
 		return err
 	}
 	d, cfg, err := driverFor(ctx, verb, client, opts)
@@ -64,7 +60,7 @@ func RunOnce[T TxLike](ctx context.Context, client interface {
 			}
 			defer recordToken(tx, op)()
 			defer recordSlot(tx, r.Slot())()
-			return run(verb, tx, fn)
+			return run(ctx, verb, tx, fn)
 		})
 	}
 	lr := &request{verb: verb, op: op}
@@ -75,7 +71,7 @@ func RunOnce[T TxLike](ctx context.Context, client interface {
 	q := lr.tx.(*lockedTx).lt.Tx
 	defer recordToken(tx, op)()
 	defer recordSlot(tx, r.Slot())()
-	return run(verb, tx, func(tx T) error {
+	return run(ctx, verb, tx, func(tx T) error {
 		return r.InTx(ctx, q, func() error { return fn(tx) })
 	})
 }
@@ -93,11 +89,8 @@ func Runs[T TxLike](ctx context.Context, x interface {
 	if err := checkCall(ctx, verb, x, opts); err != nil {
 		return nil, err
 	}
-	if err := ledger.ValidateJob("entlock."+verb, job); err != nil {
+	if err := ledger.CheckRuns("entlock."+verb, job, limit); err != nil {
 		return nil, err
-	}
-	if limit < 1 {
-		return nil, fmt.Errorf("%w: entlock.%s: limit must be positive, got %d", ormlock.ErrInvalidArgument, verb, limit)
 	}
 	r, err := readerOf(ctx, verb, x, opts)
 	if err != nil {

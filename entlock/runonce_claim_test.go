@@ -44,10 +44,10 @@ func TestRunOnceClaimCommitsBeforeDone(t *testing.T) {
 		if err != nil {
 			t.Fatalf("claim run: %v", err)
 		}
-		if atCommitErr != nil || len(atCommit) != 1 || atCommit[0].Status != ormlock.RunRunning {
+		if atCommitErr != nil || len(atCommit) != 1 || atCommit[0].Status != "running" {
 			t.Fatalf("ledger right after fn's commit: %+v %v, want still running", atCommit, atCommitErr)
 		}
-		if rs := runs(t, client2, tbl, job); len(rs) != 1 || rs[0].Status != ormlock.RunDone {
+		if rs := runs(t, client2, tbl, job); len(rs) != 1 || rs[0].Status != "done" {
 			t.Fatalf("ledger after the run: %+v, want done", rs)
 		}
 		if n := count(t, k, owner); n != 1 {
@@ -93,7 +93,7 @@ func TestRunOnceClaimLazyTx(t *testing.T) {
 		if n := count(t, k, owner); n != 4 {
 			t.Fatalf("work rows = %d, want 4", n)
 		}
-		if rs := runs(t, client, tbl, job); len(rs) != 2 || rs[0].Status != ormlock.RunDone || rs[1].Status != ormlock.RunDone {
+		if rs := runs(t, client, tbl, job); len(rs) != 2 || rs[0].Status != "done" || rs[1].Status != "done" {
 			t.Fatalf("ledger: %+v", rs)
 		}
 	})
@@ -115,7 +115,7 @@ func TestRunOnceClaimTxOptions(t *testing.T) {
 			t.Fatal("insert in a read-only claim-mode transaction succeeded")
 		}
 		t.Logf("read-only: %v", err)
-		if rs := runs(t, client, tbl, job); len(rs) != 1 || rs[0].Status != ormlock.RunFailed {
+		if rs := runs(t, client, tbl, job); len(rs) != 1 || rs[0].Status != "failed" {
 			t.Fatalf("ledger: %+v, want failed", rs)
 		}
 		if n := count(t, k, owner); n != 0 {

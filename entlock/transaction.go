@@ -39,7 +39,7 @@ func Transaction[T TxLike, K ormlock.KeyType](ctx context.Context, client interf
 		return err
 	}
 	defer recordToken(tx, r)()
-	return run("Transaction", tx, fn)
+	return run(ctx, "Transaction", tx, fn)
 }
 
 // begin has client.Tx start the transaction that r asks the Driver under
@@ -74,7 +74,7 @@ func begin[T TxLike](ctx context.Context, client interface {
 
 // run calls fn and ends tx: commit when fn returns nil, rollback when it
 // fails or panics. verb names the caller in a commit error.
-func run[T TxLike](verb string, tx T, fn func(tx T) error) error {
+func run[T TxLike](ctx context.Context, verb string, tx T, fn func(tx T) error) error {
 	done := false
 	defer func() {
 		if !done { // fn panicked or called runtime.Goexit
@@ -84,7 +84,7 @@ func run[T TxLike](verb string, tx T, fn func(tx T) error) error {
 	err := fn(tx)
 	done = true
 	if err != nil {
-		return lockproto.FnFailed(err, tx.Rollback())
+		return lockproto.FnFailed(ctx, err, tx.Rollback())
 	}
 	if err := tx.Commit(); err != nil {
 		return errs.Wrap(err, "entlock.%s: commit", verb)

@@ -6,6 +6,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/fencectx"
 )
 
 // FencingToken returns the fencing token of the lock under which tx was
@@ -52,17 +53,5 @@ func CheckFenced(r *gorm.DB) error {
 	if r == nil {
 		return fmt.Errorf("%w: gormlock.CheckFenced: nil *gorm.DB", ormlock.ErrInvalidArgument)
 	}
-	if r.Error != nil {
-		return r.Error
-	}
-	if r.RowsAffected == 0 {
-		return ormlock.CheckFenced(rowsResult(0), nil)
-	}
-	return nil
+	return fencectx.Check(r.Error, func() (int64, error) { return r.RowsAffected, nil })
 }
-
-// rowsResult is a sql.Result with a known row count.
-type rowsResult int64
-
-func (r rowsResult) LastInsertId() (int64, error) { return 0, nil }
-func (r rowsResult) RowsAffected() (int64, error) { return int64(r), nil }

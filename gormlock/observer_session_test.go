@@ -23,95 +23,6 @@ import (
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
-// The Session engineer tests Session itself; these check only its events.
-func TestObserverSession(t *testing.T) {
-	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db, _ := gormtest.Open(t, k)
-		rec := &testdb.Recorder{}
-		obs := ormlock.WithObserver(rec)
-
-		t.Run("acquired and released", func(t *testing.T) {
-			rec.Reset()
-			key := "obs-sess-" + t.Name()
-			err := gormlock.Session(db, key, func(ctx context.Context) error {
-				if got := obsKinds(rec.Events()); fmt.Sprint(got) != fmt.Sprint([]ormlock.EventKind{evAttempt, evAcquired}) {
-					return fmt.Errorf("events inside fn: %v", got)
-				}
-				return db.WithContext(ctx).Exec("SELECT 1").Error
-			}, obs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			obsExpect(t, rec, k, "Session", ormlock.Name(key), "", evAttempt, evAcquired, evReleased)
-		})
-
-		t.Run("fn error", func(t *testing.T) {
-			rec.Reset()
-			key := "obs-sess-err-" + t.Name()
-			boom := errors.New("boom")
-			if err := gormlock.Session(db, key, func(context.Context) error { return boom }, obs); !errors.Is(err, boom) {
-				t.Fatalf("err = %v", err)
-			}
-			obsExpect(t, rec, k, "Session", ormlock.Name(key), "", evAttempt, evAcquired, evReleased)
-		})
-
-		t.Run("not acquired", func(t *testing.T) {
-			rec.Reset()
-			key := "obs-sess-held-" + t.Name()
-			defer rawHold(t, k, key)()
-			err := gormlock.Session(db, key, func(context.Context) error { return errors.New("fn called") }, obs)
-			if !errors.Is(err, ormlock.ErrNotAcquired) {
-				t.Fatalf("err = %v", err)
-			}
-			obsExpect(t, rec, k, "Session", ormlock.Name(key), "", evAttempt, evNotAcquired)
-		})
-
-		t.Run("lock lost", func(t *testing.T) {
-			rec.Reset()
-			key := "obs-sess-lost-" + t.Name()
-			err := gormlock.Session(db, key, func(ctx context.Context) error {
-				h, err := gormlock.Holder(db, key)
-				if err != nil || !h.Held {
-					return fmt.Errorf("holder: %v %v", h, err)
-				}
-				testdb.Kill(t, k, h.PID)
-				select {
-				case <-ctx.Done():
-					return ctx.Err()
-				case <-time.After(30 * time.Second):
-					return errors.New("loss not seen within 30s")
-				}
-			}, obs, ormlock.WithKeepalive(100*time.Millisecond))
-			if !errors.Is(err, ormlock.ErrLockLost) {
-				t.Fatalf("err = %v, want ErrLockLost", err)
-			}
-			es := obsExpect(t, rec, k, "Session", ormlock.Name(key), "", evAttempt, evAcquired, evLockLost)
-			t.Logf("lock_lost: held=%v err=%v", es[2].Held, es[2].Err)
-		})
-
-		t.Run("loss seen at release", func(t *testing.T) {
-			// the keepalive never runs; the release finds the connection
-			// gone and reports release_failed
-			rec.Reset()
-			key := "obs-sess-relfail-" + t.Name()
-			err := gormlock.Session(db, key, func(ctx context.Context) error {
-				h, err := gormlock.Holder(db, key)
-				if err != nil || !h.Held {
-					return fmt.Errorf("holder: %v %v", h, err)
-				}
-				testdb.Kill(t, k, h.PID)
-				testdb.WaitGone(t, k, h.PID)
-				return nil
-			}, obs, ormlock.WithKeepalive(time.Hour))
-			if !errors.Is(err, ormlock.ErrLockLost) {
-				t.Fatalf("err = %v, want ErrLockLost", err)
-			}
-			es := obsExpect(t, rec, k, "Session", ormlock.Name(key), "", evAttempt, evAcquired, evReleaseFailed)
-			t.Logf("release_failed: held=%v err=%v", es[2].Held, es[2].Err)
-		})
-	})
-}
-
 // TestObserverSlogReal feeds SlogObserver real events: one replica runs the
 // job, another finds it held. Run with -v to see the lines (the README's
 // docs/TROUBLESHOOTING.md shows them).
@@ -188,7 +99,7 @@ func TestObserverEmitAllocs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, kind := range []ormlock.EventKind{evAttempt, evAcquired, evReleased} {
+		for _, kind := range []ormlock.EventKind{ormlock.EventAttempt, ormlock.EventAcquired, ormlock.EventReleased} {
 			if n := testing.AllocsPerRun(100, func() { op.Emit(ctx, kind, nil) }); n != 0 {
 				t.Errorf("%s: Emit(%v) allocates %.1f", c.name, kind, n)
 			}

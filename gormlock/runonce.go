@@ -21,18 +21,13 @@ import (
 // ormlock.Slot(tx.Statement.Context). A slot already done returns
 // [ormlock.ErrAlreadyDone]; by default fn's work and the ledger row commit in
 // one transaction, and [ormlock.WithClaim] selects claim mode for long jobs.
-// Bad input wraps [ormlock.ErrInvalidArgument] (see [ormlock.ValidJob]).
+// A job name is valid UTF-8 without NUL bytes or a trailing space, at most
+// 191 characters; bad input wraps [ormlock.ErrInvalidArgument].
 // Protocol, claim mode and nesting: docs/PROTOCOL.md (The verbs on each
 // server, RunOnce).
 func RunOnce(db *gorm.DB, job string, slot time.Time, fn func(tx *gorm.DB) error, opts ...ormlock.Option) error {
 	const verb = "gormlock.RunOnce"
-	if fn == nil {
-		return fmt.Errorf("%w: %s: nil fn", ormlock.ErrInvalidArgument, verb)
-	}
-	if err := ledger.ValidateJob(verb, job); err != nil {
-		return err
-	}
-	if err := ledger.ValidateSlot(verb, slot); err != nil {
+	if err := ledger.CheckRunOnce(verb, fn == nil, job, slot); err != nil {
 		return err
 	}
 	if db != nil { // fn's context carries the slot (ormlock.Slot)
@@ -81,11 +76,8 @@ func Runs(db *gorm.DB, job string, limit int, opts ...ormlock.Option) ([]ormlock
 	if db.Error != nil {
 		return nil, db.Error
 	}
-	if err := ledger.ValidateJob(verb, job); err != nil {
+	if err := ledger.CheckRuns(verb, job, limit); err != nil {
 		return nil, err
-	}
-	if limit < 1 {
-		return nil, fmt.Errorf("%w: %s: limit must be positive, got %d", ormlock.ErrInvalidArgument, verb, limit)
 	}
 	r, err := readerOf(db, verb, opts)
 	if err != nil {

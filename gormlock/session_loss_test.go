@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -14,166 +13,15 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
-	"github.com/ormlock/ormlock/internal/gormtest"
 	"github.com/ormlock/ormlock/internal/leakcheck"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
-// A hung server (its backend stopped with SIGSTOP) is a lost lock too: the
-// keepalive's check times out within one interval.
-func TestSessionHungServer(t *testing.T) {
-	leakcheck.Goroutines(t, testdb.Postgres, testdb.PgBouncer)
-	for _, k := range []testdb.Kind{testdb.Postgres, testdb.PgBouncer} {
-		t.Run(string(k), func(t *testing.T) {
-			if testdb.LogPath(t, k) == "" {
-				t.Skip("the server is external (DSN env var): its backends are not processes of this machine")
-			}
-			db, _ := gormtest.Open(t, k)
-			admin := testdb.AdminDB(t, k)
-			key := "s-hung-" + t.Name()
-			var detected time.Duration
-			err := gormlock.Session(db, key, func(ctx context.Context) error {
-				pid := int(lockConn(t, k.Dialect(), admin, key).id)
-				if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-					return fmt.Errorf("stop backend %d: %w", pid, err)
-				}
-				defer syscall.Kill(pid, syscall.SIGCONT)
-				detected = waitDone(t, ctx, 15*time.Second)
-				return ctx.Err()
-			}, ormlock.WithKeepalive(sessionKeepalive))
-			t.Logf("loss seen %v after the backend stopped (keepalive %v); Session: %v", detected.Round(time.Millisecond), sessionKeepalive, err)
-			if !errors.Is(err, ormlock.ErrLockLost) {
-				t.Fatalf("Session error = %v, want ErrLockLost", err)
-			}
-			if detected > lossBound {
-				t.Errorf("loss seen after %v, want within %v", detected, lossBound)
-			}
-		})
-	}
-}
-
-// Keepalive checks racing fn's return and the release: with a keepalive of
-// a few milliseconds, checks start as fn returns, and some time out (a
-// timed-out check is a loss). Every Session must end cleanly (nil or
-// ErrLockLost), with nothing left behind; run with -race.
-func TestSessionKeepaliveRace(t *testing.T) {
-	leakcheck.Goroutines(t)
-	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		const workers, runs = 2, 30
-		key := "s-race-" + t.Name()
-		var mu sync.Mutex
-		outcomes := map[string]int{}
-		var wg sync.WaitGroup
-		for w := range workers {
-			db, _ := gormtest.Open(t, k)
-			wg.Go(func() {
-				for i := range runs {
-					err := gormlock.Session(db, key, func(ctx context.Context) error {
-						select {
-						case <-ctx.Done():
-						case <-time.After(time.Duration((i+w)%7) * time.Millisecond):
-						}
-						return nil
-					}, ormlock.WithKeepalive(3*time.Millisecond), ormlock.WithWait(5*time.Second))
-					what := "ok"
-					switch {
-					case err == nil:
-					case errors.Is(err, ormlock.ErrLockLost):
-						what = "lost"
-					default:
-						t.Errorf("worker %d run %d: %v", w, i, err)
-						what = "error"
-					}
-					mu.Lock()
-					outcomes[what]++
-					mu.Unlock()
-				}
-			})
-		}
-		wg.Wait()
-		t.Logf("%d Sessions with a 3ms keepalive: %v", workers*runs, outcomes)
-	})
-}
-
-// A loss that the keepalive has not seen by the time fn returns is reported
-// by the release, and the dead connection is not given back to the pool.
-func TestSessionLossSeenAtRelease(t *testing.T) {
-	leakcheck.Goroutines(t)
-	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db, _ := gormtest.Open(t, k)
-		admin := testdb.AdminDB(t, k)
-		key := "s-lost-rel-" + t.Name()
-		var ev testdb.Recorder
-		err := gormlock.Session(db, key, func(ctx context.Context) error {
-			id := lockConn(t, k.Dialect(), admin, key).id
-			testdb.KillOn(t, k.Dialect(), admin, id)
-			testdb.WaitGoneOn(t, k.Dialect(), admin, id)
-			return nil
-		}, ormlock.WithKeepalive(time.Hour), ormlock.WithObserver(&ev))
-		if !errors.Is(err, ormlock.ErrLockLost) {
-			t.Fatalf("Session error = %v, want ErrLockLost", err)
-		}
-		if kinds := ev.Kinds(); kinds[len(kinds)-1] != ormlock.EventReleaseFailed {
-			t.Errorf("events = %v, want release_failed last", kinds)
-		}
-		if err := db.Exec("SELECT 1").Error; err != nil {
-			t.Fatalf("pool after the loss: %v", err)
-		}
-	})
-}
-
-// On MariaDB, a release that fails on a live connection that still holds the
-// lock destroys that connection, so the server frees the lock, and Session
-// reports the lock as lost.
-func TestSessionReleaseFailureDestroysConnection(t *testing.T) {
-	leakcheck.Goroutines(t, testdb.MariaDB)
-	k := testdb.MariaDB
-	db, sqlDB := gormtest.Open(t, k)
-	sqlDB.SetMaxIdleConns(4)
-	admin := testdb.AdminDB(t, k)
-	key := "s-relfail-" + t.Name()
-	var prev int64
-	if err := admin.QueryRow("SELECT @@GLOBAL.max_prepared_stmt_count").Scan(&prev); err != nil {
-		t.Fatal(err)
-	}
-	restore := func() {
-		if _, err := admin.Exec(fmt.Sprintf("SET GLOBAL max_prepared_stmt_count = %d", prev)); err != nil {
-			t.Errorf("restore max_prepared_stmt_count: %v", err)
-		}
-	}
-	t.Cleanup(restore)
-	var ev testdb.Recorder
-	var lockID int64
-	err := gormlock.Session(db, key, func(ctx context.Context) error {
-		lockID = lockConn(t, k.Dialect(), admin, key).id
-		// From now on the server refuses to prepare statements, so the
-		// release (RELEASE_LOCK(?), a prepared statement) fails on a live
-		// connection that still holds the lock. Given back to the pool,
-		// that connection would keep the lock forever.
-		_, err := admin.Exec("SET GLOBAL max_prepared_stmt_count = 0")
-		return err
-	}, ormlock.WithObserver(&ev))
-	restore()
-	if !errors.Is(err, ormlock.ErrLockLost) {
-		t.Fatalf("Session error = %v, want ErrLockLost", err)
-	}
-	if kinds := ev.Kinds(); kinds[len(kinds)-1] != ormlock.EventReleaseFailed {
-		t.Errorf("events = %v, want release_failed last", kinds)
-	}
-	testdb.WaitGoneOn(t, k.Dialect(), admin, lockID)
-	if !rawFree(t, k, key) {
-		t.Fatal("lock still held after the failed release")
-	}
-	for range 3 {
-		var id int64
-		if err := sqlDB.QueryRow("SELECT CONNECTION_ID()").Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		if id == lockID {
-			t.Fatal("destroyed lock connection handed out again")
-		}
-	}
-}
+// The protocol's behaviour on a lost Session lock (a hung server, keepalive
+// checks racing the release, a loss seen at release, a failed release on
+// MariaDB) is tested once for every adapter, in internal/conformance
+// (session_loss_test.go). The two below need private servers, which this
+// package's helpers start.
 
 // A server restart while fn runs is a lost lock, not a panic, and the next
 // Session works once the server is back.

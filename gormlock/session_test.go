@@ -22,10 +22,6 @@ import (
 // sessionKeepalive is the keepalive interval of the loss tests.
 const sessionKeepalive = 200 * time.Millisecond
 
-// lossBound is how soon a loss must be seen: two keepalive intervals, plus
-// slack for a loaded machine.
-const lossBound = 2*sessionKeepalive + 2*time.Second
-
 // Behind PgBouncer in transaction mode, the Session's lock lives in a
 // transaction, so PgBouncer keeps its server connection out of the pool: no
 // other client transaction can land on it and take the lock.

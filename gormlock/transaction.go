@@ -16,8 +16,8 @@ import (
 )
 
 // Transaction runs fn inside one GORM transaction while the lock named by key
-// is held, and returns fn's error unchanged; key is a name, an id or an
-// [ormlock.Key]. It tries once ([ormlock.ErrNotAcquired] when the lock is
+// is held, and returns fn's error unchanged (a failed rollback after it is
+// added, as ent's WithTx does); key is a name, an id or an [ormlock.Key]. It tries once ([ormlock.ErrNotAcquired] when the lock is
 // held, fn not called) unless [ormlock.WithWait] is given; the context is
 // GORM's (db.WithContext). Protocol per dialect, cancellation, nesting and
 // dbresolver: docs/PROTOCOL.md.
@@ -152,9 +152,9 @@ func (c *call) transaction(fn func(tx *gorm.DB) error) error {
 	err = c.run(fn, c.session(lt.Tx))
 	done = true
 	if err != nil {
-		return lockproto.FnFailed(err, lt.Rollback())
+		return lockproto.FnFailed(c.ctx, err, lt.Rollback())
 	}
-	return lt.Commit()
+	return errs.Wrap(lt.Commit(), "gormlock.%s: commit", c.op.Verb)
 }
 
 // session returns a session of c.db over the transaction tx, as GORM's own

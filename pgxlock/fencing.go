@@ -1,11 +1,9 @@
 package pgxlock
 
 import (
-	"errors"
-
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/fencectx"
 )
 
 // CheckFenced is [ormlock.CheckFenced] for pgx: it checks the outcome of a
@@ -17,14 +15,5 @@ import (
 //	tok, _ := ormlock.FencingToken(ctx)
 //	err := pgxlock.CheckFenced(tx.Exec(ctx, "UPDATE accounts SET balance = $1, fence = $2 WHERE id = $3 AND fence < $2", b, tok, id))
 func CheckFenced(tag pgconn.CommandTag, err error) error {
-	return ormlock.CheckFenced(tagResult(tag), err)
+	return fencectx.Check(err, func() (int64, error) { return tag.RowsAffected(), nil })
 }
-
-// tagResult is a command tag as database/sql's Result.
-type tagResult pgconn.CommandTag
-
-func (r tagResult) LastInsertId() (int64, error) {
-	return 0, errors.New("ormlock: pgxlock: PostgreSQL has no last insert id")
-}
-
-func (r tagResult) RowsAffected() (int64, error) { return pgconn.CommandTag(r).RowsAffected(), nil }

@@ -89,7 +89,9 @@ func Session[K ormlock.KeyType](ctx context.Context, pool *pgxpool.Pool, key K, 
 // [ormlock.ErrAlreadyDone]. fn's tx is the locked transaction that also
 // writes the ledger row; with [ormlock.WithClaim] it is a transaction of
 // its own on the pool, begun on a ctx that ends with cause
-// [ormlock.ErrLockLost] if the lock is lost. See docs/PROTOCOL.md (RunOnce).
+// [ormlock.ErrLockLost] if the lock is lost. A job name is valid UTF-8 without NUL bytes or a trailing space, at most
+// 191 characters; bad input wraps [ormlock.ErrInvalidArgument].
+// See docs/PROTOCOL.md (RunOnce).
 func RunOnce(ctx context.Context, pool *pgxpool.Pool, job string, slot time.Time, fn func(ctx context.Context, tx pgx.Tx) error, opts ...ormlock.Option) error {
 	p, cfg, done, err := open(ctx, "RunOnce", pool, fn == nil, opts)
 	if err != nil {
@@ -191,8 +193,11 @@ func claimed(ctx context.Context, pool *pgxpool.Pool, opts *sql.TxOptions, fn fu
 	err = fn(ctx, tx)
 	done = true
 	if err != nil {
-		_ = tx.Rollback(context.WithoutCancel(ctx))
-		return err
+		rerr := tx.Rollback(context.WithoutCancel(ctx))
+		if errors.Is(rerr, pgx.ErrTxClosed) { // fn ended the transaction itself
+			rerr = nil
+		}
+		return errs.RolledBack(ctx, err, rerr)
 	}
 	if err := tx.Commit(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
 		return errs.Wrap(err, "pgxlock.RunOnce: commit")

@@ -101,9 +101,9 @@
 //     the stronger, per-run guarantee. gocron consults the Elector instead
 //     of the Locker when both are set.
 //   - Schedules speak the scheduler's dialect: [ormlock.Cron] parses with
-//     robfig/cron's own standard parser (gocron's CronJob(expr, false)),
-//     [ormlock.CronSeconds] with its seconds dialect (CronJob(expr, true),
-//     cron.WithSeconds()), and [ormlock.Every] (or "@every d") anchors
+//     robfig/cron's own parser, five fields as gocron's CronJob(expr,
+//     false), six (with seconds) as CronJob(expr, true) and
+//     cron.WithSeconds(), and [ormlock.Every] (or "@every d") anchors
 //     intervals to the Unix epoch, so every firing maps to its own slot.
 //   - A cancelled context while Lock claims the run (a shutdown, a removed
 //     job) is a skip: the error wraps ErrNotAcquired and the context's

@@ -52,16 +52,16 @@ func (c *config) claim(ctx context.Context, b Backend, job string, s ormlock.Sch
 	}, wait...)
 }
 
-// PruneInterval is the least time between two prunings by one adapter with
+// pruneInterval is the least time between two prunings by one adapter with
 // [WithPrune].
-const PruneInterval = time.Hour
+const pruneInterval = time.Hour
 
 // pruneTimeout bounds one pruning.
 const pruneTimeout = 5 * time.Minute
 
 // WithPrune makes the adapter delete the ledger's finished rows whose slot is
-// more than olderThan old, after a run it made, at most once per
-// [PruneInterval], once the job's lock is released; errors go to the error
+// more than olderThan old, after a run it made, at most once an hour,
+// once the job's lock is released; errors go to the error
 // handler. olderThan must exceed the longest period of the jobs plus the
 // latest a trigger may come (a week is safe for daily jobs). Applies to
 // NewLocker and JobWrapper. The default is no pruning. See
@@ -76,7 +76,7 @@ func WithPrune(olderThan time.Duration) Option {
 	}
 }
 
-// pruner prunes the ledger at most once per PruneInterval.
+// pruner prunes the ledger at most once per pruneInterval.
 type pruner struct {
 	olderThan time.Duration
 	mu        sync.Mutex
@@ -84,7 +84,7 @@ type pruner struct {
 	running   bool
 }
 
-// afterRun prunes the ledger after a run when PruneInterval has passed
+// afterRun prunes the ledger after a run when pruneInterval has passed
 // since the last pruning (or none happened yet).
 func (c *config) afterRun(b Backend) {
 	p := c.pruner
@@ -93,7 +93,7 @@ func (c *config) afterRun(b Backend) {
 	}
 	now := time.Now()
 	p.mu.Lock()
-	due := !p.running && (p.last.IsZero() || now.Sub(p.last) >= PruneInterval)
+	due := !p.running && (p.last.IsZero() || now.Sub(p.last) >= pruneInterval)
 	if due {
 		p.running, p.last = true, now
 	}

@@ -9,11 +9,12 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/ledger"
 )
 
-// DefaultRetry is how long an [Elector] waits before it campaigns again
+// defaultRetry is how long an [Elector] waits before it campaigns again
 // after an error its campaign does not retry by itself (see [WithRetry]).
-const DefaultRetry = 2 * time.Second
+const defaultRetry = 2 * time.Second
 
 // Option configures [NewLocker], [NewElector] or [JobWrapper]; each option
 // says which of them it applies to, and the others ignore it.
@@ -36,7 +37,7 @@ type config struct {
 }
 
 func newConfig(opts []Option) (config, error) {
-	c := config{now: time.Now, retry: DefaultRetry, refires: &refires{}}
+	c := config{now: time.Now, retry: defaultRetry, refires: &refires{}}
 	for _, o := range opts {
 		if o != nil {
 			o(&c)
@@ -147,7 +148,7 @@ func WithClock(now func() time.Time) Option {
 // login, a missing privilege; connection errors are retried with a backoff
 // of at most 5 s, and a free lock is taken at once, as the campaign waits
 // for it on the server). Applies to NewElector. The default is
-// [DefaultRetry] (2s).
+// 2s.
 func WithRetry(d time.Duration) Option {
 	return func(c *config) {
 		if d <= 0 {
@@ -159,11 +160,6 @@ func WithRetry(d time.Duration) Option {
 }
 
 // validJob checks a job name as the ledger will (non-empty valid UTF-8
-// without NUL bytes, at most 191 characters), so that a bad name fails at
-// construction rather than at the first run.
-func validJob(verb, job string) error {
-	if err := ormlock.ValidJob(job); err != nil {
-		return fmt.Errorf("%w (scheduler.%s)", err, verb)
-	}
-	return nil
-}
+// without NUL bytes or a trailing space, at most 191 characters), so that a
+// bad name fails at construction rather than at the first run.
+func validJob(verb, job string) error { return ledger.ValidateJob("scheduler."+verb, job) }

@@ -65,7 +65,9 @@ func Session[K ormlock.KeyType](ctx context.Context, db *sql.DB, key K, fn func(
 // already done returns [ormlock.ErrAlreadyDone]. fn's tx is the locked
 // transaction that also writes the ledger row; with [ormlock.WithClaim] it
 // is a transaction of its own, begun on a ctx that ends with cause
-// [ormlock.ErrLockLost] if the lock is lost. See docs/PROTOCOL.md (RunOnce).
+// [ormlock.ErrLockLost] if the lock is lost. A job name is valid UTF-8 without NUL bytes or a trailing space, at most
+// 191 characters; bad input wraps [ormlock.ErrInvalidArgument].
+// See docs/PROTOCOL.md (RunOnce).
 func RunOnce(ctx context.Context, db *sql.DB, job string, slot time.Time, fn func(ctx context.Context, tx *sql.Tx) error, opts ...ormlock.Option) error {
 	p, cfg, err := pool(ctx, "RunOnce", db, fn == nil, opts)
 	if err != nil {
@@ -100,8 +102,7 @@ func claimed(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(ctx c
 	err = fn(ctx, tx)
 	done = true
 	if err != nil {
-		_ = tx.Rollback()
-		return err
+		return errs.RolledBack(ctx, err, tx.Rollback())
 	}
 	if err := tx.Commit(); err != nil {
 		return errs.Wrap(err, "sqllock.RunOnce: commit")

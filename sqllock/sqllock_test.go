@@ -163,7 +163,7 @@ func TestMySQLDSNVariants(t *testing.T) {
 				t.Fatalf("fn ran %d times for one slot, want 1", runs)
 			}
 			rs, err := sqllock.Runs(ctx, db, "dsn-job", 10, opts...)
-			if err != nil || len(rs) != 1 || !rs[0].Slot.Equal(slot) || rs[0].Status != ormlock.RunDone {
+			if err != nil || len(rs) != 1 || !rs[0].Slot.Equal(slot) || rs[0].Status != "done" {
 				t.Fatalf("Runs = %+v, %v; want the one done run of %v", rs, err, slot)
 			}
 			if n, err := sqllock.Prune(ctx, db, time.Hour, opts...); err != nil || n != 1 {

@@ -112,7 +112,7 @@ func runsCmd(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(tw, "SLOT\tSTATUS\tOWNER\tSTARTED\tDURATION\tERROR")
 		for _, r := range runs {
 			dur := "-"
-			if r.Status != ormlock.RunRunning {
+			if r.Status != "running" {
 				dur = r.Duration.Round(time.Millisecond).String()
 			}
 			errText := strings.Join(strings.Fields(r.Error), " ")

@@ -186,7 +186,7 @@ func TestOncePerLockLost(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(runs) != 1 || runs[0].Status != ormlock.RunFailed || !strings.Contains(runs[0].Error, "lock") {
+		if len(runs) != 1 || runs[0].Status != "failed" || !strings.Contains(runs[0].Error, "lock") {
 			t.Errorf("ledger after the loss: %+v", runs)
 		}
 		if !sched.Slot(time.Now()).Equal(slot) {

@@ -186,7 +186,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	done := 0
 	for _, r := range ledger {
-		if slotSeen[slotText(r.Slot)] && r.Status == ormlock.RunDone {
+		if slotSeen[slotText(r.Slot)] && r.Status == "done" {
 			done++
 		}
 	}

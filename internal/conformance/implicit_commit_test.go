@@ -58,13 +58,13 @@ func TestMySQLImplicitCommit(t *testing.T) {
 
 			name := "implicit-job-" + a.name
 			check("RunOnce", r.RunOnce(ctx, name, testdb.Slot(0), job(true), ormlock.WithLedgerTable(tbl)))
-			if rs := runsOf(t, r, tbl, name); len(rs) != 1 || rs[0].Status != ormlock.RunFailed {
+			if rs := runsOf(t, r, tbl, name); len(rs) != 1 || rs[0].Status != "failed" {
 				t.Errorf("RunOnce, fn failed after an implicit commit: ledger %+v, want one 'failed' row", rs)
 			}
 			if err := r.RunOnce(ctx, name, testdb.Slot(1), job(false), ormlock.WithLedgerTable(tbl)); err != nil {
 				t.Errorf("RunOnce, fn returned nil: %v", err)
 			}
-			if rs := runsOf(t, r, tbl, name); len(rs) != 2 || rs[0].Status != ormlock.RunDone && rs[1].Status != ormlock.RunDone {
+			if rs := runsOf(t, r, tbl, name); len(rs) != 2 || rs[0].Status != "done" && rs[1].Status != "done" {
 				t.Errorf("RunOnce, fn returned nil after an implicit commit: ledger %+v, want a 'done' row", rs)
 			}
 		})

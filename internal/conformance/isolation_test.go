@@ -25,14 +25,34 @@ var isolations = []struct {
 }
 
 // next is the critical section: read owner's largest n, insert n+1.
-func next(tx txn, owner string, hold time.Duration) error {
+func next(tx txn, owner string) error { return nextHeld(tx, owner, nil, 0) }
+
+// nextHeld is next for the first of two holders: once it holds the lock and
+// has read, it signals started and keeps the lock for hold, so that the
+// second holder's wait overlaps it.
+func nextHeld(tx txn, owner string, started *startSignal, hold time.Duration) error {
 	top, err := tx.QueryInt("SELECT COALESCE(MAX(n), 0) FROM items WHERE " + ofOwner(owner))
 	if err != nil {
 		return err
 	}
-	time.Sleep(hold)
+	if started != nil {
+		started.close()
+		time.Sleep(hold) // the overlap, not the order: started orders them
+	}
 	return tx.Insert(owner, int(top)+1)
 }
+
+// startSignal is the first holder's started channel: closed once, by its
+// fn when it holds the lock and has read (the second holder starts then,
+// and waits for the lock), or when its call returns without running fn.
+type startSignal struct {
+	once sync.Once
+	ch   chan struct{}
+}
+
+func newStart() *startSignal { return &startSignal{ch: make(chan struct{})} }
+
+func (s *startSignal) close() { s.once.Do(func() { close(s.ch) }) }
 
 // assertSequence checks that owner's items hold 1..want, each once.
 func assertSequence(t *testing.T, k testdb.Kind, owner string, want int) {
@@ -72,12 +92,14 @@ func TestTransactionIsolationWait(t *testing.T) {
 		key := "iso-wait-" + t.Name()
 		var wg sync.WaitGroup
 		var errA, errB error
+		started := newStart()
 		wg.Go(func() {
-			errA = ra.Transaction(ctx, key, func(tx txn) error { return next(tx, owner, 400*time.Millisecond) }, txo)
+			errA = ra.Transaction(ctx, key, func(tx txn) error { return nextHeld(tx, owner, started, 400*time.Millisecond) }, txo)
+			started.close()
 		})
-		time.Sleep(100 * time.Millisecond)
+		<-started.ch
 		wg.Go(func() {
-			errB = rb.Transaction(ctx, key, func(tx txn) error { return next(tx, owner, 0) }, txo, ormlock.WithWait(5*time.Second))
+			errB = rb.Transaction(ctx, key, func(tx txn) error { return next(tx, owner) }, txo, ormlock.WithWait(5*time.Second))
 		})
 		wg.Wait()
 		if errA != nil || errB != nil {
@@ -105,7 +127,7 @@ func TestTransactionIsolationTryOnce(t *testing.T) {
 		for _, l := range ls {
 			wg.Go(func() {
 				for range rounds {
-					err := l.Transaction(ctx, key, func(tx txn) error { return next(tx, owner, 0) }, txo)
+					err := l.Transaction(ctx, key, func(tx txn) error { return next(tx, owner) }, txo)
 					switch {
 					case err == nil:
 						mu.Lock()
@@ -140,12 +162,14 @@ func TestRunOnceIsolationWait(t *testing.T) {
 		var wg sync.WaitGroup
 		var errA, errB error
 		ranB := false
+		started := newStart()
 		wg.Go(func() {
-			errA = ra.RunOnce(ctx, job, slot, func(tx txn) error { return next(tx, owner, 400*time.Millisecond) }, txo, ledger)
+			errA = ra.RunOnce(ctx, job, slot, func(tx txn) error { return nextHeld(tx, owner, started, 400*time.Millisecond) }, txo, ledger)
+			started.close()
 		})
-		time.Sleep(100 * time.Millisecond)
+		<-started.ch
 		wg.Go(func() {
-			errB = rb.RunOnce(ctx, job, slot, func(tx txn) error { ranB = true; return next(tx, owner, 0) }, txo, ledger, ormlock.WithWait(5*time.Second))
+			errB = rb.RunOnce(ctx, job, slot, func(tx txn) error { ranB = true; return next(tx, owner) }, txo, ledger, ormlock.WithWait(5*time.Second))
 		})
 		wg.Wait()
 		if errA != nil || !errors.Is(errB, ormlock.ErrAlreadyDone) || ranB {
@@ -239,10 +263,12 @@ func TestTransactionServerDefaultIsolation(t *testing.T) {
 				key := "iso-default-" + t.Name()
 				var wg sync.WaitGroup
 				var errA, errB error
+				started := newStart()
 				wg.Go(func() {
-					errA = ra.Transaction(ctx, key, func(tx txn) error { return next(tx, owner, 400*time.Millisecond) })
+					errA = ra.Transaction(ctx, key, func(tx txn) error { return nextHeld(tx, owner, started, 400*time.Millisecond) })
+					started.close()
 				})
-				time.Sleep(100 * time.Millisecond)
+				<-started.ch
 				wg.Go(func() {
 					errB = rb.Transaction(ctx, key, func(tx txn) error {
 						var iso string
@@ -252,7 +278,7 @@ func TestTransactionServerDefaultIsolation(t *testing.T) {
 						if iso == "read committed" {
 							t.Errorf("fn ran at %q, want the server's default level", iso)
 						}
-						return next(tx, owner, 0)
+						return next(tx, owner)
 					}, ormlock.WithWait(5*time.Second))
 				})
 				wg.Wait()

@@ -151,7 +151,7 @@ func TestMigrateAddsPruneIndex(t *testing.T) {
 		if n, err := r.Prune(ctx, 24*time.Hour, opt); err != nil || n != 2 {
 			t.Fatalf("Prune: %d, %v; want 2 (the done and the failed row of the empty namespace)", n, err)
 		}
-		if rs := runsOf(t, r, name, "other"); len(rs) != 1 || rs[0].Status != ormlock.RunRunning {
+		if rs := runsOf(t, r, name, "other"); len(rs) != 1 || rs[0].Status != "running" {
 			t.Fatalf("the running row after Prune: %+v", rs)
 		}
 		if rs, err := r.Runs(ctx, "old-job", 10, opt, ormlock.WithNamespace("billing")); err != nil || len(rs) != 1 {

@@ -75,7 +75,7 @@ func TestPrune(t *testing.T) {
 		if err := <-ran; err != nil {
 			t.Fatalf("the running claim's RunOnce: %v", err)
 		}
-		if rs := runsOf(t, r, tbl, "prune-running"); len(rs) != 1 || rs[0].Status != ormlock.RunDone {
+		if rs := runsOf(t, r, tbl, "prune-running"); len(rs) != 1 || rs[0].Status != "done" {
 			t.Fatalf("the running claim after Prune: %+v", rs)
 		}
 		// now finished, and old: the next Prune takes it

@@ -57,7 +57,7 @@ func TestRunOnceClaim(t *testing.T) {
 		// commit waits for it); fn's own write is too when fn runs outside
 		// a transaction, and is not when it runs in one
 		rs := runsOf(t, r2, tbl, job)
-		if len(rs) != 1 || rs[0].Status != ormlock.RunRunning || rs[0].Owner != "one" || !rs[0].Finished.IsZero() || rs[0].Started.IsZero() {
+		if len(rs) != 1 || rs[0].Status != "running" || rs[0].Owner != "one" || !rs[0].Finished.IsZero() || rs[0].Started.IsZero() {
 			fail("ledger during the run: %+v, want one running row owned by one", rs)
 		}
 		want := 1
@@ -86,7 +86,7 @@ func TestRunOnceClaim(t *testing.T) {
 			t.Fatalf("claim run: %v", err)
 		}
 		rs = runsOf(t, r2, tbl, job)
-		if len(rs) != 1 || rs[0].Status != ormlock.RunDone || rs[0].Owner != "one" || rs[0].Finished.Before(rs[0].Started) || rs[0].Duration < 0 {
+		if len(rs) != 1 || rs[0].Status != "done" || rs[0].Owner != "one" || rs[0].Finished.Before(rs[0].Started) || rs[0].Duration < 0 {
 			t.Fatalf("ledger after the run: %+v, want done", rs)
 		}
 		if n := enttest.Count(t, k, owner); n != 1 {
@@ -118,7 +118,7 @@ func TestRunOnceClaimFailureAndTakeover(t *testing.T) {
 			t.Fatalf("err = %v, want fn's error unchanged", err)
 		}
 		rs := runsOf(t, r, tbl, job)
-		if len(rs) != 1 || rs[0].Status != ormlock.RunFailed || rs[0].Owner != "one" || rs[0].Finished.IsZero() {
+		if len(rs) != 1 || rs[0].Status != "failed" || rs[0].Owner != "one" || rs[0].Finished.IsZero() {
 			t.Fatalf("ledger after failure: %+v", rs)
 		}
 		if e := rs[0].Error; len(e) > 4000 || !strings.HasSuffix(e, "…[truncated]") || !strings.HasPrefix(e, "bad \uFFFD byte and a NUL : éé") {
@@ -129,7 +129,7 @@ func TestRunOnceClaimFailureAndTakeover(t *testing.T) {
 			t.Fatalf("retry: %v", err)
 		}
 		rs = runsOf(t, r, tbl, job)
-		if len(rs) != 1 || rs[0].Status != ormlock.RunDone || rs[0].Owner != "two" || rs[0].Error != "" {
+		if len(rs) != 1 || rs[0].Status != "done" || rs[0].Owner != "two" || rs[0].Error != "" {
 			t.Fatalf("ledger after retry: %+v, want done by two, error cleared", rs)
 		}
 
@@ -151,7 +151,7 @@ func TestRunOnceClaimFailureAndTakeover(t *testing.T) {
 			}
 		}
 		for _, run := range runsOf(t, r, tbl, job)[:2] {
-			if run.Status != ormlock.RunDone || run.Owner != "three" || run.Started.Year() < 2020 {
+			if run.Status != "done" || run.Owner != "three" || run.Started.Year() < 2020 {
 				t.Fatalf("dead owner's row not taken over: %+v", run)
 			}
 		}
@@ -214,14 +214,14 @@ func TestRunOnceClaimLockLost(t *testing.T) {
 			t.Fatalf("work rows = %d: fn's transaction committed after the lock was lost", n)
 		}
 		rs := runsOf(t, r, tbl, job)
-		if len(rs) != 1 || rs[0].Status != ormlock.RunFailed || !strings.Contains(rs[0].Error, "lock lost") {
+		if len(rs) != 1 || rs[0].Status != "failed" || !strings.Contains(rs[0].Error, "lock lost") {
 			t.Fatalf("ledger after the loss: %+v, want failed with the loss", rs)
 		}
 		// the next trigger takes the failed row over
 		if err := r.RunOnce(ctx, job, slot, func(tx txn) error { return tx.Insert(owner, 2) }, opts...); err != nil {
 			t.Fatalf("retry: %v", err)
 		}
-		if rs := runsOf(t, r, tbl, job); len(rs) != 1 || rs[0].Status != ormlock.RunDone || rs[0].Error != "" {
+		if rs := runsOf(t, r, tbl, job); len(rs) != 1 || rs[0].Status != "done" || rs[0].Error != "" {
 			t.Fatalf("ledger after retry: %+v", rs)
 		}
 		if n := enttest.Count(t, k, owner); n != 1 {

@@ -55,7 +55,7 @@ func TestRunOncePanic(t *testing.T) {
 		}
 		rs := runsOf(t, r, tbl, job)
 		// transactional: rolled back, no row; claim: the row says failed
-		if len(rs) != 1 || !rs[0].Slot.Equal(testdb.Slot(1)) || rs[0].Status != ormlock.RunFailed || rs[0].Error != "panic: kaboom" {
+		if len(rs) != 1 || !rs[0].Slot.Equal(testdb.Slot(1)) || rs[0].Status != "failed" || rs[0].Error != "panic: kaboom" {
 			t.Fatalf("ledger after panics: %+v, want only the claim-mode row, failed with the panic", rs)
 		}
 		// claim mode's fn wrote outside any transaction (gormlock), or in
@@ -247,7 +247,7 @@ func TestRunOnceMySQLClientFoundRows(t *testing.T) {
 					t.Fatalf("mode %d: fn ran %d times with clientFoundRows=true, want 1", i, calls)
 				}
 			}
-			if rs := runsOf(t, r, tbl, job); len(rs) != 2 || rs[0].Status != ormlock.RunDone || rs[1].Status != ormlock.RunDone {
+			if rs := runsOf(t, r, tbl, job); len(rs) != 2 || rs[0].Status != "done" || rs[1].Status != "done" {
 				t.Fatalf("ledger: %+v", rs)
 			}
 		})

@@ -66,7 +66,7 @@ func TestRunOnceNamespacesSeparateRuns(t *testing.T) {
 						t.Errorf("%s again: %v, want ErrAlreadyDone", ns, err)
 					}
 					rs, err := r.Runs(ctx, job, 10)
-					if err != nil || len(rs) != 1 || rs[0].Namespace != ns || rs[0].Status != ormlock.RunDone || !rs[0].Slot.Equal(slot) {
+					if err != nil || len(rs) != 1 || rs[0].Namespace != ns || rs[0].Status != "done" || !rs[0].Slot.Equal(slot) {
 						t.Errorf("%s: Runs = %+v, %v; want one done run in its namespace", ns, rs, err)
 					}
 				}
@@ -160,12 +160,12 @@ func TestMigrateUpgradesOldLedger(t *testing.T) {
 		wantPruneIndex(t, k, name)
 
 		rs := runsOf(t, r, name, "old-job")
-		if len(rs) != 2 || rs[0].Status != ormlock.RunFailed || rs[0].Error != "boom" || rs[1].Status != ormlock.RunDone ||
+		if len(rs) != 2 || rs[0].Status != "failed" || rs[0].Error != "boom" || rs[1].Status != "done" ||
 			rs[0].Namespace != "" || rs[1].Namespace != "" || rs[1].Owner != "old/1" ||
 			!rs[1].Slot.Equal(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)) {
 			t.Fatalf("old rows after the upgrade: %+v", rs)
 		}
-		if rs := runsOf(t, r, name, "other"); len(rs) != 1 || rs[0].Status != ormlock.RunRunning {
+		if rs := runsOf(t, r, name, "other"); len(rs) != 1 || rs[0].Status != "running" {
 			t.Fatalf("old running row after the upgrade: %+v", rs)
 		}
 		// without a namespace the old rows are this job's own
@@ -186,7 +186,7 @@ func TestMigrateUpgradesOldLedger(t *testing.T) {
 		if rs, err := r.Runs(ctx, "old-job", 10, opt, ns); err != nil || len(rs) != 1 || rs[0].Namespace != "billing" {
 			t.Errorf("namespaced Runs: %+v, %v", rs, err)
 		}
-		if rs := runsOf(t, r, name, "old-job"); len(rs) != 2 || rs[0].Status != ormlock.RunDone || rs[1].Status != ormlock.RunDone {
+		if rs := runsOf(t, r, name, "old-job"); len(rs) != 2 || rs[0].Status != "done" || rs[1].Status != "done" {
 			t.Errorf("rows without a namespace: %+v", rs)
 		}
 	})

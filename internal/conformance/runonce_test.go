@@ -101,7 +101,7 @@ func contend(t *testing.T, a adapter, k testdb.Kind, slots int, extra ...ormlock
 		t.Fatalf("ledger rows = %d, want %d", len(ledger), slots)
 	}
 	for _, r := range ledger {
-		if r.Status != ormlock.RunDone || r.Finished.IsZero() || r.Error != "" || !strings.HasPrefix(r.Owner, "instance-") {
+		if r.Status != "done" || r.Finished.IsZero() || r.Error != "" || !strings.HasPrefix(r.Owner, "instance-") {
 			t.Fatalf("ledger row %+v, want done by an instance", r)
 		}
 	}
@@ -156,7 +156,7 @@ func TestConformanceRunOnceFailedFnRetries(t *testing.T) {
 			t.Fatalf("retry: %v", err)
 		}
 		rs := runsOf(t, r, tbl, job)
-		if len(rs) != 1 || rs[0].Status != ormlock.RunDone || !rs[0].Slot.Equal(testdb.Slot(1)) || rs[0].Job != job {
+		if len(rs) != 1 || rs[0].Status != "done" || !rs[0].Slot.Equal(testdb.Slot(1)) || rs[0].Job != job {
 			t.Fatalf("ledger after retry: %+v", rs)
 		}
 		if n := enttest.Count(t, k, owner); n != 1 {
@@ -261,7 +261,7 @@ func TestRunOnceCrossORM(t *testing.T) {
 			g := grs[i]
 			same := r.Job == g.Job && r.Slot.Equal(g.Slot) && r.Status == g.Status && r.Owner == g.Owner &&
 				r.Started.Equal(g.Started) && r.Finished.Equal(g.Finished) && r.Error == g.Error
-			if r.Status != ormlock.RunDone || !same {
+			if r.Status != "done" || !same {
 				t.Fatalf("row %d: entlock %+v, gormlock %+v", i, r, grs[i])
 			}
 		}

@@ -47,10 +47,10 @@ func TestConformanceRuns(t *testing.T) {
 		}
 		want := []struct {
 			day    int
-			status ormlock.RunStatus
+			status string
 			owner  string
 			err    string
-		}{{3, ormlock.RunDone, "c", ""}, {2, ormlock.RunFailed, "b", "disk full"}, {1, ormlock.RunDone, "a", ""}}
+		}{{3, "done", "c", ""}, {2, "failed", "b", "disk full"}, {1, "done", "a", ""}}
 		if len(rs) != len(want) {
 			t.Fatalf("Runs = %+v, want %d rows", rs, len(want))
 		}

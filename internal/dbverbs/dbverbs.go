@@ -14,6 +14,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/ledger"
 	"github.com/ormlock/ormlock/internal/lockproto"
@@ -100,9 +101,9 @@ func (p Pool) transaction(ctx context.Context, op *lockproto.Op, fn Locked) erro
 	err = fn(op.TokenContext(ctx), lt)
 	done = true
 	if err != nil {
-		return lockproto.FnFailed(err, lt.Rollback())
+		return lockproto.FnFailed(ctx, err, lt.Rollback())
 	}
-	return lt.Commit()
+	return errs.Wrap(lt.Commit(), "%s.%s: commit", p.Pkg, op.Verb)
 }
 
 // Session holds k's lock on a dedicated connection while fn runs.
@@ -134,10 +135,8 @@ func (p Pool) Lead(ctx context.Context, k ormlock.Key, cfg config.Config, fn fun
 // instead, outside that transaction, with the lock session's context.
 func (p Pool) RunOnce(ctx context.Context, job string, slot time.Time, cfg config.Config, fn Locked, claimed func(ctx context.Context) error) error {
 	verb := p.Pkg + ".RunOnce"
-	if err := ledger.ValidateJob(verb, job); err != nil {
-		return err
-	}
-	if err := ledger.ValidateSlot(verb, slot); err != nil {
+	// fn was checked with the pool
+	if err := ledger.CheckRunOnce(verb, false, job, slot); err != nil {
 		return err
 	}
 	op, err := p.op(ctx, "RunOnce", keys.RunKey(job, slot), cfg)
@@ -201,11 +200,8 @@ func (p Pool) Holder(ctx context.Context, k ormlock.Key, cfg config.Config) (orm
 // Runs reads the last limit runs of job from the ledger.
 func (p Pool) Runs(ctx context.Context, job string, limit int, cfg config.Config) ([]ormlock.Run, error) {
 	verb := p.Pkg + ".Runs"
-	if err := ledger.ValidateJob(verb, job); err != nil {
+	if err := ledger.CheckRuns(verb, job, limit); err != nil {
 		return nil, err
-	}
-	if limit < 1 {
-		return nil, fmt.Errorf("%w: %s: limit must be positive, got %d", ormlock.ErrInvalidArgument, verb, limit)
 	}
 	t, err := ledger.NewTable(p.Dialect, cfg.LedgerTable)
 	if err != nil {

@@ -2,7 +2,9 @@ package errs_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"fmt"
 	"io"
 	"testing"
 
@@ -38,5 +40,28 @@ func TestJoinOneLine(t *testing.T) {
 	}
 	if errs.Join(nil, b) != b || errs.Join(a, nil) != a || errs.Join(nil, nil) != nil {
 		t.Fatal("Join does not drop a nil side")
+	}
+}
+
+func TestRolledBack(t *testing.T) {
+	fnErr := errors.New("fn failed")
+	ctx := context.Background()
+	for _, rerr := range []error{nil, sql.ErrTxDone, fmt.Errorf("wrapped: %w", sql.ErrTxDone)} {
+		if got := errs.RolledBack(ctx, fnErr, rerr); got != fnErr {
+			t.Errorf("rollback %v: %v, want fn's error unchanged", rerr, got)
+		}
+	}
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	if got := errs.RolledBack(ended, fnErr, io.EOF); got != fnErr {
+		t.Errorf("rollback after the context ended: %v, want fn's error unchanged", got)
+	}
+	inner := errors.New("ormlock: bad connection")
+	got := errs.RolledBack(ctx, fnErr, inner)
+	if !errors.Is(got, fnErr) || !errors.Is(got, inner) {
+		t.Fatalf("%v: want both errors reachable", got)
+	}
+	if want := "fn failed (ormlock: rollback failed: bad connection)"; got.Error() != want {
+		t.Errorf("got %q, want %q", got, want)
 	}
 }

@@ -1,7 +1,9 @@
 // Package fencectx carries a fencing token in a context.Context. It exists
 // so that the lock protocol (internal/lockproto, which imports the root
 // package) can set the token that the root package's FencingToken reads,
-// without a public setter that would let any code forge one.
+// without a public setter that would let any code forge one; and it holds
+// the check of a fenced write (Check), written once for the root package's
+// CheckFenced and the adapters' forms of it.
 package fencectx
 
 import "context"

@@ -76,7 +76,7 @@ func NameValue(k Key) string { return k.name }
 
 // Validate returns an error wrapping ormlock.ErrInvalidKey when k cannot
 // name a lock: the zero Key, or a name that is empty, longer than
-// ormlock.MaxNameLen bytes, not valid UTF-8 or holding a NUL byte. The verbs
+// [MaxNameLen] bytes, not valid UTF-8 or holding a NUL byte. The verbs
 // check it themselves; it is exported so that a program can reject a
 // configured name at start-up, as the scheduler module does.
 func (k Key) Validate() error {
@@ -89,11 +89,17 @@ func (k Key) Validate() error {
 	return nil
 }
 
-// Length limits of names and namespaces, in bytes of UTF-8.
+// Length limits of names and namespaces, in bytes of UTF-8: limits, not
+// settings, so the root package states them in the docs of ormlock.Name and
+// ormlock.WithNamespace (TestLimitsDocumented keeps them in step).
 const (
-	// MaxNameLen is ormlock.MaxNameLen (TestLimitsAgree keeps them equal).
+	// MaxNameLen is the longest lock name: 1 KiB, room for every name
+	// ormlock derives itself (a RunOnce lock name for the longest job name
+	// is 808 bytes). A name, which errors and observer events carry, stays
+	// bounded.
 	MaxNameLen = 1024
-	// MaxNamespaceLen is ormlock.MaxNamespaceLen.
+	// MaxNamespaceLen is the longest namespace: it must fit the RunOnce
+	// ledger's namespace column.
 	MaxNamespaceLen = 128
 )
 

@@ -2,6 +2,9 @@ package keys_test
 
 import (
 	"errors"
+	"fmt"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -94,7 +97,7 @@ func TestOptions(t *testing.T) {
 }
 
 func TestNameLimits(t *testing.T) {
-	if err := ormlock.Name(strings.Repeat("é", ormlock.MaxNameLen/2)).Validate(); err != nil {
+	if err := ormlock.Name(strings.Repeat("é", keys.MaxNameLen/2)).Validate(); err != nil {
 		t.Errorf("name of MaxNameLen bytes: %v", err)
 	}
 	huge := strings.Repeat("x", 4<<20)
@@ -102,13 +105,13 @@ func TestNameLimits(t *testing.T) {
 		ormlock.Name(huge).Validate(),
 		ormlock.Name(huge + "\xff").Validate(),
 		config.New(ormlock.WithNamespace(huge)).Err(),
-		config.New(ormlock.WithNamespace(strings.Repeat("n", ormlock.MaxNamespaceLen+1))).Err(),
+		config.New(ormlock.WithNamespace(strings.Repeat("n", keys.MaxNamespaceLen+1))).Err(),
 	} {
 		if !errors.Is(err, ormlock.ErrInvalidKey) || len(err.Error()) > 200 {
 			t.Errorf("over the limit: %.300v (%d bytes), want a short ErrInvalidKey", err, len(err.Error()))
 		}
 	}
-	if err := config.New(ormlock.WithNamespace(strings.Repeat("n", ormlock.MaxNamespaceLen))).Err(); err != nil {
+	if err := config.New(ormlock.WithNamespace(strings.Repeat("n", keys.MaxNamespaceLen))).Err(); err != nil {
 		t.Errorf("namespace of MaxNamespaceLen bytes: %v", err)
 	}
 	if err := config.New(ormlock.WithNamespace("tenant ")).Err(); !errors.Is(err, ormlock.ErrInvalidKey) {
@@ -140,13 +143,31 @@ func TestRunKey(t *testing.T) {
 	}
 }
 
-// The root package states the limits as literals, for its documentation;
-// they must be the ones the keys enforce.
-func TestLimitsAgree(t *testing.T) {
-	if keys.MaxNameLen != ormlock.MaxNameLen || keys.MaxNamespaceLen != ormlock.MaxNamespaceLen {
-		t.Fatalf("keys %d/%d, ormlock %d/%d", keys.MaxNameLen, keys.MaxNamespaceLen, ormlock.MaxNameLen, ormlock.MaxNamespaceLen)
+// The root package states the limits in the docs of ormlock.Name and
+// ormlock.WithNamespace; they must be the ones the keys enforce.
+func TestLimitsDocumented(t *testing.T) {
+	for file, want := range map[string]string{
+		"../../key.go":     fmt.Sprintf("at most %s bytes", thousands(keys.MaxNameLen)),
+		"../../options.go": fmt.Sprintf("at most %d bytes", keys.MaxNamespaceLen),
+	} {
+		src, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(strings.Join(strings.Fields(strings.ReplaceAll(string(src), "//", "")), " "), want) {
+			t.Errorf("%s does not say %q", file, want)
+		}
 	}
 	if keys.ErrInvalidKey != ormlock.ErrInvalidKey {
 		t.Fatal("ErrInvalidKey differs")
 	}
+}
+
+// thousands writes n with a comma every three digits, as the docs do.
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }

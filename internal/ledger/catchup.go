@@ -57,7 +57,7 @@ func Scheduled(ctx context.Context, verb, job string, s ormlock.Schedule, open f
 		return run(current)
 	}
 	if !sched.Enumerable(s) {
-		return fmt.Errorf("%w: %s: WithCatchUp needs a schedule made by ormlock.Cron, ormlock.CronSeconds or ormlock.Every (got %T)", ormlock.ErrInvalidArgument, verb, s)
+		return fmt.Errorf("%w: %s: WithCatchUp needs a schedule made by ormlock.Cron or ormlock.Every (got %T)", ormlock.ErrInvalidArgument, verb, s)
 	}
 	if err := ValidateJob(verb, job); err != nil {
 		return err

@@ -55,7 +55,7 @@ func TestClaimAnswerLost(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(runs) != 1 || runs[0].Status != ormlock.RunFailed || !strings.Contains(runs[0].Error, "the claim failed") {
+		if len(runs) != 1 || runs[0].Status != StatusFailed || !strings.Contains(runs[0].Error, "the claim failed") {
 			t.Fatalf("ledger after the lost answer: %+v, want one failed row", runs)
 		}
 		testdb.AssertNoLeaks(t, k, lossy)
@@ -63,7 +63,7 @@ func TestClaimAnswerLost(t *testing.T) {
 		if err := run(admin, func(context.Context) error { ran = true; return nil }); err != nil || !ran {
 			t.Fatalf("the next call: %v (fn ran: %v)", err, ran)
 		}
-		if runs, _ := tbl.Runs(ctx, admin, "", job, 10); len(runs) != 1 || runs[0].Status != ormlock.RunDone {
+		if runs, _ := tbl.Runs(ctx, admin, "", job, 10); len(runs) != 1 || runs[0].Status != StatusDone {
 			t.Fatalf("ledger after the next call: %+v, want one done row", runs)
 		}
 		testdb.AssertNoLeaks(t, k, admin)

@@ -95,17 +95,43 @@ const MigrateWait = time.Minute
 // PostgreSQL the loser of that race fails with a duplicate key in pg_type).
 func MigrateKey(table string) ormlock.Key { return ormlock.Name("ormlock.migrate:" + table) }
 
-// ValidateJob checks a job name with ormlock.ValidJob; verb names the
+// The values of the ledger's status column (ormlock.Run's Status).
+const (
+	StatusRunning = "running"
+	StatusDone    = "done"
+	StatusFailed  = "failed"
+)
+
+// MaxJobLen is the longest RunOnce job name, in characters: the ledger's job
+// column is varchar(191), which keeps it within InnoDB's 767-byte index
+// limit for utf8mb4 on older row formats (the (namespace, job, slot) key is
+// 1,284 bytes, within InnoDB's 3,072-byte limit for a whole key). A limit,
+// not a setting: the adapters' RunOnce docs state it.
+const MaxJobLen = 191
+
+// ValidateJob returns an error wrapping ormlock.ErrInvalidArgument unless
+// job can name a RunOnce job: non-empty valid UTF-8 without NUL bytes, at
+// most [MaxJobLen] characters, not ending with a space (MySQL/MariaDB would
+// give it the ledger row of the name without the space). verb names the
 // caller in the error, after the sentinel's text ("ormlock: invalid
 // argument: gormlock.RunOnce: empty job name"), as in every other argument
-// error of the verbs.
+// error of the verbs. Every adapter's RunOnce, Runs and RunScheduled, and
+// the scheduler module's constructors (to fail closed at start-up), call it.
 func ValidateJob(verb, job string) error {
-	err := ormlock.ValidJob(job)
-	if err == nil {
-		return nil
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s: %s", ormlock.ErrInvalidArgument, verb, fmt.Sprintf(format, args...))
 	}
-	reason := strings.TrimPrefix(err.Error(), ormlock.ErrInvalidArgument.Error()+": ")
-	return fmt.Errorf("%w: %s: %s", ormlock.ErrInvalidArgument, verb, reason)
+	switch {
+	case job == "":
+		return bad("empty job name")
+	case !utf8.ValidString(job) || strings.ContainsRune(job, 0):
+		return bad("job name %q is not valid UTF-8 without NUL bytes", job)
+	case strings.HasSuffix(job, " "):
+		return bad("job name %q ends with a space, which MySQL/MariaDB ignore when comparing job names (it would share the ledger row of the name without it)", job)
+	case utf8.RuneCountInString(job) > MaxJobLen:
+		return bad("job name is %d characters long, at most %d fit the ledger", utf8.RuneCountInString(job), MaxJobLen)
+	}
+	return nil
 }
 
 // ValidateSlot checks a slot: non-zero, in years 1000 to 9999 (the range of
@@ -351,9 +377,9 @@ status = IF(status = 'done', status, 'running')`, ns, job, t.slotArg(slot), owne
 		return time.Time{}, false, t.wrap("read back the claim", err)
 	}
 	switch {
-	case status == string(ormlock.RunDone):
+	case status == StatusDone:
 		return time.Time{}, false, nil
-	case status == string(ormlock.RunRunning) && rowOwner == owner:
+	case status == StatusRunning && rowOwner == owner:
 		started, err = parseMySQLTime(startedText)
 		return started, err == nil, err
 	}
@@ -364,7 +390,7 @@ status = IF(status = 'done', status, 'running')`, ns, job, t.slotArg(slot), owne
 // done or failed, finished_at now, error text (NULL when empty). It reports
 // an error wrapping ormlock.ErrLockLost when the claim is no longer there,
 // i.e. another instance took the row over.
-func (t *Table) finish(ctx context.Context, q lockproto.Querier, ns, job string, slot time.Time, owner string, started time.Time, status ormlock.RunStatus, errText string) error {
+func (t *Table) finish(ctx context.Context, q lockproto.Querier, ns, job string, slot time.Time, owner string, started time.Time, status, errText string) error {
 	var errArg any
 	if errText != "" {
 		errArg = ErrorText(errText)
@@ -474,7 +500,7 @@ func (t *Table) Runs(ctx context.Context, q interface {
 				}
 			}
 		}
-		r.Status = ormlock.RunStatus(status)
+		r.Status = status
 		r.Error = errText.String
 		r.Slot, r.Started = r.Slot.UTC(), r.Started.UTC()
 		if !r.Finished.IsZero() {

@@ -35,12 +35,12 @@ func TestErrorText(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
-	for _, job := range []string{"", "a\x00", "\xff", strings.Repeat("é", ormlock.MaxJobLen+1), "report ", " "} {
+	for _, job := range []string{"", "a\x00", "\xff", strings.Repeat("é", ledger.MaxJobLen+1), "report ", " "} {
 		if err := ledger.ValidateJob("X", job); !errors.Is(err, ormlock.ErrInvalidArgument) || !strings.Contains(err.Error(), "X: ") {
 			t.Errorf("ValidateJob(%.20q) = %v", job, err)
 		}
 	}
-	if err := ledger.ValidateJob("X", strings.Repeat("é", ormlock.MaxJobLen)); err != nil {
+	if err := ledger.ValidateJob("X", strings.Repeat("é", ledger.MaxJobLen)); err != nil {
 		t.Errorf("191 characters rejected: %v", err)
 	}
 	for _, s := range []time.Time{{}, time.Date(999, 12, 31, 0, 0, 0, 0, time.UTC), time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC),

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
@@ -164,7 +163,7 @@ func testLedgerPlans(t *testing.T, k testdb.Kind) {
 			checks = append(checks, check{what: "RunOnce claim read-back", st: st})
 		}
 	}
-	if err := tbl.finish(ctx, rec, "", job, slot, owner, started, ormlock.RunDone, ""); err != nil {
+	if err := tbl.finish(ctx, rec, "", job, slot, owner, started, StatusDone, ""); err != nil {
 		t.Fatalf("finish: %v", err)
 	}
 	checks = append(checks, check{what: "RunOnce finish (UPDATE)", st: last("finish", "UPDATE")})

@@ -92,14 +92,14 @@ func (r *Run) InTx(ctx context.Context, q lockproto.Querier, fn func() error) er
 			// DDL statement): the rollback will not remove the
 			// 'running' row, so it is marked failed (autocommitted)
 			ierr := errs.Mark(lockproto.ErrImplicitCommit, nil, "job %q, slot %s", r.job, r.slot.Format(time.RFC3339Nano))
-			if ferr := r.t.finish(context.WithoutCancel(ctx), q, r.ns, r.job, r.slot, r.owner, started, ormlock.RunFailed, ierr.Error()+": "+err.Error()); ferr != nil {
+			if ferr := r.t.finish(context.WithoutCancel(ctx), q, r.ns, r.job, r.slot, r.owner, started, StatusFailed, ierr.Error()+": "+err.Error()); ferr != nil {
 				ierr = errs.Join(ierr, ferr)
 			}
 			return errs.Join(ierr, err)
 		}
 		return err
 	}
-	return r.t.finish(ctx, q, r.ns, r.job, r.slot, r.owner, started, ormlock.RunDone, "")
+	return r.t.finish(ctx, q, r.ns, r.job, r.slot, r.owner, started, StatusDone, "")
 }
 
 // Claimed is the claim mode: it holds the (job, slot) lock with
@@ -171,17 +171,17 @@ func (r *Run) runClaimed(ctx, lctx context.Context, db *sql.DB, started time.Tim
 		}
 		p := recover()
 		if p == nil { // runtime.Goexit (t.FailNow, say): record it, let it go on
-			_ = r.finishDetached(ctx, db, started, ormlock.RunFailed, "fn exited the goroutine (runtime.Goexit)")
+			_ = r.finishDetached(ctx, db, started, StatusFailed, "fn exited the goroutine (runtime.Goexit)")
 			return
 		}
-		_ = r.finishDetached(ctx, db, started, ormlock.RunFailed, fmt.Sprintf("panic: %v", p))
+		_ = r.finishDetached(ctx, db, started, StatusFailed, fmt.Sprintf("panic: %v", p))
 		panic(p)
 	}()
 	ferr := fn(lctx)
 	panicked = false
-	status, text := ormlock.RunDone, ""
+	status, text := StatusDone, ""
 	if ferr != nil {
-		status, text = ormlock.RunFailed, ferr.Error()
+		status, text = StatusFailed, ferr.Error()
 		if cause := context.Cause(lctx); errors.Is(cause, ormlock.ErrLockLost) && !errors.Is(ferr, ormlock.ErrLockLost) {
 			text = cause.Error() + ": " + text
 		}
@@ -195,7 +195,7 @@ func (r *Run) runClaimed(ctx, lctx context.Context, db *sql.DB, started time.Tim
 	return ferr
 }
 
-func (r *Run) finishDetached(ctx context.Context, db *sql.DB, started time.Time, status ormlock.RunStatus, text string) error {
+func (r *Run) finishDetached(ctx context.Context, db *sql.DB, started time.Time, status, text string) error {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
 	return r.autocommitted(fctx, db, func(q lockproto.Querier) error {

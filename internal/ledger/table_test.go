@@ -22,7 +22,7 @@ func TestTableClaimEdges(t *testing.T) {
 		ctx := context.Background()
 		tbl, db := testTable(t, k, "edges")
 		job, slot := "edges", testdb.Slot(2)
-		status := func(ns string) (ormlock.RunStatus, string) {
+		status := func(ns string) (string, string) {
 			t.Helper()
 			runs, err := tbl.Runs(ctx, db, ns, job, 10)
 			if err != nil {
@@ -53,28 +53,28 @@ func TestTableClaimEdges(t *testing.T) {
 		if !ok {
 			t.Fatal("a running row was not taken over")
 		}
-		if s, o := status(""); s != ormlock.RunRunning || o != "b" {
+		if s, o := status(""); s != StatusRunning || o != "b" {
 			t.Fatalf("after the takeover: %s by %s", s, o)
 		}
 		// a's finish finds its claim gone: ErrLockLost, and b's row untouched.
-		if err := tbl.finish(ctx, db, "", job, slot, "a", startedA, ormlock.RunDone, ""); !errors.Is(err, ormlock.ErrLockLost) {
+		if err := tbl.finish(ctx, db, "", job, slot, "a", startedA, StatusDone, ""); !errors.Is(err, ormlock.ErrLockLost) {
 			t.Fatalf("finish of a claim taken over: %v, want ErrLockLost", err)
 		}
 		// abandon by another owner does nothing; b's own marks it failed.
 		if err := tbl.abandon(ctx, db, "", job, slot, "a", "x"); err != nil {
 			t.Fatal(err)
 		}
-		if s, _ := status(""); s != ormlock.RunRunning {
+		if s, _ := status(""); s != StatusRunning {
 			t.Fatalf("abandon by another owner changed the row: %s", s)
 		}
 		if err := tbl.abandon(ctx, db, "", job, slot, "b", "interrupted"); err != nil {
 			t.Fatal(err)
 		}
-		if s, o := status(""); s != ormlock.RunFailed || o != "b" {
+		if s, o := status(""); s != StatusFailed || o != "b" {
 			t.Fatalf("after b's abandon: %s by %s", s, o)
 		}
 		// b's finish after its abandon: the claim is no longer running.
-		if err := tbl.finish(ctx, db, "", job, slot, "b", startedB, ormlock.RunDone, ""); !errors.Is(err, ormlock.ErrLockLost) {
+		if err := tbl.finish(ctx, db, "", job, slot, "b", startedB, StatusDone, ""); !errors.Is(err, ormlock.ErrLockLost) {
 			t.Fatalf("finish after abandon: %v, want ErrLockLost", err)
 		}
 		// A failed row is taken over, and once done it is never claimed again.
@@ -82,26 +82,26 @@ func TestTableClaimEdges(t *testing.T) {
 		if !ok {
 			t.Fatal("a failed row was not taken over")
 		}
-		if err := tbl.finish(ctx, db, "", job, slot, "c", startedC, ormlock.RunDone, ""); err != nil {
+		if err := tbl.finish(ctx, db, "", job, slot, "c", startedC, StatusDone, ""); err != nil {
 			t.Fatal(err)
 		}
 		if _, ok := claim("", "d"); ok {
 			t.Fatal("a done row was claimed")
 		}
-		if s, o := status(""); s != ormlock.RunDone || o != "c" {
+		if s, o := status(""); s != StatusDone || o != "c" {
 			t.Fatalf("after the refused claim: %s by %s", s, o)
 		}
 		if err := tbl.abandon(ctx, db, "", job, slot, "c", "late"); err != nil {
 			t.Fatal(err)
 		}
-		if s, _ := status(""); s != ormlock.RunDone {
+		if s, _ := status(""); s != StatusDone {
 			t.Fatalf("abandon changed a done row: %s", s)
 		}
 		// Another namespace: its own row, claimed afresh.
 		if _, ok := claim("tenant-2", "c"); !ok {
 			t.Fatal("the same job and slot in another namespace was refused")
 		}
-		if s, _ := status("tenant-2"); s != ormlock.RunRunning {
+		if s, _ := status("tenant-2"); s != StatusRunning {
 			t.Fatalf("namespace tenant-2: %s", s)
 		}
 		testdb.AssertNoLeaks(t, k, db)

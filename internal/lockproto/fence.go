@@ -73,7 +73,7 @@ func NewFenceTable(d Dialect, ledger string) (*FenceTable, error) {
 func (t *FenceTable) Name() string { return t.name }
 
 // CreateSQL returns the CREATE TABLE IF NOT EXISTS statement. The fence id
-// is at most ormlock.MaxNameLen bytes plus a short prefix; on MySQL it is
+// is at most keys.MaxNameLen bytes plus a short prefix; on MySQL it is
 // VARBINARY, compared byte for byte (no collation, no PAD SPACE).
 func (t *FenceTable) CreateSQL() string {
 	if t.d == Postgres {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"log/slog"
 	"reflect"
 
@@ -102,19 +101,19 @@ func Reported(rerr, ferr error) bool {
 
 // FnFailed is the error a verb returns when fn failed with ferr and the
 // rollback that followed returned rerr, the same in every adapter (ent's
-// WithTx habit): ferr itself when the rollback succeeded or fn had ended
-// the transaction itself (sql.ErrTxDone); ferr joined with rerr when rerr
-// says something the caller must hear (Reported: the lock was lost, or an
-// implicit commit ferr does not mention), so that errors.Is matches both;
-// otherwise ferr with the rollback's failure added to its text.
-func FnFailed(ferr, rerr error) error {
+// WithTx habit): ferr joined with rerr when rerr says something the caller
+// must hear (Reported: the lock was lost, or an implicit commit ferr does
+// not mention), so that errors.Is matches both, even when ctx ended;
+// otherwise as errs.RolledBack (ferr itself, or ferr with the rollback's
+// failure added).
+func FnFailed(ctx context.Context, ferr, rerr error) error {
 	switch {
-	case rerr == nil, errors.Is(rerr, sql.ErrTxDone):
+	case rerr == nil:
 		return ferr
 	case Reported(rerr, ferr):
 		return errs.Join(rerr, ferr)
 	case errors.Is(rerr, ErrImplicitCommit):
 		return ferr // which says so already (RunOnce's ledger)
 	}
-	return fmt.Errorf("%w (ormlock: rollback failed: %s)", ferr, errs.Trim(rerr.Error()))
+	return errs.RolledBack(ctx, ferr, rerr)
 }

@@ -1,5 +1,5 @@
 // Package sched is the machinery behind ormlock's schedules (ormlock.Cron,
-// ormlock.CronSeconds, ormlock.Every): the cron parser's output as a
+// ormlock.Every): the cron parser's output as a
 // wall-clock grid, and the search for the slot of a trigger with the
 // daylight saving rules documented on ormlock.Schedule. Only the public
 // face in package ormlock is a promise.

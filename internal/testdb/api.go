@@ -16,10 +16,11 @@
 // and private servers for restart and kill tests (Start, StartOn, Server).
 // The helpers every test package would otherwise copy live here too, once:
 // the in-process exclusion counter (Holders), per-test slots and tables
-// (Slot, TableName, Table), connection killers (Kill, WaitGone), the
-// hand-written lock protocol (Handwritten) and the observer-panic suite
-// (ObserverPanicSuite). GORM's are in internal/gormtest, ent's in
-// internal/enttest, so that this package imports neither ORM.
+// (Slot, TableName, Table), connection killers (Kill, WaitGone) and the
+// hand-written lock protocol (Handwritten); behaviour suites live with the
+// tests that run them (internal/conformance). GORM's helpers are in
+// internal/gormtest, ent's in internal/enttest, so that this package
+// imports neither ORM.
 //
 // Environment: ORMLOCK_TEST_POSTGRES_DSN, ORMLOCK_TEST_PGBOUNCER_DSN and
 // ORMLOCK_TEST_MYSQL_DSN, when set, are used by DSN/Open/AdminDB instead of

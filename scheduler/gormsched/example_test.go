@@ -117,13 +117,13 @@ func ExampleBackend_jobWrapper() {
 	defer c.Stop()
 }
 
-// robfig/cron's seconds dialect (cron.WithSeconds) is ormlock.CronSeconds
-// with the same expression; "@every 10s" would be ormlock.Cron("@every 10s",
+// robfig/cron's seconds dialect (cron.WithSeconds) is ormlock.Cron with the
+// same six-field expression; "@every 10s" would be ormlock.Cron("@every 10s",
 // nil), windows anchored to the Unix epoch.
 func ExampleBackend_cronSeconds() {
 	var db *gorm.DB
 	const spec = "*/10 * * * * *"
-	every10s, err := ormlock.CronSeconds(spec, time.UTC)
+	every10s, err := ormlock.Cron(spec, time.UTC)
 	if err != nil {
 		log.Fatal(err)
 	}

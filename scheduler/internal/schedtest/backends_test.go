@@ -112,7 +112,7 @@ func testBackend(t *testing.T, k testdb.Kind, ob otherBackend) {
 	})).Run()
 	w(cron.FuncJob(func() {})).Run()
 	runs, err := gormlock.Runs(db, job, 10)
-	if err != nil || len(runs) != 2 || runs[0].Status != ormlock.RunDone || runs[1].Owner != ob.name {
+	if err != nil || len(runs) != 2 || runs[0].Status != "done" || runs[1].Owner != ob.name {
 		t.Fatalf("ledger: %+v, %v", runs, err)
 	}
 	if got := handled.get(); len(got) != 1 || !errors.Is(got[0], boom) {

@@ -156,7 +156,7 @@ func TestLockerCatchUp(t *testing.T) {
 			t.Fatalf("second firing: %v, want ErrAlreadyDone (no catch-up after the first)", err)
 		}
 		rs, err := gormlock.Runs(db, job, 10)
-		if err != nil || len(rs) != 3 || !rs[1].Slot.Equal(hour(3)) || rs[1].Status != ormlock.RunDone {
+		if err != nil || len(rs) != 3 || !rs[1].Slot.Equal(hour(3)) || rs[1].Status != "done" {
 			t.Fatalf("ledger: %+v, %v", rs, err)
 		}
 	})

@@ -112,7 +112,7 @@ func TestJobWrapperOutcomes(t *testing.T) {
 	calls := 0
 	w(scheduler.JobFunc(func(context.Context) error { calls++; return boom })).Run()
 	runs, err := gormlock.Runs(db, job, 10)
-	if err != nil || len(runs) != 1 || runs[0].Status != ormlock.RunFailed || runs[0].Error != "boom" {
+	if err != nil || len(runs) != 1 || runs[0].Status != "failed" || runs[0].Error != "boom" {
 		t.Fatalf("after a failed JobFunc: %+v, %v", runs, err)
 	}
 	if len(log.errs) != 1 || !errors.Is(log.errs[0], boom) {
@@ -123,7 +123,7 @@ func TestJobWrapperOutcomes(t *testing.T) {
 	if calls != 2 {
 		t.Fatalf("the job ran %d times, want 2", calls)
 	}
-	if runs, _ := gormlock.Runs(db, job, 10); len(runs) != 1 || runs[0].Status != ormlock.RunDone {
+	if runs, _ := gormlock.Runs(db, job, 10); len(runs) != 1 || runs[0].Status != "done" {
 		t.Fatalf("after the retry: %+v", runs)
 	}
 	if len(log.infos) != 1 || !strings.Contains(log.infos[0], "already done") {
@@ -139,7 +139,7 @@ func TestJobWrapperOutcomes(t *testing.T) {
 		t.Fatalf("cron.Recover got %v", recovered.errs)
 	}
 	runs, _ = gormlock.Runs(db, job, 10)
-	if len(runs) != 2 || runs[0].Status != ormlock.RunFailed || !strings.Contains(runs[0].Error, "job exploded") {
+	if len(runs) != 2 || runs[0].Status != "failed" || !strings.Contains(runs[0].Error, "job exploded") {
 		t.Fatalf("after a panic: %+v", runs)
 	}
 }

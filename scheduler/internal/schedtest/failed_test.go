@@ -85,7 +85,7 @@ func TestLockerRecordsFailedRuns(t *testing.T) {
 			t.Errorf("ledger at each failure: %q, want %q", got, want)
 		}
 		rs, err := gormlock.Runs(db, job, 5)
-		if err != nil || len(rs) != 1 || rs[0].Status != ormlock.RunDone || !rs[0].Slot.Equal(slot) {
+		if err != nil || len(rs) != 1 || rs[0].Status != "done" || !rs[0].Slot.Equal(slot) {
 			t.Fatalf("ledger after the retries: %+v, %v", rs, err)
 		}
 	})

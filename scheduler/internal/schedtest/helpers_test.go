@@ -145,7 +145,7 @@ func checkLedger(t *testing.T, db *gorm.DB, job string, tl *tally, want int) []o
 		}
 		running := false
 		for _, r := range runs {
-			running = running || r.Status == ormlock.RunRunning
+			running = running || r.Status == "running"
 		}
 		if !running || time.Now().After(deadline) {
 			break
@@ -155,7 +155,7 @@ func checkLedger(t *testing.T, db *gorm.DB, job string, tl *tally, want int) []o
 	// A claim of the last slot that gocron's shutdown cancelled before the
 	// run started (after the claim was written, or while it was read back)
 	// is recorded as failed, to be retried: not a run.
-	if n := len(runs); n > 0 && runs[n-1].Status == ormlock.RunFailed &&
+	if n := len(runs); n > 0 && runs[n-1].Status == "failed" &&
 		(strings.Contains(runs[n-1].Error, "gocron's context ended before the run started") ||
 			strings.Contains(runs[n-1].Error, "the claim failed") && strings.Contains(runs[n-1].Error, context.Canceled.Error())) {
 		runs = runs[:n-1]
@@ -163,7 +163,7 @@ func checkLedger(t *testing.T, db *gorm.DB, job string, tl *tally, want int) []o
 	seen := map[time.Time]bool{}
 	owners := map[string]int{}
 	for _, r := range runs {
-		if r.Status != ormlock.RunDone {
+		if r.Status != "done" {
 			t.Errorf("slot %s: status %s (owner %s, error %q)", r.Slot.Format(time.RFC3339), r.Status, r.Owner, r.Error)
 		}
 		if seen[r.Slot] {

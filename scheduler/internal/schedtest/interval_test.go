@@ -110,7 +110,7 @@ func TestIntervalJobs(t *testing.T) {
 					t.Errorf("%d runs (max %d at once), %d ledger rows; want one per window fired in (%d)", len(runs), maxHold, len(ledger), len(windows))
 				}
 				for _, r := range ledger {
-					if !windows[r.Slot] || r.Status != ormlock.RunDone {
+					if !windows[r.Slot] || r.Status != "done" {
 						t.Errorf("ledger run %+v: not a window fired in, or not done", r)
 					}
 				}

@@ -159,7 +159,7 @@ func TestLockerLateInstance(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(runs) != 1 || runs[0].Owner != "a" || runs[0].Status != ormlock.RunDone ||
+		if len(runs) != 1 || runs[0].Owner != "a" || runs[0].Status != "done" ||
 			!runs[0].Slot.Equal(time.Date(2031, 5, 6, 10, 0, 0, 0, time.UTC)) {
 			t.Fatalf("ledger: %+v", runs)
 		}
@@ -314,7 +314,7 @@ func TestClaimReleaseIgnoresCancellation(t *testing.T) {
 			t.Fatalf("RunOnce: %v", err)
 		}
 		runs, err := gormlock.Runs(db, job, 10)
-		if err != nil || len(runs) != 1 || runs[0].Status != ormlock.RunDone {
+		if err != nil || len(runs) != 1 || runs[0].Status != "done" {
 			t.Fatalf("ledger after a cancelled run: %+v, %v", runs, err)
 		}
 	})

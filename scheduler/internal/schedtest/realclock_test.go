@@ -114,11 +114,7 @@ func runFakeClock(t *testing.T, k testdb.Kind, c fakeClockCase) {
 		t.Fatal(err)
 	}
 	job := jobName(t)
-	parse := ormlock.Cron
-	if c.withSeconds {
-		parse = ormlock.CronSeconds
-	}
-	sched, err := parse(c.expr, loc)
+	sched, err := ormlock.Cron(c.expr, loc) // five fields, or six with seconds
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,403 @@
+package conformance_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/lockproto"
+	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/keyhash"
+)
+
+// The events of Transaction and Session, field by field, on every adapter
+// and server: TestConformanceEvents checks their order per verb; these
+// check what each event carries, in every outcome.
+
+func obsKinds(es []ormlock.Event) []ormlock.EventKind {
+	out := make([]ormlock.EventKind, len(es))
+	for i, e := range es {
+		out[i] = e.Kind
+	}
+	return out
+}
+
+// obsExpect checks that r saw exactly the events kinds, in order, all for
+// verb on key in namespace ns on k's dialect, and returns them. Wait and
+// Held must never be negative, and are zero on the events that do not
+// carry them.
+func obsExpect(t *testing.T, r *testdb.Recorder, k testdb.Kind, verb string, key ormlock.Key, ns string, kinds ...ormlock.EventKind) []ormlock.Event {
+	t.Helper()
+	es := r.Events()
+	if fmt.Sprint(obsKinds(es)) != fmt.Sprint(kinds) {
+		t.Fatalf("events %v, want %v", obsKinds(es), kinds)
+	}
+	for _, e := range es {
+		if e.Verb != verb || e.Dialect != k.Dialect() || e.Key != key || e.Namespace != ns {
+			t.Errorf("%v event: verb=%q dialect=%q key=%v ns=%q, want %q %q %v %q", e.Kind, e.Verb, e.Dialect, e.Key, e.Namespace, verb, k.Dialect(), key, ns)
+		}
+		if e.Wait < 0 || e.Held < 0 {
+			t.Errorf("%v event: negative wait %v or held %v", e.Kind, e.Wait, e.Held)
+		}
+		switch e.Kind {
+		case ormlock.EventAcquired, ormlock.EventNotAcquired:
+			if e.Held != 0 {
+				t.Errorf("%v event carries held %v", e.Kind, e.Held)
+			}
+			if e.Wait > time.Hour {
+				t.Errorf("%v event: wait %v, measured from no attempt", e.Kind, e.Wait)
+			}
+		case ormlock.EventReleased, ormlock.EventReleaseFailed, ormlock.EventLockLost:
+			if e.Wait != 0 {
+				t.Errorf("%v event carries wait %v", e.Kind, e.Wait)
+			}
+		default:
+			if e.Wait != 0 || e.Held != 0 {
+				t.Errorf("%v event carries wait %v / held %v", e.Kind, e.Wait, e.Held)
+			}
+		}
+		switch e.Kind {
+		case ormlock.EventReleaseFailed, ormlock.EventLockLost:
+			if e.Err == nil {
+				t.Errorf("%v event without an error", e.Kind)
+			}
+		case ormlock.EventNotAcquired:
+		default:
+			if e.Err != nil {
+				t.Errorf("%v event with error %v", e.Kind, e.Err)
+			}
+		}
+	}
+	return es
+}
+
+const (
+	evAttempt       = ormlock.EventAttempt
+	evAcquired      = ormlock.EventAcquired
+	evNotAcquired   = ormlock.EventNotAcquired
+	evReleased      = ormlock.EventReleased
+	evReleaseFailed = ormlock.EventReleaseFailed
+	evLockLost      = ormlock.EventLockLost
+)
+
+func TestObserverTransaction(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		r := openRunner(t, a, k)
+		ctx := context.Background()
+		rec := &testdb.Recorder{}
+		obs := ormlock.WithObserver(rec)
+		fnCalled := func(txn) error { return errors.New("fn called") }
+
+		t.Run("acquired and released", func(t *testing.T) {
+			rec.Reset()
+			key := "obs-ok-" + t.Name()
+			var fnTook time.Duration
+			err := r.Transaction(ctx, key, func(tx txn) error {
+				start := time.Now()
+				if got := obsKinds(rec.Events()); fmt.Sprint(got) != fmt.Sprint([]ormlock.EventKind{evAttempt, evAcquired}) {
+					return fmt.Errorf("events inside fn: %v, want attempt, acquired", got)
+				}
+				err := tx.Exec("SELECT 1")
+				time.Sleep(20 * time.Millisecond) // a hold to measure, not an order
+				fnTook = time.Since(start)
+				return err
+			}, obs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			es := obsExpect(t, rec, k, "Transaction", ormlock.Name(key), "", evAttempt, evAcquired, evReleased)
+			// the hold spans fn: acquired before fn started, released after
+			// it returned (both measured on the monotonic clock)
+			if es[2].Held < fnTook {
+				t.Errorf("held %v shorter than fn's own %v", es[2].Held, fnTook)
+			}
+		})
+
+		t.Run("not acquired", func(t *testing.T) {
+			rec.Reset()
+			key := "obs-held-" + t.Name()
+			defer testdb.RawHold(t, k, "", key)()
+			err := r.Transaction(ctx, key, fnCalled, obs)
+			if !errors.Is(err, ormlock.ErrNotAcquired) {
+				t.Fatalf("err = %v, want ErrNotAcquired", err)
+			}
+			es := obsExpect(t, rec, k, "Transaction", ormlock.Name(key), "", evAttempt, evNotAcquired)
+			if es[1].Err != nil {
+				t.Errorf("not_acquired (held elsewhere) carries err %v", es[1].Err)
+			}
+
+			rec.Reset()
+			err = r.Transaction(ctx, key, fnCalled, obs, ormlock.WithWait(150*time.Millisecond))
+			if !errors.Is(err, ormlock.ErrNotAcquired) {
+				t.Fatalf("wait: err = %v, want ErrNotAcquired", err)
+			}
+			es = obsExpect(t, rec, k, "Transaction", ormlock.Name(key), "", evAttempt, evNotAcquired)
+			if es[1].Err != nil {
+				t.Errorf("not_acquired (wait ran out) carries err %v", es[1].Err)
+			}
+
+			rec.Reset()
+			dctx, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
+			defer cancel()
+			err = r.Transaction(dctx, key, fnCalled, obs, ormlock.WithWait(time.Minute))
+			if !errors.Is(err, ormlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("deadline: err = %v", err)
+			}
+			es = obsExpect(t, rec, k, "Transaction", ormlock.Name(key), "", evAttempt, evNotAcquired)
+			if !errors.Is(es[1].Err, context.DeadlineExceeded) {
+				t.Errorf("not_acquired at the context deadline carries err %v, want DeadlineExceeded", es[1].Err)
+			}
+		})
+
+		t.Run("fn error", func(t *testing.T) {
+			rec.Reset()
+			key := "obs-fnerr-" + t.Name()
+			boom := errors.New("boom")
+			if err := r.Transaction(ctx, key, func(txn) error { return boom }, obs); err != boom {
+				t.Fatalf("err = %v, want fn's", err)
+			}
+			obsExpect(t, rec, k, "Transaction", ormlock.Name(key), "", evAttempt, evAcquired, evReleased)
+		})
+
+		t.Run("panic", func(t *testing.T) {
+			rec.Reset()
+			key := "obs-panic-" + t.Name()
+			var got any
+			func() {
+				defer func() { got = recover() }()
+				_ = r.Transaction(ctx, key, func(txn) error { panic("kaboom") }, obs)
+			}()
+			if got != "kaboom" {
+				t.Fatalf("recovered %v", got)
+			}
+			obsExpect(t, rec, k, "Transaction", ormlock.Name(key), "", evAttempt, evAcquired, evReleased)
+			if !free(t, k, key) {
+				t.Fatal("lock held after panic")
+			}
+		})
+
+		t.Run("namespace and key forms", func(t *testing.T) {
+			rec.Reset()
+			id := keyhash.Int64("obs-id-" + t.Name())
+			if err := r.Transaction(ctx, id, func(txn) error { return nil }, obs, ormlock.WithNamespace("obsns")); err != nil {
+				t.Fatal(err)
+			}
+			obsExpect(t, rec, k, "Transaction", ormlock.ID(id), "obsns", evAttempt, evAcquired, evReleased)
+		})
+
+		t.Run("database unreachable", func(t *testing.T) {
+			// a pool that cannot hand out a connection: the verb fails
+			// before the lock call, and the observer still hears of it
+			if a.name == "pgxlock" {
+				t.Skip("pgxlock opens a pool of its own from the pool's DSN: a closed *sql.DB does not reach it")
+			}
+			closed := testdb.Open(t, k)
+			cr := a.on(t, k.Dialect(), closed)
+			closed.Close()
+			rec.Reset()
+			key := "obs-closed-" + t.Name()
+			if err := cr.Transaction(ctx, key, fnCalled, obs); err == nil {
+				t.Fatal("no error on a closed pool")
+			}
+			es := obsExpect(t, rec, k, "Transaction", ormlock.Name(key), "", evAttempt, evNotAcquired)
+			if es[1].Err == nil {
+				t.Errorf("not_acquired carries err %v, want the pool's error", es[1].Err)
+			}
+		})
+
+		t.Run("context already ended", func(t *testing.T) {
+			// the transaction cannot even begin: still a not_acquired, and
+			// the error matches both ErrNotAcquired and the context's
+			rec.Reset()
+			key := "obs-cancelled-" + t.Name()
+			cctx, cancel := context.WithCancel(ctx)
+			cancel()
+			err := r.Transaction(cctx, key, fnCalled, obs)
+			if !errors.Is(err, ormlock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+				t.Fatalf("err = %v, want ErrNotAcquired and context.Canceled", err)
+			}
+			es := obsExpect(t, rec, k, "Transaction", ormlock.Name(key), "", evAttempt, evNotAcquired)
+			if !errors.Is(es[1].Err, context.Canceled) {
+				t.Errorf("not_acquired carries err %v, want context.Canceled", es[1].Err)
+			}
+		})
+
+		t.Run("no observer", func(t *testing.T) {
+			rec.Reset()
+			if err := r.Transaction(ctx, "obs-none-"+t.Name(), func(txn) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+			if es := rec.Events(); len(es) != 0 {
+				t.Fatalf("events without an observer: %v", obsKinds(es))
+			}
+		})
+	})
+}
+
+// Many goroutines share one observer: every attempt ends in exactly one
+// not_acquired or one acquired, and every acquired in exactly one released.
+func TestObserverTransactionContention(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		const workers, rounds = 4, 15
+		rec := &testdb.Recorder{}
+		ls := make([]locker, workers)
+		for i := range ls {
+			ls[i] = a.open(t, k)
+		}
+		key := "obs-contention-" + t.Name()
+		var mu sync.Mutex
+		wins, losses := 0, 0
+		for range rounds {
+			var wg sync.WaitGroup
+			for _, l := range ls {
+				wg.Go(func() {
+					err := l.Transaction(context.Background(), key, func(tx txn) error {
+						time.Sleep(2 * time.Millisecond) // a hold to contend for, not an order
+						return tx.Exec("SELECT 1")
+					}, ormlock.WithObserver(rec))
+					mu.Lock()
+					defer mu.Unlock()
+					switch {
+					case err == nil:
+						wins++
+					case errors.Is(err, ormlock.ErrNotAcquired):
+						losses++
+					default:
+						t.Errorf("unexpected error: %v", err)
+					}
+				})
+			}
+			wg.Wait()
+		}
+		att, acq, rel, na := rec.Count(evAttempt), rec.Count(evAcquired), rec.Count(evReleased), rec.Count(evNotAcquired)
+		if att != workers*rounds || acq != wins || rel != wins || na != losses {
+			t.Fatalf("events do not match outcomes: attempt=%d acquired=%d released=%d not_acquired=%d, wins=%d losses=%d",
+				att, acq, rel, na, wins, losses)
+		}
+		if len(rec.Events()) != att+acq+rel+na {
+			t.Fatalf("unexpected event kinds: %v", obsKinds(rec.Events()))
+		}
+	})
+}
+
+// MySQL/MariaDB: a lock released behind ormlock's back makes its
+// RELEASE_LOCK return NULL, reported as release_failed with an error
+// wrapping lockproto.ErrNotHeld.
+func TestObserverReleaseFailureMariaDB(t *testing.T) {
+	k := testdb.MariaDB
+	for _, a := range adapters {
+		if a.name == "pgxlock" {
+			continue // PostgreSQL only
+		}
+		t.Run(a.name, func(t *testing.T) {
+			t.Parallel()
+			r := openRunner(t, a, k)
+			rec := &testdb.Recorder{}
+			key := "obs-relfail-" + t.Name()
+			err := r.Transaction(context.Background(), key, func(tx txn) error {
+				return tx.Exec("DO RELEASE_LOCK(?)", keyhash.MySQLName("", key))
+			}, ormlock.WithObserver(rec))
+			if err != nil {
+				t.Fatal(err)
+			}
+			es := obsExpect(t, rec, k, "Transaction", ormlock.Name(key), "", evAttempt, evAcquired, evReleaseFailed)
+			if !errors.Is(es[2].Err, lockproto.ErrNotHeld) {
+				t.Errorf("release_failed err = %v, want one wrapping lockproto.ErrNotHeld", es[2].Err)
+			}
+		})
+	}
+}
+
+// Session's events, field by field (the Session tests check Session
+// itself).
+func TestObserverSession(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		r := openRunner(t, a, k)
+		ctx := context.Background()
+		rec := &testdb.Recorder{}
+		obs := ormlock.WithObserver(rec)
+
+		t.Run("acquired and released", func(t *testing.T) {
+			rec.Reset()
+			key := "obs-sess-" + t.Name()
+			err := r.Session(ctx, key, func(ctx context.Context) error {
+				if got := obsKinds(rec.Events()); fmt.Sprint(got) != fmt.Sprint([]ormlock.EventKind{evAttempt, evAcquired}) {
+					return fmt.Errorf("events inside fn: %v", got)
+				}
+				_, err := r.Pool().ExecContext(ctx, "SELECT 1")
+				return err
+			}, obs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			obsExpect(t, rec, k, "Session", ormlock.Name(key), "", evAttempt, evAcquired, evReleased)
+		})
+
+		t.Run("fn error", func(t *testing.T) {
+			rec.Reset()
+			key := "obs-sess-err-" + t.Name()
+			boom := errors.New("boom")
+			if err := r.Session(ctx, key, func(context.Context) error { return boom }, obs); !errors.Is(err, boom) {
+				t.Fatalf("err = %v", err)
+			}
+			obsExpect(t, rec, k, "Session", ormlock.Name(key), "", evAttempt, evAcquired, evReleased)
+		})
+
+		t.Run("not acquired", func(t *testing.T) {
+			rec.Reset()
+			key := "obs-sess-held-" + t.Name()
+			defer testdb.RawHold(t, k, "", key)()
+			err := r.Session(ctx, key, func(context.Context) error { return errors.New("fn called") }, obs)
+			if !errors.Is(err, ormlock.ErrNotAcquired) {
+				t.Fatalf("err = %v", err)
+			}
+			obsExpect(t, rec, k, "Session", ormlock.Name(key), "", evAttempt, evNotAcquired)
+		})
+
+		t.Run("lock lost", func(t *testing.T) {
+			rec.Reset()
+			key := "obs-sess-lost-" + t.Name()
+			err := r.Session(ctx, key, func(ctx context.Context) error {
+				id, err := lockHolder(ctx, r, key)
+				if err != nil {
+					return err
+				}
+				testdb.Kill(t, k, id)
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(30 * time.Second):
+					return errors.New("loss not seen within 30s")
+				}
+			}, obs, ormlock.WithKeepalive(100*time.Millisecond))
+			if !errors.Is(err, ormlock.ErrLockLost) {
+				t.Fatalf("err = %v, want ErrLockLost", err)
+			}
+			obsExpect(t, rec, k, "Session", ormlock.Name(key), "", evAttempt, evAcquired, evLockLost)
+		})
+
+		t.Run("loss seen at release", func(t *testing.T) {
+			// the keepalive never runs; the release finds the connection
+			// gone and reports release_failed
+			rec.Reset()
+			key := "obs-sess-relfail-" + t.Name()
+			err := r.Session(ctx, key, func(ctx context.Context) error {
+				id, err := lockHolder(ctx, r, key)
+				if err != nil {
+					return err
+				}
+				testdb.Kill(t, k, id)
+				testdb.WaitGone(t, k, id)
+				return nil
+			}, obs, ormlock.WithKeepalive(time.Hour))
+			if !errors.Is(err, ormlock.ErrLockLost) {
+				t.Fatalf("err = %v, want ErrLockLost", err)
+			}
+			obsExpect(t, rec, k, "Session", ormlock.Name(key), "", evAttempt, evAcquired, evReleaseFailed)
+		})
+	})
+}

@@ -1,0 +1,54 @@
+package conformance_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/testdb"
+)
+
+// When fn fails and the rollback that follows fails too, every adapter
+// returns fn's error with the rollback's failure added (ent's WithTx
+// habit): fn's error stays reachable with errors.Is, first in the text, and
+// the rollback's failure is not dropped. The rollback is made to fail by
+// ending fn's own server connection inside fn; the server then rolls the
+// transaction back and frees the lock with the connection, and the pool's
+// leak check (no lock, no connection in use) still holds.
+func TestRollbackFailureJoinsFnError(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		r := openRunner(t, a, k)
+		tbl := ledgerTable(t, k, r)
+		boom := errors.New("fn failed")
+		killOwn := func(tx txn) error {
+			id, err := tx.QueryInt(connIDQuery(k))
+			if err != nil {
+				return err
+			}
+			testdb.Kill(t, k, id)
+			testdb.WaitGone(t, k, id)
+			return boom
+		}
+		check := func(verb string, err error) {
+			t.Helper()
+			if !errors.Is(err, boom) || !strings.HasPrefix(err.Error(), boom.Error()) {
+				t.Fatalf("%s: %v, want fn's error first", verb, err)
+			}
+			if !strings.Contains(err.Error(), "rollback failed") || strings.Count(err.Error(), "ormlock: ") > 1 {
+				t.Fatalf("%s: %q, want the rollback's failure added once", verb, err)
+			}
+		}
+		ctx := context.Background()
+		check("Transaction", r.Transaction(ctx, "rollback-fails", killOwn))
+		check("RunOnce", r.RunOnce(ctx, "rollback-fails", testdb.Slot(1), killOwn, ormlock.WithLedgerTable(tbl)))
+		if rs := runsOf(t, r, tbl, "rollback-fails"); len(rs) != 0 {
+			t.Fatalf("runs after a failed RunOnce: %+v, want none", rs)
+		}
+		// the lock is free again
+		if err := r.Transaction(ctx, "rollback-fails", func(txn) error { return nil }); err != nil {
+			t.Fatalf("Transaction after the lost connection: %v", err)
+		}
+	})
+}

@@ -1,0 +1,36 @@
+package ledger
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/ormlock/ormlock"
+)
+
+// The argument checks of RunOnce and Runs (Prune's is ValidatePrune),
+// written once for every adapter, so that bad input is refused alike
+// everywhere (an error wrapping ormlock.ErrInvalidArgument that names verb
+// and what was wrong) before anything is taken.
+
+// CheckRunOnce checks RunOnce's (and RunScheduled's per-slot) arguments:
+// fn (nilFn when it is nil), the job name and the slot.
+func CheckRunOnce(verb string, nilFn bool, job string, slot time.Time) error {
+	if nilFn {
+		return fmt.Errorf("%w: %s: nil fn", ormlock.ErrInvalidArgument, verb)
+	}
+	if err := ValidateJob(verb, job); err != nil {
+		return err
+	}
+	return ValidateSlot(verb, slot)
+}
+
+// CheckRuns checks Runs' job name and limit, which must be positive.
+func CheckRuns(verb, job string, limit int) error {
+	if err := ValidateJob(verb, job); err != nil {
+		return err
+	}
+	if limit < 1 {
+		return fmt.Errorf("%w: %s: limit must be positive, got %d", ormlock.ErrInvalidArgument, verb, limit)
+	}
+	return nil
+}
