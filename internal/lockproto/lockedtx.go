@@ -14,11 +14,12 @@ import (
 // picks the protocol (xact.go, split.go, named.go), and Commit and Rollback
 // end the transaction, then the lock.
 
-// LockedTx is a transaction begun with the lock held, for adapters that hand
-// an open transaction to their ORM instead of running a callback inside the
-// ORM's own transaction helper (entlock gives it to ent as a dialect.Tx,
-// gormlock to GORM as a session's ConnPool). Commit and Rollback end the
-// transaction and then the lock, once, on every path: on PostgreSQL the end
+// LockedTx is fn's transaction (Tx) together with the lock it was begun
+// under, for adapters that hand an open transaction to their ORM instead of
+// running a callback inside the ORM's own transaction helper (entlock gives
+// it to ent as a dialect.Tx, gormlock to GORM as a session's ConnPool).
+// Commit and Rollback end the transaction and then the lock, once, on every
+// path: on PostgreSQL the end
 // of the transaction that holds the xact lock releases it; on MySQL/MariaDB
 // RELEASE_LOCK runs after COMMIT or ROLLBACK on the same pinned connection,
 // which is destroyed if the release fails or is not confirmed.
@@ -33,21 +34,23 @@ import (
 // must call Commit or Rollback.
 type LockedTx struct {
 	// Tx is the transaction, for running statements: a *sql.Tx, or on
-	// PostgreSQL with pgx a *ConnTx (BEGIN and the lock were one message).
-	// End it through LockedTx's Commit or Rollback, never Tx's own.
-	Tx TxConn
+	// PostgreSQL with pgx a *OneMessageTx (BEGIN and the lock were one
+	// message). End it through LockedTx's Commit or Rollback, never Tx's
+	// own.
+	Tx Tx
 
 	ctx      context.Context
 	op       *Op
 	conn     *sql.Conn          // Tx's pinned connection; nil when Tx came from the pool (split)
 	txCancel context.CancelFunc // cancels Tx's own context, which bounds BEGIN, COMMIT and ROLLBACK
-	lock     *pgLockTx          // split protocol: the lock's own READ COMMITTED transaction
+	lock     *lockOnlyTx        // split protocol: the lock's own READ COMMITTED transaction
 	once     sync.Once
 }
 
-// TxConn is a transaction as the adapters use it: *sql.Tx and *ConnTx have
-// these methods, which are also GORM's ConnPool and TxCommitter.
-type TxConn interface {
+// Tx is the transaction fn's statements run in, as the adapters use it:
+// a *sql.Tx, or a *OneMessageTx (BEGIN and the lock in one message). Its
+// methods are also GORM's ConnPool and TxCommitter.
+type Tx interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
@@ -57,8 +60,8 @@ type TxConn interface {
 }
 
 var (
-	_ TxConn = (*sql.Tx)(nil)
-	_ TxConn = (*ConnTx)(nil)
+	_ Tx = (*sql.Tx)(nil)
+	_ Tx = (*OneMessageTx)(nil)
 )
 
 // BeginLocked takes o's lock and begins a transaction with opts in which the
@@ -69,7 +72,7 @@ var (
 //     BEGIN, then pg_try_advisory_xact_lock (or the bounded wait) as the
 //     transaction's first statement. Each later statement takes a fresh
 //     snapshot, so fn sees what earlier holders committed. With pgx both
-//     travel in one message and Tx is a *ConnTx (see onemsg.go), unless
+//     travel in one message and Tx is a *OneMessageTx (see onemsg.go), unless
 //     o.NeedSQLTx; other drivers get BEGIN through database/sql, then the
 //     lock.
 //   - PostgreSQL, REPEATABLE READ and SERIALIZABLE (the split protocol): the
@@ -246,7 +249,7 @@ func (t *LockedTx) end() (err error) {
 			case t.conn != nil:
 				_ = t.conn.Close()
 			}
-			// a *ConnTx gave its connection back or destroyed it as it ended
+			// a *OneMessageTx gave its connection back or destroyed it as it ended
 			t.op.EndXact(t.ctx)
 		case MySQL:
 			err = t.op.ReleaseNamed(t.ctx, t.conn)

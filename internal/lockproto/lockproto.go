@@ -222,9 +222,9 @@ func MySQLGetLock(ctx context.Context, q Querier, name string, wait time.Duratio
 	return mysqlGetLock(ctx, q, name, wait, nil)
 }
 
-// mysqlSession is what GET_LOCK's statement read of the lock connection's
-// session (mysqlGetLock).
-type mysqlSession struct {
+// mysqlLockConnVars are the lock connection's session variables that
+// GET_LOCK's statement read with the lock (mysqlGetLock).
+type mysqlLockConnVars struct {
 	autocommit     int64
 	completionType string // NO_CHAIN, CHAIN or RELEASE
 	// restoreCT: completion_type was set to 0 for a Transaction and is set
@@ -236,7 +236,7 @@ type mysqlSession struct {
 // session's @@autocommit (a fenced token's INSERT is committed explicitly
 // when it is 0: see fence.go) and @@completion_type (a Transaction sets it
 // to 0 for its transaction when it is not: see beginMySQL) into it.
-func mysqlGetLock(ctx context.Context, q Querier, name string, wait time.Duration, sess *mysqlSession) (bool, error) {
+func mysqlGetLock(ctx context.Context, q Querier, name string, wait time.Duration, sess *mysqlLockConnVars) (bool, error) {
 	var res sql.NullInt64
 	var err error
 	dest, col := []any{&res}, ""

@@ -26,8 +26,8 @@ import (
 // The key is an integer, written as a literal with strconv, never text from
 // a caller. database/sql cannot be told that a transaction is open on a
 // connection it did not begin, so the transaction is driven on the pinned
-// *sql.Conn itself (ConnTx): the caller's statements run on that connection,
-// and COMMIT and ROLLBACK are sent by ConnTx, which checks the server's
+// *sql.Conn itself (OneMessageTx): the caller's statements run on that connection,
+// and COMMIT and ROLLBACK are sent by OneMessageTx, which checks the server's
 // transaction status afterwards and destroys the connection unless it is
 // idle, outside any transaction. Other drivers (lib/pq, anything not pgx),
 // GORM's PrepareStmt (its statement cache needs a *sql.Tx) and isolation
@@ -59,15 +59,30 @@ func isPgx(conn *sql.Conn) bool {
 	return withPgConn(conn, func(*pgconn.PgConn) error { return nil }) == nil
 }
 
+// lockTxFor says what the transaction that a lock message begins is for.
+type lockTxFor uint8
+
+const (
+	// forFn is the caller's transaction, in which fn runs: on a direct
+	// connection its try-once lock is the prepared statement (prepared.go).
+	forFn lockTxFor = iota
+	// forSplit is the split protocol's lock-only transaction (split.go).
+	forSplit
+	// forSession is a Session's lock-only transaction: the message also
+	// turns transaction_timeout off and reads
+	// idle_in_transaction_session_timeout (see pgLockMessage).
+	forSession
+)
+
 // lockOneMessage begins a transaction with begin on the pinned pgx
 // connection conn (see isPgx) and takes o's lock in the same message (see
-// pgLockMessage; with stmt, a try-once lock may be the prepared statement,
-// see pgTryStmt). On success it returns the transaction, which owns conn
-// from then on, and for a Session (long) the session's
+// pgLockMessage; for fn's transaction a try-once lock may be the prepared
+// statement, see pgTryStmt). On success it returns the transaction, which
+// owns conn from then on, and for a Session the session's
 // idle_in_transaction_session_timeout; on failure conn has been given back
 // (its transaction ended: ROLLBACK confirmed by the server) or destroyed,
 // and the error is classified as AcquireXact's.
-func (o *Op) lockOneMessage(ctx context.Context, db *sql.DB, conn *sql.Conn, begin string, long, stmt bool) (*ConnTx, time.Duration, error) {
+func (o *Op) lockOneMessage(ctx context.Context, db *sql.DB, conn *sql.Conn, begin string, use lockTxFor) (*OneMessageTx, time.Duration, error) {
 	o.start = time.Now()
 	o.Emit(ctx, ormlock.EventAttempt, nil)
 	wait, bounded, err := o.budget(ctx)
@@ -79,83 +94,35 @@ func (o *Op) lockOneMessage(ctx context.Context, db *sql.DB, conn *sql.Conn, beg
 	if wait > 0 {
 		mctx, done = waitCtx(ctx)
 	}
+	long := use == forSession
 	wantIso := !strings.Contains(begin, "ISOLATION")
-	var (
-		rep    lockReply
-		status byte
-	)
+	x := &lockExchange{ctx: mctx}
 	err = withPgConn(conn, func(pc *pgconn.PgConn) error {
-		send := func(msg string, l lockLayout) error {
-			var err error
-			rep, err = readLockReply(pc.Exec(mctx, msg), l)
-			status = pc.TxStatus()
-			if err == nil && pc.IsClosed() {
-				err = errors.New("connection closed")
-			}
-			return err
-		}
-		var ps *pgSession
-		if stmt && wait == 0 && !long {
-			ps = pgSessionOf(pc)
+		x.pc = pc
+		var ps *pgConnState
+		if use == forFn && wait == 0 {
+			ps = pgConnStateOf(pc)
 		}
 		if ps == nil || (ps.known && !ps.direct) {
 			// with fencing the message reads the backend's pid, which the
 			// token's issuance checks (fence.go)
 			fence := o.Cfg.Fencing
-			err := send(pgLockMessage(begin, o.pg, wait, long, fence), lockLayout{wait: wait > 0, long: long, iso: wantIso, pid: fence})
-			o.lockPID = rep.pid
+			err := x.send(pgLockMessage(begin, o.pg, wait, long, fence), lockLayout{wait: wait > 0, long: long, iso: wantIso, pid: fence})
+			o.lockPID = x.rep.pid
 			return err
 		}
 		if !ps.known {
 			// the first lock on this connection: as text, with the pid
-			err := send(pgLockMessage(begin, o.pg, 0, false, true), lockLayout{iso: wantIso, pid: true})
+			err := x.send(pgLockMessage(begin, o.pg, 0, false, true), lockLayout{iso: wantIso, pid: true})
 			if err == nil {
-				ps.known, ps.direct = true, rep.pid != 0 && rep.pid == pc.PID()
+				ps.known, ps.direct = true, x.rep.pid != 0 && x.rep.pid == pc.PID()
 			}
-			o.lockPID = rep.pid
+			o.lockPID = x.rep.pid
 			return err
 		}
-		// direct: the backend's pid is the one the connection announced
-		o.lockPID = pc.PID()
-		i := pgTryIndex(o.pg)
-		l := lockLayout{iso: true, mark: true}
-		// ours: the answer carries the connection's mark; otherwise, on a
-		// connection still in the transaction the message began (status
-		// 'T' or 'E'), the statement of that name is not the library's
-		// (dropped by the application: DISCARD ALL, DEALLOCATE; or a
-		// foreign one): end the transaction, which ends whatever that
-		// statement took, drop it and prepare the library's
-		ours := func(err error) bool { return err == nil && rep.mark == ps.mark }
-		foreign := func() bool { return !pc.IsClosed() && (status == 'T' || status == 'E') }
-		drop := func() bool {
-			ps.prepared[i] = false
-			_, rerr := pc.Exec(mctx, "ROLLBACK; DEALLOCATE "+pgTryStmt[i].name).ReadAll()
-			return (rerr == nil || SQLState(rerr) == sqlStateNoStatement) && pc.TxStatus() == 'I'
-		}
-		if ps.prepared[i] {
-			err := send(pgTryMessage(begin, o.pg, false, ps.mark), l)
-			if ours(err) || !foreign() {
-				return err
-			}
-			if !drop() {
-				return errs.Join(errNotOurStatement, err)
-			}
-		}
-		err := send(pgTryMessage(begin, o.pg, true, ps.mark), l)
-		if err != nil && SQLState(err) == sqlStateDupStatement && status == 'E' {
-			// a statement of that name the record does not know (a
-			// PREPARE whose answer was lost, or a foreign one)
-			if !drop() {
-				return err
-			}
-			err = send(pgTryMessage(begin, o.pg, true, ps.mark), l)
-		}
-		if ours(err) {
-			ps.prepared[i] = true
-			return nil
-		}
-		return errs.Join(errNotOurStatement, err)
+		return o.lockPrepared(x, ps, begin)
 	})
+	rep, status := x.rep, x.status
 	done()
 	ok := rep.ok
 	if err != nil && wait > 0 && SQLState(err) == sqlStateLockNotAvailable {
@@ -168,7 +135,7 @@ func (o *Op) lockOneMessage(ctx context.Context, db *sql.DB, conn *sql.Conn, beg
 		err = errs.Wrap(err, "BEGIN and pg_advisory_xact_lock")
 	}
 	txCtx, txCancel := txContext(ctx)
-	tx := &ConnTx{conn: conn, db: db, ctx: txCtx, cancel: txCancel}
+	tx := &OneMessageTx{conn: conn, db: db, ctx: txCtx, cancel: txCancel}
 	if wantIso {
 		tx.snapDefault = rep.level
 	}
@@ -177,7 +144,7 @@ func (o *Op) lockOneMessage(ctx context.Context, db *sql.DB, conn *sql.Conn, beg
 	}
 	// Not acquired, or failed: end the transaction the message began. The
 	// connection goes back to the pool only when the server confirms it is
-	// outside any transaction (ConnTx.end).
+	// outside any transaction (OneMessageTx.end).
 	if status == 'I' && err == nil {
 		tx.markDone()
 		txCancel()
@@ -186,4 +153,24 @@ func (o *Op) lockOneMessage(ctx context.Context, db *sql.DB, conn *sql.Conn, beg
 		_ = withinGrace(ctx, txCancel, tx.Rollback)
 	}
 	return nil, 0, o.settle(ctx, false, bounded, err)
+}
+
+// lockExchange sends lock messages on one pgx connection, keeping the reply
+// to the last one and the transaction status after it.
+type lockExchange struct {
+	ctx    context.Context
+	pc     *pgconn.PgConn
+	rep    lockReply
+	status byte
+}
+
+// send sends msg and reads its reply, whose last row is laid out as l says.
+func (x *lockExchange) send(msg string, l lockLayout) error {
+	var err error
+	x.rep, err = readLockReply(x.pc.Exec(x.ctx, msg), l)
+	x.status = x.pc.TxStatus()
+	if err == nil && x.pc.IsClosed() {
+		err = errors.New("connection closed")
+	}
+	return err
 }

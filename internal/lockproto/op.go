@@ -25,12 +25,12 @@ type Op struct {
 	Cfg     config.Config
 	Verb    string
 	// NeedSQLTx makes BeginLocked give a *sql.Tx on PostgreSQL, never a
-	// *ConnTx (BEGIN and the lock in one message): GORM's PrepareStmt
+	// *OneMessageTx (BEGIN and the lock in one message): GORM's PrepareStmt
 	// caches statements per *sql.Tx.
 	NeedSQLTx bool
 	// SplitTx, when set, begins fn's transaction of the split protocol
 	// in place of db.BeginTx (see split.go).
-	SplitTx func(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (TxConn, error)
+	SplitTx func(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (Tx, error)
 	// Job is the RunOnce job the lock is for ("" for other verbs); events
 	// carry it, so that an observer can label them by job rather than by
 	// key, which differs per slot.
@@ -39,10 +39,10 @@ type Op struct {
 	pg    keys.PostgresKey
 	mysql string
 
-	fenceID string       // the fencing counter, when not the key's (fence.go)
-	token   int64        // the fencing token of this acquisition, once issued
-	lockPID uint32       // PostgreSQL with fencing: the pid of the backend that took the lock
-	my      mysqlSession // MySQL: the lock connection's session, read by GET_LOCK
+	fenceID string            // the fencing counter, when not the key's (fence.go)
+	token   int64             // the fencing token of this acquisition, once issued
+	lockPID uint32            // PostgreSQL with fencing: the pid of the backend that took the lock
+	my      mysqlLockConnVars // MySQL: the lock connection's session, read by GET_LOCK
 
 	start    time.Time
 	acquired time.Time
@@ -254,7 +254,7 @@ func (o *Op) AcquireNamed(ctx context.Context, q Querier) error {
 		return err
 	}
 	var ok bool
-	o.my = mysqlSession{autocommit: 1}
+	o.my = mysqlLockConnVars{autocommit: 1}
 	if wait > 0 {
 		wctx, done := waitCtx(ctx)
 		ok, err = mysqlGetLock(wctx, q, o.mysql, wait, &o.my)

@@ -67,7 +67,7 @@ func pgKeyArgs(b *strings.Builder, k keys.PostgresKey) {
 // result (true, or for the wait the empty result of a granted lock); its
 // second, for a Session, the session's idle_in_transaction_session_timeout
 // in milliseconds; then, without a level in begin, the server's default
-// level; then, with probe, the backend's pid (see pgSession).
+// level; then, with probe, the backend's pid (see pgConnState).
 func pgLockMessage(begin string, k keys.PostgresKey, wait time.Duration, long, probe bool) string {
 	var b strings.Builder
 	b.Grow(256)
@@ -157,7 +157,7 @@ type lockLayout struct {
 	long bool // idle_in_transaction_session_timeout, in milliseconds
 	iso  bool // transaction_isolation
 	pid  bool // pg_backend_pid()
-	mark bool // the prepared statement's mark (pgSession.mark)
+	mark bool // the prepared statement's mark (pgConnState.mark)
 }
 
 // lockReply is what a lock message answered.

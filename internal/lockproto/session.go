@@ -178,13 +178,13 @@ func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Contex
 func (o *Op) holdPostgres(ctx context.Context, db *sql.DB, conn *sql.Conn) (*sessionHold, error) {
 	// The lock transaction outlives ctx (database/sql rolls back a
 	// transaction whose context ends, which would drop the lock under a
-	// running fn), but BEGIN and the lock are bounded by ctx: see holdLockTx.
-	lk, err := o.holdLockTx(ctx, db, conn, true)
+	// running fn), but BEGIN and the lock are bounded by ctx: see beginLockOnly.
+	lk, err := o.beginLockOnly(ctx, db, conn, forSession)
 	if err != nil {
 		return nil, err
 	}
 	idle := lk.idle
-	if _, one := lk.tx.(*ConnTx); !one {
+	if _, one := lk.tx.(*OneMessageTx); !one {
 		idle, err = PGIdleTimeout(ctx, lk.tx)
 		if err == nil {
 			// A statement without arguments goes by the simple protocol and

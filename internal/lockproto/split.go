@@ -10,7 +10,7 @@ import (
 )
 
 // The split protocol: on PostgreSQL at REPEATABLE READ and SERIALIZABLE,
-// the lock is held by a lock-only transaction (locktx.go) and fn's
+// the lock is held by a lock-only transaction (lockonlytx.go) and fn's
 // transaction begins on a second connection once the lock is held, so that
 // its snapshot is taken after the lock.
 
@@ -25,7 +25,7 @@ func (o *Op) beginSplit(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	lk, err := o.holdLockTx(ctx, db, conn, false)
+	lk, err := o.beginLockOnly(ctx, db, conn, forSplit)
 	if err != nil {
 		return nil, err
 	}
@@ -61,8 +61,8 @@ func (o *Op) beginSplit(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*
 // db.BeginTx, or Op.SplitTx when the adapter needs a hold of the
 // transaction's connection (pgxlock hands fn a pgx.Tx on it). A
 // transaction that must be given up after a successful begin is rolled
-// back by the caller through TxConn.Rollback.
-func (o *Op) beginSplitTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (TxConn, error) {
+// back by the caller through Tx.Rollback.
+func (o *Op) beginSplitTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (Tx, error) {
 	if o.SplitTx != nil {
 		return o.SplitTx(ctx, db, opts)
 	}
@@ -76,7 +76,7 @@ func (o *Op) beginSplitTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions) 
 // dropSplitTx gives up a transaction of Op.SplitTx that database/sql is
 // rolling back already (its context ended as BEGIN returned), so that the
 // adapter frees what it holds with it (a pinned connection).
-func (o *Op) dropSplitTx(tx TxConn) {
+func (o *Op) dropSplitTx(tx Tx) {
 	if o.SplitTx != nil && tx != nil {
 		_ = tx.Rollback()
 	}

@@ -34,7 +34,7 @@ func (o *Op) beginInline(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (
 		return nil, err
 	}
 	if begin, ok := pgBegin(opts); ok && !o.NeedSQLTx && isPgx(conn) {
-		ct, _, err := o.lockOneMessage(ctx, db, conn, begin, false, true)
+		ct, _, err := o.lockOneMessage(ctx, db, conn, begin, forFn)
 		if err != nil {
 			return nil, err
 		}

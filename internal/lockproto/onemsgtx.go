@@ -12,7 +12,7 @@ import (
 // The transaction of a one-message BEGIN (onemsg.go), which database/sql
 // does not know about, driven on its pinned connection.
 
-// ConnTx is a PostgreSQL transaction begun on a pinned connection by a
+// OneMessageTx is a PostgreSQL transaction begun on a pinned connection by a
 // message of the protocol's own (BEGIN and the lock together), which
 // database/sql does not know about. Statements run on the connection;
 // Commit and Rollback send COMMIT or ROLLBACK, bounded by the transaction's
@@ -24,7 +24,7 @@ import (
 // It is what GORM sees as the transaction's ConnPool (a gorm.TxCommitter,
 // so GORM and dbresolver treat it as a transaction: nested calls use
 // savepoints) and what ent's dialect.Tx runs statements on.
-type ConnTx struct {
+type OneMessageTx struct {
 	conn   *sql.Conn
 	db     *sql.DB
 	ctx    context.Context // the transaction's own context: bounds COMMIT and ROLLBACK
@@ -39,7 +39,7 @@ type ConnTx struct {
 	done bool
 }
 
-func (t *ConnTx) markDone() bool {
+func (t *OneMessageTx) markDone() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	was := t.done
@@ -47,7 +47,7 @@ func (t *ConnTx) markDone() bool {
 	return was
 }
 
-func (t *ConnTx) ended() bool {
+func (t *OneMessageTx) ended() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.done
@@ -58,7 +58,7 @@ func (t *ConnTx) ended() bool {
 // reach pgx, which answers it with driver.ErrBadConn (nothing was sent),
 // upon which database/sql closes the connection under the open transaction:
 // its lock would then be freed only when the server notices.
-func (t *ConnTx) usable(ctx context.Context) error {
+func (t *OneMessageTx) usable(ctx context.Context) error {
 	if t.ended() {
 		return sql.ErrTxDone
 	}
@@ -66,7 +66,7 @@ func (t *ConnTx) usable(ctx context.Context) error {
 }
 
 // ExecContext runs a statement in the transaction.
-func (t *ConnTx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+func (t *OneMessageTx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	if err := t.usable(ctx); err != nil {
 		return nil, err
 	}
@@ -74,7 +74,7 @@ func (t *ConnTx) ExecContext(ctx context.Context, query string, args ...any) (sq
 }
 
 // QueryContext runs a query in the transaction.
-func (t *ConnTx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+func (t *OneMessageTx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
 	if err := t.usable(ctx); err != nil {
 		return nil, err
 	}
@@ -83,7 +83,7 @@ func (t *ConnTx) QueryContext(ctx context.Context, query string, args ...any) (*
 
 // QueryRowContext runs a query that returns at most one row in the
 // transaction.
-func (t *ConnTx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+func (t *OneMessageTx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
 	if ctx.Err() != nil {
 		// the pool checks ctx before it takes a connection: a row that
 		// carries ctx's error, without touching any connection
@@ -94,7 +94,7 @@ func (t *ConnTx) QueryRowContext(ctx context.Context, query string, args ...any)
 
 // PrepareContext prepares a statement on the transaction's connection; it
 // is valid until the transaction ends.
-func (t *ConnTx) PrepareContext(ctx context.Context, query string) (*sql.Stmt, error) {
+func (t *OneMessageTx) PrepareContext(ctx context.Context, query string) (*sql.Stmt, error) {
 	if err := t.usable(ctx); err != nil {
 		return nil, err
 	}
@@ -102,16 +102,16 @@ func (t *ConnTx) PrepareContext(ctx context.Context, query string) (*sql.Stmt, e
 }
 
 // GetDBConn returns the pool the connection came from (GORM's DB()).
-func (t *ConnTx) GetDBConn() (*sql.DB, error) { return t.db, nil }
+func (t *OneMessageTx) GetDBConn() (*sql.DB, error) { return t.db, nil }
 
 // Commit sends COMMIT. A transaction the server had aborted answers COMMIT
 // with ROLLBACK: that is pgx's ErrTxCommitRollback, as from a *sql.Tx.
-func (t *ConnTx) Commit() error { return t.end("COMMIT") }
+func (t *OneMessageTx) Commit() error { return t.end("COMMIT") }
 
 // Rollback sends ROLLBACK.
-func (t *ConnTx) Rollback() error { return t.end("ROLLBACK") }
+func (t *OneMessageTx) Rollback() error { return t.end("ROLLBACK") }
 
-func (t *ConnTx) end(stmt string) error {
+func (t *OneMessageTx) end(stmt string) error {
 	if t.markDone() {
 		return sql.ErrTxDone
 	}
