@@ -28,7 +28,7 @@ import (
 // caller's fn runs, so that the lock is held until the caller ends the
 // transaction (database/sql would roll back a ctx-bound transaction,
 // dropping a PostgreSQL lock, while fn may still be running). Every wait of
-// the protocol itself is bounded by ctx (see the package doc, Deadlines).
+// the protocol itself is bounded by ctx (the rules: deadline.go).
 // Once ctx has ended, Commit rolls back instead and returns ctx's error, as
 // database/sql does for a transaction bound to ctx. Either way the caller
 // must call Commit or Rollback.

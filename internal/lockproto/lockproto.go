@@ -1,14 +1,3 @@
-// Package lockproto is ormlock's lock protocol, written once: acquire and
-// release per dialect on a pinned *sql.Conn or an open transaction. It is the
-// only place where lock SQL text lives; the adapters (gormlock, entlock) and
-// the flows in this package call these functions.
-//
-// What the protocol does on each server, and its promises on isolation
-// levels (BeginLocked's two-connection path above READ COMMITTED on
-// PostgreSQL), deadlines (transactions detached from the caller's
-// cancellation, every wait still bounded by it), cancellation, nesting and
-// pool sizing, is written once in docs/PROTOCOL.md; the comments here name
-// the mechanism, not the promise.
 package lockproto
 
 import (
