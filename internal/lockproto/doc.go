@@ -27,17 +27,18 @@
 //     message (its text and reply parser: pgmessage.go; on a direct
 //     connection, the prepared statement: prepared.go) and returns a
 //     OneMessageTx (onemsgtx.go); with other drivers, BEGIN, then op.go's
-//     acquireXact (the SQL: lockproto.go's PGTryXact and PGWaitXact).
+//     acquireXact (the SQL: pgxact.go's PGTryXact and PGWaitXact).
 //  4. split.go, PostgreSQL at REPEATABLE READ and SERIALIZABLE: the lock in
 //     a lock-only transaction (lockonlytx.go), then fn's transaction on a
 //     second connection.
-//  5. named.go, MySQL/MariaDB: GET_LOCK on a pinned connection (op.go's
-//     AcquireNamed), then the transaction on that same connection.
+//  5. pinned.go, MySQL/MariaDB: GET_LOCK on a pinned connection (op.go's
+//     AcquireNamed; the SQL: mysqlnamed.go), then the transaction on that
+//     same connection.
 //  6. fence.go: with WithFencing, IssueToken issues the token once the lock
 //     is held. The adapter then runs fn in LockedTx.Tx.
 //  7. lockedtx.go: LockedTx.Commit (or Rollback) ends the transaction, then
 //     the lock (end: a PostgreSQL xact lock ends with its transaction;
-//     named.go's ReleaseNamed on MySQL/MariaDB; lost.go tells a lost lock
+//     pinned.go's ReleaseNamed on MySQL/MariaDB; lost.go tells a lost lock
 //     by a connection that went away).
 //
 // Every wait on that path (a connection, BEGIN, the lock, COMMIT, the

@@ -11,7 +11,7 @@ import (
 )
 
 // The locked transaction that a Transaction hands to its adapter: BeginLocked
-// picks the protocol (xact.go, split.go, named.go), and Commit and Rollback
+// picks the protocol (xact.go, split.go, pinned.go), and Commit and Rollback
 // end the transaction, then the lock.
 
 // LockedTx is fn's transaction (Tx) together with the lock it was begun
