@@ -22,9 +22,14 @@ type pastDeadline struct{ context.Context }
 
 func (pastDeadline) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
 
-func TestBudget(t *testing.T) {
-	cancelled, cancel := context.WithCancel(context.Background())
+// cancelled is a context that has been cancelled.
+var cancelled = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
+	return ctx
+}()
+
+func TestBudget(t *testing.T) {
 	for _, c := range []struct {
 		name        string
 		wait        time.Duration
@@ -73,8 +78,6 @@ func deadlineIn(d time.Duration) func(t *testing.T) context.Context {
 }
 
 func TestCtxErr(t *testing.T) {
-	cancelled, cancel := context.WithCancel(context.Background())
-	cancel()
 	for _, c := range []struct {
 		name string
 		ctx  context.Context

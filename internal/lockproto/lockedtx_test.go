@@ -45,6 +45,19 @@ func protocolCases(k testdb.Kind) []protocolCase {
 	}
 }
 
+// twoPoolsAndTable opens two pools of k, checked for leaks at the end, and
+// creates the test's table (prefix), with one int column v.
+func twoPoolsAndTable(t *testing.T, k testdb.Kind, prefix string) (db, other *sql.DB, table string) {
+	t.Helper()
+	db, other = testdb.Open(t, k), testdb.Open(t, k)
+	t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db, other) })
+	table = testdb.Table(t, k, prefix)
+	if _, err := db.ExecContext(context.Background(), "CREATE TABLE "+table+" (v int)"); err != nil {
+		t.Fatal(err)
+	}
+	return db, other, table
+}
+
 func newOp(t *testing.T, k testdb.Kind, key ormlock.Key, opts ...ormlock.Option) *lockproto.Op {
 	t.Helper()
 	d, err := lockproto.DialectOf(k.Dialect())
@@ -63,13 +76,7 @@ func newOp(t *testing.T, k testdb.Kind, key ormlock.Key, opts ...ormlock.Option)
 func TestBeginLockedProtocols(t *testing.T) {
 	ctx := context.Background()
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db := testdb.Open(t, k)
-		other := testdb.Open(t, k)
-		t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db, other) })
-		table := testdb.Table(t, k, "protocols")
-		if _, err := db.ExecContext(ctx, "CREATE TABLE "+table+" (v int)"); err != nil {
-			t.Fatal(err)
-		}
+		db, other, table := twoPoolsAndTable(t, k, "protocols")
 		for i, c := range protocolCases(k) {
 			t.Run(c.name, func(t *testing.T) {
 				key := ormlock.Name(t.Name())
@@ -154,13 +161,7 @@ func TestBeginLockedProtocols(t *testing.T) {
 func TestBeginLockedSeesEarlierHolder(t *testing.T) {
 	ctx := context.Background()
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db := testdb.Open(t, k)
-		other := testdb.Open(t, k)
-		t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db, other) })
-		table := testdb.Table(t, k, "earlier")
-		if _, err := db.ExecContext(ctx, "CREATE TABLE "+table+" (v int)"); err != nil {
-			t.Fatal(err)
-		}
+		db, other, table := twoPoolsAndTable(t, k, "earlier")
 		for i, c := range protocolCases(k) {
 			t.Run(c.name, func(t *testing.T) {
 				key := ormlock.Name(t.Name())
@@ -238,12 +239,7 @@ func TestSplitCommitConfirmsLock(t *testing.T) {
 	ctx := context.Background()
 	for _, k := range []testdb.Kind{testdb.Postgres, testdb.PgBouncer} {
 		t.Run(string(k), func(t *testing.T) {
-			db := testdb.Open(t, k)
-			t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
-			table := testdb.Table(t, k, "split_lost")
-			if _, err := db.ExecContext(ctx, "CREATE TABLE "+table+" (v int)"); err != nil {
-				t.Fatal(err)
-			}
+			db, _, table := twoPoolsAndTable(t, k, "split_lost")
 			op := newOp(t, k, ormlock.Name(t.Name()))
 			lt, err := op.BeginLocked(ctx, db, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
 			if err != nil {
