@@ -125,30 +125,24 @@ func TestBeginLockedProtocols(t *testing.T) {
 					return n
 				}
 
-				rolled, committed := 2*i+1, 2*i+2
-				lt := begin()
-				if _, err := lt.Tx.ExecContext(ctx, "INSERT INTO "+table+" (v) VALUES ("+strconv.Itoa(rolled)+")"); err != nil {
-					t.Fatal(err)
+				for j, end := range []struct {
+					name string
+					f    func(*lockproto.LockedTx) error
+					rows int // fn's row after the end
+				}{{"Rollback", (*lockproto.LockedTx).Rollback, 0}, {"Commit", (*lockproto.LockedTx).Commit, 1}} {
+					v := 2*i + j
+					lt := begin()
+					if _, err := lt.Tx.ExecContext(ctx, "INSERT INTO "+table+" (v) VALUES ("+strconv.Itoa(v)+")"); err != nil {
+						t.Fatal(err)
+					}
+					if err := end.f(lt); err != nil {
+						t.Fatalf("%s: %v", end.name, err)
+					}
+					if n := count(v); n != end.rows {
+						t.Fatalf("after %s: %d of fn's rows, want %d", end.name, n, end.rows)
+					}
+					free()
 				}
-				if err := lt.Rollback(); err != nil {
-					t.Fatalf("Rollback: %v", err)
-				}
-				if n := count(rolled); n != 0 {
-					t.Fatalf("a rolled back row is there (%d)", n)
-				}
-				free()
-
-				lt = begin()
-				if _, err := lt.Tx.ExecContext(ctx, "INSERT INTO "+table+" (v) VALUES ("+strconv.Itoa(committed)+")"); err != nil {
-					t.Fatal(err)
-				}
-				if err := lt.Commit(); err != nil {
-					t.Fatalf("Commit: %v", err)
-				}
-				if n := count(committed); n != 1 {
-					t.Fatalf("the committed row is not there (%d)", n)
-				}
-				free()
 			})
 		}
 	})
