@@ -33,34 +33,61 @@ func (o *Op) beginInline(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (
 	if err != nil {
 		return nil, err
 	}
+	var (
+		lt   *LockedTx
+		snap sql.IsolationLevel
+	)
 	if begin, ok := pgBegin(opts); ok && !o.NeedSQLTx && isPgx(conn) {
-		ct, _, err := o.lockOneMessage(ctx, db, conn, begin, forFn)
-		if err != nil {
-			return nil, err
-		}
-		lt := &LockedTx{Tx: ct, ctx: ctx, op: o, txCancel: ct.cancel}
-		if level := ct.snapDefault; level != sql.LevelDefault {
-			// No level was asked for, and the server's default takes its
-			// snapshot once: the lock statement just took it, before the
-			// lock. Give the lock back and take the split protocol's path
-			// at that level, explicitly.
-			_ = lt.Rollback()
-			split := &sql.TxOptions{Isolation: level}
-			if opts != nil {
-				split.ReadOnly = opts.ReadOnly
-			}
-			return o.beginSplit(ctx, db, split)
-		}
-		if err := o.IssueToken(ctx, db); err != nil { // fencing: committed on the pool
-			_ = lt.Rollback()
-			return nil, err
-		}
-		return lt, nil
+		lt, snap, err = o.beginOneMessage(ctx, db, conn, begin)
+	} else {
+		lt, snap, err = o.beginThenLock(ctx, conn, opts)
 	}
+	if err != nil {
+		return nil, err
+	}
+	if snap != sql.LevelDefault {
+		// No level was asked for, and the server's default takes its
+		// snapshot once: the lock statement took it, before the lock, and
+		// the transaction (with the lock) was given back. Take the split
+		// protocol's path at that level, explicitly.
+		split := &sql.TxOptions{Isolation: snap}
+		if opts != nil {
+			split.ReadOnly = opts.ReadOnly
+		}
+		return o.beginSplit(ctx, db, split)
+	}
+	if err := o.IssueToken(ctx, db); err != nil { // fencing: committed on the pool
+		_ = lt.Rollback()
+		return nil, err
+	}
+	return lt, nil
+}
+
+// beginOneMessage begins the transaction and takes the lock in one message
+// on the pgx connection conn (onemsg.go). When the server's default level,
+// which BEGIN did not name, takes its snapshot once, the transaction has
+// been given back and that level is returned instead (see beginInline).
+func (o *Op) beginOneMessage(ctx context.Context, db *sql.DB, conn *sql.Conn, begin string) (*LockedTx, sql.IsolationLevel, error) {
+	ct, _, err := o.lockOneMessage(ctx, db, conn, begin, forFn)
+	if err != nil {
+		return nil, sql.LevelDefault, err
+	}
+	lt := &LockedTx{Tx: ct, ctx: ctx, op: o, txCancel: ct.cancel}
+	if level := ct.snapDefault; level != sql.LevelDefault {
+		_ = lt.Rollback()
+		return nil, level, nil
+	}
+	return lt, sql.LevelDefault, nil
+}
+
+// beginThenLock begins the transaction through database/sql, then takes
+// the lock as its first statement; the snapshot level is returned as
+// beginOneMessage does.
+func (o *Op) beginThenLock(ctx context.Context, conn *sql.Conn, opts *sql.TxOptions) (*LockedTx, sql.IsolationLevel, error) {
 	tx, txCancel, err := o.beginOn(ctx, conn, opts)
 	if err != nil {
 		Destroy(conn)
-		return nil, err
+		return nil, sql.LevelDefault, err
 	}
 	// No level asked for: the lock's statement reads the server's default,
 	// which may take the snapshot once (as the one-message path does).
@@ -71,33 +98,23 @@ func (o *Op) beginInline(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (
 	if err := o.acquireXact(ctx, tx, iso); err != nil {
 		if errors.Is(err, errSnapshotTaken) {
 			// the snapshot predates the lock: give the transaction (and
-			// the lock, if it was taken) back, and take the split
-			// protocol's path at that level, explicitly
+			// the lock, if it was taken) back
 			if withinGrace(ctx, txCancel, tx.Rollback) != nil {
 				Destroy(conn)
 			} else {
 				_ = conn.Close()
 			}
 			level, _ := snapshotLevel(*iso)
-			split := &sql.TxOptions{Isolation: level}
-			if opts != nil {
-				split.ReadOnly = opts.ReadOnly
-			}
-			return o.beginSplit(ctx, db, split)
+			return nil, level, nil
 		}
 		if withinGrace(ctx, txCancel, tx.Rollback) != nil || !cleanNotAcquired(err) {
 			Destroy(conn)
 		} else {
 			_ = conn.Close()
 		}
-		return nil, err
+		return nil, sql.LevelDefault, err
 	}
-	lt := &LockedTx{Tx: tx, ctx: ctx, op: o, conn: conn, txCancel: txCancel}
-	if err := o.IssueToken(ctx, db); err != nil { // fencing: committed on the pool
-		_ = lt.Rollback()
-		return nil, err
-	}
-	return lt, nil
+	return &LockedTx{Tx: tx, ctx: ctx, op: o, conn: conn, txCancel: txCancel}, sql.LevelDefault, nil
 }
 
 // beginOn begins a transaction on conn whose context outlives ctx, with the
