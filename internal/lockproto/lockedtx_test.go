@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -273,5 +274,48 @@ func TestSplitRefusesPoolOfOne(t *testing.T) {
 	}
 	if !testdb.RawFree(t, k, "", t.Name()) {
 		t.Fatal("the refused call left the lock held")
+	}
+}
+
+// A pool whose server default isolation takes its snapshot once, with no
+// level asked for: the lock statement reads the level, gives the
+// transaction back and takes the split protocol at that level, on the
+// one-message path and on BEGIN-then-lock alike. Directly on PostgreSQL
+// only: PgBouncer refuses the start-up parameter.
+func TestBeginLockedServerDefaultIsolation(t *testing.T) {
+	ctx := context.Background()
+	k := testdb.Postgres
+	dsn := testdb.DSN(t, k)
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	db, err := sql.Open("pgx", dsn+sep+"default_transaction_isolation=repeatable%20read")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := testdb.Open(t, k)
+	t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db, other); _ = db.Close() })
+	for _, needSQLTx := range []bool{false, true} {
+		key := ormlock.Name(t.Name() + strconv.FormatBool(needSQLTx))
+		op := newOp(t, k, key)
+		op.NeedSQLTx = needSQLTx
+		lt, err := op.BeginLocked(ctx, db, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := lt.Tx.(*sql.Tx); !ok {
+			t.Errorf("Tx is %T, want the split protocol's *sql.Tx", lt.Tx)
+		}
+		var level string
+		if err := lt.Tx.QueryRowContext(ctx, "SELECT current_setting('transaction_isolation')").Scan(&level); err != nil || level != "repeatable read" {
+			t.Errorf("fn's transaction runs at %q (%v), want repeatable read", level, err)
+		}
+		if _, err := newOp(t, k, key).BeginLocked(ctx, other, nil); !errors.Is(err, ormlock.ErrNotAcquired) {
+			t.Errorf("second holder: %v, want ErrNotAcquired", err)
+		}
+		if err := lt.Commit(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
