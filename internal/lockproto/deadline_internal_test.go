@@ -257,3 +257,19 @@ func TestReleaseCtx(t *testing.T) {
 		t.Fatalf("releaseWithin: %v, want the release cut", err)
 	}
 }
+
+// A statement on a shared lock connection is bounded by two keepalive
+// intervals, never under 2 s.
+func TestSharedTryTimeout(t *testing.T) {
+	for keepalive, want := range map[time.Duration]time.Duration{
+		0:                       2 * time.Second,
+		100 * time.Millisecond:  2 * time.Second,
+		time.Second:             2 * time.Second,
+		1500 * time.Millisecond: 3 * time.Second,
+		time.Minute:             2 * time.Minute,
+	} {
+		if got := sharedTryTimeout(keepalive); got != want {
+			t.Errorf("sharedTryTimeout(%v) = %v, want %v", keepalive, got, want)
+		}
+	}
+}
