@@ -19,10 +19,10 @@ import (
 // running a callback inside the ORM's own transaction helper (entlock gives
 // it to ent as a dialect.Tx, gormlock to GORM as a session's ConnPool).
 // Commit and Rollback end the transaction and then the lock, once, on every
-// path: on PostgreSQL the end
-// of the transaction that holds the xact lock releases it; on MySQL/MariaDB
-// RELEASE_LOCK runs after COMMIT or ROLLBACK on the same pinned connection,
-// which is destroyed if the release fails or is not confirmed.
+// path: on PostgreSQL the end of the transaction that holds the xact lock
+// releases it; on MySQL/MariaDB RELEASE_LOCK runs after COMMIT or ROLLBACK
+// on the same pinned connection, which is destroyed if the release fails or
+// is not confirmed.
 //
 // The transaction carries ctx's values but not its cancellation while the
 // caller's fn runs, so that the lock is held until the caller ends the

@@ -26,10 +26,10 @@ import (
 // The key is an integer, written as a literal with strconv, never text from
 // a caller. database/sql cannot be told that a transaction is open on a
 // connection it did not begin, so the transaction is driven on the pinned
-// *sql.Conn itself (OneMessageTx): the caller's statements run on that connection,
-// and COMMIT and ROLLBACK are sent by OneMessageTx, which checks the server's
-// transaction status afterwards and destroys the connection unless it is
-// idle, outside any transaction. Other drivers (lib/pq, anything not pgx),
+// *sql.Conn itself (OneMessageTx, onemsgtx.go): the caller's statements run
+// on that connection, and COMMIT and ROLLBACK are sent by OneMessageTx,
+// which checks the server's transaction status afterwards and destroys the
+// connection unless it is idle, outside any transaction. Other drivers (lib/pq, anything not pgx),
 // GORM's PrepareStmt (its statement cache needs a *sql.Tx) and isolation
 // levels database/sql's pgx driver would refuse take the two-message path
 // (BEGIN through database/sql, then the lock).
