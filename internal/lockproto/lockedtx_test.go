@@ -285,17 +285,9 @@ func TestSplitRefusesPoolOfOne(t *testing.T) {
 func TestBeginLockedServerDefaultIsolation(t *testing.T) {
 	ctx := context.Background()
 	k := testdb.Postgres
-	dsn := testdb.DSN(t, k)
-	sep := "?"
-	if strings.Contains(dsn, "?") {
-		sep = "&"
-	}
-	db, err := sql.Open("pgx", dsn+sep+"default_transaction_isolation=repeatable%20read")
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := openWithParam(t, k, "default_transaction_isolation=repeatable%20read")
 	other := testdb.Open(t, k)
-	t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db, other); _ = db.Close() })
+	t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db, other) })
 	for _, needSQLTx := range []bool{false, true} {
 		key := ormlock.Name(t.Name() + strconv.FormatBool(needSQLTx))
 		op := newOp(t, k, key)
@@ -318,4 +310,22 @@ func TestBeginLockedServerDefaultIsolation(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// openWithParam opens a pgx pool on k whose connections start with the
+// run-time parameter param ("name=value", URL-escaped), closed when the
+// test ends. Directly on PostgreSQL: PgBouncer refuses such parameters.
+func openWithParam(t *testing.T, k testdb.Kind, param string) *sql.DB {
+	t.Helper()
+	dsn := testdb.DSN(t, k)
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	db, err := sql.Open("pgx", dsn+sep+param)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db
 }
