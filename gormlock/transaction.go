@@ -161,7 +161,7 @@ func (c *call) transaction(fn func(tx *gorm.DB) error) error {
 // Begin builds one: same statement settings, the caller's context, and the
 // prepared-statement wrapper when db uses PrepareStmt (the lock statements
 // themselves ran on tx directly, never prepared).
-func (c *call) session(tx lockproto.TxConn) *gorm.DB {
+func (c *call) session(tx lockproto.Tx) *gorm.DB {
 	s := c.db.Session(&gorm.Session{Context: c.op.TokenContext(c.ctx)})
 	var pool gorm.ConnPool = tx
 	if p, ok := s.Statement.ConnPool.(*gorm.PreparedStmtDB); ok {

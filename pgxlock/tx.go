@@ -175,7 +175,7 @@ func (b errBatch) Tx() pgx.Tx                       { return nil }
 // splitTx begins fn's transaction of the split protocol (REPEATABLE READ,
 // SERIALIZABLE) on a connection pinned here, whose pgx connection fn then
 // works on; the connection goes back when the transaction ends.
-func splitTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (lockproto.TxConn, error) {
+func splitTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (lockproto.Tx, error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return nil, err

@@ -36,7 +36,7 @@ type Pool struct {
 	NeedSQLTx bool
 	// SplitTx, when set, begins fn's transaction of the split protocol
 	// (see lockproto.Op.SplitTx).
-	SplitTx func(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (lockproto.TxConn, error)
+	SplitTx func(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (lockproto.Tx, error)
 }
 
 // Check validates what every verb is given: a context, a pool (poolType

@@ -41,8 +41,8 @@ func TestOneMessageKeys(t *testing.T) {
 					if err != nil {
 						t.Fatalf("%v wait %v: %v", key, wait, err)
 					}
-					if _, ok := lt.Tx.(*lockproto.ConnTx); !ok {
-						t.Fatalf("Tx is %T, want the one-message *lockproto.ConnTx", lt.Tx)
+					if _, ok := lt.Tx.(*lockproto.OneMessageTx); !ok {
+						t.Fatalf("Tx is %T, want the one-message *lockproto.OneMessageTx", lt.Tx)
 					}
 					// the hand-written, extended-protocol try on the same key loses
 					tx, err := other.BeginTx(ctx, nil)
@@ -70,10 +70,10 @@ func TestOneMessageKeys(t *testing.T) {
 	}
 }
 
-// ConnTx ends like a *sql.Tx: after Commit, statements fail with
+// OneMessageTx ends like a *sql.Tx: after Commit, statements fail with
 // sql.ErrTxDone and a second Commit or Rollback too; a statement on an
 // ended context fails without reaching the connection, which stays usable.
-func TestConnTxEnd(t *testing.T) {
+func TestOneMessageTxEnd(t *testing.T) {
 	ctx := context.Background()
 	db := testdb.Open(t, testdb.Postgres)
 	t.Cleanup(func() { testdb.AssertNoLeaks(t, testdb.Postgres, db) })

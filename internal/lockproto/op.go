@@ -25,12 +25,12 @@ type Op struct {
 	Cfg     config.Config
 	Verb    string
 	// NeedSQLTx makes BeginLocked give a *sql.Tx on PostgreSQL, never a
-	// *ConnTx (BEGIN and the lock in one message): GORM's PrepareStmt
+	// *OneMessageTx (BEGIN and the lock in one message): GORM's PrepareStmt
 	// caches statements per *sql.Tx.
 	NeedSQLTx bool
 	// SplitTx, when set, begins fn's transaction of the split protocol
-	// in place of db.BeginTx (see splittx.go).
-	SplitTx func(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (TxConn, error)
+	// in place of db.BeginTx (see split.go).
+	SplitTx func(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (Tx, error)
 	// Job is the RunOnce job the lock is for ("" for other verbs); events
 	// carry it, so that an observer can label them by job rather than by
 	// key, which differs per slot.
@@ -39,10 +39,10 @@ type Op struct {
 	pg    keys.PostgresKey
 	mysql string
 
-	fenceID string       // the fencing counter, when not the key's (fence.go)
-	token   int64        // the fencing token of this acquisition, once issued
-	lockPID uint32       // PostgreSQL with fencing: the pid of the backend that took the lock
-	my      mysqlSession // MySQL: the lock connection's session, read by GET_LOCK
+	fenceID string            // the fencing counter, when not the key's (fence.go)
+	token   int64             // the fencing token of this acquisition, once issued
+	lockPID uint32            // PostgreSQL with fencing: the pid of the backend that took the lock
+	my      mysqlLockConnVars // MySQL: the lock connection's session, read by GET_LOCK
 
 	start    time.Time
 	acquired time.Time
@@ -122,27 +122,6 @@ func (o *Op) observerPanic(ctx context.Context, e ormlock.Event, p any) {
 	)
 }
 
-// budget returns how long to wait for the lock: the configured wait, cut
-// short by the context's deadline (bounded reports whether it was). A context
-// that has already ended yields an error.
-func (o *Op) budget(ctx context.Context) (wait time.Duration, bounded bool, err error) {
-	if err := ctx.Err(); err != nil {
-		return 0, false, o.notAcquired(ctx, err)
-	}
-	wait = o.Cfg.Wait
-	if wait > 0 {
-		if dl, ok := ctx.Deadline(); ok {
-			if left := time.Until(dl); left < wait {
-				if left <= 0 {
-					return 0, false, o.notAcquired(ctx, context.DeadlineExceeded)
-				}
-				wait, bounded = left, true
-			}
-		}
-	}
-	return wait, bounded, nil
-}
-
 // attempted makes sure that an outcome reported before the lock call (no
 // connection, no transaction) follows an EventAttempt and has a clock, so an
 // observer always sees attempt, then not_acquired, with a Wait measured from
@@ -193,20 +172,6 @@ func (o *Op) failed(ctx context.Context, err error) error {
 	o.attempted(ctx)
 	o.Emit(ctx, ormlock.EventNotAcquired, err)
 	return err
-}
-
-// ctxErr is ctx.Err(), or context.DeadlineExceeded when ctx's deadline has
-// passed but its timer has not fired yet: a driver that dialed with that
-// deadline (net.Dialer) reports "i/o timeout" a moment before ctx.Err() is
-// set, and that timeout is the deadline's.
-func ctxErr(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
-		return context.DeadlineExceeded
-	}
-	return nil
 }
 
 // AcquireXact takes the PostgreSQL transaction-level lock on the open
@@ -289,7 +254,7 @@ func (o *Op) AcquireNamed(ctx context.Context, q Querier) error {
 		return err
 	}
 	var ok bool
-	o.my = mysqlSession{autocommit: 1}
+	o.my = mysqlLockConnVars{autocommit: 1}
 	if wait > 0 {
 		wctx, done := waitCtx(ctx)
 		ok, err = mysqlGetLock(wctx, q, o.mysql, wait, &o.my)
@@ -298,39 +263,4 @@ func (o *Op) AcquireNamed(ctx context.Context, q Querier) error {
 		ok, err = mysqlGetLock(ctx, q, o.mysql, 0, &o.my)
 	}
 	return o.settle(ctx, ok, bounded, err)
-}
-
-// deadlineGrace is how long a lock wait may outlive the caller's deadline
-// before its statement is cancelled after all (a server that stopped
-// answering).
-const deadlineGrace = 2 * time.Second
-
-// waitCtx returns the context for a lock statement that waits. The server
-// bounds the wait itself (lock_timeout or GET_LOCK's timeout, already cut to
-// the caller's deadline), so the statement is not also cut by that deadline:
-// the driver would close the connection while the server-side waiter lived
-// on and could take the lock after all, for a moment, for nobody. An explicit
-// cancellation still interrupts the statement at once; a deadline only after
-// deadlineGrace.
-//
-// A context that is never cancelled (Done returns nil, as for
-// context.Background) is returned as it is: it has nothing to detach from,
-// and a cancellable copy would only make the driver watch it (go-sql-driver
-// hands every statement on a cancellable context to a watcher goroutine).
-func waitCtx(ctx context.Context) (context.Context, func()) {
-	if ctx.Done() == nil {
-		return ctx, func() {}
-	}
-	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stop := context.AfterFunc(ctx, func() {
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			time.AfterFunc(deadlineGrace, cancel) // a no-op once done ran
-			return
-		}
-		cancel()
-	})
-	return wctx, func() {
-		stop()
-		cancel()
-	}
 }

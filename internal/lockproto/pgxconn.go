@@ -25,7 +25,7 @@ func PgxConnOf(conn *sql.Conn) (*pgx.Conn, error) {
 
 // PgxConn returns the pgx connection the transaction runs on, for an
 // adapter that hands fn pgx's own API on it (pgxlock): the connection of a
-// *ConnTx or of the pinned connection under a *sql.Tx. A transaction whose
+// *OneMessageTx or of the pinned connection under a *sql.Tx. A transaction whose
 // connection the protocol does not hold (the split protocol's, begun by
 // db.BeginTx or Op.SplitTx) gives an error: the adapter knows it itself.
 func (t *LockedTx) PgxConn() (*pgx.Conn, error) {
@@ -33,7 +33,7 @@ func (t *LockedTx) PgxConn() (*pgx.Conn, error) {
 	case t.conn != nil:
 		return PgxConnOf(t.conn)
 	case t.Tx != nil:
-		if ct, ok := t.Tx.(*ConnTx); ok {
+		if ct, ok := t.Tx.(*OneMessageTx); ok {
 			return PgxConnOf(ct.conn)
 		}
 	}

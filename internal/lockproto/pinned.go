@@ -4,46 +4,50 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"time"
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/errs"
 )
 
-// releaseTimeout bounds a release that runs detached from the caller's
-// context, so that a hung server cannot hang the caller; a release that
-// times out destroys the connection instead.
-const releaseTimeout = 15 * time.Second
+// MySQL/MariaDB: the named lock (GET_LOCK) on a pinned connection, and a
+// Transaction's transaction on that same connection.
 
-// releaseCtx is the context of a release: never the caller's (possibly
-// cancelled) context, but its values, bounded by releaseTimeout.
-func releaseCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-}
-
-// releaseWithin runs release with a release context (releaseCtx) that is
-// also cut endGrace after ctx ends: a healthy server answers a release in
-// milliseconds, and one that stopped answering cannot hold the caller
-// longer than that past its deadline. A release cut short fails, and its
-// caller destroys the connection, which frees the lock with it.
-func releaseWithin(ctx context.Context, release func(rctx context.Context) error) error {
-	rctx, rcancel := releaseCtx(ctx)
-	defer rcancel()
-	return withinGrace(ctx, rcancel, func() error { return release(rctx) })
-}
-
-// txReleaseCtx is the context of the release that follows a Transaction's
-// COMMIT or ROLLBACK on the same connection: releaseCtx, except that a
-// caller whose context can never end (context.Background) gets it unchanged
-// and no bound, like every statement of its transaction had. A cancellable
-// context costs a driver-side watcher per statement (go-sql-driver/mysql),
-// which measurably slows this, the common path. Session releases, which
-// follow a long idle hold, are always bounded.
-func txReleaseCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	if ctx.Done() == nil {
-		return ctx, func() {}
+func (o *Op) beginMySQL(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*LockedTx, error) {
+	conn, err := o.LockNamed(ctx, db)
+	if err != nil {
+		return nil, err
 	}
-	return releaseCtx(ctx)
+	if err := o.keepCompletionType(ctx, conn); err != nil {
+		_ = o.ReleaseNamed(ctx, conn)
+		return nil, err
+	}
+	if err := o.IssueToken(ctx, conn); err != nil { // fencing: committed before BEGIN
+		_ = o.ReleaseNamed(ctx, conn)
+		return nil, err
+	}
+	txCtx, txCancel := txContext(ctx)
+	stop := bound(ctx, txCancel)
+	tx, err := conn.BeginTx(txCtx, opts)
+	if stopped := stop(); err == nil && !stopped {
+		err = ctx.Err()
+	}
+	if err != nil {
+		txCancel()
+		// a BEGIN cut short leaves the connection's state unknown:
+		// ReleaseNamed destroys it when the release is not confirmed
+		rerr := o.ReleaseNamed(ctx, conn)
+		if cerr := ctxErr(ctx); cerr != nil && !errors.Is(err, cerr) {
+			err = errs.Join(cerr, err)
+		}
+		if connGone(rerr) && !isCtxErr(rerr) {
+			// the lock's connection broke, or the driver closed it as the
+			// context ended during BEGIN: the lock went with it (fn did
+			// not run)
+			return nil, errs.Mark(ormlock.ErrLockLost, err, "%s on %q: begin transaction", o.Verb, o.Key.String())
+		}
+		return nil, errs.Wrap(err, "begin transaction")
+	}
+	return &LockedTx{Tx: tx, ctx: ctx, op: o, conn: conn, txCancel: txCancel}, nil
 }
 
 // WithNamed runs body on a connection pinned from db while it holds the
@@ -89,10 +93,6 @@ func (o *Op) dropUnlocked(conn *sql.Conn, err error) {
 		return
 	}
 	Destroy(conn)
-}
-
-func isCtxErr(err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // ReleaseNamed is the second half of WithNamed: it releases the named lock

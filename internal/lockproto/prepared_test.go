@@ -53,8 +53,8 @@ func lockOnce(t *testing.T, db, other *sql.DB, key ormlock.Key, obs ormlock.Obse
 	if err != nil {
 		t.Fatalf("%v: %v", key, err)
 	}
-	if _, ok := lt.Tx.(*lockproto.ConnTx); !ok {
-		t.Fatalf("Tx is %T, want the one-message *lockproto.ConnTx", lt.Tx)
+	if _, ok := lt.Tx.(*lockproto.OneMessageTx); !ok {
+		t.Fatalf("Tx is %T, want the one-message *lockproto.OneMessageTx", lt.Tx)
 	}
 	op2, _ := lockproto.NewOp(lockproto.Postgres, "Transaction", key, config.Config{})
 	if _, err := op2.BeginLocked(ctx, other, nil); !errors.Is(err, ormlock.ErrNotAcquired) {

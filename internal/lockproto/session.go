@@ -81,7 +81,7 @@ type sessionHold struct {
 // The pinned connection counts against db's MaxOpenConns while fn runs.
 func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Context) error) (err error) {
 	if o.Cfg.SharedConns > 0 {
-		return o.sharedSession(ctx, db, fn) // sharedconn.go
+		return o.sharedSession(ctx, db, fn) // sharedlock.go
 	}
 	if err := o.CheckFence(db); err != nil {
 		return err
@@ -113,57 +113,13 @@ func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Contex
 		lost error // the failed check, if any: written by the keepalive, read after wg.Wait
 		wg   sync.WaitGroup
 	)
-	wg.Go(func() {
-		t := time.NewTicker(h.every)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-			}
-			select {
-			case <-stop: // fn returned as the tick came: no check needed
-				return
-			default:
-			}
-			pctx, pcancel := context.WithTimeout(context.WithoutCancel(ctx), h.every)
-			perr := h.ping(pctx)
-			pcancel()
-			if perr != nil {
-				lost = perr
-				// fn hears of the loss first; then the observer, whose
-				// panic Emit contains (it would end the process here)
-				cancel(ormlock.ErrLockLost)
-				o.Emit(ctx, ormlock.EventLockLost, perr)
-				return
-			}
-		}
-	})
+	wg.Go(func() { lost = o.keepalive(ctx, h, stop, cancel) })
 
 	defer func() {
 		close(stop)
 		wg.Wait()
 		cancel(context.Canceled)
-		lostErr := lost
-		rerr := releaseWithin(ctx, h.release)
-		switch {
-		case rerr != nil:
-			Destroy(conn)
-			if lostErr == nil {
-				o.Emit(ctx, ormlock.EventReleaseFailed, rerr)
-				lostErr = rerr
-			}
-		case lostErr != nil:
-			// The check failed but the connection survived (a PostgreSQL
-			// transaction aborted by an error, which drops its locks):
-			// the release ended the transaction; the loss stands.
-			_ = conn.Close()
-		default:
-			_ = conn.Close()
-			o.Emit(ctx, ormlock.EventReleased, nil)
-		}
-		if lostErr != nil {
+		if lostErr := o.endSession(ctx, conn, h, lost); lostErr != nil {
 			lerr := errs.Mark(ormlock.ErrLockLost, lostErr, "%q", o.Key.String())
 			if err != nil {
 				err = errs.Join(lerr, err)
@@ -175,16 +131,70 @@ func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Contex
 	return fn(fctx)
 }
 
+// keepalive checks h every interval until stop is closed. A failed check
+// cancels fn's context (cancel) with cause ormlock.ErrLockLost, then tells
+// the observer, and is returned; nil once stopped.
+func (o *Op) keepalive(ctx context.Context, h *sessionHold, stop <-chan struct{}, cancel context.CancelCauseFunc) error {
+	t := time.NewTicker(h.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return nil
+		case <-t.C:
+		}
+		select {
+		case <-stop: // fn returned as the tick came: no check needed
+			return nil
+		default:
+		}
+		pctx, pcancel := context.WithTimeout(context.WithoutCancel(ctx), h.every)
+		perr := h.ping(pctx)
+		pcancel()
+		if perr != nil {
+			// fn hears of the loss first; then the observer, whose
+			// panic Emit contains (it would end the process here)
+			cancel(ormlock.ErrLockLost)
+			o.Emit(ctx, ormlock.EventLockLost, perr)
+			return perr
+		}
+	}
+}
+
+// endSession releases h's lock once fn has returned and the keepalive has
+// stopped (lost: its failed check, if any), gives conn back or destroys it,
+// and returns what lost the lock: lost, or the failed release.
+func (o *Op) endSession(ctx context.Context, conn *sql.Conn, h *sessionHold, lost error) error {
+	rerr := releaseWithin(ctx, h.release)
+	switch {
+	case rerr != nil:
+		Destroy(conn)
+		if lost == nil {
+			o.Emit(ctx, ormlock.EventReleaseFailed, rerr)
+			lost = rerr
+		}
+	case lost != nil:
+		// The check failed but the connection survived (a PostgreSQL
+		// transaction aborted by an error, which drops its locks): the
+		// release ended the transaction; the loss stands.
+		_ = conn.Close()
+	default:
+		_ = conn.Close()
+		o.Emit(ctx, ormlock.EventReleased, nil)
+	}
+	return lost
+}
+
 func (o *Op) holdPostgres(ctx context.Context, db *sql.DB, conn *sql.Conn) (*sessionHold, error) {
 	// The lock transaction outlives ctx (database/sql rolls back a
 	// transaction whose context ends, which would drop the lock under a
-	// running fn), but BEGIN and the lock are bounded by ctx: see holdLockTx.
-	lk, err := o.holdLockTx(ctx, db, conn, true)
+	// running fn), but BEGIN and the lock are bounded by ctx: see beginLockOnly.
+	lk, err := o.beginLockOnly(ctx, db, conn, forSession)
 	if err != nil {
 		return nil, err
 	}
 	idle := lk.idle
-	if _, one := lk.tx.(*ConnTx); !one {
+	if _, one := lk.tx.(*OneMessageTx); !one {
 		idle, err = PGIdleTimeout(ctx, lk.tx)
 		if err == nil {
 			// A statement without arguments goes by the simple protocol and

@@ -2,8 +2,6 @@ package lockproto_test
 
 import (
 	"context"
-	"database/sql"
-	"strings"
 	"testing"
 	"time"
 
@@ -21,16 +19,7 @@ import (
 // parameter that sets the timeout here.
 func TestSessionWaitIdleTimeout(t *testing.T) {
 	k := testdb.Postgres
-	dsn := testdb.DSN(t, k)
-	sep := "?"
-	if strings.Contains(dsn, "?") {
-		sep = "&"
-	}
-	db, err := sql.Open("pgx", dsn+sep+"idle_in_transaction_session_timeout=1200")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := openWithParam(t, k, "idle_in_transaction_session_timeout=1200")
 	t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
 	op, err := lockproto.NewOp(lockproto.Postgres, "Session", ormlock.Name(t.Name()), config.New(ormlock.WithWait(time.Second)))
 	if err != nil {

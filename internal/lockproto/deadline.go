@@ -1,0 +1,194 @@
+package lockproto
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// The deadline rules, in one place. The caller's context bounds every wait
+// of the protocol, never the lock's hold:
+//
+//   - the lock wait: budget cuts the configured wait to ctx's deadline, and
+//     the server bounds it (lock_timeout, GET_LOCK's timeout); waitCtx
+//     cancels the statement at once on an explicit cancellation, and only
+//     deadlineGrace after a deadline;
+//   - the transaction: begun with txContext (ctx's values, not its
+//     cancellation), whose cancel bound arms around BEGIN and the lock;
+//     COMMIT and ROLLBACK are cut endGrace after ctx ended (withinGrace);
+//   - the release: on releaseCtx (bounded by releaseTimeout, never by the
+//     caller's cancellation), also cut endGrace after ctx ended
+//     (releaseWithin); txReleaseCtx spares a context that never ends the
+//     bound.
+
+// budget returns how long to wait for the lock: the configured wait, cut
+// short by the context's deadline (bounded reports whether it was). A context
+// that has already ended yields an error.
+func (o *Op) budget(ctx context.Context) (wait time.Duration, bounded bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return 0, false, o.notAcquired(ctx, err)
+	}
+	wait = o.Cfg.Wait
+	if wait > 0 {
+		if dl, ok := ctx.Deadline(); ok {
+			if left := time.Until(dl); left < wait {
+				if left <= 0 {
+					return 0, false, o.notAcquired(ctx, context.DeadlineExceeded)
+				}
+				wait, bounded = left, true
+			}
+		}
+	}
+	return wait, bounded, nil
+}
+
+// ctxErr is ctx.Err(), or context.DeadlineExceeded when ctx's deadline has
+// passed but its timer has not fired yet: a driver that dialed with that
+// deadline (net.Dialer) reports "i/o timeout" a moment before ctx.Err() is
+// set, and that timeout is the deadline's.
+func ctxErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+func isCtxErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// deadlineGrace is how long a lock wait may outlive the caller's deadline
+// before its statement is cancelled after all (a server that stopped
+// answering).
+const deadlineGrace = 2 * time.Second
+
+// waitCtx returns the context for a lock statement that waits. The server
+// bounds the wait itself (lock_timeout or GET_LOCK's timeout, already cut to
+// the caller's deadline), so the statement is not also cut by that deadline:
+// the driver would close the connection while the server-side waiter lived
+// on and could take the lock after all, for a moment, for nobody. An explicit
+// cancellation still interrupts the statement at once; a deadline only after
+// deadlineGrace.
+//
+// A context that is never cancelled (Done returns nil, as for
+// context.Background) is returned as it is: it has nothing to detach from,
+// and a cancellable copy would only make the driver watch it (go-sql-driver
+// hands every statement on a cancellable context to a watcher goroutine).
+func waitCtx(ctx context.Context) (context.Context, func()) {
+	if ctx.Done() == nil {
+		return ctx, func() {}
+	}
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			time.AfterFunc(deadlineGrace, cancel) // a no-op once done ran
+			return
+		}
+		cancel()
+	})
+	return wctx, func() {
+		stop()
+		cancel()
+	}
+}
+
+// txContext returns the context a transaction is begun with: ctx's values
+// without its cancellation (database/sql rolls back a transaction whose
+// context ends, at once, which would drop a PostgreSQL lock under a running
+// fn), and its cancel, which bounds BEGIN, COMMIT and ROLLBACK: database/sql
+// and pgx run those with the transaction's context. A context that can
+// never end is returned as it is, with nothing to cancel (see waitCtx).
+func txContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Done() == nil {
+		return ctx, func() {}
+	}
+	return context.WithCancel(context.WithoutCancel(ctx))
+}
+
+// bound cancels a transaction's context (cancel, from txContext) when ctx
+// ends, until stop is called; stop reports false when that already happened.
+// It is armed around BEGIN, the lock and COMMIT, never while fn runs.
+func bound(ctx context.Context, cancel context.CancelFunc) (stop func() bool) {
+	if ctx.Done() == nil {
+		return func() bool { return true }
+	}
+	return context.AfterFunc(ctx, cancel)
+}
+
+// endGrace is how long a COMMIT or ROLLBACK may run after the caller's
+// context ended before it is cut (a healthy server answers in
+// milliseconds): a COMMIT under way when the deadline passes still gets a
+// true answer, and a server that stopped answering cannot hold the caller
+// longer than this past its deadline.
+const endGrace = time.Second
+
+// withinGrace runs end (tx.Commit or tx.Rollback, which database/sql and
+// pgx run with the transaction's own context) and cancels that context,
+// which makes the driver give up and close the connection, endGrace after
+// ctx has ended.
+func withinGrace(ctx context.Context, cancel context.CancelFunc, end func() error) error {
+	if ctx.Done() == nil {
+		return end()
+	}
+	var (
+		mu    sync.Mutex
+		timer *time.Timer
+		done  bool
+	)
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !done {
+			timer = time.AfterFunc(endGrace, cancel)
+		}
+	})
+	err := end()
+	stop()
+	mu.Lock()
+	done = true
+	if timer != nil {
+		timer.Stop()
+	}
+	mu.Unlock()
+	return err
+}
+
+// releaseTimeout bounds a release that runs detached from the caller's
+// context, so that a hung server cannot hang the caller; a release that
+// times out destroys the connection instead.
+const releaseTimeout = 15 * time.Second
+
+// releaseCtx is the context of a release: never the caller's (possibly
+// cancelled) context, but its values, bounded by releaseTimeout.
+func releaseCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+}
+
+// releaseWithin runs release with a release context (releaseCtx) that is
+// also cut endGrace after ctx ends: a healthy server answers a release in
+// milliseconds, and one that stopped answering cannot hold the caller
+// longer than that past its deadline. A release cut short fails, and its
+// caller destroys the connection, which frees the lock with it.
+func releaseWithin(ctx context.Context, release func(rctx context.Context) error) error {
+	rctx, rcancel := releaseCtx(ctx)
+	defer rcancel()
+	return withinGrace(ctx, rcancel, func() error { return release(rctx) })
+}
+
+// txReleaseCtx is the context of the release that follows a Transaction's
+// COMMIT or ROLLBACK on the same connection: releaseCtx, except that a
+// caller whose context can never end (context.Background) gets it unchanged
+// and no bound, like every statement of its transaction had. A cancellable
+// context costs a driver-side watcher per statement (go-sql-driver/mysql),
+// which measurably slows this, the common path. Session releases, which
+// follow a long idle hold, are always bounded.
+func txReleaseCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Done() == nil {
+		return ctx, func() {}
+	}
+	return releaseCtx(ctx)
+}

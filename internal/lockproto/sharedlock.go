@@ -1,0 +1,214 @@
+package lockproto
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/errs"
+)
+
+// Session on a shared lock connection: the try-lock with backoff, the
+// release and the fencing token (the connections themselves: sharedconn.go).
+
+// lockKey is o's key as the server names it, for the process's set.
+func (o *Op) lockKey() any {
+	if o.Dialect == Postgres {
+		return o.pg
+	}
+	return o.mysql
+}
+
+// sharedSession is Session on a shared lock connection (see above).
+func (o *Op) sharedSession(ctx context.Context, db *sql.DB, fn func(ctx context.Context) error) (err error) {
+	if err := o.CheckFence(db); err != nil {
+		return err
+	}
+	p := sharedPoolOf(db)
+	c, err := o.sharedAcquire(ctx, db, p)
+	if err != nil {
+		return err
+	}
+	h := &sharedHold{op: o, ctx: ctx, every: o.Cfg.Keepalive}
+	if err := o.sharedToken(ctx, db, p, c); err != nil {
+		return err
+	}
+	fctx, cancel := context.WithCancelCause(o.tokenContext(ctx))
+	h.cancel = cancel
+	p.mu.Lock()
+	if c.dead {
+		h.lost = errSharedConnDead
+		cancel(ormlock.ErrLockLost)
+	} else {
+		c.held[h] = time.Now()
+	}
+	p.mu.Unlock()
+
+	defer func() {
+		cancel(context.Canceled)
+		p.mu.Lock()
+		delete(c.held, h)
+		lostErr := h.lost
+		p.mu.Unlock()
+		if lostErr == nil {
+			if rerr := releaseWithin(ctx, func(rctx context.Context) error { return o.sharedUnlock(rctx, c) }); rerr != nil {
+				o.Emit(ctx, ormlock.EventReleaseFailed, rerr)
+				p.kill(c, rerr, h)
+				lostErr = rerr
+			} else {
+				o.Emit(ctx, ormlock.EventReleased, nil)
+			}
+		}
+		p.leave(c, o.lockKey())
+		if lostErr != nil {
+			lerr := errs.Join(fmt.Errorf("%w: %q", ormlock.ErrLockLost, o.Key.String()), lostErr)
+			err = errs.Join(lerr, err)
+		}
+	}()
+	return fn(fctx)
+}
+
+var errSharedConnDead = fmt.Errorf("%w: the shared lock connection failed", ErrNotHeld)
+
+// sharedAcquire takes o's lock on one of p's connections, trying again with
+// a backoff while it is held elsewhere, for as long as the configured wait
+// (cut by ctx) allows. On success the caller owns a use of c (p.leave).
+func (o *Op) sharedAcquire(ctx context.Context, db *sql.DB, p *sharedPool) (*sharedConn, error) {
+	o.start = time.Now()
+	o.Emit(ctx, ormlock.EventAttempt, nil)
+	wait, bounded, err := o.budget(ctx)
+	if err != nil {
+		return nil, err
+	}
+	deadline := o.start.Add(wait)
+	pause := sharedRetryMin
+	for {
+		c, ok, err := o.sharedTry(ctx, db, p)
+		if err != nil || ok {
+			return c, o.settle(ctx, ok, false, err)
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil, o.settle(ctx, false, bounded, nil)
+		}
+		if !sleepCtx(ctx, min(pause, left)) {
+			return nil, o.failed(ctx, ctx.Err())
+		}
+		pause = min(2*pause, o.Cfg.Keepalive)
+	}
+}
+
+// sharedTry tries o's lock once: busy in this process, or on the server.
+func (o *Op) sharedTry(ctx context.Context, db *sql.DB, p *sharedPool) (*sharedConn, bool, error) {
+	k := o.lockKey()
+	p.mu.Lock()
+	busy := p.held[k]
+	if !busy {
+		p.held[k] = true
+	}
+	p.mu.Unlock()
+	if busy {
+		return nil, false, nil
+	}
+	c, err := p.pick(ctx, db, o)
+	if err != nil {
+		p.unreserve(k)
+		return nil, false, err
+	}
+	// The try never waits on the server, so it is not cut by the caller's
+	// cancellation, which would break the connection under every other
+	// Session on it: it is bounded by sharedTryTimeout, and by endGrace
+	// once ctx has ended (a server that stopped answering).
+	var ok bool
+	err = c.run(func() error {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sharedTryTimeout(o.Cfg.Keepalive))
+		defer cancel()
+		return withinGrace(ctx, cancel, func() error {
+			var err error
+			if o.Dialect == Postgres {
+				ok, err = pgTrySession(sctx, c.conn, o)
+			} else if ok, err = MySQLGetLock(sctx, c.conn, o.mysql, 0); ok && err == nil {
+				o.mysqlRecordOwner(sctx, c.conn)
+			}
+			return err
+		})
+	})
+	if err != nil {
+		p.kill(c, err, nil)
+	}
+	if err != nil || !ok {
+		p.leave(c, k)
+		return nil, false, err
+	}
+	return c, true, nil
+}
+
+// sharedTryTimeout bounds one statement on a shared connection (a
+// try-lock, a keepalive check): two keepalive intervals, and never under
+// 2 s, since a statement that times out costs every lock on the
+// connection (a server slow under load is not a dead one). A connection
+// that died fails at once, whatever the bound.
+func sharedTryTimeout(keepalive time.Duration) time.Duration {
+	return max(2*keepalive, 2*time.Second)
+}
+
+func pgTrySession(ctx context.Context, q Querier, o *Op) (bool, error) {
+	var ok bool
+	var err error
+	if o.pg.IsPair {
+		err = q.QueryRowContext(ctx, "SELECT pg_try_advisory_lock($1::int4, $2::int4)", o.pg.ClassID, o.pg.ObjID).Scan(&ok)
+	} else {
+		err = q.QueryRowContext(ctx, "SELECT pg_try_advisory_lock($1::int8)", o.pg.Int64).Scan(&ok)
+	}
+	return ok, errs.Wrap(err, "pg_try_advisory_lock")
+}
+
+// sharedUnlock releases o's session-level lock on c.
+func (o *Op) sharedUnlock(ctx context.Context, c *sharedConn) error {
+	return c.run(func() error {
+		if o.Dialect == MySQL {
+			return MySQLReleaseLock(ctx, c.conn, o.mysql)
+		}
+		var ok bool
+		var err error
+		if o.pg.IsPair {
+			err = c.conn.QueryRowContext(ctx, "SELECT pg_advisory_unlock($1::int4, $2::int4)", o.pg.ClassID, o.pg.ObjID).Scan(&ok)
+		} else {
+			err = c.conn.QueryRowContext(ctx, "SELECT pg_advisory_unlock($1::int8)", o.pg.Int64).Scan(&ok)
+		}
+		if err != nil {
+			return errs.Wrap(err, "pg_advisory_unlock")
+		}
+		if !ok {
+			return fmt.Errorf("%w: pg_advisory_unlock returned false", ErrNotHeld)
+		}
+		return nil
+	})
+}
+
+// sharedToken issues the fencing token of a lock held on c (a no-op
+// without WithFencing): on the pool on PostgreSQL, on c itself on
+// MySQL/MariaDB (as Session does). On failure the lock is released.
+func (o *Op) sharedToken(ctx context.Context, db *sql.DB, p *sharedPool, c *sharedConn) error {
+	if !o.Cfg.Fencing {
+		return nil
+	}
+	var err error
+	if o.Dialect == Postgres {
+		o.lockPID = c.pid // the issuing statement checks this backend still holds the lock
+		err = o.IssueToken(ctx, db)
+	} else {
+		err = c.run(func() error { return o.IssueToken(ctx, c.conn) })
+	}
+	if err == nil {
+		return nil
+	}
+	if rerr := releaseWithin(ctx, func(rctx context.Context) error { return o.sharedUnlock(rctx, c) }); rerr != nil {
+		p.kill(c, rerr, nil)
+		err = errs.Join(err, rerr)
+	}
+	p.leave(c, o.lockKey())
+	return err
+}
