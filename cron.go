@@ -19,5 +19,5 @@ import (
 // robfig/cron's message; an expression that can never fire is rejected too.
 // Dialect, daylight saving and the slot search: docs/SCHEDULES.md (Cron).
 func Cron(expr string, loc *time.Location) (Schedule, error) {
-	return schedule(sched.Cron(ErrInvalidArgument, "ormlock.Cron", expr, loc, true))
+	return schedule(sched.Cron("ormlock.Cron", expr, loc, true))
 }

@@ -3,7 +3,7 @@ package ormlock
 import (
 	"errors"
 
-	"github.com/ormlock/ormlock/internal/keys"
+	"github.com/ormlock/ormlock/internal/errs"
 )
 
 // ErrNotAcquired is returned when the lock is held by another holder and could
@@ -43,9 +43,9 @@ var ErrUnsupportedDialect = errors.New("ormlock: unsupported dialect")
 
 // ErrInvalidKey is returned when a lock key is unusable: an empty name, or a
 // name that is not valid UTF-8 or contains a NUL byte.
-var ErrInvalidKey = keys.ErrInvalidKey
+var ErrInvalidKey = errs.ErrInvalidKey
 
 // ErrInvalidArgument is returned when an argument other than the key is
 // unusable: a nil database or callback, a negative duration, an invalid ledger
 // table name. The error text names the argument.
-var ErrInvalidArgument = errors.New("ormlock: invalid argument")
+var ErrInvalidArgument = errs.ErrInvalidArgument

@@ -81,7 +81,7 @@ func WithObserver(o Observer) Option { return func(c *config.Config) { c.Observe
 // identifier. The default is "ormlock_runs".
 func WithLedgerTable(name string) Option {
 	return func(c *config.Config) {
-		if err := config.ValidIdentifier(ErrInvalidArgument, "WithLedgerTable: table name", name); err != nil {
+		if err := config.ValidIdentifier("WithLedgerTable: table name", name); err != nil {
 			c.Fail(err)
 			return
 		}

@@ -39,7 +39,7 @@ const SlotTolerance = sched.Tolerance
 // epoch, whatever loc says. That fixed anchor makes interval jobs agree
 // across replicas: pass a nil loc for them. See docs/SCHEDULES.md (Every).
 func Every(d time.Duration, loc *time.Location) (Schedule, error) {
-	return schedule(sched.Every(ErrInvalidArgument, "ormlock.Every", d, loc))
+	return schedule(sched.Every("ormlock.Every", d, loc))
 }
 
 // schedule returns s as a Schedule, or the error (never a non-nil

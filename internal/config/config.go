@@ -11,6 +11,8 @@ import (
 	"regexp"
 	"strconv"
 	"time"
+
+	"github.com/ormlock/ormlock/internal/errs"
 )
 
 // Defaults of the shared options (documented on the options).
@@ -104,12 +106,12 @@ func (c *Config) Fail(err error) {
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 
-// ValidIdentifier reports an error wrapping errInvalid unless s is a plain
+// ValidIdentifier reports an error wrapping ormlock.ErrInvalidArgument unless s is a plain
 // SQL identifier: a letter or underscore, then letters, digits or
 // underscores, at most 63 bytes. what names the value in the error.
-func ValidIdentifier(errInvalid error, what, s string) error {
+func ValidIdentifier(what, s string) error {
 	if !identRE.MatchString(s) {
-		return fmt.Errorf("%w: %s %q is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*, at most 63 bytes)", errInvalid, what, s)
+		return fmt.Errorf("%w: %s %q is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*, at most 63 bytes)", errs.ErrInvalidArgument, what, s)
 	}
 	return nil
 }

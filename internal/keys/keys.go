@@ -7,17 +7,14 @@
 package keys
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
 	"unicode/utf8"
 
+	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/keyhash"
 )
-
-// ErrInvalidKey is ormlock.ErrInvalidKey (documented there).
-var ErrInvalidKey = errors.New("ormlock: invalid key")
 
 // Key names a lock; see ormlock.Key.
 type Key struct {
@@ -82,7 +79,7 @@ func NameValue(k Key) string { return k.name }
 func (k Key) Validate() error {
 	switch k.kind {
 	case kindNone:
-		return fmt.Errorf("%w: zero Key (use ormlock.Name, ormlock.ID or ormlock.Pair)", ErrInvalidKey)
+		return fmt.Errorf("%w: zero Key (use ormlock.Name, ormlock.ID or ormlock.Pair)", errs.ErrInvalidKey)
 	case kindName:
 		return ValidateName("key", k.name)
 	}
@@ -111,21 +108,21 @@ const (
 // error never echoes more than the limit.
 func ValidateName(what, s string) error {
 	if s == "" && what == "key" {
-		return fmt.Errorf("%w: empty lock name", ErrInvalidKey)
+		return fmt.Errorf("%w: empty lock name", errs.ErrInvalidKey)
 	}
 	limit := MaxNameLen
 	if what == "namespace" {
 		limit = MaxNamespaceLen
 	}
 	if len(s) > limit {
-		return fmt.Errorf("%w: %s is %d bytes long, at most %d are accepted (it begins %q)", ErrInvalidKey, what, len(s), limit, prefix(s, 32))
+		return fmt.Errorf("%w: %s is %d bytes long, at most %d are accepted (it begins %q)", errs.ErrInvalidKey, what, len(s), limit, prefix(s, 32))
 	}
 	if !utf8.ValidString(s) {
-		return fmt.Errorf("%w: %s %q is not valid UTF-8", ErrInvalidKey, what, s)
+		return fmt.Errorf("%w: %s %q is not valid UTF-8", errs.ErrInvalidKey, what, s)
 	}
 	for i := 0; i < len(s); i++ {
 		if s[i] == 0 {
-			return fmt.Errorf("%w: %s %q contains a NUL byte", ErrInvalidKey, what, s)
+			return fmt.Errorf("%w: %s %q contains a NUL byte", errs.ErrInvalidKey, what, s)
 		}
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/keyhash"
 )
@@ -158,8 +159,8 @@ func TestLimitsDocumented(t *testing.T) {
 			t.Errorf("%s does not say %q", file, want)
 		}
 	}
-	if keys.ErrInvalidKey != ormlock.ErrInvalidKey {
-		t.Fatal("ErrInvalidKey differs")
+	if errs.ErrInvalidKey != ormlock.ErrInvalidKey || errs.ErrInvalidArgument != ormlock.ErrInvalidArgument {
+		t.Fatal("the root sentinels differ from internal/errs")
 	}
 }
 

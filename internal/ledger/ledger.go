@@ -177,7 +177,7 @@ type Table struct {
 
 // NewTable validates name (config.ValidIdentifier) for dialect d.
 func NewTable(d lockproto.Dialect, name string) (*Table, error) {
-	if err := config.ValidIdentifier(ormlock.ErrInvalidArgument, "ledger table name", name); err != nil {
+	if err := config.ValidIdentifier("ledger table name", name); err != nil {
 		return nil, err
 	}
 	t := &Table{d: d, name: name}

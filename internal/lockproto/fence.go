@@ -54,7 +54,7 @@ type FenceTable struct {
 // (ormlock.ErrInvalidArgument otherwise).
 func NewFenceTable(d Dialect, ledger string) (*FenceTable, error) {
 	name := ledger + FenceTableSuffix
-	if err := config.ValidIdentifier(ormlock.ErrInvalidArgument, "fence table name (the ledger table's name + \""+FenceTableSuffix+"\")", name); err != nil {
+	if err := config.ValidIdentifier("fence table name (the ledger table's name + \""+FenceTableSuffix+"\")", name); err != nil {
 		return nil, err
 	}
 	t := &FenceTable{d: d, name: name}

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/errs"
 )
@@ -126,5 +125,5 @@ func (o *Op) mysqlOwner(ctx context.Context, q Querier, id int64) (string, error
 }
 
 func validIdent(s string) error {
-	return config.ValidIdentifier(ormlock.ErrInvalidArgument, "table", s)
+	return config.ValidIdentifier("table", s)
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/robfig/cron/v3"
 )
 
@@ -15,15 +16,15 @@ var (
 )
 
 // Cron parses expr with robfig/cron v3's standard parser, or with the
-// optional seconds field when seconds is set; errors wrap errInvalid and
+// optional seconds field when seconds is set; errors wrap ormlock.ErrInvalidArgument and
 // name verb. The rules are in docs/SCHEDULES.md (Cron).
-func Cron(errInvalid error, verb, expr string, loc *time.Location, seconds bool) (s Slotter, err error) {
+func Cron(verb, expr string, loc *time.Location, seconds bool) (s Slotter, err error) {
 	p := standardParser
 	if seconds {
 		p = secondsParser
 	}
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s(%q): %s", errInvalid, verb, expr, fmt.Sprintf(format, args...))
+		return fmt.Errorf("%w: %s(%q): %s", errs.ErrInvalidArgument, verb, expr, fmt.Sprintf(format, args...))
 	}
 	// robfig/cron slices the zone up to the first space: a prefix alone
 	// would panic there.
@@ -44,7 +45,7 @@ func Cron(errInvalid error, verb, expr string, loc *time.Location, seconds bool)
 	}
 	switch ps := parsed.(type) {
 	case cron.ConstantDelaySchedule:
-		return Every(errInvalid, verb, ps.Delay, nil)
+		return Every(verb, ps.Delay, nil)
 	case *cron.SpecSchedule:
 		if hasZonePrefix(expr) {
 			loc = ps.Location

@@ -8,6 +8,8 @@ package sched
 import (
 	"fmt"
 	"time"
+
+	"github.com/ormlock/ormlock/internal/errs"
 )
 
 // Slotter is what package ormlock calls a Schedule.
@@ -20,16 +22,16 @@ type Slotter interface {
 const Tolerance = 5 * time.Second
 
 // Every returns the schedule of period d (the rules are in
-// docs/SCHEDULES.md, Every); errors wrap errInvalid and name verb.
-func Every(errInvalid error, verb string, d time.Duration, loc *time.Location) (Slotter, error) {
+// docs/SCHEDULES.md, Every); errors wrap ormlock.ErrInvalidArgument and name verb.
+func Every(verb string, d time.Duration, loc *time.Location) (Slotter, error) {
 	const day = 24 * time.Hour
 	switch {
 	case d <= 0:
-		return nil, fmt.Errorf("%w: %s: period must be positive, got %v", errInvalid, verb, d)
+		return nil, fmt.Errorf("%w: %s: period must be positive, got %v", errs.ErrInvalidArgument, verb, d)
 	case d < time.Second:
-		return nil, fmt.Errorf("%w: %s: period %v is shorter than a second (the finest slot ormlock keeps)", errInvalid, verb, d)
+		return nil, fmt.Errorf("%w: %s: period %v is shorter than a second (the finest slot ormlock keeps)", errs.ErrInvalidArgument, verb, d)
 	case d%time.Second != 0:
-		return nil, fmt.Errorf("%w: %s: period %v is not a whole number of seconds", errInvalid, verb, d)
+		return nil, fmt.Errorf("%w: %s: period %v is not a whole number of seconds", errs.ErrInvalidArgument, verb, d)
 	}
 	if loc == nil {
 		loc = time.UTC

@@ -58,7 +58,7 @@ func run() int {
 		return fail("-dsn is required")
 	}
 	if *table != "" {
-		if err := config.ValidIdentifier(ormlock.ErrInvalidArgument, "-table", *table); err != nil {
+		if err := config.ValidIdentifier("-table", *table); err != nil {
 			return fail("%v", err)
 		}
 	}
