@@ -3,6 +3,8 @@ package ormlock
 import (
 	"context"
 	"time"
+
+	"github.com/ormlock/ormlock/internal/config"
 )
 
 // EventKind says what happened to a lock.
@@ -74,6 +76,17 @@ type Event struct {
 // cannot be recovered.
 type Observer interface {
 	Observe(ctx context.Context, e Event)
+}
+
+// observerOf is the [config.Observer] that [WithObserver] sets: it hands
+// each event to an [Observer] as an [Event].
+type observerOf struct{ o Observer }
+
+func (a observerOf) Observe(ctx context.Context, e config.Event) {
+	a.o.Observe(ctx, Event{
+		Kind: EventKind(e.Kind), Verb: e.Verb, Dialect: e.Dialect, Key: e.Key, Namespace: e.Namespace,
+		Job: e.Job, Wait: e.Wait, Held: e.Held, Err: e.Err,
+	})
 }
 
 // ObserverFunc adapts a function to [Observer].

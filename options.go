@@ -75,7 +75,14 @@ func WithKeepalive(d time.Duration) Option {
 
 // WithObserver sets the observer that receives lock events. The default is
 // none, which costs nothing on the lock path.
-func WithObserver(o Observer) Option { return func(c *config.Config) { c.Observer = o } }
+func WithObserver(o Observer) Option {
+	return func(c *config.Config) {
+		c.Observer = nil
+		if o != nil {
+			c.Observer = observerOf{o}
+		}
+	}
+}
 
 // WithLedgerTable sets the RunOnce ledger table name. It must be a plain
 // identifier. The default is "ormlock_runs".

@@ -38,10 +38,9 @@ type Config struct {
 	Wait time.Duration
 	// Keepalive is the Session keepalive interval.
 	Keepalive time.Duration
-	// Observer receives lock events: an ormlock.Observer, or nil for none.
-	// It is typed any because this package cannot import ormlock (which
-	// imports it); lockproto asserts it back.
-	Observer any
+	// Observer receives lock events (ormlock.WithObserver), or nil for
+	// none.
+	Observer Observer
 	// LedgerTable is the RunOnce ledger table.
 	LedgerTable string
 	// Owner identifies this instance in the ledger and in diagnostics.

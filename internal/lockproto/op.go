@@ -85,11 +85,11 @@ func (o *Op) PostgresKey() keys.PostgresKey { return o.pg }
 // panic of an Op is reported once, as an error on slog.Default() (see
 // ormlock.Observer); the observer still gets the Op's later events.
 func (o *Op) Emit(ctx context.Context, kind ormlock.EventKind, err error) {
-	obs, _ := o.Cfg.Observer.(ormlock.Observer)
+	obs := o.Cfg.Observer
 	if obs == nil {
 		return
 	}
-	e := ormlock.Event{Kind: kind, Verb: o.Verb, Dialect: o.Dialect.String(), Key: o.Key, Namespace: o.Cfg.Namespace, Job: o.Job, Err: err}
+	e := config.Event{Kind: uint8(kind), Verb: o.Verb, Dialect: o.Dialect.String(), Key: o.Key, Namespace: o.Cfg.Namespace, Job: o.Job, Err: err}
 	switch kind {
 	case ormlock.EventAcquired, ormlock.EventNotAcquired:
 		e.Wait = time.Since(o.start)
@@ -109,12 +109,12 @@ func (o *Op) Emit(ctx context.Context, kind ormlock.EventKind, err error) {
 const ObserverPanicMessage = "ormlock: observer panicked; the panic was contained and the lock handled as usual"
 
 // observerPanic reports the first observer panic of o on slog.Default().
-func (o *Op) observerPanic(ctx context.Context, e ormlock.Event, p any) {
+func (o *Op) observerPanic(ctx context.Context, e config.Event, p any) {
 	if o.observerPanicked.Swap(true) {
 		return
 	}
 	slog.Default().LogAttrs(context.WithoutCancel(ctx), slog.LevelError, ObserverPanicMessage,
-		slog.String("event", e.Kind.String()),
+		slog.String("event", ormlock.EventKind(e.Kind).String()),
 		slog.String("verb", e.Verb),
 		slog.String("key", e.Key.String()),
 		slog.Any("panic", p),

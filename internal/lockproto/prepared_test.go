@@ -45,7 +45,7 @@ func preparedLocks(t *testing.T, lt *lockproto.LockedTx) []string {
 func lockOnce(t *testing.T, db, other *sql.DB, key ormlock.Key, obs ormlock.Observer) []string {
 	t.Helper()
 	ctx := context.Background()
-	op, err := lockproto.NewOp(lockproto.Postgres, "Transaction", key, config.Config{Observer: obs})
+	op, err := lockproto.NewOp(lockproto.Postgres, "Transaction", key, config.New(ormlock.WithObserver(obs)))
 	if err != nil {
 		t.Fatal(err)
 	}
