@@ -84,7 +84,7 @@ type observerOf struct{ o Observer }
 
 func (a observerOf) Observe(ctx context.Context, e config.Event) {
 	a.o.Observe(ctx, Event{
-		Kind: EventKind(e.Kind), Verb: e.Verb, Dialect: e.Dialect, Key: e.Key, Namespace: e.Namespace,
+		Kind: EventKind(e.Kind), Verb: e.Verb, Dialect: e.Dialect, Key: Key(e.Key), Namespace: e.Namespace,
 		Job: e.Job, Wait: e.Wait, Held: e.Held, Err: e.Err,
 	})
 }

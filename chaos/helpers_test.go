@@ -106,7 +106,7 @@ func pgTag(k int64) (classid, objid int64) {
 // when nobody holds it.
 func holderConn(ctx context.Context, dialect string, admin *sql.DB, l lockName) (id int64, ok bool, err error) {
 	if dialect == "postgres" {
-		c, o := pgTag(keys.Postgres(l.key, l.ns).Int64)
+		c, o := pgTag(keys.Postgres(keys.Key(l.key), l.ns).Int64)
 		err = admin.QueryRowContext(ctx, `SELECT pid FROM pg_locks
 WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND classid::int8 = $1 AND objid::int8 = $2
   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, c, o).Scan(&id)
@@ -116,7 +116,7 @@ WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND classid::int8 = $1 
 		return id, err == nil, err
 	}
 	var n sql.NullInt64
-	err = admin.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", keys.MySQL(l.key, l.ns)).Scan(&n)
+	err = admin.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", keys.MySQL(keys.Key(l.key), l.ns)).Scan(&n)
 	return n.Int64, err == nil && n.Valid, err
 }
 
@@ -150,7 +150,7 @@ func lockFree(ctx context.Context, dialect string, admin *sql.DB, l lockName) (b
 			return false, err
 		}
 		defer tx.Rollback()
-		pk := keys.Postgres(l.key, l.ns)
+		pk := keys.Postgres(keys.Key(l.key), l.ns)
 		if pk.IsPair {
 			err = tx.QueryRowContext(ctx, "SELECT pg_try_advisory_xact_lock($1::int4, $2::int4)", pk.ClassID, pk.ObjID).Scan(&ok)
 		} else {
@@ -163,7 +163,7 @@ func lockFree(ctx context.Context, dialect string, admin *sql.DB, l lockName) (b
 		return false, err
 	}
 	defer conn.Close()
-	name := keys.MySQL(l.key, l.ns)
+	name := keys.MySQL(keys.Key(l.key), l.ns)
 	var res sql.NullInt64
 	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0)", name).Scan(&res); err != nil {
 		return false, err

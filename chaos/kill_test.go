@@ -18,7 +18,6 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
-	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
@@ -133,7 +132,7 @@ func TestKillHolder(t *testing.T) {
 					slotText := slot.Format(time.RFC3339Nano)
 					lock := named(key)
 					if verb == "runonce" {
-						lock = lockName{key: keys.RunKey(key, slot)}
+						lock = lockName{key: ormlock.RunKey(key, slot)}
 					}
 					args := []string{"-dialect", k.Dialect(), "-dsn", dsn, "-verb", verb,
 						"-key", key, "-job", key, "-slot", slotText, "-ledger", led}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
-	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
@@ -151,7 +150,7 @@ func TestKillConnectionMidFn(t *testing.T) {
 					}
 					return o
 				}
-				took, err := killMidFn(t, d, admin, lockName{key: keys.RunKey(job, slot)}, func(started chan<- struct{}, killed <-chan struct{}) error {
+				took, err := killMidFn(t, d, admin, lockName{key: ormlock.RunKey(job, slot)}, func(started chan<- struct{}, killed <-chan struct{}) error {
 					return gormlock.RunOnce(dbA, job, slot, func(tx *gorm.DB) error {
 						if !claim {
 							if err := insert(tx, job, "A"); err != nil {
@@ -187,7 +186,7 @@ func TestKillConnectionMidFn(t *testing.T) {
 				} else {
 					t.Logf("ledger after the kill: %+v", rs)
 				}
-				mustFree(t, d, admin, lockName{key: keys.RunKey(job, slot)})
+				mustFree(t, d, admin, lockName{key: ormlock.RunKey(job, slot)})
 
 				ran := 0
 				retry := func(tx *gorm.DB) error {

@@ -13,7 +13,6 @@ import (
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
 	"github.com/ormlock/ormlock/internal/config"
-	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/keyhash"
 )
@@ -135,7 +134,7 @@ func TestInjectionNames(t *testing.T) {
 				if ran != 1 || len(rs) != 1 || rs[0].Job != job {
 					t.Fatalf("RunOnce(job %q): ran %d, ledger %+v", job, ran, rs)
 				}
-				mustFree(t, d, admin, lockName{key: keys.RunKey(job, slot)})
+				mustFree(t, d, admin, lockName{key: ormlock.RunKey(job, slot)})
 			}
 		}
 		// "Job" and "job" are two locks on both dialects (MariaDB 10.11

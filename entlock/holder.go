@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/ormlock/ormlock"
-	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
@@ -22,7 +21,7 @@ func Holder[T TxLike, K ormlock.KeyType](ctx context.Context, x interface {
 	if err := checkCall(ctx, verb, x, opts); err != nil {
 		return ormlock.HolderInfo{}, err
 	}
-	k := keys.Of(key)
+	k := lockproto.KeyOf(key)
 	if err := k.Validate(); err != nil {
 		return ormlock.HolderInfo{}, err
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/errs"
-	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/ledger"
 	"github.com/ormlock/ormlock/internal/lockproto"
 	"github.com/ormlock/ormlock/internal/sched"
@@ -43,7 +42,7 @@ func RunOnce[T TxLike](ctx context.Context, client interface {
 	if err != nil {
 		return err
 	}
-	op, err := lockproto.NewOp(d.dial, verb, keys.RunKey(job, slot), cfg)
+	op, err := lockproto.NewOp(d.dial, verb, ormlock.RunKey(job, slot), cfg)
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/ormlock/ormlock"
-	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
@@ -19,7 +18,7 @@ import (
 func Session[T TxLike, K ormlock.KeyType](ctx context.Context, x interface {
 	Tx(context.Context) (T, error)
 }, key K, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
-	op, d, err := sessionOp(ctx, "Session", x, keys.Of(key), fn == nil, opts)
+	op, d, err := sessionOp(ctx, "Session", x, lockproto.KeyOf(key), fn == nil, opts)
 	if err != nil {
 		return err
 	}

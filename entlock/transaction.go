@@ -8,7 +8,6 @@ import (
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/errs"
-	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
@@ -29,7 +28,7 @@ type TxLike interface {
 func Transaction[T TxLike, K ormlock.KeyType](ctx context.Context, client interface {
 	Tx(context.Context) (T, error)
 }, key K, fn func(tx T) error, opts ...ormlock.Option) error {
-	k, err := check(ctx, "Transaction", client, fn == nil, keys.Of(key), opts)
+	k, err := check(ctx, "Transaction", client, fn == nil, lockproto.KeyOf(key), opts)
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/ormlock/ormlock"
-	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
@@ -16,7 +15,7 @@ import (
 // inside one PostgreSQL transaction it stays that of the first lookup. See
 // docs/PROTOCOL.md (Holder) and [ormlock.HolderInfo] for each field.
 func Holder[K ormlock.KeyType](db *gorm.DB, key K, opts ...ormlock.Option) (ormlock.HolderInfo, error) {
-	c, err := prepare(db, "Holder", keys.Of(key), opts)
+	c, err := prepare(db, "Holder", lockproto.KeyOf(key), opts)
 	if err != nil {
 		return ormlock.HolderInfo{}, err
 	}

@@ -7,7 +7,6 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/ormlock/ormlock"
-	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
@@ -28,7 +27,7 @@ func Lead[K ormlock.KeyType](db *gorm.DB, key K, fn func(ctx context.Context) er
 		return fmt.Errorf("%w: gormlock.Lead: nil fn", ormlock.ErrInvalidArgument)
 	}
 	c := new(call)
-	if err := c.init(db, "Lead", keys.Of(key), opts); err != nil {
+	if err := c.init(db, "Lead", lockproto.KeyOf(key), opts); err != nil {
 		// the server check at the end of init may have failed on a
 		// connection error, which the campaign retries
 		if c.op == nil || lockproto.Permanent(err) {

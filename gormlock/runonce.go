@@ -33,7 +33,7 @@ func RunOnce(db *gorm.DB, job string, slot time.Time, fn func(tx *gorm.DB) error
 	if db != nil { // fn's context carries the slot (ormlock.Slot)
 		db = db.WithContext(sched.WithSlot(ctxOf(db), keys.NormalizeSlot(slot)))
 	}
-	c, err := prepare(db, "RunOnce", keys.RunKey(job, slot), opts)
+	c, err := prepare(db, "RunOnce", ormlock.RunKey(job, slot), opts)
 	if err != nil {
 		return err
 	}

@@ -7,7 +7,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/ormlock/ormlock"
-	"github.com/ormlock/ormlock/internal/keys"
+	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
 // Session holds the lock named by key on a dedicated connection for as long
@@ -21,7 +21,7 @@ func Session[K ormlock.KeyType](db *gorm.DB, key K, fn func(ctx context.Context)
 	if fn == nil {
 		return fmt.Errorf("%w: gormlock.Session: nil fn", ormlock.ErrInvalidArgument)
 	}
-	c, err := prepare(db, "Session", keys.Of(key), opts)
+	c, err := prepare(db, "Session", lockproto.KeyOf(key), opts)
 	if err != nil {
 		return err
 	}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/errs"
-	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
@@ -26,7 +25,7 @@ func Transaction[K ormlock.KeyType](db *gorm.DB, key K, fn func(tx *gorm.DB) err
 		return fmt.Errorf("%w: gormlock.Transaction: nil fn", ormlock.ErrInvalidArgument)
 	}
 	var c call // on the stack: one allocation fewer than prepare
-	if err := c.init(db, "Transaction", keys.Of(key), opts); err != nil {
+	if err := c.init(db, "Transaction", lockproto.KeyOf(key), opts); err != nil {
 		return err
 	}
 	return c.transaction(fn)

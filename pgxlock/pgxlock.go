@@ -14,7 +14,6 @@ import (
 	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/dbverbs"
 	"github.com/ormlock/ormlock/internal/errs"
-	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
 	"github.com/ormlock/ormlock/internal/sched"
 )
@@ -36,7 +35,7 @@ func Transaction[K ormlock.KeyType](ctx context.Context, pool *pgxpool.Pool, key
 		return err
 	}
 	defer done()
-	return notPostgres(ended(p.Transaction(ctx, keys.Of(key), cfg, locked(fn))))
+	return notPostgres(ended(p.Transaction(ctx, lockproto.KeyOf(key), cfg, locked(fn))))
 }
 
 // locked hands fn a pgx.Tx on the locked transaction.
@@ -79,7 +78,7 @@ func Session[K ormlock.KeyType](ctx context.Context, pool *pgxpool.Pool, key K, 
 		return err
 	}
 	defer done()
-	return notPostgres(p.Session(ctx, keys.Of(key), cfg, fn))
+	return notPostgres(p.Session(ctx, lockproto.KeyOf(key), cfg, fn))
 }
 
 // RunOnce runs fn at most once per (job, slot) across every instance that
@@ -139,7 +138,7 @@ func Holder[K ormlock.KeyType](ctx context.Context, pool *pgxpool.Pool, key K, o
 		return ormlock.HolderInfo{}, err
 	}
 	defer done()
-	h, err := p.Holder(ctx, keys.Of(key), cfg)
+	h, err := p.Holder(ctx, lockproto.KeyOf(key), cfg)
 	return h, notPostgres(err)
 }
 

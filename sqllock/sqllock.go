@@ -10,7 +10,6 @@ import (
 	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/dbverbs"
 	"github.com/ormlock/ormlock/internal/errs"
-	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
 	"github.com/ormlock/ormlock/internal/sched"
 )
@@ -30,7 +29,7 @@ func Transaction[K ormlock.KeyType](ctx context.Context, db *sql.DB, key K, fn f
 	if err != nil {
 		return err
 	}
-	return p.Transaction(ctx, keys.Of(key), cfg, locked(fn))
+	return p.Transaction(ctx, lockproto.KeyOf(key), cfg, locked(fn))
 }
 
 // locked hands fn the *sql.Tx of a locked transaction.
@@ -55,7 +54,7 @@ func Session[K ormlock.KeyType](ctx context.Context, db *sql.DB, key K, fn func(
 	if err != nil {
 		return err
 	}
-	return p.Session(ctx, keys.Of(key), cfg, fn)
+	return p.Session(ctx, lockproto.KeyOf(key), cfg, fn)
 }
 
 // RunOnce runs fn at most once per (job, slot) across every instance that
@@ -140,7 +139,7 @@ func Holder[K ormlock.KeyType](ctx context.Context, db *sql.DB, key K, opts ...o
 	if err != nil {
 		return ormlock.HolderInfo{}, err
 	}
-	return p.Holder(ctx, keys.Of(key), cfg)
+	return p.Holder(ctx, lockproto.KeyOf(key), cfg)
 }
 
 // Runs returns the last limit runs of job from the ledger table, newest

@@ -157,7 +157,7 @@ func keyCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	defer tw.Flush()
-	pg := keys.Postgres(key, *ns)
+	pg := keys.Postgres(keys.Key(key), *ns)
 	if pg.IsPair {
 		fmt.Fprintf(tw, "postgres\tpg_advisory_lock(%d, %d)\n", pg.ClassID, pg.ObjID)
 		fmt.Fprintf(tw, "pg_locks\tclassid=%d objid=%d objsubid=2\n", uint32(pg.ClassID), uint32(pg.ObjID))
@@ -165,14 +165,14 @@ func keyCmd(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(tw, "int64\t%d\n", pg.Int64)
 		fmt.Fprintf(tw, "pg_locks\tclassid=%d objid=%d objsubid=1\n", uint32(uint64(pg.Int64)>>32), uint32(pg.Int64))
 	}
-	if keys.IsName(key) {
-		name := keys.NameValue(key)
+	if keys.IsName(keys.Key(key)) {
+		name := keys.NameValue(keys.Key(key))
 		cl, ob := keyhash.Pair(*ns, name)
 		fmt.Fprintf(tw, "pair\t%d,%d\t(keyhash.Pair: the key of ormlock.Pair(%d, %d), a separate lock space)\n", cl, ob, cl, ob)
 	}
-	fmt.Fprintf(tw, "mysql\t%s\n", keys.MySQL(key, *ns))
-	if keys.IsName(key) {
-		fmt.Fprintf(tw, "psql\t%s\n", psqlExpr(*ns, keys.NameValue(key)))
+	fmt.Fprintf(tw, "mysql\t%s\n", keys.MySQL(keys.Key(key), *ns))
+	if keys.IsName(keys.Key(key)) {
+		fmt.Fprintf(tw, "psql\t%s\n", psqlExpr(*ns, keys.NameValue(keys.Key(key))))
 	}
 	return nil
 }

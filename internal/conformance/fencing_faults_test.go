@@ -18,7 +18,7 @@ import (
 // k (in no namespace) on the server of kind k, through the admin pool.
 func pgLockPID(t *testing.T, kind testdb.Kind, k ormlock.Key) int64 {
 	t.Helper()
-	pk := keys.Postgres(k, "")
+	pk := keys.Postgres(keys.Key(k), "")
 	classid, objid, sub := uint32(uint64(pk.Int64)>>32), uint32(pk.Int64), 1
 	if pk.IsPair {
 		classid, objid, sub = uint32(pk.ClassID), uint32(pk.ObjID), 2

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/ormlock/ormlock"
-	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/keyhash"
 )
@@ -48,7 +47,7 @@ func provoke(t *testing.T, k testdb.Kind, r runner, verb string, ev ormlock.Even
 	job, slot := name, testdb.Slot(int(ev))
 	key := ormlock.Name(name)
 	if strings.HasPrefix(verb, "RunOnce") {
-		key = keys.RunKey(job, slot)
+		key = ormlock.RunKey(job, slot)
 	}
 	var claim []ormlock.Option
 	if verb == "RunOnce claim" {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/enttest"
-	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
@@ -68,7 +67,7 @@ func TestRunOnceClaim(t *testing.T) {
 			fail("fn's write during the run: %d rows, want %d (fn in a transaction: %v)", n, want, claimInTx(a))
 		}
 		// the lock is held by the session connection, which Holder names
-		h, err := r2.Holder(ctx, keys.RunKey(job, slot))
+		h, err := r2.Holder(ctx, ormlock.RunKey(job, slot))
 		if err != nil || !h.Held || h.PID == 0 {
 			fail("Holder of the running slot: %v %v", h, err)
 		}
@@ -180,7 +179,7 @@ func TestRunOnceClaimLockLost(t *testing.T) {
 					return err
 				}
 			}
-			h, err := r.Holder(ctx, keys.RunKey(job, slot))
+			h, err := r.Holder(ctx, ormlock.RunKey(job, slot))
 			if err != nil || !h.Held {
 				return fmt.Errorf("holder: %v %v", h, err)
 			}

@@ -187,7 +187,7 @@ func TestRunOnceObserverAndNamespace(t *testing.T) {
 			if !free(t, k, name) || testdb.RawFree(t, k, "billing", name) {
 				return errors.New("the run lock is not the namespaced RunKey")
 			}
-			if h, err := r.Holder(ctx, keys.RunKey(job, testdb.Slot(0))); err != nil || !h.Held {
+			if h, err := r.Holder(ctx, ormlock.RunKey(job, testdb.Slot(0))); err != nil || !h.Held {
 				return fmt.Errorf("namespaced RunKey not held: %v %v", h, err)
 			}
 			return nil
@@ -202,7 +202,7 @@ func TestRunOnceObserverAndNamespace(t *testing.T) {
 		defer mu.Unlock()
 		var kinds []string
 		for _, e := range events {
-			if e.Verb != "RunOnce" || e.Namespace != "billing" || keys.NameValue(e.Key) != name {
+			if e.Verb != "RunOnce" || e.Namespace != "billing" || keys.NameValue(keys.Key(e.Key)) != name {
 				t.Errorf("event %+v", e)
 			}
 			kinds = append(kinds, e.Kind.String())

@@ -57,7 +57,7 @@ func holdersOf(t *testing.T, k testdb.Kind, names []string) []int64 {
 	}
 	idx := map[tag]int{}
 	for i, n := range names {
-		c, o, s := lockproto.PGLockTag(keys.Postgres(ormlock.Name(n), ""))
+		c, o, s := lockproto.PGLockTag(keys.Postgres(keys.Name(n), ""))
 		idx[tag{c, o, s}] = i
 	}
 	rows, err := admin.QueryContext(ctx, "SELECT classid::int8, objid::int8, objsubid, pid FROM pg_locks WHERE locktype = 'advisory' AND granted")

@@ -139,7 +139,7 @@ func (p Pool) RunOnce(ctx context.Context, job string, slot time.Time, cfg confi
 	if err := ledger.CheckRunOnce(verb, false, job, slot); err != nil {
 		return err
 	}
-	op, err := p.op(ctx, "RunOnce", keys.RunKey(job, slot), cfg)
+	op, err := p.op(ctx, "RunOnce", ormlock.RunKey(job, slot), cfg)
 	if err != nil {
 		return err
 	}

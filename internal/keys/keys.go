@@ -1,9 +1,9 @@
 // Package keys is the representation of ormlock's lock keys and their
 // resolution per dialect (keyhash spec v1): the plumbing behind
 // ormlock.Name, ormlock.ID and ormlock.Pair that the adapters, the lock
-// protocol, the ledger and the command share. Package ormlock names Key by
-// alias; everything else here is internal. The key derivation is documented
-// on ormlock.Key and in docs/PROTOCOL.md.
+// protocol, the ledger and the command share. Package ormlock defines its
+// Key on this one (type Key keys.Key), so the two convert freely; the key
+// derivation is documented on ormlock.Key and in docs/PROTOCOL.md.
 package keys
 
 import (
@@ -33,11 +33,6 @@ const (
 	kindPair
 )
 
-// Type is the set of types the verbs accept as a key (ormlock.KeyType).
-type Type interface {
-	string | int64 | int | Key
-}
-
 // Name returns the key for a lock name (ormlock.Name).
 func Name(name string) Key { return Key{kind: kindName, name: name} }
 
@@ -46,21 +41,6 @@ func ID(id int64) Key { return Key{kind: kindID, id: id} }
 
 // Pair returns the key for PostgreSQL's two-int form (ormlock.Pair).
 func Pair(classID, objID int32) Key { return Key{kind: kindPair, cl: classID, ob: objID} }
-
-// Of converts any [Type] to a Key.
-func Of[K Type](k K) Key {
-	switch v := any(k).(type) {
-	case string:
-		return Name(v)
-	case int64:
-		return ID(v)
-	case int:
-		return ID(int64(v))
-	case Key:
-		return v
-	}
-	return Key{}
-}
 
 // IsName reports whether k is a name key; Name returns it.
 func IsName(k Key) bool { return k.kind == kindName }

@@ -13,34 +13,35 @@ import (
 	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/keys"
+	"github.com/ormlock/ormlock/internal/lockproto"
 	"github.com/ormlock/ormlock/keyhash"
 )
 
 func TestKeyForms(t *testing.T) {
-	if k := keys.Of("daily-settlement"); k != ormlock.Name("daily-settlement") || !keys.IsName(k) {
+	if k := lockproto.KeyOf("daily-settlement"); k != ormlock.Name("daily-settlement") || !keys.IsName(keys.Key(k)) {
 		t.Errorf("string -> %v", k)
 	}
-	if k := keys.Of(int64(42)); k != ormlock.ID(42) {
+	if k := lockproto.KeyOf(int64(42)); k != ormlock.ID(42) {
 		t.Errorf("int64 -> %v", k)
 	}
-	if k := keys.Of(42); k != ormlock.ID(42) {
+	if k := lockproto.KeyOf(42); k != ormlock.ID(42) {
 		t.Errorf("int -> %v", k)
 	}
-	if k := keys.Of(ormlock.Pair(1, 2)); !keys.IsPair(k) || k.String() != "pair:1,2" {
+	if k := lockproto.KeyOf(ormlock.Pair(1, 2)); !keys.IsPair(keys.Key(k)) || k.String() != "pair:1,2" {
 		t.Errorf("pair -> %v", k)
 	}
 
-	pg := keys.Postgres(ormlock.Name("daily-settlement"), "")
+	pg := keys.Postgres(keys.Name("daily-settlement"), "")
 	if pg.IsPair || pg.Int64 != -2533923874772390729 {
 		t.Errorf("name on postgres = %+v", pg)
 	}
-	if got := keys.Postgres(ormlock.Name("daily-settlement"), "billing").Int64; got != keyhash.Int64NS("billing", "daily-settlement") {
+	if got := keys.Postgres(keys.Name("daily-settlement"), "billing").Int64; got != keyhash.Int64NS("billing", "daily-settlement") {
 		t.Errorf("namespaced name = %d", got)
 	}
-	if got := keys.Postgres(ormlock.ID(12345), "billing"); got.Int64 != 12345 || got.IsPair {
+	if got := keys.Postgres(keys.ID(12345), "billing"); got.Int64 != 12345 || got.IsPair {
 		t.Errorf("id ignores namespace on postgres: %+v", got)
 	}
-	if got := keys.Postgres(ormlock.Pair(3, -4), ""); !got.IsPair || got.ClassID != 3 || got.ObjID != -4 {
+	if got := keys.Postgres(keys.Pair(3, -4), ""); !got.IsPair || got.ClassID != 3 || got.ObjID != -4 {
 		t.Errorf("pair = %+v", got)
 	}
 	for _, c := range []struct {
@@ -54,7 +55,7 @@ func TestKeyForms(t *testing.T) {
 		{ormlock.ID(7), "app", "app:7"},
 		{ormlock.Pair(1, 2), "", "1:2"},
 	} {
-		if got := keys.MySQL(c.k, c.ns); got != c.want {
+		if got := keys.MySQL(keys.Key(c.k), c.ns); got != c.want {
 			t.Errorf("%v in %q on mysql = %q, want %q", c.k, c.ns, got, c.want)
 		}
 	}
@@ -119,7 +120,7 @@ func TestNameLimits(t *testing.T) {
 		t.Errorf("namespace ending with a space: %v", err)
 	}
 	// the longest name ormlock derives itself fits
-	if err := keys.RunKey(strings.Repeat("日", 191), time.Now()).Validate(); err != nil {
+	if err := ormlock.RunKey(strings.Repeat("日", 191), time.Now()).Validate(); err != nil {
 		t.Errorf("RunKey of the longest job: %v", err)
 	}
 }
@@ -130,13 +131,13 @@ func TestRunKey(t *testing.T) {
 		t.Skipf("time zone data: %v", err)
 	}
 	slot := time.Date(2025, 3, 31, 0, 0, 0, 123456789, berlin)
-	k := keys.RunKey("daily-settlement", slot)
-	if got, want := keys.NameValue(k), "ormlock.runonce:daily-settlement@2025-03-30T22:00:00.123456Z"; got != want {
+	k := ormlock.RunKey("daily-settlement", slot)
+	if got, want := keys.NameValue(keys.Key(k)), "ormlock.runonce:daily-settlement@2025-03-30T22:00:00.123456Z"; got != want {
 		t.Fatalf("RunKey = %q, want %q", got, want)
 	}
 	// the same instant in another zone, and with a monotonic reading, is the
 	// same key
-	if k2 := keys.RunKey("daily-settlement", slot.UTC().Round(0)); k2 != k {
+	if k2 := ormlock.RunKey("daily-settlement", slot.UTC().Round(0)); k2 != k {
 		t.Fatalf("RunKey depends on the location: %v vs %v", k2, k)
 	}
 	if got := keys.NormalizeSlot(slot); got.Location() != time.UTC || got.Nanosecond() != 123456000 {

@@ -17,7 +17,7 @@ import (
 const sqlStateSerialization = "40001"
 
 // Run is one RunOnce call: a validated (job, slot), the ledger table and the
-// lock Op (made with keys.RunKey(job, slot)) whose settings and observer
+// lock Op (made with ormlock.RunKey(job, slot)) whose settings and observer
 // it uses.
 type Run struct {
 	op    *lockproto.Op

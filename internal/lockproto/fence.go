@@ -195,8 +195,8 @@ func (t *FenceTable) wrap(err error) error {
 // column of its own): "name:" and the name, "id:42", "pair:1,2". A name
 // and an ID or pair never share a row, whatever lock name they map to.
 func FenceID(k ormlock.Key) string {
-	if keys.IsName(k) {
-		return "name:" + keys.NameValue(k)
+	if keys.IsName(keys.Key(k)) {
+		return "name:" + keys.NameValue(keys.Key(k))
 	}
 	return k.String()
 }

@@ -35,8 +35,8 @@ func TestPostgresXact(t *testing.T) {
 		t.Run(string(k), func(t *testing.T) {
 			db := testdb.Open(t, k)
 			t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
-			key := keys.Postgres(ormlock.Name(t.Name()), "")
-			pair := keys.Postgres(ormlock.Pair(11, 22), "")
+			key := keys.Postgres(keys.Name(t.Name()), "")
+			pair := keys.Postgres(keys.Pair(11, 22), "")
 
 			tx1, err := db.BeginTx(ctx, nil)
 			if err != nil {

@@ -49,7 +49,7 @@ func TestOneMessageKeys(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if ok, err := lockproto.PGTryXact(ctx, tx, keyspkg.Postgres(key, ""), nil, nil); err != nil || ok {
+					if ok, err := lockproto.PGTryXact(ctx, tx, keyspkg.Postgres(keyspkg.Key(key), ""), nil, nil); err != nil || ok {
 						t.Fatalf("%v: hand-written try while held: %v %v", key, ok, err)
 					}
 					_ = tx.Rollback()

@@ -63,9 +63,9 @@ func NewOp(d Dialect, verb string, k ormlock.Key, cfg config.Config) (*Op, error
 	o := &Op{Dialect: d, Key: k, Cfg: cfg, Verb: verb}
 	switch d {
 	case Postgres:
-		o.pg = keys.Postgres(k, cfg.Namespace)
+		o.pg = keys.Postgres(keys.Key(k), cfg.Namespace)
 	case MySQL:
-		o.mysql = keys.MySQL(k, cfg.Namespace)
+		o.mysql = keys.MySQL(keys.Key(k), cfg.Namespace)
 	default:
 		return nil, fmt.Errorf("%w: dialect %d", ormlock.ErrUnsupportedDialect, d)
 	}
@@ -89,7 +89,7 @@ func (o *Op) Emit(ctx context.Context, kind ormlock.EventKind, err error) {
 	if obs == nil {
 		return
 	}
-	e := config.Event{Kind: uint8(kind), Verb: o.Verb, Dialect: o.Dialect.String(), Key: o.Key, Namespace: o.Cfg.Namespace, Job: o.Job, Err: err}
+	e := config.Event{Kind: uint8(kind), Verb: o.Verb, Dialect: o.Dialect.String(), Key: keys.Key(o.Key), Namespace: o.Cfg.Namespace, Job: o.Job, Err: err}
 	switch kind {
 	case ormlock.EventAcquired, ormlock.EventNotAcquired:
 		e.Wait = time.Since(o.start)
@@ -263,4 +263,20 @@ func (o *Op) AcquireNamed(ctx context.Context, q Querier) error {
 		ok, err = mysqlGetLock(ctx, q, o.mysql, 0, &o.my)
 	}
 	return o.settle(ctx, ok, bounded, err)
+}
+
+// KeyOf converts any ormlock.KeyType to an ormlock.Key: a string is a Name,
+// an int64 or int an ID.
+func KeyOf[K ormlock.KeyType](k K) ormlock.Key {
+	switch v := any(k).(type) {
+	case string:
+		return ormlock.Name(v)
+	case int64:
+		return ormlock.ID(v)
+	case int:
+		return ormlock.ID(int64(v))
+	case ormlock.Key:
+		return v
+	}
+	return ormlock.Key{}
 }

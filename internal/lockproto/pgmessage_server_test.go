@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
@@ -23,7 +22,7 @@ func TestPgLockMessageOnServer(t *testing.T) {
 			db := testdb.Open(t, k)
 			other := testdb.Open(t, k)
 			t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db, other) })
-			key := keys.Postgres(ormlock.Name(t.Name()), "")
+			key := keys.Postgres(keys.Name(t.Name()), "")
 			for _, c := range []struct {
 				begin       string
 				wait        time.Duration
