@@ -206,6 +206,15 @@ func TestFencingAutocommitOff(t *testing.T) {
 			}, opts...); err != nil {
 				t.Fatalf("Session: %v", err)
 			}
+			// a shared lock connection reads its session's autocommit when
+			// it opens, and commits the token itself where it is off
+			if err := r.Session(ctx, key, func(ctx context.Context) error {
+				tok, ok := ormlock.FencingToken(ctx)
+				check("Session on a shared lock connection", "name:"+key, tok, ok)
+				return nil
+			}, append(opts[:len(opts):len(opts)], ormlock.WithSharedLockConns(1))...); err != nil {
+				t.Fatalf("Session on a shared lock connection: %v", err)
+			}
 			job := "fence-autocommit-job-" + a.name
 			for i, claim := range []bool{false, true} {
 				o := opts

@@ -66,10 +66,11 @@ type sharedPool struct {
 
 type sharedConn struct {
 	conn  *sql.Conn
-	pid   uint32     // PostgreSQL: its backend's pid (a fencing token's issuance checks it holds the lock)
-	stmt  sync.Mutex // one statement at a time
-	prev  int64      // MySQL: wait_timeout to restore (MySQLKeepSession)
-	named bool       // PostgreSQL: application_name set to an owner
+	pid   uint32            // PostgreSQL: its backend's pid (a fencing token's issuance checks it holds the lock)
+	stmt  sync.Mutex        // one statement at a time
+	prev  int64             // MySQL: wait_timeout to restore (MySQLKeepSession)
+	vars  mysqlLockConnVars // MySQL: its session's @@autocommit, read once when opened
+	named bool              // PostgreSQL: application_name set to an owner
 	stop  chan struct{}
 	every time.Duration             // the keepalive it was opened with: its wait_timeout allows it
 	users int                       // Sessions using it, taking or holding; pool.mu
@@ -165,6 +166,12 @@ func (o *Op) openShared(ctx context.Context, db *sql.DB) (*sharedConn, error) {
 		}
 	} else {
 		c.prev, err = MySQLKeepSession(ctx, conn, 10*o.Cfg.Keepalive)
+		if err == nil {
+			// a fencing token's INSERT is committed explicitly only where
+			// the session does not autocommit (fence.go)
+			err = conn.QueryRowContext(ctx, "SELECT @@autocommit").Scan(&c.vars.autocommit)
+			err = errs.Wrap(err, "read @@autocommit of a shared lock connection")
+		}
 	}
 	if err != nil {
 		Destroy(conn)

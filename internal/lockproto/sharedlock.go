@@ -200,6 +200,7 @@ func (o *Op) sharedToken(ctx context.Context, db *sql.DB, p *sharedPool, c *shar
 		o.lockPID = c.pid // the issuing statement checks this backend still holds the lock
 		err = o.IssueToken(ctx, db)
 	} else {
+		o.my = c.vars // COMMIT after the token's INSERT only where autocommit is off
 		err = c.run(func() error { return o.IssueToken(ctx, c.conn) })
 	}
 	if err == nil {
