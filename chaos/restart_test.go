@@ -102,35 +102,6 @@ func (c *tally) messages() string {
 	return strings.Join(lines, "\n")
 }
 
-// startPrivate starts private servers of the kinds given, in parallel, and
-// closes them at cleanup.
-func startPrivate(t *testing.T, kinds ...testdb.Kind) []*testdb.Server {
-	t.Helper()
-	out := make([]*testdb.Server, len(kinds))
-	errs := make([]error, len(kinds))
-	var wg sync.WaitGroup
-	start := time.Now()
-	for i, k := range kinds {
-		wg.Go(func() { out[i], errs[i] = testdb.StartServer(k) })
-	}
-	wg.Wait()
-	for _, s := range out {
-		if s != nil {
-			t.Cleanup(func() { s.Close() })
-		}
-	}
-	for i, err := range errs {
-		if err != nil {
-			if errors.Is(err, testdb.ErrMissingBinaries) {
-				skipOrFail(t, err)
-			}
-			t.Fatalf("start private %s: %v", kinds[i], err)
-		}
-	}
-	t.Logf("private servers %v started in %v", kinds, time.Since(start).Round(time.Millisecond))
-	return out
-}
-
 // TestRestartUnderLoad restarts PostgreSQL, PgBouncer, the PostgreSQL behind
 // PgBouncer, and MariaDB while 6 goroutines on 3 pools (three instances)
 // loop Transaction, RunOnce and Session on shared keys. Asserted: calls
@@ -144,7 +115,7 @@ func startPrivate(t *testing.T, kinds ...testdb.Kind) []*testdb.Server {
 // goroutine left behind (goleak, after the pools and servers closed).
 func TestRestartUnderLoad(t *testing.T) {
 	leakcheck.Goroutines(t)
-	srvs := startPrivate(t, testdb.PgBouncer, testdb.MariaDB)
+	srvs := testdb.StartAll(t, testdb.PgBouncer, testdb.MariaDB)
 	pgb, my := srvs[0], srvs[1]
 	type target struct {
 		name    string

@@ -4,9 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -111,16 +109,6 @@ func openPrivate(t *testing.T, s *testdb.Server, dsn string) (db *gorm.DB, sqlDB
 	return db, sqlDB, admin
 }
 
-// withDatabase returns the pgx URL dsn pointed at database name.
-func withDatabase(t *testing.T, dsn, name string) string {
-	t.Helper()
-	const from = "/ormlock?"
-	if !strings.Contains(dsn, from) {
-		t.Fatalf("unexpected DSN shape: %s", dsn)
-	}
-	return strings.Replace(dsn, from, "/"+name+"?", 1)
-}
-
 // withParam adds a query parameter (key=value, already escaped) to a pgx URL
 // or a go-sql-driver/mysql DSN. A keyword/value PostgreSQL DSN (from an
 // environment variable) cannot take one: the test is skipped.
@@ -133,48 +121,4 @@ func withParam(t *testing.T, dsn, kv string) string {
 		return dsn + "&" + kv
 	}
 	return dsn + "?" + kv
-}
-
-// waitDone waits for ctx to end, up to limit, and returns how long it took.
-func waitDone(t *testing.T, ctx context.Context, limit time.Duration) time.Duration {
-	t.Helper()
-	start := time.Now()
-	select {
-	case <-ctx.Done():
-		return time.Since(start)
-	case <-time.After(limit):
-		t.Fatalf("fn's context not cancelled within %v", limit)
-		return 0
-	}
-}
-
-var privatePG struct {
-	once sync.Once
-	srv  *testdb.Server
-	err  error
-}
-
-// privatePgBouncer returns a private PgBouncer in front of a private
-// PostgreSQL (Backend), for the Session tests that restart servers or change
-// server-wide settings. It is started on first use and shared by those tests,
-// which run one after the other and undo their changes; testdb.Main stops it
-// with the test binary. Call it before checkGoroutines: its processes and
-// admin pools outlive the test.
-func privatePgBouncer(t *testing.T) *testdb.Server {
-	t.Helper()
-	privatePG.once.Do(func() {
-		s, err := testdb.StartServer(testdb.PgBouncer)
-		if err == nil {
-			// open the servers' own admin pools now, not inside a test
-			err = errors.Join(s.Leaks(), s.Backend().Leaks())
-		}
-		privatePG.srv, privatePG.err = s, err
-	})
-	if err := privatePG.err; err != nil {
-		if errors.Is(err, testdb.ErrMissingBinaries) && os.Getenv("CI") == "" {
-			t.Skipf("%v", err)
-		}
-		t.Fatalf("private PgBouncer: %v", err)
-	}
-	return privatePG.srv
 }
