@@ -39,8 +39,8 @@ func openOnPrivate(t *testing.T, s *testdb.Server, dsn string) []onPrivate {
 	k := s.Kind()
 	var out []onPrivate
 	for _, a := range adapters {
-		if a.name == "pgxlock" && k.Dialect() != "postgres" {
-			continue // PostgreSQL only
+		if !runsOn(a, k) {
+			continue
 		}
 		db, err := sql.Open(k.Driver(), dsn)
 		if err != nil {
@@ -193,7 +193,7 @@ func TestSessionIdleTimeout(t *testing.T) {
 			}
 			var rs []onPrivate
 			for _, a := range adapters {
-				if a.name == "pgxlock" && k.Dialect() != "postgres" {
+				if !runsOn(a, k) {
 					continue
 				}
 				db := openWith(t, k, params)
