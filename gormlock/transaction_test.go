@@ -1,6 +1,7 @@
 package gormlock_test
 
 import (
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -65,6 +66,45 @@ func TestTransactionNested(t *testing.T) {
 			t.Fatal("lock held after outer commit")
 		}
 	})
+}
+
+// Nested in a REPEATABLE READ transaction, whose snapshot predates the lock:
+// refused before fn runs.
+func TestNestedSnapshotIsolationRefused(t *testing.T) {
+	for _, k := range []testdb.Kind{testdb.Postgres, testdb.PgBouncer} {
+		t.Run(string(k), func(t *testing.T) {
+			db, _ := gormtest.Open(t, k)
+			ran := false
+			err := db.Transaction(func(tx *gorm.DB) error {
+				return gormlock.Transaction(tx, "nested-rr-"+t.Name(), func(*gorm.DB) error { ran = true; return nil })
+			}, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+			if !errors.Is(err, ormlock.ErrInvalidArgument) || ran {
+				t.Fatalf("nested Transaction: %v (ran %v), want ErrInvalidArgument", err, ran)
+			}
+		})
+	}
+}
+
+// A statement timeout set in the outer transaction (SET LOCAL, as behind
+// PgBouncer, which refuses it as a startup parameter) shorter than a nested
+// call's wait, the lock held elsewhere: not acquired, with the server's
+// error kept in the chain. TestStatementTimeoutIsNotAcquired in
+// internal/conformance sets it in the DSN.
+func TestNestedStatementTimeoutIsNotAcquired(t *testing.T) {
+	k := testdb.PgBouncer
+	key := "stmt-timeout-" + t.Name()
+	defer rawHold(t, k, key)()
+	db, _ := gormtest.Open(t, k)
+	err := db.Transaction(func(tx *gorm.DB) error {
+		if err := tx.Exec("SET LOCAL statement_timeout = 300").Error; err != nil {
+			return err
+		}
+		return gormlock.Transaction(tx, key, func(*gorm.DB) error { return nil }, ormlock.WithWait(5*time.Second))
+	})
+	var state interface{ SQLState() string }
+	if !errors.Is(err, ormlock.ErrNotAcquired) || !errors.As(err, &state) || state.SQLState() != "57014" {
+		t.Fatalf("Transaction: %v, want ErrNotAcquired with the server's timeout error (57014) in the chain", err)
+	}
 }
 
 // Bad input only gormlock can get; what every adapter can get is

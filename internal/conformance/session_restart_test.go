@@ -55,9 +55,9 @@ func openOnPrivate(t *testing.T, s *testdb.Server, dsn string) []onPrivate {
 
 // inAll runs a Session of every runner at once, each on a key of its own
 // (key and the adapter's name). Once all hold their locks, act runs on the
-// caller's goroutine; then every fn runs during. It returns the Sessions'
-// errors.
-func inAll(rs []onPrivate, key string, act func(), during func(ctx context.Context) error, opts ...ormlock.Option) []error {
+// caller's goroutine; then every fn runs during with its key. It returns
+// the Sessions' errors.
+func inAll(rs []onPrivate, key string, act func(), during func(ctx context.Context, key string) error, opts ...ormlock.Option) []error {
 	errs := make([]error, len(rs))
 	var held, wg sync.WaitGroup
 	held.Add(len(rs))
@@ -66,10 +66,11 @@ func inAll(rs []onPrivate, key string, act func(), during func(ctx context.Conte
 		wg.Go(func() {
 			once := sync.OnceFunc(held.Done)
 			defer once() // a Session that fails to acquire does not hold the others up
-			errs[i] = p.r.Session(context.Background(), key+"-"+p.a.name, func(ctx context.Context) error {
+			key := key + "-" + p.a.name
+			errs[i] = p.r.Session(context.Background(), key, func(ctx context.Context) error {
 				once()
 				<-acted
-				return during(ctx)
+				return during(ctx, key)
 			}, opts...)
 		})
 	}
@@ -118,7 +119,7 @@ func TestSessionServerRestart(t *testing.T) {
 				began = time.Now()
 				c.restart(t)
 				t.Logf("restart took %v", time.Since(began).Round(time.Millisecond))
-			}, func(ctx context.Context) error {
+			}, func(ctx context.Context, _ string) error {
 				if _, err := ctxEnds(ctx, 15*time.Second); err != nil {
 					return err
 				}
@@ -257,7 +258,7 @@ func TestSessionIdleTimeout(t *testing.T) {
 					t.Errorf("%s: %v", q, err)
 				}
 			}
-		}, func(ctx context.Context) error {
+		}, func(ctx context.Context, _ string) error {
 			if _, err := ctxEnds(ctx, 20*time.Second); err != nil {
 				return err
 			}
