@@ -231,17 +231,6 @@ func TestLedgerTableNameValidated(t *testing.T) {
 	})
 }
 
-// tenantDSN points dsn (a pgx URL or go-sql-driver/mysql DSN on database
-// "ormlock") at database db.
-func tenantDSN(t *testing.T, dsn, db string) string {
-	t.Helper()
-	const from = "/ormlock?"
-	if !strings.Contains(dsn, from) {
-		t.Skipf("DSN %q does not name database ormlock: cannot derive a second database", dsn)
-	}
-	return strings.Replace(dsn, from, "/"+db+"?", 1)
-}
-
 // TestNamespacesAcrossDatabases shows the hazard of MySQL's server-wide
 // lock names and the namespace option that removes it. Two pools on two
 // databases (schemas) of one MariaDB server: the same lock name without a
@@ -268,8 +257,8 @@ func TestNamespacesAcrossDatabases(t *testing.T) {
 			}
 		}
 		dsn := testdb.DSN(t, k)
-		dbA, sqlA := openDSN(t, k, tenantDSN(t, dsn, dbs[0]))
-		dbB, sqlB := openDSN(t, k, tenantDSN(t, dsn, dbs[1]))
+		dbA, sqlA := openDSN(t, k, testdb.WithDatabase(t, dsn, dbs[0]))
+		dbB, sqlB := openDSN(t, k, testdb.WithDatabase(t, dsn, dbs[1]))
 		t.Cleanup(func() {
 			testdb.AssertNoLeaks(t, k, sqlA, sqlB)
 			if d == "postgres" {

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -204,7 +203,7 @@ func TestSessionIdleTimeout(t *testing.T) {
 			add(k, rs, testdb.AdminDB(t, k))
 		}
 		{
-			admin, err := sql.Open("pgx", withDatabase(t, srv.AdminDSN(), "idle"))
+			admin, err := sql.Open("pgx", testdb.WithDatabase(t, srv.AdminDSN(), "idle"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -215,7 +214,7 @@ func TestSessionIdleTimeout(t *testing.T) {
 					t.Errorf("advisory locks left on the server: %d (%v)", n, err)
 				}
 			})
-			add(testdb.PgBouncer, openOnPrivate(t, srv, withDatabase(t, srv.DSN(), "idle")), admin)
+			add(testdb.PgBouncer, openOnPrivate(t, srv, testdb.WithDatabase(t, srv.DSN(), "idle")), admin)
 		}
 		start := time.Now()
 		var wg sync.WaitGroup
@@ -320,14 +319,4 @@ func keepsIdle(ctx context.Context, k testdb.Kind, pool, admin *sql.DB, key stri
 		return errors.New("lock free at the end of fn")
 	}
 	return nil
-}
-
-// withDatabase returns the pgx URL dsn pointed at database name.
-func withDatabase(t *testing.T, dsn, name string) string {
-	t.Helper()
-	const from = "/ormlock?"
-	if !strings.Contains(dsn, from) {
-		t.Fatalf("unexpected DSN shape: %s", dsn)
-	}
-	return strings.Replace(dsn, from, "/"+name+"?", 1)
 }
