@@ -22,7 +22,6 @@ import (
 	"github.com/ormlock/ormlock/internal/gormtest"
 	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/testdb"
-	"github.com/ormlock/ormlock/keyhash"
 )
 
 // soakFlag selects the long versions of the tests (more kill rounds, a
@@ -209,16 +208,11 @@ func mustHeld(t testing.TB, dialect string, admin *sql.DB, l lockName) {
 	}
 }
 
-// tableName returns a per-test table name with the given prefix.
-func tableName(t testing.TB, prefix string) string {
-	return prefix + fmt.Sprintf("%016x", uint64(keyhash.Int64(t.Name())))
-}
-
 // workTable creates a scratch table (slot, who) through exec and drops it
 // after the test through drop.
 func workTable(t testing.TB, exec, drop *sql.DB) string {
 	t.Helper()
-	name := tableName(t, "w_")
+	name := testdb.TableName(t, "w")
 	_, _ = exec.Exec("DROP TABLE IF EXISTS " + name)
 	if _, err := exec.Exec("CREATE TABLE " + name + " (slot VARCHAR(64) NOT NULL, who VARCHAR(64) NOT NULL)"); err != nil {
 		t.Fatalf("create table %s: %v", name, err)
@@ -231,7 +225,7 @@ func workTable(t testing.TB, exec, drop *sql.DB) string {
 // drops it after the test through drop.
 func ledgerTable(t testing.TB, db *gorm.DB, drop *sql.DB) string {
 	t.Helper()
-	name := tableName(t, "l_")
+	name := testdb.TableName(t, "l")
 	_, _ = drop.Exec("DROP TABLE IF EXISTS " + name)
 	if err := gormlock.Migrate(db, ormlock.WithLedgerTable(name)); err != nil {
 		t.Fatalf("Migrate(%s): %v", name, err)
