@@ -3,9 +3,12 @@ package gormlock_test
 import (
 	"os"
 	"testing"
+	_ "time/tzdata" // zone data for the DST examples, whatever the machine has
 
 	"gorm.io/gorm"
 
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/gormlock"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
@@ -48,4 +51,25 @@ func count(t *testing.T, db *gorm.DB, table string) int64 {
 		t.Fatalf("count %s: %v", table, err)
 	}
 	return n
+}
+
+// ledgerTable creates the test's own ledger table with Migrate and drops it
+// after the test.
+func ledgerTable(t *testing.T, k testdb.Kind, db *gorm.DB) string {
+	t.Helper()
+	name := testdb.Table(t, k, "r")
+	if err := gormlock.Migrate(db, ormlock.WithLedgerTable(name)); err != nil {
+		t.Fatalf("Migrate(%s): %v", name, err)
+	}
+	return name
+}
+
+// runs reads the ledger of job through gormlock.Runs from db.
+func runs(t *testing.T, db *gorm.DB, tbl, job string) []ormlock.Run {
+	t.Helper()
+	rs, err := gormlock.Runs(db, job, 1000, ormlock.WithLedgerTable(tbl))
+	if err != nil {
+		t.Fatalf("Runs: %v", err)
+	}
+	return rs
 }

@@ -5,12 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 
 	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
-	"gorm.io/gorm/utils/tests"
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
@@ -78,21 +75,6 @@ func mustSQLTx(t *testing.T, tx *gorm.DB) gorm.ConnPool {
 		t.Fatalf("ConnPool is %T, not a transaction", tx.Statement.ConnPool)
 	}
 	return tx.Statement.ConnPool
-}
-
-// Bad input only gormlock can get; the rest is TestHolderBadInput in
-// internal/conformance.
-func TestHolderBadInput(t *testing.T) {
-	if _, err := gormlock.Holder(nil, "k"); !errors.Is(err, ormlock.ErrInvalidArgument) || !strings.Contains(err.Error(), "gormlock.Holder") {
-		t.Errorf("nil db: %v", err)
-	}
-	dummy, err := gorm.Open(tests.DummyDialector{}, &gorm.Config{Logger: logger.Discard})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := gormlock.Holder(dummy, "k"); !errors.Is(err, ormlock.ErrUnsupportedDialect) {
-		t.Errorf("dummy dialect: %v", err)
-	}
 }
 
 // Why didn't the nightly job run? Ask who holds its lock.

@@ -1,22 +1,25 @@
 package gormlock_test
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
 	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
-	"gorm.io/gorm/utils/tests"
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
 	"github.com/ormlock/ormlock/internal/gormtest"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
+
+// gormlock's verbs called with a *gorm.DB that is in a transaction already
+// (GORM's nesting): on PostgreSQL the lock is taken in a savepoint and lives
+// until the outer transaction ends; on MySQL/MariaDB it is refused.
 
 func TestTransactionNested(t *testing.T) {
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
@@ -107,91 +110,60 @@ func TestNestedStatementTimeoutIsNotAcquired(t *testing.T) {
 	}
 }
 
-// Bad input only gormlock can get; what every adapter can get is
-// TestTransactionBadInput in internal/conformance.
-func TestTransactionBadInput(t *testing.T) {
-	called := false
-	fn := func(*gorm.DB) error { called = true; return nil }
-	if err := gormlock.Transaction(nil, "k", fn); !errors.Is(err, ormlock.ErrInvalidArgument) || !strings.Contains(err.Error(), "nil *gorm.DB") {
-		t.Errorf("nil db: %v", err)
-	}
-	if called {
-		t.Error("fn called on bad input")
+// TestCheckServerNestedOnePool: the first call on a pool, nested in a
+// transaction of a pool with a single connection, asks its question through
+// that transaction rather than waiting for a second connection.
+func TestCheckServerNestedOnePool(t *testing.T) {
+	for _, k := range []testdb.Kind{testdb.Postgres, testdb.PgBouncer} {
+		t.Run(string(k), func(t *testing.T) {
+			db, sqlDB := gormtest.Open(t, k) // a new pool: nothing cached yet
+			sqlDB.SetMaxOpenConns(1)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			ran := false
+			err := db.WithContext(ctx).Transaction(func(outer *gorm.DB) error {
+				return gormlock.Transaction(outer, "nested-onepool-"+string(k), func(*gorm.DB) error { ran = true; return nil })
+			})
+			if err != nil || !ran {
+				t.Fatalf("nested Transaction on a one-connection pool: err=%v ran=%v", err, ran)
+			}
+		})
 	}
 }
 
-func TestPlugin(t *testing.T) {
-	t.Run("unsupported dialect", func(t *testing.T) {
-		db, err := gorm.Open(tests.DummyDialector{}, &gorm.Config{Logger: logger.Discard})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := db.Use(gormlock.New()); !errors.Is(err, ormlock.ErrUnsupportedDialect) {
-			t.Fatalf("Use on dummy dialect: %v", err)
-		}
-		if err := gormlock.Transaction(db, "k", func(*gorm.DB) error { return nil }); !errors.Is(err, ormlock.ErrUnsupportedDialect) {
-			t.Fatalf("Transaction on dummy dialect: %v", err)
-		}
-	})
-	t.Run("invalid option", func(t *testing.T) {
-		db, _ := gormtest.Open(t, testdb.Postgres)
-		if err := db.Use(gormlock.New(ormlock.WithLedgerTable("runs; DROP"))); !errors.Is(err, ormlock.ErrInvalidArgument) {
-			t.Fatalf("Use with bad table: %v", err)
-		}
-	})
+func TestRunOnceNested(t *testing.T) {
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db, _ := gormtest.Open(t, k)
-		if err := db.Use(gormlock.New(ormlock.WithNamespace("billing"), ormlock.WithWait(5*time.Second))); err != nil {
-			t.Fatal(err)
-		}
-		name := "plugin-" + t.Name()
-		err := gormlock.Transaction(db, name, func(*gorm.DB) error {
-			// the plugin's namespace applies: the plain name is free, the
-			// namespaced key is held
-			if !rawFree(t, k, name) {
-				return errors.New("plain name held: namespace not applied")
+		tbl := ledgerTable(t, k, db)
+		job := "nested-" + t.Name()
+		opt := ormlock.WithLedgerTable(tbl)
+		errOuter := errors.New("outer rolls back")
+		err := db.Transaction(func(tx *gorm.DB) error {
+			if err := gormlock.RunOnce(tx, job, testdb.Slot(0), func(*gorm.DB) error { return nil }, opt, ormlock.WithClaim()); !errors.Is(err, ormlock.ErrInvalidArgument) {
+				return fmt.Errorf("claim mode inside a transaction: %v, want ErrInvalidArgument", err)
 			}
-			if rawFreeNS(t, k, "billing", name) {
-				return errors.New("namespaced key is free")
+			err := gormlock.RunOnce(tx, job, testdb.Slot(0), func(*gorm.DB) error { return nil }, opt)
+			if k.Dialect() == "mysql" {
+				if !errors.Is(err, gormlock.ErrNestedTransaction) {
+					return fmt.Errorf("nested on mysql: %v, want ErrNestedTransaction", err)
+				}
+				return errOuter
 			}
-			return nil
+			if err != nil {
+				return fmt.Errorf("nested on postgres: %v", err)
+			}
+			// the lock stays with the outer transaction until it ends
+			if rawFree(t, k, keys.NameValue(keys.RunKey(job, testdb.Slot(0)))) {
+				return errors.New("lock released before the outer transaction ended")
+			}
+			return errOuter
 		})
-		if err != nil {
+		if err != errOuter {
 			t.Fatal(err)
 		}
-		// per-call options override the plugin's
-		err = gormlock.Transaction(db, name, func(*gorm.DB) error {
-			if rawFree(t, k, name) {
-				return errors.New("per-call empty namespace not applied")
-			}
-			return nil
-		}, ormlock.WithNamespace(""))
-		if err != nil {
-			t.Fatal(err)
+		// the outer rollback took the ledger row with it
+		if rs := runs(t, db, tbl, job); len(rs) != 0 {
+			t.Fatalf("ledger after the outer rollback: %+v", rs)
 		}
 	})
-}
-
-func TestTransactionPrepareStmt(t *testing.T) {
-	for _, k := range []testdb.Kind{testdb.Postgres, testdb.MariaDB} {
-		t.Run(string(k), func(t *testing.T) {
-			db, _ := gormtest.Open(t, k, &gorm.Config{PrepareStmt: true})
-			tbl := table(t, k, db)
-			key := "prep-" + t.Name()
-			for i := range 3 {
-				err := gormlock.Transaction(db, key, func(tx *gorm.DB) error {
-					if rawFree(t, k, key) {
-						return errors.New("lock not held")
-					}
-					return tx.Exec("INSERT INTO "+tbl+" (id) VALUES (?)", i).Error
-				})
-				if err != nil {
-					t.Fatal(err)
-				}
-			}
-			if n := count(t, db, tbl); n != 3 {
-				t.Fatalf("rows = %d", n)
-			}
-		})
-	}
 }

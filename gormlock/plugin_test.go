@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+	"gorm.io/gorm/utils/tests"
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
@@ -97,6 +99,88 @@ func TestPluginFailsClosed(t *testing.T) {
 		})
 		if err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// The plugin: refused on a dialect ormlock does not support and with an
+// invalid option; its options (here the namespace) are the defaults of
+// every call, and a per-call option overrides them.
+func TestPlugin(t *testing.T) {
+	t.Run("unsupported dialect", func(t *testing.T) {
+		db, err := gorm.Open(tests.DummyDialector{}, &gorm.Config{Logger: logger.Discard})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Use(gormlock.New()); !errors.Is(err, ormlock.ErrUnsupportedDialect) {
+			t.Fatalf("Use on dummy dialect: %v", err)
+		}
+		if err := gormlock.Transaction(db, "k", func(*gorm.DB) error { return nil }); !errors.Is(err, ormlock.ErrUnsupportedDialect) {
+			t.Fatalf("Transaction on dummy dialect: %v", err)
+		}
+	})
+	t.Run("invalid option", func(t *testing.T) {
+		db, _ := gormtest.Open(t, testdb.Postgres)
+		if err := db.Use(gormlock.New(ormlock.WithLedgerTable("runs; DROP"))); !errors.Is(err, ormlock.ErrInvalidArgument) {
+			t.Fatalf("Use with bad table: %v", err)
+		}
+	})
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
+		db, _ := gormtest.Open(t, k)
+		if err := db.Use(gormlock.New(ormlock.WithNamespace("billing"), ormlock.WithWait(5*time.Second))); err != nil {
+			t.Fatal(err)
+		}
+		name := "plugin-" + t.Name()
+		err := gormlock.Transaction(db, name, func(*gorm.DB) error {
+			// the plugin's namespace applies: the plain name is free, the
+			// namespaced key is held
+			if !rawFree(t, k, name) {
+				return errors.New("plain name held: namespace not applied")
+			}
+			if rawFreeNS(t, k, "billing", name) {
+				return errors.New("namespaced key is free")
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// per-call options override the plugin's
+		err = gormlock.Transaction(db, name, func(*gorm.DB) error {
+			if rawFree(t, k, name) {
+				return errors.New("per-call empty namespace not applied")
+			}
+			return nil
+		}, ormlock.WithNamespace(""))
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// The plugin's ledger table applies to Migrate, RunOnce and Runs (Migrate
+// itself is in internal/conformance).
+func TestMigratePluginTable(t *testing.T) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
+		db, _ := gormtest.Open(t, k)
+		pname := testdb.TableName(t, "p")
+		t.Cleanup(func() { _, _ = testdb.AdminDB(t, k).Exec("DROP TABLE IF EXISTS " + pname) })
+		pdb, _ := gormtest.Open(t, k)
+		if err := pdb.Use(gormlock.New(ormlock.WithLedgerTable(pname))); err != nil {
+			t.Fatal(err)
+		}
+		if err := gormlock.Migrate(pdb); err != nil {
+			t.Fatal(err)
+		}
+		job := "plugin-" + t.Name()
+		if err := gormlock.RunOnce(pdb, job, testdb.Slot(0), func(*gorm.DB) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if rs, err := gormlock.Runs(pdb, job, 5); err != nil || len(rs) != 1 {
+			t.Fatalf("Runs via the plugin's table: %v %v", rs, err)
+		}
+		if rs := runs(t, db, pname, job); len(rs) != 1 {
+			t.Fatalf("row not in the plugin's table: %v", rs)
 		}
 	})
 }
