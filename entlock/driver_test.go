@@ -93,9 +93,7 @@ func TestPlainUseUnchanged(t *testing.T) {
 func TestWrapUnusable(t *testing.T) {
 	ctx := context.Background()
 	k := testdb.Postgres
-	db := testdb.Open(t, k)
-	enttest.Migrate(t, k)
-	t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
+	db := openPool(t, k)
 	called := false
 	fn := func(*ent.Tx) error { called = true; return nil }
 	for _, c := range []struct {
@@ -197,9 +195,7 @@ func TestWrapDefaults(t *testing.T) {
 func TestTransactionDebugClient(t *testing.T) {
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
-		db := testdb.Open(t, k)
-		enttest.Migrate(t, k)
-		t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
+		db := openPool(t, k)
 		var mu sync.Mutex
 		var logged []string
 		client := ent.NewClient(ent.Driver(entlock.Wrap(entsql.OpenDB(k.Dialect(), db))), ent.Log(func(a ...any) {
@@ -236,9 +232,7 @@ type noDB struct{ dialect.Driver }
 func TestWrapFailsClosed(t *testing.T) {
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
-		db := testdb.Open(t, k)
-		enttest.Migrate(t, k)
-		t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
+		db := openPool(t, k)
 		drv := entlock.Wrap(entsql.OpenDB(k.Dialect(), db), ormlock.WithNamespace("tenant:a"))
 		wrapErr := drv.Err()
 		if !errors.Is(wrapErr, ormlock.ErrInvalidKey) {

@@ -25,12 +25,21 @@ func openEnt(t *testing.T, k testdb.Kind, opts ...ormlock.Option) (*ent.Client, 
 	return enttest.Open(t, k, opts...)
 }
 
-// openPlain opens a client whose driver is not wrapped.
-func openPlain(t *testing.T, k testdb.Kind) (*ent.Client, *sql.DB) {
+// openPool opens a new pool on the shared server of kind k, with the items
+// table migrated, and asserts after the test that no lock and no connection
+// leaked.
+func openPool(t *testing.T, k testdb.Kind) *sql.DB {
 	t.Helper()
 	db := testdb.Open(t, k)
 	enttest.Migrate(t, k)
 	t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
+	return db
+}
+
+// openPlain opens a client whose driver is not wrapped.
+func openPlain(t *testing.T, k testdb.Kind) (*ent.Client, *sql.DB) {
+	t.Helper()
+	db := openPool(t, k)
 	return ent.NewClient(ent.Driver(entsql.OpenDB(k.Dialect(), db))), db
 }
 
@@ -53,9 +62,7 @@ func insert(ctx context.Context, tx *ent.Tx, owner string, n int) error {
 // the *entlock.Driver.
 func openDriver(t *testing.T, k testdb.Kind, opts ...ormlock.Option) (*entlock.Driver, *ent.Client, *sql.DB) {
 	t.Helper()
-	db := testdb.Open(t, k)
-	enttest.Migrate(t, k)
-	t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
+	db := openPool(t, k)
 	drv := entlock.Wrap(entsql.OpenDB(k.Dialect(), db), opts...)
 	if err := drv.Err(); err != nil {
 		t.Fatal(err)
