@@ -181,9 +181,11 @@ func fencedStep(rng *rand.Rand, k testdb.Kind, r runner, key string, log *tokenL
 // innodb_flush_log_at_trx_commit=0, which no session can override: the test
 // sets it to 1, the default and what fencing requires (docs/PROTOCOL.md).
 func TestFencingCrash(t *testing.T) {
-	for _, k := range testdb.Kinds() {
+	kinds := testdb.Kinds()
+	srvs := testdb.StartAll(t, kinds...)
+	for i, k := range kinds {
 		t.Run(string(k), func(t *testing.T) {
-			s := testdb.Start(t, k)
+			s := srvs[i]
 			target := s // the server that runs the SQL
 			if k == testdb.PgBouncer {
 				target = s.Backend()
