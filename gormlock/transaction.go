@@ -142,18 +142,7 @@ func (c *call) transaction(fn func(tx *gorm.DB) error) error {
 	if err != nil {
 		return err
 	}
-	done := false
-	defer func() {
-		if !done { // fn panicked or called runtime.Goexit
-			_ = lt.Rollback()
-		}
-	}()
-	err = c.run(fn, c.session(lt.Tx))
-	done = true
-	if err != nil {
-		return lockproto.FnFailed(c.ctx, err, lt.Rollback())
-	}
-	return errs.Wrap(lt.Commit(), "gormlock.%s: commit", c.op.Verb)
+	return lockproto.RunTx(c.ctx, lt, "gormlock."+c.op.Verb, func() error { return c.run(fn, c.session(lt.Tx)) })
 }
 
 // session returns a session of c.db over the transaction tx, as GORM's own

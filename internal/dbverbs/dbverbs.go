@@ -14,7 +14,6 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
-	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/ledger"
 	"github.com/ormlock/ormlock/internal/lockproto"
@@ -92,18 +91,7 @@ func (p Pool) transaction(ctx context.Context, op *lockproto.Op, fn Locked) erro
 	if err != nil {
 		return err
 	}
-	done := false
-	defer func() {
-		if !done { // fn panicked or called runtime.Goexit
-			_ = lt.Rollback()
-		}
-	}()
-	err = fn(op.TokenContext(ctx), lt)
-	done = true
-	if err != nil {
-		return lockproto.FnFailed(ctx, err, lt.Rollback())
-	}
-	return errs.Wrap(lt.Commit(), "%s.%s: commit", p.Pkg, op.Verb)
+	return lockproto.RunTx(ctx, lt, p.Pkg+"."+op.Verb, func() error { return fn(op.TokenContext(ctx), lt) })
 }
 
 // Session holds k's lock on a dedicated connection while fn runs.
