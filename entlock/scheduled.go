@@ -22,6 +22,6 @@ func RunScheduled[T TxLike](ctx context.Context, client interface {
 	if err := checkCall(ctx, verb, client, opts); err != nil {
 		return err
 	}
-	return ledger.Scheduled(ctx, "entlock."+verb, job, schedule, func() (ledger.Reader, error) { return readerOf(ctx, verb, client, opts) },
+	return ledger.Scheduled(ctx, "entlock."+verb, job, schedule, func() (ledger.Reader, error) { return readerOf(ctx, verb, client, opts, nil) },
 		func(slot time.Time) error { return RunOnce(ctx, client, job, slot, fn, opts...) })
 }

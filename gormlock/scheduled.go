@@ -22,7 +22,7 @@ import (
 // slots).
 func RunScheduled(db *gorm.DB, job string, schedule ormlock.Schedule, fn func(tx *gorm.DB) error, opts ...ormlock.Option) error {
 	const verb = "gormlock.RunScheduled"
-	return ledger.Scheduled(ctxOf0(db), verb, job, schedule, func() (ledger.Reader, error) { return readerOf(db, verb, opts) },
+	return ledger.Scheduled(ctxOf0(db), verb, job, schedule, func() (ledger.Reader, error) { return readerOf(db, verb, opts, nil) },
 		func(slot time.Time) error { return RunOnce(db, job, slot, fn, opts...) })
 }
 

@@ -200,7 +200,7 @@ func (p Pool) Runs(ctx context.Context, job string, limit int, cfg config.Config
 
 // Prune deletes the ledger's finished rows older than olderThan.
 func (p Pool) Prune(ctx context.Context, olderThan time.Duration, cfg config.Config) (int64, error) {
-	if err := ledger.ValidatePrune(p.Pkg+".Prune", olderThan); err != nil {
+	if err := ledger.CheckPrune(p.Pkg+".Prune", olderThan); err != nil {
 		return 0, err
 	}
 	if err := ledger.CheckCatchUp(p.Pkg+".Prune", olderThan, cfg); err != nil {
