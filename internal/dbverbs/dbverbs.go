@@ -39,8 +39,8 @@ type Pool struct {
 }
 
 // Check validates what every verb is given: a context, a pool (poolType
-// names it when nilPool) and valid options.
-func Check(ctx context.Context, pkg, verb, poolType string, nilPool bool, opts []ormlock.Option) (config.Config, error) {
+// names it when nilPool), valid options, and fn (nilFn when it is nil).
+func Check(ctx context.Context, pkg, verb, poolType string, nilPool, nilFn bool, opts []ormlock.Option) (config.Config, error) {
 	if ctx == nil {
 		return config.Config{}, fmt.Errorf("%w: %s.%s: nil context", ormlock.ErrInvalidArgument, pkg, verb)
 	}
@@ -48,7 +48,13 @@ func Check(ctx context.Context, pkg, verb, poolType string, nilPool bool, opts [
 		return config.Config{}, fmt.Errorf("%w: %s.%s: nil %s", ormlock.ErrInvalidArgument, pkg, verb, poolType)
 	}
 	cfg := config.New(opts...)
-	return cfg, cfg.Err()
+	if err := cfg.Err(); err != nil {
+		return cfg, err
+	}
+	if nilFn {
+		return cfg, fmt.Errorf("%w: %s.%s: nil fn", ormlock.ErrInvalidArgument, pkg, verb)
+	}
+	return cfg, nil
 }
 
 // op builds the Op of a verb on key and asks the server once per pool
