@@ -135,11 +135,11 @@ func keyCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("key", keyUsage, stdout)
 	ns := fs.String("namespace", "", "key namespace (`NS`), as ormlock.WithNamespace")
 	fs.env("namespace", "ORMLOCK_NAMESPACE")
-	name, err := parseOneArg(fs, args, "NAME")
+	arg, err := parseOneArg(fs, args, "NAME")
 	if err != nil {
 		return err
 	}
-	key, err := parseKey(name)
+	key, err := parseKey(arg)
 	if err != nil {
 		return err
 	}
