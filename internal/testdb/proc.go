@@ -138,8 +138,8 @@ func (p *proc) exited() bool {
 	}
 }
 
-// freePort returns a port that was free on 127.0.0.1 a moment ago.
-func freePort() (int, error) {
+// FreePort returns a port that was free on 127.0.0.1 a moment ago.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
