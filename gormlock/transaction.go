@@ -86,9 +86,9 @@ func open(db *gorm.DB, verb string, opts []ormlock.Option, argErr error) (lockpr
 	return d, cfg, err
 }
 
-// ctxOf returns db's context, or context.Background().
+// ctxOf returns db's context, or context.Background() (db may be nil).
 func ctxOf(db *gorm.DB) context.Context {
-	if db.Statement != nil && db.Statement.Context != nil {
+	if db != nil && db.Statement != nil && db.Statement.Context != nil {
 		return db.Statement.Context
 	}
 	return context.Background()
