@@ -330,3 +330,14 @@ func parseOneArg(fs *flagSet, args []string, what string) (string, error) {
 	}
 	return pos[0], nil
 }
+
+// parseKeyArg is parseOneArg for a lock key (KEY, NAME), which it also
+// returns read by parseKey.
+func parseKeyArg(fs *flagSet, args []string, what string) (string, ormlock.Key, error) {
+	arg, err := parseOneArg(fs, args, what)
+	if err != nil {
+		return "", ormlock.Key{}, err
+	}
+	key, err := parseKey(arg)
+	return arg, key, err
+}

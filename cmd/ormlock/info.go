@@ -41,11 +41,7 @@ func holderCmd(args []string, stdout, stderr io.Writer) error {
 	var c common
 	fs := newFlagSet("holder", holderUsage, stdout)
 	c.register(fs, true) // on MySQL/MariaDB the owners table is the ledger's
-	arg, err := parseOneArg(fs, args, "KEY")
-	if err != nil {
-		return err
-	}
-	key, err := parseKey(arg)
+	arg, key, err := parseKeyArg(fs, args, "KEY")
 	if err != nil {
 		return err
 	}
@@ -135,11 +131,7 @@ func keyCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("key", keyUsage, stdout)
 	ns := fs.String("namespace", "", "key namespace (`NS`), as ormlock.WithNamespace")
 	fs.env("namespace", "ORMLOCK_NAMESPACE")
-	arg, err := parseOneArg(fs, args, "NAME")
-	if err != nil {
-		return err
-	}
-	key, err := parseKey(arg)
+	_, key, err := parseKeyArg(fs, args, "NAME")
 	if err != nil {
 		return err
 	}
