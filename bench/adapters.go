@@ -38,13 +38,7 @@ func (s sqlTx) Bind(key string, crit func()) Attempt {
 
 type sqlNoLock struct{ sqlTx }
 
-func openSQLNoLock(ctx context.Context, t Target, conns int) (Instance, error) {
-	i, err := openSQLTransaction(ctx, t, conns)
-	if err != nil {
-		return nil, err
-	}
-	return sqlNoLock{i.(sqlTx)}, nil
-}
+var openSQLNoLock = sibling(openSQLTransaction, 0, func(i sqlTx) sqlNoLock { return sqlNoLock{i} })
 
 // Bind is db.BeginTx and Commit with nothing in between: what database/sql
 // costs without a lock.
@@ -118,13 +112,7 @@ func (p pgxTx) Bind(key string, crit func()) Attempt {
 
 type pgxHandwritten struct{ pgxTx }
 
-func openPgxHandwritten(ctx context.Context, t Target, conns int) (Instance, error) {
-	i, err := openPgxTransaction(ctx, t, conns)
-	if err != nil {
-		return nil, err
-	}
-	return pgxHandwritten{i.(pgxTx)}, nil
-}
+var openPgxHandwritten = sibling(openPgxTransaction, 0, func(i pgxTx) pgxHandwritten { return pgxHandwritten{i} })
 
 // Bind is the protocol as a careful user writes it with pgx alone: BEGIN,
 // the try-lock, COMMIT (or ROLLBACK), the key derived on every attempt.
@@ -146,13 +134,7 @@ func (p pgxHandwritten) Bind(key string, crit func()) Attempt {
 
 type pgxNoLock struct{ pgxTx }
 
-func openPgxNoLock(ctx context.Context, t Target, conns int) (Instance, error) {
-	i, err := openPgxTransaction(ctx, t, conns)
-	if err != nil {
-		return nil, err
-	}
-	return pgxNoLock{i.(pgxTx)}, nil
-}
+var openPgxNoLock = sibling(openPgxTransaction, 0, func(i pgxTx) pgxNoLock { return pgxNoLock{i} })
 
 // Bind is pool.Begin and Commit with nothing in between: what pgx costs
 // without a lock.

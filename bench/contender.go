@@ -92,6 +92,19 @@ func Contenders() []Contender {
 
 // ---- shared pieces of the SQL contenders ----
 
+// sibling returns the Open of a contender that runs on the pools of
+// another one: base, opened with extra more connections, its instance
+// wrapped by as.
+func sibling[B, S Instance](base func(context.Context, Target, int) (Instance, error), extra int, as func(B) S) func(context.Context, Target, int) (Instance, error) {
+	return func(ctx context.Context, t Target, conns int) (Instance, error) {
+		i, err := base(ctx, t, conns+extra)
+		if err != nil {
+			return nil, err
+		}
+		return as(i.(B)), nil
+	}
+}
+
 // sqlBase is a pool on a SQL target plus the hand-written holder that the
 // advisory-lock contenders share.
 type sqlBase struct {

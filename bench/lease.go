@@ -112,22 +112,19 @@ var ErrDeadlock = errors.New("bench: deadlock victim")
 
 // isDeadlock reports a deadlock victim: SQLSTATE 40P01 on PostgreSQL, error
 // 1213 on MySQL/MariaDB.
-func isDeadlock(err error) bool {
-	var pg interface{ SQLState() string }
-	if errors.As(err, &pg) && pg.SQLState() == "40P01" {
-		return true
-	}
-	var my *mysql.MySQLError
-	return errors.As(err, &my) && my.Number == 1213
-}
+func isDeadlock(err error) bool { return serverError(err, "40P01", 1213) }
 
 // isDuplicateKey reports a unique violation: SQLSTATE 23505 on PostgreSQL,
 // error 1062 on MySQL/MariaDB.
-func isDuplicateKey(err error) bool {
+func isDuplicateKey(err error) bool { return serverError(err, "23505", 1062) }
+
+// serverError reports whether err is PostgreSQL's error of SQLSTATE
+// sqlState or MySQL/MariaDB's error number.
+func serverError(err error, sqlState string, number uint16) bool {
 	var pg interface{ SQLState() string }
-	if errors.As(err, &pg) && pg.SQLState() == "23505" {
+	if errors.As(err, &pg) && pg.SQLState() == sqlState {
 		return true
 	}
 	var my *mysql.MySQLError
-	return errors.As(err, &my) && my.Number == 1062
+	return errors.As(err, &my) && my.Number == number
 }

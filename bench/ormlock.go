@@ -125,14 +125,8 @@ func (g gormTx) Bind(key string, crit func()) Attempt {
 
 type gormSession struct{ gormTx }
 
-func openGormSession(ctx context.Context, t Target, conns int) (Instance, error) {
-	// Session pins a connection for the lock while fn may use the pool.
-	i, err := openGormTransaction(ctx, t, conns+1)
-	if err != nil {
-		return nil, err
-	}
-	return gormSession{i.(gormTx)}, nil
-}
+// Session pins a connection for the lock while fn may use the pool.
+var openGormSession = sibling(openGormTransaction, 1, func(i gormTx) gormSession { return gormSession{i} })
 
 func (g gormSession) Bind(key string, crit func()) Attempt {
 	fn := func(context.Context) error { crit(); return nil }
@@ -146,13 +140,7 @@ func (g gormSession) Bind(key string, crit func()) Attempt {
 
 type gormNoLock struct{ gormTx }
 
-func openGormNoLock(ctx context.Context, t Target, conns int) (Instance, error) {
-	i, err := openGormTransaction(ctx, t, conns)
-	if err != nil {
-		return nil, err
-	}
-	return gormNoLock{i.(gormTx)}, nil
-}
+var openGormNoLock = sibling(openGormTransaction, 0, func(i gormTx) gormNoLock { return gormNoLock{i} })
 
 func (g gormNoLock) Bind(_ string, crit func()) Attempt {
 	fn := func(*gorm.DB) error { crit(); return nil }
@@ -194,13 +182,7 @@ func (e entTx) Bind(key string, crit func()) Attempt {
 
 type entNoLock struct{ entTx }
 
-func openEntNoLock(ctx context.Context, t Target, conns int) (Instance, error) {
-	i, err := openEntTransaction(ctx, t, conns)
-	if err != nil {
-		return nil, err
-	}
-	return entNoLock{i.(entTx)}, nil
-}
+var openEntNoLock = sibling(openEntTransaction, 0, func(i entTx) entNoLock { return entNoLock{i} })
 
 // Bind is client.Tx and Commit with nothing in between: what the same ent
 // stack costs without a lock.

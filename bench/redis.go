@@ -17,6 +17,8 @@ import (
 
 	"github.com/bsm/redislock"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ormlock/ormlock/internal/testdb"
 )
 
 // ErrNoRedis is returned by StartRedis when redis-server is not installed.
@@ -68,7 +70,7 @@ func StartRedis() (*RedisServer, error) {
 }
 
 func startRedisOnce(bin string) (*RedisServer, error) {
-	port, err := freePort()
+	port, err := testdb.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -131,16 +133,6 @@ func parseRedisVersion(info string) string {
 		}
 	}
 	return "Redis"
-}
-
-// freePort asks the kernel for a free TCP port on 127.0.0.1.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // Close stops the server (SIGTERM, then SIGKILL after 5s) and removes its

@@ -18,14 +18,8 @@ func Holder[T TxLike, K ormlock.KeyType](ctx context.Context, x interface {
 	Tx(context.Context) (T, error)
 }, key K, opts ...ormlock.Option) (ormlock.HolderInfo, error) {
 	const verb = "Holder"
-	if err := checkCall(ctx, verb, x, opts); err != nil {
-		return ormlock.HolderInfo{}, err
-	}
 	k := lockproto.KeyOf(key)
-	if err := k.Validate(); err != nil {
-		return ormlock.HolderInfo{}, err
-	}
-	d, cfg, err := driverFor(ctx, verb, x, opts)
+	d, cfg, err := open(ctx, verb, x, opts, k.Validate())
 	if err != nil {
 		return ormlock.HolderInfo{}, err
 	}

@@ -20,10 +20,7 @@ func Migrate[T TxLike](ctx context.Context, x interface {
 	Tx(context.Context) (T, error)
 }, opts ...ormlock.Option) error {
 	const verb = "Migrate"
-	if err := checkCall(ctx, verb, x, opts); err != nil {
-		return err
-	}
-	d, cfg, err := driverFor(ctx, verb, x, opts)
+	d, cfg, err := open(ctx, verb, x, opts, nil)
 	if err != nil {
 		return err
 	}

@@ -18,13 +18,7 @@ func Prune[T TxLike](ctx context.Context, x interface {
 	Tx(context.Context) (T, error)
 }, olderThan time.Duration, opts ...ormlock.Option) (int64, error) {
 	const verb = "Prune"
-	if err := checkCall(ctx, verb, x, opts); err != nil {
-		return 0, err
-	}
-	if err := ledger.ValidatePrune("entlock."+verb, olderThan); err != nil {
-		return 0, err
-	}
-	d, cfg, err := driverFor(ctx, verb, x, opts)
+	d, cfg, err := open(ctx, verb, x, opts, ledger.CheckPrune("entlock."+verb, olderThan))
 	if err == nil {
 		err = ledger.CheckCatchUp("entlock."+verb, olderThan, cfg)
 	}

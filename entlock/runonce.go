@@ -32,13 +32,7 @@ func RunOnce[T TxLike](ctx context.Context, client interface {
 	Tx(context.Context) (T, error)
 }, job string, slot time.Time, fn func(tx T) error, opts ...ormlock.Option) error {
 	const verb = "RunOnce"
-	if err := checkCall(ctx, verb, client, opts); err != nil {
-		return err
-	}
-	if err := ledger.CheckRunOnce("entlock."+verb, fn == nil, job, slot); err != nil {
-		return err
-	}
-	d, cfg, err := driverFor(ctx, verb, client, opts)
+	d, cfg, err := open(ctx, verb, client, opts, ledger.CheckRunOnce("entlock."+verb, fn == nil, job, slot))
 	if err != nil {
 		return err
 	}
@@ -75,6 +69,24 @@ func RunOnce[T TxLike](ctx context.Context, client interface {
 	})
 }
 
+// RunScheduled is [RunOnce] for the slot of the current time under
+// schedule: RunOnce(ctx, client, job, schedule.Slot(time.Now()), fn,
+// opts...), the form that cannot get the slot wrong (see
+// gormlock.RunScheduled). With [ormlock.WithCatchUp] it first runs the
+// missed slots of the window; fn reads the slot it runs with [Slot](tx). A
+// nil schedule is an error wrapping [ormlock.ErrInvalidArgument]. See
+// docs/SCHEDULES.md (Catch-up of missed slots).
+func RunScheduled[T TxLike](ctx context.Context, client interface {
+	Tx(context.Context) (T, error)
+}, job string, schedule ormlock.Schedule, fn func(tx T) error, opts ...ormlock.Option) error {
+	const verb = "RunScheduled"
+	if err := checkCall(ctx, verb, client, opts); err != nil {
+		return err
+	}
+	return ledger.Scheduled(ctx, "entlock."+verb, job, schedule, func() (ledger.Reader, error) { return readerOf(ctx, verb, client, opts, nil) },
+		func(slot time.Time) error { return RunOnce(ctx, client, job, slot, fn, opts...) })
+}
+
 // Runs returns the last limit runs of job from the ledger table, newest slot
 // first: who ran which slot, when, for how long, and with which error, in the
 // namespace in effect ([ormlock.WithNamespace], per call or given to [Wrap]).
@@ -85,25 +97,20 @@ func Runs[T TxLike](ctx context.Context, x interface {
 	Tx(context.Context) (T, error)
 }, job string, limit int, opts ...ormlock.Option) ([]ormlock.Run, error) {
 	const verb = "Runs"
-	if err := checkCall(ctx, verb, x, opts); err != nil {
-		return nil, err
-	}
-	if err := ledger.CheckRuns("entlock."+verb, job, limit); err != nil {
-		return nil, err
-	}
-	r, err := readerOf(ctx, verb, x, opts)
+	r, err := readerOf(ctx, verb, x, opts, ledger.CheckRuns("entlock."+verb, job, limit))
 	if err != nil {
 		return nil, err
 	}
 	return r.T.Runs(ctx, r.Q, r.Cfg.Namespace, job, limit)
 }
 
-// readerOf returns what reading the ledger through x needs: the settings
-// (Wrap's defaults with opts), the table, and the wrapped pool.
+// readerOf returns what reading the ledger through x needs, the call
+// checked as open does: the settings (Wrap's defaults with opts), the
+// table, and the wrapped pool.
 func readerOf[T TxLike](ctx context.Context, verb string, x interface {
 	Tx(context.Context) (T, error)
-}, opts []ormlock.Option) (ledger.Reader, error) {
-	d, cfg, err := driverFor(ctx, verb, x, opts)
+}, opts []ormlock.Option, argErr error) (ledger.Reader, error) {
+	d, cfg, err := open(ctx, verb, x, opts, argErr)
 	if err != nil {
 		return ledger.Reader{}, err
 	}
@@ -126,11 +133,19 @@ func checkCall(ctx context.Context, verb string, x any, opts []ormlock.Option) e
 	return config.New(opts...).Err()
 }
 
-// driverFor finds the Driver under x (see driverOf) and returns it with its
-// defaults and opts applied, or why it cannot take locks.
-func driverFor[T TxLike](ctx context.Context, verb string, x interface {
+// open validates a ledger or lookup verb's call (checkCall, then argErr:
+// the result of the verb's own argument check, nil when it has none), then
+// finds the Driver under x (see driverOf) and returns it with its defaults
+// and opts applied, or why it cannot take locks.
+func open[T TxLike](ctx context.Context, verb string, x interface {
 	Tx(context.Context) (T, error)
-}, opts []ormlock.Option) (*Driver, config.Config, error) {
+}, opts []ormlock.Option, argErr error) (*Driver, config.Config, error) {
+	if err := checkCall(ctx, verb, x, opts); err != nil {
+		return nil, config.Config{}, err
+	}
+	if argErr != nil {
+		return nil, config.Config{}, argErr
+	}
 	d, err := driverOf(ctx, verb, x)
 	if err != nil {
 		return nil, config.Config{}, err

@@ -74,21 +74,7 @@ func begin[T TxLike](ctx context.Context, client interface {
 // run calls fn and ends tx: commit when fn returns nil, rollback when it
 // fails or panics. verb names the caller in a commit error.
 func run[T TxLike](ctx context.Context, verb string, tx T, fn func(tx T) error) error {
-	done := false
-	defer func() {
-		if !done { // fn panicked or called runtime.Goexit
-			_ = tx.Rollback()
-		}
-	}()
-	err := fn(tx)
-	done = true
-	if err != nil {
-		return lockproto.FnFailed(ctx, err, tx.Rollback())
-	}
-	if err := tx.Commit(); err != nil {
-		return errs.Wrap(err, "entlock.%s: commit", verb)
-	}
-	return nil
+	return lockproto.RunTx(ctx, tx, "entlock."+verb, func() error { return fn(tx) })
 }
 
 // check validates the arguments every verb shares and returns the key.

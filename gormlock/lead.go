@@ -2,7 +2,6 @@ package gormlock
 
 import (
 	"context"
-	"fmt"
 
 	"gorm.io/gorm"
 
@@ -23,18 +22,7 @@ import (
 // [Holder]. An invalid key or option, an unsupported dialect or a refused
 // login is returned at once. See docs/PROTOCOL.md (Lead).
 func Lead[K ormlock.KeyType](db *gorm.DB, key K, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
-	if fn == nil {
-		return fmt.Errorf("%w: gormlock.Lead: nil fn", ormlock.ErrInvalidArgument)
-	}
-	c := new(call)
-	if err := c.init(db, "Lead", lockproto.KeyOf(key), opts); err != nil {
-		// the server check at the end of init may have failed on a
-		// connection error, which the campaign retries
-		if c.op == nil || lockproto.Permanent(err) {
-			return err
-		}
-	}
-	sqlDB, err := primarySQL(c.db)
+	c, sqlDB, err := sessionCall(db, "Lead", lockproto.KeyOf(key), fn, opts)
 	if err != nil {
 		return err
 	}

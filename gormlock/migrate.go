@@ -1,8 +1,6 @@
 package gormlock
 
 import (
-	"fmt"
-
 	"gorm.io/gorm"
 
 	"github.com/ormlock/ormlock"
@@ -18,17 +16,8 @@ import (
 // is upgraded in place. It runs on its own connection of db's primary pool,
 // not in db's transaction. See docs/PROTOCOL.md (The ledger).
 func Migrate(db *gorm.DB, opts ...ormlock.Option) error {
-	if db == nil {
-		return fmt.Errorf("%w: gormlock.Migrate: nil *gorm.DB", ormlock.ErrInvalidArgument)
-	}
-	if db.Error != nil {
-		return db.Error
-	}
-	cfg, err := configFor(db, opts)
+	_, cfg, err := open(db, "gormlock.Migrate", opts, nil)
 	if err != nil {
-		return err
-	}
-	if err := cfg.Err(); err != nil {
 		return err
 	}
 	wait := max(cfg.Wait, ledger.MigrateWait)

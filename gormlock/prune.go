@@ -1,7 +1,6 @@
 package gormlock
 
 import (
-	"context"
 	"fmt"
 	"time"
 
@@ -22,26 +21,11 @@ import (
 // (The ledger).
 func Prune(db *gorm.DB, olderThan time.Duration, opts ...ormlock.Option) (int64, error) {
 	const verb = "gormlock.Prune"
-	if db == nil {
-		return 0, fmt.Errorf("%w: %s: nil *gorm.DB", ormlock.ErrInvalidArgument, verb)
+	argErr := ledger.CheckPrune(verb, olderThan)
+	if argErr == nil && db != nil && inTx(db) {
+		argErr = fmt.Errorf("%w: %s: db is inside a transaction; pruning commits batch by batch", ormlock.ErrInvalidArgument, verb)
 	}
-	if db.Error != nil {
-		return 0, db.Error
-	}
-	if err := ledger.ValidatePrune(verb, olderThan); err != nil {
-		return 0, err
-	}
-	if inTx(db) {
-		return 0, fmt.Errorf("%w: %s: db is inside a transaction; pruning commits batch by batch", ormlock.ErrInvalidArgument, verb)
-	}
-	d, err := dialectOf(db)
-	if err != nil {
-		return 0, err
-	}
-	cfg, err := configFor(db, opts)
-	if err == nil {
-		err = cfg.Err()
-	}
+	d, cfg, err := open(db, verb, opts, argErr)
 	if err == nil {
 		err = ledger.CheckCatchUp(verb, olderThan, cfg)
 	}
@@ -56,9 +40,5 @@ func Prune(db *gorm.DB, olderThan time.Duration, opts ...ormlock.Option) (int64,
 	if err != nil {
 		return 0, err
 	}
-	ctx := context.Background()
-	if db.Statement != nil && db.Statement.Context != nil {
-		ctx = db.Statement.Context
-	}
-	return t.Prune(ctx, sqlDB, cfg.Namespace, time.Now().Add(-olderThan), ledger.PruneBatch)
+	return t.Prune(ctxOf(db), sqlDB, cfg.Namespace, time.Now().Add(-olderThan), ledger.PruneBatch)
 }

@@ -62,6 +62,22 @@ func RunOnce(db *gorm.DB, job string, slot time.Time, fn func(tx *gorm.DB) error
 	})
 }
 
+// RunScheduled is [RunOnce] for the slot of the current time under
+// schedule: RunOnce(db, job, schedule.Slot(time.Now()), fn, opts...). It
+// is the form that cannot get the slot wrong: every instance that fires for
+// the same scheduled time, a little early or late, passes the same slot,
+// which a slot taken from the trigger's own clock would not (see
+// [ormlock.Schedule]). With [ormlock.WithCatchUp] it first runs the missed
+// slots of the window; fn reads the slot it runs with
+// ormlock.Slot(tx.Statement.Context). A nil schedule is an error wrapping
+// [ormlock.ErrInvalidArgument]. See docs/SCHEDULES.md (Catch-up of missed
+// slots).
+func RunScheduled(db *gorm.DB, job string, schedule ormlock.Schedule, fn func(tx *gorm.DB) error, opts ...ormlock.Option) error {
+	const verb = "gormlock.RunScheduled"
+	return ledger.Scheduled(ctxOf(db), verb, job, schedule, func() (ledger.Reader, error) { return readerOf(db, verb, opts, nil) },
+		func(slot time.Time) error { return RunOnce(db, job, slot, fn, opts...) })
+}
+
 // Runs returns the last limit runs of job from the ledger table, newest slot
 // first: who ran which slot, when, for how long, and with which error, in the
 // namespace in effect ([ormlock.WithNamespace], per call or a plugin
@@ -70,41 +86,20 @@ func RunOnce(db *gorm.DB, job string, slot time.Time, fn func(tx *gorm.DB) error
 // docs/PROTOCOL.md (The ledger).
 func Runs(db *gorm.DB, job string, limit int, opts ...ormlock.Option) ([]ormlock.Run, error) {
 	const verb = "gormlock.Runs"
-	if db == nil {
-		return nil, fmt.Errorf("%w: %s: nil *gorm.DB", ormlock.ErrInvalidArgument, verb)
-	}
-	if db.Error != nil {
-		return nil, db.Error
-	}
-	if err := ledger.CheckRuns(verb, job, limit); err != nil {
-		return nil, err
-	}
-	r, err := readerOf(db, verb, opts)
+	r, err := readerOf(db, verb, opts, ledger.CheckRuns(verb, job, limit))
 	if err != nil {
 		return nil, err
 	}
 	return r.T.Runs(ctxOf(db), r.Q, r.Cfg.Namespace, job, limit)
 }
 
-// readerOf returns what reading the ledger through db needs: the settings
-// (the plugin's defaults with opts), the table, and a querier on the
-// primary, or on db's transaction when db is inside one.
-func readerOf(db *gorm.DB, verb string, opts []ormlock.Option) (ledger.Reader, error) {
-	if db == nil {
-		return ledger.Reader{}, fmt.Errorf("%w: %s: nil *gorm.DB", ormlock.ErrInvalidArgument, verb)
-	}
-	if db.Error != nil {
-		return ledger.Reader{}, db.Error
-	}
-	d, err := dialectOf(db)
+// readerOf returns what reading the ledger through db needs, the call
+// checked as open does: the settings (the plugin's defaults with opts), the
+// table, and a querier on the primary, or on db's transaction when db is
+// inside one.
+func readerOf(db *gorm.DB, verb string, opts []ormlock.Option, argErr error) (ledger.Reader, error) {
+	d, cfg, err := open(db, verb, opts, argErr)
 	if err != nil {
-		return ledger.Reader{}, err
-	}
-	cfg, err := configFor(db, opts)
-	if err != nil {
-		return ledger.Reader{}, err
-	}
-	if err := cfg.Err(); err != nil {
 		return ledger.Reader{}, err
 	}
 	t, err := ledger.NewTable(d, cfg.LedgerTable)
@@ -125,12 +120,4 @@ func readerOf(db *gorm.DB, verb string, opts []ormlock.Option) (ledger.Reader, e
 		return ledger.Reader{}, err
 	}
 	return r, nil
-}
-
-// ctxOf returns db's context, or context.Background().
-func ctxOf(db *gorm.DB) context.Context {
-	if db.Statement != nil && db.Statement.Context != nil {
-		return db.Statement.Context
-	}
-	return context.Background()
 }

@@ -2,6 +2,7 @@ package gormlock
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 
 	"gorm.io/gorm"
@@ -18,16 +19,30 @@ import (
 // wraps ErrLockLost. Per-dialect mechanism, timeouts and pool sizing: see
 // docs/PROTOCOL.md (The verbs on each server, Session).
 func Session[K ormlock.KeyType](db *gorm.DB, key K, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
-	if fn == nil {
-		return fmt.Errorf("%w: gormlock.Session: nil fn", ormlock.ErrInvalidArgument)
-	}
-	c, err := prepare(db, "Session", lockproto.KeyOf(key), opts)
-	if err != nil {
-		return err
-	}
-	sqlDB, err := primarySQL(c.db)
+	c, sqlDB, err := sessionCall(db, "Session", lockproto.KeyOf(key), fn, opts)
 	if err != nil {
 		return err
 	}
 	return c.op.Session(c.ctx, sqlDB, fn)
+}
+
+// sessionCall checks a call of a verb that holds the lock on a connection
+// of its own (Session, Lead) and returns it with db's primary pool. Lead
+// leaves a connection error of the server check (at the end of init) to
+// its campaign's retries.
+func sessionCall(db *gorm.DB, verb string, key ormlock.Key, fn func(ctx context.Context) error, opts []ormlock.Option) (*call, *sql.DB, error) {
+	if fn == nil {
+		return nil, nil, fmt.Errorf("%w: gormlock.%s: nil fn", ormlock.ErrInvalidArgument, verb)
+	}
+	c := new(call)
+	if err := c.init(db, verb, key, opts); err != nil {
+		if verb != "Lead" || c.op == nil || lockproto.Permanent(err) {
+			return nil, nil, err
+		}
+	}
+	sqlDB, err := primarySQL(c.db)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, sqlDB, nil
 }

@@ -10,6 +10,7 @@ import (
 	"gorm.io/plugin/dbresolver"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
@@ -48,17 +49,7 @@ func prepare(db *gorm.DB, verb string, key ormlock.Key, opts []ormlock.Option) (
 
 // init validates the arguments of a verb call and fills in c.
 func (c *call) init(db *gorm.DB, verb string, key ormlock.Key, opts []ormlock.Option) error {
-	if db == nil {
-		return fmt.Errorf("%w: gormlock.%s: nil *gorm.DB", ormlock.ErrInvalidArgument, verb)
-	}
-	if db.Error != nil {
-		return db.Error
-	}
-	d, err := dialectOf(db)
-	if err != nil {
-		return err
-	}
-	cfg, err := configFor(db, opts)
+	d, cfg, err := open(db, "gormlock."+verb, opts, nil)
 	if err != nil {
 		return err
 	}
@@ -66,12 +57,41 @@ func (c *call) init(db *gorm.DB, verb string, key ormlock.Key, opts []ormlock.Op
 	if err != nil {
 		return err
 	}
-	ctx := context.Background()
-	if db.Statement != nil && db.Statement.Context != nil {
-		ctx = db.Statement.Context
-	}
-	*c = call{db: db, ctx: ctx, op: op}
+	*c = call{db: db, ctx: ctxOf(db), op: op}
 	return c.checkServer()
+}
+
+// open checks what every verb is given: db (nil, or carrying an error),
+// then argErr, the result of the verb's own argument check (nil when it
+// has none); and returns db's dialect and settings (the plugin's defaults
+// with opts on top). verb names the verb in errors ("gormlock.Prune").
+func open(db *gorm.DB, verb string, opts []ormlock.Option, argErr error) (lockproto.Dialect, config.Config, error) {
+	if db == nil {
+		return 0, config.Config{}, fmt.Errorf("%w: %s: nil *gorm.DB", ormlock.ErrInvalidArgument, verb)
+	}
+	if db.Error != nil {
+		return 0, config.Config{}, db.Error
+	}
+	if argErr != nil {
+		return 0, config.Config{}, argErr
+	}
+	d, err := dialectOf(db)
+	if err != nil {
+		return 0, config.Config{}, err
+	}
+	cfg, err := configFor(db, opts)
+	if err == nil {
+		err = cfg.Err()
+	}
+	return d, cfg, err
+}
+
+// ctxOf returns db's context, or context.Background() (db may be nil).
+func ctxOf(db *gorm.DB) context.Context {
+	if db != nil && db.Statement != nil && db.Statement.Context != nil {
+		return db.Statement.Context
+	}
+	return context.Background()
 }
 
 // inTx reports whether db is already inside a transaction.
@@ -142,18 +162,7 @@ func (c *call) transaction(fn func(tx *gorm.DB) error) error {
 	if err != nil {
 		return err
 	}
-	done := false
-	defer func() {
-		if !done { // fn panicked or called runtime.Goexit
-			_ = lt.Rollback()
-		}
-	}()
-	err = c.run(fn, c.session(lt.Tx))
-	done = true
-	if err != nil {
-		return lockproto.FnFailed(c.ctx, err, lt.Rollback())
-	}
-	return errs.Wrap(lt.Commit(), "gormlock.%s: commit", c.op.Verb)
+	return lockproto.RunTx(c.ctx, lt, "gormlock."+c.op.Verb, func() error { return c.run(fn, c.session(lt.Tx)) })
 }
 
 // session returns a session of c.db over the transaction tx, as GORM's own

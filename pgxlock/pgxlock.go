@@ -183,25 +183,26 @@ func claimed(ctx context.Context, pool *pgxpool.Pool, opts *sql.TxOptions, fn fu
 	if err != nil {
 		return errs.Wrap(err, "pgxlock.RunOnce: begin fn's transaction")
 	}
-	done := false
-	defer func() {
-		if !done {
-			_ = tx.Rollback(context.WithoutCancel(ctx))
-		}
-	}()
-	err = fn(ctx, tx)
-	done = true
-	if err != nil {
-		rerr := tx.Rollback(context.WithoutCancel(ctx))
-		if errors.Is(rerr, pgx.ErrTxClosed) { // fn ended the transaction itself
-			rerr = nil
-		}
-		return errs.RolledBack(ctx, err, rerr)
+	return lockproto.RunTx(ctx, claimTx{ctx, tx}, "pgxlock.RunOnce", func() error { return fn(ctx, tx) })
+}
+
+// claimTx ends claim mode's pgx.Tx for lockproto.RunTx: a transaction fn
+// ended itself (pgx.ErrTxClosed) is no failure, and the rollback does not
+// depend on ctx, which may have ended.
+type claimTx struct {
+	ctx context.Context
+	tx  pgx.Tx
+}
+
+func (c claimTx) Commit() error   { return notClosed(c.tx.Commit(c.ctx)) }
+func (c claimTx) Rollback() error { return notClosed(c.tx.Rollback(context.WithoutCancel(c.ctx))) }
+
+// notClosed is err, or nil when it says the transaction had already ended.
+func notClosed(err error) error {
+	if errors.Is(err, pgx.ErrTxClosed) {
+		return nil
 	}
-	if err := tx.Commit(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
-		return errs.Wrap(err, "pgxlock.RunOnce: commit")
-	}
-	return nil
+	return err
 }
 
 // pgxOptions converts database/sql's transaction options to pgx's.

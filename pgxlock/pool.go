@@ -52,12 +52,9 @@ func keyOf(pool *pgxpool.Pool) *sql.DB {
 // open checks a verb's arguments and returns the protocol's pool over pool,
 // and the function that closes it, to be called when the verb returns.
 func open(ctx context.Context, verb string, pool *pgxpool.Pool, nilFn bool, opts []ormlock.Option) (dbverbs.Pool, config.Config, func(), error) {
-	cfg, err := dbverbs.Check(ctx, "pgxlock", verb, "*pgxpool.Pool", pool == nil, opts)
+	cfg, err := dbverbs.Check(ctx, "pgxlock", verb, "*pgxpool.Pool", pool == nil, nilFn, opts)
 	if err != nil {
 		return dbverbs.Pool{}, cfg, nil, err
-	}
-	if nilFn {
-		return dbverbs.Pool{}, cfg, nil, fmt.Errorf("%w: pgxlock.%s: nil fn", ormlock.ErrInvalidArgument, verb)
 	}
 	var (
 		db    *sql.DB

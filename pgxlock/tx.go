@@ -62,32 +62,28 @@ func (t *tx) Begin(ctx context.Context) (pgx.Tx, error) {
 // Commit releases a savepoint; on the transaction itself it commits it and
 // releases the lock at once (which otherwise happens when fn returns).
 func (t *tx) Commit(ctx context.Context) error {
-	if err := t.check(); err != nil {
-		return err
-	}
-	t.closed = true
-	if t.savepoint > 0 {
-		_, err := t.root.conn.Exec(ctx, "RELEASE SAVEPOINT sp_"+strconv.FormatInt(t.savepoint, 10))
-		return err
-	}
-	t.root.ended = true
-	t.root.endErr = t.root.lt.Commit()
-	return t.root.endErr
+	return t.end(ctx, "RELEASE SAVEPOINT sp_", t.root.lt.Commit)
 }
 
 // Rollback rolls back to a savepoint; on the transaction itself it rolls it
 // back and releases the lock at once.
 func (t *tx) Rollback(ctx context.Context) error {
+	return t.end(ctx, "ROLLBACK TO SAVEPOINT sp_", t.root.lt.Rollback)
+}
+
+// end ends t: a savepoint with the statement savepoint (followed by its
+// name), the transaction itself with root, which records the outcome.
+func (t *tx) end(ctx context.Context, savepoint string, root func() error) error {
 	if err := t.check(); err != nil {
 		return err
 	}
 	t.closed = true
 	if t.savepoint > 0 {
-		_, err := t.root.conn.Exec(ctx, "ROLLBACK TO SAVEPOINT sp_"+strconv.FormatInt(t.savepoint, 10))
+		_, err := t.root.conn.Exec(ctx, savepoint+strconv.FormatInt(t.savepoint, 10))
 		return err
 	}
 	t.root.ended = true
-	t.root.endErr = t.root.lt.Rollback()
+	t.root.endErr = root()
 	return t.root.endErr
 }
 

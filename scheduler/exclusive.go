@@ -20,13 +20,7 @@ import (
 // NewLocker and JobWrapper. The default is not exclusive: a job longer than
 // its period runs in two slots at once. See docs/SCHEDULES.md (WithExclusive).
 func WithExclusive(wait time.Duration) Option {
-	return func(c *config) {
-		if wait < 0 {
-			c.fail(fmt.Errorf("%w: scheduler.WithExclusive: wait must not be negative, got %v", ormlock.ErrInvalidArgument, wait))
-			return
-		}
-		c.exclusive, c.exclusiveWait = true, wait
-	}
+	return checked(wait < 0, fmt.Sprintf("WithExclusive: wait must not be negative, got %v", wait), func(c *config) { c.exclusive, c.exclusiveWait = true, wait })
 }
 
 // jobKey names the lock that keeps a job exclusive (WithExclusive).
@@ -67,13 +61,7 @@ const pruneTimeout = 5 * time.Minute
 // NewLocker and JobWrapper. The default is no pruning. See
 // docs/SCHEDULES.md (WithPrune).
 func WithPrune(olderThan time.Duration) Option {
-	return func(c *config) {
-		if olderThan <= 0 {
-			c.fail(fmt.Errorf("%w: scheduler.WithPrune: olderThan must be positive, got %v", ormlock.ErrInvalidArgument, olderThan))
-			return
-		}
-		c.pruner = &pruner{olderThan: olderThan}
-	}
+	return checked(olderThan <= 0, fmt.Sprintf("WithPrune: olderThan must be positive, got %v", olderThan), func(c *config) { c.pruner = &pruner{olderThan: olderThan} })
 }
 
 // pruner prunes the ledger at most once per pruneInterval.

@@ -52,6 +52,19 @@ func (c *config) fail(err error) {
 	}
 }
 
+// checked returns the Option that applies set or, when its argument is bad,
+// records the error "scheduler.<what>" (wrapping ormlock.ErrInvalidArgument)
+// instead.
+func checked(bad bool, what string, set func(c *config)) Option {
+	return func(c *config) {
+		if bad {
+			c.fail(fmt.Errorf("%w: scheduler.%s", ormlock.ErrInvalidArgument, what))
+			return
+		}
+		set(c)
+	}
+}
+
 // report hands err to the error handler: the one set with
 // [WithErrorHandler], else the cron.Logger of [WithCronLogger], else
 // slog.Default() at level Error.
@@ -106,13 +119,7 @@ func WithJobSchedule(job string, schedule ormlock.Schedule) Option {
 // through slog.Default() at level Error (or [WithCronLogger]'s logger, when
 // set). See docs/SCHEDULES.md (Errors, skips and fail closed).
 func WithErrorHandler(f func(err error)) Option {
-	return func(c *config) {
-		if f == nil {
-			c.fail(fmt.Errorf("%w: scheduler.WithErrorHandler: nil function", ormlock.ErrInvalidArgument))
-			return
-		}
-		c.onError = f
-	}
+	return checked(f == nil, "WithErrorHandler: nil function", func(c *config) { c.onError = f })
 }
 
 // WithCronLogger makes [JobWrapper] log through l, as robfig/cron's own
@@ -121,26 +128,14 @@ func WithErrorHandler(f func(err error)) Option {
 // takes them. Applies to JobWrapper. The default logs no skips, and errors
 // as WithErrorHandler describes.
 func WithCronLogger(l cron.Logger) Option {
-	return func(c *config) {
-		if l == nil {
-			c.fail(fmt.Errorf("%w: scheduler.WithCronLogger: nil cron.Logger", ormlock.ErrInvalidArgument))
-			return
-		}
-		c.logger = l
-	}
+	return checked(l == nil, "WithCronLogger: nil cron.Logger", func(c *config) { c.logger = l })
 }
 
 // WithClock sets the clock whose reading is mapped to the slot when a job
 // fires. Applies to NewLocker and JobWrapper. The default is time.Now; tests
 // use it to give replicas skewed clocks.
 func WithClock(now func() time.Time) Option {
-	return func(c *config) {
-		if now == nil {
-			c.fail(fmt.Errorf("%w: scheduler.WithClock: nil function", ormlock.ErrInvalidArgument))
-			return
-		}
-		c.now = now
-	}
+	return checked(now == nil, "WithClock: nil function", func(c *config) { c.now = now })
 }
 
 // WithRetry sets how long an [Elector] waits before it campaigns again
@@ -150,13 +145,7 @@ func WithClock(now func() time.Time) Option {
 // for it on the server). Applies to NewElector. The default is
 // 2s.
 func WithRetry(d time.Duration) Option {
-	return func(c *config) {
-		if d <= 0 {
-			c.fail(fmt.Errorf("%w: scheduler.WithRetry: duration must be positive, got %v", ormlock.ErrInvalidArgument, d))
-			return
-		}
-		c.retry = d
-	}
+	return checked(d <= 0, fmt.Sprintf("WithRetry: duration must be positive, got %v", d), func(c *config) { c.retry = d })
 }
 
 // validJob checks a job name as the ledger will (non-empty valid UTF-8

@@ -92,21 +92,7 @@ func claimed(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(ctx c
 	if err != nil {
 		return errs.Wrap(err, "sqllock.RunOnce: begin fn's transaction")
 	}
-	done := false
-	defer func() {
-		if !done {
-			_ = tx.Rollback()
-		}
-	}()
-	err = fn(ctx, tx)
-	done = true
-	if err != nil {
-		return errs.RolledBack(ctx, err, tx.Rollback())
-	}
-	if err := tx.Commit(); err != nil {
-		return errs.Wrap(err, "sqllock.RunOnce: commit")
-	}
-	return nil
+	return lockproto.RunTx(ctx, tx, "sqllock.RunOnce", func() error { return fn(ctx, tx) })
 }
 
 // RunScheduled is [RunOnce] for the slot of schedule at the current time.
@@ -164,12 +150,9 @@ func Prune(ctx context.Context, db *sql.DB, olderThan time.Duration, opts ...orm
 
 // pool checks a verb's arguments and returns db as the protocol's pool.
 func pool(ctx context.Context, verb string, db *sql.DB, nilFn bool, opts []ormlock.Option) (dbverbs.Pool, config.Config, error) {
-	cfg, err := dbverbs.Check(ctx, "sqllock", verb, "*sql.DB", db == nil, opts)
+	cfg, err := dbverbs.Check(ctx, "sqllock", verb, "*sql.DB", db == nil, nilFn, opts)
 	if err != nil {
 		return dbverbs.Pool{}, cfg, err
-	}
-	if nilFn {
-		return dbverbs.Pool{}, cfg, fmt.Errorf("%w: sqllock.%s: nil fn", ormlock.ErrInvalidArgument, verb)
 	}
 	d, err := dialectOf(ctx, verb, db)
 	if err != nil {

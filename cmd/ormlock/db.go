@@ -317,3 +317,27 @@ func parseFlags(fs *flagSet, args []string) ([]string, error) {
 	}
 	return pos, nil
 }
+
+// parseOneArg is parseFlags for a command that takes one argument, what
+// (KEY, JOB, NAME).
+func parseOneArg(fs *flagSet, args []string, what string) (string, error) {
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return "", err
+	}
+	if len(pos) != 1 {
+		return "", usagef("expected one %s, got %d arguments", what, len(pos))
+	}
+	return pos[0], nil
+}
+
+// parseKeyArg is parseOneArg for a lock key (KEY, NAME), which it also
+// returns read by parseKey.
+func parseKeyArg(fs *flagSet, args []string, what string) (string, ormlock.Key, error) {
+	arg, err := parseOneArg(fs, args, what)
+	if err != nil {
+		return "", ormlock.Key{}, err
+	}
+	key, err := parseKey(arg)
+	return arg, key, err
+}

@@ -41,14 +41,7 @@ func holderCmd(args []string, stdout, stderr io.Writer) error {
 	var c common
 	fs := newFlagSet("holder", holderUsage, stdout)
 	c.register(fs, true) // on MySQL/MariaDB the owners table is the ledger's
-	pos, err := parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return usagef("expected one KEY, got %d arguments", len(pos))
-	}
-	key, err := parseKey(pos[0])
+	arg, key, err := parseKeyArg(fs, args, "KEY")
 	if err != nil {
 		return err
 	}
@@ -63,7 +56,7 @@ func holderCmd(args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintln(stdout, h.String())
 		if !h.Held {
-			fmt.Fprintf(stderr, "ormlock: %q is not held in %s\n", pos[0], c.where())
+			fmt.Fprintf(stderr, "ormlock: %q is not held in %s\n", arg, c.where())
 		}
 		return nil
 	})
@@ -86,12 +79,9 @@ func runsCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("runs", runsUsage, stdout)
 	c.register(fs, true)
 	limit := fs.Int("limit", 10, "show at most `N` runs")
-	pos, err := parseFlags(fs, args)
+	job, err := parseOneArg(fs, args, "JOB")
 	if err != nil {
 		return err
-	}
-	if len(pos) != 1 {
-		return usagef("expected one JOB, got %d arguments", len(pos))
 	}
 	if *limit < 1 {
 		return usagef("--limit must be positive, got %d", *limit)
@@ -101,12 +91,12 @@ func runsCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	return withDB(&c, func(db *gorm.DB) error {
-		runs, err := gormlock.Runs(db, pos[0], *limit, opts...)
+		runs, err := gormlock.Runs(db, job, *limit, opts...)
 		if err != nil {
 			return err
 		}
 		if len(runs) == 0 {
-			fmt.Fprintf(stderr, "ormlock: no runs of %q in ledger table %s, %s\n", pos[0], c.ledger, c.where())
+			fmt.Fprintf(stderr, "ormlock: no runs of %q in ledger table %s, %s\n", job, c.ledger, c.where())
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "SLOT\tSTATUS\tOWNER\tSTARTED\tDURATION\tERROR")
@@ -141,14 +131,7 @@ func keyCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("key", keyUsage, stdout)
 	ns := fs.String("namespace", "", "key namespace (`NS`), as ormlock.WithNamespace")
 	fs.env("namespace", "ORMLOCK_NAMESPACE")
-	pos, err := parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return usagef("expected one NAME, got %d arguments", len(pos))
-	}
-	key, err := parseKey(pos[0])
+	_, key, err := parseKeyArg(fs, args, "NAME")
 	if err != nil {
 		return err
 	}

@@ -32,25 +32,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log"
 	"math/rand/v2"
 	"os"
-	"os/signal"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/examples/internal/demo"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		log.SetFlags(0)
-		log.Fatalf("crondedup: %v", err)
-	}
-}
+func main() { demo.Main("crondedup", run) }
 
 // outcome is what one replica's firing of one slot did.
 type outcome struct {

@@ -4,22 +4,19 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strings"
 	"time"
 
 	"entgo.io/ent/dialect"
 	entsql "entgo.io/ent/dialect/sql"
 	_ "github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib"
-	"gorm.io/driver/mysql"
-	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/entlock"
 	"github.com/ormlock/ormlock/examples/crondedup/ent"
 	"github.com/ormlock/ormlock/examples/crondedup/ent/settlement"
+	"github.com/ormlock/ormlock/examples/internal/demo"
 	"github.com/ormlock/ormlock/gormlock"
 )
 
@@ -37,10 +34,6 @@ type replica interface {
 	// runs reads the job's last limit runs from the ledger.
 	runs(ctx context.Context, job string, limit int) ([]ormlock.Run, error)
 	close() error
-}
-
-func isPostgres(dsn string) bool {
-	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://")
 }
 
 // slotText is how the settlements table stores a slot.
@@ -67,30 +60,16 @@ type gormReplica struct {
 }
 
 func openGORM(dsn, name string) (*gormReplica, error) {
-	var dial gorm.Dialector
-	if isPostgres(dsn) {
-		dial = postgres.Open(dsn)
-	} else {
-		dial = mysql.Open(dsn)
-	}
-	db, err := gorm.Open(dial, &gorm.Config{Logger: logger.Discard})
+	db, err := demo.OpenGORM(dsn)
 	if err != nil {
 		return nil, err
 	}
 	// The plugin sets this replica's defaults: its name in the ledger.
 	if err := db.Use(gormlock.New(ormlock.WithOwner(name))); err != nil {
-		_ = closeGORM(db)
+		_ = demo.CloseGORM(db)
 		return nil, err
 	}
 	return &gormReplica{db: db, name: name}, nil
-}
-
-func closeGORM(db *gorm.DB) error {
-	sqlDB, err := db.DB()
-	if err != nil {
-		return err
-	}
-	return sqlDB.Close()
 }
 
 func (r *gormReplica) migrate(ctx context.Context) error {
@@ -129,7 +108,7 @@ func (r *gormReplica) runs(ctx context.Context, job string, limit int) ([]ormloc
 	return gormlock.Runs(r.db.WithContext(ctx), job, limit)
 }
 
-func (r *gormReplica) close() error { return closeGORM(r.db) }
+func (r *gormReplica) close() error { return demo.CloseGORM(r.db) }
 
 // ---- ent ----
 
@@ -140,7 +119,7 @@ type entReplica struct {
 
 func openEnt(dsn, name string) (*entReplica, error) {
 	driver, dia := "mysql", dialect.MySQL
-	if isPostgres(dsn) {
+	if demo.IsPostgres(dsn) {
 		driver, dia = "pgx", dialect.Postgres
 	}
 	db, err := sql.Open(driver, dsn)

@@ -35,29 +35,18 @@ import (
 	"io"
 	"log"
 	"os"
-	"os/signal"
-	"strings"
 	"time"
 
 	mysqldrv "github.com/go-sql-driver/mysql"
-	"gorm.io/driver/mysql"
-	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/examples/internal/demo"
 	"github.com/ormlock/ormlock/gormlock"
 	"github.com/ormlock/ormlock/keyhash"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		log.SetFlags(0)
-		log.Fatalf("fencing: %v", err)
-	}
-}
+func main() { demo.Main("fencing", run) }
 
 // Account is the resource both replicas write: fence is the greatest token
 // that has written it.
@@ -99,16 +88,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	} else {
 		where = "the server of -dsn"
 	}
-	a, err := open(*dsn)
+	a, err := demo.OpenGORM(*dsn)
 	if err != nil {
 		return fmt.Errorf("replica-a: %w", err)
 	}
-	defer closeDB(a)
-	b, err := open(*dsn)
+	defer demo.CloseGORM(a)
+	b, err := demo.OpenGORM(*dsn)
 	if err != nil {
 		return fmt.Errorf("replica-b: %w", err)
 	}
-	defer closeDB(b)
+	defer demo.CloseGORM(b)
 	a, b = a.WithContext(ctx), b.WithContext(ctx)
 
 	// Migrate creates the fence table (ormlock_runs_fence) that issues
@@ -205,26 +194,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "refused: the stale holder's write (token %d) after replica-b's (token %d)\n", tokA, tokB)
 	return nil
-}
-
-func open(dsn string) (*gorm.DB, error) {
-	var dial gorm.Dialector
-	if isPostgres(dsn) {
-		dial = postgres.Open(dsn)
-	} else {
-		dial = mysql.Open(dsn)
-	}
-	return gorm.Open(dial, &gorm.Config{Logger: logger.Discard})
-}
-
-func isPostgres(dsn string) bool {
-	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") || strings.Contains(dsn, "host=")
-}
-
-func closeDB(db *gorm.DB) {
-	if sqlDB, err := db.DB(); err == nil {
-		_ = sqlDB.Close()
-	}
 }
 
 // killLockConn ends the server connection that holds the lock named key (no

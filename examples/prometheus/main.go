@@ -20,34 +20,23 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log"
 	"log/slog"
 	"net/http"
 	"os"
-	"os/signal"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/expfmt"
-	"gorm.io/driver/mysql"
-	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/examples/internal/demo"
 	"github.com/ormlock/ormlock/gormlock"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		log.Fatal(err)
-	}
-}
+func main() { demo.Main("prometheus", run) }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("prometheus", flag.ContinueOnError)
@@ -82,15 +71,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	dbs := make([]*gorm.DB, *replicas)
 	for i := range dbs {
-		db, err := open(*dsn)
+		db, err := demo.OpenGORM(*dsn)
 		if err != nil {
 			return err
 		}
-		sqlDB, err := db.DB()
-		if err != nil {
-			return err
-		}
-		defer sqlDB.Close()
+		defer demo.CloseGORM(db)
 		if err := db.Use(gormlock.New(ormlock.WithObserver(observer))); err != nil {
 			return err
 		}
@@ -146,16 +131,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 // open connects GORM to a postgres:// URL or a MySQL/MariaDB DSN.
-func open(dsn string) (*gorm.DB, error) {
-	var dial gorm.Dialector
-	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		dial = postgres.Open(dsn)
-	} else {
-		dial = mysql.Open(dsn)
-	}
-	return gorm.Open(dial, &gorm.Config{Logger: logger.Discard})
-}
-
 // printMetrics writes the ormlock_ series in Prometheus' text format.
 func printMetrics(w io.Writer, g prometheus.Gatherer) error {
 	families, err := g.Gather()

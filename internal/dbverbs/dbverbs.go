@@ -14,7 +14,6 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
-	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/ledger"
 	"github.com/ormlock/ormlock/internal/lockproto"
@@ -40,8 +39,8 @@ type Pool struct {
 }
 
 // Check validates what every verb is given: a context, a pool (poolType
-// names it when nilPool) and valid options.
-func Check(ctx context.Context, pkg, verb, poolType string, nilPool bool, opts []ormlock.Option) (config.Config, error) {
+// names it when nilPool), valid options, and fn (nilFn when it is nil).
+func Check(ctx context.Context, pkg, verb, poolType string, nilPool, nilFn bool, opts []ormlock.Option) (config.Config, error) {
 	if ctx == nil {
 		return config.Config{}, fmt.Errorf("%w: %s.%s: nil context", ormlock.ErrInvalidArgument, pkg, verb)
 	}
@@ -49,7 +48,13 @@ func Check(ctx context.Context, pkg, verb, poolType string, nilPool bool, opts [
 		return config.Config{}, fmt.Errorf("%w: %s.%s: nil %s", ormlock.ErrInvalidArgument, pkg, verb, poolType)
 	}
 	cfg := config.New(opts...)
-	return cfg, cfg.Err()
+	if err := cfg.Err(); err != nil {
+		return cfg, err
+	}
+	if nilFn {
+		return cfg, fmt.Errorf("%w: %s.%s: nil fn", ormlock.ErrInvalidArgument, pkg, verb)
+	}
+	return cfg, nil
 }
 
 // op builds the Op of a verb on key and asks the server once per pool
@@ -92,18 +97,7 @@ func (p Pool) transaction(ctx context.Context, op *lockproto.Op, fn Locked) erro
 	if err != nil {
 		return err
 	}
-	done := false
-	defer func() {
-		if !done { // fn panicked or called runtime.Goexit
-			_ = lt.Rollback()
-		}
-	}()
-	err = fn(op.TokenContext(ctx), lt)
-	done = true
-	if err != nil {
-		return lockproto.FnFailed(ctx, err, lt.Rollback())
-	}
-	return errs.Wrap(lt.Commit(), "%s.%s: commit", p.Pkg, op.Verb)
+	return lockproto.RunTx(ctx, lt, p.Pkg+"."+op.Verb, func() error { return fn(op.TokenContext(ctx), lt) })
 }
 
 // Session holds k's lock on a dedicated connection while fn runs.
@@ -212,7 +206,7 @@ func (p Pool) Runs(ctx context.Context, job string, limit int, cfg config.Config
 
 // Prune deletes the ledger's finished rows older than olderThan.
 func (p Pool) Prune(ctx context.Context, olderThan time.Duration, cfg config.Config) (int64, error) {
-	if err := ledger.ValidatePrune(p.Pkg+".Prune", olderThan); err != nil {
+	if err := ledger.CheckPrune(p.Pkg+".Prune", olderThan); err != nil {
 		return 0, err
 	}
 	if err := ledger.CheckCatchUp(p.Pkg+".Prune", olderThan, cfg); err != nil {

@@ -7,7 +7,7 @@ import (
 	"github.com/ormlock/ormlock"
 )
 
-// The argument checks of RunOnce and Runs (Prune's is ValidatePrune),
+// The argument checks of RunOnce, Runs and Prune,
 // written once for every adapter, so that bad input is refused alike
 // everywhere (an error wrapping ormlock.ErrInvalidArgument that names verb
 // and what was wrong) before anything is taken.
@@ -31,6 +31,16 @@ func CheckRuns(verb, job string, limit int) error {
 	}
 	if limit < 1 {
 		return fmt.Errorf("%w: %s: limit must be positive, got %d", ormlock.ErrInvalidArgument, verb, limit)
+	}
+	return nil
+}
+
+// CheckPrune checks Prune's olderThan, which must be positive (the
+// catch-up window it must cover is CheckCatchUp's, once the settings are
+// known).
+func CheckPrune(verb string, olderThan time.Duration) error {
+	if olderThan <= 0 {
+		return fmt.Errorf("%w: %s: olderThan must be positive, got %v", ormlock.ErrInvalidArgument, verb, olderThan)
 	}
 	return nil
 }

@@ -13,14 +13,6 @@ import (
 // PruneBatch is the most rows one pruning statement deletes.
 const PruneBatch = 1000
 
-// ValidatePrune checks Prune's olderThan.
-func ValidatePrune(verb string, olderThan time.Duration) error {
-	if olderThan <= 0 {
-		return fmt.Errorf("%w: %s: olderThan must be positive, got %v", ormlock.ErrInvalidArgument, verb, olderThan)
-	}
-	return nil
-}
-
 // CheckCatchUp refuses a pruning window shorter than the catch-up window
 // configured with it (ormlock.WithCatchUp among the same options or
 // defaults): it would delete the 'done' rows that tell the catch-up a slot

@@ -98,22 +98,3 @@ func Reported(rerr, ferr error) bool {
 	}
 	return errors.Is(rerr, ErrImplicitCommit) && !errors.Is(ferr, ErrImplicitCommit)
 }
-
-// FnFailed is the error a verb returns when fn failed with ferr and the
-// rollback that followed returned rerr, the same in every adapter (ent's
-// WithTx habit): ferr joined with rerr when rerr says something the caller
-// must hear (Reported: the lock was lost, or an implicit commit ferr does
-// not mention), so that errors.Is matches both, even when ctx ended;
-// otherwise as errs.RolledBack (ferr itself, or ferr with the rollback's
-// failure added).
-func FnFailed(ctx context.Context, ferr, rerr error) error {
-	switch {
-	case rerr == nil:
-		return ferr
-	case Reported(rerr, ferr):
-		return errs.Join(rerr, ferr)
-	case errors.Is(rerr, ErrImplicitCommit):
-		return ferr // which says so already (RunOnce's ledger)
-	}
-	return errs.RolledBack(ctx, ferr, rerr)
-}

@@ -3,6 +3,7 @@ package lockproto
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -256,4 +257,44 @@ func (t *LockedTx) end() (err error) {
 		}
 	})
 	return err
+}
+
+// Ender is what RunTx ends: a LockedTx, ent's transaction over one, or
+// the transaction of RunOnce's claim mode.
+type Ender interface {
+	Commit() error
+	Rollback() error
+}
+
+// RunTx calls fn and ends tx, the same in every adapter (ent's WithTx
+// habit): commit when fn returns nil (a failure wrapped as "what: commit",
+// e.g. "gormlock.Transaction"), rollback when fn fails, panics or calls
+// runtime.Goexit. When fn failed with ferr and the rollback returned rerr,
+// the result is ferr joined with rerr when rerr says something the caller
+// must hear (Reported: the lock was lost, or an implicit commit ferr does
+// not mention), so that errors.Is matches both, even when ctx ended;
+// otherwise as errs.RolledBack (ferr itself, or ferr with the rollback's
+// failure added).
+func RunTx(ctx context.Context, tx Ender, what string, fn func() error) error {
+	done := false
+	defer func() {
+		if !done { // fn panicked or called runtime.Goexit
+			_ = tx.Rollback()
+		}
+	}()
+	ferr := fn()
+	done = true
+	if ferr == nil {
+		return errs.Wrap(tx.Commit(), "%s: commit", what)
+	}
+	switch rerr := tx.Rollback(); {
+	case rerr == nil:
+		return ferr
+	case Reported(rerr, ferr):
+		return errs.Join(rerr, ferr)
+	case errors.Is(rerr, ErrImplicitCommit):
+		return ferr // which says so already (RunOnce's ledger)
+	default:
+		return errs.RolledBack(ctx, ferr, rerr)
+	}
 }

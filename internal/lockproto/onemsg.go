@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/errs"
 )
 
@@ -83,9 +82,7 @@ const (
 // (its transaction ended: ROLLBACK confirmed by the server) or destroyed,
 // and the error is classified as AcquireXact's.
 func (o *Op) lockOneMessage(ctx context.Context, db *sql.DB, conn *sql.Conn, begin string, use lockTxFor) (*OneMessageTx, time.Duration, error) {
-	o.start = time.Now()
-	o.Emit(ctx, ormlock.EventAttempt, nil)
-	wait, bounded, err := o.budget(ctx)
+	wait, bounded, err := o.attempt(ctx)
 	if err != nil {
 		_ = conn.Close() // nothing was sent
 		return nil, 0, err

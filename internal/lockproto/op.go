@@ -122,6 +122,14 @@ func (o *Op) observerPanic(ctx context.Context, e config.Event, p any) {
 	)
 }
 
+// attempt starts a lock call: its clock and EventAttempt; then it returns
+// how long the call may wait for the lock (budget).
+func (o *Op) attempt(ctx context.Context) (wait time.Duration, bounded bool, err error) {
+	o.start = time.Now()
+	o.Emit(ctx, ormlock.EventAttempt, nil)
+	return o.budget(ctx)
+}
+
 // attempted makes sure that an outcome reported before the lock call (no
 // connection, no transaction) follows an EventAttempt and has a clock, so an
 // observer always sees attempt, then not_acquired, with a Wait measured from
@@ -195,9 +203,7 @@ var errSnapshotTaken = errors.New("the transaction's snapshot was taken before t
 // errSnapshotTaken (no event: the caller starts over), the lock, if taken,
 // released with the transaction the caller rolls back.
 func (o *Op) acquireXact(ctx context.Context, q Querier, iso *string) error {
-	o.start = time.Now()
-	o.Emit(ctx, ormlock.EventAttempt, nil)
-	wait, bounded, err := o.budget(ctx)
+	wait, bounded, err := o.attempt(ctx)
 	if err != nil {
 		return err
 	}
@@ -247,9 +253,7 @@ func (o *Op) EndXact(ctx context.Context) {
 
 // AcquireNamed runs GET_LOCK on the pinned connection q.
 func (o *Op) AcquireNamed(ctx context.Context, q Querier) error {
-	o.start = time.Now()
-	o.Emit(ctx, ormlock.EventAttempt, nil)
-	wait, bounded, err := o.budget(ctx)
+	wait, bounded, err := o.attempt(ctx)
 	if err != nil {
 		return err
 	}

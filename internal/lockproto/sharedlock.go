@@ -76,9 +76,7 @@ var errSharedConnDead = fmt.Errorf("%w: the shared lock connection failed", ErrN
 // a backoff while it is held elsewhere, for as long as the configured wait
 // (cut by ctx) allows. On success the caller owns a use of c (p.leave).
 func (o *Op) sharedAcquire(ctx context.Context, db *sql.DB, p *sharedPool) (*sharedConn, error) {
-	o.start = time.Now()
-	o.Emit(ctx, ormlock.EventAttempt, nil)
-	wait, bounded, err := o.budget(ctx)
+	wait, bounded, err := o.attempt(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -109,10 +109,7 @@ func (c *cronSched) atOrBefore(w time.Time) (time.Time, bool) {
 	w = w.Truncate(time.Second)
 	stop := w.AddDate(-cronSearch, 0, 0)
 	for w.After(stop) {
-		y, m, d := w.Date()
-		day := time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
-		hour := w.Truncate(time.Hour)
-		minute := w.Truncate(time.Minute)
+		y, m, day, hour, minute := floors(w)
 		switch {
 		case !bits(c.mon).has(int(m)):
 			w = time.Date(y, m, 1, 0, 0, 0, 0, time.UTC).Add(-time.Second)
@@ -143,6 +140,13 @@ func (c *cronSched) atOrBefore(w time.Time) (time.Time, bool) {
 	return time.Time{}, false
 }
 
+// floors returns w's year and month, and the starts of its day, hour and
+// minute.
+func floors(w time.Time) (y int, m time.Month, day, hour, minute time.Time) {
+	y, m, d := w.Date()
+	return y, m, time.Date(y, m, d, 0, 0, 0, 0, time.UTC), w.Truncate(time.Hour), w.Truncate(time.Minute)
+}
+
 func (c *cronSched) after(w time.Time) (time.Time, bool) {
 	return c.atOrAfter(w.Truncate(time.Second).Add(time.Second))
 }
@@ -150,10 +154,7 @@ func (c *cronSched) after(w time.Time) (time.Time, bool) {
 func (c *cronSched) atOrAfter(w time.Time) (time.Time, bool) {
 	stop := w.AddDate(cronSearch, 0, 0)
 	for w.Before(stop) {
-		y, m, d := w.Date()
-		day := time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
-		hour := w.Truncate(time.Hour)
-		minute := w.Truncate(time.Minute)
+		y, m, day, hour, minute := floors(w)
 		switch {
 		case !bits(c.mon).has(int(m)):
 			w = time.Date(y, m+1, 1, 0, 0, 0, 0, time.UTC)

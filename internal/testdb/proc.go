@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"os/user"
 	"path/filepath"
 	"strconv"
@@ -138,8 +139,8 @@ func (p *proc) exited() bool {
 	}
 }
 
-// freePort returns a port that was free on 127.0.0.1 a moment ago.
-func freePort() (int, error) {
+// FreePort returns a port that was free on 127.0.0.1 a moment ago.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
@@ -290,4 +291,25 @@ func cleanStale(base string) {
 		}
 		os.RemoveAll(filepath.Join(base, e.Name()))
 	}
+}
+
+// WaitForStop blocks a command that serves a server until it is signalled
+// (SIGINT, SIGTERM), its standard input closes, or done (when not nil)
+// yields, whose error it returns.
+func WaitForStop(done <-chan error) error {
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(stop)
+	eof := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		close(eof)
+	}()
+	select {
+	case <-stop:
+	case <-eof:
+	case err := <-done:
+		return err
+	}
+	return nil
 }

@@ -284,7 +284,7 @@ func (s *Server) startLocked(fixedPort bool) error {
 	}
 	for attempt := 1; ; attempt++ {
 		if !fixedPort {
-			port, err := freePort()
+			port, err := FreePort()
 			if err != nil {
 				return fmt.Errorf("testdb: %s: free port: %w", s.kind, err)
 			}

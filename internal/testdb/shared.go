@@ -123,25 +123,15 @@ func doStartShared(k Kind) (*Server, error) {
 	return startServer(PgBouncer, b, t)
 }
 
-func dsn(k Kind) (string, error) {
+// dsn returns the DSN of kind k's server: the kind's ORMLOCK_TEST_*_DSN
+// when set, else the shared server's, started on first use. admin asks for
+// its admin DSN (for PgBouncer, PostgreSQL's own behind it: its
+// ORMLOCK_TEST_POSTGRES_DSN when set).
+func dsn(k Kind, admin bool) (string, error) {
 	if !k.valid() {
 		return "", fmt.Errorf("testdb: unknown kind %q", k)
 	}
-	if d := envDSN(k); d != "" {
-		return d, nil
-	}
-	s, err := startShared(k)
-	if err != nil {
-		return "", err
-	}
-	return s.DSN(), nil
-}
-
-func adminDSN(k Kind) (string, error) {
-	if !k.valid() {
-		return "", fmt.Errorf("testdb: unknown kind %q", k)
-	}
-	if k == PgBouncer {
+	if admin && k == PgBouncer {
 		if d := envDSN(Postgres); d != "" {
 			return d, nil
 		}
@@ -150,15 +140,18 @@ func adminDSN(k Kind) (string, error) {
 		return d, nil
 	}
 	s, err := startShared(k)
-	if err != nil {
+	switch {
+	case err != nil:
 		return "", err
+	case admin:
+		return s.AdminDSN(), nil
 	}
-	return s.AdminDSN(), nil
+	return s.DSN(), nil
 }
 
 // adminDB returns the shared admin pool for kind k.
 func adminDB(k Kind) (*sql.DB, error) {
-	d, err := adminDSN(k)
+	d, err := dsn(k, true)
 	if err != nil {
 		return nil, err
 	}
@@ -181,7 +174,7 @@ func adminDB(k Kind) (*sql.DB, error) {
 // test when the binaries are missing (fails it when CI is set).
 func DSN(tb testing.TB, k Kind) string {
 	tb.Helper()
-	d, err := dsn(k)
+	d, err := dsn(k, false)
 	if err != nil {
 		skipOrFail(tb, err)
 	}
@@ -237,6 +230,14 @@ func LogPath(tb testing.TB, k Kind) string {
 func Start(tb testing.TB, k Kind) *Server {
 	tb.Helper()
 	s, err := StartServer(k)
+	return stopAtCleanup(tb, s, err)
+}
+
+// stopAtCleanup returns s, the server a Start function started, and stops
+// it in tb.Cleanup; when starting failed with err it skips or fails tb
+// (skipOrFail).
+func stopAtCleanup(tb testing.TB, s *Server, err error) *Server {
+	tb.Helper()
 	if err != nil {
 		skipOrFail(tb, err)
 	}

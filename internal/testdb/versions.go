@@ -123,15 +123,7 @@ func postgresRelease(major int) (string, error) {
 func StartOn(tb testing.TB, k Kind, pgBinDir string) *Server {
 	tb.Helper()
 	s, err := StartServerOn(k, pgBinDir)
-	if err != nil {
-		skipOrFail(tb, err)
-	}
-	tb.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			tb.Logf("%v", err)
-		}
-	})
-	return s
+	return stopAtCleanup(tb, s, err)
 }
 
 // StartServerOn is StartServer with PostgreSQL from pgBinDir.

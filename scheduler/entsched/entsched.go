@@ -15,7 +15,6 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/entlock"
-	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/sched"
 	"github.com/ormlock/ormlock/scheduler"
 	"github.com/ormlock/ormlock/scheduler/internal/backend"
@@ -36,26 +35,22 @@ func Backend[T entlock.TxLike](client interface {
 	if client == nil || isNilPointer(client) {
 		return backend.Failed(fmt.Errorf("%w: %s: nil client", ormlock.ErrInvalidArgument, name))
 	}
-	if err := config.New(opts...).Err(); err != nil {
-		return backend.Failed(err)
-	}
-	return backend.New(backend.Funcs{
-		Scheduled: func(ctx context.Context, job string, s ormlock.Schedule, fn func(ctx context.Context) error, extra ...ormlock.Option) error {
+	return backend.New(opts, backend.Funcs{
+		Scheduled: func(ctx context.Context, job string, s ormlock.Schedule, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
 			return entlock.RunScheduled(ctx, client, job, s, func(tx T) error {
 				slot, _ := entlock.Slot(tx)
 				return fn(sched.WithSlot(ctx, slot))
-			}, backend.Claim(opts, extra)...)
+			}, opts...)
 		},
-		Session: func(ctx context.Context, key string, fn func(ctx context.Context) error, extra ...ormlock.Option) error {
-			return entlock.Session(ctx, client, key, fn, backend.With(opts, extra)...)
+		Session: func(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
+			return entlock.Session(ctx, client, key, fn, opts...)
 		},
-		Lead: func(ctx context.Context, key string, fn func(ctx context.Context) error, extra ...ormlock.Option) error {
-			return entlock.Lead(ctx, client, key, fn, backend.With(opts, extra)...)
+		Lead: func(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
+			return entlock.Lead(ctx, client, key, fn, opts...)
 		},
-		Prune: func(ctx context.Context, olderThan time.Duration) (int64, error) {
+		Prune: func(ctx context.Context, olderThan time.Duration, opts ...ormlock.Option) (int64, error) {
 			return entlock.Prune(ctx, client, olderThan, opts...)
 		},
-		Opts: opts,
 	})
 }
 

@@ -32,26 +32,22 @@ func Backend(db *gorm.DB, opts ...ormlock.Option) scheduler.Backend {
 	if db == nil {
 		return backend.Failed(fmt.Errorf("%w: %s: nil *gorm.DB", ormlock.ErrInvalidArgument, name))
 	}
-	if err := gormlock.New(opts...).Err(); err != nil {
-		return backend.Failed(err)
-	}
-	return backend.New(backend.Funcs{
-		Scheduled: func(ctx context.Context, job string, s ormlock.Schedule, fn func(ctx context.Context) error, extra ...ormlock.Option) error {
+	return backend.New(opts, backend.Funcs{
+		Scheduled: func(ctx context.Context, job string, s ormlock.Schedule, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
 			return gormlock.RunScheduled(db.WithContext(ctx), job, s, func(tx *gorm.DB) error {
 				// Claim mode: tx is the plain db bound to the lock
 				// session's context, which carries the slot.
 				return fn(tx.Statement.Context)
-			}, backend.Claim(opts, extra)...)
+			}, opts...)
 		},
-		Session: func(ctx context.Context, key string, fn func(ctx context.Context) error, extra ...ormlock.Option) error {
-			return gormlock.Session(db.WithContext(ctx), key, fn, backend.With(opts, extra)...)
+		Session: func(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
+			return gormlock.Session(db.WithContext(ctx), key, fn, opts...)
 		},
-		Lead: func(ctx context.Context, key string, fn func(ctx context.Context) error, extra ...ormlock.Option) error {
-			return gormlock.Lead(db.WithContext(ctx), key, fn, backend.With(opts, extra)...)
+		Lead: func(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
+			return gormlock.Lead(db.WithContext(ctx), key, fn, opts...)
 		},
-		Prune: func(ctx context.Context, olderThan time.Duration) (int64, error) {
+		Prune: func(ctx context.Context, olderThan time.Duration, opts ...ormlock.Option) (int64, error) {
 			return gormlock.Prune(db.WithContext(ctx), olderThan, opts...)
 		},
-		Opts: opts,
 	})
 }

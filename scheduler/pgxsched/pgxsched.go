@@ -17,7 +17,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ormlock/ormlock"
-	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/sched"
 	"github.com/ormlock/ormlock/pgxlock"
 	"github.com/ormlock/ormlock/scheduler"
@@ -38,24 +37,20 @@ func Backend(pool *pgxpool.Pool, opts ...ormlock.Option) scheduler.Backend {
 	if pool == nil {
 		return backend.Failed(fmt.Errorf("%w: pgxsched.Backend: nil *pgxpool.Pool", ormlock.ErrInvalidArgument))
 	}
-	if err := config.New(opts...).Err(); err != nil {
-		return backend.Failed(err)
-	}
-	return backend.New(backend.Funcs{
-		Scheduled: func(ctx context.Context, job string, s ormlock.Schedule, fn func(ctx context.Context) error, extra ...ormlock.Option) error {
+	return backend.New(opts, backend.Funcs{
+		Scheduled: func(ctx context.Context, job string, s ormlock.Schedule, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
 			return pgxlock.RunScheduled(sched.WithBareClaim(ctx, true), pool, job, s, func(ctx context.Context, _ pgx.Tx) error {
 				return fn(ctx) // ctx carries the slot
-			}, backend.Claim(opts, extra)...)
+			}, opts...)
 		},
-		Session: func(ctx context.Context, key string, fn func(ctx context.Context) error, extra ...ormlock.Option) error {
-			return pgxlock.Session(ctx, pool, key, fn, backend.With(opts, extra)...)
+		Session: func(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
+			return pgxlock.Session(ctx, pool, key, fn, opts...)
 		},
-		Lead: func(ctx context.Context, key string, fn func(ctx context.Context) error, extra ...ormlock.Option) error {
-			return pgxlock.Lead(ctx, pool, key, fn, backend.With(opts, extra)...)
+		Lead: func(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
+			return pgxlock.Lead(ctx, pool, key, fn, opts...)
 		},
-		Prune: func(ctx context.Context, olderThan time.Duration) (int64, error) {
+		Prune: func(ctx context.Context, olderThan time.Duration, opts ...ormlock.Option) (int64, error) {
 			return pgxlock.Prune(ctx, pool, olderThan, opts...)
 		},
-		Opts: opts,
 	})
 }

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/ormlock/ormlock"
-	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/sched"
 	"github.com/ormlock/ormlock/scheduler"
 	"github.com/ormlock/ormlock/scheduler/internal/backend"
@@ -36,24 +35,20 @@ func Backend(db *sql.DB, opts ...ormlock.Option) scheduler.Backend {
 	if db == nil {
 		return backend.Failed(fmt.Errorf("%w: sqlsched.Backend: nil *sql.DB", ormlock.ErrInvalidArgument))
 	}
-	if err := config.New(opts...).Err(); err != nil {
-		return backend.Failed(err)
-	}
-	return backend.New(backend.Funcs{
-		Scheduled: func(ctx context.Context, job string, s ormlock.Schedule, fn func(ctx context.Context) error, extra ...ormlock.Option) error {
+	return backend.New(opts, backend.Funcs{
+		Scheduled: func(ctx context.Context, job string, s ormlock.Schedule, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
 			return sqllock.RunScheduled(sched.WithBareClaim(ctx, true), db, job, s, func(ctx context.Context, _ *sql.Tx) error {
 				return fn(ctx) // ctx carries the slot
-			}, backend.Claim(opts, extra)...)
+			}, opts...)
 		},
-		Session: func(ctx context.Context, key string, fn func(ctx context.Context) error, extra ...ormlock.Option) error {
-			return sqllock.Session(ctx, db, key, fn, backend.With(opts, extra)...)
+		Session: func(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
+			return sqllock.Session(ctx, db, key, fn, opts...)
 		},
-		Lead: func(ctx context.Context, key string, fn func(ctx context.Context) error, extra ...ormlock.Option) error {
-			return sqllock.Lead(ctx, db, key, fn, backend.With(opts, extra)...)
+		Lead: func(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
+			return sqllock.Lead(ctx, db, key, fn, opts...)
 		},
-		Prune: func(ctx context.Context, olderThan time.Duration) (int64, error) {
+		Prune: func(ctx context.Context, olderThan time.Duration, opts ...ormlock.Option) (int64, error) {
 			return sqllock.Prune(ctx, db, olderThan, opts...)
 		},
-		Opts: opts,
 	})
 }

@@ -70,54 +70,54 @@ func run() error {
 			_ = c()
 		}
 	}()
-	fail := func(err error) { mu.Lock(); errs = append(errs, err); mu.Unlock() }
-	addCloser := func(c func() error) { mu.Lock(); closers = append(closers, c); mu.Unlock() }
-	if *bouncerDSN == "" {
+	// start starts a server on its own goroutine when no flag gave one
+	// (*addr is empty) and sets *addr to where it serves.
+	start := func(addr *string, boot func() (closeFn func() error, at string, err error)) {
+		if *addr != "" {
+			return
+		}
 		wg.Go(func() {
-			s, err := testdb.StartServer(testdb.PgBouncer)
+			closeFn, at, err := boot()
+			mu.Lock()
+			defer mu.Unlock()
 			if err != nil {
-				fail(err)
+				errs = append(errs, err)
 				return
 			}
-			addCloser(s.Close)
-			mu.Lock()
-			*bouncerDSN = s.DSN()
-			if *pgDSN == "" {
-				// PostgreSQL direct is the very server behind the PgBouncer.
-				*pgDSN = s.Backend().DSN()
-			}
-			mu.Unlock()
+			closers = append(closers, closeFn)
+			*addr = at
 		})
 	}
-	if *mysqlDSN == "" {
-		wg.Go(func() {
-			s, err := testdb.StartServer(testdb.MariaDB)
-			if err != nil {
-				fail(err)
-				return
-			}
-			addCloser(s.Close)
-			mu.Lock()
-			*mysqlDSN = s.DSN()
-			mu.Unlock()
-		})
-	}
-	if *redisAddr == "" {
-		wg.Go(func() {
-			s, err := bench.StartRedis()
-			if err != nil {
-				fail(err)
-				return
-			}
-			addCloser(s.Close)
-			mu.Lock()
-			*redisAddr = s.Addr
-			mu.Unlock()
-		})
-	}
+	var backendDSN string // of the PostgreSQL behind a PgBouncer started here
+	start(bouncerDSN, func() (func() error, string, error) {
+		s, err := testdb.StartServer(testdb.PgBouncer)
+		if err != nil {
+			return nil, "", err
+		}
+		backendDSN = s.Backend().DSN()
+		return s.Close, s.DSN(), nil
+	})
+	start(mysqlDSN, func() (func() error, string, error) {
+		s, err := testdb.StartServer(testdb.MariaDB)
+		if err != nil {
+			return nil, "", err
+		}
+		return s.Close, s.DSN(), nil
+	})
+	start(redisAddr, func() (func() error, string, error) {
+		s, err := bench.StartRedis()
+		if err != nil {
+			return nil, "", err
+		}
+		return s.Close, s.Addr, nil
+	})
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return err
+	}
+	if *pgDSN == "" {
+		// PostgreSQL direct is the very server behind the PgBouncer.
+		*pgDSN = backendDSN
 	}
 
 	targets := filter(bench.Targets(*pgDSN, *bouncerDSN, *mysqlDSN, *redisAddr), *onlyTargets,

@@ -7,12 +7,10 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/ormlock/ormlock/examples/internal/embedded"
+	"github.com/ormlock/ormlock/internal/testdb"
 )
 
 func main() {
@@ -29,17 +27,7 @@ func run() error {
 	}
 	fmt.Printf("root@tcp(%s)/ormlock?parseTime=true&loc=UTC\n", e.Addr())
 
-	stop := make(chan os.Signal, 1)
-	signal.Notify(stop, syscall.SIGINT, syscall.SIGTERM)
-	eof := make(chan struct{})
-	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		close(eof)
-	}()
-	select {
-	case <-stop:
-	case <-eof:
-	case err := <-e.Done():
+	if err := testdb.WaitForStop(e.Done()); err != nil {
 		return err
 	}
 	return e.Close()

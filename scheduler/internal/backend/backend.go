@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/config"
 )
 
 // SessionFunc holds the lock named key for as long as fn runs; extra
@@ -24,9 +25,12 @@ type SessionFunc func(ctx context.Context, key string, fn func(ctx context.Conte
 type ScheduledFunc func(ctx context.Context, job string, s ormlock.Schedule, fn func(ctx context.Context) error, extra ...ormlock.Option) error
 
 // PruneFunc deletes the finished ledger rows older than olderThan.
-type PruneFunc func(ctx context.Context, olderThan time.Duration) (int64, error)
+type PruneFunc func(ctx context.Context, olderThan time.Duration, extra ...ormlock.Option) (int64, error)
 
-// Funcs are a backend's operations, each required.
+// Funcs are a backend's operations, each required. Given to New they are
+// the adapter's verbs on its db, called with every option of the call (the
+// backend's and the call's extra ones); the Backend's Funcs add the
+// backend's options themselves.
 type Funcs struct {
 	Session SessionFunc
 	// Lead is the adapter's Lead (a SessionFunc's shape: campaign for key,
@@ -46,8 +50,37 @@ type Backend struct {
 	f   *Funcs
 }
 
-// New returns the Backend of f.
-func New(f Funcs) Backend { return Backend{f: &f} }
+// New returns the Backend of the adapter's verbs f, built with opts (an
+// invalid option is the Backend's error): each verb gets opts followed by
+// a call's extra ones, and Scheduled also ormlock.WithClaim (its runs are
+// claims).
+func New(opts []ormlock.Option, f Funcs) Backend {
+	if err := config.New(opts...).Err(); err != nil {
+		return Failed(err)
+	}
+	b := &Funcs{
+		Session: withOpts(f.Session, opts),
+		Lead:    withOpts(f.Lead, opts),
+		Scheduled: func(ctx context.Context, job string, s ormlock.Schedule, fn func(ctx context.Context) error, extra ...ormlock.Option) error {
+			return f.Scheduled(ctx, job, s, fn, Claim(opts, extra)...)
+		},
+		Prune: func(ctx context.Context, olderThan time.Duration, extra ...ormlock.Option) (int64, error) {
+			return f.Prune(ctx, olderThan, With(opts, extra)...)
+		},
+		Opts: opts,
+	}
+	return Backend{f: b}
+}
+
+// withOpts returns f with opts before a call's extra options (nil for nil).
+func withOpts(f SessionFunc, opts []ormlock.Option) SessionFunc {
+	if f == nil {
+		return nil
+	}
+	return func(ctx context.Context, key string, fn func(ctx context.Context) error, extra ...ormlock.Option) error {
+		return f(ctx, key, fn, With(opts, extra)...)
+	}
+}
 
 // Failed returns a Backend that refuses everything with err.
 func Failed(err error) Backend { return Backend{err: err} }

@@ -9,10 +9,7 @@ package main
 import (
 	"flag"
 	"fmt"
-	"io"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/ormlock/ormlock/internal/testdb"
 )
@@ -26,17 +23,7 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Printf("%d %s\n", s.Port(), s.DSN())
-	stop := make(chan os.Signal, 1)
-	signal.Notify(stop, syscall.SIGINT, syscall.SIGTERM)
-	eof := make(chan struct{})
-	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		close(eof)
-	}()
-	select {
-	case <-stop:
-	case <-eof:
-	}
+	_ = testdb.WaitForStop(nil)
 	if err := s.Close(); err != nil {
 		fmt.Fprintln(os.Stderr, "serve:", err)
 		os.Exit(1)
