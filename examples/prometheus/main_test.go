@@ -12,13 +12,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"gorm.io/driver/mysql"
-	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/gormtest"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/keyhash"
 )
@@ -30,18 +28,7 @@ func TestMain(m *testing.M) { os.Exit(testdb.Main(m)) }
 
 func openGorm(t *testing.T, k testdb.Kind) *gorm.DB {
 	t.Helper()
-	sqlDB := testdb.Open(t, k)
-	t.Cleanup(func() { testdb.AssertNoLeaks(t, k, sqlDB) })
-	var dial gorm.Dialector
-	if k.Dialect() == "postgres" {
-		dial = postgres.New(postgres.Config{Conn: sqlDB})
-	} else {
-		dial = mysql.New(mysql.Config{Conn: sqlDB, SkipInitializeWithVersion: true})
-	}
-	db, err := gorm.Open(dial, &gorm.Config{Logger: logger.Discard})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, _ := gormtest.Open(t, k)
 	return db
 }
 
@@ -157,14 +144,7 @@ func TestMetricsFromRealEvents(t *testing.T) {
 
 		// an unreachable database
 		closed := testdb.Open(t, k)
-		var dial gorm.Dialector = postgres.New(postgres.Config{Conn: closed})
-		if d == "mysql" {
-			dial = mysql.New(mysql.Config{Conn: closed, SkipInitializeWithVersion: true})
-		}
-		cdb, err := gorm.Open(dial, &gorm.Config{Logger: logger.Discard})
-		if err != nil {
-			t.Fatal(err)
-		}
+		cdb := gormtest.On(t, d, closed)
 		closed.Close()
 		if err := gormlock.Transaction(cdb, key, func(*gorm.DB) error { return nil }, obs); err == nil {
 			t.Fatal("no error from a closed pool")

@@ -213,28 +213,13 @@ func (p *panicky) kinds() []ormlock.EventKind {
 	return append([]ormlock.EventKind(nil), p.seen...)
 }
 
-// panicLog is a slog.Handler that records what is logged.
-type panicLog struct {
-	mu   sync.Mutex
-	recs []slog.Record
-}
-
-func (c *panicLog) Enabled(context.Context, slog.Level) bool { return true }
-func (c *panicLog) Handle(_ context.Context, r slog.Record) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.recs = append(c.recs, r.Clone())
-	return nil
-}
-func (c *panicLog) WithAttrs([]slog.Attr) slog.Handler { return c }
-func (c *panicLog) WithGroup(string) slog.Handler      { return c }
+// panicLog records what is logged.
+type panicLog struct{ testdb.LogRecorder }
 
 // reports returns the number of observer panic reports on event ev logged
 // since the last call, and the records that do not match.
 func (c *panicLog) reports(ev ormlock.EventKind) (n int, odd []string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, r := range c.recs {
+	for _, r := range c.Take() {
 		if !strings.Contains(r.Message, "observer panicked") {
 			continue
 		}
@@ -245,7 +230,6 @@ func (c *panicLog) reports(ev ormlock.EventKind) (n int, odd []string) {
 			odd = append(odd, fmt.Sprintf("%q %v", r.Message, attrs))
 		}
 	}
-	c.recs = nil
 	return n, odd
 }
 
