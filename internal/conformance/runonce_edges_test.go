@@ -19,8 +19,8 @@ import (
 
 // RunOnce's edge cases on every adapter: panics, contexts, bad input, the
 // adapter's default options, the MySQL driver's found-rows mode, a
-// REPEATABLE READ waiter. Claim mode is runonce_claim_test.go, namespaces
-// and old ledgers runonce_ns_test.go.
+// REPEATABLE READ waiter, namespaces. Claim mode is runonce_test.go, old
+// ledgers ledger_test.go.
 
 func TestRunOncePanic(t *testing.T) {
 	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
