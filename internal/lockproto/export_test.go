@@ -1,6 +1,10 @@
 package lockproto
 
-// Internals for the external tests.
-var StatementTimeout = statementTimeout
-
-var MySQLInTx = mysqlInTx
+// Internals for the external tests (statement timeouts, MySQL's
+// in-transaction state, lead.go and owner.go).
+var (
+	StatementTimeout = statementTimeout
+	MySQLInTx        = mysqlInTx
+	PGOwnerSQL       = pgOwnerSQL
+	Jitter           = jitter
+)
