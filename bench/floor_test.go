@@ -3,9 +3,7 @@ package bench_test
 import (
 	"context"
 	"flag"
-	"slices"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -56,28 +54,7 @@ func BenchmarkLockFloor(b *testing.B) {
 					}
 				}
 			}
-			for i := range firsts {
-				for range 20 {
-					run(i)
-				}
-			}
-			lat := make([][]time.Duration, len(firsts))
-			r := 0
-			for b.Loop() {
-				for j := range firsts {
-					i := (j + r) % len(firsts)
-					t0 := time.Now()
-					run(i)
-					lat[i] = append(lat[i], time.Since(t0))
-				}
-				r++
-			}
-			p50 := make([]float64, len(firsts))
-			for i, n := range names {
-				slices.Sort(lat[i])
-				p50[i] = float64(lat[i][len(lat[i])/2]) / float64(time.Microsecond)
-				b.ReportMetric(p50[i], n+"-p50-µs")
-			}
+			p50 := interleavedMedians(b, names, run)
 			b.ReportMetric(p50[0]/p50[2], "bare÷lock")
 			b.ReportMetric(p50[0]/p50[1], "bare÷select1")
 		})

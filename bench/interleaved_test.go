@@ -58,28 +58,10 @@ func BenchmarkInterleaved(b *testing.B) {
 					b.Fatalf("%s: ok=%v err=%v", names[i], ok, err)
 				}
 			}
-			for i := range attempts { // warm the pools and statement caches
-				for range 20 {
-					run(i)
-				}
-			}
-			lat := make([][]time.Duration, len(attempts))
-			r := 0
 			b.ReportAllocs()
-			for b.Loop() {
-				for j := range attempts {
-					i := (j + r) % len(attempts)
-					t0 := time.Now()
-					run(i)
-					lat[i] = append(lat[i], time.Since(t0))
-				}
-				r++
-			}
 			p50 := map[string]float64{}
-			for i, n := range names {
-				slices.Sort(lat[i])
-				p50[n] = float64(lat[i][len(lat[i])/2]) / float64(time.Microsecond)
-				b.ReportMetric(p50[n], n+"-p50-µs")
+			for i, v := range interleavedMedians(b, names, run) {
+				p50[names[i]] = v
 			}
 			for _, v := range []string{"gormlock", "entlock"} {
 				for _, base := range []string{"hand-written", "gorm-tx"} {
@@ -90,4 +72,34 @@ func BenchmarkInterleaved(b *testing.B) {
 			}
 		})
 	}
+}
+
+// interleavedMedians warms each of the len(names) attempts with 20 untimed
+// runs, then runs every one once per iteration of b.Loop in an order rotated
+// per iteration, timing each: a burst of other load hits them all alike.
+// It reports each one's median as <name>-p50-µs and returns the medians (µs).
+func interleavedMedians(b *testing.B, names []string, run func(i int)) []float64 {
+	for i := range names { // warm the pools and statement caches
+		for range 20 {
+			run(i)
+		}
+	}
+	lat := make([][]time.Duration, len(names))
+	r := 0
+	for b.Loop() {
+		for j := range names {
+			i := (j + r) % len(names)
+			t0 := time.Now()
+			run(i)
+			lat[i] = append(lat[i], time.Since(t0))
+		}
+		r++
+	}
+	p50 := make([]float64, len(names))
+	for i, n := range names {
+		slices.Sort(lat[i])
+		p50[i] = float64(lat[i][len(lat[i])/2]) / float64(time.Microsecond)
+		b.ReportMetric(p50[i], n+"-p50-µs")
+	}
+	return p50
 }
