@@ -42,12 +42,9 @@ func TestLockLostErrors(t *testing.T) {
 		ctx := context.Background()
 		key := "lost-errors-" + a.name + "-" + string(k)
 		killOwn := func(tx txn) {
-			id, err := tx.QueryInt(connIDQuery(k))
-			if err != nil {
+			if err := killConn(t, k, tx); err != nil {
 				t.Fatalf("read the connection id: %v", err)
 			}
-			testdb.Kill(t, k, id)
-			testdb.WaitGone(t, k, id)
 		}
 
 		// fn's statement fails on the terminated connection: fn's error
@@ -86,10 +83,7 @@ func TestLockLostErrors(t *testing.T) {
 
 		// the release finds it
 		err = r.Session(ctx, key, func(fctx context.Context) error {
-			h := holderOf(t, r, key)
-			testdb.Kill(t, k, h.PID)
-			testdb.WaitGone(t, k, h.PID)
-			return nil
+			return killHolder(fctx, t, k, r, key)
 		}, ormlock.WithKeepalive(time.Minute))
 		checkLost(t, "Session, release", err)
 	})

@@ -22,6 +22,18 @@ func connIDQuery(k testdb.Kind) string {
 	return "SELECT CONNECTION_ID()"
 }
 
+// killConn terminates tx's own server connection and waits until it is
+// gone; it returns the error of reading the connection's id.
+func killConn(t *testing.T, k testdb.Kind, tx txn) error {
+	id, err := tx.QueryInt(connIDQuery(k))
+	if err != nil {
+		return err
+	}
+	testdb.Kill(t, k, id)
+	testdb.WaitGone(t, k, id)
+	return nil
+}
+
 // holderOf asks r who holds key and checks the answer names its dialect and
 // lock.
 func holderOf(t *testing.T, r runner, key any, opts ...ormlock.Option) ormlock.HolderInfo {

@@ -390,13 +390,7 @@ func TestObserverSession(t *testing.T) {
 			rec.Reset()
 			key := "obs-sess-relfail-" + t.Name()
 			err := r.Session(ctx, key, func(ctx context.Context) error {
-				id, err := lockHolder(ctx, r, key)
-				if err != nil {
-					return err
-				}
-				testdb.Kill(t, k, id)
-				testdb.WaitGone(t, k, id)
-				return nil
+				return killHolder(ctx, t, k, r, key)
 			}, obs, ormlock.WithKeepalive(time.Hour))
 			if !errors.Is(err, ormlock.ErrLockLost) {
 				t.Fatalf("err = %v, want ErrLockLost", err)

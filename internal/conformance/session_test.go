@@ -383,6 +383,19 @@ func lockHolder(ctx context.Context, r runner, key string) (int64, error) {
 	return h.PID, nil
 }
 
+// killHolder terminates the server connection that holds key (a Session's
+// lock connection) and waits until it is gone: the lock is lost behind the
+// library's back.
+func killHolder(ctx context.Context, t *testing.T, k testdb.Kind, r runner, key string) error {
+	id, err := lockHolder(ctx, r, key)
+	if err != nil {
+		return err
+	}
+	testdb.Kill(t, k, id)
+	testdb.WaitGone(t, k, id)
+	return nil
+}
+
 // A hung server (the lock's backend stopped with SIGSTOP) is a lost lock
 // too: the keepalive's check times out, and fn's context ends with
 // ErrLockLost within two intervals plus slack.
@@ -478,13 +491,7 @@ func TestSessionLossSeenAtRelease(t *testing.T) {
 		r := a.with(t, k, ormlock.WithObserver(&ev))
 		key := "s-lost-rel-" + t.Name()
 		err := r.Session(context.Background(), key, func(ctx context.Context) error {
-			id, err := lockHolder(ctx, r, key)
-			if err != nil {
-				return err
-			}
-			testdb.Kill(t, k, id)
-			testdb.WaitGone(t, k, id)
-			return nil
+			return killHolder(ctx, t, k, r, key)
 		}, ormlock.WithKeepalive(time.Hour))
 		if !errors.Is(err, ormlock.ErrLockLost) {
 			t.Fatalf("Session error = %v, want ErrLockLost", err)

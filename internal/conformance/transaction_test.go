@@ -209,12 +209,7 @@ func TestTransactionTxOptions(t *testing.T) {
 			t.Fatal("insert in a read-only transaction succeeded: WithTxOptions not applied")
 		}
 		t.Logf("read-only transaction refused the insert: %v", err)
-		if n := enttest.Count(t, k, owner); n != 0 {
-			t.Fatalf("rows = %d", n)
-		}
-		if !free(t, k, key) {
-			t.Fatal("lock held after the failed transaction")
-		}
+		settled(t, k, owner, key, 0, "the failed transaction")
 	})
 }
 
@@ -365,12 +360,9 @@ func TestRollbackFailureJoinsFnError(t *testing.T) {
 		tbl := ledgerTable(t, k, r)
 		boom := errors.New("fn failed")
 		killOwn := func(tx txn) error {
-			id, err := tx.QueryInt(connIDQuery(k))
-			if err != nil {
+			if err := killConn(t, k, tx); err != nil {
 				return err
 			}
-			testdb.Kill(t, k, id)
-			testdb.WaitGone(t, k, id)
 			return boom
 		}
 		check := func(verb string, err error) {
