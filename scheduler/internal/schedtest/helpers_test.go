@@ -80,6 +80,16 @@ func everySecond(t *testing.T) ormlock.Schedule {
 	return s
 }
 
+// everyHour is the hourly schedule (nil loc: UTC).
+func everyHour(t *testing.T) ormlock.Schedule {
+	t.Helper()
+	s, err := ormlock.Every(time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // skewed returns a clock that is off by d.
 func skewed(d time.Duration) func() time.Time {
 	return func() time.Time { return time.Now().Add(d) }

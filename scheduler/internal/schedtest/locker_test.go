@@ -335,10 +335,7 @@ func TestLockerCancelledWhileLocking(t *testing.T) {
 		db := openGorm(t, k)
 		migrate(t, db)
 		job := jobName(t)
-		hourly, err := ormlock.Every(time.Hour, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		hourly := everyHour(t)
 		var handled errs
 		r := rand.New(rand.NewPCG(3, uint64(len(k))))
 		var ran, skippedN int

@@ -33,10 +33,7 @@ import (
 func TestJobWrapperCatchUp(t *testing.T) {
 	h := time.Date(2034, 6, 1, 10, 0, 0, 0, time.UTC)
 	hour := func(i int) time.Time { return h.Add(time.Duration(i) * time.Hour) }
-	hourly, err := ormlock.Every(time.Hour, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	hourly := everyHour(t)
 	forEachKind(t, func(t *testing.T, k testdb.Kind) {
 		client, _ := enttest.Open(t, k)
 		for _, c := range []struct {
@@ -118,10 +115,7 @@ func TestJobWrapperCatchUp(t *testing.T) {
 func TestLockerCatchUp(t *testing.T) {
 	h := time.Date(2034, 6, 1, 10, 0, 0, 0, time.UTC)
 	hour := func(i int) time.Time { return h.Add(time.Duration(i) * time.Hour) }
-	hourly, err := ormlock.Every(time.Hour, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	hourly := everyHour(t)
 	forEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db := openGorm(t, k)
 		migrate(t, db)

@@ -288,10 +288,7 @@ func TestLockerReportsDenseTrigger(t *testing.T) {
 		}
 
 		// twice as dense: one repeat per slot, reported in the second
-		hourly, err := ormlock.Every(time.Hour, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		hourly := everyHour(t)
 		var handled2 errs
 		l2, err := scheduler.NewLocker(gormsched.Backend(db), hourly, scheduler.WithErrorHandler(handled2.handle),
 			scheduler.WithClock(func() time.Time { return time.Unix(0, now.Load()) }))
