@@ -72,12 +72,7 @@ func TestLockLostErrors(t *testing.T) {
 		err = r.Session(ctx, key, func(fctx context.Context) error {
 			h := holderOf(t, r, key)
 			testdb.Kill(t, k, h.PID)
-			select {
-			case <-fctx.Done():
-				return fctx.Err()
-			case <-time.After(30 * time.Second):
-				return errors.New("loss not seen within 30s")
-			}
+			return awaitLoss(fctx)
 		}, ormlock.WithKeepalive(50*time.Millisecond))
 		checkLost(t, "Session, keepalive", err, context.Canceled)
 

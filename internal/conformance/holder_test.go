@@ -262,12 +262,7 @@ func TestHolderSession(t *testing.T) {
 			// the reported connection is the one that holds the lock: end
 			// it and the Session loses its lock
 			testdb.Kill(t, k, h.PID)
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(30 * time.Second):
-				return errors.New("loss not seen within 30s")
-			}
+			return awaitLoss(ctx)
 		}, ormlock.WithKeepalive(time.Second))
 		if !errors.Is(err, ormlock.ErrLockLost) {
 			t.Fatalf("err = %v, want ErrLockLost after ending the reported holder", err)

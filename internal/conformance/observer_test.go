@@ -371,12 +371,7 @@ func TestObserverSession(t *testing.T) {
 					return err
 				}
 				testdb.Kill(t, k, id)
-				select {
-				case <-ctx.Done():
-					return ctx.Err()
-				case <-time.After(30 * time.Second):
-					return errors.New("loss not seen within 30s")
-				}
+				return awaitLoss(ctx)
 			}, obs, ormlock.WithKeepalive(100*time.Millisecond))
 			if !errors.Is(err, ormlock.ErrLockLost) {
 				t.Fatalf("err = %v, want ErrLockLost", err)

@@ -383,6 +383,17 @@ func lockHolder(ctx context.Context, r runner, key string) (int64, error) {
 	return h.PID, nil
 }
 
+// awaitLoss waits until ctx, fn's context in a Session, ends (the library
+// saw the lock's loss) and returns its error; it gives up after 30s.
+func awaitLoss(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(30 * time.Second):
+		return errors.New("loss not seen within 30s")
+	}
+}
+
 // killHolder terminates the server connection that holds key (a Session's
 // lock connection) and waits until it is gone: the lock is lost behind the
 // library's back.
