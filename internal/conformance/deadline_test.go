@@ -11,7 +11,6 @@ import (
 	"github.com/ormlock/ormlock/internal/enttest"
 	"github.com/ormlock/ormlock/internal/faults"
 	"github.com/ormlock/ormlock/internal/testdb"
-	"github.com/ormlock/ormlock/keyhash"
 )
 
 // grace is how long after its deadline a call may return: a lock wait
@@ -217,57 +216,25 @@ func TestDeadlineFrozenCommitMySQL(t *testing.T) {
 				t.Cleanup(func() { srv.AssertNoLeaks(t, db); _ = db.Close() })
 				r := a.on(t, "mysql", db)
 				key := "frozen-commit-" + t.Name()
-				const deadline = 2 * time.Second
-				ctx, cancel := context.WithTimeout(context.Background(), deadline)
-				defer cancel()
-				var resume func()
-				var thaw *time.Timer
-				start := time.Now()
-				err = r.Transaction(ctx, key, func(tx txn) error {
-					if _, err := tx.QueryInt("SELECT 1"); err != nil {
-						return err
-					}
-					resume = faults.Freeze(t, srv.PID())
-					// should COMMIT or ROLLBACK not be bounded, the server thaws in
-					// time for the call to return and the test to fail, not hang
-					thaw = time.AfterFunc(deadline+grace+5*time.Second, resume)
-					// SIGSTOP takes effect as each server thread next runs:
-					// let it, or a COMMIT sent at once may still be answered
-					time.Sleep(100 * time.Millisecond)
-					return c.fnErr
-				})
-				faults.Within(t, "Transaction", start, deadline+grace)
-				if thaw != nil {
-					thaw.Stop()
-				}
-				if resume != nil {
-					resume()
-				}
+				err = frozenCall(t, "Transaction", func(ctx context.Context, freeze func()) error {
+					return r.Transaction(ctx, key, func(tx txn) error {
+						if _, err := tx.QueryInt("SELECT 1"); err != nil {
+							return err
+						}
+						freeze()
+						// SIGSTOP takes effect as each server thread next runs:
+						// let it, or a COMMIT sent at once may still be answered
+						time.Sleep(100 * time.Millisecond)
+						return c.fnErr
+					})
+				}, func() func() { return faults.Freeze(t, srv.PID()) })
 				switch {
 				case c.fnErr != nil && !errors.Is(err, errFn):
 					t.Fatalf("Transaction: %v, want fn's error", err)
 				case c.fnErr == nil && (!errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ormlock.ErrNotAcquired)):
 					t.Fatalf("Transaction: %v, want DeadlineExceeded after the lock was taken", err)
 				}
-				admin, err := sql.Open("mysql", srv.DSN())
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer admin.Close()
-				var free sql.NullInt64
-				deadlineFree := time.Now().Add(10 * time.Second)
-				for {
-					if err := admin.QueryRow("SELECT IS_FREE_LOCK(?)", keyhash.MySQLName("", key)).Scan(&free); err != nil {
-						t.Fatal(err)
-					}
-					if free.Int64 == 1 || time.Now().After(deadlineFree) {
-						break
-					}
-					time.Sleep(50 * time.Millisecond)
-				}
-				if free.Int64 != 1 {
-					t.Fatalf("the lock is still held after the server resumed")
-				}
+				releasedAfterThaw(t, r, key)
 			})
 		}
 	}
@@ -309,36 +276,56 @@ func TestDeadlineFrozenSession(t *testing.T) {
 // call's timing and error, then that the lock is free once resumed.
 func frozenSession(t *testing.T, r runner, key string, freeze func() (resume func())) {
 	t.Helper()
+	// a keepalive longer than the test: the release, not a failed check,
+	// meets the frozen server
+	err := frozenCall(t, "Session", func(ctx context.Context, frz func()) error {
+		return r.Session(ctx, key, func(ctx context.Context) error {
+			frz()
+			<-ctx.Done()
+			return ctx.Err()
+		}, ormlock.WithKeepalive(time.Minute))
+	}, freeze)
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ormlock.ErrNotAcquired) {
+		t.Fatalf("Session: %v, want DeadlineExceeded after the lock was taken", err)
+	}
+	releasedAfterThaw(t, r, key)
+}
+
+// frozenCall runs call with a deadline of 2 s; call's fn calls frz to freeze
+// the server (freeze returns the resume). The call must return by the
+// deadline plus grace; should it not be bounded, the server thaws in time
+// for it to return and the test to fail rather than hang. The server is
+// resumed before frozenCall returns call's error.
+func frozenCall(t *testing.T, what string, call func(ctx context.Context, frz func()) error, freeze func() (resume func())) error {
+	t.Helper()
 	const deadline = 2 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
 	var resume func()
 	var thaw *time.Timer
 	start := time.Now()
-	// a keepalive longer than the test: the release, not a failed check,
-	// meets the frozen server
-	err := r.Session(ctx, key, func(ctx context.Context) error {
+	err := call(ctx, func() {
 		resume = freeze()
-		// should the release not be bounded, the server thaws in time for
-		// the call to return and the test to fail rather than hang
 		thaw = time.AfterFunc(deadline+grace+5*time.Second, resume)
-		<-ctx.Done()
-		return ctx.Err()
-	}, ormlock.WithKeepalive(time.Minute))
-	faults.Within(t, "Session", start, deadline+grace)
+	})
+	faults.Within(t, what, start, deadline+grace)
 	if thaw != nil {
 		thaw.Stop()
 	}
 	if resume != nil {
 		resume()
 	}
-	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ormlock.ErrNotAcquired) {
-		t.Fatalf("Session: %v, want DeadlineExceeded after the lock was taken", err)
-	}
+	return err
+}
+
+// releasedAfterThaw waits up to 10 s for key to be free once the server
+// resumed.
+func releasedAfterThaw(t *testing.T, r runner, key string) {
+	t.Helper()
 	for until := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		h, herr := r.Holder(context.Background(), key)
 		if herr == nil && !h.Held {
-			break
+			return
 		}
 		if time.Now().After(until) {
 			t.Fatalf("the lock is still held after the server resumed: %+v, %v", h, herr)
