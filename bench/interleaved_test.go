@@ -82,6 +82,7 @@ func BenchmarkInterleaved(b *testing.B) {
 // per iteration, timing each: a burst of other load hits them all alike.
 // It reports each one's median as <name>-p50-µs and returns the medians (µs).
 func interleavedMedians(b *testing.B, names []string, run func(i int)) []float64 {
+	b.Helper()
 	for i := range names { // warm the pools and statement caches
 		for range 20 {
 			run(i)

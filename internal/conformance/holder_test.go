@@ -25,6 +25,7 @@ func connIDQuery(k testdb.Kind) string {
 // killConn terminates tx's own server connection and waits until it is
 // gone; it returns the error of reading the connection's id.
 func killConn(t *testing.T, k testdb.Kind, tx txn) error {
+	t.Helper()
 	id, err := tx.QueryInt(connIDQuery(k))
 	if err != nil {
 		return err

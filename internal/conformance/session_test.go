@@ -394,6 +394,7 @@ func awaitLoss(ctx context.Context) error {
 // lock connection) and waits until it is gone: the lock is lost behind the
 // library's back.
 func killHolder(ctx context.Context, t *testing.T, k testdb.Kind, r runner, key string) error {
+	t.Helper()
 	id, err := lockHolder(ctx, r, key)
 	if err != nil {
 		return err

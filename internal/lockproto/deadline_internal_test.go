@@ -2,14 +2,12 @@ package lockproto
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"testing"
 	"time"
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
-	"github.com/ormlock/ormlock/internal/testdb"
 )
 
 // Tests of the deadline rules (deadline.go), without a server. Orderings
@@ -273,34 +271,5 @@ func TestSharedTryTimeout(t *testing.T) {
 		if got := sharedTryTimeout(keepalive); got != want {
 			t.Errorf("sharedTryTimeout(%v) = %v, want %v", keepalive, got, want)
 		}
-	}
-}
-
-// A dial cut by the caller's deadline is classified as not acquired, with
-// the context's error, not returned as a bare network error.
-func TestDialTimeoutIsNotAcquired(t *testing.T) {
-	for _, k := range testdb.Kinds() {
-		t.Run(string(k), func(t *testing.T) {
-			db := testdb.Open(t, k) // new pool: the call must dial
-			t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
-			d, err := DialectOf(k.Dialect())
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, opts := range []*sql.TxOptions{nil, {Isolation: sql.LevelRepeatableRead}} {
-				op, err := NewOp(d, "Transaction", ormlock.Name("dial-"+t.Name()), config.New())
-				if err != nil {
-					t.Fatal(err)
-				}
-				lt, err := op.BeginLocked(pastDeadline{context.Background()}, db, opts)
-				if err == nil {
-					_ = lt.Rollback()
-					t.Fatal("BeginLocked dialed past the deadline")
-				}
-				if !errors.Is(err, ormlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
-					t.Fatalf("BeginLocked: %v, want ErrNotAcquired and DeadlineExceeded", err)
-				}
-			}
-		})
 	}
 }

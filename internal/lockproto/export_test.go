@@ -8,3 +8,7 @@ var (
 	PGOwnerSQL       = pgOwnerSQL
 	Jitter           = jitter
 )
+
+// PastDeadline is a context whose deadline has passed but whose timer has
+// not fired yet (see pastDeadline).
+type PastDeadline = pastDeadline
