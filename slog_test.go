@@ -8,28 +8,12 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/testdb"
 )
-
-// recordHandler keeps every record it is handed, at every level.
-type recordHandler struct {
-	mu   sync.Mutex
-	recs []slog.Record
-}
-
-func (h *recordHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (h *recordHandler) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.recs = append(h.recs, r.Clone())
-	return nil
-}
-func (h *recordHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *recordHandler) WithGroup(string) slog.Handler      { return h }
 
 func attrsOf(r slog.Record) map[string]slog.Value {
 	m := map[string]slog.Value{}
@@ -68,16 +52,17 @@ func TestSlogObserverLevelsAndAttrs(t *testing.T) {
 		{with(ormlock.EventLockLost, func(e *ormlock.Event) { e.Err = boom; e.Verb = "Session"; e.Namespace = "ns" }), slog.LevelError, "ormlock: lock_lost", []string{"verb", "dialect", "key", "namespace", "held", "err"}, boom},
 		{with(ormlock.EventAlreadyDone, func(e *ormlock.Event) { e.Verb = "RunOnce" }), slog.LevelInfo, "ormlock: already_done", []string{"verb", "dialect", "key"}, nil},
 	}
-	h := &recordHandler{}
+	h := &testdb.LogRecorder{}
 	obs := ormlock.SlogObserver(slog.New(h))
 	for _, c := range cases {
 		obs.Observe(context.Background(), c.e)
 	}
-	if len(h.recs) != len(cases) {
-		t.Fatalf("%d records for %d events", len(h.recs), len(cases))
+	recs := h.Records()
+	if len(recs) != len(cases) {
+		t.Fatalf("%d records for %d events", len(recs), len(cases))
 	}
 	for i, c := range cases {
-		r := h.recs[i]
+		r := recs[i]
 		if r.Level != c.level || r.Message != c.msg {
 			t.Errorf("%v: level=%v msg=%q, want %v %q", c.e.Kind, r.Level, r.Message, c.level, c.msg)
 		}
@@ -131,13 +116,13 @@ func TestSlogObserverText(t *testing.T) {
 }
 
 func TestSlogObserverNilLoggerUsesDefault(t *testing.T) {
-	h := &recordHandler{}
+	h := &testdb.LogRecorder{}
 	old := slog.Default()
 	slog.SetDefault(slog.New(h))
 	t.Cleanup(func() { slog.SetDefault(old) })
 	ormlock.SlogObserver(nil).Observe(context.Background(), ormlock.Event{Kind: ormlock.EventLockLost, Verb: "Session", Key: ormlock.Name("k")})
-	if len(h.recs) != 1 || h.recs[0].Message != "ormlock: lock_lost" {
-		t.Fatalf("records %v", h.recs)
+	if recs := h.Records(); len(recs) != 1 || recs[0].Message != "ormlock: lock_lost" {
+		t.Fatalf("records %v", recs)
 	}
 }
 

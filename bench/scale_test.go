@@ -13,13 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"gorm.io/driver/mysql"
-	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/gormtest"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/keyhash"
 )
@@ -82,23 +80,10 @@ func bulkLoad(t *testing.T, db *sql.DB, rows int, stmt func(lo, hi int) string) 
 // scaleGorm opens GORM on k's server with a pool of conns.
 func scaleGorm(t *testing.T, k testdb.Kind, conns int) (*gorm.DB, *sql.DB) {
 	t.Helper()
-	dsn := testdb.DSN(t, k)
-	var dial gorm.Dialector = postgres.Open(dsn)
-	if k == testdb.MariaDB {
-		dial = mysql.Open(dsn)
-	}
-	gdb, err := gorm.Open(dial, &gorm.Config{Logger: logger.Discard})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sdb, err := gdb.DB()
-	if err != nil {
-		t.Fatal(err)
-	}
+	sdb := testdb.Open(t, k)
 	sdb.SetMaxOpenConns(conns)
 	sdb.SetMaxIdleConns(conns)
-	t.Cleanup(func() { sdb.Close() })
-	return gdb, sdb
+	return gormtest.On(t, k.Dialect(), sdb), sdb
 }
 
 // scaleTable returns a fresh ledger table name for the test (its fence

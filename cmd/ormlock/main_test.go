@@ -15,12 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"gorm.io/driver/mysql"
-	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/gormtest"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/keyhash"
 )
@@ -228,18 +226,7 @@ func want(t *testing.T, code int, stderr string, wantCode int, msgs ...string) {
 // at cleanup that it leaked nothing.
 func openGorm(t *testing.T, k testdb.Kind) *gorm.DB {
 	t.Helper()
-	sqlDB := testdb.Open(t, k)
-	var d gorm.Dialector
-	if k.Dialect() == "postgres" {
-		d = postgres.New(postgres.Config{Conn: sqlDB})
-	} else {
-		d = mysql.New(mysql.Config{Conn: sqlDB, SkipInitializeWithVersion: true})
-	}
-	db, err := gorm.Open(d, &gorm.Config{Logger: logger.Discard})
-	if err != nil {
-		t.Fatalf("gorm.Open: %v", err)
-	}
-	t.Cleanup(func() { testdb.AssertNoLeaks(t, k, sqlDB) })
+	db, _ := gormtest.Open(t, k)
 	return db
 }
 

@@ -244,6 +244,18 @@ func free(t *testing.T, k testdb.Kind, key string) bool {
 	return testdb.RawFree(t, k, "", key)
 }
 
+// settled fails the test unless owner has want rows and key is free, after
+// what (a commit, a rollback).
+func settled(t *testing.T, k testdb.Kind, owner, key string, want int, after string) {
+	t.Helper()
+	if n := enttest.Count(t, k, owner); n != want {
+		t.Fatalf("%d rows after %s, want %d", n, after, want)
+	}
+	if !free(t, k, key) {
+		t.Fatalf("lock held after %s", after)
+	}
+}
+
 // exclusion runs rounds of lockers contending for key and asserts at most
 // one holder inside fn at any instant, and that someone wins every round.
 func exclusion(t *testing.T, k testdb.Kind, owner, key string, lockers []locker, rounds int) {
@@ -319,21 +331,11 @@ func TestConformanceFnError(t *testing.T) {
 		if err != boom {
 			t.Fatalf("err = %v, want fn's error unchanged", err)
 		}
-		if n := enttest.Count(t, k, owner); n != 0 {
-			t.Fatalf("%d rows after fn failed, want 0", n)
-		}
-		if !free(t, k, key) {
-			t.Fatal("lock held after fn failed")
-		}
+		settled(t, k, owner, key, 0, "fn failed")
 		if err := l.Transaction(ctx, key, func(tx txn) error { return tx.Insert(owner, 2) }); err != nil {
 			t.Fatal(err)
 		}
-		if n := enttest.Count(t, k, owner); n != 1 {
-			t.Fatalf("%d rows after commit, want 1", n)
-		}
-		if !free(t, k, key) {
-			t.Fatal("lock held after commit")
-		}
+		settled(t, k, owner, key, 1, "commit")
 	})
 }
 
@@ -354,12 +356,7 @@ func TestConformancePanic(t *testing.T) {
 		if got != "kaboom" {
 			t.Fatalf("recovered %v, want the original panic", got)
 		}
-		if n := enttest.Count(t, k, owner); n != 0 {
-			t.Fatalf("%d rows after panic, want 0", n)
-		}
-		if !free(t, k, key) {
-			t.Fatal("lock held after panic")
-		}
+		settled(t, k, owner, key, 0, "panic")
 	})
 }
 

@@ -192,3 +192,165 @@ func deadlineFrozenDuringFn(t *testing.T, k testdb.Kind) {
 		}
 	}
 }
+
+// MariaDB freezes (SIGSTOP of the whole server) after fn's last statement,
+// so the COMMIT (fn returned nil) or the ROLLBACK (fn failed) meets a
+// server that does not answer: the call still returns by its deadline plus
+// grace, with an error matching the context's (a COMMIT's outcome is
+// unknown) or fn's own error, and once the server resumes the lock is free
+// and nothing leaked. A private server, since freezing it stops every
+// connection.
+func TestDeadlineFrozenCommitMySQL(t *testing.T) {
+	srv := testdb.Start(t, testdb.MariaDB)
+	errFn := errors.New("fn failed")
+	for _, c := range []struct {
+		name  string
+		fnErr error
+	}{{"commit", nil}, {"rollback", errFn}} {
+		for _, a := range adapters {
+			t.Run(c.name+"/"+a.name, func(t *testing.T) {
+				db, err := sql.Open("mysql", srv.DSN())
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { srv.AssertNoLeaks(t, db); _ = db.Close() })
+				r := a.on(t, "mysql", db)
+				key := "frozen-commit-" + t.Name()
+				err = frozenCall(t, "Transaction", func(ctx context.Context, freeze func()) error {
+					return r.Transaction(ctx, key, func(tx txn) error {
+						if _, err := tx.QueryInt("SELECT 1"); err != nil {
+							return err
+						}
+						freeze()
+						// SIGSTOP takes effect as each server thread next runs:
+						// let it, or a COMMIT sent at once may still be answered
+						time.Sleep(100 * time.Millisecond)
+						return c.fnErr
+					})
+				}, func() func() { return faults.Freeze(t, srv.PID()) })
+				switch {
+				case c.fnErr != nil && !errors.Is(err, errFn):
+					t.Fatalf("Transaction: %v, want fn's error", err)
+				case c.fnErr == nil && (!errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ormlock.ErrNotAcquired)):
+					t.Fatalf("Transaction: %v, want DeadlineExceeded after the lock was taken", err)
+				}
+				releasedAfterThaw(t, r, key)
+			})
+		}
+	}
+}
+
+// The server stops answering while a Session's fn runs, and fn returns when
+// the caller's deadline passes: the release cannot be confirmed, and the call
+// still returns by the deadline plus grace (not after the release's own
+// 15 s bound), with an error matching the deadline. Once the server resumes
+// the lock is free and no connection leaked. On PostgreSQL the session's
+// backend is frozen; on MariaDB a private server, since freezing it stops
+// every connection.
+func TestDeadlineFrozenSession(t *testing.T) {
+	for _, a := range adapters {
+		t.Run(a.name+"/postgres", func(t *testing.T) {
+			r := openRunner(t, a, testdb.Postgres)
+			frozenSession(t, r, "frozen-session-"+t.Name(), func() func() {
+				h, err := r.Holder(context.Background(), "frozen-session-"+t.Name())
+				if err != nil || !h.Held {
+					t.Fatalf("Holder: %+v, %v", h, err)
+				}
+				return faults.Freeze(t, int(h.PID))
+			})
+		})
+		t.Run(a.name+"/mariadb", func(t *testing.T) {
+			srv := testdb.Start(t, testdb.MariaDB)
+			db, err := sql.Open("mysql", srv.DSN())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { srv.AssertNoLeaks(t, db); _ = db.Close() })
+			r := a.on(t, "mysql", db)
+			frozenSession(t, r, "frozen-session-"+t.Name(), func() func() { return faults.Freeze(t, srv.PID()) })
+		})
+	}
+}
+
+// frozenSession holds key in a Session, calls freeze in fn, and checks the
+// call's timing and error, then that the lock is free once resumed.
+func frozenSession(t *testing.T, r runner, key string, freeze func() (resume func())) {
+	t.Helper()
+	// a keepalive longer than the test: the release, not a failed check,
+	// meets the frozen server
+	err := frozenCall(t, "Session", func(ctx context.Context, frz func()) error {
+		return r.Session(ctx, key, func(ctx context.Context) error {
+			frz()
+			<-ctx.Done()
+			return ctx.Err()
+		}, ormlock.WithKeepalive(time.Minute))
+	}, freeze)
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ormlock.ErrNotAcquired) {
+		t.Fatalf("Session: %v, want DeadlineExceeded after the lock was taken", err)
+	}
+	releasedAfterThaw(t, r, key)
+}
+
+// frozenCall runs call with a deadline of 2 s; call's fn calls frz to freeze
+// the server (freeze returns the resume). The call must return by the
+// deadline plus grace; should it not be bounded, the server thaws in time
+// for it to return and the test to fail rather than hang. The server is
+// resumed before frozenCall returns call's error.
+func frozenCall(t *testing.T, what string, call func(ctx context.Context, frz func()) error, freeze func() (resume func())) error {
+	t.Helper()
+	const deadline = 2 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	var resume func()
+	var thaw *time.Timer
+	start := time.Now()
+	err := call(ctx, func() {
+		resume = freeze()
+		thaw = time.AfterFunc(deadline+grace+5*time.Second, resume)
+	})
+	faults.Within(t, what, start, deadline+grace)
+	if thaw != nil {
+		thaw.Stop()
+	}
+	if resume != nil {
+		resume()
+	}
+	return err
+}
+
+// releasedAfterThaw waits up to 10 s for key to be free once the server
+// resumed.
+func releasedAfterThaw(t *testing.T, r runner, key string) {
+	t.Helper()
+	for until := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		h, herr := r.Holder(context.Background(), key)
+		if herr == nil && !h.Held {
+			return
+		}
+		if time.Now().After(until) {
+			t.Fatalf("the lock is still held after the server resumed: %+v, %v", h, herr)
+		}
+	}
+}
+
+// The caller's context ends while fn goes on working past the release's
+// grace; on a healthy server the release still succeeds: the grace counts
+// from the release, not from the end of the context.
+func TestSessionReleaseLongAfterCancel(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		r := openRunner(t, a, k)
+		key := "release-after-cancel-" + t.Name()
+		ctx, cancel := context.WithCancel(context.Background())
+		err := r.Session(ctx, key, func(context.Context) error {
+			cancel()
+			time.Sleep(1500 * time.Millisecond) // longer than the grace
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("Session: %v, want nil (fn succeeded and the lock was released)", err)
+		}
+		if h, err := r.Holder(context.Background(), key); err != nil || h.Held {
+			t.Fatalf("after the Session: %+v, %v", h, err)
+		}
+	})
+}

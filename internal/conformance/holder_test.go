@@ -22,6 +22,19 @@ func connIDQuery(k testdb.Kind) string {
 	return "SELECT CONNECTION_ID()"
 }
 
+// killConn terminates tx's own server connection and waits until it is
+// gone; it returns the error of reading the connection's id.
+func killConn(t *testing.T, k testdb.Kind, tx txn) error {
+	t.Helper()
+	id, err := tx.QueryInt(connIDQuery(k))
+	if err != nil {
+		return err
+	}
+	testdb.Kill(t, k, id)
+	testdb.WaitGone(t, k, id)
+	return nil
+}
+
 // holderOf asks r who holds key and checks the answer names its dialect and
 // lock.
 func holderOf(t *testing.T, r runner, key any, opts ...ormlock.Option) ormlock.HolderInfo {
@@ -250,12 +263,7 @@ func TestHolderSession(t *testing.T) {
 			// the reported connection is the one that holds the lock: end
 			// it and the Session loses its lock
 			testdb.Kill(t, k, h.PID)
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(30 * time.Second):
-				return errors.New("loss not seen within 30s")
-			}
+			return awaitLoss(ctx)
 		}, ormlock.WithKeepalive(time.Second))
 		if !errors.Is(err, ormlock.ErrLockLost) {
 			t.Fatalf("err = %v, want ErrLockLost after ending the reported holder", err)

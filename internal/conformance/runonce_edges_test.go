@@ -19,8 +19,8 @@ import (
 
 // RunOnce's edge cases on every adapter: panics, contexts, bad input, the
 // adapter's default options, the MySQL driver's found-rows mode, a
-// REPEATABLE READ waiter. Claim mode is runonce_claim_test.go, namespaces
-// and old ledgers runonce_ns_test.go.
+// REPEATABLE READ waiter, namespaces. Claim mode is runonce_test.go, old
+// ledgers ledger_test.go.
 
 func TestRunOncePanic(t *testing.T) {
 	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
@@ -322,5 +322,75 @@ func TestRunOnceDuplicateKeyDetector(t *testing.T) {
 			t.Fatal("a real duplicate-key error never reached the server log: the detector is blind")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestRunOnceNamespacesSeparateRuns: two services sharing a database and the
+// default-shaped ledger table, one with namespace "billing", one with
+// "reports", run the same job for the same slot. Each runs its own job: in
+// transactional mode neither gets ErrAlreadyDone; in claim mode both run at
+// once and neither takes over the other's row (no ErrLockLost). Runs shows
+// each service its own row with its namespace.
+func TestRunOnceNamespacesSeparateRuns(t *testing.T) {
+	for _, mode := range []struct {
+		name  string
+		extra []ormlock.Option
+	}{{"transactional", nil}, {"claim", []ormlock.Option{ormlock.WithClaim()}}} {
+		t.Run(mode.name, func(t *testing.T) {
+			forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+				ctx := context.Background()
+				plain := openRunner(t, a, k)
+				tbl := ledgerTable(t, k, plain)
+				services := map[string]runner{}
+				for _, ns := range []string{"billing", "reports"} {
+					services[ns] = a.with(t, k, ormlock.WithNamespace(ns), ormlock.WithLedgerTable(tbl), ormlock.WithKeepalive(200*time.Millisecond))
+				}
+				const job = "nightly-cleanup"
+				slot := testdb.Slot(1)
+
+				// the first service is inside fn when the second one runs
+				inside, leave := make(chan struct{}), make(chan struct{})
+				var first error
+				var wg sync.WaitGroup
+				wg.Go(func() {
+					first = services["billing"].RunOnce(ctx, job, slot, func(txn) error {
+						close(inside)
+						<-leave
+						return nil
+					}, mode.extra...)
+				})
+				select {
+				case <-inside:
+				case <-time.After(30 * time.Second):
+					t.Fatal("billing's run never started")
+				}
+				ran := false
+				second := services["reports"].RunOnce(ctx, job, slot, func(txn) error { ran = true; return nil }, mode.extra...)
+				close(leave)
+				wg.Wait()
+				if first != nil || second != nil || !ran {
+					t.Fatalf("billing: %v; reports: %v (fn ran %v); want both to run", first, second, ran)
+				}
+
+				// each namespace now has its slot done, and only its own
+				for ns, r := range services {
+					err := r.RunOnce(ctx, job, slot, func(txn) error { return nil }, mode.extra...)
+					if !errors.Is(err, ormlock.ErrAlreadyDone) {
+						t.Errorf("%s again: %v, want ErrAlreadyDone", ns, err)
+					}
+					rs, err := r.Runs(ctx, job, 10)
+					if err != nil || len(rs) != 1 || rs[0].Namespace != ns || rs[0].Status != "done" || !rs[0].Slot.Equal(slot) {
+						t.Errorf("%s: Runs = %+v, %v; want one done run in its namespace", ns, rs, err)
+					}
+				}
+				// no namespace: a third job of its own, not run yet
+				if rs := runsOf(t, plain, tbl, job); len(rs) != 0 {
+					t.Errorf("Runs without a namespace = %+v, want none", rs)
+				}
+				if err := plain.RunOnce(ctx, job, slot, func(txn) error { return nil }, append(mode.extra, ormlock.WithLedgerTable(tbl))...); err != nil {
+					t.Errorf("no namespace: %v", err)
+				}
+			})
+		})
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/enttest"
+	"github.com/ormlock/ormlock/internal/stmtlog"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/keyhash"
 )
@@ -208,12 +209,7 @@ func TestTransactionTxOptions(t *testing.T) {
 			t.Fatal("insert in a read-only transaction succeeded: WithTxOptions not applied")
 		}
 		t.Logf("read-only transaction refused the insert: %v", err)
-		if n := enttest.Count(t, k, owner); n != 0 {
-			t.Fatalf("rows = %d", n)
-		}
-		if !free(t, k, key) {
-			t.Fatal("lock held after the failed transaction")
-		}
+		settled(t, k, owner, key, 0, "the failed transaction")
 	})
 }
 
@@ -277,6 +273,222 @@ func TestTransactionLongNamesMariaDB(t *testing.T) {
 			})
 			if err != nil {
 				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestTransactionRoundTrips counts the statements each contender sends, in
+// PostgreSQL's own statement log (log_statement = all; one line per
+// simple-protocol message or extended-protocol execute), directly and behind
+// PgBouncer: a locked Transaction sends what a plain transaction of the ORM
+// does (BEGIN with the lock, COMMIT), a loser two (BEGIN with the lock,
+// ROLLBACK), Session's set-up one (BEGIN, transaction_timeout off, the lock
+// and the idle timeout read together) and its release one, the hand-written
+// protocol three. GORM's PrepareStmt fallback is gormlock's own test;
+// sqllock's database/sql BEGIN is sqlBeginRoundTrips.
+func TestTransactionRoundTrips(t *testing.T) {
+	forEachPostgresInTurn(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		sl := stmtlog.Start(t, k)
+		db := sl.Open(t)
+		enttest.Migrate(t, k)
+		t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
+		r := a.on(t, k.Dialect(), db)
+		ctx := context.Background()
+		name := "rt-" + t.Name()
+		noop := func(txn) error { return nil }
+		counts := map[string][]string{
+			"Transaction":              sl.Count(t, func() error { return r.Transaction(ctx, name, noop) }),
+			"Transaction (wait)":       sl.Count(t, func() error { return r.Transaction(ctx, name, noop, ormlock.WithWait(time.Second)) }),
+			"ORM transaction, no lock": sl.Count(t, func() error { return r.PlainTx(ctx) }),
+			"Session": sl.Count(t, func() error {
+				return r.Session(ctx, name, func(context.Context) error { return nil })
+			}),
+			"hand-written (BEGIN; lock; COMMIT)": sl.Count(t, func() error { return testdb.Handwritten(ctx, k, db, name) }),
+		}
+		release := testdb.RawHold(t, k, "", name)
+		counts["Transaction, loser"] = sl.Count(t, func() error {
+			if err := r.Transaction(ctx, name, noop); !errors.Is(err, ormlock.ErrNotAcquired) {
+				return fmt.Errorf("loser: %v", err)
+			}
+			return nil
+		})
+		counts["Transaction (wait), loser"] = sl.Count(t, func() error {
+			if err := r.Transaction(ctx, name, noop, ormlock.WithWait(20*time.Millisecond)); !errors.Is(err, ormlock.ErrNotAcquired) {
+				return fmt.Errorf("waiting loser: %v", err)
+			}
+			return nil
+		})
+		counts["hand-written, loser"] = sl.Count(t, func() error { return testdb.Handwritten(ctx, k, db, name) })
+		release()
+		want := map[string]int{
+			"Transaction":                        2,
+			"Transaction (wait)":                 2,
+			"ORM transaction, no lock":           2,
+			"Session":                            2,
+			"hand-written (BEGIN; lock; COMMIT)": 3,
+			"Transaction, loser":                 2,
+			"Transaction (wait), loser":          2,
+			"hand-written, loser":                3,
+		}
+		sqlBeginRoundTrips(a, want)
+		for c, lines := range counts {
+			t.Logf("%s: %d round trips: %q", c, len(lines), lines)
+			if len(lines) != want[c] {
+				t.Errorf("%s: %d statements in the server log, want %d: %q", c, len(lines), want[c], lines)
+			}
+		}
+		if first := counts["Transaction"]; a.name != "sqllock" && len(first) > 0 && !(strings.Contains(first[0], "BEGIN") && strings.Contains(first[0], "pg_try_advisory_xact_lock")) {
+			t.Errorf("BEGIN and the lock are not one message: %q", first)
+		}
+	})
+}
+
+// When fn fails and the rollback that follows fails too, every adapter
+// ends the call alike (lockproto.FnFailed) and drops neither error. The
+// rollback is made to fail by ending fn's own server connection inside fn,
+// which is also the lock's: the rollback then finds the lock lost, so the
+// error matches ormlock.ErrLockLost and fn's error, names the ROLLBACK and
+// says "ormlock: " once. The server rolls the transaction back and frees
+// the lock with the connection, and the pool's leak check (no lock, no
+// connection in use) still holds. (A rollback that fails on a connection
+// that survives adds its failure after fn's error: errs.RolledBack's
+// tests.)
+func TestRollbackFailureJoinsFnError(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		r := openRunner(t, a, k)
+		tbl := ledgerTable(t, k, r)
+		boom := errors.New("fn failed")
+		killOwn := func(tx txn) error {
+			if err := killConn(t, k, tx); err != nil {
+				return err
+			}
+			return boom
+		}
+		check := func(verb string, err error) {
+			t.Helper()
+			if !errors.Is(err, boom) || !errors.Is(err, ormlock.ErrLockLost) {
+				t.Fatalf("%s: %v, want fn's error and ErrLockLost", verb, err)
+			}
+			if !strings.Contains(err.Error(), "ROLLBACK") || strings.Count(err.Error(), "ormlock: ") > 1 {
+				t.Fatalf("%s: %q, want the failed ROLLBACK named, with \"ormlock: \" once", verb, err)
+			}
+		}
+		ctx := context.Background()
+		check("Transaction", r.Transaction(ctx, "rollback-fails", killOwn))
+		check("RunOnce", r.RunOnce(ctx, "rollback-fails", testdb.Slot(1), killOwn, ormlock.WithLedgerTable(tbl)))
+		if rs := runsOf(t, r, tbl, "rollback-fails"); len(rs) != 0 {
+			t.Fatalf("runs after a failed RunOnce: %+v, want none", rs)
+		}
+		// the lock is free again
+		if err := r.Transaction(ctx, "rollback-fails", func(txn) error { return nil }); err != nil {
+			t.Fatalf("Transaction after the lost connection: %v", err)
+		}
+	})
+}
+
+// TestMySQLImplicitCommit: MySQL/MariaDB commits the open transaction
+// before a DDL statement (TRUNCATE included), behind the library's back. A
+// fn that writes, truncates and then fails gets an error that names the
+// implicit commit and suggests WithClaim, with fn's error reachable; a
+// transactional RunOnce records such a run 'failed' (not a 'running' row
+// the next trigger would take over), and one whose fn returned nil 'done'.
+func TestMySQLImplicitCommit(t *testing.T) {
+	for _, a := range adapters {
+		t.Run(a.name, func(t *testing.T) {
+			k := testdb.MariaDB
+			ctx := context.Background()
+			r := openRunner(t, a, k)
+			tbl := ledgerTable(t, k, r)
+			scratch := testdb.Table(t, k, "staging")
+			if _, err := testdb.AdminDB(t, k).Exec("CREATE TABLE " + scratch + " (id int)"); err != nil {
+				t.Fatal(err)
+			}
+			errFn := errors.New("reload failed")
+			job := func(fail bool) func(tx txn) error {
+				return func(tx txn) error {
+					if err := tx.Insert("implicit-"+a.name, 1); err != nil {
+						return err
+					}
+					if err := tx.Exec("TRUNCATE TABLE " + scratch); err != nil {
+						return err
+					}
+					if fail {
+						return errFn
+					}
+					return nil
+				}
+			}
+			check := func(what string, err error) {
+				t.Helper()
+				if !errors.Is(err, errFn) {
+					t.Errorf("%s: err = %v, want fn's error", what, err)
+				}
+				if msg := err.Error(); err != nil && (!strings.Contains(msg, "implicit") || !strings.Contains(msg, "WithClaim") || strings.Count(msg, "ormlock: ") != 1) {
+					t.Errorf("%s: %q should name the implicit commit, suggest WithClaim and say \"ormlock: \" once", what, msg)
+				}
+			}
+			check("Transaction", r.Transaction(ctx, "implicit-"+a.name, job(true)))
+			if err := r.Transaction(ctx, "implicit-"+a.name, job(false)); err != nil {
+				t.Errorf("Transaction, fn returned nil: %v", err)
+			}
+
+			name := "implicit-job-" + a.name
+			check("RunOnce", r.RunOnce(ctx, name, testdb.Slot(0), job(true), ormlock.WithLedgerTable(tbl)))
+			if rs := runsOf(t, r, tbl, name); len(rs) != 1 || rs[0].Status != "failed" {
+				t.Errorf("RunOnce, fn failed after an implicit commit: ledger %+v, want one 'failed' row", rs)
+			}
+			if err := r.RunOnce(ctx, name, testdb.Slot(1), job(false), ormlock.WithLedgerTable(tbl)); err != nil {
+				t.Errorf("RunOnce, fn returned nil: %v", err)
+			}
+			if rs := runsOf(t, r, tbl, name); len(rs) != 2 || rs[0].Status != "done" && rs[1].Status != "done" {
+				t.Errorf("RunOnce, fn returned nil after an implicit commit: ledger %+v, want a 'done' row", rs)
+			}
+		})
+	}
+}
+
+// TestMySQLCompletionType: with completion_type=2 (COMMIT AND RELEASE:
+// the server closes the connection after COMMIT) a committed Transaction
+// is never reported as failed, and with completion_type=1 (COMMIT AND
+// CHAIN: a new transaction begins at once) no connection goes back to the
+// pool inside a transaction; with a context that can end and one that
+// cannot.
+func TestMySQLCompletionType(t *testing.T) {
+	for _, a := range adapters {
+		t.Run(a.name, func(t *testing.T) {
+			k := testdb.MariaDB
+			enttest.Migrate(t, k)
+			owner := enttest.Owner(t, k)
+			n := 0
+			for _, ct := range []string{"1", "2"} {
+				db := openWith(t, k, "completion_type="+ct)
+				db.SetMaxOpenConns(1) // the next statement runs on the Transaction's connection
+				r := a.on(t, k.Dialect(), db)
+				for _, cancellable := range []bool{false, true} {
+					ctx := context.Background()
+					if cancellable {
+						var cancel context.CancelFunc
+						ctx, cancel = context.WithCancel(ctx)
+						defer cancel()
+					}
+					n++
+					err := r.Transaction(ctx, "completion-"+a.name+"-"+ct, func(tx txn) error {
+						return tx.Insert(owner, n)
+					})
+					if err != nil {
+						t.Errorf("completion_type=%s, cancellable context %v: %v", ct, cancellable, err)
+					}
+					var rows int
+					if err := testdb.AdminDB(t, k).QueryRow("SELECT COUNT(*) FROM items WHERE owner = ? AND n = ?", owner, n).Scan(&rows); err != nil || rows != 1 {
+						t.Errorf("completion_type=%s, cancellable context %v: %d rows committed (%v), want 1", ct, cancellable, rows, err)
+					}
+					var inTx int
+					if err := db.QueryRow("SELECT @@in_transaction").Scan(&inTx); err != nil || inTx != 0 {
+						t.Errorf("completion_type=%s, cancellable context %v: the pool's connection is in a transaction (%d, %v)", ct, cancellable, inTx, err)
+					}
+				}
+				closeChecked(t, k, db)
 			}
 		})
 	}

@@ -2,10 +2,15 @@ package ledger_test
 
 import (
 	"errors"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/ledger"
@@ -75,5 +80,85 @@ func TestCreateSQLQuotes(t *testing.T) {
 	}
 	if !strings.Contains(my.CreateSQL(), "CREATE TABLE IF NOT EXISTS `Runs_1` (") {
 		t.Errorf("mysql: %s", my.CreateSQL())
+	}
+}
+
+// The prune index's name: the table's with "_ns_slot" while that fits in 63
+// bytes, else shortened with a hash of the whole name, distinct for names
+// that share their first 46 bytes; MySQL's CREATE TABLE declares it.
+func TestIndexName(t *testing.T) {
+	name := func(table string) string {
+		tbl, err := ledger.NewTable(lockproto.Postgres, table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tbl.IndexName()
+	}
+	if got := name("ormlock_runs"); got != "ormlock_runs_ns_slot" {
+		t.Errorf("IndexName(ormlock_runs) = %q", got)
+	}
+	fits := strings.Repeat("a", 55)
+	if got := name(fits); got != fits+"_ns_slot" {
+		t.Errorf("IndexName of 55 bytes = %q", got)
+	}
+	long1, long2 := strings.Repeat("b", 62)+"1", strings.Repeat("b", 62)+"2"
+	n1, n2 := name(long1), name(long2)
+	if len(n1) != 63 || len(n2) != 63 || n1 == n2 || !strings.HasPrefix(n1, strings.Repeat("b", 46)+"_") || !strings.HasSuffix(n1, "_ns_slot") {
+		t.Errorf("IndexName of 63-byte names: %q, %q", n1, n2)
+	}
+	if got := name(strings.Repeat("c", 56)); len(got) != 63 || !strings.HasPrefix(got, strings.Repeat("c", 46)+"_") {
+		t.Errorf("IndexName of 56 bytes = %q", got)
+	}
+	my, _ := ledger.NewTable(lockproto.MySQL, "Runs_1")
+	if !strings.Contains(my.CreateSQL(), "KEY `Runs_1_ns_slot` (namespace, slot)") {
+		t.Errorf("mysql: %s", my.CreateSQL())
+	}
+}
+
+// The job-name limit is not a name of the root package: each adapter's
+// RunOnce doc states it, and must state the one the ledger enforces.
+func TestJobLimitDocumented(t *testing.T) {
+	want := fmt.Sprintf("at most %d characters", ledger.MaxJobLen)
+	for _, file := range []string{"../../gormlock/runonce.go", "../../entlock/runonce.go", "../../sqllock/sqllock.go", "../../pgxlock/pgxlock.go"} {
+		src, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(strings.Join(strings.Fields(strings.ReplaceAll(string(src), "//", "")), " "), want) {
+			t.Errorf("%s: RunOnce's doc does not say %q", file, want)
+		}
+	}
+}
+
+// The ledger tells a missing table and a table of an earlier shape from
+// other errors by the servers' own codes, however deeply wrapped, without
+// linking the MySQL driver (lockproto.MySQLErrno reads the number).
+func TestErrorClasses(t *testing.T) {
+	wrap := func(err error) error { return fmt.Errorf("ormlock: ledger: %w", fmt.Errorf("exec: %w", err)) }
+	for _, c := range []struct {
+		name          string
+		err           error
+		table, column bool
+	}{
+		{"pg undefined_table", &pgconn.PgError{Code: "42P01"}, true, false},
+		{"pg undefined_column", &pgconn.PgError{Code: "42703"}, false, true},
+		{"pg other", &pgconn.PgError{Code: "23505"}, false, false},
+		{"mysql no such table", &mysql.MySQLError{Number: 1146, SQLState: [5]byte{'4', '2', 'S', '0', '2'}}, true, false},
+		{"mysql bad field", &mysql.MySQLError{Number: 1054, SQLState: [5]byte{'4', '2', 'S', '2', '2'}}, false, true},
+		{"mysql other", &mysql.MySQLError{Number: 1062}, false, false},
+		{"plain", errors.New("Error 1146 in the text only"), false, false},
+		{"nil", nil, false, false},
+	} {
+		for _, err := range []error{c.err, wrap(c.err), errors.Join(errors.New("x"), c.err)} {
+			if c.err == nil && err != nil {
+				continue
+			}
+			if got := ledger.MissingTable(err); got != c.table {
+				t.Errorf("%s: MissingTable(%v) = %v, want %v", c.name, err, got, c.table)
+			}
+			if got := ledger.MissingColumn(err); got != c.column {
+				t.Errorf("%s: MissingColumn(%v) = %v, want %v", c.name, err, got, c.column)
+			}
+		}
 	}
 }

@@ -5,20 +5,12 @@ import (
 	"database/sql"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/lockproto"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
-
-// passedDeadline is a context whose deadline has passed but whose timer has
-// not fired yet (Err is nil, Done never closes): the instant at which a
-// dialer, which takes the deadline itself, reports "i/o timeout".
-type passedDeadline struct{ context.Context }
-
-func (passedDeadline) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
 
 // A dial cut by the caller's deadline is classified as not acquired, with
 // the context's error, not returned as a bare network error.
@@ -36,7 +28,7 @@ func TestDialTimeoutIsNotAcquired(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				lt, err := op.BeginLocked(passedDeadline{context.Background()}, db, opts)
+				lt, err := op.BeginLocked(lockproto.PastDeadline{Context: context.Background()}, db, opts)
 				if err == nil {
 					_ = lt.Rollback()
 					t.Fatal("BeginLocked dialed past the deadline")

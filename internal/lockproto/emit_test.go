@@ -11,34 +11,13 @@ import (
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/lockproto"
+	"github.com/ormlock/ormlock/internal/testdb"
 )
-
-type countHandler struct {
-	mu   sync.Mutex
-	recs []slog.Record
-}
-
-func (h *countHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (h *countHandler) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.recs = append(h.recs, r.Clone())
-	return nil
-}
-func (h *countHandler) take() []slog.Record {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	r := h.recs
-	h.recs = nil
-	return r
-}
-func (h *countHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *countHandler) WithGroup(string) slog.Handler      { return h }
 
 // Emit contains an observer's panic, reports the first one of an Op once on
 // slog.Default (from any goroutine), and keeps delivering the Op's events.
 func TestEmitContainsObserverPanic(t *testing.T) {
-	h := &countHandler{}
+	h := &testdb.LogRecorder{}
 	prev := slog.Default()
 	slog.SetDefault(slog.New(h))
 	t.Cleanup(func() { slog.SetDefault(prev) })
@@ -70,7 +49,7 @@ func TestEmitContainsObserverPanic(t *testing.T) {
 	if j := job.Load(); j != "nightly" {
 		t.Errorf("Event.Job = %v, want the Op's job", j)
 	}
-	recs := h.take()
+	recs := h.Take()
 	if len(recs) != 1 {
 		t.Fatalf("%d reports, want one per Op", len(recs))
 	}
@@ -89,7 +68,7 @@ func TestEmitContainsObserverPanic(t *testing.T) {
 	}
 	op2.Emit(context.Background(), ormlock.EventAttempt, nil)
 	op2.Emit(context.Background(), ormlock.EventNotAcquired, nil)
-	if n := len(h.take()); n != 1 {
+	if n := len(h.Take()); n != 1 {
 		t.Errorf("second Op: %d reports, want 1", n)
 	}
 }

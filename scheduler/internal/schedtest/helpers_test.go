@@ -1,8 +1,13 @@
+// Package schedtest_test holds the scheduler module's tests on real
+// servers. They live in a directory no program imports because `go mod
+// tidy` in a user's module loads the tests of every package the user
+// imports: tests in package scheduler that import GORM and ent (as these
+// do) would make every GORM user of the scheduler download ent, and every
+// ent user GORM (measured by scripts/consumer-check).
 package schedtest_test
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"os"
 	"sort"
@@ -11,13 +16,11 @@ import (
 	"testing"
 	"time"
 
-	"gorm.io/driver/mysql"
-	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/gormtest"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
@@ -49,23 +52,7 @@ func forKinds(t *testing.T, kinds []testdb.Kind, f func(t *testing.T, k testdb.K
 // that no lock and no connection leaked.
 func openGorm(t *testing.T, k testdb.Kind) *gorm.DB {
 	t.Helper()
-	sqlDB := testdb.Open(t, k)
-	t.Cleanup(func() { testdb.AssertNoLeaks(t, k, sqlDB) })
-	return gormOn(t, k, sqlDB)
-}
-
-func gormOn(t *testing.T, k testdb.Kind, sqlDB *sql.DB) *gorm.DB {
-	t.Helper()
-	var dial gorm.Dialector
-	if k.Dialect() == "postgres" {
-		dial = postgres.New(postgres.Config{Conn: sqlDB})
-	} else {
-		dial = mysql.New(mysql.Config{Conn: sqlDB, SkipInitializeWithVersion: true})
-	}
-	db, err := gorm.Open(dial, &gorm.Config{Logger: logger.Discard})
-	if err != nil {
-		t.Fatalf("gorm.Open: %v", err)
-	}
+	db, _ := gormtest.Open(t, k)
 	return db
 }
 
@@ -87,6 +74,16 @@ func jobName(t *testing.T) string {
 func everySecond(t *testing.T) ormlock.Schedule {
 	t.Helper()
 	s, err := ormlock.Every(time.Second, time.UTC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// everyHour is the hourly schedule (nil loc: UTC).
+func everyHour(t *testing.T) ormlock.Schedule {
+	t.Helper()
+	s, err := ormlock.Every(time.Hour, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

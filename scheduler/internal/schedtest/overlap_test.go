@@ -165,7 +165,7 @@ func TestLockerPrune(t *testing.T) {
 			}
 		}
 		var handled errs
-		hourly, _ := ormlock.Every(time.Hour, nil)
+		hourly := everyHour(t)
 		l, err := scheduler.NewLocker(gormsched.Backend(db, opt), hourly, scheduler.WithPrune(24*time.Hour), scheduler.WithErrorHandler(handled.handle))
 		if err != nil {
 			t.Fatal(err)
@@ -206,7 +206,7 @@ func TestJobWrapperPruneEnt(t *testing.T) {
 			}
 		}
 		var handled errs
-		hourly, _ := ormlock.Every(time.Hour, nil)
+		hourly := everyHour(t)
 		w, err := scheduler.JobWrapper(entsched.Backend(client, opt), job, hourly, scheduler.WithPrune(24*time.Hour), scheduler.WithErrorHandler(handled.handle))
 		if err != nil {
 			t.Fatal(err)

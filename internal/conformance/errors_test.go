@@ -42,12 +42,9 @@ func TestLockLostErrors(t *testing.T) {
 		ctx := context.Background()
 		key := "lost-errors-" + a.name + "-" + string(k)
 		killOwn := func(tx txn) {
-			id, err := tx.QueryInt(connIDQuery(k))
-			if err != nil {
+			if err := killConn(t, k, tx); err != nil {
 				t.Fatalf("read the connection id: %v", err)
 			}
-			testdb.Kill(t, k, id)
-			testdb.WaitGone(t, k, id)
 		}
 
 		// fn's statement fails on the terminated connection: fn's error
@@ -75,21 +72,13 @@ func TestLockLostErrors(t *testing.T) {
 		err = r.Session(ctx, key, func(fctx context.Context) error {
 			h := holderOf(t, r, key)
 			testdb.Kill(t, k, h.PID)
-			select {
-			case <-fctx.Done():
-				return fctx.Err()
-			case <-time.After(30 * time.Second):
-				return errors.New("loss not seen within 30s")
-			}
+			return awaitLoss(fctx)
 		}, ormlock.WithKeepalive(50*time.Millisecond))
 		checkLost(t, "Session, keepalive", err, context.Canceled)
 
 		// the release finds it
 		err = r.Session(ctx, key, func(fctx context.Context) error {
-			h := holderOf(t, r, key)
-			testdb.Kill(t, k, h.PID)
-			testdb.WaitGone(t, k, h.PID)
-			return nil
+			return killHolder(fctx, t, k, r, key)
 		}, ormlock.WithKeepalive(time.Minute))
 		checkLost(t, "Session, release", err)
 	})
@@ -132,4 +121,44 @@ func TestLockLostContextEndedInFn(t *testing.T) {
 			checkLost(t, "Transaction, context ended in fn", err, context.Canceled)
 		})
 	}
+}
+
+// An error that passed through several layers (the lock protocol, the
+// ledger, the adapter) still says "ormlock: " once, at its head, and fits
+// on one line.
+func TestErrorsSayOrmlockOnce(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		r := a.with(t, k)
+		ctx := context.Background()
+		check := func(what string, err error, sentinel error) {
+			t.Helper()
+			if !errors.Is(err, sentinel) {
+				t.Fatalf("%s: %v, want %v", what, err, sentinel)
+			}
+			msg := err.Error()
+			if !strings.HasPrefix(msg, "ormlock: ") || strings.Count(msg, "ormlock: ") != 1 || strings.ContainsAny(msg, "\n\r") {
+				t.Errorf("%s: message %q should start with \"ormlock: \", say it once and be one line", what, msg)
+			}
+		}
+
+		key := "errtext-" + a.name + "-" + string(k)
+		release := testdb.RawHold(t, k, "", key)
+		err := r.Transaction(ctx, key, func(txn) error { return nil })
+		check("Transaction on a held key", err, ormlock.ErrNotAcquired)
+		err = r.Transaction(ctx, key, func(txn) error { return nil }, ormlock.WithWait(50*time.Millisecond))
+		check("Transaction waiting for a held key", err, ormlock.ErrNotAcquired)
+		release()
+
+		missing := testdb.TableName(t, "missing")
+		err = r.RunOnce(ctx, "errtext", time.Now().UTC().Truncate(time.Second), func(txn) error { return nil }, ormlock.WithLedgerTable(missing))
+		if err == nil {
+			t.Fatal("RunOnce with a missing ledger table: nil error")
+		}
+		if msg := err.Error(); strings.Count(msg, "ormlock: ") != 1 || !strings.Contains(msg, missing) {
+			t.Errorf("RunOnce with a missing ledger table: %q should say \"ormlock: \" once and name the table", msg)
+		}
+
+		err = r.Transaction(ctx, "", func(txn) error { return nil })
+		check("Transaction with an empty key", err, ormlock.ErrInvalidKey)
+	})
 }
