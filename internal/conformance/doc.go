@@ -1,12 +1,12 @@
-// Package conformance holds the cross-ORM conformance suite, in its tests
-// only: one suite written against a small adapter interface and run for
-// gormlock and entlock on every server (Transaction, Session, RunOnce,
-// Holder, observer events), then gormlock, entlock and hand-written SQL
-// contending for the same keys and ledger.
+// Package conformance holds the cross-adapter conformance suite, in its
+// tests only: one suite written against a small adapter interface and run
+// for gormlock, entlock, sqllock and pgxlock on every server (Transaction,
+// Session, RunOnce, Holder, Lead, fencing, observer events), then the
+// adapters and hand-written SQL contending for the same keys and ledger.
 //
 // Every behaviour the adapters share is tested here, once, one concern per
 // file (deadline_test.go, isolation_test.go, holder_test.go, fencing_test.go,
-// runonce_claim_test.go, ...), against the runner interface of
+// runonce_test.go, session_test.go, ...), against the runner interface of
 // runner_test.go; gormlock's and entlock's own tests keep only what is
 // theirs (GORM's plugin, dbresolver, PrepareStmt and nested transactions;
 // ent's Driver, Wrap and transactional clients; their error texts for a nil

@@ -345,7 +345,7 @@ func TestTransactionRoundTrips(t *testing.T) {
 }
 
 // When fn fails and the rollback that follows fails too, every adapter
-// ends the call alike (lockproto.FnFailed) and drops neither error. The
+// ends the call alike (lockproto.RunTx) and drops neither error. The
 // rollback is made to fail by ending fn's own server connection inside fn,
 // which is also the lock's: the rollback then finds the lock lost, so the
 // error matches ormlock.ErrLockLost and fn's error, names the ROLLBACK and

@@ -10,7 +10,7 @@ import (
 // go-sql-driver/mysql writes as "Error 1146 (42S02): ..." (or "Error 1146:
 // ..." without a SQLSTATE), rather than naming the driver's type: importing
 // the driver for one type would link it into every PostgreSQL-only binary.
-// mysqlerr_test.go checks the format against the driver's own type.
+// mysql_test.go checks the format against the driver's own type.
 func MySQLErrno(err error) int {
 	for err != nil {
 		if n := errnoOf(err.Error()); n != 0 {
