@@ -38,7 +38,15 @@ func TestMySQL8HandshakeRefused(t *testing.T) {
 			_ = c.Close()
 		}
 	}()
-	pool, err := pgxpool.New(context.Background(), "postgres://root@"+ln.Addr().String()+"/db?sslmode=disable&connect_timeout=5")
+	wantNotPostgres(t, "a MySQL 8 handshake", ln.Addr().String())
+}
+
+// wantNotPostgres runs a Transaction on a pool pointed at addr, a server
+// (what) that does not speak PostgreSQL's protocol, and fails unless it
+// returns ErrUnsupportedDialect saying "PostgreSQL only" without calling fn.
+func wantNotPostgres(t *testing.T, what, addr string) {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), "postgres://root@"+addr+"/db?sslmode=disable&connect_timeout=5")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +56,7 @@ func TestMySQL8HandshakeRefused(t *testing.T) {
 		return nil
 	})
 	if !errors.Is(err, ormlock.ErrUnsupportedDialect) || !strings.Contains(err.Error(), "PostgreSQL only") || strings.Count(err.Error(), "ormlock: ") != 1 {
-		t.Fatalf("Transaction on a MySQL 8 handshake: %v, want ErrUnsupportedDialect saying PostgreSQL only", err)
+		t.Fatalf("Transaction on %s: %v, want ErrUnsupportedDialect saying PostgreSQL only", what, err)
 	}
-	t.Logf("error: %v", err)
+	t.Logf("error on %s: %v", what, err)
 }
