@@ -117,11 +117,14 @@ func sharedDB(pool *pgxpool.Pool) (*sql.DB, func()) {
 
 // notPostgres names a server that answered the connection in another
 // protocol than PostgreSQL's (a MySQL/MariaDB server sends a handshake of
-// its own first) with ormlock.ErrUnsupportedDialect; other errors are
-// returned as they are.
+// its own first, whose first byte, its length, pgx reads as a message type:
+// a known type it did not expect, or one it does not know, as MySQL 8's 74
+// bytes, "J") with ormlock.ErrUnsupportedDialect; other errors are returned
+// as they are.
 func notPostgres(err error) error {
 	var ce *pgconn.ConnectError
-	if err == nil || !errors.As(err, &ce) || !strings.Contains(ce.Error(), "unexpected message") {
+	if err == nil || !errors.As(err, &ce) ||
+		!strings.Contains(ce.Error(), "unexpected message") && !strings.Contains(ce.Error(), "unknown message type") {
 		return err
 	}
 	return errs.Join(fmt.Errorf("%w: pgxlock is PostgreSQL only, and the server did not answer in PostgreSQL's protocol (a MySQL/MariaDB server takes sqllock)", ormlock.ErrUnsupportedDialect), err)

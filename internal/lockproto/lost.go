@@ -19,10 +19,15 @@ import (
 // statement: no server error (a closed connection, a network error, the
 // driver's ErrBadConn or "invalid connection"), or one that ends the
 // session (SQLSTATE class 08, 57P01-57P03: administrator command, crash,
-// shutdown; MariaDB/MySQL 1927 connection killed, 1053 shutdown).
+// shutdown; any PostgreSQL error of severity FATAL or PANIC, such as
+// idle_in_transaction_session_timeout's 25P03 or pgpool-II's XX000 for a
+// backend it lost; MariaDB/MySQL 1927 connection killed, 1053 shutdown).
 func connGone(err error) bool {
 	if err == nil || errors.Is(err, pgx.ErrTxCommitRollback) || errors.Is(err, sql.ErrTxDone) {
 		return false
+	}
+	if sessionEnded(err) {
+		return true
 	}
 	if st := SQLState(err); st != "" {
 		return strings.HasPrefix(st, "08") || st == "57P01" || st == "57P02" || st == "57P03"
@@ -31,6 +36,22 @@ func connGone(err error) bool {
 		return n == 1927 || n == 1053
 	}
 	return true
+}
+
+// sessionEnded reports whether err is a PostgreSQL error whose severity,
+// FATAL or PANIC, means the server ended the session after sending it
+// (pgx's PgError; lib/pq's Error through its Fatal method).
+func sessionEnded(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		sev := pe.SeverityUnlocalized
+		if sev == "" {
+			sev = pe.Severity
+		}
+		return sev == "FATAL" || sev == "PANIC"
+	}
+	var pq interface{ Fatal() bool }
+	return errors.As(err, &pq) && pq.Fatal()
 }
 
 // unsent reports whether err says that the statement was never sent (pgx's
