@@ -58,13 +58,20 @@ func mysqlInTx(ctx context.Context, conn *sql.Conn, q Querier) (bool, error) {
 
 // MySQLImplicitCommit reports, on MySQL/MariaDB, whether the transaction q
 // was committed implicitly (see ErrImplicitCommit); false on an error
-// reading it, and on PostgreSQL. One round trip (SELECT @@in_transaction);
-// the ledger calls it only after a failed fn.
+// reading it, and on PostgreSQL. The ledger calls it only after a failed
+// fn. When q is the transaction this Op's BeginLocked gave, it reads the
+// server status of q's pinned connection, as Commit and Rollback do (no
+// round trip with go-sql-driver/mysql, and right on Oracle MySQL, which
+// has no @@in_transaction); otherwise it asks SELECT @@in_transaction.
 func (o *Op) MySQLImplicitCommit(ctx context.Context, q Querier) bool {
 	if o.Dialect != MySQL {
 		return false
 	}
-	in, err := mysqlInTx(ctx, nil, q)
+	var conn *sql.Conn
+	if o.mysqlTx != nil && o.mysqlTx.Tx == q {
+		conn = o.mysqlTx.conn
+	}
+	in, err := mysqlInTx(ctx, conn, q)
 	return err == nil && !in
 }
 

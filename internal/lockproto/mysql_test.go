@@ -10,6 +10,8 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/lockproto"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
@@ -111,5 +113,62 @@ func TestMySQLInTxNoRoundTrip(t *testing.T) {
 	}
 	if in, err := lockproto.MySQLInTx(ctx, nil, tx); err != nil || in {
 		t.Fatalf("@@in_transaction after a DDL statement: %v, %v; want false", in, err)
+	}
+}
+
+// askedTx is a transaction that records the statements sent through it.
+type askedTx struct {
+	lockproto.Tx
+	asked []string
+}
+
+func (a *askedTx) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	a.asked = append(a.asked, q)
+	return a.Tx.QueryRowContext(ctx, q, args...)
+}
+
+// The ledger's check after a failed fn (Op.MySQLImplicitCommit) reads the
+// status of the pinned connection of the Op's own transaction, as Commit
+// and Rollback do: no @@in_transaction, which Oracle MySQL does not have.
+func TestMySQLImplicitCommitReadsPinnedConn(t *testing.T) {
+	k := testdb.MariaDB
+	ctx := context.Background()
+	db := testdb.Open(t, k)
+	t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
+	op, err := lockproto.NewOp(lockproto.MySQL, "RunOnce", ormlock.Name("implicit-"+t.Name()), config.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lt, err := op.BeginLocked(ctx, db, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spy := &askedTx{Tx: lt.Tx}
+	lt.Tx = spy
+	ended := false
+	defer func() {
+		if !ended {
+			_ = lt.Rollback()
+		}
+	}()
+	if _, err := spy.ExecContext(ctx, "SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
+	if op.MySQLImplicitCommit(ctx, spy) {
+		t.Fatal("an open transaction reported as committed implicitly")
+	}
+	tbl := testdb.Table(t, k, "ddl")
+	if _, err := spy.ExecContext(ctx, "CREATE TABLE "+tbl+" (id int)"); err != nil {
+		t.Fatal(err)
+	}
+	if !op.MySQLImplicitCommit(ctx, spy) {
+		t.Fatal("a DDL statement's implicit commit not seen")
+	}
+	if len(spy.asked) != 0 {
+		t.Fatalf("the check sent %q; want the pinned connection's status read, no statement", spy.asked)
+	}
+	ended = true
+	if err := lt.Rollback(); !errors.Is(err, lockproto.ErrImplicitCommit) {
+		t.Fatalf("Rollback after the implicit commit: %v, want ErrImplicitCommit", err)
 	}
 }

@@ -43,6 +43,7 @@ type Op struct {
 	token   int64             // the fencing token of this acquisition, once issued
 	lockPID uint32            // PostgreSQL with fencing: the pid of the backend that took the lock
 	my      mysqlLockConnVars // MySQL: the lock connection's session, read by GET_LOCK
+	mysqlTx *LockedTx         // MySQL: the transaction BeginLocked gave, whose pinned connection MySQLImplicitCommit reads
 
 	start    time.Time
 	acquired time.Time

@@ -47,7 +47,8 @@ func (o *Op) beginMySQL(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*
 		}
 		return nil, errs.Wrap(err, "begin transaction")
 	}
-	return &LockedTx{Tx: tx, ctx: ctx, op: o, conn: conn, txCancel: txCancel}, nil
+	o.mysqlTx = &LockedTx{Tx: tx, ctx: ctx, op: o, conn: conn, txCancel: txCancel}
+	return o.mysqlTx, nil
 }
 
 // WithNamed runs body on a connection pinned from db while it holds the
