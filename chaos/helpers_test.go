@@ -355,13 +355,3 @@ func (s stats) String() string {
 	}
 	return fmt.Sprintf("n=%d min=%v median=%v max=%v", len(c), r(c[0]), r(c[len(c)/2]), r(c[len(c)-1]))
 }
-
-// skipOrFail skips the test for missing server binaries, except under CI,
-// where it fails: CI never passes by skipping.
-func skipOrFail(t testing.TB, err error) {
-	t.Helper()
-	if os.Getenv("CI") == "" {
-		t.Skipf("%v", err)
-	}
-	t.Fatalf("%v", err)
-}

@@ -28,7 +28,7 @@ func TestConnGone(t *testing.T) {
 		{"administrator command", &pgconn.PgError{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "57P01"}, true},
 		{"an ERROR, internal", &pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "XX000"}, false},
 		{"an ERROR, serialization", &pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "40001"}, false},
-		{"lib/pq FATAL", &pq.Error{Severity: pq.Efatal, Code: "XX000"}, true},
+		{"lib/pq FATAL", &pq.Error{Severity: "FATAL", Code: "XX000"}, true},
 		{"lib/pq ERROR", &pq.Error{Severity: "ERROR", Code: "23505"}, false},
 		{"other", errors.New("ormlock: something"), true},
 	} {
