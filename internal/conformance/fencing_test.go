@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
@@ -187,22 +188,50 @@ func TestFencingRefused(t *testing.T) {
 	})
 }
 
+// pgLockRow is the pg_locks row of the advisory lock of k (in no
+// namespace): classid, objid and objsubid.
+func pgLockRow(k ormlock.Key) (classid, objid int64, sub int) {
+	pk := keys.Postgres(keys.Key(k), "")
+	if pk.IsPair {
+		return int64(uint32(pk.ClassID)), int64(uint32(pk.ObjID)), 2
+	}
+	return int64(uint32(uint64(pk.Int64) >> 32)), int64(uint32(pk.Int64)), 1
+}
+
 // pgLockPID returns the pid of the backend that holds the advisory lock of
 // k (in no namespace) on the server of kind k, through the admin pool.
 func pgLockPID(t *testing.T, kind testdb.Kind, k ormlock.Key) int64 {
 	t.Helper()
-	pk := keys.Postgres(keys.Key(k), "")
-	classid, objid, sub := uint32(uint64(pk.Int64)>>32), uint32(pk.Int64), 1
-	if pk.IsPair {
-		classid, objid, sub = uint32(pk.ClassID), uint32(pk.ObjID), 2
-	}
+	classid, objid, sub := pgLockRow(k)
 	var pid int64
 	err := testdb.AdminDB(t, kind).QueryRow(`SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
-		AND classid::int8 = $1 AND objid::int8 = $2 AND objsubid = $3`, int64(classid), int64(objid), sub).Scan(&pid)
+		AND classid::int8 = $1 AND objid::int8 = $2 AND objsubid = $3`, classid, objid, sub).Scan(&pid)
 	if err != nil {
 		t.Fatalf("find the backend holding %s: %v", k, err)
 	}
 	return pid
+}
+
+// awaitPgWaiter returns once a backend waits for the advisory lock of k
+// (in no namespace) on the server of kind k: the server's own view of a
+// blocked waiter, instead of a sleep.
+func awaitPgWaiter(t *testing.T, kind testdb.Kind, k ormlock.Key) {
+	t.Helper()
+	classid, objid, sub := pgLockRow(k)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var n int
+		err := testdb.AdminDB(t, kind).QueryRow(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+			AND classid::int8 = $1 AND objid::int8 = $2 AND objsubid = $3`, classid, objid, sub).Scan(&n)
+		if err != nil {
+			t.Fatalf("look for a waiter on %s: %v", k, err)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no backend waits for %s after 10s", k)
+		}
+	}
 }
 
 // TestFencingLockLostBeforeToken: on PostgreSQL the token is committed on a

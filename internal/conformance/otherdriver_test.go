@@ -84,13 +84,14 @@ func TestOtherDriverLibPQ(t *testing.T) {
 
 		// REPEATABLE READ: fn's snapshot follows the lock, so it sees the
 		// row a holder committed while this call waited
+		rr := enttest.Owner(t, k)
 		holderIn, holderGo := make(chan struct{}), make(chan struct{})
 		held := make(chan error, 1)
 		go func() {
 			held <- r.Transaction(ctx, key, func(tx txn) error {
 				close(holderIn)
 				<-holderGo
-				return tx.Insert("libpq-rr-"+a.name, 7)
+				return tx.Insert(rr, 7)
 			})
 		}()
 		<-holderIn
@@ -99,11 +100,11 @@ func TestOtherDriverLibPQ(t *testing.T) {
 		go func() {
 			waiter <- r.Transaction(ctx, key, func(tx txn) error {
 				var err error
-				seen, err = tx.QueryInt("SELECT COUNT(*) FROM items WHERE owner = 'libpq-rr-" + a.name + "'")
+				seen, err = tx.QueryInt("SELECT COUNT(*) FROM items WHERE " + ofOwner(rr))
 				return err
 			}, ormlock.WithWait(10*time.Second), ormlock.WithTxOptions(&sql.TxOptions{Isolation: sql.LevelRepeatableRead}))
 		}()
-		time.Sleep(100 * time.Millisecond) // the waiter is blocked on the lock
+		awaitPgWaiter(t, k, ormlock.Name(key)) // the waiter is blocked on the lock
 		close(holderGo)
 		if err := <-held; err != nil {
 			t.Fatalf("holder: %v", err)
