@@ -22,7 +22,7 @@ import (
 // [Holder]. An invalid key or option, an unsupported dialect or a refused
 // login is returned at once. See docs/PROTOCOL.md (Lead).
 func Lead[K ormlock.KeyType](db *gorm.DB, key K, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
-	c, sqlDB, err := sessionCall(db, "Lead", lockproto.KeyOf(key), fn, opts)
+	c, sqlDB, err := sessionCall(db, "Lead", lockproto.KeyOf(key), fn, opts, true)
 	if err != nil {
 		return err
 	}

@@ -19,7 +19,7 @@ import (
 // wraps ErrLockLost. Per-dialect mechanism, timeouts and pool sizing: see
 // docs/PROTOCOL.md (The verbs on each server, Session).
 func Session[K ormlock.KeyType](db *gorm.DB, key K, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
-	c, sqlDB, err := sessionCall(db, "Session", lockproto.KeyOf(key), fn, opts)
+	c, sqlDB, err := sessionCall(db, "Session", lockproto.KeyOf(key), fn, opts, false)
 	if err != nil {
 		return err
 	}
@@ -27,16 +27,16 @@ func Session[K ormlock.KeyType](db *gorm.DB, key K, fn func(ctx context.Context)
 }
 
 // sessionCall checks a call of a verb that holds the lock on a connection
-// of its own (Session, Lead) and returns it with db's primary pool. Lead
-// leaves a connection error of the server check (at the end of init) to
-// its campaign's retries.
-func sessionCall(db *gorm.DB, verb string, key ormlock.Key, fn func(ctx context.Context) error, opts []ormlock.Option) (*call, *sql.DB, error) {
+// of its own (Session, Lead) and returns it with db's primary pool. With
+// campaign (Lead), a connection error of the server check at the end of
+// init is not returned but left to the campaign's retries.
+func sessionCall(db *gorm.DB, verb string, key ormlock.Key, fn func(ctx context.Context) error, opts []ormlock.Option, campaign bool) (*call, *sql.DB, error) {
 	if fn == nil {
 		return nil, nil, fmt.Errorf("%w: gormlock.%s: nil fn", ormlock.ErrInvalidArgument, verb)
 	}
 	c := new(call)
 	if err := c.init(db, verb, key, opts); err != nil {
-		if verb != "Lead" || c.op == nil || lockproto.Permanent(err) {
+		if !campaign || c.op == nil || lockproto.Permanent(err) {
 			return nil, nil, err
 		}
 	}

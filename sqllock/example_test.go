@@ -35,7 +35,7 @@ func ExampleSession() {
 	}
 }
 
-func ExampleRunOnce() {
+func ExampleRunScheduled() {
 	ctx := context.Background()
 	if err := sqllock.Migrate(ctx, db); err != nil { // once, at start-up
 		panic(err)
