@@ -73,12 +73,15 @@ compat: deps
 	GO=$(GO) scripts/compat-pgpool || s=1; \
 	GO=$(GO) scripts/compat-mysql || s=1; exit $$s
 
-## lint: go vet and staticcheck over every module
+## lint: go vet and staticcheck over every module, then scripts/import-check
+## (no internal package the library links imports the root; no module
+## imports another's internal packages but the test servers, internal/testdb)
 lint:
 	@set -e; for m in $(MODULES); do \
 		echo "==> vet + staticcheck in $$m"; \
 		(cd $$m && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...); \
 	done
+	@echo "==> scripts/import-check"; GO=$(GO) scripts/import-check
 
 ## vuln: govulncheck in every module: reports the known vulnerabilities of the
 ## code each module builds (the library, examples, scheduler, bench). It reads

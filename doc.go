@@ -58,6 +58,23 @@
 // parser and slot search, the ledger) lives under internal/ and is not a
 // promise; docs/PROTOCOL.md describes its behaviour per dialect.
 //
+// # Where the types live
+//
+// The documented types ([Key], [Event], [EventKind], [HolderInfo], [Run],
+// [Schedule]) are defined here, in the root, and the packages under
+// internal/ never import it: they take plain values (internal/keys' key,
+// internal/config's event and options, the protocol's holder and the
+// ledger's row, each of which the root or an adapter converts at the
+// boundary, a struct conversion that costs nothing), and they return the
+// root's very sentinels, which internal/errs defines and this package
+// names. The alternative, a public leaf package that the root aliases (as
+// River's rivertype), was rejected for two reasons: go doc shows an alias
+// without the methods and fields of the type it names, and an API diff
+// (golang.org/x/exp's apidiff) reports every type moved behind an alias as
+// an incompatible change, which would hide a real break among the false
+// ones. scripts/import-check (make lint) keeps the graph one way.
+// Schedulers get their public hooks from package schedhook.
+//
 // # Observing locks
 //
 // An [Observer], set with [WithObserver], receives an [Event] for each step

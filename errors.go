@@ -1,23 +1,19 @@
 package ormlock
 
-import (
-	"errors"
-
-	"github.com/ormlock/ormlock/internal/errs"
-)
+import "github.com/ormlock/ormlock/internal/errs"
 
 // ErrNotAcquired is returned when the lock is held by another holder and could
 // not be taken: at once in the default try-once mode, or within the wait set by
 // [WithWait]. The callback is not called. When the caller's context ended the
 // wait, the returned error also matches the context's error
 // (context.DeadlineExceeded or context.Canceled) with errors.Is.
-var ErrNotAcquired = errors.New("ormlock: lock not acquired")
+var ErrNotAcquired = errs.ErrNotAcquired
 
 // ErrLockLost is returned when a lock held by a Session was lost while the
 // callback ran: the lock connection was killed, the server restarted or failed
 // over, or a keepalive failed. The callback's context is cancelled with this
 // error as its cause (see context.Cause).
-var ErrLockLost = errors.New("ormlock: lock lost")
+var ErrLockLost = errs.ErrLockLost
 
 // ErrCommitUnknown is returned when a COMMIT was sent but no answer came
 // back: the connection broke under it, or the caller's context ended and
@@ -25,11 +21,11 @@ var ErrLockLost = errors.New("ormlock: lock lost")
 // check the data before doing its work again. The error also matches the
 // cause (ErrLockLost when the lock's connection broke, the context's error
 // when it ended). A COMMIT known not to have been sent is not reported so.
-var ErrCommitUnknown = errors.New("ormlock: commit outcome unknown: the transaction may or may not have committed")
+var ErrCommitUnknown = errs.ErrCommitUnknown
 
 // ErrAlreadyDone is returned when RunOnce finds that the (job, slot) already
 // has a committed run in the ledger; the callback is not called.
-var ErrAlreadyDone = errors.New("ormlock: job already done for this slot")
+var ErrAlreadyDone = errs.ErrAlreadyDone
 
 // ErrUnsupportedDialect is returned when the database is neither PostgreSQL
 // nor MySQL/MariaDB (for example SQLite), at plugin registration or at the
@@ -39,7 +35,7 @@ var ErrAlreadyDone = errors.New("ormlock: job already done for this slot")
 // innodb_read_only), a Galera node, a multi-primary Group Replication member.
 // That check costs one query on a pool's first call; see
 // docs/COMPATIBILITY.md.
-var ErrUnsupportedDialect = errors.New("ormlock: unsupported dialect")
+var ErrUnsupportedDialect = errs.ErrUnsupportedDialect
 
 // ErrInvalidKey is returned when a lock key is unusable: an empty name, or a
 // name that is not valid UTF-8 or contains a NUL byte.

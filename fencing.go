@@ -5,7 +5,7 @@ import (
 	"database/sql"
 
 	"github.com/ormlock/ormlock/internal/config"
-	"github.com/ormlock/ormlock/internal/fencectx"
+	"github.com/ormlock/ormlock/internal/errs"
 )
 
 // WithFencing makes every acquisition of the lock issue a fencing token,
@@ -21,13 +21,13 @@ func WithFencing() Option { return func(c *config.Config) { c.Fencing = true } }
 // FencingToken returns the fencing token of the lock that ctx was handed out
 // under, when the verb ran with [WithFencing]: the ctx a Session's fn gets,
 // and the context of a gormlock transaction (tx.Statement.Context).
-func FencingToken(ctx context.Context) (int64, bool) { return fencectx.From(ctx) }
+func FencingToken(ctx context.Context) (int64, bool) { return config.Token(ctx) }
 
 // ErrStaleToken is returned by [CheckFenced] when a fenced write matched no
 // row: the row's fence is greater than the writer's token, so a holder with
 // a greater token has written it since (the writer's lock was lost), or
 // the row does not exist.
-var ErrStaleToken = fencectx.ErrStaleToken
+var ErrStaleToken = errs.ErrStaleToken
 
 // CheckFenced checks the outcome of a fenced write, an UPDATE that only
 // matches while the resource's last token is at most the writer's
@@ -40,5 +40,5 @@ var ErrStaleToken = fencectx.ErrStaleToken
 // clientFoundRows=true: without it a repeated write of the same values is
 // taken for a stale one. See docs/PROTOCOL.md (Fenced writes).
 func CheckFenced(res sql.Result, err error) error {
-	return fencectx.Check(err, func() (int64, error) { return res.RowsAffected() })
+	return errs.CheckFenced(err, func() (int64, error) { return res.RowsAffected() })
 }

@@ -13,31 +13,24 @@ type EventKind uint8
 // The events an [Observer] receives.
 const (
 	// EventAttempt: an acquisition is about to be tried.
-	EventAttempt EventKind = iota + 1
+	EventAttempt = EventKind(config.EventAttempt)
 	// EventAcquired: the lock was taken; Event.Wait is the time it took.
-	EventAcquired
+	EventAcquired = EventKind(config.EventAcquired)
 	// EventNotAcquired: another holder has the lock (or the wait ran out).
-	EventNotAcquired
+	EventNotAcquired = EventKind(config.EventNotAcquired)
 	// EventReleased: the lock was released; Event.Held is the hold time.
-	EventReleased
+	EventReleased = EventKind(config.EventReleased)
 	// EventReleaseFailed: the release failed or reported the lock not held;
 	// the connection was destroyed so the server frees the lock.
-	EventReleaseFailed
+	EventReleaseFailed = EventKind(config.EventReleaseFailed)
 	// EventLockLost: a Session's lock connection failed while fn ran.
-	EventLockLost
+	EventLockLost = EventKind(config.EventLockLost)
 	// EventAlreadyDone: RunOnce found the slot already done.
-	EventAlreadyDone
+	EventAlreadyDone = EventKind(config.EventAlreadyDone)
 )
 
-var eventNames = [...]string{"", "attempt", "acquired", "not_acquired", "released", "release_failed", "lock_lost", "already_done"}
-
 // String returns the event's snake_case name, e.g. "not_acquired".
-func (k EventKind) String() string {
-	if int(k) < len(eventNames) {
-		return eventNames[k]
-	}
-	return "unknown"
-}
+func (k EventKind) String() string { return config.EventName(uint8(k)) }
 
 // Event describes one thing that happened to a lock.
 type Event struct {

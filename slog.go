@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+
+	"github.com/ormlock/ormlock/internal/config"
 )
 
 // SlogObserver returns an [Observer] that writes every event to logger as one
@@ -19,9 +21,9 @@ type slogObserver struct{ l *slog.Logger }
 
 // slogMessages are the record messages per EventKind, "ormlock: " + its
 // name, built once so that logging an event allocates no message.
-var slogMessages = func() (m [len(eventNames)]string) {
-	for i, n := range eventNames {
-		m[i] = "ormlock: " + n
+var slogMessages = func() (m [config.EventAlreadyDone + 1]string) {
+	for i := range m {
+		m[i] = "ormlock: " + config.EventName(uint8(i))
 	}
 	m[0] = "ormlock: unknown"
 	return m

@@ -14,8 +14,8 @@ import (
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/bench"
 	"github.com/ormlock/ormlock/gormlock"
-	"github.com/ormlock/ormlock/internal/gormtest"
 	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/internal/testdb/gormtest"
 	"gorm.io/gorm"
 )
 

@@ -14,11 +14,11 @@ import (
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/entlock"
 	"github.com/ormlock/ormlock/gormlock"
-	"github.com/ormlock/ormlock/internal/enttest"
-	"github.com/ormlock/ormlock/internal/enttest/ent"
-	"github.com/ormlock/ormlock/internal/enttest/ent/item"
 	"github.com/ormlock/ormlock/internal/faults"
 	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/internal/testdb/enttest"
+	"github.com/ormlock/ormlock/internal/testdb/enttest/ent"
+	"github.com/ormlock/ormlock/internal/testdb/enttest/ent/item"
 )
 
 // TestIsolationContention: 3 GORM pools and 1 ent client run the same

@@ -7,7 +7,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/entlock"
-	"github.com/ormlock/ormlock/internal/enttest/ent"
+	"github.com/ormlock/ormlock/internal/testdb/enttest/ent"
 )
 
 // fn reads its fencing token from the tx it is given (ent's Tx keeps no

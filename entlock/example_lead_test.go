@@ -6,7 +6,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/entlock"
-	"github.com/ormlock/ormlock/internal/enttest/ent"
+	"github.com/ormlock/ormlock/internal/testdb/enttest/ent"
 )
 
 // One replica of many runs the reconciler: Lead campaigns, runs fn while

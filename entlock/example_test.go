@@ -13,7 +13,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/entlock"
-	"github.com/ormlock/ormlock/internal/enttest/ent"
+	"github.com/ormlock/ormlock/internal/testdb/enttest/ent"
 )
 
 // Build the client on a wrapped driver once, at start-up. Everything ent

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
@@ -18,7 +19,7 @@ func Holder[T TxLike, K ormlock.KeyType](ctx context.Context, x interface {
 	Tx(context.Context) (T, error)
 }, key K, opts ...ormlock.Option) (ormlock.HolderInfo, error) {
 	const verb = "Holder"
-	k := lockproto.KeyOf(key)
+	k := keys.Of[ormlock.Key](key)
 	d, cfg, err := open(ctx, verb, x, opts, k.Validate())
 	if err != nil {
 		return ormlock.HolderInfo{}, err
@@ -30,5 +31,6 @@ func Holder[T TxLike, K ormlock.KeyType](ctx context.Context, x interface {
 	if err := op.CheckServer(ctx, d.db); err != nil {
 		return ormlock.HolderInfo{}, err
 	}
-	return lockproto.LookupHolder(ctx, d.db, op)
+	h, err := lockproto.LookupHolder(ctx, d.db, op)
+	return ormlock.HolderInfo(h), err
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/ormlock/ormlock"
-	"github.com/ormlock/ormlock/internal/lockproto"
+	"github.com/ormlock/ormlock/internal/keys"
 )
 
 // Lead campaigns for the lock named by key and runs fn while this caller
@@ -22,7 +22,7 @@ import (
 func Lead[T TxLike, K ormlock.KeyType](ctx context.Context, x interface {
 	Tx(context.Context) (T, error)
 }, key K, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
-	op, d, err := sessionOp(ctx, "Lead", x, lockproto.KeyOf(key), fn == nil, opts)
+	op, d, err := sessionOp(ctx, "Lead", x, keys.Of[ormlock.Key](key), fn == nil, opts)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"entgo.io/ent/dialect"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
@@ -23,7 +24,7 @@ type request struct {
 
 	// set by the verb
 	verb  string
-	key   ormlock.Key
+	key   keys.Key
 	opts  []ormlock.Option
 	probe bool          // only find the driver (Session, RunOnce, ...)
 	op    *lockproto.Op // the lock, when the verb built it (RunOnce); else made from key and opts

@@ -12,6 +12,7 @@ import (
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/errs"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/ledger"
 	"github.com/ormlock/ormlock/internal/lockproto"
 	"github.com/ormlock/ormlock/internal/sched"
@@ -36,7 +37,7 @@ func RunOnce[T TxLike](ctx context.Context, client interface {
 	if err != nil {
 		return err
 	}
-	op, err := lockproto.NewOp(d.dial, verb, ormlock.RunKey(job, slot), cfg)
+	op, err := lockproto.NewOp(d.dial, verb, keys.RunKey(job, slot), cfg)
 	if err != nil {
 		return err
 	}
@@ -101,7 +102,7 @@ func Runs[T TxLike](ctx context.Context, x interface {
 	if err != nil {
 		return nil, err
 	}
-	return r.T.Runs(ctx, r.Q, r.Cfg.Namespace, job, limit)
+	return ledger.RunsAs[ormlock.Run](r.T.Runs(ctx, r.Q, r.Cfg.Namespace, job, limit))
 }
 
 // readerOf returns what reading the ledger through x needs, the call

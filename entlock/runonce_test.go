@@ -13,10 +13,10 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/entlock"
-	"github.com/ormlock/ormlock/internal/enttest"
-	"github.com/ormlock/ormlock/internal/enttest/ent"
 	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/internal/testdb/enttest"
+	"github.com/ormlock/ormlock/internal/testdb/enttest/ent"
 )
 
 // ledgerTable creates the test's own ledger table with entlock.Migrate on x

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
@@ -18,7 +19,7 @@ import (
 func Session[T TxLike, K ormlock.KeyType](ctx context.Context, x interface {
 	Tx(context.Context) (T, error)
 }, key K, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
-	op, d, err := sessionOp(ctx, "Session", x, lockproto.KeyOf(key), fn == nil, opts)
+	op, d, err := sessionOp(ctx, "Session", x, keys.Of[ormlock.Key](key), fn == nil, opts)
 	if err != nil {
 		return err
 	}
@@ -32,7 +33,7 @@ func Session[T TxLike, K ormlock.KeyType](ctx context.Context, x interface {
 // on the Driver under x.
 func sessionOp[T TxLike](ctx context.Context, verb string, x interface {
 	Tx(context.Context) (T, error)
-}, key ormlock.Key, nilFn bool, opts []ormlock.Option) (*lockproto.Op, *Driver, error) {
+}, key keys.Key, nilFn bool, opts []ormlock.Option) (*lockproto.Op, *Driver, error) {
 	k, err := check(ctx, verb, x, nilFn, key, opts)
 	if err != nil {
 		return nil, nil, err

@@ -8,6 +8,7 @@ import (
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/errs"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
@@ -28,7 +29,7 @@ type TxLike interface {
 func Transaction[T TxLike, K ormlock.KeyType](ctx context.Context, client interface {
 	Tx(context.Context) (T, error)
 }, key K, fn func(tx T) error, opts ...ormlock.Option) error {
-	k, err := check(ctx, "Transaction", client, fn == nil, lockproto.KeyOf(key), opts)
+	k, err := check(ctx, "Transaction", client, fn == nil, keys.Of[ormlock.Key](key), opts)
 	if err != nil {
 		return err
 	}
@@ -78,7 +79,7 @@ func run[T TxLike](ctx context.Context, verb string, tx T, fn func(tx T) error) 
 }
 
 // check validates the arguments every verb shares and returns the key.
-func check(ctx context.Context, verb string, client any, nilFn bool, k ormlock.Key, opts []ormlock.Option) (ormlock.Key, error) {
+func check(ctx context.Context, verb string, client any, nilFn bool, k keys.Key, opts []ormlock.Option) (keys.Key, error) {
 	if ctx == nil {
 		return k, fmt.Errorf("%w: entlock.%s: nil context", ormlock.ErrInvalidArgument, verb)
 	}

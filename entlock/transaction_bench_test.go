@@ -7,9 +7,9 @@ import (
 	entsql "entgo.io/ent/dialect/sql"
 
 	"github.com/ormlock/ormlock/entlock"
-	"github.com/ormlock/ormlock/internal/enttest"
-	"github.com/ormlock/ormlock/internal/enttest/ent"
 	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/internal/testdb/enttest"
+	"github.com/ormlock/ormlock/internal/testdb/enttest/ent"
 )
 
 // BenchmarkTransaction compares entlock.Transaction (empty fn) with the

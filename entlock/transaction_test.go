@@ -10,10 +10,10 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/entlock"
-	"github.com/ormlock/ormlock/internal/enttest"
-	"github.com/ormlock/ormlock/internal/enttest/ent"
-	"github.com/ormlock/ormlock/internal/enttest/ent/item"
 	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/internal/testdb/enttest"
+	"github.com/ormlock/ormlock/internal/testdb/enttest/ent"
+	"github.com/ormlock/ormlock/internal/testdb/enttest/ent/item"
 )
 
 func TestTransactionNested(t *testing.T) {

@@ -13,8 +13,8 @@ import (
 	"gorm.io/plugin/dbresolver"
 
 	"github.com/ormlock/ormlock/gormlock"
-	"github.com/ormlock/ormlock/internal/gormtest"
 	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/internal/testdb/gormtest"
 	"github.com/ormlock/ormlock/keyhash"
 )
 

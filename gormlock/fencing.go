@@ -6,7 +6,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/ormlock/ormlock"
-	"github.com/ormlock/ormlock/internal/fencectx"
+	"github.com/ormlock/ormlock/internal/errs"
 )
 
 // FencingToken returns the fencing token of the lock under which tx was
@@ -53,5 +53,5 @@ func CheckFenced(r *gorm.DB) error {
 	if r == nil {
 		return fmt.Errorf("%w: gormlock.CheckFenced: nil *gorm.DB", ormlock.ErrInvalidArgument)
 	}
-	return fencectx.Check(r.Error, func() (int64, error) { return r.RowsAffected, nil })
+	return errs.CheckFenced(r.Error, func() (int64, error) { return r.RowsAffected, nil })
 }

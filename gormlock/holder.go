@@ -4,6 +4,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
@@ -15,7 +16,7 @@ import (
 // inside one PostgreSQL transaction it stays that of the first lookup. See
 // docs/PROTOCOL.md (Holder) and [ormlock.HolderInfo] for each field.
 func Holder[K ormlock.KeyType](db *gorm.DB, key K, opts ...ormlock.Option) (ormlock.HolderInfo, error) {
-	c, err := prepare(db, "Holder", lockproto.KeyOf(key), opts)
+	c, err := prepare(db, "Holder", keys.Of[ormlock.Key](key), opts)
 	if err != nil {
 		return ormlock.HolderInfo{}, err
 	}
@@ -28,5 +29,6 @@ func Holder[K ormlock.KeyType](db *gorm.DB, key K, opts ...ormlock.Option) (orml
 	if err != nil {
 		return ormlock.HolderInfo{}, err
 	}
-	return lockproto.LookupHolder(c.ctx, q, c.op)
+	h, err := lockproto.LookupHolder(c.ctx, q, c.op)
+	return ormlock.HolderInfo(h), err
 }

@@ -6,7 +6,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/ormlock/ormlock"
-	"github.com/ormlock/ormlock/internal/lockproto"
+	"github.com/ormlock/ormlock/internal/keys"
 )
 
 // Lead campaigns for the lock named by key and runs fn while this caller
@@ -22,7 +22,7 @@ import (
 // [Holder]. An invalid key or option, an unsupported dialect or a refused
 // login is returned at once. See docs/PROTOCOL.md (Lead).
 func Lead[K ormlock.KeyType](db *gorm.DB, key K, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
-	c, sqlDB, err := sessionCall(db, "Lead", lockproto.KeyOf(key), fn, opts, true)
+	c, sqlDB, err := sessionCall(db, "Lead", keys.Of[ormlock.Key](key), fn, opts, true)
 	if err != nil {
 		return err
 	}

@@ -18,9 +18,10 @@ import (
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
 	"github.com/ormlock/ormlock/internal/config"
-	"github.com/ormlock/ormlock/internal/gormtest"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
 	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/internal/testdb/gormtest"
 )
 
 // pluginEvents checks that r saw attempt, acquired and released for key in
@@ -101,12 +102,12 @@ func TestObserverEmitAllocs(t *testing.T) {
 		{"no-op func", nop},
 		{"slog, level disabled", ormlock.SlogObserver(slog.New(slog.DiscardHandler))},
 	} {
-		op, err := lockproto.NewOp(lockproto.Postgres, "Transaction", ormlock.Name("k"), config.New(ormlock.WithObserver(c.obs)))
+		op, err := lockproto.NewOp(lockproto.Postgres, "Transaction", keys.Name("k"), config.New(ormlock.WithObserver(c.obs)))
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, kind := range []ormlock.EventKind{ormlock.EventAttempt, ormlock.EventAcquired, ormlock.EventReleased} {
-			if n := testing.AllocsPerRun(100, func() { op.Emit(ctx, kind, nil) }); n != 0 {
+			if n := testing.AllocsPerRun(100, func() { op.Emit(ctx, uint8(kind), nil) }); n != 0 {
 				t.Errorf("%s: Emit(%v) allocates %.1f", c.name, kind, n)
 			}
 		}

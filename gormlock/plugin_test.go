@@ -13,8 +13,8 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
-	"github.com/ormlock/ormlock/internal/gormtest"
 	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/internal/testdb/gormtest"
 )
 
 // A failed db.Use(gormlock.New(...)) fails closed: GORM does not register

@@ -8,9 +8,9 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
-	"github.com/ormlock/ormlock/internal/gormtest"
 	"github.com/ormlock/ormlock/internal/stmtlog"
 	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/internal/testdb/gormtest"
 )
 
 // GORM's statement cache (PrepareStmt) needs a *sql.Tx: gormlock.Transaction

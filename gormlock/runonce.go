@@ -33,7 +33,7 @@ func RunOnce(db *gorm.DB, job string, slot time.Time, fn func(tx *gorm.DB) error
 	if db != nil { // fn's context carries the slot (ormlock.Slot)
 		db = db.WithContext(sched.WithSlot(ctxOf(db), keys.NormalizeSlot(slot)))
 	}
-	c, err := prepare(db, "RunOnce", ormlock.RunKey(job, slot), opts)
+	c, err := prepare(db, "RunOnce", keys.RunKey(job, slot), opts)
 	if err != nil {
 		return err
 	}
@@ -90,7 +90,7 @@ func Runs(db *gorm.DB, job string, limit int, opts ...ormlock.Option) ([]ormlock
 	if err != nil {
 		return nil, err
 	}
-	return r.T.Runs(ctxOf(db), r.Q, r.Cfg.Namespace, job, limit)
+	return ledger.RunsAs[ormlock.Run](r.T.Runs(ctxOf(db), r.Q, r.Cfg.Namespace, job, limit))
 }
 
 // readerOf returns what reading the ledger through db needs, the call

@@ -8,6 +8,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
@@ -19,7 +20,7 @@ import (
 // wraps ErrLockLost. Per-dialect mechanism, timeouts and pool sizing: see
 // docs/PROTOCOL.md (The verbs on each server, Session).
 func Session[K ormlock.KeyType](db *gorm.DB, key K, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
-	c, sqlDB, err := sessionCall(db, "Session", lockproto.KeyOf(key), fn, opts, false)
+	c, sqlDB, err := sessionCall(db, "Session", keys.Of[ormlock.Key](key), fn, opts, false)
 	if err != nil {
 		return err
 	}
@@ -30,7 +31,7 @@ func Session[K ormlock.KeyType](db *gorm.DB, key K, fn func(ctx context.Context)
 // of its own (Session, Lead) and returns it with db's primary pool. With
 // campaign (Lead), a connection error of the server check at the end of
 // init is not returned but left to the campaign's retries.
-func sessionCall(db *gorm.DB, verb string, key ormlock.Key, fn func(ctx context.Context) error, opts []ormlock.Option, campaign bool) (*call, *sql.DB, error) {
+func sessionCall(db *gorm.DB, verb string, key keys.Key, fn func(ctx context.Context) error, opts []ormlock.Option, campaign bool) (*call, *sql.DB, error) {
 	if fn == nil {
 		return nil, nil, fmt.Errorf("%w: gormlock.%s: nil fn", ormlock.ErrInvalidArgument, verb)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/errs"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
@@ -26,7 +27,7 @@ func Transaction[K ormlock.KeyType](db *gorm.DB, key K, fn func(tx *gorm.DB) err
 		return fmt.Errorf("%w: gormlock.Transaction: nil fn", ormlock.ErrInvalidArgument)
 	}
 	var c call // on the stack: one allocation fewer than prepare
-	if err := c.init(db, "Transaction", lockproto.KeyOf(key), opts); err != nil {
+	if err := c.init(db, "Transaction", keys.Of[ormlock.Key](key), opts); err != nil {
 		return err
 	}
 	return c.transaction(fn)
@@ -39,7 +40,7 @@ type call struct {
 	op  *lockproto.Op
 }
 
-func prepare(db *gorm.DB, verb string, key ormlock.Key, opts []ormlock.Option) (*call, error) {
+func prepare(db *gorm.DB, verb string, key keys.Key, opts []ormlock.Option) (*call, error) {
 	c := new(call)
 	if err := c.init(db, verb, key, opts); err != nil {
 		return nil, err
@@ -48,7 +49,7 @@ func prepare(db *gorm.DB, verb string, key ormlock.Key, opts []ormlock.Option) (
 }
 
 // init validates the arguments of a verb call and fills in c.
-func (c *call) init(db *gorm.DB, verb string, key ormlock.Key, opts []ormlock.Option) error {
+func (c *call) init(db *gorm.DB, verb string, key keys.Key, opts []ormlock.Option) error {
 	d, cfg, err := open(db, "gormlock."+verb, opts, nil)
 	if err != nil {
 		return err

@@ -2,8 +2,7 @@ package pgxlock
 
 import (
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/ormlock/ormlock/internal/fencectx"
+	"github.com/ormlock/ormlock/internal/errs"
 )
 
 // CheckFenced is [ormlock.CheckFenced] for pgx: it checks the outcome of a
@@ -15,5 +14,5 @@ import (
 //	tok, _ := ormlock.FencingToken(ctx)
 //	err := pgxlock.CheckFenced(tx.Exec(ctx, "UPDATE accounts SET balance = $1, fence = $2 WHERE id = $3 AND fence < $2", b, tok, id))
 func CheckFenced(tag pgconn.CommandTag, err error) error {
-	return fencectx.Check(err, func() (int64, error) { return tag.RowsAffected(), nil })
+	return errs.CheckFenced(err, func() (int64, error) { return tag.RowsAffected(), nil })
 }

@@ -6,7 +6,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ormlock/ormlock"
-	"github.com/ormlock/ormlock/internal/lockproto"
+	"github.com/ormlock/ormlock/internal/keys"
 )
 
 // Lead campaigns for the lock named by key and runs fn while this caller
@@ -26,5 +26,5 @@ func Lead[K ormlock.KeyType](ctx context.Context, pool *pgxpool.Pool, key K, fn 
 		return err
 	}
 	defer done()
-	return notPostgres(p.Lead(ctx, lockproto.KeyOf(key), cfg, fn))
+	return notPostgres(p.Lead(ctx, keys.Of[ormlock.Key](key), cfg, fn))
 }

@@ -14,8 +14,9 @@ import (
 	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/dbverbs"
 	"github.com/ormlock/ormlock/internal/errs"
+	"github.com/ormlock/ormlock/internal/keys"
+	"github.com/ormlock/ormlock/internal/ledger"
 	"github.com/ormlock/ormlock/internal/lockproto"
-	"github.com/ormlock/ormlock/internal/sched"
 )
 
 // Transaction runs fn in a transaction on a connection of pool while the
@@ -35,7 +36,7 @@ func Transaction[K ormlock.KeyType](ctx context.Context, pool *pgxpool.Pool, key
 		return err
 	}
 	defer done()
-	return notPostgres(ended(p.Transaction(ctx, lockproto.KeyOf(key), cfg, locked(fn))))
+	return notPostgres(ended(p.Transaction(ctx, keys.Of[ormlock.Key](key), cfg, locked(fn))))
 }
 
 // locked hands fn a pgx.Tx on the locked transaction.
@@ -78,7 +79,7 @@ func Session[K ormlock.KeyType](ctx context.Context, pool *pgxpool.Pool, key K, 
 		return err
 	}
 	defer done()
-	return notPostgres(p.Session(ctx, lockproto.KeyOf(key), cfg, fn))
+	return notPostgres(p.Session(ctx, keys.Of[ormlock.Key](key), cfg, fn))
 }
 
 // RunOnce runs fn at most once per (job, slot) across every instance that
@@ -102,7 +103,7 @@ func RunOnce(ctx context.Context, pool *pgxpool.Pool, job string, slot time.Time
 
 func runOnce(ctx context.Context, p dbverbs.Pool, pool *pgxpool.Pool, job string, slot time.Time, cfg config.Config, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	return notPostgres(ended(p.RunOnce(ctx, job, slot, cfg, locked(fn), func(lctx context.Context) error {
-		return claimed(lctx, pool, cfg.TxOptions, fn)
+		return claimed(lctx, pool, cfg, fn)
 	})))
 }
 
@@ -138,8 +139,8 @@ func Holder[K ormlock.KeyType](ctx context.Context, pool *pgxpool.Pool, key K, o
 		return ormlock.HolderInfo{}, err
 	}
 	defer done()
-	h, err := p.Holder(ctx, lockproto.KeyOf(key), cfg)
-	return h, notPostgres(err)
+	h, err := p.Holder(ctx, keys.Of[ormlock.Key](key), cfg)
+	return ormlock.HolderInfo(h), notPostgres(err)
 }
 
 // Runs returns the last limit runs of job from the ledger table, newest
@@ -150,7 +151,7 @@ func Runs(ctx context.Context, pool *pgxpool.Pool, job string, limit int, opts .
 		return nil, err
 	}
 	defer done()
-	rs, err := p.Runs(ctx, job, limit, cfg)
+	rs, err := ledger.RunsAs[ormlock.Run](p.Runs(ctx, job, limit, cfg))
 	return rs, notPostgres(err)
 }
 
@@ -169,12 +170,13 @@ func Prune(ctx context.Context, pool *pgxpool.Pool, olderThan time.Duration, opt
 // claimed runs fn in a transaction of its own on pool (RunOnce's claim
 // mode), with the isolation level and read-only mode of
 // [ormlock.WithTxOptions] if given.
-// The scheduler backend (scheduler/pgxsched) asks for no transaction
-// (sched.WithBareClaim): its job gets a nil tx and a ctx without the ask.
-func claimed(ctx context.Context, pool *pgxpool.Pool, opts *sql.TxOptions, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	if sched.BareClaim(ctx) {
-		return fn(sched.WithBareClaim(ctx, false), nil)
+// With schedhook.ClaimNoTx (the scheduler module's backends) fn gets a
+// nil tx.
+func claimed(ctx context.Context, pool *pgxpool.Pool, cfg config.Config, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	if cfg.ClaimNoTx {
+		return fn(ctx, nil)
 	}
+	opts := cfg.TxOptions
 	topts, err := pgxOptions(opts)
 	if err != nil {
 		return err

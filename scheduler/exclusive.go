@@ -7,9 +7,7 @@ import (
 	"time"
 
 	"github.com/ormlock/ormlock"
-	ormconfig "github.com/ormlock/ormlock/internal/config"
-	"github.com/ormlock/ormlock/internal/ledger"
-	"github.com/ormlock/ormlock/internal/sched"
+	"github.com/ormlock/ormlock/schedhook"
 )
 
 // WithExclusive keeps the job itself exclusive across all the replicas while
@@ -28,21 +26,21 @@ func jobKey(job string) string { return "ormlock.job:" + job }
 
 // claim runs fn through b for the slot of now under s (RunScheduled in
 // claim mode: with ormlock.WithCatchUp among b's options, the missed slots
-// too, as ctx's catch-up mode allows; fn reads each slot with
-// ormlock.Slot), and with WithExclusive while holding the job's own lock.
-func (c *config) claim(ctx context.Context, b Backend, job string, s ormlock.Schedule, now time.Time, fn func(ctx context.Context) error) error {
+// too, as the firing options among extra allow (schedhook.Firing); fn
+// reads each slot with slotOf), and with WithExclusive while holding the
+// job's own lock.
+func (c *config) claim(ctx context.Context, b Backend, job string, s ormlock.Schedule, now time.Time, fn func(ctx context.Context) error, extra ...ormlock.Option) error {
 	f := b.Funcs()
-	ctx = sched.WithNow(ctx, now)
+	opts := append([]ormlock.Option{schedhook.Now(now)}, extra...)
 	if !c.exclusive {
-		return f.Scheduled(ctx, job, s, fn)
+		return f.Scheduled(ctx, job, s, fn, opts...)
 	}
 	var wait []ormlock.Option
 	if c.exclusiveWait > 0 {
 		wait = append(wait, ormlock.WithWait(c.exclusiveWait))
 	}
 	return f.Session(ctx, jobKey(job), func(lctx context.Context) error {
-		// the session's context, which carries ctx's values
-		return f.Scheduled(lctx, job, s, fn)
+		return f.Scheduled(lctx, job, s, fn, opts...)
 	}, wait...)
 }
 
@@ -106,15 +104,15 @@ func (c *config) afterRun(b Backend) {
 // a WithPrune window shorter than the catch-up window (the pruned 'done'
 // rows would run again). b must have passed Check.
 func (c *config) checkCatchUp(verb string, b Backend, locker bool) error {
-	cu := ormconfig.New(b.Funcs().Opts...)
+	window, policy := schedhook.CatchUp(b.Funcs().Opts...)
 	switch {
-	case cu.CatchUpWindow <= 0:
+	case window <= 0:
 		return nil
-	case locker && cu.CatchUpPolicy == ormlock.CatchUpAll:
+	case locker && policy == ormlock.CatchUpAll:
 		return fmt.Errorf("%w: %s: ormlock.WithCatchUp(%v, ormlock.CatchUpAll): a gocron Locker answers one firing with one run, so it catches up the newest missed slot only (ormlock.CatchUpLatest), at a job's first firing after start",
-			ormlock.ErrInvalidArgument, verb, cu.CatchUpWindow)
+			ormlock.ErrInvalidArgument, verb, window)
 	case c.pruner != nil:
-		return ledger.CheckCatchUp(verb+" with scheduler.WithPrune", c.pruner.olderThan, cu)
+		return schedhook.CheckPrune(verb+" with scheduler.WithPrune", c.pruner.olderThan, b.Funcs().Opts...)
 	}
 	return nil
 }

@@ -12,7 +12,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/ormlock/ormlock"
-	"github.com/ormlock/ormlock/internal/sched"
+	"github.com/ormlock/ormlock/schedhook"
+	"github.com/ormlock/ormlock/scheduler/internal/backend"
 )
 
 // Locker is a gocron v2 distributed locker (gocron.WithDistributedLocker or
@@ -116,22 +117,22 @@ func (l *Locker) Lock(ctx context.Context, job string) (gocron.Lock, error) {
 	}
 	h := &heldRun{l: l, job: job, slot: slot, cfg: &l.cfg, b: l.b, release: make(chan struct{}), done: make(chan error, 1)}
 	started := make(chan struct{})
-	mode := sched.CatchUpNone
+	firing := schedhook.Firing(false)
 	if l.firstFiring(job) {
 		// one firing, one run: with ormlock.WithCatchUp, the newest slot
 		// of the window that has not run, the current one if it has not
-		mode = sched.CatchUpOneRun
+		firing = schedhook.Firing(true)
 	}
 
 	// The attempt honours ctx; the hold, once the slot is claimed, does
 	// not: ctx is gocron's job context, which a shutdown cancels while the
 	// job may still run, and gocron calls Unlock after the job in any case.
-	hctx, cancel := context.WithCancelCause(sched.WithCatchUpMode(context.WithoutCancel(ctx), mode))
+	hctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	detach := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
 	go func() {
 		defer cancel(nil)
 		h.done <- l.cfg.claim(hctx, l.b, job, s, now, func(rctx context.Context) error {
-			if ran, ok := ormlock.Slot(rctx); ok {
+			if ran, ok := backend.Slot(rctx); ok {
 				h.slot = ran // a caught-up slot; read after started
 			}
 			if !detach() {
@@ -143,7 +144,7 @@ func (l *Locker) Lock(ctx context.Context, job string) (gocron.Lock, error) {
 			close(started)
 			<-h.release
 			return h.failure // set by JobFailed before Unlock, if the job failed
-		})
+		}, firing)
 	}()
 	select {
 	case <-started:

@@ -9,7 +9,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/ormlock/ormlock"
-	"github.com/ormlock/ormlock/internal/ledger"
+	"github.com/ormlock/ormlock/schedhook"
 )
 
 // defaultRetry is how long an [Elector] waits before it campaigns again
@@ -151,4 +151,4 @@ func WithRetry(d time.Duration) Option {
 // validJob checks a job name as the ledger will (non-empty valid UTF-8
 // without NUL bytes or a trailing space, at most 191 characters), so that a
 // bad name fails at construction rather than at the first run.
-func validJob(verb, job string) error { return ledger.ValidateJob("scheduler."+verb, job) }
+func validJob(verb, job string) error { return schedhook.CheckJob("scheduler."+verb, job) }

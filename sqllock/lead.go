@@ -5,7 +5,7 @@ import (
 	"database/sql"
 
 	"github.com/ormlock/ormlock"
-	"github.com/ormlock/ormlock/internal/lockproto"
+	"github.com/ormlock/ormlock/internal/keys"
 )
 
 // Lead campaigns for the lock named by key and runs fn while this caller
@@ -24,5 +24,5 @@ func Lead[K ormlock.KeyType](ctx context.Context, db *sql.DB, key K, fn func(ctx
 	if err != nil {
 		return err
 	}
-	return p.Lead(ctx, lockproto.KeyOf(key), cfg, fn)
+	return p.Lead(ctx, keys.Of[ormlock.Key](key), cfg, fn)
 }

@@ -10,8 +10,9 @@ import (
 	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/dbverbs"
 	"github.com/ormlock/ormlock/internal/errs"
+	"github.com/ormlock/ormlock/internal/keys"
+	"github.com/ormlock/ormlock/internal/ledger"
 	"github.com/ormlock/ormlock/internal/lockproto"
-	"github.com/ormlock/ormlock/internal/sched"
 )
 
 // Transaction runs fn in a transaction of db while the lock named by key is
@@ -29,7 +30,7 @@ func Transaction[K ormlock.KeyType](ctx context.Context, db *sql.DB, key K, fn f
 	if err != nil {
 		return err
 	}
-	return p.Transaction(ctx, lockproto.KeyOf(key), cfg, locked(fn))
+	return p.Transaction(ctx, keys.Of[ormlock.Key](key), cfg, locked(fn))
 }
 
 // locked hands fn the *sql.Tx of a locked transaction.
@@ -54,7 +55,7 @@ func Session[K ormlock.KeyType](ctx context.Context, db *sql.DB, key K, fn func(
 	if err != nil {
 		return err
 	}
-	return p.Session(ctx, lockproto.KeyOf(key), cfg, fn)
+	return p.Session(ctx, keys.Of[ormlock.Key](key), cfg, fn)
 }
 
 // RunOnce runs fn at most once per (job, slot) across every instance that
@@ -77,17 +78,18 @@ func RunOnce(ctx context.Context, db *sql.DB, job string, slot time.Time, fn fun
 
 func runOnce(ctx context.Context, p dbverbs.Pool, job string, slot time.Time, cfg config.Config, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	return p.RunOnce(ctx, job, slot, cfg, locked(fn), func(lctx context.Context) error {
-		return claimed(lctx, p.DB, cfg.TxOptions, fn)
+		return claimed(lctx, p.DB, cfg, fn)
 	})
 }
 
 // claimed runs fn in a transaction of its own on db (RunOnce's claim mode).
-// The scheduler backend (scheduler/sqlsched) asks for no transaction
-// (sched.WithBareClaim): its job gets a nil tx and a ctx without the ask.
-func claimed(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	if sched.BareClaim(ctx) {
-		return fn(sched.WithBareClaim(ctx, false), nil)
+// With schedhook.ClaimNoTx (the scheduler module's backends) fn gets a
+// nil tx.
+func claimed(ctx context.Context, db *sql.DB, cfg config.Config, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	if cfg.ClaimNoTx {
+		return fn(ctx, nil)
 	}
+	opts := cfg.TxOptions
 	tx, err := db.BeginTx(ctx, opts)
 	if err != nil {
 		return errs.Wrap(err, "sqllock.RunOnce: begin fn's transaction")
@@ -125,7 +127,8 @@ func Holder[K ormlock.KeyType](ctx context.Context, db *sql.DB, key K, opts ...o
 	if err != nil {
 		return ormlock.HolderInfo{}, err
 	}
-	return p.Holder(ctx, lockproto.KeyOf(key), cfg)
+	h, err := p.Holder(ctx, keys.Of[ormlock.Key](key), cfg)
+	return ormlock.HolderInfo(h), err
 }
 
 // Runs returns the last limit runs of job from the ledger table, newest
@@ -135,7 +138,7 @@ func Runs(ctx context.Context, db *sql.DB, job string, limit int, opts ...ormloc
 	if err != nil {
 		return nil, err
 	}
-	return p.Runs(ctx, job, limit, cfg)
+	return ledger.RunsAs[ormlock.Run](p.Runs(ctx, job, limit, cfg))
 }
 
 // Prune deletes the ledger's finished runs whose slot is older than

@@ -18,8 +18,8 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/ormlock/ormlock/gormlock"
-	"github.com/ormlock/ormlock/internal/gormtest"
 	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/internal/testdb/gormtest"
 	"github.com/ormlock/ormlock/keyhash"
 )
 

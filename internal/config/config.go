@@ -59,6 +59,15 @@ type Config struct {
 	// ask for it share per pool (ormlock.WithSharedLockConns); 0: a
 	// connection of its own per Session.
 	SharedConns int
+	// Now, when set, is the time RunScheduled takes as the current one
+	// (schedhook.Now); the zero time means time.Now().
+	Now time.Time
+	// Firing is how RunScheduled answers a scheduler's firing
+	// (schedhook.Firing): as configured, or with one run.
+	Firing Firing
+	// ClaimNoTx, with Claim, hands fn no transaction of its own
+	// (schedhook.ClaimNoTx): sqllock's and pgxlock's fn get a nil tx.
+	ClaimNoTx bool
 
 	err error
 }
@@ -113,6 +122,28 @@ func ValidIdentifier(what, s string) error {
 		return fmt.Errorf("%w: %s %q is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*, at most 63 bytes)", errs.ErrInvalidArgument, what, s)
 	}
 	return nil
+}
+
+// Firing says how RunScheduled answers one firing of a scheduler.
+type Firing uint8
+
+const (
+	// FiringAsConfigured runs the catch-up that WithCatchUp asks for, then
+	// the current slot.
+	FiringAsConfigured Firing = iota
+	// FiringFirst answers a job's first firing with one run: the current
+	// slot if it has not run, else the newest missed one.
+	FiringFirst
+	// FiringLater answers a later firing with the current slot only.
+	FiringLater
+)
+
+// NowOr returns c.Now, or now() when c sets none.
+func (c Config) NowOr(now func() time.Time) time.Time {
+	if c.Now.IsZero() {
+		return now()
+	}
+	return c.Now
 }
 
 // CatchUpPolicy is ormlock.CatchUpPolicy: which missed slots RunScheduled

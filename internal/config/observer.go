@@ -7,11 +7,35 @@ import (
 	"github.com/ormlock/ormlock/internal/keys"
 )
 
-// Event is one lock event as the lock protocol reports it: the fields of
-// ormlock.Event. ormlock.WithObserver's [Observer] hands it to the user's
-// ormlock.Observer as an ormlock.Event.
+// The kinds of [Event], the values of ormlock.EventKind's constants (see
+// their documentation there).
+const (
+	EventAttempt uint8 = iota + 1
+	EventAcquired
+	EventNotAcquired
+	EventReleased
+	EventReleaseFailed
+	EventLockLost
+	EventAlreadyDone
+)
+
+var eventNames = [...]string{"", "attempt", "acquired", "not_acquired", "released", "release_failed", "lock_lost", "already_done"}
+
+// EventName returns the snake_case name of an event kind, e.g.
+// "not_acquired" (ormlock.EventKind.String).
+func EventName(kind uint8) string {
+	if int(kind) < len(eventNames) {
+		return eventNames[kind]
+	}
+	return "unknown"
+}
+
+// Event is one lock event as the lock protocol reports it, in plain values:
+// the fields of ormlock.Event, which package ormlock builds from it for
+// the user's observer (the root keeps its documented types, see its
+// doc.go, so internal code hands it plain values).
 type Event struct {
-	Kind      uint8 // an ormlock.EventKind
+	Kind      uint8 // an Event* kind
 	Verb      string
 	Dialect   string
 	Key       keys.Key

@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/ormlock/ormlock"
-	"github.com/ormlock/ormlock/internal/enttest"
 	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/internal/testdb/enttest"
 	"github.com/ormlock/ormlock/keyhash"
 )
 

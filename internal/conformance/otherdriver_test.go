@@ -11,8 +11,8 @@ import (
 	_ "github.com/lib/pq" // a PostgreSQL driver that is not pgx
 
 	"github.com/ormlock/ormlock"
-	"github.com/ormlock/ormlock/internal/enttest"
 	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/internal/testdb/enttest"
 )
 
 // openLibPQ opens a pool on the server of kind k through lib/pq, on which

@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/ormlock/ormlock"
-	"github.com/ormlock/ormlock/internal/enttest"
 	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/internal/testdb/enttest"
 )
 
 // WithTxOptions applies to claim mode's own transaction, on the adapters

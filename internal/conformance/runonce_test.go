@@ -15,9 +15,9 @@ import (
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/entlock"
 	"github.com/ormlock/ormlock/gormlock"
-	"github.com/ormlock/ormlock/internal/enttest"
-	"github.com/ormlock/ormlock/internal/enttest/ent"
 	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/internal/testdb/enttest"
+	"github.com/ormlock/ormlock/internal/testdb/enttest/ent"
 )
 
 // contend runs RunOnce on three instances of adapter a (three pools) for

@@ -12,8 +12,8 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/entlock"
-	"github.com/ormlock/ormlock/internal/sched"
 	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/schedhook"
 )
 
 // slotRecorder is a Schedule that records the times it maps and maps them
@@ -76,7 +76,7 @@ func slotOf(tx txn) (time.Time, bool) {
 }
 
 // Three replicas ran an hourly job until slot H, were down for slots H+1h,
-// H+2h and H+3h, and start together at H+4h (a clock in the context stands
+// H+2h and H+3h, and start together at H+4h (a schedhook.Now clock stands
 // for the hours): with CatchUpAll every missed slot runs exactly once, with
 // CatchUpLatest only the newest, and with a window that ends after H+1h
 // nothing older than the window; the current slot runs once in each case,
@@ -105,10 +105,10 @@ func TestRunScheduledCatchUp(t *testing.T) {
 			t.Run(c.name, func(t *testing.T) {
 				job := "catchup-" + c.name
 				opts := []ormlock.Option{ormlock.WithLedgerTable(tbl), ormlock.WithCatchUp(c.window, c.policy)}
-				at := func(now time.Time) context.Context { return sched.WithNow(context.Background(), now) }
+				at := func(now time.Time) ormlock.Option { return schedhook.Now(now) }
 				// the last run before the outage (a first call with catch-up
 				// would catch up the hours before it too)
-				if err := replicas[0].RunScheduled(at(hour(0).Add(time.Minute)), job, every, func(txn) error { return nil }, opts[0]); err != nil {
+				if err := replicas[0].RunScheduled(context.Background(), job, every, func(txn) error { return nil }, opts[0], at(hour(0).Add(time.Minute))); err != nil {
 					t.Fatalf("run of H: %v", err)
 				}
 				var mu sync.Mutex
@@ -129,7 +129,7 @@ func TestRunScheduledCatchUp(t *testing.T) {
 					go func() {
 						<-start
 						// the replicas' clocks differ by a few seconds
-						errs <- r.RunScheduled(at(hour(4).Add(time.Duration(i)*time.Second)), job, every, fn, opts...)
+						errs <- r.RunScheduled(context.Background(), job, every, fn, append(opts, at(hour(4).Add(time.Duration(i)*time.Second)))...)
 					}()
 				}
 				close(start)
@@ -172,8 +172,8 @@ func TestRunScheduledCatchUpFailure(t *testing.T) {
 			t.Fatal(err)
 		}
 		m := time.Date(2034, 6, 1, 10, 0, 0, 0, time.UTC)
-		at := sched.WithNow(context.Background(), m.Add(3*time.Minute))
-		opts := []ormlock.Option{ormlock.WithLedgerTable(tbl), ormlock.WithCatchUp(5*time.Minute, ormlock.CatchUpAll)}
+		at := context.Background()
+		opts := []ormlock.Option{ormlock.WithLedgerTable(tbl), ormlock.WithCatchUp(5*time.Minute, ormlock.CatchUpAll), schedhook.Now(m.Add(3 * time.Minute))}
 		var ran []time.Time
 		boom := errors.New("boom")
 		fn := func(fail bool) func(tx txn) error {

@@ -11,8 +11,8 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/ormlock/ormlock"
-	"github.com/ormlock/ormlock/internal/enttest"
 	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/internal/testdb/enttest"
 )
 
 // Settings of the user's pool that the protocol meets: a server statement

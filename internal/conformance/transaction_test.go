@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/ormlock/ormlock"
-	"github.com/ormlock/ormlock/internal/enttest"
 	"github.com/ormlock/ormlock/internal/stmtlog"
 	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/internal/testdb/enttest"
 	"github.com/ormlock/ormlock/keyhash"
 )
 

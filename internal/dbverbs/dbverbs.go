@@ -12,8 +12,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/ledger"
 	"github.com/ormlock/ormlock/internal/lockproto"
@@ -40,19 +40,19 @@ type Pool struct {
 
 // Check validates what every verb is given: a context, a pool (poolType
 // names it when nilPool), valid options, and fn (nilFn when it is nil).
-func Check(ctx context.Context, pkg, verb, poolType string, nilPool, nilFn bool, opts []ormlock.Option) (config.Config, error) {
+func Check(ctx context.Context, pkg, verb, poolType string, nilPool, nilFn bool, opts []config.Option) (config.Config, error) {
 	if ctx == nil {
-		return config.Config{}, fmt.Errorf("%w: %s.%s: nil context", ormlock.ErrInvalidArgument, pkg, verb)
+		return config.Config{}, fmt.Errorf("%w: %s.%s: nil context", errs.ErrInvalidArgument, pkg, verb)
 	}
 	if nilPool {
-		return config.Config{}, fmt.Errorf("%w: %s.%s: nil %s", ormlock.ErrInvalidArgument, pkg, verb, poolType)
+		return config.Config{}, fmt.Errorf("%w: %s.%s: nil %s", errs.ErrInvalidArgument, pkg, verb, poolType)
 	}
 	cfg := config.New(opts...)
 	if err := cfg.Err(); err != nil {
 		return cfg, err
 	}
 	if nilFn {
-		return cfg, fmt.Errorf("%w: %s.%s: nil fn", ormlock.ErrInvalidArgument, pkg, verb)
+		return cfg, fmt.Errorf("%w: %s.%s: nil fn", errs.ErrInvalidArgument, pkg, verb)
 	}
 	return cfg, nil
 }
@@ -60,7 +60,7 @@ func Check(ctx context.Context, pkg, verb, poolType string, nilPool, nilFn bool,
 // op builds the Op of a verb on key and asks the server once per pool
 // whether its locks are real (lockproto.Op.CheckServer). When only that
 // question failed, the Op is returned with its error.
-func (p Pool) op(ctx context.Context, verb string, k ormlock.Key, cfg config.Config) (*lockproto.Op, error) {
+func (p Pool) op(ctx context.Context, verb string, k keys.Key, cfg config.Config) (*lockproto.Op, error) {
 	op, err := lockproto.NewOp(p.Dialect, verb, k, cfg)
 	if err != nil {
 		return nil, err
@@ -84,7 +84,7 @@ type Locked func(ctx context.Context, lt *lockproto.LockedTx) error
 // Transaction runs fn in a transaction begun with k's lock held, commits
 // when fn returns nil and rolls back otherwise (a panic included), then
 // releases the lock.
-func (p Pool) Transaction(ctx context.Context, k ormlock.Key, cfg config.Config, fn Locked) error {
+func (p Pool) Transaction(ctx context.Context, k keys.Key, cfg config.Config, fn Locked) error {
 	op, err := p.op(ctx, "Transaction", k, cfg)
 	if err != nil {
 		return err
@@ -101,7 +101,7 @@ func (p Pool) transaction(ctx context.Context, op *lockproto.Op, fn Locked) erro
 }
 
 // Session holds k's lock on a dedicated connection while fn runs.
-func (p Pool) Session(ctx context.Context, k ormlock.Key, cfg config.Config, fn func(ctx context.Context) error) error {
+func (p Pool) Session(ctx context.Context, k keys.Key, cfg config.Config, fn func(ctx context.Context) error) error {
 	op, err := p.op(ctx, "Session", k, cfg)
 	if err != nil {
 		return err
@@ -113,7 +113,7 @@ func (p Pool) Session(ctx context.Context, k ormlock.Key, cfg config.Config, fn 
 // asks the server about its locks again at every term). A connection error
 // of the first such check is left to the campaign's retries; an invalid
 // key or option, or any other permanent error, is returned at once.
-func (p Pool) Lead(ctx context.Context, k ormlock.Key, cfg config.Config, fn func(ctx context.Context) error) error {
+func (p Pool) Lead(ctx context.Context, k keys.Key, cfg config.Config, fn func(ctx context.Context) error) error {
 	op, err := p.op(ctx, "Lead", k, cfg)
 	if err != nil {
 		if op == nil || lockproto.Permanent(err) {
@@ -133,7 +133,7 @@ func (p Pool) RunOnce(ctx context.Context, job string, slot time.Time, cfg confi
 	if err := ledger.CheckRunOnce(verb, false, job, slot); err != nil {
 		return err
 	}
-	op, err := p.op(ctx, "RunOnce", ormlock.RunKey(job, slot), cfg)
+	op, err := p.op(ctx, "RunOnce", keys.RunKey(job, slot), cfg)
 	if err != nil {
 		return err
 	}
@@ -151,9 +151,9 @@ func (p Pool) RunOnce(ctx context.Context, job string, slot time.Time, cfg confi
 }
 
 // CheckSchedule refuses a nil schedule, before the pool is looked at.
-func CheckSchedule(pkg string, schedule ormlock.Schedule) error {
+func CheckSchedule(pkg string, schedule sched.Slotter) error {
 	if schedule == nil {
-		return fmt.Errorf("%w: %s.RunScheduled: nil schedule", ormlock.ErrInvalidArgument, pkg)
+		return fmt.Errorf("%w: %s.RunScheduled: nil schedule", errs.ErrInvalidArgument, pkg)
 	}
 	return nil
 }
@@ -162,7 +162,7 @@ func CheckSchedule(pkg string, schedule ormlock.Schedule) error {
 // of schedule (checked by CheckSchedule) at the current time, and first,
 // with ormlock.WithCatchUp, for the missed slots before it (see
 // ledger.Scheduled).
-func (p Pool) RunScheduled(ctx context.Context, job string, schedule ormlock.Schedule, cfg config.Config, run func(slot time.Time) error) error {
+func (p Pool) RunScheduled(ctx context.Context, job string, schedule sched.Slotter, cfg config.Config, run func(slot time.Time) error) error {
 	return ledger.Scheduled(ctx, p.Pkg+".RunScheduled", job, schedule, func() (ledger.Reader, error) {
 		t, err := ledger.NewTable(p.Dialect, cfg.LedgerTable)
 		if err != nil {
@@ -174,7 +174,7 @@ func (p Pool) RunScheduled(ctx context.Context, job string, schedule ormlock.Sch
 
 // Migrate creates or upgrades the ledger table, under the migration lock.
 func (p Pool) Migrate(ctx context.Context, cfg config.Config) error {
-	cfg = cfg.With(ormlock.WithWait(max(cfg.Wait, ledger.MigrateWait)), ormlock.WithNamespace(""))
+	cfg.Wait, cfg.Namespace = max(cfg.Wait, ledger.MigrateWait), ""
 	op, err := p.op(ctx, "Migrate", ledger.MigrateKey(cfg.LedgerTable), cfg)
 	if err != nil {
 		return err
@@ -183,16 +183,16 @@ func (p Pool) Migrate(ctx context.Context, cfg config.Config) error {
 }
 
 // Holder asks the server who holds k.
-func (p Pool) Holder(ctx context.Context, k ormlock.Key, cfg config.Config) (ormlock.HolderInfo, error) {
+func (p Pool) Holder(ctx context.Context, k keys.Key, cfg config.Config) (lockproto.HolderInfo, error) {
 	op, err := p.op(ctx, "Holder", k, cfg)
 	if err != nil {
-		return ormlock.HolderInfo{}, err
+		return lockproto.HolderInfo{}, err
 	}
 	return lockproto.LookupHolder(ctx, p.DB, op)
 }
 
 // Runs reads the last limit runs of job from the ledger.
-func (p Pool) Runs(ctx context.Context, job string, limit int, cfg config.Config) ([]ormlock.Run, error) {
+func (p Pool) Runs(ctx context.Context, job string, limit int, cfg config.Config) ([]ledger.Row, error) {
 	verb := p.Pkg + ".Runs"
 	if err := ledger.CheckRuns(verb, job, limit); err != nil {
 		return nil, err

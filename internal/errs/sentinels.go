@@ -2,12 +2,28 @@ package errs
 
 import "errors"
 
-// The sentinels that internal packages wrap. Package ormlock documents them
-// and names them (ormlock.ErrInvalidArgument is ErrInvalidArgument, the same
-// value), so errors.Is matches across packages.
+// The root package's sentinels, defined here, at the bottom of the import
+// graph, so that every internal package returns the very values that
+// package ormlock documents and names (ormlock.ErrNotAcquired is
+// ErrNotAcquired): errors.Is matches across packages and no internal
+// package imports the root. Their documentation is on the root's names.
+// The adapters' own sentinels (gormlock.ErrNestedTransaction,
+// entlock.ErrNotWrapped, scheduler.ErrNotLeader) stay in their packages.
 var (
+	// ErrNotAcquired is ormlock.ErrNotAcquired.
+	ErrNotAcquired = errors.New("ormlock: lock not acquired")
+	// ErrLockLost is ormlock.ErrLockLost.
+	ErrLockLost = errors.New("ormlock: lock lost")
+	// ErrCommitUnknown is ormlock.ErrCommitUnknown.
+	ErrCommitUnknown = errors.New("ormlock: commit outcome unknown: the transaction may or may not have committed")
+	// ErrAlreadyDone is ormlock.ErrAlreadyDone.
+	ErrAlreadyDone = errors.New("ormlock: job already done for this slot")
+	// ErrUnsupportedDialect is ormlock.ErrUnsupportedDialect.
+	ErrUnsupportedDialect = errors.New("ormlock: unsupported dialect")
 	// ErrInvalidArgument is ormlock.ErrInvalidArgument.
 	ErrInvalidArgument = errors.New("ormlock: invalid argument")
 	// ErrInvalidKey is ormlock.ErrInvalidKey.
 	ErrInvalidKey = errors.New("ormlock: invalid key")
+	// ErrStaleToken is ormlock.ErrStaleToken.
+	ErrStaleToken = errors.New("ormlock: stale fencing token")
 )

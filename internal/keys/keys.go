@@ -192,3 +192,39 @@ const runKeyTime = "2006-01-02T15:04:05.000000Z"
 func NormalizeSlot(slot time.Time) time.Time {
 	return slot.UTC().Truncate(time.Microsecond)
 }
+
+// keyStruct is the struct a [Key] is made of.
+type keyStruct = struct {
+	kind   keyKind
+	name   string
+	id     int64
+	cl, ob int32
+}
+
+// Root is the constraint of ormlock.Key: a type defined over [Key]'s
+// struct, so that [Of] converts it without importing package ormlock.
+type Root interface{ ~keyStruct }
+
+// Type holds every type the verbs accept as a key (ormlock.KeyType: a
+// name, an id, an ormlock.Key).
+type Type interface {
+	string | int64 | int | ~keyStruct
+}
+
+// Of converts a key of any accepted type to a [Key]: a string is a Name,
+// an int64 or int an ID, and an R (ormlock.Key) the key it is.
+func Of[R Root, K Type](k K) Key {
+	switch v := any(k).(type) {
+	case string:
+		return Name(v)
+	case int64:
+		return ID(v)
+	case int:
+		return ID(int64(v))
+	case R:
+		return Key(v)
+	case Key:
+		return v
+	}
+	return Key{}
+}

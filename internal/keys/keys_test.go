@@ -13,21 +13,20 @@ import (
 	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/keys"
-	"github.com/ormlock/ormlock/internal/lockproto"
 	"github.com/ormlock/ormlock/keyhash"
 )
 
 func TestKeyForms(t *testing.T) {
-	if k := lockproto.KeyOf("daily-settlement"); k != ormlock.Name("daily-settlement") || !keys.IsName(keys.Key(k)) {
+	if k := keys.Of[ormlock.Key]("daily-settlement"); k != keys.Key(ormlock.Name("daily-settlement")) || !keys.IsName(keys.Key(k)) {
 		t.Errorf("string -> %v", k)
 	}
-	if k := lockproto.KeyOf(int64(42)); k != ormlock.ID(42) {
+	if k := keys.Of[ormlock.Key](int64(42)); k != keys.Key(ormlock.ID(42)) {
 		t.Errorf("int64 -> %v", k)
 	}
-	if k := lockproto.KeyOf(42); k != ormlock.ID(42) {
+	if k := keys.Of[ormlock.Key](42); k != keys.Key(ormlock.ID(42)) {
 		t.Errorf("int -> %v", k)
 	}
-	if k := lockproto.KeyOf(ormlock.Pair(1, 2)); !keys.IsPair(keys.Key(k)) || k.String() != "pair:1,2" {
+	if k := keys.Of[ormlock.Key](ormlock.Pair(1, 2)); !keys.IsPair(keys.Key(k)) || k.String() != "pair:1,2" {
 		t.Errorf("pair -> %v", k)
 	}
 

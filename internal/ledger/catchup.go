@@ -5,11 +5,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
-	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/sched"
 )
 
@@ -32,32 +31,32 @@ type Reader struct {
 }
 
 // Scheduled is RunScheduled, written once for every adapter: it runs the
-// slot of now (sched.Now(ctx)) under s with run, and first, when cfg asks
+// slot of now (the configured Now, else time.Now()) under s with run, and first, when cfg asks
 // for catch-up (ormlock.WithCatchUp), the missed slots before it, each
 // claimed by run as a normal run is. open is called only for a catch-up
 // (the adapter validates its db there); run is the adapter's RunOnce, which
 // puts the slot in fn's context. A skip (ErrAlreadyDone, ErrNotAcquired)
 // of a missed slot goes on to the next; a failure stops and is returned.
 // When a missed slot ran and the current one is a skip, the result is nil.
-func Scheduled(ctx context.Context, verb, job string, s ormlock.Schedule, open func() (Reader, error), run func(slot time.Time) error) error {
+func Scheduled(ctx context.Context, verb, job string, s sched.Slotter, open func() (Reader, error), run func(slot time.Time) error) error {
 	if s == nil {
-		return fmt.Errorf("%w: %s: nil schedule", ormlock.ErrInvalidArgument, verb)
+		return fmt.Errorf("%w: %s: nil schedule", errs.ErrInvalidArgument, verb)
 	}
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	now := sched.Now(ctx)
-	current := s.Slot(now)
 	r, err := open()
 	if err != nil {
 		return err
 	}
-	mode := sched.CatchUpModeOf(ctx)
-	if r.Cfg.CatchUpWindow <= 0 || mode == sched.CatchUpNone {
+	now := r.Cfg.NowOr(time.Now)
+	current := s.Slot(now)
+	mode := r.Cfg.Firing
+	if r.Cfg.CatchUpWindow <= 0 || mode == config.FiringLater {
 		return run(current)
 	}
 	if !sched.Enumerable(s) {
-		return fmt.Errorf("%w: %s: WithCatchUp needs a schedule made by ormlock.Cron or ormlock.Every (got %T)", ormlock.ErrInvalidArgument, verb, s)
+		return fmt.Errorf("%w: %s: WithCatchUp needs a schedule made by ormlock.Cron or ormlock.Every (got %T)", errs.ErrInvalidArgument, verb, s)
 	}
 	if err := ValidateJob(verb, job); err != nil {
 		return err
@@ -67,7 +66,7 @@ func Scheduled(ctx context.Context, verb, job string, s ormlock.Schedule, open f
 		return err
 	}
 	var missed []time.Time
-	if r.Cfg.CatchUpPolicy == ormlock.CatchUpLatest || mode == sched.CatchUpOneRun {
+	if r.Cfg.CatchUpPolicy == config.CatchUpLatest || mode == config.FiringFirst {
 		// the newest slot before the current one, if it has not run: when
 		// it has, older ones do not matter to this policy (and a replica
 		// that read the ledger after another caught up must not run an
@@ -82,7 +81,7 @@ func Scheduled(ctx context.Context, verb, job string, s ormlock.Schedule, open f
 			}
 		}
 	}
-	if mode == sched.CatchUpOneRun {
+	if mode == config.FiringFirst {
 		// one firing, one run: the current slot if it has not run, else
 		// the newest missed one
 		if taken[current.UnixMicro()] && len(missed) > 0 {
@@ -98,7 +97,7 @@ func Scheduled(ctx context.Context, verb, job string, s ormlock.Schedule, open f
 		case skip(err):
 		default:
 			// fn's error stays visible to errors.Is and errors.As
-			return fmt.Errorf("ormlock: job %q, catch-up of slot %s: %w", job, slot.Format(time.RFC3339), unprefixed{err})
+			return errs.Wrap(err, "job %q, catch-up of slot %s", job, slot.Format(time.RFC3339))
 		}
 	}
 	err = run(current)
@@ -109,13 +108,13 @@ func Scheduled(ctx context.Context, verb, job string, s ormlock.Schedule, open f
 }
 
 func skip(err error) bool {
-	return errors.Is(err, ormlock.ErrAlreadyDone) || errors.Is(err, ormlock.ErrNotAcquired)
+	return errors.Is(err, errs.ErrAlreadyDone) || errors.Is(err, errs.ErrNotAcquired)
 }
 
 // window returns the slots of s after now-window and before current,
 // oldest first (the newest MaxCatchUp of them), and the slots among them
 // and current whose row is 'done' or 'running' (by UnixMicro).
-func (r Reader) window(ctx context.Context, job string, s ormlock.Schedule, now, current time.Time) ([]time.Time, map[int64]bool, error) {
+func (r Reader) window(ctx context.Context, job string, s sched.Slotter, now, current time.Time) ([]time.Time, map[int64]bool, error) {
 	var slots []time.Time
 	for t := sched.Next(s, now.Add(-r.Cfg.CatchUpWindow)); !t.IsZero() && t.Before(current); t = sched.Next(s, t) {
 		slots = append(slots, t)
@@ -174,11 +173,3 @@ func (t *Table) taken(ctx context.Context, q Querier, ns, job string, from, to t
 	}
 	return out, nil
 }
-
-// unprefixed is err with a leading "ormlock: " cut from its text, so that a
-// message that wraps it says "ormlock: " once.
-type unprefixed struct{ err error }
-
-func (u unprefixed) Error() string { return strings.TrimPrefix(u.err.Error(), "ormlock: ") }
-
-func (u unprefixed) Unwrap() error { return u.err }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
@@ -34,7 +35,7 @@ func TestClaimAnswerLost(t *testing.T) {
 		job, slot := "claimlost", testdb.Slot(1)
 		run := func(db *sql.DB, fn func(context.Context) error) error {
 			cfg := config.New(ormlock.WithLedgerTable(table), ormlock.WithOwner("replica-a"), ormlock.WithClaim())
-			op, err := lockproto.NewOp(d, "ledger test", ormlock.RunKey(job, slot), cfg)
+			op, err := lockproto.NewOp(d, "ledger test", keys.RunKey(job, slot), cfg)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -16,7 +16,7 @@ import (
 // createFence creates the fence table of op's ledger table on q. A ledger
 // table whose name is too long for the suffix (over 57 bytes) gets no fence
 // table: Migrate succeeds as before, and a call WithFencing is refused with
-// ormlock.ErrInvalidArgument before it takes the lock.
+// errs.ErrInvalidArgument before it takes the lock.
 func createFence(ctx context.Context, q lockproto.Querier, op *lockproto.Op) error {
 	ft, err := lockproto.NewFenceTable(op.Dialect, op.Cfg.LedgerTable)
 	if err != nil {

@@ -73,9 +73,9 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/errs"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
@@ -93,7 +93,7 @@ const MigrateWait = time.Minute
 // MigrateKey is the lock Migrate holds while it creates table, so that
 // replicas starting together do not race in CREATE TABLE IF NOT EXISTS (on
 // PostgreSQL the loser of that race fails with a duplicate key in pg_type).
-func MigrateKey(table string) ormlock.Key { return ormlock.Name("ormlock.migrate:" + table) }
+func MigrateKey(table string) keys.Key { return keys.Name("ormlock.migrate:" + table) }
 
 // The values of the ledger's status column (ormlock.Run's Status).
 const (
@@ -109,7 +109,7 @@ const (
 // not a setting: the adapters' RunOnce docs state it.
 const MaxJobLen = 191
 
-// ValidateJob returns an error wrapping ormlock.ErrInvalidArgument unless
+// ValidateJob returns an error wrapping errs.ErrInvalidArgument unless
 // job can name a RunOnce job: non-empty valid UTF-8 without NUL bytes, at
 // most [MaxJobLen] characters, not ending with a space (MySQL/MariaDB would
 // give it the ledger row of the name without the space). verb names the
@@ -119,7 +119,7 @@ const MaxJobLen = 191
 // the scheduler module's constructors (to fail closed at start-up), call it.
 func ValidateJob(verb, job string) error {
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s: %s", ormlock.ErrInvalidArgument, verb, fmt.Sprintf(format, args...))
+		return fmt.Errorf("%w: %s: %s", errs.ErrInvalidArgument, verb, fmt.Sprintf(format, args...))
 	}
 	switch {
 	case job == "":
@@ -142,15 +142,15 @@ func ValidateJob(verb, job string) error {
 // replica and would deduplicate nothing.
 func ValidateSlot(verb string, slot time.Time) error {
 	if slot.IsZero() {
-		return fmt.Errorf("%w: %s: zero slot (pass the scheduled time, e.g. from ormlock.Every or ormlock.Cron)", ormlock.ErrInvalidArgument, verb)
+		return fmt.Errorf("%w: %s: zero slot (pass the scheduled time, e.g. from ormlock.Every or ormlock.Cron)", errs.ErrInvalidArgument, verb)
 	}
 	if y := slot.UTC().Year(); y < 1000 || y > 9999 {
-		return fmt.Errorf("%w: %s: slot %v is outside years 1000-9999", ormlock.ErrInvalidArgument, verb, slot)
+		return fmt.Errorf("%w: %s: slot %v is outside years 1000-9999", errs.ErrInvalidArgument, verb, slot)
 	}
 	if slot.Nanosecond() != 0 {
 		return fmt.Errorf("%w: %s: slot %s has a fraction of a second, so it is a trigger's clock, not a scheduled time, "+
 			"and replicas would each run their own slot: pass schedule.Slot(t) (ormlock.Cron, ormlock.Every) or use RunScheduled",
-			ormlock.ErrInvalidArgument, verb, slot.UTC().Format(time.RFC3339Nano))
+			errs.ErrInvalidArgument, verb, slot.UTC().Format(time.RFC3339Nano))
 	}
 	return nil
 }
@@ -187,7 +187,7 @@ func NewTable(d lockproto.Dialect, name string) (*Table, error) {
 	case lockproto.MySQL:
 		t.q = "`" + name + "`"
 	default:
-		return nil, fmt.Errorf("%w: dialect %d", ormlock.ErrUnsupportedDialect, d)
+		return nil, fmt.Errorf("%w: dialect %d", errs.ErrUnsupportedDialect, d)
 	}
 	return t, nil
 }
@@ -388,7 +388,7 @@ status = IF(status = 'done', status, 'running')`, ns, job, t.slotArg(slot), owne
 
 // finish records the end of the claim (job, slot, owner, started): status
 // done or failed, finished_at now, error text (NULL when empty). It reports
-// an error wrapping ormlock.ErrLockLost when the claim is no longer there,
+// an error wrapping errs.ErrLockLost when the claim is no longer there,
 // i.e. another instance took the row over.
 func (t *Table) finish(ctx context.Context, q lockproto.Querier, ns, job string, slot time.Time, owner string, started time.Time, status, errText string) error {
 	var errArg any
@@ -415,7 +415,7 @@ WHERE job = ? AND slot = ? AND status = 'running' AND owner = ? AND started_at =
 	}
 	if n != 1 {
 		return fmt.Errorf("%w: ledger table %q: the claim of %q at %s by %q was taken over before it could be marked %s",
-			ormlock.ErrLockLost, t.name, job, slot.Format(time.RFC3339Nano), owner, status)
+			errs.ErrLockLost, t.name, job, slot.Format(time.RFC3339Nano), owner, status)
 	}
 	return nil
 }
@@ -457,7 +457,7 @@ func ErrorText(s string) string {
 // first.
 func (t *Table) Runs(ctx context.Context, q interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-}, ns, job string, limit int) ([]ormlock.Run, error) {
+}, ns, job string, limit int) ([]Row, error) {
 	var query string
 	if t.pg() {
 		query = `SELECT namespace, job, slot, status, owner, started_at, finished_at, error FROM ` + t.q +
@@ -471,9 +471,9 @@ func (t *Table) Runs(ctx context.Context, q interface {
 		return nil, t.wrap("read runs", err)
 	}
 	defer rows.Close()
-	var out []ormlock.Run
+	var out []Row
 	for rows.Next() {
-		var r ormlock.Run
+		var r Row
 		var status string
 		var errText sql.NullString
 		if t.pg() {
@@ -513,4 +513,46 @@ func (t *Table) Runs(ctx context.Context, q interface {
 		return nil, t.wrap("read runs", err)
 	}
 	return out, nil
+}
+
+// Row is one row of the ledger as [Table.Runs] reads it: the fields of
+// ormlock.Run, whose documentation says what each means.
+type Row struct {
+	Namespace string
+	Job       string
+	Slot      time.Time
+	Status    string
+	Owner     string
+	Started   time.Time
+	Finished  time.Time
+	Duration  time.Duration
+	Error     string
+}
+
+// RunType is the constraint of ormlock.Run: a type defined over [Row]'s
+// fields, which [RunsAs] converts to without importing package ormlock.
+type RunType interface {
+	~struct {
+		Namespace string
+		Job       string
+		Slot      time.Time
+		Status    string
+		Owner     string
+		Started   time.Time
+		Finished  time.Time
+		Duration  time.Duration
+		Error     string
+	}
+}
+
+// RunsAs returns rs as R values (ormlock.Run), with err.
+func RunsAs[R RunType](rs []Row, err error) ([]R, error) {
+	if rs == nil {
+		return nil, err
+	}
+	out := make([]R, len(rs))
+	for i, r := range rs {
+		out[i] = R(r)
+	}
+	return out, err
 }

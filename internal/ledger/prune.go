@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/errs"
 )
 
 // PruneBatch is the most rows one pruning statement deletes.
@@ -21,7 +21,7 @@ func CheckCatchUp(verb string, olderThan time.Duration, cfg config.Config) error
 	if cfg.CatchUpWindow > olderThan {
 		return fmt.Errorf("%w: %s: olderThan %v is shorter than the catch-up window %v (ormlock.WithCatchUp): "+
 			"the rows it deletes tell the catch-up which slots ran, so those slots would run again; prune at least the window",
-			ormlock.ErrInvalidArgument, verb, olderThan, cfg.CatchUpWindow)
+			errs.ErrInvalidArgument, verb, olderThan, cfg.CatchUpWindow)
 	}
 	return nil
 }

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
@@ -17,7 +17,7 @@ import (
 const sqlStateSerialization = "40001"
 
 // Run is one RunOnce call: a validated (job, slot), the ledger table and the
-// lock Op (made with ormlock.RunKey(job, slot)) whose settings and observer
+// lock Op (made with keys.RunKey(job, slot)) whose settings and observer
 // it uses.
 type Run struct {
 	op    *lockproto.Op
@@ -56,11 +56,11 @@ func NewRun(verb string, op *lockproto.Op, job string, slot time.Time) (*Run, er
 func (r *Run) Slot() time.Time { return r.slot }
 
 func (r *Run) alreadyDone(ctx context.Context) error {
-	r.op.Emit(ctx, ormlock.EventAlreadyDone, nil)
+	r.op.Emit(ctx, config.EventAlreadyDone, nil)
 	if r.ns != "" {
-		return fmt.Errorf("%w: job %q in namespace %q, slot %s", ormlock.ErrAlreadyDone, r.job, r.ns, r.slot.Format(time.RFC3339Nano))
+		return fmt.Errorf("%w: job %q in namespace %q, slot %s", errs.ErrAlreadyDone, r.job, r.ns, r.slot.Format(time.RFC3339Nano))
 	}
-	return fmt.Errorf("%w: job %q, slot %s", ormlock.ErrAlreadyDone, r.job, r.slot.Format(time.RFC3339Nano))
+	return fmt.Errorf("%w: job %q, slot %s", errs.ErrAlreadyDone, r.job, r.slot.Format(time.RFC3339Nano))
 }
 
 // InTx is the body of the transactional mode. The caller has opened a
@@ -70,7 +70,7 @@ func (r *Run) alreadyDone(ctx context.Context) error {
 // caller commits when InTx returns nil and rolls back otherwise, so a failed
 // fn leaves no row.
 //
-// It returns an error wrapping ormlock.ErrAlreadyDone (fn not called) when
+// It returns an error wrapping errs.ErrAlreadyDone (fn not called) when
 // the slot is done, and fn's error unchanged when fn fails.
 func (r *Run) InTx(ctx context.Context, q lockproto.Querier, fn func() error) error {
 	started, ok, err := r.t.claim(ctx, q, r.ns, r.job, r.slot, r.owner)
@@ -106,13 +106,13 @@ func (r *Run) InTx(ctx context.Context, q lockproto.Querier, fn func() error) er
 // (*lockproto.Op).Session on a connection pinned from db for the whole run,
 // commits a 'running' row (taking over a failed one, or one left running by
 // a dead owner), runs fn with the Session's context (cancelled with cause
-// ormlock.ErrLockLost if the lock is lost) and then marks the row 'done' or
+// errs.ErrLockLost if the lock is lost) and then marks the row 'done' or
 // 'failed' with fn's error text (a panic is recorded as failed and
 // re-raised). The ledger statements run on db outside any transaction; the
 // final one runs detached from fn's context so that it is written after a
 // cancellation too.
 //
-// If the lock is lost while fn runs, the error wraps ormlock.ErrLockLost. The
+// If the lock is lost while fn runs, the error wraps errs.ErrLockLost. The
 // row is then marked failed when fn failed; when fn returned nil its work is
 // done and the row is marked done, since no other instance can have claimed
 // the slot as long as the row is still this run's 'running' claim (the
@@ -150,7 +150,7 @@ const abandonTimeout = time.Second
 // run's own is marked failed, detached from ctx; a later call takes it over.
 // When the lock was lost, or the table or column is missing, it does nothing.
 func (r *Run) claimFailed(ctx, lctx context.Context, db *sql.DB, err error) error {
-	if missingTable(err) || missingColumn(err) || errors.Is(context.Cause(lctx), ormlock.ErrLockLost) {
+	if missingTable(err) || missingColumn(err) || errors.Is(context.Cause(lctx), errs.ErrLockLost) {
 		return err
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
@@ -182,7 +182,7 @@ func (r *Run) runClaimed(ctx, lctx context.Context, db *sql.DB, started time.Tim
 	status, text := StatusDone, ""
 	if ferr != nil {
 		status, text = StatusFailed, ferr.Error()
-		if cause := context.Cause(lctx); errors.Is(cause, ormlock.ErrLockLost) && !errors.Is(ferr, ormlock.ErrLockLost) {
+		if cause := context.Cause(lctx); errors.Is(cause, errs.ErrLockLost) && !errors.Is(ferr, errs.ErrLockLost) {
 			text = cause.Error() + ": " + text
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/keys"
 )
 
 // Tests of the deadline rules (deadline.go), without a server. Orderings
@@ -49,7 +50,7 @@ func TestBudget(t *testing.T) {
 		{"a cancelled context, try once", 0, func(*testing.T) context.Context { return cancelled }, 0, false, context.Canceled, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			o, err := NewOp(Postgres, "Transaction", ormlock.Name("budget"), config.New(ormlock.WithWait(c.wait)))
+			o, err := NewOp(Postgres, "Transaction", keys.Name("budget"), config.New(ormlock.WithWait(c.wait)))
 			if err != nil {
 				t.Fatal(err)
 			}

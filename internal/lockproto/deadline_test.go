@@ -8,6 +8,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
@@ -24,7 +25,7 @@ func TestDialTimeoutIsNotAcquired(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, opts := range []*sql.TxOptions{nil, {Isolation: sql.LevelRepeatableRead}} {
-				op, err := lockproto.NewOp(d, "Transaction", ormlock.Name("dial-"+t.Name()), config.New())
+				op, err := lockproto.NewOp(d, "Transaction", keys.Name("dial-"+t.Name()), config.New())
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"weak"
 
-	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/errs"
 )
 
@@ -32,7 +31,7 @@ import (
 //     member).
 //
 // CheckServer asks once per pool and refuses these with an error wrapping
-// ormlock.ErrUnsupportedDialect that names the reason, before any lock is
+// errs.ErrUnsupportedDialect that names the reason, before any lock is
 // taken. A genuine answer is cached for the pool's lifetime (weakly: a pool
 // that is garbage collected leaves the cache), so the cost is one query on
 // the first call per pool (PostgreSQL: one round trip; MySQL: one, two for a
@@ -49,10 +48,10 @@ var genuine sync.Map // weak.Pointer[sql.DB] -> struct{}
 
 // CheckServer returns nil when db's server hands out locks that exclude
 // every client of that server, and an error wrapping
-// ormlock.ErrUnsupportedDialect naming the reason when it does not (see the
+// errs.ErrUnsupportedDialect naming the reason when it does not (see the
 // comment above). An error of the detection query itself is returned as it
 // is, through Abandon, so that a context that ended matches
-// ormlock.ErrNotAcquired too. Nothing is checked for a nil db.
+// errs.ErrNotAcquired too. Nothing is checked for a nil db.
 func (o *Op) CheckServer(ctx context.Context, db *sql.DB) error {
 	return o.CheckServerOn(ctx, db, db)
 }
@@ -164,21 +163,21 @@ var crdbAdvisory = [2]int{26, 3}
 
 // PostgresVerdict judges a PostgreSQL-protocol server by the answers to
 // "SELECT version(), pg_is_in_recovery()": nil when its advisory locks are
-// real, else an error wrapping ormlock.ErrUnsupportedDialect.
+// real, else an error wrapping errs.ErrUnsupportedDialect.
 func PostgresVerdict(version string, inRecovery bool) error {
 	if strings.Contains(version, "CockroachDB") {
 		m := crdbVersion.FindStringSubmatch(version)
 		if m == nil {
-			return fmt.Errorf("%w: CockroachDB of unknown version (%q): its advisory lock builtins are no-op stubs before v%d.%d", ormlock.ErrUnsupportedDialect, version, crdbAdvisory[0], crdbAdvisory[1])
+			return fmt.Errorf("%w: CockroachDB of unknown version (%q): its advisory lock builtins are no-op stubs before v%d.%d", errs.ErrUnsupportedDialect, version, crdbAdvisory[0], crdbAdvisory[1])
 		}
 		major, _ := strconv.Atoi(m[1])
 		minor, _ := strconv.Atoi(m[2])
 		if major < crdbAdvisory[0] || (major == crdbAdvisory[0] && minor < crdbAdvisory[1]) {
-			return fmt.Errorf("%w: CockroachDB v%d.%d: its advisory lock builtins are no-op stubs that exclude nobody (real transaction-level advisory locks from v%d.%d)", ormlock.ErrUnsupportedDialect, major, minor, crdbAdvisory[0], crdbAdvisory[1])
+			return fmt.Errorf("%w: CockroachDB v%d.%d: its advisory lock builtins are no-op stubs that exclude nobody (real transaction-level advisory locks from v%d.%d)", errs.ErrUnsupportedDialect, major, minor, crdbAdvisory[0], crdbAdvisory[1])
 		}
 	}
 	if inRecovery {
-		return fmt.Errorf("%w: the server is a PostgreSQL hot standby (pg_is_in_recovery() is true): its advisory locks are local to the standby and exclude no client of the primary; point the pool at the primary", ormlock.ErrUnsupportedDialect)
+		return fmt.Errorf("%w: the server is a PostgreSQL hot standby (pg_is_in_recovery() is true): its advisory locks are local to the standby and exclude no client of the primary; point the pool at the primary", errs.ErrUnsupportedDialect)
 	}
 	return nil
 }
@@ -221,17 +220,17 @@ func checkMySQL(ctx context.Context, db CheckQuerier) (verdict func() error, err
 // group_replication_single_primary_mode; absent when the server lacks them)
 // and, for Group Replication in multi-primary mode, its number of ONLINE
 // members: nil when GET_LOCK excludes every client that can write, else an
-// error wrapping ormlock.ErrUnsupportedDialect.
+// error wrapping errs.ErrUnsupportedDialect.
 func MySQLVerdict(vars map[string]string, onlineMembers int) error {
 	if isOn(vars["wsrep_on"]) && !isNone(vars["wsrep_provider"]) {
-		return fmt.Errorf("%w: the server is a Galera cluster node (wsrep_on=ON): GET_LOCK is local to one node while every node accepts writes", ormlock.ErrUnsupportedDialect)
+		return fmt.Errorf("%w: the server is a Galera cluster node (wsrep_on=ON): GET_LOCK is local to one node while every node accepts writes", errs.ErrUnsupportedDialect)
 	}
 	if isOff(vars["group_replication_single_primary_mode"]) && onlineMembers > 1 {
-		return fmt.Errorf("%w: the server is a member of a multi-primary Group Replication group (%d members ONLINE): GET_LOCK is local to one member", ormlock.ErrUnsupportedDialect, onlineMembers)
+		return fmt.Errorf("%w: the server is a member of a multi-primary Group Replication group (%d members ONLINE): GET_LOCK is local to one member", errs.ErrUnsupportedDialect, onlineMembers)
 	}
 	for _, v := range []string{"read_only", "innodb_read_only"} {
 		if isOn(vars[v]) {
-			return fmt.Errorf("%w: the server is read-only (%s=ON: a replica, an Aurora reader?): GET_LOCK there is local to it and excludes no client of the primary; point the pool at the primary", ormlock.ErrUnsupportedDialect, v)
+			return fmt.Errorf("%w: the server is read-only (%s=ON: a replica, an Aurora reader?): GET_LOCK there is local to it and excludes no client of the primary; point the pool at the primary", errs.ErrUnsupportedDialect, v)
 		}
 	}
 	return nil

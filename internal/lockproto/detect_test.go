@@ -8,6 +8,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
@@ -88,7 +89,7 @@ func TestCheckServer(t *testing.T) {
 			if k.Dialect() == "mysql" {
 				d = lockproto.MySQL
 			}
-			op, err := lockproto.NewOp(d, "Transaction", ormlock.Name("check-"+string(k)), config.Config{})
+			op, err := lockproto.NewOp(d, "Transaction", keys.Name("check-"+string(k)), config.Config{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -120,7 +121,7 @@ func TestCheckServerOncePerPool(t *testing.T) {
 			if k.Dialect() == "mysql" {
 				d = lockproto.MySQL
 			}
-			op, err := lockproto.NewOp(d, "Session", ormlock.Name("check-once-"+string(k)), config.Config{})
+			op, err := lockproto.NewOp(d, "Session", keys.Name("check-once-"+string(k)), config.Config{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -153,7 +154,7 @@ func TestCheckServerOncePerPool(t *testing.T) {
 // BenchmarkCheckServerCached is the cost a verb pays on every call after
 // the first on a pool: a look-up keyed by a weak pointer to the pool.
 func BenchmarkCheckServerCached(b *testing.B) {
-	op, err := lockproto.NewOp(lockproto.Postgres, "Transaction", ormlock.Name("bench"), config.Config{})
+	op, err := lockproto.NewOp(lockproto.Postgres, "Transaction", keys.Name("bench"), config.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
@@ -29,7 +30,7 @@ func TestEmitContainsObserverPanic(t *testing.T) {
 		job.Store(e.Job)
 		panic("label mismatch")
 	})
-	op, err := lockproto.NewOp(lockproto.MySQL, "RunOnce", ormlock.Name("k"), config.New(ormlock.WithObserver(obs)))
+	op, err := lockproto.NewOp(lockproto.MySQL, "RunOnce", keys.Name("k"), config.New(ormlock.WithObserver(obs)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +39,7 @@ func TestEmitContainsObserverPanic(t *testing.T) {
 	for range 8 {
 		wg.Go(func() {
 			for _, k := range []ormlock.EventKind{ormlock.EventAttempt, ormlock.EventAcquired, ormlock.EventLockLost, ormlock.EventReleased} {
-				op.Emit(context.Background(), k, nil)
+				op.Emit(context.Background(), uint8(k), nil)
 			}
 		})
 	}
@@ -62,12 +63,12 @@ func TestEmitContainsObserverPanic(t *testing.T) {
 	}
 
 	// another Op (another verb call) reports its own first panic
-	op2, err := lockproto.NewOp(lockproto.Postgres, "Transaction", ormlock.Name("k"), config.New(ormlock.WithObserver(obs)))
+	op2, err := lockproto.NewOp(lockproto.Postgres, "Transaction", keys.Name("k"), config.New(ormlock.WithObserver(obs)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	op2.Emit(context.Background(), ormlock.EventAttempt, nil)
-	op2.Emit(context.Background(), ormlock.EventNotAcquired, nil)
+	op2.Emit(context.Background(), config.EventAttempt, nil)
+	op2.Emit(context.Background(), config.EventNotAcquired, nil)
 	if n := len(h.Take()); n != 1 {
 		t.Errorf("second Op: %d reports, want 1", n)
 	}

@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/errs"
-	"github.com/ormlock/ormlock/internal/fencectx"
 	"github.com/ormlock/ormlock/internal/keys"
 )
 
@@ -51,7 +49,7 @@ type FenceTable struct {
 
 // NewFenceTable returns the fence table that goes with the ledger table
 // ledger: its name with FenceTableSuffix, which must be a plain identifier
-// (ormlock.ErrInvalidArgument otherwise).
+// (errs.ErrInvalidArgument otherwise).
 func NewFenceTable(d Dialect, ledger string) (*FenceTable, error) {
 	name := ledger + FenceTableSuffix
 	if err := config.ValidIdentifier("fence table name (the ledger table's name + \""+FenceTableSuffix+"\")", name); err != nil {
@@ -64,7 +62,7 @@ func NewFenceTable(d Dialect, ledger string) (*FenceTable, error) {
 	case MySQL:
 		t.q = "`" + name + "`"
 	default:
-		return nil, fmt.Errorf("%w: dialect %d", ormlock.ErrUnsupportedDialect, d)
+		return nil, fmt.Errorf("%w: dialect %d", errs.ErrUnsupportedDialect, d)
 	}
 	return t, nil
 }
@@ -149,7 +147,7 @@ var errNotHeld = errors.New("the lock's backend no longer holds the lock")
 // Issue draws the next token of (ns, id), committed on q (a pinned
 // connection outside any transaction, or the pool) when it returns. On
 // PostgreSQL the statement draws it only while h.PID holds h.Key (an error
-// wrapping ormlock.ErrLockLost otherwise); on MySQL/MariaDB q is the lock's
+// wrapping errs.ErrLockLost otherwise); on MySQL/MariaDB q is the lock's
 // own connection, and h.Commit sends COMMIT after the INSERT.
 func (t *FenceTable) Issue(ctx context.Context, q Querier, ns, id string, h Holder) (int64, error) {
 	var tok int64
@@ -157,7 +155,7 @@ func (t *FenceTable) Issue(ctx context.Context, q Querier, ns, id string, h Hold
 		classid, objid, sub := pgLockTag(h.Key)
 		err := q.QueryRowContext(ctx, t.issueSQL(), ns, id, int64(h.PID), classid, objid, sub).Scan(&tok)
 		if errors.Is(err, sql.ErrNoRows) {
-			return 0, fmt.Errorf("%w: %w (backend %d): no fencing token was issued", ormlock.ErrLockLost, errNotHeld, h.PID)
+			return 0, fmt.Errorf("%w: %w (backend %d): no fencing token was issued", errs.ErrLockLost, errNotHeld, h.PID)
 		}
 		if err != nil {
 			return 0, t.wrap(err)
@@ -194,7 +192,7 @@ func (t *FenceTable) wrap(err error) error {
 // FenceID is the counter row's identity of key k (the namespace is a
 // column of its own): "name:" and the name, "id:42", "pair:1,2". A name
 // and an ID or pair never share a row, whatever lock name they map to.
-func FenceID(k ormlock.Key) string {
+func FenceID(k keys.Key) string {
 	if keys.IsName(keys.Key(k)) {
 		return "name:" + keys.NameValue(keys.Key(k))
 	}
@@ -224,7 +222,7 @@ func (o *Op) checkFencePool(db *sql.DB) error {
 		return nil
 	}
 	return fmt.Errorf("%w: %s on %q with WithFencing on PostgreSQL needs two connections (the lock's transaction stays open on one while the token is committed on another, so that it is durable before fn runs), and the pool's MaxOpenConns is 1",
-		ormlock.ErrInvalidArgument, o.Verb, o.Key.String())
+		errs.ErrInvalidArgument, o.Verb, o.Key.String())
 }
 
 // CheckFence refuses, before anything is taken, a fenced call that cannot
@@ -262,8 +260,8 @@ func (o *Op) IssueToken(ctx context.Context, q Querier) error {
 	}
 	tok, err := t.Issue(ctx, q, o.Cfg.Namespace, id, h)
 	if err != nil {
-		if errors.Is(err, ormlock.ErrLockLost) {
-			o.Emit(ctx, ormlock.EventLockLost, err)
+		if errors.Is(err, errs.ErrLockLost) {
+			o.Emit(ctx, config.EventLockLost, err)
 		}
 		if cerr := ctxErr(ctx); cerr != nil {
 			err = errs.Join(cerr, err)
@@ -277,7 +275,7 @@ func (o *Op) IssueToken(ctx context.Context, q Querier) error {
 // tokenContext returns ctx carrying o's token, when one was issued.
 func (o *Op) tokenContext(ctx context.Context) context.Context {
 	if tok, ok := o.Token(); ok {
-		return fencectx.With(ctx, tok)
+		return config.WithToken(ctx, tok)
 	}
 	return ctx
 }
@@ -306,11 +304,11 @@ func (o *Op) sessionToken(ctx context.Context, db *sql.DB, conn *sql.Conn, h *se
 	rerr := releaseWithin(ctx, h.release)
 	if rerr != nil {
 		Destroy(conn)
-		o.Emit(ctx, ormlock.EventReleaseFailed, rerr)
+		o.Emit(ctx, config.EventReleaseFailed, rerr)
 		return errs.Join(err, rerr)
 	}
 	_ = conn.Close()
-	o.Emit(ctx, ormlock.EventReleased, nil)
+	o.Emit(ctx, config.EventReleased, nil)
 	return err
 }
 

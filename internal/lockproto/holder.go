@@ -8,10 +8,32 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/keys"
 )
+
+// HolderInfo is who holds a lock, as [LookupHolder] reads it: the fields of
+// ormlock.HolderInfo, whose documentation says what each means per
+// dialect; an adapter converts it (ormlock.HolderInfo(h)).
+type HolderInfo struct {
+	Held        bool
+	Dialect     string
+	Lock        string
+	PID         int64
+	User        string
+	Application string
+	Owner       string
+	ClientAddr  string
+	Database    string
+	State       string
+	StateFor    time.Duration
+	Query       string
+	Mode        string
+	TxStart     time.Time
+	ConnStart   time.Time
+	HeldFor     time.Duration
+	Waiters     int
+}
 
 // PGLockTag returns the pg_locks coordinates of an advisory lock key, as
 // PostgreSQL stores them (SET_LOCKTAG_INT64 / SET_LOCKTAG_INT32 in its
@@ -55,13 +77,13 @@ LEFT JOIN information_schema.PROCESSLIST AS p ON p.ID = l.id`
 // it, namespace included, exactly as the verbs lock it). q must reach the
 // primary that the locks are taken on; any connection, pool or transaction
 // there will do. A free lock is Held false with a nil error. See
-// ormlock.HolderInfo for what each field means per dialect.
+// HolderInfo for what each field means per dialect.
 //
-// It is the protocol behind gormlock.Holder and entlock.Holder: build the Op
-// with NewOp(d, "Holder", key, cfg).
-func LookupHolder(ctx context.Context, q Querier, op *Op) (ormlock.HolderInfo, error) {
+// It is the protocol behind gormlock.HolderInfo and entlock.HolderInfo: build the Op
+// with NewOp(d, "HolderInfo", key, cfg).
+func LookupHolder(ctx context.Context, q Querier, op *Op) (HolderInfo, error) {
 	if op == nil {
-		return ormlock.HolderInfo{}, fmt.Errorf("%w: lockproto.LookupHolder: nil Op", ormlock.ErrInvalidArgument)
+		return HolderInfo{}, fmt.Errorf("%w: lockproto.LookupHolder: nil Op", errs.ErrInvalidArgument)
 	}
 	switch op.Dialect {
 	case Postgres:
@@ -73,12 +95,12 @@ func LookupHolder(ctx context.Context, q Querier, op *Op) (ormlock.HolderInfo, e
 		}
 		return h, err
 	}
-	return ormlock.HolderInfo{}, fmt.Errorf("%w: dialect %d", ormlock.ErrUnsupportedDialect, op.Dialect)
+	return HolderInfo{}, fmt.Errorf("%w: dialect %d", errs.ErrUnsupportedDialect, op.Dialect)
 }
 
-func pgHolder(ctx context.Context, q Querier, k keys.PostgresKey) (ormlock.HolderInfo, error) {
+func pgHolder(ctx context.Context, q Querier, k keys.PostgresKey) (HolderInfo, error) {
 	classid, objid, objsubid := PGLockTag(k)
-	h := ormlock.HolderInfo{
+	h := HolderInfo{
 		Dialect: Postgres.String(),
 		Lock:    "classid=" + strconv.FormatUint(uint64(classid), 10) + " objid=" + strconv.FormatUint(uint64(objid), 10) + " objsubid=" + strconv.Itoa(objsubid),
 	}
@@ -92,14 +114,14 @@ func pgHolder(ctx context.Context, q Querier, k keys.PostgresKey) (ormlock.Holde
 		&granted, &h.PID, &h.Mode, &h.User, &h.Application, &h.ClientAddr, &h.Database, &h.State, &h.Query,
 		&backendStart, &xactStart, &stateChange, &now, &waiters)
 	if errors.Is(err, sql.ErrNoRows) {
-		return ormlock.HolderInfo{Dialect: h.Dialect, Lock: h.Lock}, nil
+		return HolderInfo{Dialect: h.Dialect, Lock: h.Lock}, nil
 	}
 	if err != nil {
-		return ormlock.HolderInfo{}, errs.Wrap(err, "look up lock holder in pg_locks")
+		return HolderInfo{}, errs.Wrap(err, "look up lock holder in pg_locks")
 	}
 	h.Waiters = int(waiters)
 	if !granted { // only waiters: free this instant
-		return ormlock.HolderInfo{Dialect: h.Dialect, Lock: h.Lock, Waiters: h.Waiters}, nil
+		return HolderInfo{Dialect: h.Dialect, Lock: h.Lock, Waiters: h.Waiters}, nil
 	}
 	h.Held = true
 	h.Owner = h.Application
@@ -118,8 +140,8 @@ func pgHolder(ctx context.Context, q Querier, k keys.PostgresKey) (ormlock.Holde
 	return h, nil
 }
 
-func mysqlHolder(ctx context.Context, q Querier, name string) (ormlock.HolderInfo, error) {
-	h := ormlock.HolderInfo{Dialect: MySQL.String(), Lock: name}
+func mysqlHolder(ctx context.Context, q Querier, name string) (HolderInfo, error) {
+	h := HolderInfo{Dialect: MySQL.String(), Lock: name}
 	var (
 		id                                   sql.NullInt64
 		user, host, db, command, state, info sql.NullString
@@ -127,7 +149,7 @@ func mysqlHolder(ctx context.Context, q Querier, name string) (ormlock.HolderInf
 	)
 	err := q.QueryRowContext(ctx, mysqlHolderQuery, name).Scan(&id, &user, &host, &db, &command, &secs, &state, &info)
 	if err != nil {
-		return ormlock.HolderInfo{}, errs.Wrap(err, "look up lock holder with IS_USED_LOCK")
+		return HolderInfo{}, errs.Wrap(err, "look up lock holder with IS_USED_LOCK")
 	}
 	if !id.Valid {
 		return h, nil

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"reflect"
 
-	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/errs"
 )
 
@@ -97,10 +96,10 @@ func (t *LockedTx) warnImplicitCommit() {
 
 // Reported reports whether rerr, the error of a Rollback after fn failed
 // with ferr, says something the caller must hear beside ferr: the lock
-// was lost (ormlock.ErrLockLost), or the transaction had been committed
+// was lost (errs.ErrLockLost), or the transaction had been committed
 // implicitly (ErrImplicitCommit) and ferr does not say so already.
 func Reported(rerr, ferr error) bool {
-	if errors.Is(rerr, ormlock.ErrLockLost) {
+	if errors.Is(rerr, errs.ErrLockLost) {
 		return true
 	}
 	return errors.Is(rerr, ErrImplicitCommit) && !errors.Is(ferr, ErrImplicitCommit)

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/errs"
 )
 
 // Leader election: the campaign loop behind every adapter's Lead, written
@@ -38,10 +38,10 @@ const (
 //     bounded backoff; an error that no retry can cure (see Permanent)
 //     is returned at once;
 //   - elected, fn runs with a context that is cancelled with cause
-//     ormlock.ErrLockLost when leadership is lost, and carries the term's
+//     errs.ErrLockLost when leadership is lost, and carries the term's
 //     fencing token with WithFencing (every term takes a new one);
 //   - when fn returns by itself, the key is released and Lead returns fn's
-//     error (nil: resigned), joined with ormlock.ErrLockLost if the lock
+//     error (nil: resigned), joined with errs.ErrLockLost if the lock
 //     turned out lost by the time it was released;
 //   - when leadership was lost while fn ran (fn's context ended with
 //     ErrLockLost), Lead waits for fn to return and campaigns again;
@@ -80,7 +80,7 @@ func (o *Op) Campaign(ctx context.Context, session func(ctx context.Context, ter
 		err = session(ctx, term, func(fctx context.Context) error {
 			elected = true
 			ferr := fn(fctx)
-			deposed = errors.Is(context.Cause(fctx), ormlock.ErrLockLost)
+			deposed = errors.Is(context.Cause(fctx), errs.ErrLockLost)
 			return ferr
 		})
 		switch {
@@ -93,7 +93,7 @@ func (o *Op) Campaign(ctx context.Context, session func(ctx context.Context, ter
 			return err
 		case Permanent(err):
 			return err
-		case errors.Is(err, ormlock.ErrNotAcquired) && time.Since(start) >= term.Cfg.Wait/2:
+		case errors.Is(err, errs.ErrNotAcquired) && time.Since(start) >= term.Cfg.Wait/2:
 			backoff = leadBackoffMin
 			continue // the server's wait ran out: ask again
 		}
@@ -127,7 +127,7 @@ func Permanent(err error) bool {
 	if err == nil {
 		return false
 	}
-	if errors.Is(err, ormlock.ErrInvalidKey) || errors.Is(err, ormlock.ErrInvalidArgument) || errors.Is(err, ormlock.ErrUnsupportedDialect) {
+	if errors.Is(err, errs.ErrInvalidKey) || errors.Is(err, errs.ErrInvalidArgument) || errors.Is(err, errs.ErrUnsupportedDialect) {
 		return true
 	}
 	if s := SQLState(err); strings.HasPrefix(s, "28") || strings.HasPrefix(s, "3D") || strings.HasPrefix(s, "42") {

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/errs"
 )
 
@@ -84,14 +84,14 @@ var (
 //     only once the lock is held; its first statement (fn's) takes the
 //     snapshot. Before COMMIT, "SELECT 1" on the lock transaction confirms the
 //     lock is still held (if not, fn's transaction is rolled back and the
-//     error wraps ormlock.ErrLockLost); the lock transaction ends after the
+//     error wraps errs.ErrLockLost); the lock transaction ends after the
 //     COMMIT. It needs two connections of db: a db whose MaxOpenConns is 1 is
-//     refused with ormlock.ErrInvalidArgument before anything is taken.
+//     refused with errs.ErrInvalidArgument before anything is taken.
 //   - MySQL/MariaDB: GET_LOCK on a pinned connection, then the transaction on
 //     that same connection, so any snapshot is taken after the lock.
 //
 // ctx bounds the wait for a connection, BEGIN and the lock. On failure
-// nothing is held and the error wraps ormlock.ErrNotAcquired when another
+// nothing is held and the error wraps errs.ErrNotAcquired when another
 // holder has the lock (and ctx's error when ctx ended the wait).
 func (o *Op) BeginLocked(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*LockedTx, error) {
 	if err := o.CheckFence(db); err != nil {
@@ -106,7 +106,7 @@ func (o *Op) BeginLocked(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (
 	case MySQL:
 		return o.beginMySQL(ctx, db, opts)
 	}
-	return nil, fmt.Errorf("%w: dialect %d", ormlock.ErrUnsupportedDialect, o.Dialect)
+	return nil, fmt.Errorf("%w: dialect %d", errs.ErrUnsupportedDialect, o.Dialect)
 }
 
 // SnapshotIsolation reports whether opts ask for an isolation level whose
@@ -134,9 +134,9 @@ func (t *LockedTx) Commit() error {
 	if t.ctx.Err() == nil && t.lock != nil {
 		if lerr := t.lock.confirm(t.ctx); lerr != nil && t.ctx.Err() == nil {
 			_ = t.rollback()
-			t.op.Emit(t.ctx, ormlock.EventLockLost, lerr)
+			t.op.Emit(t.ctx, config.EventLockLost, lerr)
 			t.end()
-			return errs.Mark(ormlock.ErrLockLost, lerr, "%q: the lock transaction failed before COMMIT", t.op.Key.String())
+			return errs.Mark(errs.ErrLockLost, lerr, "%q: the lock transaction failed before COMMIT", t.op.Key.String())
 		}
 	}
 	if cerr := t.ctx.Err(); cerr != nil {
@@ -156,7 +156,7 @@ func (t *LockedTx) Commit() error {
 		}
 		switch {
 		case err != nil && t.ctx.Err() != nil:
-			err = errs.Mark(ormlock.ErrCommitUnknown, errs.Join(t.ctx.Err(), err), "%q: COMMIT cut short after the context ended", t.op.Key.String())
+			err = errs.Mark(errs.ErrCommitUnknown, errs.Join(t.ctx.Err(), err), "%q: COMMIT cut short after the context ended", t.op.Key.String())
 		case connGone(err) && unsent(err):
 			if t.lock == nil {
 				err = t.lockLost("COMMIT (not sent: the transaction did not commit)", err)
@@ -164,9 +164,9 @@ func (t *LockedTx) Commit() error {
 		case connGone(err) && t.lock != nil:
 			// fn's transaction, on its own connection (the lock was
 			// confirmed before COMMIT)
-			err = errs.Mark(ormlock.ErrCommitUnknown, err, "%q: COMMIT", t.op.Key.String())
+			err = errs.Mark(errs.ErrCommitUnknown, err, "%q: COMMIT", t.op.Key.String())
 		case connGone(err):
-			err = errs.Mark(ormlock.ErrCommitUnknown, t.lockLost("COMMIT", err), "")
+			err = errs.Mark(errs.ErrCommitUnknown, t.lockLost("COMMIT", err), "")
 		}
 	}
 	t.end()
@@ -214,7 +214,7 @@ func (t *LockedTx) Token() (int64, bool) { return t.op.Token() }
 // Rollback rolls the transaction back, then releases the lock. When the
 // ROLLBACK or the release finds the lock's connection gone (it broke, or
 // the driver closed it as a statement's context ended), the error wraps
-// ormlock.ErrLockLost: the lock may have been free while fn ran.
+// errs.ErrLockLost: the lock may have been free while fn ran.
 //
 // On MySQL/MariaDB, a transaction that fn committed implicitly (a DDL
 // statement) gives an error wrapping ErrImplicitCommit: the ROLLBACK undid

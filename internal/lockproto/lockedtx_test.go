@@ -12,6 +12,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/keys"
 	keyspkg "github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
 	"github.com/ormlock/ormlock/internal/testdb"
@@ -61,7 +62,7 @@ func twoPoolsAndTable(t *testing.T, k testdb.Kind, prefix string) (db, other *sq
 	return db, other, table
 }
 
-func newOp(t *testing.T, k testdb.Kind, key ormlock.Key, opts ...ormlock.Option) *lockproto.Op {
+func newOp(t *testing.T, k testdb.Kind, key keys.Key, opts ...ormlock.Option) *lockproto.Op {
 	t.Helper()
 	d, err := lockproto.DialectOf(k.Dialect())
 	if err != nil {
@@ -82,7 +83,7 @@ func TestBeginLockedProtocols(t *testing.T) {
 		db, other, table := twoPoolsAndTable(t, k, "protocols")
 		for i, c := range protocolCases(k) {
 			t.Run(c.name, func(t *testing.T) {
-				key := ormlock.Name(t.Name())
+				key := keys.Name(t.Name())
 				begin := func() *lockproto.LockedTx {
 					t.Helper()
 					op := newOp(t, k, key)
@@ -161,7 +162,7 @@ func TestBeginLockedSeesEarlierHolder(t *testing.T) {
 		db, other, table := twoPoolsAndTable(t, k, "earlier")
 		for i, c := range protocolCases(k) {
 			t.Run(c.name, func(t *testing.T) {
-				key := ormlock.Name(t.Name())
+				key := keys.Name(t.Name())
 				first, err := newOp(t, k, key).BeginLocked(ctx, db, c.opts)
 				if err != nil {
 					t.Fatal(err)
@@ -202,7 +203,7 @@ func TestBeginLockedSeesEarlierHolder(t *testing.T) {
 // waitForWaiter returns once a session waits for key's lock on the server:
 // on PostgreSQL an ungranted pg_locks row for the key, on MySQL/MariaDB a
 // connection in the "User lock" state (GET_LOCK waiting).
-func waitForWaiter(t *testing.T, k testdb.Kind, key ormlock.Key) {
+func waitForWaiter(t *testing.T, k testdb.Kind, key keys.Key) {
 	t.Helper()
 	ctx := context.Background()
 	admin := testdb.AdminDB(t, k)
@@ -237,7 +238,7 @@ func TestSplitCommitConfirmsLock(t *testing.T) {
 	for _, k := range []testdb.Kind{testdb.Postgres, testdb.PgBouncer} {
 		t.Run(string(k), func(t *testing.T) {
 			db, _, table := twoPoolsAndTable(t, k, "split_lost")
-			op := newOp(t, k, ormlock.Name(t.Name()))
+			op := newOp(t, k, keys.Name(t.Name()))
 			lt, err := op.BeginLocked(ctx, db, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
 			if err != nil {
 				t.Fatal(err)
@@ -270,7 +271,7 @@ func TestSplitRefusesPoolOfOne(t *testing.T) {
 	db := testdb.Open(t, k)
 	db.SetMaxOpenConns(1)
 	t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
-	key := ormlock.Name(t.Name())
+	key := keys.Name(t.Name())
 	if _, err := newOp(t, k, key).BeginLocked(ctx, db, &sql.TxOptions{Isolation: sql.LevelSerializable}); !errors.Is(err, ormlock.ErrInvalidArgument) {
 		t.Fatalf("BeginLocked: %v, want ErrInvalidArgument", err)
 	}
@@ -291,7 +292,7 @@ func TestBeginLockedServerDefaultIsolation(t *testing.T) {
 	other := testdb.Open(t, k)
 	t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db, other) })
 	for _, needSQLTx := range []bool{false, true} {
-		key := ormlock.Name(t.Name() + strconv.FormatBool(needSQLTx))
+		key := keys.Name(t.Name() + strconv.FormatBool(needSQLTx))
 		op := newOp(t, k, key)
 		op.NeedSQLTx = needSQLTx
 		lt, err := op.BeginLocked(ctx, db, nil)
@@ -338,9 +339,9 @@ func openWithParam(t *testing.T, k testdb.Kind, param string) *sql.DB {
 // connection idle outside any transaction, back in the pool.
 func TestOneMessageKeys(t *testing.T) {
 	ctx := context.Background()
-	keys := []ormlock.Key{
-		ormlock.ID(math.MinInt64), ormlock.ID(math.MaxInt64), ormlock.ID(-1), ormlock.ID(0),
-		ormlock.Pair(math.MinInt32, math.MaxInt32), ormlock.Pair(-1, 0),
+	keys := []keys.Key{
+		keys.ID(math.MinInt64), keys.ID(math.MaxInt64), keys.ID(-1), keys.ID(0),
+		keys.Pair(math.MinInt32, math.MaxInt32), keys.Pair(-1, 0),
 	}
 	for _, k := range []testdb.Kind{testdb.Postgres, testdb.PgBouncer} {
 		t.Run(string(k), func(t *testing.T) {
@@ -394,7 +395,7 @@ func TestOneMessageTxEnd(t *testing.T) {
 	ctx := context.Background()
 	db := testdb.Open(t, testdb.Postgres)
 	t.Cleanup(func() { testdb.AssertNoLeaks(t, testdb.Postgres, db) })
-	op, err := lockproto.NewOp(lockproto.Postgres, "Transaction", ormlock.Name(t.Name()), config.Config{})
+	op, err := lockproto.NewOp(lockproto.Postgres, "Transaction", keys.Name(t.Name()), config.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 	"database/sql/driver"
 	"fmt"
 
-	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/errs"
 )
 
 // Dialect is the lock protocol family of a database.
@@ -33,7 +33,7 @@ func (d Dialect) String() string {
 // DialectOf maps an ORM's dialect name to a Dialect. Names: "postgres",
 // "pgx", "postgresql", "mysql" and "mariadb" (MariaDB uses the mysql name in
 // both GORM and ent, but "mariadb" is accepted too). Anything else wraps
-// ormlock.ErrUnsupportedDialect.
+// errs.ErrUnsupportedDialect.
 func DialectOf(name string) (Dialect, error) {
 	switch name {
 	case "postgres", "postgresql", "pgx":
@@ -41,7 +41,7 @@ func DialectOf(name string) (Dialect, error) {
 	case "mysql", "mariadb":
 		return MySQL, nil
 	}
-	return 0, fmt.Errorf("%w: %q (ormlock supports postgres and mysql/mariadb)", ormlock.ErrUnsupportedDialect, name)
+	return 0, fmt.Errorf("%w: %q (ormlock supports postgres and mysql/mariadb)", errs.ErrUnsupportedDialect, name)
 }
 
 // Querier is what the protocol needs of a connection or transaction:

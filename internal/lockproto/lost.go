@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/errs"
 )
 
@@ -62,11 +61,11 @@ func unsent(err error) bool {
 }
 
 // lockLost builds the error of a lock whose connection was found gone by
-// stmt (err): it wraps ormlock.ErrLockLost and err, and t.ctx's error when
+// stmt (err): it wraps errs.ErrLockLost and err, and t.ctx's error when
 // t.ctx has ended (the driver may have closed the connection because it
 // did).
 func (t *LockedTx) lockLost(stmt string, err error) error {
-	lerr := errs.Mark(ormlock.ErrLockLost, err, "%q: the lock's connection was gone at %s", t.op.Key.String(), stmt)
+	lerr := errs.Mark(errs.ErrLockLost, err, "%q: the lock's connection was gone at %s", t.op.Key.String(), stmt)
 	if cerr := ctxErr(t.ctx); cerr != nil {
 		lerr = errs.Join(lerr, cerr)
 	}

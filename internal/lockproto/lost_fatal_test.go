@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
@@ -30,7 +31,7 @@ func TestFatalEndsTheLock(t *testing.T) {
 			f    func(*lockproto.LockedTx) error
 		}{{"Commit", (*lockproto.LockedTx).Commit}, {"Rollback", (*lockproto.LockedTx).Rollback}} {
 			t.Run(c.name+"/"+end.name, func(t *testing.T) {
-				op := newOp(t, k, ormlock.Name(t.Name()))
+				op := newOp(t, k, keys.Name(t.Name()))
 				op.NeedSQLTx = c.needSQLTx
 				lt, err := op.BeginLocked(ctx, db, c.opts)
 				if err != nil {

@@ -10,8 +10,8 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
@@ -135,7 +135,7 @@ func TestMySQLImplicitCommitReadsPinnedConn(t *testing.T) {
 	ctx := context.Background()
 	db := testdb.Open(t, k)
 	t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
-	op, err := lockproto.NewOp(lockproto.MySQL, "RunOnce", ormlock.Name("implicit-"+t.Name()), config.New())
+	op, err := lockproto.NewOp(lockproto.MySQL, "RunOnce", keys.Name("implicit-"+t.Name()), config.New())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/keys"
@@ -21,7 +20,7 @@ import (
 // time, apart from the Session keepalive, which only reads it.
 type Op struct {
 	Dialect Dialect
-	Key     ormlock.Key
+	Key     keys.Key
 	Cfg     config.Config
 	Verb    string
 	// NeedSQLTx makes BeginLocked give a *sql.Tx on PostgreSQL, never a
@@ -54,7 +53,7 @@ type Op struct {
 }
 
 // NewOp validates the key and settings and resolves the key for d.
-func NewOp(d Dialect, verb string, k ormlock.Key, cfg config.Config) (*Op, error) {
+func NewOp(d Dialect, verb string, k keys.Key, cfg config.Config) (*Op, error) {
 	if err := cfg.Err(); err != nil {
 		return nil, err
 	}
@@ -68,7 +67,7 @@ func NewOp(d Dialect, verb string, k ormlock.Key, cfg config.Config) (*Op, error
 	case MySQL:
 		o.mysql = keys.MySQL(keys.Key(k), cfg.Namespace)
 	default:
-		return nil, fmt.Errorf("%w: dialect %d", ormlock.ErrUnsupportedDialect, d)
+		return nil, fmt.Errorf("%w: dialect %d", errs.ErrUnsupportedDialect, d)
 	}
 	return o, nil
 }
@@ -85,16 +84,16 @@ func (o *Op) PostgresKey() keys.PostgresKey { return o.pg }
 // Session keepalive goroutine (where it would end the process). The first
 // panic of an Op is reported once, as an error on slog.Default() (see
 // ormlock.Observer); the observer still gets the Op's later events.
-func (o *Op) Emit(ctx context.Context, kind ormlock.EventKind, err error) {
+func (o *Op) Emit(ctx context.Context, kind uint8, err error) {
 	obs := o.Cfg.Observer
 	if obs == nil {
 		return
 	}
 	e := config.Event{Kind: uint8(kind), Verb: o.Verb, Dialect: o.Dialect.String(), Key: keys.Key(o.Key), Namespace: o.Cfg.Namespace, Job: o.Job, Err: err}
 	switch kind {
-	case ormlock.EventAcquired, ormlock.EventNotAcquired:
+	case config.EventAcquired, config.EventNotAcquired:
 		e.Wait = time.Since(o.start)
-	case ormlock.EventReleased, ormlock.EventReleaseFailed, ormlock.EventLockLost:
+	case config.EventReleased, config.EventReleaseFailed, config.EventLockLost:
 		e.Held = time.Since(o.acquired)
 	}
 	defer func() {
@@ -115,7 +114,7 @@ func (o *Op) observerPanic(ctx context.Context, e config.Event, p any) {
 		return
 	}
 	slog.Default().LogAttrs(context.WithoutCancel(ctx), slog.LevelError, ObserverPanicMessage,
-		slog.String("event", ormlock.EventKind(e.Kind).String()),
+		slog.String("event", config.EventName(e.Kind)),
 		slog.String("verb", e.Verb),
 		slog.String("key", e.Key.String()),
 		slog.Any("panic", p),
@@ -127,7 +126,7 @@ func (o *Op) observerPanic(ctx context.Context, e config.Event, p any) {
 // how long the call may wait for the lock (budget).
 func (o *Op) attempt(ctx context.Context) (wait time.Duration, bounded bool, err error) {
 	o.start = time.Now()
-	o.Emit(ctx, ormlock.EventAttempt, nil)
+	o.Emit(ctx, config.EventAttempt, nil)
 	return o.budget(ctx)
 }
 
@@ -138,7 +137,7 @@ func (o *Op) attempt(ctx context.Context) (wait time.Duration, bounded bool, err
 func (o *Op) attempted(ctx context.Context) {
 	if o.start.IsZero() {
 		o.start = time.Now()
-		o.Emit(ctx, ormlock.EventAttempt, nil)
+		o.Emit(ctx, config.EventAttempt, nil)
 	}
 }
 
@@ -146,7 +145,7 @@ func (o *Op) attempted(ctx context.Context) {
 // tried (its transaction could not begin, for one) as a failed acquisition:
 // the observer gets an EventAttempt, then an EventNotAcquired carrying err,
 // and when ctx has ended the returned error also matches
-// ormlock.ErrNotAcquired and the context's error, as a wait cut short does;
+// errs.ErrNotAcquired and the context's error, as a wait cut short does;
 // otherwise err is returned unchanged. It does nothing and returns err when
 // err is nil or the lock was tried, whose outcome was reported already.
 func (o *Op) Abandon(ctx context.Context, err error) error {
@@ -160,11 +159,11 @@ func (o *Op) Abandon(ctx context.Context, err error) error {
 // error, the result matches both ErrNotAcquired and cause.
 func (o *Op) notAcquired(ctx context.Context, cause error) error {
 	o.attempted(ctx)
-	o.Emit(ctx, ormlock.EventNotAcquired, cause)
+	o.Emit(ctx, config.EventNotAcquired, cause)
 	if cause == nil {
-		return fmt.Errorf("%w: %q is held by another holder", ormlock.ErrNotAcquired, o.Key.String())
+		return fmt.Errorf("%w: %q is held by another holder", errs.ErrNotAcquired, o.Key.String())
 	}
-	return fmt.Errorf("%w: %q: %w", ormlock.ErrNotAcquired, o.Key.String(), cause)
+	return fmt.Errorf("%w: %q: %w", errs.ErrNotAcquired, o.Key.String(), cause)
 }
 
 // failed classifies an error raised while acquiring: when the context ended
@@ -179,13 +178,13 @@ func (o *Op) failed(ctx context.Context, err error) error {
 		return o.notAcquired(ctx, err)
 	}
 	o.attempted(ctx)
-	o.Emit(ctx, ormlock.EventNotAcquired, err)
+	o.Emit(ctx, config.EventNotAcquired, err)
 	return err
 }
 
 // AcquireXact takes the PostgreSQL transaction-level lock on the open
 // transaction q (try once, or wait per the settings). It returns nil when the
-// lock is held, an error wrapping ormlock.ErrNotAcquired when another holder
+// lock is held, an error wrapping errs.ErrNotAcquired when another holder
 // has it, or another error. After a failed wait the transaction is aborted and
 // must be rolled back. The lock is released by the transaction's end; call
 // EndXact then.
@@ -237,7 +236,7 @@ func (o *Op) settle(ctx context.Context, ok, bounded bool, err error) error {
 		return o.notAcquired(ctx, nil)
 	}
 	o.acquired = time.Now()
-	o.Emit(ctx, ormlock.EventAcquired, nil)
+	o.Emit(ctx, config.EventAcquired, nil)
 	return nil
 }
 
@@ -248,7 +247,7 @@ func (o *Op) Acquired() bool { return !o.acquired.IsZero() }
 // lock: the lock was released with it.
 func (o *Op) EndXact(ctx context.Context) {
 	if o.Acquired() {
-		o.Emit(ctx, ormlock.EventReleased, nil)
+		o.Emit(ctx, config.EventReleased, nil)
 	}
 }
 
@@ -268,20 +267,4 @@ func (o *Op) AcquireNamed(ctx context.Context, q Querier) error {
 		ok, err = mysqlGetLock(ctx, q, o.mysql, 0, &o.my)
 	}
 	return o.settle(ctx, ok, bounded, err)
-}
-
-// KeyOf converts any ormlock.KeyType to an ormlock.Key: a string is a Name,
-// an int64 or int an ID.
-func KeyOf[K ormlock.KeyType](k K) ormlock.Key {
-	switch v := any(k).(type) {
-	case string:
-		return ormlock.Name(v)
-	case int64:
-		return ormlock.ID(v)
-	case int:
-		return ormlock.ID(int64(v))
-	case ormlock.Key:
-		return v
-	}
-	return ormlock.Key{}
 }

@@ -5,7 +5,7 @@ import (
 	"database/sql"
 	"errors"
 
-	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/errs"
 )
 
@@ -43,7 +43,7 @@ func (o *Op) beginMySQL(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*
 			// the lock's connection broke, or the driver closed it as the
 			// context ended during BEGIN: the lock went with it (fn did
 			// not run)
-			return nil, errs.Mark(ormlock.ErrLockLost, err, "%s on %q: begin transaction", o.Verb, o.Key.String())
+			return nil, errs.Mark(errs.ErrLockLost, err, "%s on %q: begin transaction", o.Verb, o.Key.String())
 		}
 		return nil, errs.Wrap(err, "begin transaction")
 	}
@@ -89,7 +89,7 @@ func (o *Op) LockNamed(ctx context.Context, db *sql.DB) (*sql.Conn, error) {
 // pool after a clean "held elsewhere", destroyed after any error, since its
 // state (a GET_LOCK still running server-side, a broken link) is unknown.
 func (o *Op) dropUnlocked(conn *sql.Conn, err error) {
-	if errors.Is(err, ormlock.ErrNotAcquired) && !isCtxErr(err) {
+	if errors.Is(err, errs.ErrNotAcquired) && !isCtxErr(err) {
 		_ = conn.Close()
 		return
 	}
@@ -110,11 +110,11 @@ func (o *Op) ReleaseNamed(ctx context.Context, conn *sql.Conn) error {
 		return o.restoreCompletionType(rctx, conn)
 	}); err != nil {
 		Destroy(conn)
-		o.Emit(ctx, ormlock.EventReleaseFailed, err)
+		o.Emit(ctx, config.EventReleaseFailed, err)
 		return err
 	}
 	_ = conn.Close()
-	o.Emit(ctx, ormlock.EventReleased, nil)
+	o.Emit(ctx, config.EventReleased, nil)
 	return nil
 }
 

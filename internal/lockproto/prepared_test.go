@@ -12,6 +12,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
@@ -42,7 +43,7 @@ func preparedLocks(t *testing.T, lt *lockproto.LockedTx) []string {
 // lockOnce takes key try-once through BeginLocked on db, checks that a
 // second pool cannot take it meanwhile, and returns the prepared lock
 // statements seen inside the transaction, which it commits.
-func lockOnce(t *testing.T, db, other *sql.DB, key ormlock.Key, obs ormlock.Observer) []string {
+func lockOnce(t *testing.T, db, other *sql.DB, key keys.Key, obs ormlock.Observer) []string {
 	t.Helper()
 	ctx := context.Background()
 	op, err := lockproto.NewOp(lockproto.Postgres, "Transaction", key, config.New(ormlock.WithObserver(obs)))
@@ -81,7 +82,7 @@ func TestPreparedTryLock(t *testing.T) {
 			db.SetMaxOpenConns(1) // one connection: every call reuses it
 			other := testdb.Open(t, k)
 			t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db, other) })
-			key, pair := ormlock.Name(t.Name()), ormlock.Pair(-7, 2147483647)
+			key, pair := keys.Name(t.Name()), keys.Pair(-7, 2147483647)
 			int8Stmt, int4Stmt := "ormlock_pg_try_advisory_xact_lock_int8", "ormlock_pg_try_advisory_xact_lock_int4"
 
 			var want [][]string
@@ -90,7 +91,7 @@ func TestPreparedTryLock(t *testing.T) {
 			} else {
 				want = [][]string{nil, nil, nil, nil, nil}
 			}
-			for i, kk := range []ormlock.Key{key, key, key, pair, pair} {
+			for i, kk := range []keys.Key{key, key, key, pair, pair} {
 				if got := lockOnce(t, db, other, kk, nil); !slices.Equal(got, want[i]) {
 					t.Fatalf("call %d (%v): prepared %q, want %q", i+1, kk, got, want[i])
 				}
@@ -184,7 +185,7 @@ func TestPreparedTryLockForeignStatement(t *testing.T) {
 				db.SetMaxOpenConns(1) // one connection: every call reuses it
 				other := testdb.Open(t, k)
 				t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db, other) })
-				key := ormlock.Name(t.Name())
+				key := keys.Name(t.Name())
 				lockOnce(t, db, other, key, nil) // learns the connection is direct
 				if after {
 					lockOnce(t, db, other, key, nil) // prepares the library's

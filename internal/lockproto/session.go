@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/errs"
 )
 
@@ -58,10 +58,10 @@ type sessionHold struct {
 // The keepalive runs every interval (Cfg.Keepalive, clamped as above) on its
 // own goroutine, with a timeout of one interval per check and a context that
 // ignores the caller's cancellation. When a check fails, fn's context is
-// cancelled with cause ormlock.ErrLockLost, so loss is seen within two
+// cancelled with cause errs.ErrLockLost, so loss is seen within two
 // intervals (a dead connection fails at the next check; a hung one times out
 // by the end of it), and Session returns an error wrapping
-// ormlock.ErrLockLost, joined with fn's own error when fn returned one (such
+// errs.ErrLockLost, joined with fn's own error when fn returned one (such
 // as ctx.Err()). The caller cancelling ctx ends fn's context with the
 // caller's cause and is not a loss.
 //
@@ -72,7 +72,7 @@ type sessionHold struct {
 // nobody checked for (the connection killed after the last check) is found
 // by the release: a release that fails or is not confirmed destroys the
 // connection, so the server frees whatever it held and it never goes back
-// to the pool, and is reported as ormlock.ErrLockLost too. The release runs
+// to the pool, and is reported as errs.ErrLockLost too. The release runs
 // on every path, a panic included (the panic then goes on), with a context
 // that ignores the caller's cancellation, bounded by releaseTimeout and by
 // endGrace after the caller's context ended (see releaseWithin), so a
@@ -98,7 +98,7 @@ func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Contex
 		h, err = o.holdMySQL(ctx, conn)
 	default:
 		_ = conn.Close()
-		return fmt.Errorf("%w: dialect %d", ormlock.ErrUnsupportedDialect, o.Dialect)
+		return fmt.Errorf("%w: dialect %d", errs.ErrUnsupportedDialect, o.Dialect)
 	}
 	if err != nil {
 		return err
@@ -120,7 +120,7 @@ func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Contex
 		wg.Wait()
 		cancel(context.Canceled)
 		if lostErr := o.endSession(ctx, conn, h, lost); lostErr != nil {
-			lerr := errs.Mark(ormlock.ErrLockLost, lostErr, "%q", o.Key.String())
+			lerr := errs.Mark(errs.ErrLockLost, lostErr, "%q", o.Key.String())
 			if err != nil {
 				err = errs.Join(lerr, err)
 			} else {
@@ -132,7 +132,7 @@ func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Contex
 }
 
 // keepalive checks h every interval until stop is closed. A failed check
-// cancels fn's context (cancel) with cause ormlock.ErrLockLost, then tells
+// cancels fn's context (cancel) with cause errs.ErrLockLost, then tells
 // the observer, and is returned; nil once stopped.
 func (o *Op) keepalive(ctx context.Context, h *sessionHold, stop <-chan struct{}, cancel context.CancelCauseFunc) error {
 	t := time.NewTicker(h.every)
@@ -154,8 +154,8 @@ func (o *Op) keepalive(ctx context.Context, h *sessionHold, stop <-chan struct{}
 		if perr != nil {
 			// fn hears of the loss first; then the observer, whose
 			// panic Emit contains (it would end the process here)
-			cancel(ormlock.ErrLockLost)
-			o.Emit(ctx, ormlock.EventLockLost, perr)
+			cancel(errs.ErrLockLost)
+			o.Emit(ctx, config.EventLockLost, perr)
 			return perr
 		}
 	}
@@ -170,7 +170,7 @@ func (o *Op) endSession(ctx context.Context, conn *sql.Conn, h *sessionHold, los
 	case rerr != nil:
 		Destroy(conn)
 		if lost == nil {
-			o.Emit(ctx, ormlock.EventReleaseFailed, rerr)
+			o.Emit(ctx, config.EventReleaseFailed, rerr)
 			lost = rerr
 		}
 	case lost != nil:
@@ -180,7 +180,7 @@ func (o *Op) endSession(ctx context.Context, conn *sql.Conn, h *sessionHold, los
 		_ = conn.Close()
 	default:
 		_ = conn.Close()
-		o.Emit(ctx, ormlock.EventReleased, nil)
+		o.Emit(ctx, config.EventReleased, nil)
 	}
 	return lost
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
@@ -30,7 +31,7 @@ func TestSessionHoldsWhileFnRuns(t *testing.T) {
 				db := testdb.Open(t, k)
 				other := testdb.Open(t, k)
 				t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db, other) })
-				key := ormlock.Name(t.Name())
+				key := keys.Name(t.Name())
 				var opts []ormlock.Option
 				if shared > 0 {
 					opts = append(opts, ormlock.WithSharedLockConns(shared))
@@ -93,7 +94,7 @@ func TestSharedLockConnsShareConnections(t *testing.T) {
 			release := make(chan struct{})
 			errc := make(chan error, sessions)
 			for i := range sessions {
-				op := newOp(t, k, ormlock.ID(int64(i)+keyBase(t)), ormlock.WithSharedLockConns(1))
+				op := newOp(t, k, keys.ID(int64(i)+keyBase(t)), ormlock.WithSharedLockConns(1))
 				go func() {
 					errc <- op.Session(ctx, db, func(context.Context) error {
 						held <- struct{}{}
@@ -135,9 +136,9 @@ func TestSessionLockLost(t *testing.T) {
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db := testdb.Open(t, k)
 		t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
-		op := newOp(t, k, ormlock.Name(t.Name()), ormlock.WithKeepalive(100*time.Millisecond))
+		op := newOp(t, k, keys.Name(t.Name()), ormlock.WithKeepalive(100*time.Millisecond))
 		err := op.Session(ctx, db, func(fctx context.Context) error {
-			h, err := lockproto.LookupHolder(ctx, testdb.AdminDB(t, k), newOp(t, k, ormlock.Name(t.Name())))
+			h, err := lockproto.LookupHolder(ctx, testdb.AdminDB(t, k), newOp(t, k, keys.Name(t.Name())))
 			if err != nil || !h.Held {
 				t.Fatalf("holder: %+v %v", h, err)
 			}
@@ -165,7 +166,7 @@ func TestLeadOneAtATime(t *testing.T) {
 		db := testdb.Open(t, k)
 		other := testdb.Open(t, k)
 		t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db, other) })
-		key := ormlock.Name(t.Name())
+		key := keys.Name(t.Name())
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		elected := make(chan string, 2)
@@ -219,7 +220,7 @@ func TestSessionWaitIdleTimeout(t *testing.T) {
 	k := testdb.Postgres
 	db := openWithParam(t, k, "idle_in_transaction_session_timeout=1200")
 	t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
-	op, err := lockproto.NewOp(lockproto.Postgres, "Session", ormlock.Name(t.Name()), config.New(ormlock.WithWait(time.Second)))
+	op, err := lockproto.NewOp(lockproto.Postgres, "Session", keys.Name(t.Name()), config.New(ormlock.WithWait(time.Second)))
 	if err != nil {
 		t.Fatal(err)
 	}

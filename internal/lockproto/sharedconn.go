@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/errs"
 )
 
@@ -35,7 +35,7 @@ import (
 //     end only with their connection, so a live connection holds every
 //     lock it took. When a check or any statement on it fails, the
 //     connection is destroyed and every Session it carried is cancelled
-//     with cause ormlock.ErrLockLost.
+//     with cause errs.ErrLockLost.
 //   - A connection whose last Session ended goes back to the pool (MySQL:
 //     its wait_timeout set back first).
 //   - PostgreSQL behind a transaction-mode pooler has no session-level
@@ -43,7 +43,7 @@ import (
 //     between statements, locks included): a shared connection is used
 //     only once its backend's pg_backend_pid() is the pid the server
 //     announced when the connection started, which a pooler's own pid never
-//     is; otherwise ormlock.ErrUnsupportedDialect, before anything is taken.
+//     is; otherwise errs.ErrUnsupportedDialect, before anything is taken.
 //     Telling the two apart needs the pgx driver.
 //   - Owner (ormlock.WithOwner): on PostgreSQL the shared connection's
 //     application_name is the owner of the Session that opened it (SET, and
@@ -182,18 +182,18 @@ func (o *Op) openShared(ctx context.Context, db *sql.DB) (*sharedConn, error) {
 
 // pgDirect returns conn's backend pid when conn reaches its PostgreSQL
 // backend without a pooler in between, else an error wrapping
-// ormlock.ErrUnsupportedDialect.
+// errs.ErrUnsupportedDialect.
 func pgDirect(ctx context.Context, conn *sql.Conn) (uint32, error) {
 	var announced uint32
 	if withPgConn(conn, func(pc *pgconn.PgConn) error { announced = pc.PID(); return nil }) != nil {
-		return 0, fmt.Errorf("%w: WithSharedLockConns on PostgreSQL needs the pgx driver, which tells a direct connection from a transaction-mode pooler's", ormlock.ErrUnsupportedDialect)
+		return 0, fmt.Errorf("%w: WithSharedLockConns on PostgreSQL needs the pgx driver, which tells a direct connection from a transaction-mode pooler's", errs.ErrUnsupportedDialect)
 	}
 	var pid int64
 	if err := conn.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
 		return 0, errs.Wrap(err, "read pg_backend_pid() of a shared lock connection")
 	}
 	if pid != int64(announced) {
-		return 0, fmt.Errorf("%w: WithSharedLockConns needs session-level advisory locks, which a transaction-mode pooler (PgBouncer) would hand to its other clients: this connection's backend pid %d is not the pid %d it was announced with, so a pooler is in between", ormlock.ErrUnsupportedDialect, pid, announced)
+		return 0, fmt.Errorf("%w: WithSharedLockConns needs session-level advisory locks, which a transaction-mode pooler (PgBouncer) would hand to its other clients: this connection's backend pid %d is not the pid %d it was announced with, so a pooler is in between", errs.ErrUnsupportedDialect, pid, announced)
 	}
 	return announced, nil
 }
@@ -250,8 +250,8 @@ func (p *sharedPool) kill(c *sharedConn, err error, but *sharedHold) {
 	p.mu.Unlock()
 	for _, h := range lost {
 		// fn hears of the loss first; then the observer
-		h.cancel(ormlock.ErrLockLost)
-		h.op.Emit(h.ctx, ormlock.EventLockLost, err)
+		h.cancel(errs.ErrLockLost)
+		h.op.Emit(h.ctx, config.EventLockLost, err)
 	}
 	go func() { // a statement of c still running (a wait's try) ends first
 		c.stmt.Lock()

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/errs"
 )
 
@@ -40,7 +40,7 @@ func (o *Op) sharedSession(ctx context.Context, db *sql.DB, fn func(ctx context.
 	p.mu.Lock()
 	if c.dead {
 		h.lost = errSharedConnDead
-		cancel(ormlock.ErrLockLost)
+		cancel(errs.ErrLockLost)
 	} else {
 		c.held[h] = time.Now()
 	}
@@ -54,16 +54,16 @@ func (o *Op) sharedSession(ctx context.Context, db *sql.DB, fn func(ctx context.
 		p.mu.Unlock()
 		if lostErr == nil {
 			if rerr := releaseWithin(ctx, func(rctx context.Context) error { return o.sharedUnlock(rctx, c) }); rerr != nil {
-				o.Emit(ctx, ormlock.EventReleaseFailed, rerr)
+				o.Emit(ctx, config.EventReleaseFailed, rerr)
 				p.kill(c, rerr, h)
 				lostErr = rerr
 			} else {
-				o.Emit(ctx, ormlock.EventReleased, nil)
+				o.Emit(ctx, config.EventReleased, nil)
 			}
 		}
 		p.leave(c, o.lockKey())
 		if lostErr != nil {
-			lerr := errs.Join(fmt.Errorf("%w: %q", ormlock.ErrLockLost, o.Key.String()), lostErr)
+			lerr := errs.Join(fmt.Errorf("%w: %q", errs.ErrLockLost, o.Key.String()), lostErr)
 			err = errs.Join(lerr, err)
 		}
 	}()

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 
-	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/errs"
 )
 
@@ -19,7 +18,7 @@ import (
 func (o *Op) beginSplit(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*LockedTx, error) {
 	if db.Stats().MaxOpenConnections == 1 {
 		return nil, fmt.Errorf("%w: %s on %q at isolation %s needs two connections (the lock is held on one, in a READ COMMITTED transaction, so that the transaction on the other takes its snapshot after the lock is granted), and the pool's MaxOpenConns is 1",
-			ormlock.ErrInvalidArgument, o.Verb, o.Key.String(), opts.Isolation)
+			errs.ErrInvalidArgument, o.Verb, o.Key.String(), opts.Isolation)
 	}
 	conn, err := o.pin(ctx, db)
 	if err != nil {

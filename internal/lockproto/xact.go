@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 
-	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/errs"
 )
 
@@ -137,5 +136,5 @@ func (o *Op) beginOn(ctx context.Context, conn *sql.Conn, opts *sql.TxOptions) (
 // cleanNotAcquired reports whether err is a plain "held elsewhere", after
 // which the connection is known to be in a clean state.
 func cleanNotAcquired(err error) bool {
-	return errors.Is(err, ormlock.ErrNotAcquired) && !isCtxErr(err) && SQLState(err) == ""
+	return errors.Is(err, errs.ErrNotAcquired) && !isCtxErr(err) && SQLState(err) == ""
 }

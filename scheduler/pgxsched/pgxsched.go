@@ -17,8 +17,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ormlock/ormlock"
-	"github.com/ormlock/ormlock/internal/sched"
 	"github.com/ormlock/ormlock/pgxlock"
+	"github.com/ormlock/ormlock/schedhook"
 	"github.com/ormlock/ormlock/scheduler"
 	"github.com/ormlock/ormlock/scheduler/internal/backend"
 )
@@ -39,9 +39,9 @@ func Backend(pool *pgxpool.Pool, opts ...ormlock.Option) scheduler.Backend {
 	}
 	return backend.New(opts, backend.Funcs{
 		Scheduled: func(ctx context.Context, job string, s ormlock.Schedule, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
-			return pgxlock.RunScheduled(sched.WithBareClaim(ctx, true), pool, job, s, func(ctx context.Context, _ pgx.Tx) error {
+			return pgxlock.RunScheduled(ctx, pool, job, s, func(ctx context.Context, _ pgx.Tx) error {
 				return fn(ctx) // ctx carries the slot
-			}, opts...)
+			}, append(opts, schedhook.ClaimNoTx())...)
 		},
 		Session: func(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
 			return pgxlock.Session(ctx, pool, key, fn, opts...)

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/ormlock/ormlock"
-	"github.com/ormlock/ormlock/internal/sched"
+	"github.com/ormlock/ormlock/schedhook"
 	"github.com/ormlock/ormlock/scheduler"
 	"github.com/ormlock/ormlock/scheduler/internal/backend"
 	"github.com/ormlock/ormlock/sqllock"
@@ -37,9 +37,9 @@ func Backend(db *sql.DB, opts ...ormlock.Option) scheduler.Backend {
 	}
 	return backend.New(opts, backend.Funcs{
 		Scheduled: func(ctx context.Context, job string, s ormlock.Schedule, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
-			return sqllock.RunScheduled(sched.WithBareClaim(ctx, true), db, job, s, func(ctx context.Context, _ *sql.Tx) error {
+			return sqllock.RunScheduled(ctx, db, job, s, func(ctx context.Context, _ *sql.Tx) error {
 				return fn(ctx) // ctx carries the slot
-			}, opts...)
+			}, append(opts, schedhook.ClaimNoTx())...)
 		},
 		Session: func(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
 			return sqllock.Session(ctx, db, key, fn, opts...)

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/ormlock/ormlock"
-	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/schedhook"
 )
 
 // SessionFunc holds the lock named key for as long as fn runs; extra
@@ -55,7 +55,7 @@ type Backend struct {
 // a call's extra ones, and Scheduled also ormlock.WithClaim (its runs are
 // claims).
 func New(opts []ormlock.Option, f Funcs) Backend {
-	if err := config.New(opts...).Err(); err != nil {
+	if err := schedhook.CheckOptions(opts...); err != nil {
 		return Failed(err)
 	}
 	b := &Funcs{
@@ -108,4 +108,21 @@ func With(opts, extra []ormlock.Option) []ormlock.Option {
 // Claim is With plus ormlock.WithClaim: the options of a scheduled run.
 func Claim(opts, extra []ormlock.Option) []ormlock.Option {
 	return append(With(opts, extra), ormlock.WithClaim())
+}
+
+type slotKey struct{}
+
+// WithSlot returns ctx carrying slot, for a backend whose verb hands fn no
+// context of its own (entlock's fn gets a transaction): [Slot] reads it.
+func WithSlot(ctx context.Context, slot time.Time) context.Context {
+	return context.WithValue(ctx, slotKey{}, slot)
+}
+
+// Slot returns the slot a claimed run's ctx carries: the one WithSlot put
+// there, else ormlock.Slot's.
+func Slot(ctx context.Context) (time.Time, bool) {
+	if t, ok := ctx.Value(slotKey{}).(time.Time); ok {
+		return t, true
+	}
+	return ormlock.Slot(ctx)
 }

@@ -12,8 +12,8 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
-	"github.com/ormlock/ormlock/internal/enttest"
 	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/internal/testdb/enttest"
 	"github.com/ormlock/ormlock/scheduler"
 	"github.com/ormlock/ormlock/scheduler/entsched"
 	"github.com/ormlock/ormlock/scheduler/gormsched"

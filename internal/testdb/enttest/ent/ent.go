@@ -12,7 +12,7 @@ import (
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
-	"github.com/ormlock/ormlock/internal/enttest/ent/item"
+	"github.com/ormlock/ormlock/internal/testdb/enttest/ent/item"
 )
 
 // ent aliases to avoid import conflicts in user's code.

@@ -8,7 +8,7 @@ import (
 
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
-	"github.com/ormlock/ormlock/internal/enttest/ent/item"
+	"github.com/ormlock/ormlock/internal/testdb/enttest/ent/item"
 )
 
 // Item is the model entity for the Item schema.

@@ -4,7 +4,7 @@ package item
 
 import (
 	"entgo.io/ent/dialect/sql"
-	"github.com/ormlock/ormlock/internal/enttest/ent/predicate"
+	"github.com/ormlock/ormlock/internal/testdb/enttest/ent/predicate"
 )
 
 // ID filters vertices based on their ID field.

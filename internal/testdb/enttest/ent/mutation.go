@@ -10,8 +10,8 @@ import (
 
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
-	"github.com/ormlock/ormlock/internal/enttest/ent/item"
-	"github.com/ormlock/ormlock/internal/enttest/ent/predicate"
+	"github.com/ormlock/ormlock/internal/testdb/enttest/ent/item"
+	"github.com/ormlock/ormlock/internal/testdb/enttest/ent/predicate"
 )
 
 const (

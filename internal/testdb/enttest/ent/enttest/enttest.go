@@ -5,12 +5,12 @@ package enttest
 import (
 	"context"
 
-	"github.com/ormlock/ormlock/internal/enttest/ent"
+	"github.com/ormlock/ormlock/internal/testdb/enttest/ent"
 	// required by schema hooks.
-	_ "github.com/ormlock/ormlock/internal/enttest/ent/runtime"
+	_ "github.com/ormlock/ormlock/internal/testdb/enttest/ent/runtime"
 
 	"entgo.io/ent/dialect/sql/schema"
-	"github.com/ormlock/ormlock/internal/enttest/ent/migrate"
+	"github.com/ormlock/ormlock/internal/testdb/enttest/ent/migrate"
 )
 
 type (

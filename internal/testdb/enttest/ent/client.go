@@ -9,12 +9,12 @@ import (
 	"log"
 	"reflect"
 
-	"github.com/ormlock/ormlock/internal/enttest/ent/migrate"
+	"github.com/ormlock/ormlock/internal/testdb/enttest/ent/migrate"
 
 	"entgo.io/ent"
 	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql"
-	"github.com/ormlock/ormlock/internal/enttest/ent/item"
+	"github.com/ormlock/ormlock/internal/testdb/enttest/ent/item"
 
 	stdsql "database/sql"
 )

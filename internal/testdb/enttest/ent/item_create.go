@@ -9,7 +9,7 @@ import (
 
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
-	"github.com/ormlock/ormlock/internal/enttest/ent/item"
+	"github.com/ormlock/ormlock/internal/testdb/enttest/ent/item"
 )
 
 // ItemCreate is the builder for creating a Item entity.

@@ -3,8 +3,8 @@
 package ent
 
 import (
-	"github.com/ormlock/ormlock/internal/enttest/ent/item"
-	"github.com/ormlock/ormlock/internal/enttest/schema"
+	"github.com/ormlock/ormlock/internal/testdb/enttest/ent/item"
+	"github.com/ormlock/ormlock/internal/testdb/enttest/schema"
 )
 
 // The init function reads all schema descriptors with runtime code

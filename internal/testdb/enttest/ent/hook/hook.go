@@ -6,7 +6,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/ormlock/ormlock/internal/enttest/ent"
+	"github.com/ormlock/ormlock/internal/testdb/enttest/ent"
 )
 
 // The ItemFunc type is an adapter to allow the use of ordinary

@@ -10,8 +10,8 @@ import (
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
-	"github.com/ormlock/ormlock/internal/enttest/ent/item"
-	"github.com/ormlock/ormlock/internal/enttest/ent/predicate"
+	"github.com/ormlock/ormlock/internal/testdb/enttest/ent/item"
+	"github.com/ormlock/ormlock/internal/testdb/enttest/ent/predicate"
 )
 
 // ItemUpdate is the builder for updating Item entities.
