@@ -172,8 +172,10 @@ func openSQL(dsn string) (*sql.DB, server, error) {
 	var err error
 	if strings.HasPrefix(lower, "mysql://") {
 		cfg, err = parseMySQLURL(dsn)
+	} else if m := urlScheme.FindStringSubmatch(dsn); m != nil {
+		err = usagef("bad DSN: unknown scheme %q; %s", m[1]+"://", dsnForms)
 	} else if cfg, err = gomysql.ParseDSN(dsn); err != nil {
-		err = usagef("bad DSN: not a postgres:// URL, a PostgreSQL key=value string, a mysql:// URL or a MySQL DSN (user:pass@tcp(host:3306)/db): %v", err)
+		err = badDSN(dsn, err)
 	}
 	if err != nil {
 		return nil, server{}, err
@@ -186,6 +188,44 @@ func openSQL(dsn string) (*sql.DB, server, error) {
 		return nil, server{}, usagef("bad MySQL DSN: %v", err)
 	}
 	return sql.OpenDB(conn), server{"MySQL", cfg.Addr}, nil
+}
+
+// dsnForms is what --dsn accepts, for messages.
+const dsnForms = "--dsn takes a postgres:// or postgresql:// URL (postgres://user:pass@host:5432/db), " +
+	"a PostgreSQL key=value string (host=h port=5432 user=u dbname=db), " +
+	"a mysql:// URL (mysql://user:pass@host:3306/db) " +
+	"or a go-sql-driver MySQL DSN (user:pass@tcp(host:3306)/db)"
+
+// urlScheme matches a URL's scheme: what a MySQL DSN never starts with, as
+// its user name is followed by ':' or '@', not "://".
+var urlScheme = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9+.-]*)://`)
+
+// schemeTypo matches a PostgreSQL or MySQL URL whose "://" is mistyped
+// (postgresql//host, postgres:/host, mysql:host), and captures it.
+var schemeTypo = regexp.MustCompile(`(?i)^((postgres(ql)?|pg|mysql|mariadb)(:/?|//?))[^/]`)
+
+// badDSN says why dsn, which is not a URL nor a key=value string, is no
+// MySQL DSN either: what the DSN seems to be meant as, and what --dsn
+// accepts. It quotes no more of dsn than a mistyped scheme, never the
+// password.
+func badDSN(dsn string, err error) error {
+	if m := schemeTypo.FindStringSubmatch(dsn); m != nil {
+		scheme := strings.ToLower(m[2])
+		if scheme == "pg" || scheme == "postgresql" {
+			scheme = "postgres"
+		} else if scheme == "mariadb" {
+			scheme = "mysql"
+		}
+		return usagef("bad DSN: it starts %q, which looks like a mistyped %s:// URL (the scheme must be followed by \"://\"); %s", m[1], scheme, dsnForms)
+	}
+	why := err.Error()
+	switch {
+	case strings.Contains(why, "default addr for network"):
+		why = "its address must be tcp(host:port) or unix(/path/to/socket), between '@' and '/'"
+	case strings.Contains(why, "missing the slash"):
+		why = "no '/' before the database name (user:pass@tcp(host:3306)/db, or .../ for none)"
+	}
+	return usagef("bad DSN: not a URL nor a key=value string, and as a MySQL DSN %s; %s", why, dsnForms)
 }
 
 // parseMySQLURL reads mysql://user:pass@host:port/db?params (port 3306 by

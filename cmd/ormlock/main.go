@@ -75,6 +75,7 @@ Usage:
   ormlock key [--namespace NS] NAME
   ormlock migrate [flags]
   ormlock help COMMAND         (or ormlock COMMAND --help)
+  ormlock --version            (or ormlock version)
 
 Commands:
 %s
@@ -138,15 +139,31 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		}
 		printMainUsage(stdout)
 		return 0
+	case "-version", "--version", "version":
+		return status(versionCmd(rest, stdout), stderr, "version")
 	}
 	for _, c := range commands {
 		if c.name == name {
 			return status(c.run(rest, stdout, stderr), stderr, c.name)
 		}
 	}
-	fmt.Fprintf(stderr, "ormlock: unknown command %q\n\n", name)
-	printMainUsage(stderr)
+	// The whole usage would bury the one line that matters.
+	if strings.HasPrefix(name, "-") {
+		fmt.Fprintf(stderr, "ormlock: unknown flag %q before the command\n", name)
+	} else {
+		fmt.Fprintf(stderr, "ormlock: unknown command %q\n", name)
+	}
+	fmt.Fprintln(stderr, "ormlock: the commands are "+commandNames()+"; see ormlock help")
 	return exitUsage
+}
+
+// commandNames lists the commands, for a message.
+func commandNames() string {
+	names := make([]string, 0, len(commands)+1)
+	for _, c := range commands {
+		names = append(names, c.name)
+	}
+	return strings.Join(append(names, "version"), ", ")
 }
 
 // status prints err (once, prefixed "ormlock: ") and maps it to an exit
