@@ -204,6 +204,11 @@ func (p Pool) Runs(ctx context.Context, job string, limit int, cfg config.Config
 	return t.Runs(ctx, p.DB, cfg.Namespace, job, limit)
 }
 
+// AdvanceFences moves every fencing counter of the namespace by by.
+func (p Pool) AdvanceFences(ctx context.Context, by int64, cfg config.Config) (int64, error) {
+	return ledger.AdvanceFences(ctx, p.DB, p.Dialect, p.Pkg+".AdvanceFences", by, cfg)
+}
+
 // Prune deletes the ledger's finished rows older than olderThan.
 func (p Pool) Prune(ctx context.Context, olderThan time.Duration, cfg config.Config) (int64, error) {
 	if err := ledger.CheckPrune(p.Pkg+".Prune", olderThan); err != nil {
