@@ -15,9 +15,11 @@ import (
 // text up to its colon ("The ledger" for "The ledger: Migrate, Runs,
 // Prune"), or a heading path "A, B", B being a heading below A. Several
 // sections are separated by "; ", and a section may hold one level of
-// parentheses ("Locker (gocron)"). A reference without a parenthesis
-// still has to name an existing file.
-var docRef = regexp.MustCompile(`docs/([A-Za-z0-9_.-]+\.md)(?:\x60)?(?: \(((?:[^()]|\([^()]*\))*)\))?`)
+// parentheses ("Locker (gocron)"). Inside parentheses a reference may
+// also be written "(docs/<file>.md, Section)" or "(docs/<file>.md,
+// Section; more)": Section is then what comes before the ")" or ";". A
+// reference without a section still has to name an existing file.
+var docRef = regexp.MustCompile(`docs/([A-Za-z0-9_.-]+\.md)(?:\x60)?(?: \(((?:[^()]|\([^()]*\))*)\)|, ([^();.]+)[);])?`)
 
 // TestDocReferences checks every docs reference in the repository's Go
 // files (every module, comments and strings alike) and in README.md and
@@ -70,8 +72,10 @@ func TestDocReferences(t *testing.T) {
 		for _, ix := range docRef.FindAllStringSubmatchIndex(text, -1) {
 			refs++
 			m := []string{text[ix[0]:ix[1]], text[ix[2]:ix[3]], ""}
-			if ix[4] >= 0 {
-				m[2] = text[ix[4]:ix[5]]
+			for g := 4; g <= 6; g += 2 {
+				if ix[g] >= 0 {
+					m[2] = text[ix[g]:ix[g+1]]
+				}
 			}
 			file, sections := m[1], m[2]
 			hs, ok := headings[file]
