@@ -27,6 +27,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/errs"
 )
 
 // defaultConnectTimeout bounds the first contact with the server (dial,
@@ -153,7 +154,10 @@ var pgKeyValue = regexp.MustCompile(`^\s*[A-Za-z_]+\s*=`)
 // openSQL opens a pool for dsn: pgx for a postgres:// or postgresql:// URL
 // or a key=value string, go-sql-driver/mysql for a mysql:// URL or a
 // go-sql-driver DSN. Unparsable DSNs are usage errors that never echo a
-// password.
+// password. A PostgreSQL DSN without default_query_exec_mode gets pgx's
+// simple protocol, which works behind any pooler (PgBouncer before 1.21 in
+// transaction mode cannot keep pgx's default prepared statements); a DSN
+// that names a mode keeps it.
 func openSQL(dsn string) (*sql.DB, server, error) {
 	lower := strings.ToLower(dsn)
 	if strings.HasPrefix(lower, "postgres://") || strings.HasPrefix(lower, "postgresql://") || pgKeyValue.MatchString(dsn) {
@@ -161,6 +165,12 @@ func openSQL(dsn string) (*sql.DB, server, error) {
 		if err != nil {
 			// pgconn's message already hides the password.
 			return nil, server{}, usagef("bad PostgreSQL DSN: %v", err)
+		}
+		if !strings.Contains(lower, "default_query_exec_mode") {
+			// pgx's default, cache_statement, fails behind a
+			// transaction-mode PgBouncer before 1.21; the command's few
+			// statements gain nothing from a cache.
+			cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
 		}
 		addr := cfg.Host
 		if !strings.HasPrefix(addr, "/") {
@@ -265,6 +275,8 @@ func dbError(err error) error {
 	var pe *pgconn.PgError
 	var me *gomysql.MySQLError
 	switch {
+	case errs.PreparedClash(err) && !strings.Contains(err.Error(), errs.PoolerHint):
+		return fmt.Errorf("%w (%s)", err, errs.PoolerHint)
 	case errors.As(err, &pe) && pe.Code == "42P01", errors.As(err, &me) && me.Number == 1146:
 		// The library's hint names its Go function; this is the command.
 		msg := err.Error()

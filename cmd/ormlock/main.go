@@ -82,8 +82,10 @@ Commands:
 The database is --dsn or $ORMLOCK_DSN: a PostgreSQL URL or key=value string
 (postgres://user:pass@host:5432/db), a MySQL URL (mysql://user:pass@host:3306/db,
 the password URL-encoded) or a go-sql-driver MySQL DSN
-(user:pass@tcp(host:3306)/db). Behind PgBouncer in transaction mode add
-default_query_exec_mode=simple_protocol to the PostgreSQL URL. --namespace,
+(user:pass@tcp(host:3306)/db). A PostgreSQL DSN without
+default_query_exec_mode gets default_query_exec_mode=simple_protocol, which
+works behind PgBouncer in transaction mode (pgx's own default does not before
+PgBouncer 1.21); a DSN that names a mode keeps it. --namespace,
 --ledger-table and --connect-timeout (default 10s) likewise default to
 $ORMLOCK_NAMESPACE, $ORMLOCK_LEDGER_TABLE and $ORMLOCK_CONNECT_TIMEOUT.
 
