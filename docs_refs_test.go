@@ -2,12 +2,14 @@ package ormlock_test
 
 import (
 	"bufio"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 // A reference to a section of the docs is written "docs/<file>.md
@@ -19,7 +21,7 @@ import (
 // also be written "(docs/<file>.md, Section)" or "(docs/<file>.md,
 // Section; more)": Section is then what comes before the ")" or ";". A
 // reference without a section still has to name an existing file.
-var docRef = regexp.MustCompile(`docs/([A-Za-z0-9_.-]+\.md)(?:\x60)?(?: \(((?:[^()]|\([^()]*\))*)\)|, ([^();.]+)[);])?`)
+var docRef = regexp.MustCompile(`docs/([A-Za-z0-9_.-]+\.md)(?:\x60)?(?: \(((?:[^()]|\([^()]*\))*)\)|, ((?:[^();.]|\([^()]*\))+)[);])?`)
 
 // TestDocReferences checks every docs reference in the repository's Go
 // files (every module, comments and strings alike) and in README.md and
@@ -196,3 +198,87 @@ func matchPath(hs []heading, from, to, level int, s string) bool {
 	}
 	return false
 }
+
+// mdLink is a Markdown link's target: a path, a #fragment, or both.
+var mdLink = regexp.MustCompile(`\]\(([^()\s]*)\)`)
+
+// TestDocLinks checks the relative links of README.md and docs/*.md: the
+// file a link names exists, and its #fragment is the anchor GitHub gives
+// one of that file's headings.
+func TestDocLinks(t *testing.T) {
+	files, err := filepath.Glob("docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, "README.md")
+	links := 0
+	for _, p := range files {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range mdLink.FindAllStringSubmatch(flatten(string(b), false), -1) {
+			target := m[1]
+			if target == "" || strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			links++
+			path, frag, _ := strings.Cut(target, "#")
+			file := p
+			if path != "" {
+				file = filepath.Join(filepath.Dir(p), filepath.FromSlash(path))
+				if _, err := os.Stat(file); err != nil {
+					t.Errorf("%s: link %q: %v", p, target, err)
+					continue
+				}
+			}
+			if frag == "" {
+				continue
+			}
+			if !strings.HasSuffix(file, ".md") {
+				t.Errorf("%s: link %q: a fragment of a file that is not Markdown", p, target)
+				continue
+			}
+			hs, err := readHeadings(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !anchors(hs)[frag] {
+				t.Errorf("%s: link %q: %s has no heading with anchor #%s", p, target, file, frag)
+			}
+		}
+	}
+	if links == 0 {
+		t.Fatal("no relative link found: the scan is broken")
+	}
+}
+
+// anchors returns the anchors GitHub gives the headings hs: the text in
+// lower case, with everything but letters, digits, spaces, "-" and "_"
+// dropped and each space made a "-"; a repeated anchor gets "-1", "-2", ...
+func anchors(hs []heading) map[string]bool {
+	seen := map[string]int{}
+	out := map[string]bool{}
+	for _, h := range hs {
+		var b strings.Builder
+		for _, r := range strings.ToLower(linkText.ReplaceAllString(h.text, "$1")) {
+			switch {
+			case r == ' ':
+				b.WriteByte('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				b.WriteRune(r)
+			}
+		}
+		a := b.String()
+		if n := seen[a]; n > 0 {
+			out[fmt.Sprintf("%s-%d", a, n)] = true
+		} else {
+			out[a] = true
+		}
+		seen[a]++
+	}
+	return out
+}
+
+// linkText is a Markdown link inside a heading, whose text is the anchor's.
+var linkText = regexp.MustCompile(`\[([^\]]*)\]\([^)]*\)`)
