@@ -30,5 +30,11 @@ func Migrate[T TxLike](ctx context.Context, x interface {
 	if err != nil {
 		return err
 	}
+	if err := lockproto.Ended(ctx); err != nil {
+		return err
+	}
+	if err := op.CheckServer(ctx, d.db); err != nil {
+		return err
+	}
 	return ledger.Migrate(ctx, d.db, op)
 }

@@ -15,7 +15,7 @@ import (
 // inside one PostgreSQL transaction it stays that of the first lookup. See
 // docs/PROTOCOL.md (Holder) and [ormlock.HolderInfo] for each field.
 func Holder[K ormlock.KeyType](db *gorm.DB, key K, opts ...ormlock.Option) (ormlock.HolderInfo, error) {
-	c, err := prepare(db, "Holder", lockproto.KeyOf(key), opts)
+	c, err := prepare(db, "Holder", lockproto.KeyOf(key), opts, false)
 	if err != nil {
 		return ormlock.HolderInfo{}, err
 	}

@@ -111,6 +111,11 @@ func (l *Locker) Lock(ctx context.Context, job string) (gocron.Lock, error) {
 	}
 	now := l.cfg.now()
 	slot := s.Slot(now)
+	if err := ended(ctx); err != nil {
+		// a skip that sends nothing: no claim is started, so none can
+		// outlive the call (see docs/SCHEDULES.md, Locker (gocron))
+		return nil, wrapf(err, "job %q, slot %s", job, slot.Format(time.RFC3339Nano))
+	}
 	if err := l.cfg.refires.fired(job, slot, s); err != nil {
 		l.cfg.report(err)
 	}
