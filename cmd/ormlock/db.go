@@ -79,12 +79,13 @@ func (c *common) options() ([]ormlock.Option, error) {
 // that has its own.
 func bare(err error) string { return strings.TrimPrefix(err.Error(), "ormlock: ") }
 
-// where says, for a message, which namespace a command looked in.
+// where says, for a message, which namespace a command looked in: a lock
+// or run taken under another namespace is another one.
 func (c *common) where() string {
 	if c.namespace == "" {
-		return "no namespace (--namespace, $ORMLOCK_NAMESPACE)"
+		return "without a namespace (one taken with --namespace or $ORMLOCK_NAMESPACE is another lock)"
 	}
-	return fmt.Sprintf("namespace %q", c.namespace)
+	return fmt.Sprintf("in namespace %q (--namespace, $ORMLOCK_NAMESPACE)", c.namespace)
 }
 
 // open connects to the database named by --dsn (or $ORMLOCK_DSN) and checks
@@ -267,17 +268,22 @@ func parseMySQLURL(dsn string) (*gomysql.Config, error) {
 	return cfg, nil
 }
 
+// isMissingTable reports whether err is the server's "no such table".
+func isMissingTable(err error) bool {
+	var pe *pgconn.PgError
+	var me *gomysql.MySQLError
+	return errors.As(err, &pe) && pe.Code == "42P01" || errors.As(err, &me) && me.Number == 1146
+}
+
 // dbError adds what an operator can do to errors from the database.
 func dbError(err error) error {
 	if err == nil {
 		return nil
 	}
-	var pe *pgconn.PgError
-	var me *gomysql.MySQLError
 	switch {
 	case errs.PreparedClash(err) && !strings.Contains(err.Error(), errs.PoolerHint):
 		return fmt.Errorf("%w (%s)", err, errs.PoolerHint)
-	case errors.As(err, &pe) && pe.Code == "42P01", errors.As(err, &me) && me.Number == 1146:
+	case isMissingTable(err):
 		// The library's hint names its Go function; this is the command.
 		msg := err.Error()
 		if hinted := strings.Replace(msg, "(create it with Migrate)", "(create it with: ormlock migrate)", 1); hinted != msg {
