@@ -9,9 +9,9 @@ import (
 )
 
 // Migrate creates the [RunOnce] ledger table, and the fence table of
-// [ormlock.WithFencing], if they do not exist: the same tables as
-// gormlock.Migrate's, so both ORMs can share them. Calling it again is
-// harmless, and replicas may all call it at start-up. x is the client or the
+// [ormlock.WithFencing], if they do not exist: the same tables as every
+// other adapter's Migrate, so they can all share them. Calling it again
+// is harmless, and replicas may all call it at start-up. x is the client or the
 // *Driver, as for [Session]; the table is "ormlock_runs" or
 // [ormlock.WithLedgerTable]'s, and a name that is not a plain identifier is
 // an error wrapping [ormlock.ErrInvalidArgument]. The tables are not part of
