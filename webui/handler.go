@@ -138,6 +138,10 @@ func (h *handler) page(w http.ResponseWriter, req *http.Request, build func(ctx 
 		h.s.logger.LogAttrs(ctx, levelError, "ormlock webui: read failed", attr("path", req.URL.Path), attr("error", msg))
 		v = &view{Title: "Unavailable", Problem: msg, P: p}
 	}
+	if code == http.StatusOK && ctx.Err() != nil {
+		// a section ran out of time: the page is partial
+		code = http.StatusServiceUnavailable
+	}
 	v.P = p
 	h.render(w, code, v)
 }

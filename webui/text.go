@@ -62,12 +62,11 @@ func cleanText(s string, limit int, lines bool) string {
 type shownTime struct {
 	Zone, UTC, ISO string
 	SameZone       bool // the chosen zone is UTC: show it once
-	Zero           bool
 }
 
 func showTime(t time.Time, loc *time.Location) shownTime {
 	if t.IsZero() {
-		return shownTime{Zero: true}
+		return shownTime{}
 	}
 	const layout = "2006-01-02 15:04:05"
 	z := t.In(loc)
