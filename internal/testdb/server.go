@@ -171,7 +171,7 @@ func (s *Server) DSN() string {
 	case PgBouncer:
 		return pgURL(s.port, dbName, "default_query_exec_mode=simple_protocol")
 	default:
-		return fmt.Sprintf("root@tcp(127.0.0.1:%d)/%s?parseTime=true&loc=UTC", s.port, dbName)
+		return mysqlDSN(s.port)
 	}
 }
 
