@@ -17,5 +17,5 @@ import (
 //	tok, _ := ormlock.FencingToken(ctx)
 //	err := pgxlock.CheckFenced(tx.Exec(ctx, "UPDATE accounts SET balance = $1, fence = $2 WHERE id = $3 AND fence <= $2", b, tok, id))
 func CheckFenced(tag pgconn.CommandTag, err error) error {
-	return fencectx.Check(err, func() (int64, error) { return tag.RowsAffected(), nil })
+	return fencectx.CheckOn("postgres", err, func() (int64, error) { return tag.RowsAffected(), nil })
 }
