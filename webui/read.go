@@ -22,16 +22,24 @@ import (
 // the verbs and the command see; the two statements of its own are plain
 // index range reads of the ledger's primary key and of the fence table's:
 //
-//   - the jobs of a namespace: a recursive walk that reads, per job, the
-//     first primary key entry after the previous job (a "loose index scan",
-//     PostgreSQL has none built in), at most a page of jobs, so that the
-//     cost is that page's, never the ledger's size (no DISTINCT, no GROUP
-//     BY over the table);
+//   - the jobs of a namespace: a walk that reads, per job, the first
+//     primary key entry after the previous job (a "loose index scan", which
+//     neither server does by itself here; see jobsSQL), at most a page of
+//     jobs, so that the cost is that page's, never the ledger's size (no
+//     DISTINCT, no GROUP BY over the table);
 //   - the fence counters: the first rows of the namespace's primary key
 //     range.
 
-// jobsSQL returns the statement listing at most n (the third argument) job
-// names of namespace (first) after the job name given second, in order.
+// jobsSQL returns the statement listing job names of a namespace (the
+// first argument) after a job name (the second), in order. On PostgreSQL it
+// is the whole walk, at most n names (the third argument): a recursive
+// query whose every step is an index-only scan for the first entry after
+// the previous job, stopped by LIMIT 1. On MySQL/MariaDB it is one step,
+// sent once per job: MariaDB plans the recursive form's step as a scan of
+// the namespace's whole index range (measured: 1.3 million index entries
+// read for a page of 26 jobs on a 200,000-row ledger), and GROUP BY or
+// DISTINCT read every row of each listed job; a lone step reads one index
+// entry.
 func jobsSQL(d lockproto.Dialect, table string) string {
 	if d == lockproto.Postgres {
 		q := `"` + table + `"`
@@ -43,14 +51,7 @@ func jobsSQL(d lockproto.Dialect, table string) string {
 )
 SELECT job FROM j WHERE job IS NOT NULL`
 	}
-	q := "`" + table + "`"
-	return `WITH RECURSIVE j(job, n) AS (
-	SELECT (SELECT r.job FROM ` + q + ` r WHERE r.namespace = ? AND r.job > ? ORDER BY r.job LIMIT 1), 1
-	UNION ALL
-	SELECT (SELECT r.job FROM ` + q + ` r WHERE r.namespace = ? AND r.job > j.job ORDER BY r.job LIMIT 1), j.n + 1
-	FROM j WHERE j.job IS NOT NULL AND j.n < ?
-)
-SELECT job FROM j WHERE job IS NOT NULL`
+	return "SELECT job FROM `" + table + "` WHERE namespace = ? AND job > ? ORDER BY job LIMIT 1"
 }
 
 // fencesSQL lists the first n counters (namespace, limit).
@@ -154,18 +155,28 @@ func (r *reader) checkServer(ctx context.Context, tx *sql.Tx, d lockproto.Dialec
 
 // jobs lists at most n jobs after the name after.
 func (r *reader) jobs(ctx context.Context, tx *sql.Tx, d lockproto.Dialect, after string, n int) ([]string, error) {
-	var rows *sql.Rows
-	var err error
-	if d == lockproto.Postgres {
-		rows, err = tx.QueryContext(ctx, jobsSQL(d, r.s.ledger), r.s.namespace, after, n)
-	} else {
-		rows, err = tx.QueryContext(ctx, jobsSQL(d, r.s.ledger), r.s.namespace, after, r.s.namespace, n)
+	q := jobsSQL(d, r.s.ledger)
+	var out []string
+	if d == lockproto.MySQL {
+		for len(out) < n {
+			var j string
+			err := tx.QueryRowContext(ctx, q, r.s.namespace, after).Scan(&j)
+			if errors.Is(err, sql.ErrNoRows) {
+				break
+			}
+			if err != nil {
+				return nil, r.tableError(err, r.s.ledger, "list jobs")
+			}
+			out = append(out, j)
+			after = j
+		}
+		return out, nil
 	}
+	rows, err := tx.QueryContext(ctx, q, r.s.namespace, after, n)
 	if err != nil {
 		return nil, r.tableError(err, r.s.ledger, "list jobs")
 	}
 	defer rows.Close()
-	var out []string
 	for rows.Next() {
 		var j string
 		if err := rows.Scan(&j); err != nil {
