@@ -1,10 +1,13 @@
 // Package ormlock holds the shared vocabulary of ormlock: keys, options,
-// events and errors. The verbs live in the adapters: gormlock for GORM and
-// entlock for ent.
+// events and errors. The verbs live in four adapters, one per data layer:
+// gormlock for GORM, entlock for ent, sqllock for a plain *sql.DB
+// (database/sql, sqlc, sqlx, bun) and pgxlock for pgx's *pgxpool.Pool. They
+// take the same locks, keys, ledger and fencing tokens, so a key excludes
+// across all of them.
 //
 // ormlock takes distributed locks on the database a service already runs:
 // PostgreSQL advisory locks and MySQL/MariaDB named locks (GET_LOCK), inside
-// the ORM's own transaction. Three replicas of a service that run the same
+// the ORM's (or the driver's) own transaction. Three replicas of a service that run the same
 // midnight job can make exactly one of them do the work:
 //
 //	err := gormlock.Transaction(db, "daily-settlement", func(tx *gorm.DB) error {
@@ -13,6 +16,18 @@
 //	if errors.Is(err, ormlock.ErrNotAcquired) {
 //		return nil // another replica is doing it
 //	}
+//
+// # The verbs
+//
+// Every adapter has the same verbs: Transaction runs fn in one transaction
+// while the lock is held; Session holds the lock on a dedicated connection
+// while a long fn uses the pool; Lead elects one leader per key among the
+// replicas that call it and runs fn on the leader, with a ctx that ends
+// when leadership is lost (then, once fn has returned, it campaigns
+// again); RunOnce runs a job at most once
+// per (job, slot), with its ledger (Migrate, Runs, Prune, RunScheduled);
+// Holder says who holds a lock. What each does on each server:
+// docs/PROTOCOL.md (The verbs on each server; Lead).
 //
 // # Keys
 //
@@ -33,9 +48,11 @@
 // # Errors
 //
 // Every outcome has one sentinel ([ErrNotAcquired], [ErrLockLost],
-// [ErrAlreadyDone], [ErrUnsupportedDialect], [ErrInvalidKey],
-// [ErrInvalidArgument], and [ErrStaleToken] for fenced writes); compare
-// with errors.Is. The callback's own error is returned unchanged (a failed
+// [ErrCommitUnknown] when a COMMIT got no answer, [ErrAlreadyDone],
+// [ErrUnsupportedDialect], [ErrInvalidKey], [ErrInvalidArgument],
+// [ErrImplicitCommit] when MySQL/MariaDB committed fn's transaction
+// implicitly, and [ErrStaleToken] for fenced writes); compare with
+// errors.Is. The callback's own error is returned unchanged (a failed
 // rollback after it is added, as ent's WithTx does). Messages
 // start with "ormlock: " once, however many layers added their context.
 //

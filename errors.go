@@ -45,3 +45,15 @@ var ErrInvalidKey = errs.ErrInvalidKey
 // unusable: a nil database or callback, a negative duration, an invalid ledger
 // table name. The error text names the argument.
 var ErrInvalidArgument = errs.ErrInvalidArgument
+
+// ErrImplicitCommit is returned when fn failed after MySQL/MariaDB had
+// committed its transaction implicitly: the server commits the open
+// transaction before a DDL statement (CREATE, ALTER, DROP, TRUNCATE, ...),
+// so the rollback after fn's error undid nothing fn wrote before that
+// statement, and a transactional RunOnce records the run 'failed'. The
+// error also matches fn's own. A fn that returns nil after an implicit
+// commit succeeds (its writes are committed, though not as one
+// transaction) and a warning is logged on slog.Default(). Run a job that
+// needs DDL with [WithClaim], outside one transaction. See
+// docs/PROTOCOL.md (Deadlines, MySQL/MariaDB: DDL inside fn).
+var ErrImplicitCommit = errs.ErrImplicitCommit

@@ -38,7 +38,8 @@ var ErrStaleToken = errs.ErrStaleToken
 // The row must exist first (with fence 0). On MySQL/MariaDB an UPDATE
 // reports the rows it changed, not those it matched, unless the DSN sets
 // clientFoundRows=true: without it a repeated write of the same values is
-// taken for a stale one. See docs/PROTOCOL.md (Fenced writes).
+// taken for a stale one, and the error (from go-sql-driver/mysql) names
+// that cause. See docs/PROTOCOL.md (Fenced writes).
 func CheckFenced(res sql.Result, err error) error {
-	return errs.CheckFenced(err, func() (int64, error) { return res.RowsAffected() })
+	return errs.CheckFencedOn(errs.ResultDialect(res), err, func() (int64, error) { return res.RowsAffected() })
 }

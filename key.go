@@ -17,7 +17,8 @@ import "github.com/ormlock/ormlock/internal/keys"
 // ID(42) and Name("42") exclude each other there: kept on purpose, since a
 // collision never lets two holders in. Use one key kind per application.
 // Namespaces are not a security boundary (see [WithNamespace]). See
-// docs/PROTOCOL.md (Keys on each server; Which keys meet on MySQL/MariaDB).
+// docs/PROTOCOL.md (Keys on each server; Which keys meet on MySQL/MariaDB,
+// and why they stay so).
 type Key keys.Key
 
 // KeyType is the set of types the verbs accept as a key: a name (string), an

@@ -35,14 +35,17 @@
 //
 // The verbs: [Transaction] runs fn in one transaction while the lock is
 // held; [Session] (on the client or the *Driver) holds the lock on a
-// dedicated connection while a long fn uses the pool; [RunOnce] runs a job
-// at most once per (job, slot) with a ledger ([Migrate], [Runs], [Prune],
-// [RunScheduled]), shared with gormlock; [Holder] says who holds a lock.
+// dedicated connection while a long fn uses the pool; [Lead] elects one
+// leader per key among the replicas that call it and runs fn on the leader
+// until leadership is lost, then campaigns again; [RunOnce] runs a job at
+// most once per (job, slot) with a ledger ([Migrate], [Runs], [Prune],
+// [RunScheduled]), shared with the other adapters; [Holder] says who holds
+// a lock.
 //
 // What happens on each server, on cancellation, in nested calls (ent has
 // none: a call inside fn is an independent transaction), at each isolation
-// level and deadline, and how to size the pool is described once, for
-// gormlock and entlock alike, in docs/PROTOCOL.md.
+// level and deadline, and how to size the pool is described once, for the
+// four adapters alike, in docs/PROTOCOL.md.
 //
 // With [ormlock.WithFencing] every acquisition gets a fencing token, greater
 // than any earlier one of its key and committed before fn runs. ent's

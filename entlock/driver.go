@@ -213,6 +213,9 @@ func (d *Driver) begin(ctx context.Context, r *request, opts *sql.TxOptions) (*l
 			return nil, err
 		}
 	}
+	if err := op.EndedLock(ctx); err != nil {
+		return nil, err
+	}
 	if err := op.CheckServer(ctx, d.db); err != nil {
 		return nil, err
 	}

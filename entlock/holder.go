@@ -28,6 +28,9 @@ func Holder[T TxLike, K ormlock.KeyType](ctx context.Context, x interface {
 	if err != nil {
 		return ormlock.HolderInfo{}, err
 	}
+	if err := lockproto.Ended(ctx); err != nil {
+		return ormlock.HolderInfo{}, err
+	}
 	if err := op.CheckServer(ctx, d.db); err != nil {
 		return ormlock.HolderInfo{}, err
 	}

@@ -9,9 +9,9 @@ import (
 )
 
 // Migrate creates the [RunOnce] ledger table, and the fence table of
-// [ormlock.WithFencing], if they do not exist: the same tables as
-// gormlock.Migrate's, so both ORMs can share them. Calling it again is
-// harmless, and replicas may all call it at start-up. x is the client or the
+// [ormlock.WithFencing], if they do not exist: the same tables as every
+// other adapter's Migrate, so they can all share them. Calling it again
+// is harmless, and replicas may all call it at start-up. x is the client or the
 // *Driver, as for [Session]; the table is "ormlock_runs" or
 // [ormlock.WithLedgerTable]'s, and a name that is not a plain identifier is
 // an error wrapping [ormlock.ErrInvalidArgument]. The tables are not part of
@@ -28,6 +28,12 @@ func Migrate[T TxLike](ctx context.Context, x interface {
 	cfg = cfg.With(ormlock.WithWait(max(cfg.Wait, ledger.MigrateWait)), ormlock.WithNamespace(""))
 	op, err := lockproto.NewOp(d.dial, verb, ledger.MigrateKey(cfg.LedgerTable), cfg)
 	if err != nil {
+		return err
+	}
+	if err := lockproto.Ended(ctx); err != nil {
+		return err
+	}
+	if err := op.CheckServer(ctx, d.db); err != nil {
 		return err
 	}
 	return ledger.Migrate(ctx, d.db, op)

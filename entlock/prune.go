@@ -26,6 +26,9 @@ func Prune[T TxLike](ctx context.Context, x interface {
 		return 0, err
 	}
 	t, err := ledger.NewTable(d.dial, cfg.LedgerTable)
+	if err == nil {
+		err = checkPool(ctx, d)
+	}
 	if err != nil {
 		return 0, err
 	}

@@ -47,6 +47,14 @@ func RunOnce[T TxLike](ctx context.Context, client interface {
 	}
 	ctx = sched.WithSlot(ctx, r.Slot())
 	if cfg.Claim {
+		// the locked transaction's path (Driver.begin) checks these
+		// itself; claim mode takes its lock without one
+		if err := op.EndedLock(ctx); err != nil {
+			return err
+		}
+		if err := op.CheckServer(ctx, d.db); err != nil {
+			return err
+		}
 		return r.Claimed(ctx, d.db, func(lctx context.Context) error {
 			tx, err := begin(lctx, client, &request{verb: verb, op: op, work: true})
 			if err != nil {
@@ -98,11 +106,18 @@ func Runs[T TxLike](ctx context.Context, x interface {
 	Tx(context.Context) (T, error)
 }, job string, limit int, opts ...ormlock.Option) ([]ormlock.Run, error) {
 	const verb = "Runs"
-	r, err := readerOf(ctx, verb, x, opts, ledger.CheckRuns("entlock."+verb, job, limit))
+	d, cfg, err := open(ctx, verb, x, opts, ledger.CheckRuns("entlock."+verb, job, limit))
 	if err != nil {
 		return nil, err
 	}
-	return ledger.RunsAs[ormlock.Run](r.T.Runs(ctx, r.Q, r.Cfg.Namespace, job, limit))
+	t, err := ledger.NewTable(d.dial, cfg.LedgerTable)
+	if err == nil {
+		err = checkPool(ctx, d)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return ledger.RunsAs[ormlock.Run](t.Runs(ctx, d.db, cfg.Namespace, job, limit))
 }
 
 // readerOf returns what reading the ledger through x needs, the call
@@ -159,6 +174,16 @@ func open[T TxLike](ctx context.Context, verb string, x interface {
 		return nil, config.Config{}, err
 	}
 	return d, cfg, nil
+}
+
+// checkPool is the server check of the verbs that build no Op (Runs,
+// Prune) on d's pool: a context that has ended returns its error first,
+// sending nothing.
+func checkPool(ctx context.Context, d *Driver) error {
+	if err := lockproto.Ended(ctx); err != nil {
+		return err
+	}
+	return lockproto.CheckPool(ctx, d.dial, d.db, d.db)
 }
 
 // workTx answers a claim-mode request (r.work): fn's own transaction, an

@@ -30,7 +30,8 @@ func Session[T TxLike, K ormlock.KeyType](ctx context.Context, x interface {
 }
 
 // sessionOp validates a Session-like call (Session, Lead) and builds its Op
-// on the Driver under x.
+// on the Driver under x; a context that has ended is an error wrapping
+// ormlock.ErrNotAcquired and the context's error, before the server check.
 func sessionOp[T TxLike](ctx context.Context, verb string, x interface {
 	Tx(context.Context) (T, error)
 }, key keys.Key, nilFn bool, opts []ormlock.Option) (*lockproto.Op, *Driver, error) {
@@ -47,6 +48,9 @@ func sessionOp[T TxLike](ctx context.Context, verb string, x interface {
 	}
 	op, err := lockproto.NewOp(d.dial, verb, k, d.cfg.With(opts...))
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := op.EndedLock(ctx); err != nil {
 		return nil, nil, err
 	}
 	return op, d, nil

@@ -13,9 +13,9 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
-	"github.com/ormlock/ormlock/internal/leakcheck"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/internal/testdb/gormtest"
+	"github.com/ormlock/ormlock/internal/testdb/leakcheck"
 )
 
 // Bad input only gormlock can get: a nil *gorm.DB, a call inside a

@@ -13,7 +13,9 @@
 //
 // The verbs: [Transaction] runs fn in one transaction while the lock is
 // held; [Session] holds the lock on a dedicated connection while a long fn
-// uses the pool; [RunOnce] runs a job at most once per (job, slot) with a
+// uses the pool; [Lead] elects one leader per key among the replicas that
+// call it and runs fn on the leader until leadership is lost, then
+// campaigns again; [RunOnce] runs a job at most once per (job, slot) with a
 // ledger ([Migrate], [Runs], [Prune], [RunScheduled]); [Holder] says who
 // holds a lock. The context is GORM's (db.WithContext(ctx)).
 //
@@ -24,7 +26,7 @@
 //
 // What happens on each server, on cancellation, in nested transactions, at
 // each isolation level and deadline, and how to size the pool is described
-// once, for gormlock and entlock alike, in docs/PROTOCOL.md.
+// once, for the four adapters alike, in docs/PROTOCOL.md.
 //
 // With pgx on PostgreSQL, BEGIN and the lock travel in one message, so a
 // locked transaction makes the round trips of an unlocked one; other drivers

@@ -53,5 +53,9 @@ func CheckFenced(r *gorm.DB) error {
 	if r == nil {
 		return fmt.Errorf("%w: gormlock.CheckFenced: nil *gorm.DB", ormlock.ErrInvalidArgument)
 	}
-	return errs.CheckFenced(r.Error, func() (int64, error) { return r.RowsAffected, nil })
+	dialect := ""
+	if r.Config != nil && r.Dialector != nil {
+		dialect = r.Dialector.Name() // "postgres", "mysql"
+	}
+	return errs.CheckFencedOn(dialect, r.Error, func() (int64, error) { return r.RowsAffected, nil })
 }

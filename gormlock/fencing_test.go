@@ -66,7 +66,7 @@ func TestFencingNested(t *testing.T) {
 
 // BenchmarkFencing measures what WithFencing adds to an acquisition: the
 // same empty Transaction and Session with and without a fencing token, side
-// by side in one run (docs/BENCHMARKS.md, Fencing):
+// by side in one run (docs/BENCHMARKS.md, go test -bench: Fencing):
 //
 //	go test -run '^$' -bench BenchmarkFencing -benchmem -count 6 ./gormlock/
 func BenchmarkFencing(b *testing.B) {

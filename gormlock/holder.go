@@ -16,7 +16,7 @@ import (
 // inside one PostgreSQL transaction it stays that of the first lookup. See
 // docs/PROTOCOL.md (Holder) and [ormlock.HolderInfo] for each field.
 func Holder[K ormlock.KeyType](db *gorm.DB, key K, opts ...ormlock.Option) (ormlock.HolderInfo, error) {
-	c, err := prepare(db, "Holder", keys.Of[ormlock.Key](key), opts)
+	c, err := prepare(db, "Holder", keys.Of[ormlock.Key](key), opts, false)
 	if err != nil {
 		return ormlock.HolderInfo{}, err
 	}

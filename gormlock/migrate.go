@@ -24,7 +24,7 @@ func Migrate(db *gorm.DB, opts ...ormlock.Option) error {
 	// the table lock is the same whatever the namespace: services with
 	// different namespaces may share the table
 	opts = append(opts[:len(opts):len(opts)], ormlock.WithWait(wait), ormlock.WithNamespace(""))
-	c, err := prepare(db, "Migrate", ledger.MigrateKey(cfg.LedgerTable), opts)
+	c, err := prepare(db, "Migrate", ledger.MigrateKey(cfg.LedgerTable), opts, false)
 	if err != nil {
 		return err
 	}

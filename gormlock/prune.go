@@ -33,6 +33,9 @@ func Prune(db *gorm.DB, olderThan time.Duration, opts ...ormlock.Option) (int64,
 		return 0, err
 	}
 	t, err := ledger.NewTable(d, cfg.LedgerTable)
+	if err == nil {
+		err = checkPool(db, d)
+	}
 	if err != nil {
 		return 0, err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/ledger"
+	"github.com/ormlock/ormlock/internal/lockproto"
 	"github.com/ormlock/ormlock/internal/sched"
 )
 
@@ -33,7 +34,7 @@ func RunOnce(db *gorm.DB, job string, slot time.Time, fn func(tx *gorm.DB) error
 	if db != nil { // fn's context carries the slot (ormlock.Slot)
 		db = db.WithContext(sched.WithSlot(ctxOf(db), keys.NormalizeSlot(slot)))
 	}
-	c, err := prepare(db, "RunOnce", keys.RunKey(job, slot), opts)
+	c, err := prepare(db, "RunOnce", keys.RunKey(job, slot), opts, true)
 	if err != nil {
 		return err
 	}
@@ -87,6 +88,12 @@ func RunScheduled(db *gorm.DB, job string, schedule ormlock.Schedule, fn func(tx
 func Runs(db *gorm.DB, job string, limit int, opts ...ormlock.Option) ([]ormlock.Run, error) {
 	const verb = "gormlock.Runs"
 	r, err := readerOf(db, verb, opts, ledger.CheckRuns(verb, job, limit))
+	if err == nil {
+		var d lockproto.Dialect
+		if d, err = dialectOf(db); err == nil {
+			err = checkPool(db, d)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}

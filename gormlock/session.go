@@ -36,7 +36,7 @@ func sessionCall(db *gorm.DB, verb string, key keys.Key, fn func(ctx context.Con
 		return nil, nil, fmt.Errorf("%w: gormlock.%s: nil fn", ormlock.ErrInvalidArgument, verb)
 	}
 	c := new(call)
-	if err := c.init(db, verb, key, opts); err != nil {
+	if err := c.init(db, verb, key, opts, true); err != nil {
 		if !campaign || c.op == nil || lockproto.Permanent(err) {
 			return nil, nil, err
 		}

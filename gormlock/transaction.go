@@ -27,7 +27,7 @@ func Transaction[K ormlock.KeyType](db *gorm.DB, key K, fn func(tx *gorm.DB) err
 		return fmt.Errorf("%w: gormlock.Transaction: nil fn", ormlock.ErrInvalidArgument)
 	}
 	var c call // on the stack: one allocation fewer than prepare
-	if err := c.init(db, "Transaction", keys.Of[ormlock.Key](key), opts); err != nil {
+	if err := c.init(db, "Transaction", keys.Of[ormlock.Key](key), opts, true); err != nil {
 		return err
 	}
 	return c.transaction(fn)
@@ -40,16 +40,22 @@ type call struct {
 	op  *lockproto.Op
 }
 
-func prepare(db *gorm.DB, verb string, key keys.Key, opts []ormlock.Option) (*call, error) {
+// prepare is init on a new call; lock as init's.
+func prepare(db *gorm.DB, verb string, key keys.Key, opts []ormlock.Option, lock bool) (*call, error) {
 	c := new(call)
-	if err := c.init(db, verb, key, opts); err != nil {
+	if err := c.init(db, verb, key, opts, lock); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
-// init validates the arguments of a verb call and fills in c.
-func (c *call) init(db *gorm.DB, verb string, key keys.Key, opts []ormlock.Option) error {
+// init validates the arguments of a verb call and fills in c, then, in
+// this order: a context that has ended returns at once, sending nothing (a
+// verb that takes a lock for its caller, lock, with an error wrapping
+// ormlock.ErrNotAcquired and the context's error; Holder and Migrate with
+// the context's error), and the server is asked whether its locks are real.
+// c is left empty unless only the server check failed.
+func (c *call) init(db *gorm.DB, verb string, key keys.Key, opts []ormlock.Option, lock bool) error {
 	d, cfg, err := open(db, "gormlock."+verb, opts, nil)
 	if err != nil {
 		return err
@@ -58,7 +64,16 @@ func (c *call) init(db *gorm.DB, verb string, key keys.Key, opts []ormlock.Optio
 	if err != nil {
 		return err
 	}
-	*c = call{db: db, ctx: ctxOf(db), op: op}
+	ctx := ctxOf(db)
+	if lock {
+		err = op.EndedLock(ctx)
+	} else {
+		err = lockproto.Ended(ctx)
+	}
+	if err != nil {
+		return err
+	}
+	*c = call{db: db, ctx: ctx, op: op}
 	return c.checkServer()
 }
 

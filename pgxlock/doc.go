@@ -15,12 +15,13 @@
 //	}
 //
 // The verbs are sqllock's, with fn given a pgx.Tx: [Transaction],
-// [Session], [RunOnce] (with [Migrate], [Runs], [Prune], [RunScheduled])
-// and [Holder]. Options go with each call. fn's ctx carries the fencing
+// [Session], [Lead] (one leader per key among the replicas that call it),
+// [RunOnce] (with [Migrate], [Runs], [Prune], [RunScheduled]) and
+// [Holder]. Options go with each call. fn's ctx carries the fencing
 // token ([ormlock.FencingToken], with [ormlock.WithFencing]), which
-// [CheckFenced] checks on pgx's CommandTag; a Session's and a claimed
-// RunOnce's ctx ends with cause [ormlock.ErrLockLost] when the lock is
-// lost. PostgreSQL only (and CockroachDB from v26.3, see
+// [CheckFenced] checks on pgx's CommandTag; a Session's, a Lead's and a
+// claimed RunOnce's ctx ends with cause [ormlock.ErrLockLost] when the lock
+// is lost. PostgreSQL only (and CockroachDB from v26.3, see
 // docs/COMPATIBILITY.md).
 //
 // # One message

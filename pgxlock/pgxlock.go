@@ -167,6 +167,20 @@ func Prune(ctx context.Context, pool *pgxpool.Pool, olderThan time.Duration, opt
 	return n, notPostgres(err)
 }
 
+// AdvanceFences adds by to every fencing counter of the namespace in
+// effect and returns how many it moved, as sqllock.AdvanceFences does:
+// the remedy after promoting an asynchronous replica. See
+// docs/PROTOCOL.md (Failover).
+func AdvanceFences(ctx context.Context, pool *pgxpool.Pool, by int64, opts ...ormlock.Option) (int64, error) {
+	p, cfg, done, err := open(ctx, "AdvanceFences", pool, false, opts)
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	n, err := p.AdvanceFences(ctx, by, cfg)
+	return n, notPostgres(err)
+}
+
 // claimed runs fn in a transaction of its own on pool (RunOnce's claim
 // mode), with the isolation level and read-only mode of
 // [ormlock.WithTxOptions] if given.

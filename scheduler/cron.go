@@ -33,7 +33,7 @@ var _ cron.Job = JobFunc(nil)
 // innermost in a chain. Other
 // errors, and a [JobFunc]'s own, go to the error handler. Bad input wraps
 // [ormlock.ErrInvalidArgument], and the wrapper returned with it fails closed
-// (it runs nothing). See docs/SCHEDULES.md (JobWrapper).
+// (it runs nothing). See docs/SCHEDULES.md (JobWrapper (robfig/cron)).
 func JobWrapper(b Backend, job string, schedule ormlock.Schedule, opts ...Option) (cron.JobWrapper, error) {
 	const verb = "scheduler.JobWrapper"
 	cfg, cfgErr := newConfig(opts)

@@ -30,7 +30,7 @@ var ErrNotLeader = errors.New("ormlock: not the leader")
 // lock up to two keepalive intervals late, and election knows nothing of
 // slots, so at a change of leader a run may happen twice or be missed. Where
 // each run must happen exactly once, use the [Locker]. See docs/SCHEDULES.md
-// (Elector).
+// (Elector (gocron)).
 type Elector struct {
 	b      Backend
 	key    string
@@ -51,7 +51,7 @@ var _ gocron.Elector = (*Elector)(nil)
 // [ormlock.ErrInvalidKey], and the Elector returned with it fails closed
 // (IsLeader returns that error). Call [Elector.Close] when done, or the
 // campaign (and a leader's lock) lasts until the process exits. See
-// docs/SCHEDULES.md (Elector).
+// docs/SCHEDULES.md (Elector (gocron)).
 func NewElector(b Backend, key string, opts ...Option) (*Elector, error) {
 	const verb = "scheduler.NewElector"
 	cfg, err := newConfig(opts)

@@ -1,8 +1,12 @@
 package scheduler
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/ormlock/ormlock"
 )
 
 // schedError is an error with the scheduler's context in front, keeping
@@ -23,4 +27,18 @@ func (e *schedError) Unwrap() error { return e.err }
 // wrapf returns err with the context format/args in front.
 func wrapf(err error, format string, args ...any) error {
 	return &schedError{context: fmt.Sprintf(format, args...), err: err}
+}
+
+// ended returns nil while ctx is live; once it has ended, the skip of a
+// call that sends nothing: an error wrapping ormlock.ErrNotAcquired, the
+// context's error and its cause (when that is another error).
+func ended(ctx context.Context) error {
+	err := ctx.Err()
+	if err == nil {
+		return nil
+	}
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, err) {
+		return fmt.Errorf("%w: %w (%w)", ormlock.ErrNotAcquired, err, cause)
+	}
+	return fmt.Errorf("%w: %w", ormlock.ErrNotAcquired, err)
 }

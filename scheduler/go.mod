@@ -12,6 +12,7 @@ require (
 	github.com/jonboulle/clockwork v0.5.0
 	github.com/ormlock/ormlock v0.1.0
 	github.com/robfig/cron/v3 v3.0.1
+	go.uber.org/goleak v1.3.0
 	gorm.io/driver/mysql v1.6.0
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2

@@ -30,7 +30,7 @@ import (
 // [ormlock.ErrNotAcquired] or [ormlock.ErrAlreadyDone], and gocron skips the
 // run. A shutdown never leaves a 'running' row or a held lock behind. The job
 // name is gocron's (gocron.WithName), the same on every replica. A Locker is
-// safe for concurrent use. See docs/SCHEDULES.md (Locker).
+// safe for concurrent use. See docs/SCHEDULES.md (Locker (gocron)).
 type Locker struct {
 	b     Backend
 	def   ormlock.Schedule // nil in strict mode without a default
@@ -54,7 +54,7 @@ var _ gocron.Locker = (*Locker)(nil)
 // Bad input (a nil schedule, an invalid Backend or option) is an error
 // wrapping [ormlock.ErrInvalidArgument]; the Locker returned with it fails
 // closed: every Lock returns that error without taking a lock. See
-// docs/SCHEDULES.md (Locker).
+// docs/SCHEDULES.md (Locker (gocron)).
 func NewLocker(b Backend, schedule ormlock.Schedule, opts ...Option) (*Locker, error) {
 	const verb = "scheduler.NewLocker"
 	cfg, cfgErr := newConfig(opts)
@@ -112,6 +112,11 @@ func (l *Locker) Lock(ctx context.Context, job string) (gocron.Lock, error) {
 	}
 	now := l.cfg.now()
 	slot := s.Slot(now)
+	if err := ended(ctx); err != nil {
+		// a skip that sends nothing: no claim is started, so none can
+		// outlive the call (see docs/SCHEDULES.md, Locker (gocron))
+		return nil, wrapf(err, "job %q, slot %s", job, slot.Format(time.RFC3339Nano))
+	}
 	if err := l.cfg.refires.fired(job, slot, s); err != nil {
 		l.cfg.report(err)
 	}

@@ -17,13 +17,15 @@
 //
 // The verbs: [Transaction] runs fn in one transaction while the lock is
 // held; [Session] holds the lock on a dedicated connection while a long fn
-// uses the pool; [RunOnce] runs a job at most once per (job, slot) with a
+// uses the pool; [Lead] elects one leader per key among the replicas that
+// call it and runs fn on the leader until leadership is lost, then
+// campaigns again; [RunOnce] runs a job at most once per (job, slot) with a
 // ledger ([Migrate], [Runs], [Prune], [RunScheduled]), shared with the
 // other adapters; [Holder] says who holds a lock. Options go with each
 // call: there is no plugin to hold defaults. fn's ctx carries the fencing
-// token ([ormlock.FencingToken], with [ormlock.WithFencing]); a Session's
-// and a claimed RunOnce's ctx ends with cause [ormlock.ErrLockLost] when the
-// lock is lost.
+// token ([ormlock.FencingToken], with [ormlock.WithFencing]); a Session's,
+// a Lead's and a claimed RunOnce's ctx ends with cause [ormlock.ErrLockLost]
+// when the lock is lost.
 //
 // # sqlx and bun
 //

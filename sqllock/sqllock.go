@@ -151,6 +151,20 @@ func Prune(ctx context.Context, db *sql.DB, olderThan time.Duration, opts ...orm
 	return p.Prune(ctx, olderThan, cfg)
 }
 
+// AdvanceFences adds by to every fencing counter of the namespace in
+// effect and returns how many it moved: after promoting an asynchronous
+// replica, which may lack the last tokens the old primary issued, every
+// token issued afterwards is greater than those when by exceeds the
+// tokens issued per key in the replication lag. by is in 1..2^52. See
+// docs/PROTOCOL.md (Failover).
+func AdvanceFences(ctx context.Context, db *sql.DB, by int64, opts ...ormlock.Option) (int64, error) {
+	p, cfg, err := pool(ctx, "AdvanceFences", db, false, opts)
+	if err != nil {
+		return 0, err
+	}
+	return p.AdvanceFences(ctx, by, cfg)
+}
+
 // pool checks a verb's arguments and returns db as the protocol's pool.
 func pool(ctx context.Context, verb string, db *sql.DB, nilFn bool, opts []ormlock.Option) (dbverbs.Pool, config.Config, error) {
 	cfg, err := dbverbs.Check(ctx, "sqllock", verb, "*sql.DB", db == nil, nilFn, opts)

@@ -25,6 +25,7 @@ func TestUsageErrors(t *testing.T) {
 	}{
 		{"no command", nil, 2, "Usage:"},
 		{"unknown command", []string{"lock"}, 2, `unknown command "lock"`},
+		{"unknown first flag", []string{"--verbose"}, 2, `unknown flag "--verbose" before the command`},
 		{"missing --", []string{"run", "--dsn", pgDSN, "job", "sleep", "1"}, 2, "missing -- between KEY and COMMAND"},
 		{"missing KEY", []string{"run", "--dsn", pgDSN, "--", "true"}, 2, "missing KEY"},
 		{"missing COMMAND", []string{"run", "--dsn", pgDSN, "job", "--"}, 2, "missing COMMAND"},
@@ -54,6 +55,13 @@ func TestUsageErrors(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			code, out, stderr := runBin(t, "", c.args...)
 			want(t, code, stderr, c.code, c.msg)
+			if strings.HasPrefix(c.name, "unknown") && len(c.args) == 1 {
+				// A short error and a hint, not the whole usage.
+				want(t, code, stderr, c.code, "see ormlock help")
+				if n := strings.Count(stderr, "\n"); n > 3 || strings.Contains(stderr, "Usage:") {
+					t.Errorf("%d lines on stderr, the usage among them:\n%s", n, stderr)
+				}
+			}
 			if out != "" {
 				t.Errorf("stdout %q", out)
 			}
@@ -73,10 +81,25 @@ func TestUsageErrors(t *testing.T) {
 	testdb.AssertNoLeaks(t, testdb.Postgres)
 }
 
+// ormlock --version (and version) prints the module version on stdout.
+func TestVersion(t *testing.T) {
+	for _, args := range [][]string{{"--version"}, {"version"}, {"-version"}} {
+		code, out, stderr := runBin(t, "", args...)
+		want(t, code, stderr, 0)
+		// go build in a work tree records "(devel)"; go install of a
+		// release its version.
+		if !regexp.MustCompile(`^ormlock (\(devel\)|v\d+\.\d+\.\d+\S*)( [0-9a-f]{12})? \(go\S+\)\n$`).MatchString(out) {
+			t.Errorf("%q: stdout %q", args, out)
+		}
+	}
+	code, _, stderr := runBin(t, "", "version", "extra")
+	want(t, code, stderr, 2, "takes no arguments")
+}
+
 // --help of each command prints its usage and examples on stdout, status 0.
 func TestHelp(t *testing.T) {
 	for _, args := range [][]string{
-		{"--help"}, {"help"}, {"run", "--help"}, {"help", "run"}, {"holder", "-h"}, {"runs", "--help"}, {"key", "--help"}, {"migrate", "--help"}, {"lead", "--help"},
+		{"--help"}, {"help"}, {"run", "--help"}, {"help", "run"}, {"holder", "-h"}, {"runs", "--help"}, {"key", "--help"}, {"migrate", "--help"}, {"lead", "--help"}, {"help", "version"},
 	} {
 		code, out, stderr := runBin(t, "", args...)
 		want(t, code, stderr, 0)

@@ -27,6 +27,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/errs"
 )
 
 // defaultConnectTimeout bounds the first contact with the server (dial,
@@ -78,12 +79,13 @@ func (c *common) options() ([]ormlock.Option, error) {
 // that has its own.
 func bare(err error) string { return strings.TrimPrefix(err.Error(), "ormlock: ") }
 
-// where says, for a message, which namespace a command looked in.
+// where says, for a message, which namespace a command looked in: a lock
+// or run taken under another namespace is another one.
 func (c *common) where() string {
 	if c.namespace == "" {
-		return "no namespace (--namespace, $ORMLOCK_NAMESPACE)"
+		return "without a namespace (one taken with --namespace or $ORMLOCK_NAMESPACE is another lock)"
 	}
-	return fmt.Sprintf("namespace %q", c.namespace)
+	return fmt.Sprintf("in namespace %q (--namespace, $ORMLOCK_NAMESPACE)", c.namespace)
 }
 
 // open connects to the database named by --dsn (or $ORMLOCK_DSN) and checks
@@ -153,7 +155,10 @@ var pgKeyValue = regexp.MustCompile(`^\s*[A-Za-z_]+\s*=`)
 // openSQL opens a pool for dsn: pgx for a postgres:// or postgresql:// URL
 // or a key=value string, go-sql-driver/mysql for a mysql:// URL or a
 // go-sql-driver DSN. Unparsable DSNs are usage errors that never echo a
-// password.
+// password. A PostgreSQL DSN without default_query_exec_mode gets pgx's
+// simple protocol, which works behind any pooler (PgBouncer before 1.21 in
+// transaction mode cannot keep pgx's default prepared statements); a DSN
+// that names a mode keeps it.
 func openSQL(dsn string) (*sql.DB, server, error) {
 	lower := strings.ToLower(dsn)
 	if strings.HasPrefix(lower, "postgres://") || strings.HasPrefix(lower, "postgresql://") || pgKeyValue.MatchString(dsn) {
@@ -161,6 +166,12 @@ func openSQL(dsn string) (*sql.DB, server, error) {
 		if err != nil {
 			// pgconn's message already hides the password.
 			return nil, server{}, usagef("bad PostgreSQL DSN: %v", err)
+		}
+		if !strings.Contains(lower, "default_query_exec_mode") {
+			// pgx's default, cache_statement, fails behind a
+			// transaction-mode PgBouncer before 1.21; the command's few
+			// statements gain nothing from a cache.
+			cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
 		}
 		addr := cfg.Host
 		if !strings.HasPrefix(addr, "/") {
@@ -172,8 +183,10 @@ func openSQL(dsn string) (*sql.DB, server, error) {
 	var err error
 	if strings.HasPrefix(lower, "mysql://") {
 		cfg, err = parseMySQLURL(dsn)
+	} else if m := urlScheme.FindStringSubmatch(dsn); m != nil {
+		err = usagef("bad DSN: unknown scheme %q; %s", m[1]+"://", dsnForms)
 	} else if cfg, err = gomysql.ParseDSN(dsn); err != nil {
-		err = usagef("bad DSN: not a postgres:// URL, a PostgreSQL key=value string, a mysql:// URL or a MySQL DSN (user:pass@tcp(host:3306)/db): %v", err)
+		err = badDSN(dsn, err)
 	}
 	if err != nil {
 		return nil, server{}, err
@@ -186,6 +199,44 @@ func openSQL(dsn string) (*sql.DB, server, error) {
 		return nil, server{}, usagef("bad MySQL DSN: %v", err)
 	}
 	return sql.OpenDB(conn), server{"MySQL", cfg.Addr}, nil
+}
+
+// dsnForms is what --dsn accepts, for messages.
+const dsnForms = "--dsn takes a postgres:// or postgresql:// URL (postgres://user:pass@host:5432/db), " +
+	"a PostgreSQL key=value string (host=h port=5432 user=u dbname=db), " +
+	"a mysql:// URL (mysql://user:pass@host:3306/db) " +
+	"or a go-sql-driver MySQL DSN (user:pass@tcp(host:3306)/db)"
+
+// urlScheme matches a URL's scheme: what a MySQL DSN never starts with, as
+// its user name is followed by ':' or '@', not "://".
+var urlScheme = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9+.-]*)://`)
+
+// schemeTypo matches a PostgreSQL or MySQL URL whose "://" is mistyped
+// (postgresql//host, postgres:/host, mysql:host), and captures it.
+var schemeTypo = regexp.MustCompile(`(?i)^((postgres(ql)?|pg|mysql|mariadb)(:/?|//?))[^/]`)
+
+// badDSN says why dsn, which is not a URL nor a key=value string, is no
+// MySQL DSN either: what the DSN seems to be meant as, and what --dsn
+// accepts. It quotes no more of dsn than a mistyped scheme, never the
+// password.
+func badDSN(dsn string, err error) error {
+	if m := schemeTypo.FindStringSubmatch(dsn); m != nil {
+		scheme := strings.ToLower(m[2])
+		if scheme == "pg" || scheme == "postgresql" {
+			scheme = "postgres"
+		} else if scheme == "mariadb" {
+			scheme = "mysql"
+		}
+		return usagef("bad DSN: it starts %q, which looks like a mistyped %s:// URL (the scheme must be followed by \"://\"); %s", m[1], scheme, dsnForms)
+	}
+	why := err.Error()
+	switch {
+	case strings.Contains(why, "default addr for network"):
+		why = "its address must be tcp(host:port) or unix(/path/to/socket), between '@' and '/'"
+	case strings.Contains(why, "missing the slash"):
+		why = "no '/' before the database name (user:pass@tcp(host:3306)/db, or .../ for none)"
+	}
+	return usagef("bad DSN: not a URL nor a key=value string, and as a MySQL DSN %s; %s", why, dsnForms)
 }
 
 // parseMySQLURL reads mysql://user:pass@host:port/db?params (port 3306 by
@@ -217,15 +268,22 @@ func parseMySQLURL(dsn string) (*gomysql.Config, error) {
 	return cfg, nil
 }
 
+// isMissingTable reports whether err is the server's "no such table".
+func isMissingTable(err error) bool {
+	var pe *pgconn.PgError
+	var me *gomysql.MySQLError
+	return errors.As(err, &pe) && pe.Code == "42P01" || errors.As(err, &me) && me.Number == 1146
+}
+
 // dbError adds what an operator can do to errors from the database.
 func dbError(err error) error {
 	if err == nil {
 		return nil
 	}
-	var pe *pgconn.PgError
-	var me *gomysql.MySQLError
 	switch {
-	case errors.As(err, &pe) && pe.Code == "42P01", errors.As(err, &me) && me.Number == 1146:
+	case errs.PreparedClash(err) && !strings.Contains(err.Error(), errs.PoolerHint):
+		return fmt.Errorf("%w (%s)", err, errs.PoolerHint)
+	case isMissingTable(err):
 		// The library's hint names its Go function; this is the command.
 		msg := err.Error()
 		if hinted := strings.Replace(msg, "(create it with Migrate)", "(create it with: ormlock migrate)", 1); hinted != msg {

@@ -17,8 +17,11 @@
 //
 // The database is --dsn or $ORMLOCK_DSN: a postgres:// (or postgresql://)
 // URL or key=value string, opened with pgx, or a mysql:// URL or a
-// go-sql-driver MySQL DSN. Behind PgBouncer in transaction mode the URL
-// needs default_query_exec_mode=simple_protocol. --namespace, --ledger-table
+// go-sql-driver MySQL DSN. A PostgreSQL DSN that names no
+// default_query_exec_mode gets simple_protocol, which works behind
+// PgBouncer in transaction mode (pgx's default, cache_statement, fails
+// there before PgBouncer 1.21: "prepared statement "stmtcache_..." already
+// exists", 42P05); a DSN that names a mode keeps it. --namespace, --ledger-table
 // and --connect-timeout (default 10s: a server that accepts the connection
 // and never answers fails then) default to $ORMLOCK_NAMESPACE,
 // $ORMLOCK_LEDGER_TABLE and $ORMLOCK_CONNECT_TIMEOUT.

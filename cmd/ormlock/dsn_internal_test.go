@@ -42,3 +42,45 @@ func TestParseMySQLURL(t *testing.T) {
 		}
 	}
 }
+
+// A DSN that is none of the accepted forms is a usage error that says what
+// --dsn accepts and what was wrong with this one, not the MySQL driver's
+// parser error, and never echoes the password.
+func TestBadDSN(t *testing.T) {
+	for _, c := range []struct{ dsn, says string }{
+		{"postgresql//app:s3cr3t@db.internal:5432/app", `starts "postgresql//", which looks like a mistyped postgres:// URL`},
+		{"postgres:/app:s3cr3t@db.internal/app", `starts "postgres:/", which looks like a mistyped postgres:// URL`},
+		{"mysql//app:s3cr3t@db.internal/app", `starts "mysql//", which looks like a mistyped mysql:// URL`},
+		{"mariadb://app:s3cr3t@db.internal/app", `unknown scheme "mariadb://"`},
+		{"pgsql://app:s3cr3t@db.internal/app", `unknown scheme "pgsql://"`},
+		{"app:s3cr3t@db.internal:3306/app", "its address must be tcp(host:port) or unix(/path/to/socket)"},
+		{"app:s3cr3t@tcp(db.internal:3306)app", "no '/' before the database name"},
+		{"not a dsn", "no '/' before the database name"},
+	} {
+		_, _, err := openSQL(c.dsn)
+		if _, ok := err.(*usageError); !ok {
+			t.Errorf("%s: %v, want a usage error", c.dsn, err)
+			continue
+		}
+		msg := err.Error()
+		for _, s := range []string{c.says, "postgres://user:pass@host:5432/db", "host=h port=5432", "mysql://user:pass@host:3306/db", "user:pass@tcp(host:3306)/db"} {
+			if !strings.Contains(msg, s) {
+				t.Errorf("%s: %q does not say %q", c.dsn, msg, s)
+			}
+		}
+		for _, s := range []string{"s3cr3t", "default addr for network", "invalid DSN"} {
+			if strings.Contains(msg, s) {
+				t.Errorf("%s: %q shows %q", c.dsn, msg, s)
+			}
+		}
+	}
+	// A MySQL DSN whose user is named like a scheme is still one.
+	db, srv, err := openSQL("postgres:pw@tcp(127.0.0.1:3306)/db")
+	if err != nil {
+		t.Fatalf("a MySQL DSN of user postgres: %v", err)
+	}
+	db.Close() // never connected
+	if srv.dialect != "MySQL" {
+		t.Errorf("a MySQL DSN of user postgres opens a %s pool", srv.dialect)
+	}
+}

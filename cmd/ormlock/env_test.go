@@ -56,12 +56,12 @@ func TestNamespaceVariable(t *testing.T) {
 			t.Errorf("holder in $ORMLOCK_NAMESPACE: %q", h.stdout)
 		}
 		code, out, stderr := runBin(t, k, "holder", key)
-		want(t, code, stderr, 0, "is not held in no namespace", "ORMLOCK_NAMESPACE")
+		want(t, code, stderr, 0, "is free without a namespace", "ORMLOCK_NAMESPACE")
 		if out != "free\n" {
 			t.Errorf("holder outside the namespace: %q", out)
 		}
 		code, out, stderr = runBin(t, k, "holder", "--namespace", "other", key)
-		want(t, code, stderr, 0, `is not held in namespace "other"`)
+		want(t, code, stderr, 0, `is free in namespace "other"`)
 		if out != "free\n" {
 			t.Errorf("holder in another namespace: %q", out)
 		}
@@ -72,7 +72,7 @@ func TestNamespaceVariable(t *testing.T) {
 		code, _, stderr = runBin(t, k, "migrate", "--ledger-table", table)
 		want(t, code, stderr, 0)
 		r := startWith(t, k, func(c *exec.Cmd) { inNS(c); c.Env = append(c.Env, "ORMLOCK_LEDGER_TABLE="+table) }, "runs", key)
-		want(t, r.wait(t, time.Minute), r.stderr.String(), 0, "no runs of", "in ledger table "+table+`, namespace "envns"`)
+		want(t, r.wait(t, time.Minute), r.stderr.String(), 0, "no runs of", "in ledger table "+table+` in namespace "envns"`)
 	})
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -28,14 +29,27 @@ holder's backend pid (PostgreSQL) or connection id (MySQL/MariaDB), what
 pg_terminate_backend and KILL take, its user, client and state (not its
 query, which may carry secrets); or "free". KEY reads as in ormlock run (a name, id:N, pair:C,O).
 
+A job run with ormlock run --once-per (or gormlock.RunOnce) holds the lock of
+its run, (JOB, slot), not JOB's own: when KEY is free, holder reads the
+ledger (--ledger-table) for runs of the job KEY that are still running and
+shows the holder of each such run's lock, with run=SLOT in front. A running
+row whose lock nobody holds is a run whose owner died before it recorded its
+end; the next trigger of that slot takes it over.
+
 Examples:
-  ormlock holder --dsn "$DSN" nightly-report
+  ormlock holder --dsn "$DSN" backup
   # held pid=4242 user=app client=10.0.0.7:51234 database=app state="idle in transaction" state_for=1.2s held_for=1.3s waiters=0
+  ormlock holder --dsn "$DSN" nightly-report     # a --once-per job
+  # run=2026-12-01T02:00:00Z held pid=4243 user=app application=host-a/311 ...
 
 A free lock prints "free", and stderr says which namespace was looked in:
 a lock taken under another namespace (--namespace, $ORMLOCK_NAMESPACE) is
 another lock.
 `
+
+// holderRuns is how many of a job's latest runs holder reads for running
+// ones.
+const holderRuns = 20
 
 func holderCmd(args []string, stdout, stderr io.Writer) error {
 	var c common
@@ -54,12 +68,65 @@ func holderCmd(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
+		if h.Held || !keys.IsName(keys.Key(key)) {
+			fmt.Fprintln(stdout, h.String())
+			if !h.Held {
+				fmt.Fprintf(stderr, "ormlock: %q is free %s\n", arg, c.where())
+			}
+			return nil
+		}
+		// A --once-per job: the lock is its run's.
+		found, stale, err := c.runHolders(db, arg, opts, stdout)
+		if err != nil || found {
+			return err
+		}
 		fmt.Fprintln(stdout, h.String())
-		if !h.Held {
-			fmt.Fprintf(stderr, "ormlock: %q is not held in %s\n", arg, c.where())
+		fmt.Fprintf(stderr, "ormlock: %q is free %s, and ledger table %s has no run of it holding its lock (ormlock run --once-per)\n", arg, c.where(), c.ledger)
+		for _, r := range stale {
+			fmt.Fprintf(stderr, "ormlock: the run of slot %s is recorded running (owner %s, started %s) but nobody holds its lock: its owner died before recording the end; the next trigger of that slot takes it over\n",
+				r.Slot.UTC().Format(time.RFC3339), quoteField(r.Owner), r.Started.UTC().Format(time.RFC3339))
 		}
 		return nil
 	})
+}
+
+// runHolders prints the holder of each of job's runs that the ledger shows
+// running and whose lock is held, as "run=SLOT <holder>", and reports
+// whether there was one; stale are the running rows whose lock is free. A
+// missing ledger table is no runs.
+func (c *common) runHolders(db *gorm.DB, job string, opts []ormlock.Option, stdout io.Writer) (found bool, stale []ormlock.Run, err error) {
+	runs, err := gormlock.Runs(db, job, holderRuns, opts...)
+	if errors.Is(err, ormlock.ErrInvalidArgument) || isMissingTable(err) {
+		return false, nil, nil // not a job name the ledger can hold, or no ledger
+	}
+	if err != nil {
+		return false, nil, err
+	}
+	for _, r := range runs {
+		if r.Status != "running" {
+			continue
+		}
+		h, err := gormlock.Holder(db, ormlock.RunKey(job, r.Slot), opts...)
+		if err != nil {
+			return false, nil, err
+		}
+		if !h.Held {
+			stale = append(stale, r)
+			continue
+		}
+		found = true
+		fmt.Fprintf(stdout, "run=%s %s\n", r.Slot.UTC().Format(time.RFC3339Nano), h.String())
+	}
+	return found, stale, nil
+}
+
+// quoteField is v as HolderInfo.String prints a value: as it is when plain,
+// else quoted.
+func quoteField(v string) string {
+	if v == "" || strings.ContainsFunc(v, func(r rune) bool { return r <= ' ' || r == '"' || r == '=' || r == '\\' || r > '~' }) {
+		return strconv.Quote(v)
+	}
+	return v
 }
 
 const runsUsage = `Usage: ormlock runs [flags] JOB
@@ -96,7 +163,7 @@ func runsCmd(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		if len(runs) == 0 {
-			fmt.Fprintf(stderr, "ormlock: no runs of %q in ledger table %s, %s\n", job, c.ledger, c.where())
+			fmt.Fprintf(stderr, "ormlock: no runs of %q in ledger table %s %s\n", job, c.ledger, c.where())
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "SLOT\tSTATUS\tOWNER\tSTARTED\tDURATION\tERROR")

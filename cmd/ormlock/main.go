@@ -75,14 +75,17 @@ Usage:
   ormlock key [--namespace NS] NAME
   ormlock migrate [flags]
   ormlock help COMMAND         (or ormlock COMMAND --help)
+  ormlock --version            (or ormlock version)
 
 Commands:
 %s
 The database is --dsn or $ORMLOCK_DSN: a PostgreSQL URL or key=value string
 (postgres://user:pass@host:5432/db), a MySQL URL (mysql://user:pass@host:3306/db,
 the password URL-encoded) or a go-sql-driver MySQL DSN
-(user:pass@tcp(host:3306)/db). Behind PgBouncer in transaction mode add
-default_query_exec_mode=simple_protocol to the PostgreSQL URL. --namespace,
+(user:pass@tcp(host:3306)/db). A PostgreSQL DSN without
+default_query_exec_mode gets default_query_exec_mode=simple_protocol, which
+works behind PgBouncer in transaction mode (pgx's own default does not before
+PgBouncer 1.21); a DSN that names a mode keeps it. --namespace,
 --ledger-table and --connect-timeout (default 10s) likewise default to
 $ORMLOCK_NAMESPACE, $ORMLOCK_LEDGER_TABLE and $ORMLOCK_CONNECT_TIMEOUT.
 
@@ -138,15 +141,31 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		}
 		printMainUsage(stdout)
 		return 0
+	case "-version", "--version", "version":
+		return status(versionCmd(rest, stdout), stderr, "version")
 	}
 	for _, c := range commands {
 		if c.name == name {
 			return status(c.run(rest, stdout, stderr), stderr, c.name)
 		}
 	}
-	fmt.Fprintf(stderr, "ormlock: unknown command %q\n\n", name)
-	printMainUsage(stderr)
+	// The whole usage would bury the one line that matters.
+	if strings.HasPrefix(name, "-") {
+		fmt.Fprintf(stderr, "ormlock: unknown flag %q before the command\n", name)
+	} else {
+		fmt.Fprintf(stderr, "ormlock: unknown command %q\n", name)
+	}
+	fmt.Fprintln(stderr, "ormlock: the commands are "+commandNames()+"; see ormlock help")
 	return exitUsage
+}
+
+// commandNames lists the commands, for a message.
+func commandNames() string {
+	names := make([]string, 0, len(commands)+1)
+	for _, c := range commands {
+		names = append(names, c.name)
+	}
+	return strings.Join(append(names, "version"), ", ")
 }
 
 // status prints err (once, prefixed "ormlock: ") and maps it to an exit

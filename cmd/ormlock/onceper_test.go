@@ -247,3 +247,50 @@ func TestOncePerCatchUp(t *testing.T) {
 		want(t, code, stderr, 2, "latest or all")
 	})
 }
+
+// ormlock holder JOB finds a --once-per run of JOB, whose lock is the run's
+// (JOB, slot) lock, from the ledger's running row; once its ormlock is
+// killed, the row still says running and holder says that nobody holds it.
+func TestHolderFindsOncePerRun(t *testing.T) {
+	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+		t.Parallel() // one server each
+		table := ledgerTable(t, k)
+		code, _, stderr := runBin(t, k, "migrate", "--ledger-table", table)
+		want(t, code, stderr, 0)
+		job := uniq(t, "job")
+		code, out, stderr := runBin(t, k, "holder", "--ledger-table", table, job)
+		want(t, code, stderr, 0, "is free without a namespace", "has no run of it holding its lock")
+		if out != "free\n" {
+			t.Errorf("holder before the run: %q", out)
+		}
+		_, waitFor := gate(t)
+		p := start(t, k, "run", "--once-per", "@daily", "--ledger-table", table, job, "--", "sh", "-c", "echo started; "+waitFor)
+		p.waitOutput(t, "started", time.Minute)
+		code, out, stderr = runBin(t, k, "holder", "--ledger-table", table, job)
+		want(t, code, stderr, 0)
+		slot := time.Now().UTC().Truncate(24 * time.Hour).Format(time.RFC3339)
+		if !strings.HasPrefix(out, "run="+slot+" held pid=") || strings.Count(out, "\n") != 1 {
+			t.Errorf("holder of the running --once-per job: %q, want run=%s held pid=...", out, slot)
+		}
+		if strings.Contains(stderr, "free") {
+			t.Errorf("holder says free: %s", stderr)
+		}
+		// Killed, ormlock leaves its row running; the server frees the lock.
+		if err := p.cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		p.wait(t, time.Minute)
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			code, out, stderr = runBin(t, k, "holder", "--ledger-table", table, job)
+			if out == "free\n" || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		want(t, code, stderr, 0, "the run of slot "+slot+" is recorded running", "nobody holds its lock")
+		if out != "free\n" {
+			t.Errorf("holder after the kill: %q", out)
+		}
+	})
+}

@@ -84,8 +84,9 @@ Examples:
       --tz Europe/Berlin --done-exit-code 0 --conflict-exit-code 0 \
       nightly-report -- ./report.sh
 
-  # behind PgBouncer in transaction mode
-  ormlock run --dsn 'postgres://app@pgbouncer:6432/app?default_query_exec_mode=simple_protocol' job -- ./job
+  # behind PgBouncer in transaction mode: a DSN without
+  # default_query_exec_mode gets simple_protocol, which PgBouncer needs
+  ormlock run --dsn 'postgres://app@pgbouncer:6432/app' job -- ./job
 `
 
 type runFlags struct {

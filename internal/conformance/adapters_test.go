@@ -183,6 +183,8 @@ type pgxPools struct {
 
 	mu    sync.Mutex
 	pools map[int32]*pgxpool.Pool // by MaxConns
+
+	tracer pgx.QueryTracer // of the pools' connections, when set
 }
 
 // pgxTx is the pgx.Tx pgxlock hands fn, with fn's ctx.
@@ -254,6 +256,9 @@ func (ps *pgxPools) pool() *pgxpool.Pool {
 		panic(err) // the DSN was parsed before
 	}
 	cfg.MaxConns = n
+	if ps.tracer != nil {
+		cfg.ConnConfig.Tracer = ps.tracer
+	}
 	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		panic(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/internal/testdb/enttest"
 	"github.com/ormlock/ormlock/pgxlock"
+	"github.com/ormlock/ormlock/sqllock"
 )
 
 // txToken runs a fenced Transaction on key and returns fn's token; fail
@@ -456,7 +457,7 @@ func fencedWrite(k testdb.Kind, tx txn, table string, id int, v string, tok int6
 		if k.Dialect() == "postgres" {
 			q = "UPDATE " + table + " SET v = $1, fence = $2 WHERE id = $3 AND fence <= $4"
 		}
-		return ormlock.CheckFenced(tx.tx.ExecContext(tx.ctx, q, v, tok, id, tok))
+		return sqllock.CheckFenced(tx.tx.ExecContext(tx.ctx, q, v, tok, id, tok))
 	case pgxTx:
 		q = "UPDATE " + table + " SET v = $1, fence = $2 WHERE id = $3 AND fence <= $4"
 		return pgxlock.CheckFenced(tx.tx.Exec(tx.ctx, q, v, tok, id, tok))

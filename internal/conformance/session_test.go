@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/ormlock/ormlock"
-	"github.com/ormlock/ormlock/internal/leakcheck"
 	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/internal/testdb/leakcheck"
 	"github.com/ormlock/ormlock/keyhash"
 )
 

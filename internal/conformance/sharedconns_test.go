@@ -10,9 +10,9 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/keys"
-	"github.com/ormlock/ormlock/internal/leakcheck"
 	"github.com/ormlock/ormlock/internal/lockproto"
 	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/internal/testdb/leakcheck"
 )
 
 // forEachDirect runs f for every adapter on the servers with session-level

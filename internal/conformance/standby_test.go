@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,9 +13,12 @@ import (
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
-// TestStandbyRefused: every verb on a pool whose server is a PostgreSQL hot
-// standby (a dbresolver replica, a misrouted DSN) is refused before fn runs,
-// with ErrUnsupportedDialect naming the reason; the primary still works.
+// TestStandbyRefused: every verb of every adapter (Transaction, Session,
+// Lead, RunOnce in both modes, RunScheduled in both modes, Runs, Prune,
+// Migrate, Holder) on a pool whose server is a PostgreSQL hot standby (a
+// dbresolver replica, a misrouted DSN) is refused before fn runs, with
+// ErrUnsupportedDialect naming the reason; a refusal is not cached (the
+// next call asks again and is refused again); the primary still works.
 func TestStandbyRefused(t *testing.T) {
 	primary := testdb.Start(t, testdb.Postgres)
 	standby := primary.StartStandby(t)
@@ -29,26 +33,28 @@ func TestStandbyRefused(t *testing.T) {
 	}
 	for _, a := range adapters {
 		t.Run(a.name, func(t *testing.T) {
-			ctx := context.Background()
 			r := open(t, a, standby)
-			want := func(t *testing.T, what string, err error) {
-				t.Helper()
-				if !errors.Is(err, ormlock.ErrUnsupportedDialect) || !strings.Contains(err.Error(), "hot standby") {
-					t.Errorf("%s on a standby: %v; want ErrUnsupportedDialect naming the hot standby", what, err)
-				}
+			tbl := testdb.TableName(t, "standby")
+			if err := open(t, a, primary).Migrate(context.Background(), ormlock.WithLedgerTable(tbl)); err != nil {
+				t.Fatalf("Migrate on the primary: %v", err)
 			}
-			called := false
-			want(t, "Transaction", r.Transaction(ctx, "standby-tx", func(txn) error { called = true; return nil }))
-			want(t, "Session", r.Session(ctx, "standby-session", func(context.Context) error { called = true; return nil }))
-			want(t, "RunOnce", r.RunOnce(ctx, "standby-job", time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), func(txn) error { called = true; return nil }))
-			_, err := r.Holder(ctx, "standby-tx")
-			want(t, "Holder", err)
-			// A refusal is not cached: the second call asks again and is refused again.
-			want(t, "Transaction again", r.Transaction(ctx, "standby-tx", func(txn) error { called = true; return nil }))
-			if called {
-				t.Error("fn ran on a standby")
+			for _, v := range sweepVerbs(t, tbl) {
+				t.Run(v.name, func(t *testing.T) {
+					for _, what := range []string{"first call", "again"} {
+						var ran atomic.Bool
+						ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+						err := v.call(ctx, r, &ran)
+						cancel()
+						if !errors.Is(err, ormlock.ErrUnsupportedDialect) || !strings.Contains(err.Error(), "hot standby") {
+							t.Errorf("%s on a standby: %v; want ErrUnsupportedDialect naming the hot standby", what, err)
+						}
+						if ran.Load() {
+							t.Errorf("%s on a standby: fn ran", what)
+						}
+					}
+				})
 			}
-			if err := open(t, a, primary).Transaction(ctx, "standby-tx", func(txn) error { return nil }); err != nil {
+			if err := open(t, a, primary).Transaction(context.Background(), "standby-tx", func(txn) error { return nil }); err != nil {
 				t.Errorf("Transaction on the primary: %v", err)
 			}
 		})

@@ -57,24 +57,49 @@ func Check(ctx context.Context, pkg, verb, poolType string, nilPool, nilFn bool,
 	return cfg, nil
 }
 
-// op builds the Op of a verb on key and asks the server once per pool
+// op builds the Op of a verb on key; then a context that has ended returns
+// at once, sending nothing (for a verb that takes a lock for its caller,
+// lock, an error wrapping errs.ErrNotAcquired and the context's error;
+// else the context's error); then the server is asked, once per pool,
 // whether its locks are real (lockproto.Op.CheckServer). When only that
 // question failed, the Op is returned with its error.
-func (p Pool) op(ctx context.Context, verb string, k keys.Key, cfg config.Config) (*lockproto.Op, error) {
+func (p Pool) op(ctx context.Context, verb string, k keys.Key, cfg config.Config, lock bool) (*lockproto.Op, error) {
 	op, err := lockproto.NewOp(p.Dialect, verb, k, cfg)
 	if err != nil {
 		return nil, err
 	}
 	op.NeedSQLTx = p.NeedSQLTx
 	op.SplitTx = p.SplitTx
-	key := p.Key
-	if key == nil {
-		key = p.DB
+	if lock {
+		err = op.EndedLock(ctx)
+	} else {
+		err = lockproto.Ended(ctx)
 	}
-	if err := op.CheckServerOn(ctx, key, p.DB); err != nil {
+	if err != nil {
+		return nil, err
+	}
+	if err := op.CheckServerOn(ctx, p.cacheKey(), p.DB); err != nil {
 		return op, err // the Op is valid; Lead retries a connection error
 	}
 	return op, nil
+}
+
+// cacheKey is the *sql.DB under which the server check's answer is cached.
+func (p Pool) cacheKey() *sql.DB {
+	if p.Key != nil {
+		return p.Key
+	}
+	return p.DB
+}
+
+// checkPool is the server check of the verbs that build no Op (Runs,
+// Prune): a context that has ended returns its error first, sending
+// nothing.
+func (p Pool) checkPool(ctx context.Context) error {
+	if err := lockproto.Ended(ctx); err != nil {
+		return err
+	}
+	return lockproto.CheckPool(ctx, p.Dialect, p.cacheKey(), p.DB)
 }
 
 // Locked is fn's side of a Transaction: it runs with ctx (carrying the
@@ -85,7 +110,7 @@ type Locked func(ctx context.Context, lt *lockproto.LockedTx) error
 // when fn returns nil and rolls back otherwise (a panic included), then
 // releases the lock.
 func (p Pool) Transaction(ctx context.Context, k keys.Key, cfg config.Config, fn Locked) error {
-	op, err := p.op(ctx, "Transaction", k, cfg)
+	op, err := p.op(ctx, "Transaction", k, cfg, true)
 	if err != nil {
 		return err
 	}
@@ -102,25 +127,32 @@ func (p Pool) transaction(ctx context.Context, op *lockproto.Op, fn Locked) erro
 
 // Session holds k's lock on a dedicated connection while fn runs.
 func (p Pool) Session(ctx context.Context, k keys.Key, cfg config.Config, fn func(ctx context.Context) error) error {
-	op, err := p.op(ctx, "Session", k, cfg)
+	op, err := p.op(ctx, "Session", k, cfg, true)
 	if err != nil {
 		return err
 	}
 	return op.Session(ctx, p.DB, fn)
 }
 
-// Lead campaigns for k and runs fn while elected (lockproto.Op.Lead, which
-// asks the server about its locks again at every term). A connection error
-// of the first such check is left to the campaign's retries; an invalid
-// key or option, or any other permanent error, is returned at once.
+// Lead campaigns for k and runs fn while elected (lockproto.Op.Campaign),
+// asking the server about its locks at every term, under the pool's cache
+// key (so an accepted server is asked once per pool, not once per term). A
+// connection error of the first such check is left to the campaign's
+// retries; an invalid key or option, an ended context, or any other
+// permanent error, is returned at once.
 func (p Pool) Lead(ctx context.Context, k keys.Key, cfg config.Config, fn func(ctx context.Context) error) error {
-	op, err := p.op(ctx, "Lead", k, cfg)
+	op, err := p.op(ctx, "Lead", k, cfg, true)
 	if err != nil {
 		if op == nil || lockproto.Permanent(err) {
 			return err
 		}
 	}
-	return op.Lead(ctx, p.DB, fn)
+	return op.Campaign(ctx, func(ctx context.Context, term *lockproto.Op, fn func(ctx context.Context) error) error {
+		if err := term.CheckServerOn(ctx, p.cacheKey(), p.DB); err != nil {
+			return err
+		}
+		return term.Session(ctx, p.DB, fn)
+	}, fn)
 }
 
 // RunOnce runs fn at most once per (job, slot). In the ledger's default
@@ -133,7 +165,7 @@ func (p Pool) RunOnce(ctx context.Context, job string, slot time.Time, cfg confi
 	if err := ledger.CheckRunOnce(verb, false, job, slot); err != nil {
 		return err
 	}
-	op, err := p.op(ctx, "RunOnce", keys.RunKey(job, slot), cfg)
+	op, err := p.op(ctx, "RunOnce", keys.RunKey(job, slot), cfg, true)
 	if err != nil {
 		return err
 	}
@@ -175,7 +207,7 @@ func (p Pool) RunScheduled(ctx context.Context, job string, schedule sched.Slott
 // Migrate creates or upgrades the ledger table, under the migration lock.
 func (p Pool) Migrate(ctx context.Context, cfg config.Config) error {
 	cfg.Wait, cfg.Namespace = max(cfg.Wait, ledger.MigrateWait), ""
-	op, err := p.op(ctx, "Migrate", ledger.MigrateKey(cfg.LedgerTable), cfg)
+	op, err := p.op(ctx, "Migrate", ledger.MigrateKey(cfg.LedgerTable), cfg, false)
 	if err != nil {
 		return err
 	}
@@ -184,7 +216,7 @@ func (p Pool) Migrate(ctx context.Context, cfg config.Config) error {
 
 // Holder asks the server who holds k.
 func (p Pool) Holder(ctx context.Context, k keys.Key, cfg config.Config) (lockproto.HolderInfo, error) {
-	op, err := p.op(ctx, "Holder", k, cfg)
+	op, err := p.op(ctx, "Holder", k, cfg, false)
 	if err != nil {
 		return lockproto.HolderInfo{}, err
 	}
@@ -198,10 +230,18 @@ func (p Pool) Runs(ctx context.Context, job string, limit int, cfg config.Config
 		return nil, err
 	}
 	t, err := ledger.NewTable(p.Dialect, cfg.LedgerTable)
+	if err == nil {
+		err = p.checkPool(ctx)
+	}
 	if err != nil {
 		return nil, err
 	}
 	return t.Runs(ctx, p.DB, cfg.Namespace, job, limit)
+}
+
+// AdvanceFences moves every fencing counter of the namespace by by.
+func (p Pool) AdvanceFences(ctx context.Context, by int64, cfg config.Config) (int64, error) {
+	return ledger.AdvanceFences(ctx, p.DB, p.Dialect, p.Pkg+".AdvanceFences", by, cfg)
 }
 
 // Prune deletes the ledger's finished rows older than olderThan.
@@ -213,6 +253,9 @@ func (p Pool) Prune(ctx context.Context, olderThan time.Duration, cfg config.Con
 		return 0, err
 	}
 	t, err := ledger.NewTable(p.Dialect, cfg.LedgerTable)
+	if err == nil {
+		err = p.checkPool(ctx)
+	}
 	if err != nil {
 		return 0, err
 	}

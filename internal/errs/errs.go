@@ -29,7 +29,7 @@ func Wrap(err error, format string, args ...any) error {
 	if err == nil {
 		return nil
 	}
-	return &wrapped{msg: Prefix + fmt.Sprintf(format, args...), err: err}
+	return &wrapped{msg: Prefix + fmt.Sprintf(format, args...), err: hinted(err)}
 }
 
 // Trim returns msg without a leading "ormlock: ".

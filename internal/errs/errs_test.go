@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/ormlock/ormlock/internal/errs"
@@ -63,5 +64,39 @@ func TestRolledBack(t *testing.T) {
 	}
 	if want := "fn failed (ormlock: rollback failed: bad connection)"; got.Error() != want {
 		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// sqlStateErr stands for a driver's error with a SQLSTATE (pgconn.PgError,
+// pq.Error).
+type sqlStateErr struct{ code, msg string }
+
+func (e *sqlStateErr) Error() string    { return e.msg + " (SQLSTATE " + e.code + ")" }
+func (e *sqlStateErr) SQLState() string { return e.code }
+
+// A prepared statement clash (42P05, 26000) gets the pooler hint once,
+// however many layers wrap it; other errors get none.
+func TestPoolerHint(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		hint bool
+	}{
+		{&sqlStateErr{"42P05", `ERROR: prepared statement "stmtcache_dc4b" already exists`}, true},
+		{&sqlStateErr{"26000", `ERROR: prepared statement "stmtcache_dc4b" does not exist`}, true},
+		{&sqlStateErr{"26000", `ERROR: unnamed prepared statement does not exist`}, true},
+		{&sqlStateErr{"42P01", `ERROR: relation "x" does not exist`}, false},
+		{errors.New("prepared statement trouble"), false},
+	} {
+		err := errs.Wrap(errs.Mark(errs.ErrInvalidArgument, errs.Wrap(c.err, "inner"), "middle"), "outer")
+		msg := err.Error()
+		if n := strings.Count(msg, errs.PoolerHint); n != map[bool]int{true: 1}[c.hint] {
+			t.Errorf("%v: the hint %d times in %q", c.err, n, msg)
+		}
+		if c.hint && !strings.Contains(msg, "default_query_exec_mode=simple_protocol") {
+			t.Errorf("%q names no fix", msg)
+		}
+		if !errors.Is(err, c.err) {
+			t.Errorf("%q does not match its cause", msg)
+		}
 	}
 }

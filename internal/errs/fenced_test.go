@@ -27,3 +27,25 @@ func TestCheckFenced(t *testing.T) {
 		t.Errorf("one row changed: %v", err)
 	}
 }
+
+// A refusal names the MySQL/MariaDB cause (no clientFoundRows=true in the
+// DSN) where the server may be one, and only there.
+func TestCheckOnNamesTheDSNCause(t *testing.T) {
+	none := func() (int64, error) { return 0, nil }
+	for _, c := range []struct {
+		dialect string
+		dsn     bool
+	}{{"postgres", false}, {"mysql", true}, {"", true}} {
+		err := errs.CheckFencedOn(c.dialect, nil, none)
+		if !errors.Is(err, errs.ErrStaleToken) {
+			t.Fatalf("%q: %v, want ErrStaleToken", c.dialect, err)
+		}
+		msg := err.Error()
+		if got := strings.Contains(msg, "clientFoundRows=true"); got != c.dsn {
+			t.Errorf("%q: names clientFoundRows %v: %s", c.dialect, got, msg)
+		}
+		if !strings.Contains(msg, "the row does not exist") || strings.Count(msg, "(") != strings.Count(msg, ")") {
+			t.Errorf("%q: %s", c.dialect, msg)
+		}
+	}
+}

@@ -34,5 +34,5 @@ func (m *marked) Unwrap() []error {
 // sentinel wraps a cause that already says "ormlock: " (fmt.Errorf("%w:
 // %w") would say it twice). err may be nil.
 func Mark(sentinel, err error, format string, args ...any) error {
-	return &marked{sentinel: sentinel, msg: fmt.Sprintf(format, args...), err: err}
+	return &marked{sentinel: sentinel, msg: fmt.Sprintf(format, args...), err: hinted(err)}
 }

@@ -33,10 +33,14 @@ type Reader struct {
 // Scheduled is RunScheduled, written once for every adapter: it runs the
 // slot of now (the configured Now, else time.Now()) under s with run, and first, when cfg asks
 // for catch-up (ormlock.WithCatchUp), the missed slots before it, each
-// claimed by run as a normal run is. open is called only for a catch-up
-// (the adapter validates its db there); run is the adapter's RunOnce, which
-// puts the slot in fn's context. A skip (ErrAlreadyDone, ErrNotAcquired)
-// of a missed slot goes on to the next; a failure stops and is returned.
+// claimed by run as a normal run is. open is called on every call, before
+// run: it gives the call's settings (whose catch-up window says whether
+// there is a catch-up at all), the ledger table and a querier, and the
+// adapter validates its db there, so its error is returned before anything
+// runs; the ledger is read only for a catch-up. run is the adapter's
+// RunOnce, which puts the slot in fn's context. A skip (ErrAlreadyDone,
+// ErrNotAcquired) of a missed slot goes on to the next; a failure stops and
+// is returned.
 // When a missed slot ran and the current one is a skip, the result is nil.
 func Scheduled(ctx context.Context, verb, job string, s sched.Slotter, open func() (Reader, error), run func(slot time.Time) error) error {
 	if s == nil {

@@ -2,7 +2,10 @@ package ledger
 
 import (
 	"context"
+	"fmt"
 
+	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
@@ -23,4 +26,33 @@ func createFence(ctx context.Context, q lockproto.Querier, op *lockproto.Op) err
 		return nil
 	}
 	return ft.Create(ctx, q)
+}
+
+// MaxFenceAdvance bounds AdvanceFences' by, so that a counter moved many
+// times stays far from the end of a bigint (2^63-1).
+const MaxFenceAdvance = int64(1) << 52
+
+// CheckAdvance checks AdvanceFences' by: positive and at most
+// MaxFenceAdvance.
+func CheckAdvance(verb string, by int64) error {
+	if by <= 0 || by > MaxFenceAdvance {
+		return fmt.Errorf("%w: %s: by must be in 1..%d, got %d", errs.ErrInvalidArgument, verb, MaxFenceAdvance, by)
+	}
+	return nil
+}
+
+// AdvanceFences adds by to every fencing counter of cfg's namespace in the
+// fence table of cfg's ledger table, on q outside any transaction, and
+// returns how many counters it moved: the body of every adapter's
+// AdvanceFences, which a promotion of an asynchronous replica calls for
+// (lockproto.FenceTable.Advance).
+func AdvanceFences(ctx context.Context, q lockproto.Querier, d lockproto.Dialect, verb string, by int64, cfg config.Config) (int64, error) {
+	if err := CheckAdvance(verb, by); err != nil {
+		return 0, err
+	}
+	ft, err := lockproto.NewFenceTable(d, cfg.LedgerTable)
+	if err != nil {
+		return 0, err
+	}
+	return ft.Advance(ctx, q, cfg.Namespace, by)
 }

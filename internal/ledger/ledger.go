@@ -1,8 +1,9 @@
-// Package ledger is the RunOnce job ledger, written once for gormlock and
-// entlock: the ledger table's SQL per dialect (create, claim, finish, read)
-// and the RunOnce flows on top of the lock protocol. It works on database/sql
-// values (a lockproto.Querier, *sql.DB) and a lockproto.Dialect, never on an
-// ORM's types; lock SQL stays in lockproto.
+// Package ledger is the RunOnce job ledger, written once for the four
+// adapters (gormlock, entlock, sqllock, pgxlock): the ledger table's SQL per
+// dialect (create, claim, finish, read) and the RunOnce flows on top of the
+// lock protocol. It works on database/sql values (a lockproto.Querier,
+// *sql.DB) and a lockproto.Dialect, never on an ORM's types; lock SQL stays
+// in lockproto.
 //
 // # The table
 //

@@ -3,6 +3,7 @@ package lockproto
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"regexp"
 	"runtime"
@@ -46,6 +47,32 @@ import (
 // genuine holds the pools found to hand out real locks.
 var genuine sync.Map // weak.Pointer[sql.DB] -> struct{}
 
+// EndedLock is the check a verb that takes a lock for its caller makes
+// after its arguments' and before the server check (CheckServer): nil while
+// ctx is live; once ctx has ended (a deadline that has passed counts before
+// its timer fires), an error wrapping errs.ErrNotAcquired and ctx's
+// error, so that the call sends nothing: no connection is taken from the
+// pool and the server is not asked.
+func (o *Op) EndedLock(ctx context.Context) error {
+	if err := ctxErr(ctx); err != nil {
+		return o.notAcquired(ctx, err)
+	}
+	return nil
+}
+
+// Ended is EndedLock for the verbs that take no lock for their caller
+// (Holder, Migrate, Runs, Prune): once ctx has ended, ctx's error itself.
+func Ended(ctx context.Context) error { return ctxErr(ctx) }
+
+// CheckPool is the server check of a verb without an Op (Runs, Prune): nil
+// when the server of db, of dialect d, hands out real locks, an error
+// wrapping errs.ErrUnsupportedDialect when it does not, or the error of
+// the detection query; q is db, or the caller's transaction on it (see
+// CheckServerOn). The answer is cached as CheckServer's is.
+func CheckPool(ctx context.Context, d Dialect, db *sql.DB, q CheckQuerier) error {
+	return (&Op{Dialect: d}).checkPool(ctx, db, q)
+}
+
 // CheckServer returns nil when db's server hands out locks that exclude
 // every client of that server, and an error wrapping
 // errs.ErrUnsupportedDialect naming the reason when it does not (see the
@@ -68,6 +95,16 @@ type CheckQuerier interface {
 // connection of db in use (MaxOpenConns 1) a query on db would wait for the
 // caller's own transaction to end. The answer is still cached for db.
 func (o *Op) CheckServerOn(ctx context.Context, db *sql.DB, q CheckQuerier) error {
+	err := o.checkPool(ctx, db, q)
+	if err != nil && !errors.Is(err, errs.ErrUnsupportedDialect) {
+		// the detection query failed: when ctx ended, it is not acquired
+		return o.Abandon(ctx, err)
+	}
+	return err
+}
+
+// checkPool is CheckServerOn without the classification of a failed query.
+func (o *Op) checkPool(ctx context.Context, db *sql.DB, q CheckQuerier) error {
 	if db == nil || q == nil {
 		return nil
 	}
@@ -93,7 +130,7 @@ func (o *Op) CheckServerOn(ctx context.Context, db *sql.DB, q CheckQuerier) erro
 				return nil
 			}
 		case <-ctx.Done():
-			return o.Abandon(ctx, context.Cause(ctx))
+			return context.Cause(ctx)
 		}
 		return o.checkServer(ctx, db, wp, q)
 	}
@@ -130,7 +167,7 @@ func (o *Op) checkServer(ctx context.Context, db *sql.DB, wp weak.Pointer[sql.DB
 		return nil
 	}
 	if err != nil {
-		return o.Abandon(ctx, err)
+		return err
 	}
 	if err := verdict(); err != nil {
 		return err

@@ -1,7 +1,8 @@
 // Package lockproto is ormlock's lock protocol, written once: acquire and
 // release per dialect on a pinned *sql.Conn or an open transaction. It is the
-// only place where lock SQL text lives; the adapters (gormlock, entlock) and
-// the flows in this package call these functions.
+// only place where lock SQL text lives; the four adapters (gormlock,
+// entlock, sqllock, pgxlock), the ledger and the flows in this package call
+// these functions.
 //
 // What the protocol does on each server, and its promises on isolation
 // levels (BeginLocked's two-connection path above READ COMMITTED on

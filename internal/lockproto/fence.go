@@ -189,6 +189,35 @@ func (t *FenceTable) wrap(err error) error {
 	return errs.Wrap(err, "fence table %q: issue a fencing token", t.name)
 }
 
+// Advance adds by to every counter of namespace ns, committed on q (the
+// pool, autocommitted) when it returns, and returns how many counters it
+// moved. It is the remedy after promoting an asynchronous replica, which
+// may lack the last tokens the old primary issued: every token issued
+// after it is greater than any of those, as long as by exceeds the tokens
+// per counter issued in the replication lag (docs/PROTOCOL.md, Failover).
+// A counter being issued waits for the UPDATE's row lock, and one created
+// after it starts from 1 as before: Advance moves the counters that exist.
+func (t *FenceTable) Advance(ctx context.Context, q Querier, ns string, by int64) (int64, error) {
+	var query string
+	if t.d == Postgres {
+		query = "UPDATE " + t.q + " SET token = token + $1 WHERE namespace = $2"
+	} else {
+		query = "UPDATE " + t.q + " SET token = token + ? WHERE namespace = ?"
+	}
+	res, err := q.ExecContext(ctx, query, by, ns)
+	if err != nil {
+		if SQLState(err) == "42P01" || MySQLErrno(err) == 1146 {
+			return 0, errs.Wrap(err, "fence table %q does not exist (create it with Migrate): advance the fencing counters", t.name)
+		}
+		return 0, errs.Wrap(err, "fence table %q: advance the fencing counters by %d", t.name, by)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, errs.Wrap(err, "fence table %q: advance the fencing counters", t.name)
+	}
+	return n, nil
+}
+
 // FenceID is the counter row's identity of key k (the namespace is a
 // column of its own): "name:" and the name, "id:42", "pair:1,2". A name
 // and an ID or pair never share a row, whatever lock name they map to.

@@ -13,8 +13,9 @@ import (
 // ErrImplicitCommit is the error of a MySQL/MariaDB transaction that was
 // committed behind the library's back while fn ran: the server commits the
 // open transaction before any DDL statement (CREATE, ALTER, DROP, TRUNCATE,
-// ...), so a ROLLBACK after it undoes nothing written before it.
-var ErrImplicitCommit = errors.New("ormlock: the transaction was committed implicitly while fn ran (MySQL/MariaDB commits before a DDL statement such as CREATE TABLE or TRUNCATE): fn's writes before it stay committed and were not rolled back; run a job that needs DDL with ormlock.WithClaim, outside one transaction")
+// ...), so a ROLLBACK after it undoes nothing written before it. It is
+// errs.ErrImplicitCommit, the same value (internal/errs holds it).
+var ErrImplicitCommit = errs.ErrImplicitCommit
 
 // errNoStatus says that the driver's reply status is not readable.
 var errNoStatus = errors.New("no status flags")

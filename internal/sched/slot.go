@@ -21,8 +21,9 @@ type Slotter interface {
 // still count for the scheduled time it precedes.
 const Tolerance = 5 * time.Second
 
-// Every returns the schedule of period d (the rules are in
-// docs/SCHEDULES.md, Every); errors wrap ormlock.ErrInvalidArgument and name verb.
+// Every returns the schedule of period d, by the rules of
+// docs/SCHEDULES.md (Every); errors wrap ormlock.ErrInvalidArgument and
+// name verb.
 func Every(verb string, d time.Duration, loc *time.Location) (Slotter, error) {
 	const day = 24 * time.Hour
 	switch {

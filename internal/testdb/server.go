@@ -41,6 +41,9 @@ type Server struct {
 	port    int
 	target  pgTarget // PgBouncer: the PostgreSQL it fronts
 	backend *Server  // PgBouncer started by StartServer: its private PostgreSQL
+	// extra: settings after the defaults (PostgreSQL: -c name=value
+	// each; MariaDB: options), for the replication topologies.
+	extra []string
 
 	mu        sync.Mutex
 	p         *proc
@@ -110,6 +113,19 @@ func startServerWith(k Kind, b binaries) (*Server, error) {
 }
 
 func startServer(k Kind, b binaries, t pgTarget) (*Server, error) {
+	s, err := newServer(k, b, t)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.start(false); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// newServer makes a server's temp dir and registers it, not started.
+func newServer(k Kind, b binaries, t pgTarget) (*Server, error) {
 	cred, err := credential(k)
 	if err != nil {
 		return nil, err
@@ -123,10 +139,6 @@ func startServer(k Kind, b binaries, t pgTarget) (*Server, error) {
 	liveMu.Lock()
 	live[s] = struct{}{}
 	liveMu.Unlock()
-	if err := s.start(false); err != nil {
-		s.Close()
-		return nil, err
-	}
 	return s, nil
 }
 
@@ -159,7 +171,7 @@ func (s *Server) DSN() string {
 	case PgBouncer:
 		return pgURL(s.port, dbName, "default_query_exec_mode=simple_protocol")
 	default:
-		return fmt.Sprintf("root@tcp(127.0.0.1:%d)/%s?parseTime=true&loc=UTC", s.port, dbName)
+		return mysqlDSN(s.port)
 	}
 }
 
@@ -366,6 +378,7 @@ func (s *Server) args() ([]string, string, error) {
 			"log_min_error_statement=error",
 			"log_line_prefix=%m [%p] %q%u@%d %a: ",
 		}
+		set = append(set, s.extra...)
 		args := []string{"-D", data, "-p", strconv.Itoa(s.port)}
 		for _, kv := range set {
 			args = append(args, "-c", kv)
@@ -378,7 +391,7 @@ func (s *Server) args() ([]string, string, error) {
 		}
 		return []string{ini}, s.bins.pgbouncer, nil
 	default:
-		return []string{
+		return append([]string{
 			"--no-defaults",
 			"--datadir=" + data,
 			"--port=" + strconv.Itoa(s.port),
@@ -399,7 +412,7 @@ func (s *Server) args() ([]string, string, error) {
 			"--innodb-use-native-aio=0",
 			"--performance-schema=0",
 			"--plugin-load-add=metadata_lock_info",
-		}, s.bins.mariadbd, nil
+		}, s.extra...), s.bins.mariadbd, nil
 	}
 }
 

@@ -1,0 +1,130 @@
+package failover_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"testing"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // driver "pgx"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/sqllock"
+)
+
+// openFront opens a pool of the replication's front, closed at the end.
+func openFront(t *testing.T, r *testdb.PGReplication) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("pgx", r.FrontDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(20)
+	db.SetConnMaxIdleTime(time.Second)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// token takes the fenced lock key once in a Transaction and returns its
+// token.
+func token(t *testing.T, db *sql.DB, key string) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var tok int64
+	err := sqllock.Transaction(ctx, db, key, func(ctx context.Context, tx *sql.Tx) error {
+		tok, _ = ormlock.FencingToken(ctx)
+		return nil
+	}, ormlock.WithFencing(), ormlock.WithWait(10*time.Second))
+	if err != nil {
+		t.Fatalf("Transaction %q: %v", key, err)
+	}
+	return tok
+}
+
+// runSlot runs RunOnce of job's slot and reports whether fn ran.
+func runSlot(t *testing.T, db *sql.DB, job string, slot time.Time) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ran := false
+	err := sqllock.RunOnce(ctx, db, job, slot, func(ctx context.Context, tx *sql.Tx) error {
+		ran = true
+		return nil
+	})
+	if err != nil && !errors.Is(err, ormlock.ErrAlreadyDone) {
+		t.Fatalf("RunOnce %s %v: %v", job, slot, err)
+	}
+	return ran
+}
+
+// TestPGAsyncFailoverHazard makes the hazard of an asynchronous standby
+// happen: tokens and a done slot that the primary committed while the
+// replication link was frozen are missing on the promoted standby, which
+// issues the same tokens again and runs the slot again. AdvanceFences is
+// the remedy for the tokens: after it every token is greater than all
+// issued before the promotion.
+func TestPGAsyncFailoverHazard(t *testing.T) {
+	topology(t)
+	r := testdb.StartPGReplication(t, false)
+	db := openFront(t, r)
+	ctx := context.Background()
+	if err := sqllock.Migrate(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	slotA := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	slotB := slotA.Add(time.Hour)
+	for range 3 {
+		token(t, db, "async-k")
+	}
+	if !runSlot(t, db, "async-job", slotA) {
+		t.Fatal("slot A did not run")
+	}
+	r.WaitReplayed(t)
+	replicated := token(t, db, "async-k")
+	r.WaitReplayed(t)
+
+	r.Link.Freeze() // the standby receives nothing from here on
+	var lost []int64
+	for range 3 {
+		lost = append(lost, token(t, db, "async-k"))
+	}
+	if !runSlot(t, db, "async-job", slotB) {
+		t.Fatal("slot B did not run")
+	}
+	maxBefore := lost[len(lost)-1]
+
+	r.Primary.StopImmediate(t)
+	r.Promote(t)
+	r.SwitchFront()
+	db.SetMaxIdleConns(0) // no connection of the old primary is reused
+	db.SetMaxIdleConns(2)
+
+	again := token(t, db, "async-k")
+	t.Logf("figure: asynchronous failover: tokens 1..%d replicated, %v issued while the link was frozen, first token on the promoted standby %d",
+		replicated, lost, again)
+	if again > maxBefore {
+		t.Fatalf("the promoted standby issued %d, greater than every token before (%d): the hazard did not show (was the link frozen?)", again, maxBefore)
+	}
+	if again != lost[0] {
+		t.Errorf("promoted standby issued %d, want the first token lost in the lag (%d) again", again, lost[0])
+	}
+	if runSlot(t, db, "async-job", slotA) {
+		t.Error("slot A, done and replicated before the promotion, ran again")
+	}
+	if !runSlot(t, db, "async-job", slotB) {
+		t.Error("slot B, done on the old primary only, did not run again: the hazard did not show")
+	}
+
+	n, err := sqllock.AdvanceFences(ctx, db, 1_000_000)
+	if err != nil || n < 1 {
+		t.Fatalf("AdvanceFences: %d, %v", n, err)
+	}
+	after := token(t, db, "async-k")
+	t.Logf("figure: after AdvanceFences(1000000): %d counters moved, next token %d (greatest before the promotion %d)", n, after, maxBefore)
+	if after <= maxBefore {
+		t.Errorf("after AdvanceFences the token is %d, not greater than %d", after, maxBefore)
+	}
+}

@@ -1,0 +1,82 @@
+// Package webui is a small, read-only web view of what ormlock keeps in a
+// database: per job, its latest runs as a strip of slots coloured by status
+// (done, failed, running, and missed where the job's schedule is given),
+// a job's history with a plot of duration per slot, the holders of the
+// locks it is told to watch, the leaders of Lead keys with their owner,
+// how long they have held the lock and their fencing token, and the fence
+// counters. It is the answer to "did last night's run happen, once, where,
+// how long did it take, and what failed this week?" and to "who holds this
+// lock, who leads, since when?" without SQL.
+//
+// A service mounts it on its admin mux:
+//
+//	h, err := webui.Handler(db, webui.WithNamespace("billing"),
+//		webui.WithSchedule("nightly-settlement", schedule),
+//		webui.WithLeaders(ormlock.Name("billing-leader")))
+//	if err != nil {
+//		return err
+//	}
+//	adminMux.Handle("/ormlock/", http.StripPrefix("/ormlock", h))
+//
+// and `ormlock ui --dsn ...` serves it on 127.0.0.1 from the command line.
+// Links are relative, so any prefix works.
+//
+// # Pages
+//
+// "/" lists the ledger's jobs, a page of them at a time (?after=JOB), each
+// with its latest ?limit= slots (default 20, at most 60), then the watched
+// locks and leaders and the first fence counters. "/job?name=JOB" shows a
+// job's latest ?limit= runs (default 50, at most 500) with the owner, start,
+// finish, duration and error of each, and an SVG plot of the durations.
+// Every page takes ?tz=Area/City (times are shown in that zone and in UTC;
+// the default is UTC or WithTimeZone) and ?refresh=SECONDS (default 30, 0
+// for none, at least 5, at most 3600; a plain meta refresh, no script). A
+// parameter that does not parse (a zone that does not exist, a limit that is
+// not a number) is answered 400; a number out of range is clamped. Every
+// page is a plain URL that shows the same view to whoever opens it, so it
+// can be pasted into an incident channel. Nothing needs JavaScript.
+//
+// What it cannot show: PostgreSQL advisory keys are hashes and MySQL named
+// locks carry no listing that says what they are for, so the view shows
+// the holders of the keys it is given (WithLocks, WithLeaders), not of
+// every lock held. HolderInfo's fields are shown as they are (its Mode
+// column included); its Query is never shown, since a statement can carry
+// secrets.
+//
+// # Safe by construction
+//
+//   - Read-only: GET is the only method answered (405 otherwise), and every
+//     read runs in a read-only transaction that is rolled back; the view
+//     writes nothing, so a database user with only SELECT on the ledger and
+//     fence tables serves it (the tests run it so).
+//   - Every value is escaped: job names, owners, error texts and holders'
+//     application names are user data. html/template escapes them for
+//     their context, and control, bidirectional (U+202E...) and other
+//     format characters are shown as \uXXXX escapes, in the SVG plot's
+//     texts too.
+//   - Content-Security-Policy [ContentSecurityPolicy]: the view's own
+//     stylesheet only, no inline style or script, no framing, no form;
+//     with X-Content-Type-Options nosniff, Referrer-Policy no-referrer and
+//     Cache-Control no-store.
+//   - A Host-header allowlist against DNS rebinding: loopback names by
+//     default, more with WithAllowedHosts; other hosts get 421.
+//   - Bounded: each request has a deadline (WithTimeout, default 5s) that
+//     every read observes, at most 4 requests read at once (others wait
+//     within their deadline, then get 503), so a slow database pins neither
+//     the handlers nor the service's pool; each read is an index range
+//     (a page of runs per job; the jobs by a walk of the primary key that
+//     reads one entry per job shown, never the whole ledger).
+//   - No secret in a page or a log: a failed read shows the server's own
+//     error text, or "cannot reach the database server" with no driver
+//     text (a failed connection's text names host, user and database).
+//   - A hot standby, or any server whose locks exclude nobody, is shown as
+//     refused (the library's own server check), not as "no holders".
+//
+// # Authentication is the embedding service's
+//
+// The handler checks no credentials: it shows job names, owners, error
+// texts, client addresses and database users to whoever reaches it. Mount
+// it behind the service's own authentication (see the example with a
+// basic-auth wrapper), or reach `ormlock ui` through an SSH tunnel to its
+// loopback address.
+package webui

@@ -1,0 +1,440 @@
+package webui
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"log/slog"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/ledger"
+	"github.com/ormlock/ormlock/internal/lockproto"
+)
+
+const levelError = slog.LevelError
+
+func attr(k, v string) slog.Attr { return slog.String(k, v) }
+
+// view is what page.html renders. Every string in it that came from the
+// database or the URL went through clean.
+type view struct {
+	Title   string
+	CSS     string
+	Problem string // the page could not be built: why
+	P       params
+
+	Now      shownTime
+	Server   string // "PostgreSQL primary", ...
+	Refused  string // the server is refused (a standby...): why
+	ZoneName string
+	Zones    []zoneLink
+	Self     string // this page's shareable URL
+	Refresh  int    // seconds, 0: none
+
+	Overview *overview
+	Job      *jobPage
+}
+
+type zoneLink struct {
+	Name, Href string
+	Current    bool
+}
+
+type overview struct {
+	Jobs      []jobRow
+	JobsError string
+	Next      string // link to the next page of jobs
+	First     string // link to the first page when not on it
+	Namespace string
+	Ledger    string
+
+	Locks        []holderRow
+	Leaders      []leaderRow
+	LocksError   string
+	Fences       []fenceRow
+	FencesError  string
+	FencesMore   bool
+	FencesAbsent bool
+}
+
+type jobRow struct {
+	Name, Href string
+	Last       string // the newest run's status
+	LastAt     shownTime
+	Slots      []slotCell
+	Failed     int
+	Missed     int
+	Scheduled  bool
+	Error      string
+	ShownRuns  int
+}
+
+type slotCell struct {
+	Class, Href, Title string
+}
+
+type holderRow struct {
+	Key, Lock, Status, StatusClass                    string
+	Owner, User, Application, Client, Database, State string
+	Mode                                              string
+	PID                                               int64
+	StateFor, HeldFor                                 string
+	Since                                             shownTime
+	Waiters                                           int
+	Error                                             string
+}
+
+type leaderRow struct {
+	holderRow
+	Token string
+}
+
+type fenceRow struct {
+	Key   string
+	Token int64
+}
+
+type jobPage struct {
+	Name      string
+	Runs      []runRow
+	Error     string
+	Plot      *plot
+	Scheduled bool
+	Limit     int
+	More      string
+}
+
+type runRow struct {
+	ID, Status, StatusClass, Owner, Duration, Error string
+	Slot, Started, Finished                         shownTime
+}
+
+// base fills what every page shows.
+func (h *handler) base(p params, title string) *view {
+	v := &view{Title: title, P: p, Now: showTime(time.Now(), p.loc), ZoneName: p.loc.String(), Refresh: int(p.refresh / time.Second)}
+	seen := map[string]bool{}
+	for _, z := range []*time.Location{time.UTC, h.s.zone, p.loc} {
+		if seen[z.String()] {
+			continue
+		}
+		seen[z.String()] = true
+		tz := z.String()
+		if z == h.s.zone && p.tz == "" {
+			tz = ""
+		}
+		v.Zones = append(v.Zones, zoneLink{Name: clean(z.String(), 64), Href: p.link("", "tz", tz), Current: z.String() == p.loc.String()})
+	}
+	return v
+}
+
+// server reads the dialect and checks the server; a refused server is
+// reported in v, and false returned: its locks are not the primary's.
+func (h *handler) server(ctx context.Context, v *view) (lockproto.Dialect, bool, error) {
+	d, err := h.r.dialectOf(ctx)
+	if err != nil {
+		return 0, false, err
+	}
+	name := "PostgreSQL"
+	if d == lockproto.MySQL {
+		name = "MySQL/MariaDB"
+	}
+	err = h.r.ro(ctx, func(tx *sql.Tx) error { return h.r.checkServer(ctx, tx, d) })
+	switch {
+	case errors.Is(err, ormlock.ErrUnsupportedDialect):
+		v.Server = name + ": refused"
+		v.Refused = clean(err.Error(), 500)
+		return d, false, nil
+	case err != nil:
+		return 0, false, err
+	}
+	v.Server = name
+	return d, true, nil
+}
+
+func (h *handler) overview(ctx context.Context, p params) (*view, error) {
+	if p.after != "" {
+		if err := ledger.ValidateJob("?after", p.after); err != nil {
+			return nil, &badRequest{msg: err.Error()}
+		}
+	}
+	limit := p.clampLimit(defaultLimit, maxStrip)
+	v := h.base(p, "ormlock: jobs, locks and leaders")
+	v.Self = p.link("", "after", p.after, "limit", limitParam(p))
+	d, genuine, err := h.server(ctx, v)
+	if err != nil {
+		return nil, err
+	}
+	o := &overview{Namespace: clean(h.s.namespace, 128), Ledger: h.s.ledger}
+	v.Overview = o
+	now := time.Now()
+	err = h.r.ro(ctx, func(tx *sql.Tx) error {
+		names, err := h.r.jobs(ctx, tx, d, p.after, jobsPerPage+1)
+		if err != nil {
+			return err
+		}
+		if len(names) > jobsPerPage {
+			names = names[:jobsPerPage]
+			o.Next = p.link("", "after", names[len(names)-1], "limit", limitParam(p))
+		}
+		for _, name := range names {
+			runs, err := h.r.runs(ctx, tx, d, name, limit)
+			if err != nil {
+				return err
+			}
+			o.Jobs = append(o.Jobs, h.jobRow(p, name, runs, limit, now))
+		}
+		return nil
+	})
+	if err != nil {
+		o.JobsError = h.problem(ctx, err)
+	}
+	if p.after != "" {
+		o.First = p.link("", "limit", limitParam(p))
+	}
+	if !genuine {
+		o.LocksError = "unknown: " + v.Refused
+	} else if err := h.r.ro(ctx, func(tx *sql.Tx) error { return h.locks(ctx, tx, d, o, p.loc) }); err != nil {
+		o.LocksError = h.problem(ctx, err)
+	}
+	err = h.r.ro(ctx, func(tx *sql.Tx) error {
+		if h.r.fenceTable(d) == "" {
+			o.FencesAbsent = true
+			return nil
+		}
+		fs, err := h.r.fences(ctx, tx, d, fencesPerPage+1)
+		if err != nil {
+			return err
+		}
+		if len(fs) > fencesPerPage {
+			fs, o.FencesMore = fs[:fencesPerPage], true
+		}
+		for _, f := range fs {
+			o.Fences = append(o.Fences, fenceRow{Key: clean(f.key, 300), Token: f.token})
+		}
+		return nil
+	})
+	if err != nil {
+		o.FencesError = h.problem(ctx, err)
+	}
+	return v, nil
+}
+
+func limitParam(p params) string {
+	if p.limit == 0 {
+		return ""
+	}
+	return strconv.Itoa(p.limit)
+}
+
+// problem logs a section's failed read and returns what the page says.
+func (h *handler) problem(ctx context.Context, err error) string {
+	msg := describe(err, h.s.timeout)
+	h.s.logger.LogAttrs(ctx, levelError, "ormlock webui: read failed", attr("error", msg))
+	return msg
+}
+
+func (h *handler) locks(ctx context.Context, tx *sql.Tx, d lockproto.Dialect, o *overview, loc *time.Location) error {
+	now := time.Now()
+	for _, k := range h.s.locks {
+		hi, err := h.r.holder(ctx, tx, d, k)
+		if err != nil {
+			return err
+		}
+		o.Locks = append(o.Locks, holderOf(k, hi, now, loc))
+	}
+	for _, k := range h.s.leaders {
+		hi, err := h.r.holder(ctx, tx, d, k)
+		if err != nil {
+			return err
+		}
+		row := leaderRow{holderRow: holderOf(k, hi, now, loc), Token: "-"}
+		if hi.Held {
+			row.Status, row.StatusClass = "leading", "held"
+		} else {
+			row.Status = "no leader"
+		}
+		tok, ok, err := h.r.token(ctx, tx, d, k)
+		if err != nil {
+			var mt *missingTableError
+			if !errors.As(err, &mt) {
+				return err
+			}
+		}
+		if ok {
+			row.Token = strconv.FormatInt(tok, 10)
+		}
+		o.Leaders = append(o.Leaders, row)
+	}
+	return nil
+}
+
+// holderOf shows hi, never its Query: a statement can carry secrets.
+func holderOf(k ormlock.Key, hi ormlock.HolderInfo, now time.Time, loc *time.Location) holderRow {
+	r := holderRow{Key: clean(k.String(), 300), Lock: clean(hi.Lock, 300), Status: "free", StatusClass: "free", Waiters: hi.Waiters}
+	if !hi.Held {
+		return r
+	}
+	r.Status, r.StatusClass = "held", "held"
+	r.PID = hi.PID
+	r.Owner = clean(hi.Owner, 255)
+	r.User = clean(hi.User, 128)
+	if hi.Application != hi.Owner {
+		r.Application = clean(hi.Application, 128)
+	}
+	r.Client = clean(hi.ClientAddr, 128)
+	r.Database = clean(hi.Database, 128)
+	r.State = clean(hi.State, 128)
+	r.Mode = clean(hi.Mode, 64)
+	if hi.StateFor > 0 {
+		r.StateFor = showDuration(hi.StateFor)
+	}
+	if hi.HeldFor > 0 {
+		r.HeldFor = showDuration(hi.HeldFor)
+		r.Since = showTime(now.Add(-hi.HeldFor), loc)
+	}
+	return r
+}
+
+// jobRow builds a job's strip: its runs and, when its schedule is known,
+// the slots without a run since the oldest run shown, newest last.
+func (h *handler) jobRow(p params, name string, runs []ormlock.Run, limit int, now time.Time) jobRow {
+	cells := h.cells(p, name, runs, limit, now)
+	row := jobRow{Name: clean(name, 200), Href: p.link("job", "name", name), ShownRuns: len(runs)}
+	_, row.Scheduled = h.s.schedules[name]
+	if len(runs) > 0 {
+		row.Last = runs[0].Status
+		row.LastAt = showTime(runs[0].Slot, p.loc)
+	}
+	for i := len(cells) - 1; i >= 0; i-- {
+		c := cells[i]
+		row.Slots = append(row.Slots, slotCell{Class: "s " + c.status, Href: p.link("job", "name", name) + "#" + c.id(), Title: c.title(p.loc)})
+		switch c.status {
+		case "failed":
+			row.Failed++
+		case "missed":
+			row.Missed++
+		}
+	}
+	return row
+}
+
+// cell is one slot of a job: a run, or a missed slot (Run zero but Slot).
+type cell struct {
+	status string // done, failed, running, missed
+	run    ormlock.Run
+}
+
+func (c cell) id() string { return "s" + strconv.FormatInt(c.run.Slot.Unix(), 10) }
+
+func (c cell) title(loc *time.Location) string {
+	t := showTime(c.run.Slot, loc)
+	s := t.Zone
+	if !t.SameZone {
+		s += " (" + t.UTC + ")"
+	}
+	s += ": " + c.status
+	if c.status == "missed" {
+		return s + " (no run in the ledger)"
+	}
+	if c.run.Owner != "" {
+		s += " by " + clean(c.run.Owner, 80)
+	}
+	if c.status != "running" {
+		s += " in " + showDuration(c.run.Duration)
+	}
+	if c.run.Error != "" {
+		s += ": " + clean(c.run.Error, 120)
+	}
+	return s
+}
+
+// cells merges runs (newest first) with the missed slots of the job's
+// schedule, newest first, at most limit of them.
+func (h *handler) cells(p params, name string, runs []ormlock.Run, limit int, now time.Time) []cell {
+	out := make([]cell, 0, len(runs))
+	for _, r := range runs {
+		out = append(out, cell{status: statusClass(r.Status), run: r})
+	}
+	s, ok := h.s.schedules[name]
+	if !ok || len(runs) == 0 {
+		return out
+	}
+	current := s.Slot(now)
+	oldest := runs[len(runs)-1].Slot
+	seen := map[int64]bool{}
+	for _, r := range runs {
+		seen[r.Slot.UnixMicro()] = true
+	}
+	for _, t := range scheduleSlots(s, oldest, current, limit) {
+		if !seen[t.UnixMicro()] {
+			out = append(out, cell{status: "missed", run: ormlock.Run{Slot: t}})
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].run.Slot.After(out[j].run.Slot) })
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out
+}
+
+func statusClass(s string) string {
+	switch s {
+	case ledger.StatusDone, ledger.StatusFailed, ledger.StatusRunning:
+		return s
+	}
+	return "unknown"
+}
+
+func (h *handler) job(ctx context.Context, p params) (*view, error) {
+	if p.job == "" {
+		return nil, &badRequest{msg: "?name= is missing: the job to show"}
+	}
+	if err := ledger.ValidateJob("?name", p.job); err != nil {
+		return nil, &badRequest{msg: err.Error()}
+	}
+	limit := p.clampLimit(defaultHistory, maxHistory)
+	v := h.base(p, "ormlock: "+clean(p.job, 100))
+	v.Self = p.link("job", "name", p.job, "limit", limitParam(p))
+	d, _, err := h.server(ctx, v)
+	if err != nil {
+		return nil, err
+	}
+	j := &jobPage{Name: clean(p.job, 200), Limit: limit}
+	_, j.Scheduled = h.s.schedules[p.job]
+	v.Job = j
+	var runs []ormlock.Run
+	err = h.r.ro(ctx, func(tx *sql.Tx) error {
+		var err error
+		runs, err = h.r.runs(ctx, tx, d, p.job, limit)
+		return err
+	})
+	if err != nil {
+		j.Error = h.problem(ctx, err)
+		return v, nil
+	}
+	if len(runs) == limit && limit < maxHistory {
+		j.More = p.link("job", "name", p.job, "limit", strconv.Itoa(min(limit*2, maxHistory)))
+	}
+	cells := h.cells(p, p.job, runs, limit, time.Now())
+	for _, c := range cells {
+		r := c.run
+		row := runRow{ID: c.id(), Status: c.status, StatusClass: c.status, Slot: showTime(r.Slot, p.loc)}
+		if c.status != "missed" {
+			row.Owner = clean(r.Owner, 255)
+			row.Started = showTime(r.Started, p.loc)
+			row.Finished = showTime(r.Finished, p.loc)
+			if c.status == "running" {
+				row.Duration = "running for " + showDuration(time.Since(r.Started))
+			} else {
+				row.Duration = showDuration(r.Duration)
+			}
+			row.Error = cleanLines(r.Error, 2000)
+		}
+		j.Runs = append(j.Runs, row)
+	}
+	j.Plot = newPlot(cells, p.loc)
+	return v, nil
+}
