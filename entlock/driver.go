@@ -11,6 +11,7 @@ import (
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/lockproto"
+	"github.com/ormlock/ormlock/internal/verbs"
 )
 
 // Driver is an ent dialect.Driver that can take ormlock's locks. It wraps the
@@ -203,21 +204,12 @@ func (d *Driver) serve(ctx context.Context, r *request, opts *sql.TxOptions) (di
 
 // begin starts a transaction with the lock of r held.
 func (d *Driver) begin(ctx context.Context, r *request, opts *sql.TxOptions) (*lockedTx, error) {
-	if d.err != nil {
-		return nil, d.err
-	}
-	op := r.op
+	op := r.op // RunOnce prepared it (verbs.Pool.Run)
 	if op == nil {
 		var err error
-		if op, err = lockproto.NewOp(d.dial, r.verb, r.key, d.cfg.With(r.opts...)); err != nil {
+		if _, op, err = verbs.Prepare(ctx, driverBinder{d}, pkg, r.verb, r.key, r.opts, verbs.Args{}, true); err != nil {
 			return nil, err
 		}
-	}
-	if err := op.EndedLock(ctx); err != nil {
-		return nil, err
-	}
-	if err := op.CheckServer(ctx, d.db); err != nil {
-		return nil, err
 	}
 	if opts == nil {
 		opts = op.Cfg.TxOptions

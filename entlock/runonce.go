@@ -10,12 +10,10 @@ import (
 	"entgo.io/ent/dialect"
 
 	"github.com/ormlock/ormlock"
-	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/errs"
-	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/ledger"
-	"github.com/ormlock/ormlock/internal/lockproto"
 	"github.com/ormlock/ormlock/internal/sched"
+	"github.com/ormlock/ormlock/internal/verbs"
 )
 
 // RunOnce runs fn at most once per (job, slot) across every instance that
@@ -33,29 +31,17 @@ func RunOnce[T TxLike](ctx context.Context, client interface {
 	Tx(context.Context) (T, error)
 }, job string, slot time.Time, fn func(tx T) error, opts ...ormlock.Option) error {
 	const verb = "RunOnce"
-	d, cfg, err := open(ctx, verb, client, opts, ledger.CheckRunOnce("entlock."+verb, fn == nil, job, slot))
+	p, err := verbs.Open(ctx, binder[T]{client}, pkg, verb, opts, verbs.Args{NilFn: fn == nil, Err: ledger.CheckRunOnce(pkg+"."+verb, false, job, slot)})
 	if err != nil {
 		return err
 	}
-	op, err := lockproto.NewOp(d.dial, verb, keys.RunKey(job, slot), cfg)
-	if err != nil {
-		return err
-	}
-	r, err := ledger.NewRun("entlock."+verb, op, job, slot)
+	r, op, err := p.Run(ctx, job, slot)
 	if err != nil {
 		return err
 	}
 	ctx = sched.WithSlot(ctx, r.Slot())
-	if cfg.Claim {
-		// the locked transaction's path (Driver.begin) checks these
-		// itself; claim mode takes its lock without one
-		if err := op.EndedLock(ctx); err != nil {
-			return err
-		}
-		if err := op.CheckServer(ctx, d.db); err != nil {
-			return err
-		}
-		return r.Claimed(ctx, d.db, func(lctx context.Context) error {
+	if p.Cfg.Claim {
+		return r.Claimed(ctx, p.DB, func(lctx context.Context) error {
 			tx, err := begin(lctx, client, &request{verb: verb, op: op, work: true})
 			if err != nil {
 				return err
@@ -76,114 +62,6 @@ func RunOnce[T TxLike](ctx context.Context, client interface {
 	return run(ctx, verb, tx, func(tx T) error {
 		return r.InTx(ctx, q, func() error { return fn(tx) })
 	})
-}
-
-// RunScheduled is [RunOnce] for the slot of the current time under
-// schedule: RunOnce(ctx, client, job, schedule.Slot(time.Now()), fn,
-// opts...), the form that cannot get the slot wrong (see
-// gormlock.RunScheduled). With [ormlock.WithCatchUp] it first runs the
-// missed slots of the window; fn reads the slot it runs with [Slot](tx). A
-// nil schedule is an error wrapping [ormlock.ErrInvalidArgument]. See
-// docs/SCHEDULES.md (Catch-up of missed slots).
-func RunScheduled[T TxLike](ctx context.Context, client interface {
-	Tx(context.Context) (T, error)
-}, job string, schedule ormlock.Schedule, fn func(tx T) error, opts ...ormlock.Option) error {
-	const verb = "RunScheduled"
-	if err := checkCall(ctx, verb, client, opts); err != nil {
-		return err
-	}
-	return ledger.Scheduled(ctx, "entlock."+verb, job, schedule, func() (ledger.Reader, error) { return readerOf(ctx, verb, client, opts, nil) },
-		func(slot time.Time) error { return RunOnce(ctx, client, job, slot, fn, opts...) })
-}
-
-// Runs returns the last limit runs of job from the ledger table, newest slot
-// first: who ran which slot, when, for how long, and with which error, in the
-// namespace in effect ([ormlock.WithNamespace], per call or given to [Wrap]).
-// x is the client or the *Driver, as for [Session]; a transactional client
-// (tx.Client()) is refused. limit must be positive. See docs/PROTOCOL.md (The
-// ledger).
-func Runs[T TxLike](ctx context.Context, x interface {
-	Tx(context.Context) (T, error)
-}, job string, limit int, opts ...ormlock.Option) ([]ormlock.Run, error) {
-	const verb = "Runs"
-	d, cfg, err := open(ctx, verb, x, opts, ledger.CheckRuns("entlock."+verb, job, limit))
-	if err != nil {
-		return nil, err
-	}
-	t, err := ledger.NewTable(d.dial, cfg.LedgerTable)
-	if err == nil {
-		err = checkPool(ctx, d)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return ledger.RunsAs[ormlock.Run](t.Runs(ctx, d.db, cfg.Namespace, job, limit))
-}
-
-// readerOf returns what reading the ledger through x needs, the call
-// checked as open does: the settings (Wrap's defaults with opts), the
-// table, and the wrapped pool.
-func readerOf[T TxLike](ctx context.Context, verb string, x interface {
-	Tx(context.Context) (T, error)
-}, opts []ormlock.Option, argErr error) (ledger.Reader, error) {
-	d, cfg, err := open(ctx, verb, x, opts, argErr)
-	if err != nil {
-		return ledger.Reader{}, err
-	}
-	t, err := ledger.NewTable(d.dial, cfg.LedgerTable)
-	if err != nil {
-		return ledger.Reader{}, err
-	}
-	return ledger.Reader{Cfg: cfg, T: t, Q: d.db}, nil
-}
-
-// checkCall validates what every ledger and lookup verb is given: a context,
-// a client (or Driver), and options that are valid on their own.
-func checkCall(ctx context.Context, verb string, x any, opts []ormlock.Option) error {
-	if ctx == nil {
-		return fmt.Errorf("%w: entlock.%s: nil context", ormlock.ErrInvalidArgument, verb)
-	}
-	if isNil(x) {
-		return fmt.Errorf("%w: entlock.%s: nil client", ormlock.ErrInvalidArgument, verb)
-	}
-	return config.New(opts...).Err()
-}
-
-// open validates a ledger or lookup verb's call (checkCall, then argErr:
-// the result of the verb's own argument check, nil when it has none), then
-// finds the Driver under x (see driverOf) and returns it with its defaults
-// and opts applied, or why it cannot take locks.
-func open[T TxLike](ctx context.Context, verb string, x interface {
-	Tx(context.Context) (T, error)
-}, opts []ormlock.Option, argErr error) (*Driver, config.Config, error) {
-	if err := checkCall(ctx, verb, x, opts); err != nil {
-		return nil, config.Config{}, err
-	}
-	if argErr != nil {
-		return nil, config.Config{}, argErr
-	}
-	d, err := driverOf(ctx, verb, x)
-	if err != nil {
-		return nil, config.Config{}, err
-	}
-	if d.err != nil {
-		return nil, config.Config{}, d.err
-	}
-	cfg := d.cfg.With(opts...)
-	if err := cfg.Err(); err != nil {
-		return nil, config.Config{}, err
-	}
-	return d, cfg, nil
-}
-
-// checkPool is the server check of the verbs that build no Op (Runs,
-// Prune) on d's pool: a context that has ended returns its error first,
-// sending nothing.
-func checkPool(ctx context.Context, d *Driver) error {
-	if err := lockproto.Ended(ctx); err != nil {
-		return err
-	}
-	return lockproto.CheckPool(ctx, d.dial, d.db, d.db)
 }
 
 // workTx answers a claim-mode request (r.work): fn's own transaction, an

@@ -6,10 +6,10 @@ import (
 	"reflect"
 
 	"github.com/ormlock/ormlock"
-	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
+	"github.com/ormlock/ormlock/internal/verbs"
 )
 
 // TxLike is what the verbs need of a transaction: ent's generated *ent.Tx
@@ -29,11 +29,10 @@ type TxLike interface {
 func Transaction[T TxLike, K ormlock.KeyType](ctx context.Context, client interface {
 	Tx(context.Context) (T, error)
 }, key K, fn func(tx T) error, opts ...ormlock.Option) error {
-	k, err := check(ctx, "Transaction", client, fn == nil, keys.Of[ormlock.Key](key), opts)
-	if err != nil {
+	if err := verbs.CheckHandle(ctx, pkg, "Transaction", binder[T]{client}.Nil(), verbs.Args{NilFn: fn == nil}); err != nil {
 		return err
 	}
-	r := &request{verb: "Transaction", key: k, opts: opts}
+	r := &request{verb: "Transaction", key: keys.Of[ormlock.Key](key), opts: opts}
 	tx, err := begin(ctx, client, r)
 	if err != nil {
 		return err
@@ -76,26 +75,6 @@ func begin[T TxLike](ctx context.Context, client interface {
 // fails or panics. verb names the caller in a commit error.
 func run[T TxLike](ctx context.Context, verb string, tx T, fn func(tx T) error) error {
 	return lockproto.RunTx(ctx, tx, "entlock."+verb, func() error { return fn(tx) })
-}
-
-// check validates the arguments every verb shares and returns the key.
-func check(ctx context.Context, verb string, client any, nilFn bool, k keys.Key, opts []ormlock.Option) (keys.Key, error) {
-	if ctx == nil {
-		return k, fmt.Errorf("%w: entlock.%s: nil context", ormlock.ErrInvalidArgument, verb)
-	}
-	if isNil(client) {
-		return k, fmt.Errorf("%w: entlock.%s: nil client", ormlock.ErrInvalidArgument, verb)
-	}
-	if nilFn {
-		return k, fmt.Errorf("%w: entlock.%s: nil fn", ormlock.ErrInvalidArgument, verb)
-	}
-	if err := k.Validate(); err != nil {
-		return k, err
-	}
-	if err := config.New(opts...).Err(); err != nil {
-		return k, err
-	}
-	return k, nil
 }
 
 func isNil(v any) bool {

@@ -10,10 +10,10 @@ import (
 	"gorm.io/plugin/dbresolver"
 
 	"github.com/ormlock/ormlock"
-	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
+	"github.com/ormlock/ormlock/internal/verbs"
 )
 
 // Transaction runs fn inside one GORM transaction while the lock named by key
@@ -23,83 +23,32 @@ import (
 // GORM's (db.WithContext). Protocol per dialect, cancellation, nesting and
 // dbresolver: docs/PROTOCOL.md.
 func Transaction[K ormlock.KeyType](db *gorm.DB, key K, fn func(tx *gorm.DB) error, opts ...ormlock.Option) error {
-	if fn == nil {
-		return fmt.Errorf("%w: gormlock.Transaction: nil fn", ormlock.ErrInvalidArgument)
-	}
-	var c call // on the stack: one allocation fewer than prepare
-	if err := c.init(db, "Transaction", keys.Of[ormlock.Key](key), opts, true); err != nil {
+	var c call // on the stack
+	if err := c.init(db, "Transaction", keys.Of[ormlock.Key](key), opts, fn == nil); err != nil {
 		return err
 	}
 	return c.transaction(fn)
 }
 
-// call is one verb call on a *gorm.DB.
+// call is one Transaction or RunOnce call on a *gorm.DB: what the verb
+// core found behind db, and the lock.
 type call struct {
 	db  *gorm.DB
 	ctx context.Context
+	p   verbs.Pool
 	op  *lockproto.Op
 }
 
-// prepare is init on a new call; lock as init's.
-func prepare(db *gorm.DB, verb string, key keys.Key, opts []ormlock.Option, lock bool) (*call, error) {
-	c := new(call)
-	if err := c.init(db, verb, key, opts, lock); err != nil {
-		return nil, err
-	}
-	return c, nil
-}
-
-// init validates the arguments of a verb call and fills in c, then, in
-// this order: a context that has ended returns at once, sending nothing (a
-// verb that takes a lock for its caller, lock, with an error wrapping
-// ormlock.ErrNotAcquired and the context's error; Holder and Migrate with
-// the context's error), and the server is asked whether its locks are real.
-// c is left empty unless only the server check failed.
-func (c *call) init(db *gorm.DB, verb string, key keys.Key, opts []ormlock.Option, lock bool) error {
-	d, cfg, err := open(db, "gormlock."+verb, opts, nil)
-	if err != nil {
-		return err
-	}
-	op, err := lockproto.NewOp(d, verb, key, cfg)
-	if err != nil {
-		return err
-	}
+// init runs the verb core's checks of a call (verbs.Prepare) and fills in
+// c.
+func (c *call) init(db *gorm.DB, verb string, key keys.Key, opts []ormlock.Option, nilFn bool) error {
 	ctx := ctxOf(db)
-	if lock {
-		err = op.EndedLock(ctx)
-	} else {
-		err = lockproto.Ended(ctx)
-	}
+	p, op, err := verbs.Prepare(ctx, binder{db}, pkg, verb, key, opts, verbs.Args{NilFn: nilFn}, true)
 	if err != nil {
 		return err
 	}
-	*c = call{db: db, ctx: ctx, op: op}
-	return c.checkServer()
-}
-
-// open checks what every verb is given: db (nil, or carrying an error),
-// then argErr, the result of the verb's own argument check (nil when it
-// has none); and returns db's dialect and settings (the plugin's defaults
-// with opts on top). verb names the verb in errors ("gormlock.Prune").
-func open(db *gorm.DB, verb string, opts []ormlock.Option, argErr error) (lockproto.Dialect, config.Config, error) {
-	if db == nil {
-		return 0, config.Config{}, fmt.Errorf("%w: %s: nil *gorm.DB", ormlock.ErrInvalidArgument, verb)
-	}
-	if db.Error != nil {
-		return 0, config.Config{}, db.Error
-	}
-	if argErr != nil {
-		return 0, config.Config{}, argErr
-	}
-	d, err := dialectOf(db)
-	if err != nil {
-		return 0, config.Config{}, err
-	}
-	cfg, err := configFor(db, opts)
-	if err == nil {
-		err = cfg.Err()
-	}
-	return d, cfg, err
+	*c = call{db: db, ctx: ctx, p: p, op: op}
+	return nil
 }
 
 // ctxOf returns db's context, or context.Background() (db may be nil).
@@ -167,14 +116,10 @@ func (c *call) transaction(fn func(tx *gorm.DB) error) error {
 		}
 		return c.pgNested(fn)
 	}
-	sqlDB, err := primarySQL(c.db)
-	if err != nil {
-		return err
-	}
 	// GORM's PrepareStmt caches statements per *sql.Tx: it gets one (BEGIN,
 	// then the lock); otherwise with pgx BEGIN and the lock are one message
 	c.op.NeedSQLTx = c.prepared()
-	lt, err := c.op.BeginLocked(c.ctx, sqlDB, c.op.Cfg.TxOptions)
+	lt, err := c.op.BeginLocked(c.ctx, c.p.DB, c.op.Cfg.TxOptions)
 	if err != nil {
 		return err
 	}

@@ -16,9 +16,9 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
-	"github.com/ormlock/ormlock/internal/dbverbs"
 	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/lockproto"
+	"github.com/ormlock/ormlock/internal/verbs"
 )
 
 // The protocol (internal/lockproto) runs on database/sql. pgxlock gives it,
@@ -49,25 +49,34 @@ func keyOf(pool *pgxpool.Pool) *sql.DB {
 	return k.(*sql.DB)
 }
 
-// open checks a verb's arguments and returns the protocol's pool over pool,
-// and the function that closes it, to be called when the verb returns.
-func open(ctx context.Context, verb string, pool *pgxpool.Pool, nilFn bool, opts []ormlock.Option) (dbverbs.Pool, config.Config, func(), error) {
-	cfg, err := dbverbs.Check(ctx, "pgxlock", verb, "*pgxpool.Pool", pool == nil, nilFn, opts)
-	if err != nil {
-		return dbverbs.Pool{}, cfg, nil, err
+const pkg = "pgxlock"
+
+// binder is pgxlock's binding of the verb core: a *sql.DB over the pool
+// for the call (closed when the verb returns; shared per pool by the
+// Sessions and Leads of WithSharedLockConns), the pool's stand-in cache
+// key, PostgreSQL, and fn's transaction a pgx.Tx over the locked one.
+type binder struct{ pool *pgxpool.Pool }
+
+func (b binder) Nil() string {
+	if b.pool == nil {
+		return "*pgxpool.Pool"
 	}
+	return ""
+}
+
+func (b binder) Bind(_ context.Context, verb string, opts []config.Option) (verbs.Pool, error) {
+	cfg := config.New(opts...)
 	var (
 		db    *sql.DB
 		close func()
 	)
 	if cfg.SharedConns > 0 && (verb == "Session" || verb == "Lead") {
-		db, close = sharedDB(pool)
+		db, close = sharedDB(b.pool)
 	} else {
-		db = openDB(pool)
+		db = openDB(b.pool)
 		close = func() { _ = db.Close() }
 	}
-	p := dbverbs.Pool{Pkg: "pgxlock", DB: db, Key: keyOf(pool), Dialect: lockproto.Postgres, SplitTx: splitTx}
-	return p, cfg, close, nil
+	return verbs.Pool{Pkg: pkg, DB: db, CacheKey: keyOf(b.pool), Dialect: lockproto.Postgres, Cfg: cfg, SplitTx: splitTx, Close: close, Mend: mend}, nil
 }
 
 // openDB opens a *sql.DB over pool.

@@ -8,11 +8,11 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
-	"github.com/ormlock/ormlock/internal/dbverbs"
 	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/ledger"
 	"github.com/ormlock/ormlock/internal/lockproto"
+	"github.com/ormlock/ormlock/internal/verbs"
 )
 
 // Transaction runs fn in a transaction of db while the lock named by key is
@@ -26,22 +26,7 @@ import (
 // [ormlock.WithWait] is given. Protocol per dialect, isolation levels and
 // cancellation: docs/PROTOCOL.md.
 func Transaction[K ormlock.KeyType](ctx context.Context, db *sql.DB, key K, fn func(ctx context.Context, tx *sql.Tx) error, opts ...ormlock.Option) error {
-	p, cfg, err := pool(ctx, "Transaction", db, fn == nil, opts)
-	if err != nil {
-		return err
-	}
-	return p.Transaction(ctx, keys.Of[ormlock.Key](key), cfg, locked(fn))
-}
-
-// locked hands fn the *sql.Tx of a locked transaction.
-func locked(fn func(ctx context.Context, tx *sql.Tx) error) dbverbs.Locked {
-	return func(ctx context.Context, lt *lockproto.LockedTx) error {
-		tx, ok := lt.Tx.(*sql.Tx)
-		if !ok { // BeginLocked gives a *sql.Tx when NeedSQLTx is set
-			return fmt.Errorf("ormlock: sqllock: transaction of type %T, want *sql.Tx", lt.Tx)
-		}
-		return fn(ctx, tx)
-	}
+	return verbs.Transaction(ctx, binder{db}, pkg, keys.Of[ormlock.Key](key), locked(fn), fn == nil, opts)
 }
 
 // Session holds the lock named by key on a dedicated connection of db for
@@ -51,11 +36,22 @@ func locked(fn func(ctx context.Context, tx *sql.Tx) error) dbverbs.Locked {
 // lock is lost, and Session's error then wraps ErrLockLost. See
 // docs/PROTOCOL.md (Session).
 func Session[K ormlock.KeyType](ctx context.Context, db *sql.DB, key K, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
-	p, cfg, err := pool(ctx, "Session", db, fn == nil, opts)
-	if err != nil {
-		return err
-	}
-	return p.Session(ctx, keys.Of[ormlock.Key](key), cfg, fn)
+	return verbs.Session(ctx, binder{db}, pkg, keys.Of[ormlock.Key](key), fn, opts)
+}
+
+// Lead campaigns for the lock named by key and runs fn while this caller
+// leads: it waits for the lock as [Session] does (on the server, asking
+// again when a wait runs out, retrying after connection errors with a
+// bounded backoff), then calls fn with a ctx that is cancelled with cause
+// [ormlock.ErrLockLost] when leadership is lost. When fn returns by itself,
+// the lock is released and Lead returns fn's error (nil: resigned); after a
+// loss, Lead waits for fn to return and campaigns again. Lead returns the
+// context's cause when ctx ends. With [ormlock.WithFencing] every term gets
+// a greater token ([ormlock.FencingToken]); [ormlock.WithOwner] names this
+// replica for [Holder]. An invalid key or option, an unsupported driver or
+// a refused login is returned at once. See docs/PROTOCOL.md (Lead).
+func Lead[K ormlock.KeyType](ctx context.Context, db *sql.DB, key K, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
+	return verbs.Lead(ctx, binder{db}, pkg, keys.Of[ormlock.Key](key), fn, opts)
 }
 
 // RunOnce runs fn at most once per (job, slot) across every instance that
@@ -69,86 +65,38 @@ func Session[K ormlock.KeyType](ctx context.Context, db *sql.DB, key K, fn func(
 // 191 characters; bad input wraps [ormlock.ErrInvalidArgument].
 // See docs/PROTOCOL.md (RunOnce).
 func RunOnce(ctx context.Context, db *sql.DB, job string, slot time.Time, fn func(ctx context.Context, tx *sql.Tx) error, opts ...ormlock.Option) error {
-	p, cfg, err := pool(ctx, "RunOnce", db, fn == nil, opts)
-	if err != nil {
-		return err
-	}
-	return runOnce(ctx, p, job, slot, cfg, fn)
-}
-
-func runOnce(ctx context.Context, p dbverbs.Pool, job string, slot time.Time, cfg config.Config, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	return p.RunOnce(ctx, job, slot, cfg, locked(fn), func(lctx context.Context) error {
-		return claimed(lctx, p.DB, cfg, fn)
-	})
-}
-
-// claimed runs fn in a transaction of its own on db (RunOnce's claim mode).
-// With schedhook.ClaimNoTx (the scheduler module's backends) fn gets a
-// nil tx.
-func claimed(ctx context.Context, db *sql.DB, cfg config.Config, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	if cfg.ClaimNoTx {
-		return fn(ctx, nil)
-	}
-	opts := cfg.TxOptions
-	tx, err := db.BeginTx(ctx, opts)
-	if err != nil {
-		return errs.Wrap(err, "sqllock.RunOnce: begin fn's transaction")
-	}
-	return lockproto.RunTx(ctx, tx, "sqllock.RunOnce", func() error { return fn(ctx, tx) })
+	return verbs.RunOnce(ctx, binder{db}, pkg, job, slot, locked(fn), claimed(fn), fn == nil, opts)
 }
 
 // RunScheduled is [RunOnce] for the slot of schedule at the current time.
 func RunScheduled(ctx context.Context, db *sql.DB, job string, schedule ormlock.Schedule, fn func(ctx context.Context, tx *sql.Tx) error, opts ...ormlock.Option) error {
-	if err := dbverbs.CheckSchedule("sqllock", schedule); err != nil {
-		return err
-	}
-	p, cfg, err := pool(ctx, "RunScheduled", db, fn == nil, opts)
-	if err != nil {
-		return err
-	}
-	return p.RunScheduled(ctx, job, schedule, cfg, func(slot time.Time) error { return runOnce(ctx, p, job, slot, cfg, fn) })
+	return verbs.RunScheduled(ctx, binder{db}, pkg, job, schedule, fn == nil, opts, func(slot time.Time) error { return RunOnce(ctx, db, job, slot, fn, opts...) })
 }
 
 // Migrate creates the ledger table (and the fencing table) of RunOnce and
 // [ormlock.WithFencing], or upgrades them, under a lock of its own, so that
 // every instance may call it at start-up. See docs/PROTOCOL.md (The ledger).
 func Migrate(ctx context.Context, db *sql.DB, opts ...ormlock.Option) error {
-	p, cfg, err := pool(ctx, "Migrate", db, false, opts)
-	if err != nil {
-		return err
-	}
-	return p.Migrate(ctx, cfg)
+	return verbs.Migrate(ctx, binder{db}, pkg, opts)
 }
 
 // Holder asks the server who holds the lock named by key, as
 // gormlock.Holder does.
 func Holder[K ormlock.KeyType](ctx context.Context, db *sql.DB, key K, opts ...ormlock.Option) (ormlock.HolderInfo, error) {
-	p, cfg, err := pool(ctx, "Holder", db, false, opts)
-	if err != nil {
-		return ormlock.HolderInfo{}, err
-	}
-	h, err := p.Holder(ctx, keys.Of[ormlock.Key](key), cfg)
+	h, err := verbs.Holder(ctx, binder{db}, pkg, keys.Of[ormlock.Key](key), opts)
 	return ormlock.HolderInfo(h), err
 }
 
 // Runs returns the last limit runs of job from the ledger table, newest
 // slot first, in the namespace in effect ([ormlock.WithNamespace]).
 func Runs(ctx context.Context, db *sql.DB, job string, limit int, opts ...ormlock.Option) ([]ormlock.Run, error) {
-	p, cfg, err := pool(ctx, "Runs", db, false, opts)
-	if err != nil {
-		return nil, err
-	}
-	return ledger.RunsAs[ormlock.Run](p.Runs(ctx, job, limit, cfg))
+	return ledger.RunsAs[ormlock.Run](verbs.Runs(ctx, binder{db}, pkg, job, limit, opts))
 }
 
 // Prune deletes the ledger's finished runs whose slot is older than
 // olderThan, batch by batch, and returns how many it deleted.
 func Prune(ctx context.Context, db *sql.DB, olderThan time.Duration, opts ...ormlock.Option) (int64, error) {
-	p, cfg, err := pool(ctx, "Prune", db, false, opts)
-	if err != nil {
-		return 0, err
-	}
-	return p.Prune(ctx, olderThan, cfg)
+	return verbs.Prune(ctx, binder{db}, pkg, olderThan, opts)
 }
 
 // AdvanceFences adds by to every fencing counter of the namespace in
@@ -158,22 +106,53 @@ func Prune(ctx context.Context, db *sql.DB, olderThan time.Duration, opts ...orm
 // tokens issued per key in the replication lag. by is in 1..2^52. See
 // docs/PROTOCOL.md (Failover).
 func AdvanceFences(ctx context.Context, db *sql.DB, by int64, opts ...ormlock.Option) (int64, error) {
-	p, cfg, err := pool(ctx, "AdvanceFences", db, false, opts)
-	if err != nil {
-		return 0, err
-	}
-	return p.AdvanceFences(ctx, by, cfg)
+	return verbs.AdvanceFences(ctx, binder{db}, pkg, by, opts)
 }
 
-// pool checks a verb's arguments and returns db as the protocol's pool.
-func pool(ctx context.Context, verb string, db *sql.DB, nilFn bool, opts []ormlock.Option) (dbverbs.Pool, config.Config, error) {
-	cfg, err := dbverbs.Check(ctx, "sqllock", verb, "*sql.DB", db == nil, nilFn, opts)
-	if err != nil {
-		return dbverbs.Pool{}, cfg, err
+const pkg = "sqllock"
+
+// binder is sqllock's binding of the verb core: the *sql.DB itself, its
+// dialect told by its driver (or asked of the server once per pool), and
+// the call's options; fn's transaction is a *sql.Tx begun by database/sql.
+type binder struct{ db *sql.DB }
+
+func (b binder) Nil() string {
+	if b.db == nil {
+		return "*sql.DB"
 	}
-	d, err := dialectOf(ctx, verb, db)
+	return ""
+}
+
+func (b binder) Bind(ctx context.Context, verb string, opts []config.Option) (verbs.Pool, error) {
+	d, err := dialectOf(ctx, verb, b.db)
 	if err != nil {
-		return dbverbs.Pool{}, cfg, err
+		return verbs.Pool{}, err
 	}
-	return dbverbs.Pool{Pkg: "sqllock", DB: db, Dialect: d, NeedSQLTx: true}, cfg, nil
+	return verbs.Pool{Pkg: pkg, DB: b.db, Dialect: d, Cfg: config.New(opts...), NeedSQLTx: true}, nil
+}
+
+// locked hands fn the *sql.Tx of a locked transaction.
+func locked(fn func(ctx context.Context, tx *sql.Tx) error) verbs.Locked {
+	return func(ctx context.Context, lt *lockproto.LockedTx) error {
+		tx, ok := lt.Tx.(*sql.Tx)
+		if !ok { // BeginLocked gives a *sql.Tx when NeedSQLTx is set
+			return fmt.Errorf("ormlock: sqllock: transaction of type %T, want *sql.Tx", lt.Tx)
+		}
+		return fn(ctx, tx)
+	}
+}
+
+// claimed runs fn in a transaction of its own on the pool (RunOnce's claim
+// mode); with schedhook.ClaimNoTx fn gets a nil tx.
+func claimed(fn func(ctx context.Context, tx *sql.Tx) error) verbs.Claimed {
+	return func(ctx context.Context, p verbs.Pool) error {
+		if p.Cfg.ClaimNoTx {
+			return fn(ctx, nil)
+		}
+		tx, err := p.DB.BeginTx(ctx, p.Cfg.TxOptions)
+		if err != nil {
+			return errs.Wrap(err, "sqllock.RunOnce: begin fn's transaction")
+		}
+		return lockproto.RunTx(ctx, tx, "sqllock.RunOnce", func() error { return fn(ctx, tx) })
+	}
 }

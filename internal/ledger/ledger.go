@@ -518,7 +518,9 @@ func (t *Table) Runs(ctx context.Context, q interface {
 
 // Row is one row of the ledger as [Table.Runs] reads it: the fields of
 // ormlock.Run, whose documentation says what each means.
-type Row struct {
+type Row row
+
+type row = struct {
 	Namespace string
 	Job       string
 	Slot      time.Time
@@ -532,19 +534,7 @@ type Row struct {
 
 // RunType is the constraint of ormlock.Run: a type defined over [Row]'s
 // fields, which [RunsAs] converts to without importing package ormlock.
-type RunType interface {
-	~struct {
-		Namespace string
-		Job       string
-		Slot      time.Time
-		Status    string
-		Owner     string
-		Started   time.Time
-		Finished  time.Time
-		Duration  time.Duration
-		Error     string
-	}
-}
+type RunType interface{ ~row }
 
 // RunsAs returns rs as R values (ormlock.Run), with err.
 func RunsAs[R RunType](rs []Row, err error) ([]R, error) {

@@ -1,0 +1,454 @@
+// Package verbs is the body of every adapter's verbs, written once: the
+// checks of their arguments in one order, option resolution, the server
+// check, error wrapping, and the calls into internal/lockproto and
+// internal/ledger. An adapter (gormlock, entlock, sqllock, pgxlock)
+// supplies a [Binder], which finds what stands behind its handle for one
+// call (the dialect, the primary's *sql.DB, the defaults, the caller's
+// transaction if the handle is inside one), and, for Transaction and
+// RunOnce, how fn gets its transaction; its exported verbs forward here in
+// a few lines. The contracts are stated on the root's names and in
+// docs/PROTOCOL.md; this package says how they are kept.
+//
+// # Error precedence
+//
+// When several things are wrong with one call, every verb of every adapter
+// returns the first of, in this order:
+//
+//  1. a nil context: [errs.ErrInvalidArgument];
+//  2. a nil handle (*gorm.DB, ent client, *sql.DB, *pgxpool.Pool):
+//     ErrInvalidArgument;
+//  3. an invalid argument of the verb: a nil fn or schedule, a bad job,
+//     slot, limit, duration or count (ErrInvalidArgument), all checked
+//     before the handle is looked into;
+//  4. the handle's own error, from its Binder: a failed registration (the
+//     GORM plugin's or the ent wrapper's error, which every verb on that
+//     handle returns), a client not built on entlock.Wrap
+//     (entlock.ErrNotWrapped), a database that is neither PostgreSQL nor
+//     MySQL/MariaDB (ErrUnsupportedDialect);
+//  5. an invalid option (ErrInvalidArgument or ErrInvalidKey, naming it);
+//  6. a bad key ([errs.ErrInvalidKey]);
+//  7. a context that has already ended, with nothing sent: an error
+//     wrapping ErrNotAcquired and the context's error for a verb that takes
+//     a lock for its caller (Transaction, Session, Lead, RunOnce,
+//     RunScheduled), the context's error for the others;
+//  8. a server whose locks exclude nobody (ErrUnsupportedDialect, naming
+//     the reason), asked once per pool.
+//
+// [Prepare] and [Open] are where that order is written; precedence_test.go
+// checks it.
+package verbs
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/errs"
+	"github.com/ormlock/ormlock/internal/keys"
+	"github.com/ormlock/ormlock/internal/ledger"
+	"github.com/ormlock/ormlock/internal/lockproto"
+	"github.com/ormlock/ormlock/internal/sched"
+)
+
+// Pool is what stands behind an adapter's handle for one call.
+type Pool struct {
+	// Pkg is the adapter's package name, for error texts ("gormlock").
+	Pkg string
+	// Dialect is the server's.
+	Dialect lockproto.Dialect
+	// DB is the primary's pool, where the protocol runs.
+	DB *sql.DB
+	// CacheKey, when set, is the *sql.DB under which what the protocol
+	// learns of the server is cached, when DB lives for one call only
+	// (pgxlock); nil means DB.
+	CacheKey *sql.DB
+	// Cfg is the handle's defaults with the call's options applied.
+	Cfg config.Config
+	// Tx, when set, is the caller's transaction that the handle is inside
+	// (a *gorm.DB in db.Transaction): the server check, Holder, Runs and
+	// RunScheduled's catch-up run in it, and the verbs that commit on their
+	// own (Prune, AdvanceFences, claim mode) are refused.
+	Tx interface {
+		lockproto.Querier
+		ledger.Querier
+	}
+	// NoCheck skips the server check: the caller's transaction cannot run
+	// it and the primary's pool is out of reach.
+	NoCheck bool
+	// NeedSQLTx asks BeginLocked for a *sql.Tx (BEGIN through
+	// database/sql, then the lock) rather than the one-message path.
+	NeedSQLTx bool
+	// SplitTx, when set, begins fn's transaction of the split protocol
+	// (see lockproto.Op.SplitTx).
+	SplitTx func(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (lockproto.Tx, error)
+	// Close, when set, is called when the verb returns (pgxlock closes
+	// the call's *sql.DB).
+	Close func()
+	// Mend, when set, is applied to every error the verb returns after the
+	// binding (pgxlock names a server that speaks another protocol).
+	Mend func(error) error
+}
+
+// A Binder finds the [Pool] behind an adapter's handle for one call of
+// verb with opts. Nil names the handle's type when the handle is nil (step
+// 2 of the precedence) and returns "" otherwise; Bind's error is the
+// handle's own (step 4), and the options' error stays in Pool.Cfg.Err()
+// for the core to return in its turn. Bind is called only once the
+// arguments are valid; it sends nothing to the server unless the dialect
+// cannot be told otherwise (sqllock's unknown drivers, entlock's probe of
+// the client for its Driver, which sends nothing either).
+type Binder interface {
+	Nil() string
+	Bind(ctx context.Context, verb string, opts []config.Option) (Pool, error)
+}
+
+// Args is what a verb checks of its own arguments (step 3).
+type Args struct {
+	// NilFn reports that fn is nil.
+	NilFn bool
+	// Err is the first error of the other arguments, if any.
+	Err error
+}
+
+// Open runs steps 1 to 5 of the precedence for one call of verb and
+// returns the pool. On error the pool is released already.
+func Open[B Binder](ctx context.Context, b B, pkg, verb string, opts []config.Option, a Args) (Pool, error) {
+	if err := CheckHandle(ctx, pkg, verb, b.Nil(), a); err != nil {
+		return Pool{}, err
+	}
+	p, err := b.Bind(ctx, verb, opts)
+	if err != nil {
+		return Pool{}, err
+	}
+	if err := p.Cfg.Err(); err != nil {
+		p.release()
+		return Pool{}, err
+	}
+	return p, nil
+}
+
+// CheckHandle is steps 1 to 3: a nil context, a nil handle (nilHandle
+// names its type, "" when it is set), an invalid argument. entlock's
+// Transaction calls it itself: it reaches its Driver, and binds, through
+// ent's client.Tx.
+func CheckHandle(ctx context.Context, pkg, verb, nilHandle string, a Args) error {
+	switch {
+	case ctx == nil:
+		return fmt.Errorf("%w: %s.%s: nil context", errs.ErrInvalidArgument, pkg, verb)
+	case nilHandle != "":
+		return fmt.Errorf("%w: %s.%s: nil %s", errs.ErrInvalidArgument, pkg, verb, nilHandle)
+	case a.NilFn:
+		return fmt.Errorf("%w: %s.%s: nil fn", errs.ErrInvalidArgument, pkg, verb)
+	}
+	return a.Err
+}
+
+// Prepare is Open, then steps 6 to 8 for the lock of verb on k: the Op is
+// built (a bad key fails here), an ended context returns (lock: the verb
+// takes the lock for its caller), and the server is checked. When only the
+// server check failed, the Op is returned with its error, so that Lead can
+// retry a connection error; the pool is released on every other error.
+func Prepare[B Binder](ctx context.Context, b B, pkg, verb string, k keys.Key, opts []config.Option, a Args, lock bool) (Pool, *lockproto.Op, error) {
+	p, err := Open(ctx, b, pkg, verb, opts, a)
+	if err != nil {
+		return Pool{}, nil, err
+	}
+	op, err := p.Op(ctx, verb, k, p.Cfg, lock)
+	if err != nil && op == nil {
+		p.release()
+		return Pool{}, nil, err
+	}
+	return p, op, err
+}
+
+// Op is steps 6 to 8 on an open pool: the Op of verb on k with cfg, the
+// ended-context check and the server check (whose failure returns the Op
+// with the error).
+func (p Pool) Op(ctx context.Context, verb string, k keys.Key, cfg config.Config, lock bool) (*lockproto.Op, error) {
+	op, err := lockproto.NewOp(p.Dialect, verb, k, cfg)
+	if err != nil {
+		return nil, err
+	}
+	op.NeedSQLTx = p.NeedSQLTx
+	op.SplitTx = p.SplitTx
+	if lock {
+		err = op.EndedLock(ctx)
+	} else {
+		err = lockproto.Ended(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if p.NoCheck {
+		return op, nil
+	}
+	if err := op.CheckServerOn(ctx, p.cacheKey(), p.checkQuerier()); err != nil {
+		return op, err // the Op is valid; Lead retries a connection error
+	}
+	return op, nil
+}
+
+// CheckPool is steps 7 and 8 for the verbs that build no Op (Runs, Prune,
+// AdvanceFences): the ended-context check, then the server check.
+func (p Pool) CheckPool(ctx context.Context) error {
+	if err := lockproto.Ended(ctx); err != nil {
+		return err
+	}
+	if p.NoCheck {
+		return nil
+	}
+	return lockproto.CheckPool(ctx, p.Dialect, p.cacheKey(), p.checkQuerier())
+}
+
+func (p Pool) cacheKey() *sql.DB {
+	if p.CacheKey != nil {
+		return p.CacheKey
+	}
+	return p.DB
+}
+
+func (p Pool) checkQuerier() lockproto.CheckQuerier {
+	if p.Tx != nil {
+		if q, ok := p.Tx.(lockproto.CheckQuerier); ok {
+			return q
+		}
+	}
+	return p.DB
+}
+
+// reader is where the ledger reads run: the caller's transaction, or the
+// primary.
+func (p Pool) reader() interface {
+	lockproto.Querier
+	ledger.Querier
+} {
+	if p.Tx != nil {
+		return p.Tx
+	}
+	return p.DB
+}
+
+func (p Pool) release() {
+	if p.Close != nil {
+		p.Close()
+	}
+}
+
+// Done releases the pool and mends err (Pool.Close, Pool.Mend); an
+// adapter that runs a verb body of its own defers it.
+func (p Pool) Done(err error) error {
+	p.release()
+	if p.Mend != nil {
+		return p.Mend(err)
+	}
+	return err
+}
+
+// ownTx refuses a verb that commits on its own when the handle is inside
+// the caller's transaction.
+func (p Pool) ownTx(verb, why string) error {
+	if p.Tx != nil {
+		return fmt.Errorf("%w: %s.%s: db is inside a transaction; %s", errs.ErrInvalidArgument, p.Pkg, verb, why)
+	}
+	return nil
+}
+
+// Locked is fn's side of a Transaction: it runs with ctx (carrying the
+// fencing token) on the transaction lt, begun with the lock held, and
+// hands fn the adapter's form of it.
+type Locked func(ctx context.Context, lt *lockproto.LockedTx) error
+
+// Transaction runs fn in a transaction begun with the lock of k held,
+// commits when fn returns nil and rolls back otherwise (a panic included),
+// then releases the lock: sqllock's and pgxlock's Transaction.
+func Transaction[B Binder](ctx context.Context, b B, pkg string, k keys.Key, fn Locked, nilFn bool, opts []config.Option) error {
+	p, op, err := Prepare(ctx, b, pkg, "Transaction", k, opts, Args{NilFn: nilFn}, true)
+	if err != nil {
+		return p.Done(err)
+	}
+	return p.Done(p.transaction(ctx, op, fn))
+}
+
+func (p Pool) transaction(ctx context.Context, op *lockproto.Op, fn Locked) error {
+	lt, err := op.BeginLocked(ctx, p.DB, op.Cfg.TxOptions)
+	if err != nil {
+		return err
+	}
+	return lockproto.RunTx(ctx, lt, p.Pkg+"."+op.Verb, func() error { return fn(op.TokenContext(ctx), lt) })
+}
+
+// Session holds the lock of k on a connection of its own while fn runs.
+func Session[B Binder](ctx context.Context, b B, pkg string, k keys.Key, fn func(ctx context.Context) error, opts []config.Option) error {
+	p, op, err := Prepare(ctx, b, pkg, "Session", k, opts, Args{NilFn: fn == nil}, true)
+	if err != nil {
+		return p.Done(err)
+	}
+	return p.Done(op.Session(ctx, p.DB, fn))
+}
+
+// Lead campaigns for k and runs fn while elected (lockproto.Op.Lead, which
+// asks the server about its locks again at every term). A connection error
+// of the first such check is left to the campaign's retries; an invalid
+// key or option, an ended context, or any other permanent error is
+// returned at once.
+func Lead[B Binder](ctx context.Context, b B, pkg string, k keys.Key, fn func(ctx context.Context) error, opts []config.Option) error {
+	p, op, err := Prepare(ctx, b, pkg, "Lead", k, opts, Args{NilFn: fn == nil}, true)
+	if err != nil && (op == nil || lockproto.Permanent(err)) {
+		return p.Done(err)
+	}
+	return p.Done(op.Lead(ctx, p.DB, fn))
+}
+
+// Claimed runs fn for a claimed run of RunOnce's claim mode, outside the
+// ledger's transaction, with the lock session's ctx (carrying the slot),
+// and with cfg, the call's settings (WithTxOptions, ClaimNoTx).
+type Claimed func(ctx context.Context, p Pool) error
+
+// RunOnce runs fn at most once per (job, slot). In the ledger's default
+// mode fn (a Locked) runs in the transaction that holds the lock and
+// writes the ledger row; in claim mode (ormlock.WithClaim) claimed runs
+// instead, outside that transaction. sqllock's and pgxlock's RunOnce.
+func RunOnce[B Binder](ctx context.Context, b B, pkg, job string, slot time.Time, fn Locked, claimed Claimed, nilFn bool, opts []config.Option) error {
+	p, err := Open(ctx, b, pkg, "RunOnce", opts, Args{NilFn: nilFn, Err: ledger.CheckRunOnce(pkg+".RunOnce", false, job, slot)})
+	if err != nil {
+		return err
+	}
+	return p.Done(p.runOnce(ctx, job, slot, fn, claimed))
+}
+
+func (p Pool) runOnce(ctx context.Context, job string, slot time.Time, fn Locked, claimed Claimed) error {
+	r, op, err := p.Run(ctx, job, slot)
+	if err != nil {
+		return err
+	}
+	ctx = sched.WithSlot(ctx, keys.NormalizeSlot(slot)) // fn reads it with ormlock.Slot
+	if p.Cfg.Claim {
+		return r.Claimed(ctx, p.DB, func(ctx context.Context) error { return claimed(ctx, p) })
+	}
+	return p.transaction(ctx, op, func(tctx context.Context, lt *lockproto.LockedTx) error {
+		return r.InTx(ctx, lt.Tx, func() error { return fn(tctx, lt) })
+	})
+}
+
+// Run is steps 6 to 8 of RunOnce on an open pool and its ledger run: the
+// claim mode is refused inside the caller's transaction, and the lock of
+// (job, slot) is prepared.
+func (p Pool) Run(ctx context.Context, job string, slot time.Time) (*ledger.Run, *lockproto.Op, error) {
+	verb := p.Pkg + ".RunOnce"
+	if p.Cfg.Claim && p.Tx != nil {
+		return nil, nil, fmt.Errorf("%w: %s: WithClaim with a db inside a transaction: claim mode commits its ledger rows itself and runs fn outside any transaction", errs.ErrInvalidArgument, verb)
+	}
+	op, err := p.Op(ctx, "RunOnce", keys.RunKey(job, slot), p.Cfg, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := ledger.NewRun(verb, op, job, slot)
+	if err != nil {
+		return nil, nil, err
+	}
+	return r, op, nil
+}
+
+// RunScheduled runs once (the adapter's RunOnce on the same handle) for
+// the slot of schedule at the current time, and first, with
+// ormlock.WithCatchUp, for the missed slots before it (ledger.Scheduled).
+func RunScheduled[B Binder](ctx context.Context, b B, pkg, job string, schedule sched.Slotter, nilFn bool, opts []config.Option, once func(slot time.Time) error) error {
+	var a Args
+	if schedule == nil {
+		a.Err = fmt.Errorf("%w: %s.RunScheduled: nil schedule", errs.ErrInvalidArgument, pkg)
+	}
+	a.NilFn = nilFn
+	p, err := Open(ctx, b, pkg, "RunScheduled", opts, a)
+	if err != nil {
+		return err
+	}
+	defer p.release() // each run opens its own pool too
+	return ledger.Scheduled(ctx, pkg+".RunScheduled", job, schedule, func() (ledger.Reader, error) {
+		t, err := ledger.NewTable(p.Dialect, p.Cfg.LedgerTable)
+		if err != nil {
+			return ledger.Reader{}, err
+		}
+		return ledger.Reader{Cfg: p.Cfg, T: t, Q: p.reader()}, nil
+	}, once)
+}
+
+// Migrate creates or upgrades the ledger and fence tables, under the
+// migration lock.
+func Migrate[B Binder](ctx context.Context, b B, pkg string, opts []config.Option) error {
+	p, err := Open(ctx, b, pkg, "Migrate", opts, Args{})
+	if err != nil {
+		return err
+	}
+	cfg := p.Cfg
+	cfg.Wait, cfg.Namespace = max(cfg.Wait, ledger.MigrateWait), ""
+	op, err := p.Op(ctx, "Migrate", ledger.MigrateKey(cfg.LedgerTable), cfg, false)
+	if err != nil {
+		return p.Done(err)
+	}
+	return p.Done(ledger.Migrate(ctx, p.DB, op))
+}
+
+// Holder asks the server who holds k.
+func Holder[B Binder](ctx context.Context, b B, pkg string, k keys.Key, opts []config.Option) (lockproto.HolderInfo, error) {
+	p, op, err := Prepare(ctx, b, pkg, "Holder", k, opts, Args{}, false)
+	if err != nil {
+		return lockproto.HolderInfo{}, p.Done(err)
+	}
+	h, err := lockproto.LookupHolder(ctx, p.reader(), op)
+	return h, p.Done(err)
+}
+
+// Runs reads the last limit runs of job from the ledger.
+func Runs[B Binder](ctx context.Context, b B, pkg, job string, limit int, opts []config.Option) ([]ledger.Row, error) {
+	p, err := Open(ctx, b, pkg, "Runs", opts, Args{Err: ledger.CheckRuns(pkg+".Runs", job, limit)})
+	if err != nil {
+		return nil, err
+	}
+	t, err := ledger.NewTable(p.Dialect, p.Cfg.LedgerTable)
+	if err == nil {
+		err = p.CheckPool(ctx)
+	}
+	if err != nil {
+		return nil, p.Done(err)
+	}
+	rs, err := t.Runs(ctx, p.reader(), p.Cfg.Namespace, job, limit)
+	return rs, p.Done(err)
+}
+
+// Prune deletes the ledger's finished rows older than olderThan.
+func Prune[B Binder](ctx context.Context, b B, pkg string, olderThan time.Duration, opts []config.Option) (int64, error) {
+	p, err := Open(ctx, b, pkg, "Prune", opts, Args{Err: ledger.CheckPrune(pkg+".Prune", olderThan)})
+	if err != nil {
+		return 0, err
+	}
+	var t *ledger.Table
+	if err = p.ownTx("Prune", "pruning commits batch by batch"); err == nil {
+		err = ledger.CheckCatchUp(pkg+".Prune", olderThan, p.Cfg)
+	}
+	if err == nil {
+		t, err = ledger.NewTable(p.Dialect, p.Cfg.LedgerTable)
+	}
+	if err == nil {
+		err = p.CheckPool(ctx)
+	}
+	if err != nil {
+		return 0, p.Done(err)
+	}
+	n, err := t.Prune(ctx, p.DB, p.Cfg.Namespace, time.Now().Add(-olderThan), ledger.PruneBatch)
+	return n, p.Done(err)
+}
+
+// AdvanceFences moves every fencing counter of the namespace by by.
+func AdvanceFences[B Binder](ctx context.Context, b B, pkg string, by int64, opts []config.Option) (int64, error) {
+	p, err := Open(ctx, b, pkg, "AdvanceFences", opts, Args{Err: ledger.CheckAdvance(pkg+".AdvanceFences", by)})
+	if err != nil {
+		return 0, err
+	}
+	if err := p.ownTx("AdvanceFences", "the counters are moved in a transaction of their own"); err != nil {
+		return 0, p.Done(err)
+	}
+	n, err := ledger.AdvanceFences(ctx, p.DB, p.Dialect, pkg+".AdvanceFences", by, p.Cfg)
+	return n, p.Done(err)
+}
