@@ -75,12 +75,53 @@ type Observer interface {
 // each event to an [Observer] as an [Event].
 type observerOf struct{ o Observer }
 
-func (a observerOf) Observe(ctx context.Context, e config.Event) {
-	a.o.Observe(ctx, Event{
+func (a observerOf) Observe(ctx context.Context, e config.Event) { a.o.Observe(ctx, eventOf(e)) }
+
+// eventOf is the [Event] of the protocol's plain event.
+func eventOf(e config.Event) Event {
+	return Event{
 		Kind: EventKind(e.Kind), Verb: e.Verb, Dialect: e.Dialect, Key: Key(e.Key), Namespace: e.Namespace,
 		Job: e.Job, Wait: e.Wait, Held: e.Held, Err: e.Err,
-	})
+	}
 }
+
+// Hook is told when a verb's use of a lock starts and ends, and carries a
+// context of its own through it: what a tracer needs (a span per verb call,
+// parent of fn's work), which an [Observer], told of each event on the
+// locking goroutine, cannot do.
+//
+// Start is called as Transaction, Session, Lead or RunOnce (RunScheduled:
+// per run) starts its attempt, once its arguments and the server were
+// checked, with an [EventAttempt] event; the verb then runs under the
+// context Start returns: the lock's statements, and fn, whose context
+// derives from it (GORM: tx.Statement.Context; ent's fn gets no context,
+// so there only the lock's statements do). End is called once, as the verb
+// returns, with that context and the use's last event: EventReleased (Held
+// set), EventNotAcquired (Wait set), EventReleaseFailed or EventLockLost,
+// whose Err is the error the verb returns (nil when it succeeded,
+// ErrAlreadyDone for a RunOnce slot already done). A Lead is one use, over
+// all its terms. A call refused before its attempt (an invalid argument, a
+// refused server, an ended context) calls neither.
+//
+// A hook composes with an observer: both receive the events, each set by
+// its own option, and a per-call option replaces the default of its own
+// kind only (WithHook the plugin's or wrapper's hook, WithObserver its
+// observer). A panic in Start or End is contained as an observer's is
+// (Start's: the verb runs under ctx). The default is no hook, which costs
+// nothing.
+type Hook interface {
+	Start(ctx context.Context, e Event) context.Context
+	End(ctx context.Context, e Event)
+}
+
+// hookOf is the [config.Hook] that [WithHook] sets.
+type hookOf struct{ h Hook }
+
+func (a hookOf) Start(ctx context.Context, e config.Event) context.Context {
+	return a.h.Start(ctx, eventOf(e))
+}
+
+func (a hookOf) End(ctx context.Context, e config.Event) { a.h.End(ctx, eventOf(e)) }
 
 // ObserverFunc adapts a function to [Observer].
 type ObserverFunc func(ctx context.Context, e Event)

@@ -84,6 +84,18 @@ func WithObserver(o Observer) Option {
 	}
 }
 
+// WithHook sets the [Hook] told of each lock use's start and end, under
+// whose context the use runs. The default is none. See [Hook] for how it
+// composes with [WithObserver].
+func WithHook(h Hook) Option {
+	return func(c *config.Config) {
+		c.Hook = nil
+		if h != nil {
+			c.Hook = hookOf{h}
+		}
+	}
+}
+
 // WithLedgerTable sets the RunOnce ledger table name. It must be a plain
 // identifier. The default is "ormlock_runs".
 func WithLedgerTable(name string) Option {

@@ -204,12 +204,14 @@ func (d *Driver) serve(ctx context.Context, r *request, opts *sql.TxOptions) (di
 
 // begin starts a transaction with the lock of r held.
 func (d *Driver) begin(ctx context.Context, r *request, opts *sql.TxOptions) (*lockedTx, error) {
-	op := r.op // RunOnce prepared it (verbs.Pool.Run)
+	op := r.op // RunOnce prepared it (verbs.Pool.Run) and runs the hook
 	if op == nil {
 		var err error
 		if _, op, err = verbs.Prepare(ctx, driverBinder{d}, pkg, r.verb, r.key, r.opts, verbs.Args{}, true); err != nil {
 			return nil, err
 		}
+		ctx = op.StartHook(ctx)
+		r.op, r.hctx = op, ctx // Transaction calls EndHook
 	}
 	if opts == nil {
 		opts = op.Cfg.TxOptions

@@ -31,6 +31,8 @@ type request struct {
 	work  bool          // no lock: fn's own transaction in RunOnce's claim mode (see workTx)
 
 	// set by the driver that claimed it
+	hctx context.Context // the hook's context, when Driver.begin started it
+
 	drv *Driver
 	tx  dialect.Tx // the transaction started for the request: a *lockedTx, or a *workTx
 	err error

@@ -12,6 +12,7 @@ import (
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/ledger"
+	"github.com/ormlock/ormlock/internal/lockproto"
 	"github.com/ormlock/ormlock/internal/sched"
 	"github.com/ormlock/ormlock/internal/verbs"
 )
@@ -39,7 +40,17 @@ func RunOnce[T TxLike](ctx context.Context, client interface {
 	if err != nil {
 		return err
 	}
-	ctx = sched.WithSlot(ctx, r.Slot())
+	ctx = op.StartHook(sched.WithSlot(ctx, r.Slot()))
+	err = runOnce(ctx, p, client, r, op, fn)
+	op.EndHook(ctx, err)
+	return err
+}
+
+// runOnce is RunOnce once its run is prepared.
+func runOnce[T TxLike](ctx context.Context, p verbs.Pool, client interface {
+	Tx(context.Context) (T, error)
+}, r *ledger.Run, op *lockproto.Op, fn func(tx T) error) error {
+	const verb = "RunOnce"
 	if p.Cfg.Claim {
 		return r.Claimed(ctx, p.DB, func(lctx context.Context) error {
 			tx, err := begin(lctx, client, &request{verb: verb, op: op, work: true})

@@ -34,9 +34,18 @@ func Transaction[T TxLike, K ormlock.KeyType](ctx context.Context, client interf
 	}
 	r := &request{verb: "Transaction", key: keys.Of[ormlock.Key](key), opts: opts}
 	tx, err := begin(ctx, client, r)
-	if err != nil {
-		return err
+	if err == nil {
+		err = runRecorded(ctx, tx, r, fn)
 	}
+	if r.hctx != nil {
+		r.op.EndHook(r.hctx, err)
+	}
+	return err
+}
+
+// runRecorded runs fn in tx with its fencing token recorded for
+// FencingToken(tx).
+func runRecorded[T TxLike](ctx context.Context, tx T, r *request, fn func(tx T) error) error {
 	defer recordToken(tx, r)()
 	return run(ctx, "Transaction", tx, fn)
 }

@@ -38,15 +38,19 @@ func RunOnce(db *gorm.DB, job string, slot time.Time, fn func(tx *gorm.DB) error
 	if err != nil {
 		return err
 	}
-	if p.Cfg.Claim {
-		return r.Claimed(ctx, p.DB, func(ctx context.Context) error { return fn(db.WithContext(ctx)) })
-	}
 	c := call{db: db, ctx: ctx, p: p, op: op}
-	return c.transaction(func(tx *gorm.DB) error {
-		q, err := sqlTx(tx)
-		if err != nil {
-			return err
-		}
-		return r.InTx(ctx, q, func() error { return fn(tx) })
-	})
+	c.start()
+	if p.Cfg.Claim {
+		err = r.Claimed(c.ctx, p.DB, func(ctx context.Context) error { return fn(db.WithContext(ctx)) })
+	} else {
+		err = c.transaction(func(tx *gorm.DB) error {
+			q, err := sqlTx(tx)
+			if err != nil {
+				return err
+			}
+			return r.InTx(c.ctx, q, func() error { return fn(tx) })
+		})
+	}
+	c.op.EndHook(c.ctx, err)
+	return err
 }

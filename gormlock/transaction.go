@@ -27,7 +27,10 @@ func Transaction[K ormlock.KeyType](db *gorm.DB, key K, fn func(tx *gorm.DB) err
 	if err := c.init(db, "Transaction", keys.Of[ormlock.Key](key), opts, fn == nil); err != nil {
 		return err
 	}
-	return c.transaction(fn)
+	c.start()
+	err := c.transaction(fn)
+	c.op.EndHook(c.ctx, err)
+	return err
 }
 
 // call is one Transaction or RunOnce call on a *gorm.DB: what the verb
@@ -49,6 +52,14 @@ func (c *call) init(db *gorm.DB, verb string, key keys.Key, opts []ormlock.Optio
 	}
 	*c = call{db: db, ctx: ctx, p: p, op: op}
 	return nil
+}
+
+// start calls the hook's Start (ormlock.WithHook); the call then runs
+// under its context, which fn's tx carries.
+func (c *call) start() {
+	if ctx := c.op.StartHook(c.ctx); ctx != c.ctx {
+		c.ctx, c.db = ctx, c.db.WithContext(ctx)
+	}
 }
 
 // ctxOf returns db's context, or context.Background() (db may be nil).

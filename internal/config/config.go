@@ -41,6 +41,9 @@ type Config struct {
 	// Observer receives lock events (ormlock.WithObserver), or nil for
 	// none.
 	Observer Observer
+	// Hook is told of the start and the end of each lock use
+	// (ormlock.WithHook), or nil for none.
+	Hook Hook
 	// LedgerTable is the RunOnce ledger table.
 	LedgerTable string
 	// Owner identifies this instance in the ledger and in diagnostics.

@@ -46,6 +46,14 @@ type Event struct {
 	Err       error
 }
 
+// Hook is the hook of [Config.Hook]: Start at a lock use's attempt, whose
+// returned context the rest of the use runs under, and End at its end.
+// Package ormlock implements it for an ormlock.Hook (ormlock.WithHook).
+type Hook interface {
+	Start(ctx context.Context, e Event) context.Context
+	End(ctx context.Context, e Event)
+}
+
 // Observer receives the lock events of [Config.Observer]. Package ormlock
 // implements it for an ormlock.Observer (ormlock.WithObserver).
 type Observer interface {

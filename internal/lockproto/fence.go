@@ -237,9 +237,6 @@ func JobFenceID(job string) string { return "job:" + job }
 // RunOnce) instead of its key's.
 func (o *Op) SetFenceID(id string) { o.fenceID = id }
 
-// Token returns the fencing token of o's acquisition, once issued.
-func (o *Op) Token() (int64, bool) { return o.token, o.token > 0 }
-
 // Fencing reports whether o issues fencing tokens.
 func (o *Op) Fencing() bool { return o.Cfg.Fencing }
 
@@ -300,18 +297,6 @@ func (o *Op) IssueToken(ctx context.Context, q Querier) error {
 	o.token = tok
 	return nil
 }
-
-// tokenContext returns ctx carrying o's token, when one was issued.
-func (o *Op) tokenContext(ctx context.Context) context.Context {
-	if tok, ok := o.Token(); ok {
-		return config.WithToken(ctx, tok)
-	}
-	return ctx
-}
-
-// TokenContext is tokenContext for the adapters: ctx carrying o's token
-// (ormlock.FencingToken reads it), or ctx itself without one.
-func (o *Op) TokenContext(ctx context.Context) context.Context { return o.tokenContext(ctx) }
 
 // sessionToken issues a Session's token once its lock is held: on the lock
 // connection on MySQL/MariaDB (autocommitted; no transaction is open on it),

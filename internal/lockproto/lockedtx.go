@@ -94,8 +94,10 @@ var (
 // nothing is held and the error wraps errs.ErrNotAcquired when another
 // holder has the lock (and ctx's error when ctx ended the wait).
 func (o *Op) BeginLocked(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*LockedTx, error) {
-	if err := o.CheckFence(db); err != nil {
-		return nil, err
+	if o.Cfg.Fencing {
+		if err := o.CheckFence(db); err != nil {
+			return nil, err
+		}
 	}
 	switch o.Dialect {
 	case Postgres:
@@ -146,7 +148,7 @@ func (t *LockedTx) Commit() error {
 			err = t.lockLost("ROLLBACK", rerr)
 		}
 	} else {
-		if t.implicitCommit() {
+		if t.op.Dialect == MySQL && t.implicitCommit() {
 			t.warnImplicitCommit()
 		}
 		if t.op.Dialect == MySQL && t.ctx.Done() != nil {
@@ -155,7 +157,8 @@ func (t *LockedTx) Commit() error {
 			err = withinGrace(t.ctx, t.txCancel, t.Tx.Commit)
 		}
 		switch {
-		case err != nil && t.ctx.Err() != nil:
+		case err == nil:
+		case t.ctx.Err() != nil:
 			err = errs.Mark(errs.ErrCommitUnknown, errs.Join(t.ctx.Err(), err), "%q: COMMIT cut short after the context ended", t.op.Key.String())
 		case connGone(err) && unsent(err):
 			if t.lock == nil {

@@ -47,6 +47,10 @@ type Op struct {
 	start    time.Time
 	acquired time.Time
 
+	// last is the kind of the last event emitted, which the hook's End
+	// reports.
+	last atomic.Uint32
+
 	// observerPanicked is set by the first observer panic this Op
 	// contained, so that it is reported once.
 	observerPanicked atomic.Bool
@@ -85,23 +89,72 @@ func (o *Op) PostgresKey() keys.PostgresKey { return o.pg }
 // panic of an Op is reported once, as an error on slog.Default() (see
 // ormlock.Observer); the observer still gets the Op's later events.
 func (o *Op) Emit(ctx context.Context, kind uint8, err error) {
+	if o.Cfg.Hook != nil {
+		o.last.Store(uint32(kind))
+	}
 	obs := o.Cfg.Observer
 	if obs == nil {
 		return
 	}
-	e := config.Event{Kind: uint8(kind), Verb: o.Verb, Dialect: o.Dialect.String(), Key: keys.Key(o.Key), Namespace: o.Cfg.Namespace, Job: o.Job, Err: err}
-	switch kind {
-	case config.EventAcquired, config.EventNotAcquired:
-		e.Wait = time.Since(o.start)
-	case config.EventReleased, config.EventReleaseFailed, config.EventLockLost:
-		e.Held = time.Since(o.acquired)
-	}
+	e := o.event(kind, err)
 	defer func() {
 		if p := recover(); p != nil {
 			o.observerPanic(ctx, e, p)
 		}
 	}()
 	obs.Observe(ctx, e)
+}
+
+// event builds the event of kind for o.
+func (o *Op) event(kind uint8, err error) config.Event {
+	e := config.Event{Kind: kind, Verb: o.Verb, Dialect: o.Dialect.String(), Key: o.Key, Namespace: o.Cfg.Namespace, Job: o.Job, Err: err}
+	switch kind {
+	case config.EventAcquired, config.EventNotAcquired:
+		e.Wait = time.Since(o.start)
+	case config.EventReleased, config.EventReleaseFailed, config.EventLockLost:
+		e.Held = time.Since(o.acquired)
+	}
+	return e
+}
+
+// StartHook calls the hook's Start (ormlock.WithHook) as the lock use
+// begins, with an attempt event, and returns the context it returned,
+// under which the verb then runs (fn's context derives from it); ctx
+// itself when no hook is set, or when Start panicked (contained as an
+// observer's panic is).
+func (o *Op) StartHook(ctx context.Context) (hctx context.Context) {
+	h := o.Cfg.Hook
+	if h == nil {
+		return ctx
+	}
+	e := o.event(config.EventAttempt, nil)
+	defer func() {
+		if p := recover(); p != nil {
+			o.observerPanic(ctx, e, p)
+			hctx = ctx
+		}
+	}()
+	if hctx = h.Start(ctx, e); hctx == nil {
+		hctx = ctx
+	}
+	return hctx
+}
+
+// EndHook calls the hook's End as the verb returns err, with the last
+// event of the use (released, not_acquired, release_failed, lock_lost,
+// already_done) and err as its Err; ctx is what StartHook returned.
+func (o *Op) EndHook(ctx context.Context, err error) {
+	h := o.Cfg.Hook
+	if h == nil {
+		return
+	}
+	e := o.event(uint8(o.last.Load()), err)
+	defer func() {
+		if p := recover(); p != nil {
+			o.observerPanic(ctx, e, p)
+		}
+	}()
+	h.End(ctx, e)
 }
 
 // ObserverPanicMessage is the message of the log record that reports an
@@ -268,3 +321,19 @@ func (o *Op) AcquireNamed(ctx context.Context, q Querier) error {
 	}
 	return o.settle(ctx, ok, bounded, err)
 }
+
+// Token returns the fencing token of o's acquisition, once issued
+// (fence.go issues it).
+func (o *Op) Token() (int64, bool) { return o.token, o.token > 0 }
+
+// tokenContext returns ctx carrying o's token, when one was issued.
+func (o *Op) tokenContext(ctx context.Context) context.Context {
+	if tok, ok := o.Token(); ok {
+		return config.WithToken(ctx, tok)
+	}
+	return ctx
+}
+
+// TokenContext is tokenContext for the adapters: ctx carrying o's token
+// (ormlock.FencingToken reads it), or ctx itself without one.
+func (o *Op) TokenContext(ctx context.Context) context.Context { return o.tokenContext(ctx) }

@@ -55,9 +55,11 @@ func (o *Op) beginInline(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (
 		}
 		return o.beginSplit(ctx, db, split)
 	}
-	if err := o.IssueToken(ctx, db); err != nil { // fencing: committed on the pool
-		_ = lt.Rollback()
-		return nil, err
+	if o.Cfg.Fencing {
+		if err := o.IssueToken(ctx, db); err != nil { // committed on the pool
+			_ = lt.Rollback()
+			return nil, err
+		}
 	}
 	return lt, nil
 }

@@ -236,10 +236,8 @@ func (p Pool) release() {
 	}
 }
 
-// Done releases the pool and mends err (Pool.Close, Pool.Mend); an
-// adapter that runs a verb body of its own defers it.
-func (p Pool) Done(err error) error {
-	p.release()
+// mend applies Pool.Mend to every error a verb returns after binding.
+func (p Pool) mend(err error) error {
 	if p.Mend != nil {
 		return p.Mend(err)
 	}
@@ -265,10 +263,14 @@ type Locked func(ctx context.Context, lt *lockproto.LockedTx) error
 // then releases the lock: sqllock's and pgxlock's Transaction.
 func Transaction[B Binder](ctx context.Context, b B, pkg string, k keys.Key, fn Locked, nilFn bool, opts []config.Option) error {
 	p, op, err := Prepare(ctx, b, pkg, "Transaction", k, opts, Args{NilFn: nilFn}, true)
+	defer p.release()
 	if err != nil {
-		return p.Done(err)
+		return p.mend(err)
 	}
-	return p.Done(p.transaction(ctx, op, fn))
+	ctx = op.StartHook(ctx)
+	err = p.mend(p.transaction(ctx, op, fn))
+	op.EndHook(ctx, err)
+	return err
 }
 
 func (p Pool) transaction(ctx context.Context, op *lockproto.Op, fn Locked) error {
@@ -282,10 +284,14 @@ func (p Pool) transaction(ctx context.Context, op *lockproto.Op, fn Locked) erro
 // Session holds the lock of k on a connection of its own while fn runs.
 func Session[B Binder](ctx context.Context, b B, pkg string, k keys.Key, fn func(ctx context.Context) error, opts []config.Option) error {
 	p, op, err := Prepare(ctx, b, pkg, "Session", k, opts, Args{NilFn: fn == nil}, true)
+	defer p.release()
 	if err != nil {
-		return p.Done(err)
+		return p.mend(err)
 	}
-	return p.Done(op.Session(ctx, p.DB, fn))
+	ctx = op.StartHook(ctx)
+	err = p.mend(op.Session(ctx, p.DB, fn))
+	op.EndHook(ctx, err)
+	return err
 }
 
 // Lead campaigns for k and runs fn while elected (lockproto.Op.Lead, which
@@ -295,10 +301,23 @@ func Session[B Binder](ctx context.Context, b B, pkg string, k keys.Key, fn func
 // returned at once.
 func Lead[B Binder](ctx context.Context, b B, pkg string, k keys.Key, fn func(ctx context.Context) error, opts []config.Option) error {
 	p, op, err := Prepare(ctx, b, pkg, "Lead", k, opts, Args{NilFn: fn == nil}, true)
+	defer p.release()
 	if err != nil && (op == nil || lockproto.Permanent(err)) {
-		return p.Done(err)
+		return p.mend(err)
 	}
-	return p.Done(op.Lead(ctx, p.DB, fn))
+	ctx = op.StartHook(ctx)
+	err = p.mend(op.Campaign(ctx, func(ctx context.Context, term *lockproto.Op, fn func(ctx context.Context) error) error {
+		// each term asks again, under the pool's cache key: once per pool
+		// for a server that passes
+		if !p.NoCheck {
+			if err := term.CheckServerOn(ctx, p.cacheKey(), p.checkQuerier()); err != nil {
+				return err
+			}
+		}
+		return term.Session(ctx, p.DB, fn)
+	}, fn))
+	op.EndHook(ctx, err)
+	return err
 }
 
 // Claimed runs fn for a claimed run of RunOnce's claim mode, outside the
@@ -312,10 +331,11 @@ type Claimed func(ctx context.Context, p Pool) error
 // instead, outside that transaction. sqllock's and pgxlock's RunOnce.
 func RunOnce[B Binder](ctx context.Context, b B, pkg, job string, slot time.Time, fn Locked, claimed Claimed, nilFn bool, opts []config.Option) error {
 	p, err := Open(ctx, b, pkg, "RunOnce", opts, Args{NilFn: nilFn, Err: ledger.CheckRunOnce(pkg+".RunOnce", false, job, slot)})
+	defer p.release()
 	if err != nil {
 		return err
 	}
-	return p.Done(p.runOnce(ctx, job, slot, fn, claimed))
+	return p.mend(p.runOnce(ctx, job, slot, fn, claimed))
 }
 
 func (p Pool) runOnce(ctx context.Context, job string, slot time.Time, fn Locked, claimed Claimed) error {
@@ -323,13 +343,16 @@ func (p Pool) runOnce(ctx context.Context, job string, slot time.Time, fn Locked
 	if err != nil {
 		return err
 	}
-	ctx = sched.WithSlot(ctx, keys.NormalizeSlot(slot)) // fn reads it with ormlock.Slot
+	ctx = op.StartHook(sched.WithSlot(ctx, keys.NormalizeSlot(slot))) // fn reads the slot with ormlock.Slot
 	if p.Cfg.Claim {
-		return r.Claimed(ctx, p.DB, func(ctx context.Context) error { return claimed(ctx, p) })
+		err = r.Claimed(ctx, p.DB, func(ctx context.Context) error { return claimed(ctx, p) })
+	} else {
+		err = p.transaction(ctx, op, func(tctx context.Context, lt *lockproto.LockedTx) error {
+			return r.InTx(ctx, lt.Tx, func() error { return fn(tctx, lt) })
+		})
 	}
-	return p.transaction(ctx, op, func(tctx context.Context, lt *lockproto.LockedTx) error {
-		return r.InTx(ctx, lt.Tx, func() error { return fn(tctx, lt) })
-	})
+	op.EndHook(ctx, p.mend(err))
+	return err
 }
 
 // Run is steps 6 to 8 of RunOnce on an open pool and its ledger run: the
@@ -361,10 +384,10 @@ func RunScheduled[B Binder](ctx context.Context, b B, pkg, job string, schedule 
 	}
 	a.NilFn = nilFn
 	p, err := Open(ctx, b, pkg, "RunScheduled", opts, a)
+	defer p.release() // each run opens its own pool too
 	if err != nil {
 		return err
 	}
-	defer p.release() // each run opens its own pool too
 	return ledger.Scheduled(ctx, pkg+".RunScheduled", job, schedule, func() (ledger.Reader, error) {
 		t, err := ledger.NewTable(p.Dialect, p.Cfg.LedgerTable)
 		if err != nil {
@@ -378,6 +401,7 @@ func RunScheduled[B Binder](ctx context.Context, b B, pkg, job string, schedule 
 // migration lock.
 func Migrate[B Binder](ctx context.Context, b B, pkg string, opts []config.Option) error {
 	p, err := Open(ctx, b, pkg, "Migrate", opts, Args{})
+	defer p.release()
 	if err != nil {
 		return err
 	}
@@ -385,24 +409,26 @@ func Migrate[B Binder](ctx context.Context, b B, pkg string, opts []config.Optio
 	cfg.Wait, cfg.Namespace = max(cfg.Wait, ledger.MigrateWait), ""
 	op, err := p.Op(ctx, "Migrate", ledger.MigrateKey(cfg.LedgerTable), cfg, false)
 	if err != nil {
-		return p.Done(err)
+		return p.mend(err)
 	}
-	return p.Done(ledger.Migrate(ctx, p.DB, op))
+	return p.mend(ledger.Migrate(ctx, p.DB, op))
 }
 
 // Holder asks the server who holds k.
 func Holder[B Binder](ctx context.Context, b B, pkg string, k keys.Key, opts []config.Option) (lockproto.HolderInfo, error) {
 	p, op, err := Prepare(ctx, b, pkg, "Holder", k, opts, Args{}, false)
+	defer p.release()
 	if err != nil {
-		return lockproto.HolderInfo{}, p.Done(err)
+		return lockproto.HolderInfo{}, p.mend(err)
 	}
 	h, err := lockproto.LookupHolder(ctx, p.reader(), op)
-	return h, p.Done(err)
+	return h, p.mend(err)
 }
 
 // Runs reads the last limit runs of job from the ledger.
 func Runs[B Binder](ctx context.Context, b B, pkg, job string, limit int, opts []config.Option) ([]ledger.Row, error) {
 	p, err := Open(ctx, b, pkg, "Runs", opts, Args{Err: ledger.CheckRuns(pkg+".Runs", job, limit)})
+	defer p.release()
 	if err != nil {
 		return nil, err
 	}
@@ -411,15 +437,16 @@ func Runs[B Binder](ctx context.Context, b B, pkg, job string, limit int, opts [
 		err = p.CheckPool(ctx)
 	}
 	if err != nil {
-		return nil, p.Done(err)
+		return nil, p.mend(err)
 	}
 	rs, err := t.Runs(ctx, p.reader(), p.Cfg.Namespace, job, limit)
-	return rs, p.Done(err)
+	return rs, p.mend(err)
 }
 
 // Prune deletes the ledger's finished rows older than olderThan.
 func Prune[B Binder](ctx context.Context, b B, pkg string, olderThan time.Duration, opts []config.Option) (int64, error) {
 	p, err := Open(ctx, b, pkg, "Prune", opts, Args{Err: ledger.CheckPrune(pkg+".Prune", olderThan)})
+	defer p.release()
 	if err != nil {
 		return 0, err
 	}
@@ -434,21 +461,22 @@ func Prune[B Binder](ctx context.Context, b B, pkg string, olderThan time.Durati
 		err = p.CheckPool(ctx)
 	}
 	if err != nil {
-		return 0, p.Done(err)
+		return 0, p.mend(err)
 	}
 	n, err := t.Prune(ctx, p.DB, p.Cfg.Namespace, time.Now().Add(-olderThan), ledger.PruneBatch)
-	return n, p.Done(err)
+	return n, p.mend(err)
 }
 
 // AdvanceFences moves every fencing counter of the namespace by by.
 func AdvanceFences[B Binder](ctx context.Context, b B, pkg string, by int64, opts []config.Option) (int64, error) {
 	p, err := Open(ctx, b, pkg, "AdvanceFences", opts, Args{Err: ledger.CheckAdvance(pkg+".AdvanceFences", by)})
+	defer p.release()
 	if err != nil {
 		return 0, err
 	}
 	if err := p.ownTx("AdvanceFences", "the counters are moved in a transaction of their own"); err != nil {
-		return 0, p.Done(err)
+		return 0, p.mend(err)
 	}
 	n, err := ledger.AdvanceFences(ctx, p.DB, p.Dialect, pkg+".AdvanceFences", by, p.Cfg)
-	return n, p.Done(err)
+	return n, p.mend(err)
 }
