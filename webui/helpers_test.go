@@ -27,7 +27,7 @@ func forEachKind(t *testing.T, f func(t *testing.T, k testdb.Kind)) { testdb.For
 
 // ledger is a test's own ledger table, created by sqllock.Migrate on db
 // and dropped (with its fence table) when the test ends.
-func ledger(t *testing.T, k testdb.Kind, db *sql.DB) string {
+func ledger(t testing.TB, k testdb.Kind, db *sql.DB) string {
 	t.Helper()
 	table := testdb.Table(t, k, "webui")
 	if err := sqllock.Migrate(context.Background(), db, ormlock.WithLedgerTable(table)); err != nil {
