@@ -19,7 +19,8 @@ test: deps
 	@echo "==> scripts/consumer-check"; GO=$(GO) scripts/consumer-check
 
 ## deps: install the Debian packages the tests need, when missing (redis-server
-## serves the bench module's Redis contender, whose smoke test runs in make test)
+## serves the bench module's Redis contender, whose smoke test runs in make test;
+## galera-4 and rsync make make compat's Galera cluster)
 deps:
 	@missing=""; \
 	ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || missing="$$missing postgresql"; \
@@ -27,6 +28,8 @@ deps:
 	{ [ -x /usr/sbin/mariadbd ] || command -v mariadbd >/dev/null 2>&1; } && ls /usr/lib/mysql/plugin/metadata_lock_info.so >/dev/null 2>&1 || missing="$$missing mariadb-server"; \
 	[ -x /usr/bin/redis-server ] || command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
+	[ -f /usr/lib/galera/libgalera_smm.so ] || missing="$$missing galera-4"; \
+	command -v rsync >/dev/null 2>&1 || missing="$$missing rsync"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ]; then \
 			echo "==> installing:$$missing"; \
@@ -65,13 +68,17 @@ chaos: deps
 ## scripts/fetch-postgres), each behind the system's PgBouncer, with MariaDB;
 ## one run at a time; then with pgpool-II (Debian's pgpool2) in place of
 ## PgBouncer (scripts/compat-pgpool), and with the MySQL kind on
-## go-mysql-server (scripts/compat-mysql). Prints the table rows of docs/COMPATIBILITY.md. Not
+## go-mysql-server (scripts/compat-mysql), then package failover on the
+## replication topologies (scripts/compat-topology: PostgreSQL primary +
+## standby, MariaDB primary + replica, two-node Galera with rsync SST).
+## Prints the table rows of docs/COMPATIBILITY.md. Not
 ## part of make test. COMPAT_MAJORS chooses the versions.
 COMPAT_MAJORS ?= 14 16 17 18
 compat: deps
 	GO=$(GO) scripts/compat $(COMPAT_MAJORS); s=$$?; \
 	GO=$(GO) scripts/compat-pgpool || s=1; \
-	GO=$(GO) scripts/compat-mysql || s=1; exit $$s
+	GO=$(GO) scripts/compat-mysql || s=1; \
+	GO=$(GO) scripts/compat-topology || s=1; exit $$s
 
 ## lint: go vet and staticcheck over every module
 lint:
