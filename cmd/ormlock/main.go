@@ -64,6 +64,7 @@ var commands = []struct {
 	{"key", "show the database keys a lock name maps to", keyCmd},
 	{"migrate", "create the ledger table for --once-per", migrateCmd},
 	{"fence", "advance every fencing counter after a failover (fence advance --by N)", fenceCmd},
+	{"ui", "serve a read-only web view of the runs, locks and leaders", uiCmd},
 }
 
 const mainUsage = `ormlock: flock(1) for a fleet, on the database it already has.
@@ -76,6 +77,7 @@ Usage:
   ormlock key [--namespace NS] NAME
   ormlock migrate [flags]
   ormlock fence advance --by N [flags]
+  ormlock ui [flags]           (a web view on 127.0.0.1:8080)
   ormlock help COMMAND         (or ormlock COMMAND --help)
   ormlock --version            (or ormlock version)
 
