@@ -96,7 +96,7 @@ type sharedConn struct {
 
 	users    int                       // Sessions using it, taking or holding; pool.mu
 	held     map[*sharedHold]time.Time // Sessions holding a lock on it; pool.mu
-	interval time.Duration             // the keepalive interval (see interval); pool.mu
+	interval time.Duration             // the keepalive interval (see setInterval); pool.mu
 	dead     bool                      // pool.mu
 
 	smu   sync.Mutex
@@ -135,9 +135,9 @@ var errSharedConnDead = fmt.Errorf("%w: the shared lock connection failed", ErrN
 var errNoTurn = errors.New("the shared lock connection stayed busy with another statement until the wait ended")
 
 // run runs f alone on c: it waits for c's turn for as long as wait allows
-// (errNoTurn when it ends first),
-// then calls f with a context of base's that c cuts when it gives up on the
-// connection (a statement that took too long, a connection destroyed).
+// (errNoTurn when it ends first), then calls f with a context of base's
+// that c cuts when it gives up on the connection (a statement that took
+// too long, a connection destroyed).
 func (c *sharedConn) run(wait, base context.Context, f func(ctx context.Context) error) error {
 	if err := c.take(wait); err != nil {
 		return err
