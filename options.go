@@ -61,12 +61,15 @@ func WithWait(d time.Duration) Option {
 	}
 }
 
-// WithKeepalive sets how often a Session checks its lock connection; loss is
-// reported within two intervals. The default is 2s.
+// WithKeepalive sets how often a Session or Lead checks its lock
+// connection; loss is reported within two intervals, a server that stopped
+// answering as docs/PROTOCOL.md (Deadlines) says. The default is 2s; the
+// floor is 10ms: a shorter d (zero and negative included) is an error
+// wrapping [ErrInvalidArgument].
 func WithKeepalive(d time.Duration) Option {
 	return func(c *config.Config) {
-		if d <= 0 {
-			c.Fail(fmt.Errorf("%w: WithKeepalive: duration must be positive, got %v", ErrInvalidArgument, d))
+		if d < config.MinKeepalive {
+			c.Fail(fmt.Errorf("%w: WithKeepalive: interval %v is below the floor of %v", ErrInvalidArgument, d, config.MinKeepalive))
 			return
 		}
 		c.Keepalive = d

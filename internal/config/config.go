@@ -19,6 +19,10 @@ import (
 const (
 	// DefaultKeepalive is the Session keepalive interval.
 	DefaultKeepalive = 2 * time.Second
+	// MinKeepalive is the shortest keepalive interval accepted: a check
+	// is a round trip, so a shorter one would only keep the lock
+	// connection busy (and time out on a busy server).
+	MinKeepalive = 10 * time.Millisecond
 	// DefaultLedgerTable is the RunOnce ledger table name.
 	DefaultLedgerTable = "ormlock_runs"
 )

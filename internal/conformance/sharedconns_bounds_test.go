@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -311,4 +312,40 @@ func sharedFrozen(t *testing.T, a adapter, r runner, dialect string, freeze func
 	for _, n := range []string{"h", "d", "n", "l"} {
 		releasedAfterThaw(t, r, key(n))
 	}
+}
+
+// WithKeepalive has a floor of 10ms: a shorter interval (a nanosecond
+// would make the checks a busy loop) is refused by every adapter's Session
+// and Lead with ErrInvalidArgument naming the value, before anything is
+// taken; the floor itself is accepted.
+func TestKeepaliveFloor(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		r := a.with(t, k)
+		l := leaderOf(t, a, r)
+		ctx := context.Background()
+		key := "ka-floor-" + a.name + "-" + string(k)
+		fn := func(context.Context) error { t.Error("fn ran with a keepalive under the floor"); return nil }
+		for _, d := range []time.Duration{time.Nanosecond, 9 * time.Millisecond} {
+			for _, extra := range [][]ormlock.Option{nil, {ormlock.WithSharedLockConns(1)}} {
+				if extra != nil && k == testdb.PgBouncer {
+					continue
+				}
+				opts := append([]ormlock.Option{ormlock.WithKeepalive(d)}, extra...)
+				for what, err := range map[string]error{
+					"Session": r.Session(ctx, key, fn, opts...),
+					"Lead":    l.Lead(ctx, key, fn, opts...),
+				} {
+					if !errors.Is(err, ormlock.ErrInvalidArgument) || !strings.Contains(err.Error(), d.String()) {
+						t.Errorf("%s with WithKeepalive(%v), %d more options: %v, want ErrInvalidArgument naming %v", what, d, len(extra), err, d)
+					}
+				}
+			}
+		}
+		if !free(t, k, key) {
+			t.Fatal("a refused call left the lock held")
+		}
+		if err := r.Session(ctx, key, func(context.Context) error { return nil }, ormlock.WithKeepalive(10*time.Millisecond)); err != nil {
+			t.Fatalf("Session with the floor, 10ms: %v", err)
+		}
+	})
 }

@@ -33,7 +33,7 @@ import (
 //     wait, which would stall the connection's other locks. Such a waiter
 //     is not queued: a waiter on a dedicated connection, queued on the
 //     server, takes the lock the moment it is freed, so one that mixes
-//     the two for a key starves the shared ones (docs/PROTOCOL.md, Shared
+//     the two for a key starves the shared ones: docs/PROTOCOL.md (Shared
 //     lock connections).
 //   - Turns: a statement waits for the connection (c.sem) only as long as
 //     its caller's context allows (a try: the caller's context; a release:
