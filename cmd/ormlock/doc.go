@@ -14,6 +14,7 @@
 //	ormlock runs JOB                               gormlock.Runs
 //	ormlock key NAME                               keyhash: bigint, pair, MySQL name, psql
 //	ormlock migrate                                gormlock.Migrate
+//	ormlock ui [flags]                             webui.Handler on 127.0.0.1:8080
 //
 // The database is --dsn or $ORMLOCK_DSN: a postgres:// (or postgresql://)
 // URL or key=value string, opened with pgx, or a mysql:// URL or a
