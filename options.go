@@ -129,9 +129,12 @@ func WithClaim() Option { return func(c *config.Config) { c.Claim = true } }
 // most n lock connections that the Sessions and Leads of this process
 // asking for it share per pool, instead of a connection of its own: 1,000
 // held locks cost n server connections. Each still releases only its own
-// key and learns of a lost connection within its keepalive (every Session
-// on a connection that dies is cancelled with [ErrLockLost]); a wait for a
-// held key is a try-lock repeated with a backoff capped at the keepalive.
+// key and learns of a killed connection within two of its own keepalive
+// intervals (every Session on a connection that dies is cancelled with
+// [ErrLockLost]); a wait for a held key is a try-lock repeated with a
+// backoff capped at the keepalive, which is not queued on the server: it
+// starves against waiters of the same key on dedicated connections, so
+// give every waiter of a contended key the same kind of connection.
 // It needs session-level locks: direct PostgreSQL (with the pgx driver,
 // which tells a pooler apart) or MySQL/MariaDB; behind a transaction-mode
 // pooler such as PgBouncer the verb returns [ErrUnsupportedDialect] before
