@@ -34,11 +34,19 @@ import (
 //
 // CheckServer asks once per pool and refuses these with an error wrapping
 // ormlock.ErrUnsupportedDialect that names the reason, before any lock is
-// taken. A genuine answer is cached for the pool's lifetime (weakly: a pool
-// that is garbage collected leaves the cache), so the cost is one query on
-// the first call per pool (PostgreSQL: one round trip; MySQL: one, two for a
+// taken. A genuine answer is cached for the pool (weakly: a pool that is
+// garbage collected leaves the cache), so the cost is one query on the
+// first call per pool (PostgreSQL: one round trip; MySQL: one, two for a
 // Group Replication member) and a map look-up afterwards. A refusal or an
-// error is not cached: the next call asks again.
+// error is not cached: the next call asks again. Nor does a genuine answer
+// outlive a sign that the server behind the pool may have changed: a verb
+// of the pool that loses its lock or fails to release it (a connection
+// broken under it: a restart, a failover, an address moved to another
+// server) forgets it, so that the next call asks again and a demoted
+// primary, now a standby or a replica, is refused rather than trusted from
+// the cache (failover.TestServerCheckAskedAgainAfterLoss). A pool that
+// reconnects while no lock is held is not seen: database/sql replaces a
+// broken idle connection without telling.
 //
 // The cache is per pool, not per connection: a pool is assumed to reach one
 // server. A DSN that spreads connections over several hosts (libpq
@@ -110,6 +118,9 @@ func (o *Op) checkPool(ctx context.Context, db *sql.DB, q CheckQuerier) error {
 		return nil
 	}
 	wp := weak.Make(db)
+	o.checkedMu.Lock()
+	o.checkedPool = wp
+	o.checkedMu.Unlock()
 	if _, ok := genuine.Load(wp); ok {
 		return nil
 	}
@@ -141,6 +152,18 @@ func (o *Op) checkPool(ctx context.Context, db *sql.DB, q CheckQuerier) error {
 	}()
 	c.err = o.checkServer(ctx, db, wp, q)
 	return c.err
+}
+
+// serverMayHaveChanged forgets the genuine verdict of the pool o checked:
+// o lost its lock or could not release it, so the connection broke under
+// it and the pool's next connection may reach another server.
+func (o *Op) serverMayHaveChanged() {
+	o.checkedMu.Lock()
+	wp := o.checkedPool
+	o.checkedMu.Unlock()
+	if wp != (weak.Pointer[sql.DB]{}) {
+		genuine.Delete(wp)
+	}
 }
 
 // inflightCheck is the check of one pool that is running: done is closed

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 	"weak"
