@@ -149,6 +149,33 @@ func lead(t *testing.T, k testdb.Kind, db *sql.DB, table string, key ormlock.Key
 	}
 }
 
+// claimRun runs a claim-mode RunOnce of (job, slot) on db as owner, whose
+// fn runs until the test ends, and returns once fn runs: its row is
+// 'running' and its lock held.
+func claimRun(t *testing.T, db *sql.DB, table, job string, slot time.Time, owner string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	running, done := make(chan struct{}), make(chan error, 1)
+	go func() {
+		done <- sqllock.RunOnce(ctx, db, job, slot, func(ctx context.Context, _ *sql.Tx) error {
+			close(running)
+			<-ctx.Done()
+			return nil
+		}, ormlock.WithClaim(), ormlock.WithOwner(owner), ormlock.WithLedgerTable(table))
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	select {
+	case <-running:
+	case err := <-done:
+		t.Fatalf("RunOnce returned before fn ran: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("fn did not run within 30s")
+	}
+}
+
 // slot returns the i-th hourly slot before the current hour.
 func slot(i int) time.Time {
 	return time.Now().UTC().Truncate(time.Hour).Add(-time.Duration(i) * time.Hour)

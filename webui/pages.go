@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/ledger"
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
@@ -179,12 +180,19 @@ func (h *handler) overview(ctx context.Context, p params) (*view, error) {
 			names = names[:jobsPerPage]
 			o.Next = p.link("", "after", names[len(names)-1], "limit", limitParam(p))
 		}
+		budget := maxLiveness
 		for _, name := range names {
 			runs, err := h.r.runs(ctx, tx, d, name, limit)
 			if err != nil {
 				return err
 			}
-			o.Jobs = append(o.Jobs, h.jobRow(p, name, runs, limit, now))
+			var live map[int64]bool
+			if genuine {
+				if live, err = h.liveness(ctx, tx, d, runs, &budget); err != nil {
+					return err
+				}
+			}
+			o.Jobs = append(o.Jobs, h.jobRow(p, name, runs, live, limit, now))
 		}
 		return nil
 	})
@@ -300,12 +308,12 @@ func holderOf(k ormlock.Key, hi ormlock.HolderInfo, now time.Time, loc *time.Loc
 
 // jobRow builds a job's strip: its runs and, when its schedule is known,
 // the slots without a run since the oldest run shown, newest last.
-func (h *handler) jobRow(p params, name string, runs []ormlock.Run, limit int, now time.Time) jobRow {
-	cells := h.cells(p, name, runs, limit, now)
+func (h *handler) jobRow(p params, name string, runs []ormlock.Run, live map[int64]bool, limit int, now time.Time) jobRow {
+	cells := h.cells(p, name, runs, live, limit, now)
 	row := jobRow{Name: clean(name, 200), Href: p.link("job", "name", name), ShownRuns: len(runs)}
 	_, row.Scheduled = h.s.schedules[name]
 	if len(runs) > 0 {
-		row.Last = runs[0].Status
+		row.Last = runStatus(runs[0], live)
 		row.LastAt = showTime(runs[0].Slot, p.loc)
 	}
 	for i := len(cells) - 1; i >= 0; i-- {
@@ -323,8 +331,45 @@ func (h *handler) jobRow(p params, name string, runs []ormlock.Run, limit int, n
 
 // cell is one slot of a job: a run, or a missed slot (Run zero but Slot).
 type cell struct {
-	status string // done, failed, running, missed
+	status string // done, failed, running, stale, missed
 	run    ormlock.Run
+}
+
+// maxLiveness bounds the lock look-ups of 'running' runs per page.
+const maxLiveness = 25
+
+// liveness looks up the (job, slot) lock of each 'running' run, at most
+// *budget of them: a claim-mode run holds it for as long as it runs, so a
+// 'running' row whose lock is free is stale (its owner died or lost the
+// lock; the next trigger of the slot takes the row over). The answer is by
+// slot (UnixMicro): true held, false free; runs not looked up are absent.
+func (h *handler) liveness(ctx context.Context, tx *sql.Tx, d lockproto.Dialect, runs []ormlock.Run, budget *int) (map[int64]bool, error) {
+	var live map[int64]bool
+	for _, r := range runs {
+		if r.Status != ledger.StatusRunning || *budget <= 0 {
+			continue
+		}
+		*budget--
+		hi, err := h.r.holder(ctx, tx, d, ormlock.Key(keys.RunKey(r.Job, r.Slot)))
+		if err != nil {
+			return nil, err
+		}
+		if live == nil {
+			live = map[int64]bool{}
+		}
+		live[r.Slot.UnixMicro()] = hi.Held
+	}
+	return live, nil
+}
+
+// runStatus is r's status as shown: "stale" for a 'running' run whose lock
+// was found free.
+func runStatus(r ormlock.Run, live map[int64]bool) string {
+	s := statusClass(r.Status)
+	if held, ok := live[r.Slot.UnixMicro()]; ok && s == ledger.StatusRunning && !held {
+		return "stale"
+	}
+	return s
 }
 
 func (c cell) id() string { return "s" + strconv.FormatInt(c.run.Slot.Unix(), 10) }
@@ -336,13 +381,16 @@ func (c cell) title(loc *time.Location) string {
 		s += " (" + t.UTC + ")"
 	}
 	s += ": " + c.status
-	if c.status == "missed" {
+	switch c.status {
+	case "missed":
 		return s + " (no run in the ledger)"
+	case "stale":
+		s += " (left running: its lock is free, so its owner died or lost it)"
 	}
 	if c.run.Owner != "" {
 		s += " by " + clean(c.run.Owner, 80)
 	}
-	if c.status != "running" {
+	if c.status != "running" && c.status != "stale" {
 		s += " in " + showDuration(c.run.Duration)
 	}
 	if c.run.Error != "" {
@@ -353,10 +401,10 @@ func (c cell) title(loc *time.Location) string {
 
 // cells merges runs (newest first) with the missed slots of the job's
 // schedule, newest first, at most limit of them.
-func (h *handler) cells(p params, name string, runs []ormlock.Run, limit int, now time.Time) []cell {
+func (h *handler) cells(p params, name string, runs []ormlock.Run, live map[int64]bool, limit int, now time.Time) []cell {
 	out := make([]cell, 0, len(runs))
 	for _, r := range runs {
-		out = append(out, cell{status: statusClass(r.Status), run: r})
+		out = append(out, cell{status: runStatus(r, live), run: r})
 	}
 	s, ok := h.s.schedules[name]
 	if !ok || len(runs) == 0 {
@@ -398,7 +446,7 @@ func (h *handler) job(ctx context.Context, p params) (*view, error) {
 	limit := p.clampLimit(defaultHistory, maxHistory)
 	v := h.base(p, "ormlock: "+clean(p.job, 100))
 	v.Self = p.link("job", "name", p.job, "limit", limitParam(p))
-	d, _, err := h.server(ctx, v)
+	d, genuine, err := h.server(ctx, v)
 	if err != nil {
 		return nil, err
 	}
@@ -406,9 +454,14 @@ func (h *handler) job(ctx context.Context, p params) (*view, error) {
 	_, j.Scheduled = h.s.schedules[p.job]
 	v.Job = j
 	var runs []ormlock.Run
+	var live map[int64]bool
 	err = h.r.ro(ctx, func(tx *sql.Tx) error {
 		var err error
-		runs, err = h.r.runs(ctx, tx, d, p.job, limit)
+		if runs, err = h.r.runs(ctx, tx, d, p.job, limit); err != nil || !genuine {
+			return err
+		}
+		budget := maxLiveness
+		live, err = h.liveness(ctx, tx, d, runs, &budget)
 		return err
 	})
 	if err != nil {
@@ -418,7 +471,7 @@ func (h *handler) job(ctx context.Context, p params) (*view, error) {
 	if len(runs) == limit && limit < maxHistory {
 		j.More = p.link("job", "name", p.job, "limit", strconv.Itoa(min(limit*2, maxHistory)))
 	}
-	cells := h.cells(p, p.job, runs, limit, time.Now())
+	cells := h.cells(p, p.job, runs, live, limit, time.Now())
 	for _, c := range cells {
 		r := c.run
 		row := runRow{ID: c.id(), Status: c.status, StatusClass: c.status, Slot: showTime(r.Slot, p.loc)}
@@ -426,12 +479,18 @@ func (h *handler) job(ctx context.Context, p params) (*view, error) {
 			row.Owner = clean(r.Owner, 255)
 			row.Started = showTime(r.Started, p.loc)
 			row.Finished = showTime(r.Finished, p.loc)
-			if c.status == "running" {
+			switch c.status {
+			case "running":
 				row.Duration = "running for " + showDuration(time.Since(r.Started))
-			} else {
+			case "stale":
+				row.Duration = "left running " + showDuration(time.Since(r.Started)) + " ago"
+				row.Error = "its lock is free: the owner died or lost it; the next trigger of this slot takes it over"
+			default:
 				row.Duration = showDuration(r.Duration)
 			}
-			row.Error = cleanLines(r.Error, 2000)
+			if r.Error != "" {
+				row.Error = cleanLines(r.Error, 2000)
+			}
 		}
 		j.Runs = append(j.Runs, row)
 	}

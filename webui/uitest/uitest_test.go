@@ -91,7 +91,8 @@ func fill(t *testing.T, k testdb.Kind, db *sql.DB) (table string, hourly ormlock
 			insert(t, k, table, "nightly-settlement", slot(i), "done", fmt.Sprintf("replica-%c/4%d", 'a'+i%3, i), time.Duration(20+i%5*7)*time.Second, "")
 		}
 	}
-	insert(t, k, table, "nightly-settlement", slot(1), "running", "replica-b/412", -1, "")
+	claim(t, db, table, "nightly-settlement", slot(1), "replica-b/412")
+	insert(t, k, table, "cache-warmup", slot(11), "running", "replica-c/40", -1, "") // left running: no lock
 	for i := 1; i <= 10; i++ {
 		insert(t, k, table, "cache-warmup", slot(i), "done", "replica-a/41", time.Duration(1+i%3)*time.Second, "")
 	}
@@ -129,6 +130,29 @@ func insert(t *testing.T, k testdb.Kind, table, job string, slot time.Time, stat
 	}
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// claim runs a claim-mode RunOnce of (job, slot) whose fn works until the
+// test ends: its row is 'running' and its lock held.
+func claim(t *testing.T, db *sql.DB, table, job string, slot time.Time, owner string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	running, done := make(chan struct{}), make(chan error, 1)
+	go func() {
+		done <- sqllock.RunOnce(ctx, db, job, slot, func(ctx context.Context, _ *sql.Tx) error {
+			close(running)
+			<-ctx.Done()
+			return nil
+		}, ormlock.WithClaim(), ormlock.WithOwner(owner), ormlock.WithLedgerTable(table))
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-running:
+	case err := <-done:
+		t.Fatalf("RunOnce: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the claim did not run within 30s")
 	}
 }
 
@@ -234,6 +258,9 @@ func TestBrowser(t *testing.T) {
 			do("load the overview", chromedp.Navigate(srv.URL+"/"), visible("#jobs"))
 			if got := count("tr.job"); got != 3 {
 				t.Errorf("%d jobs shown, want 3", got)
+			}
+			if got := count(`tr.job:has(a[href*="cache-warmup"]) .strip a.s.stale`); got != 1 {
+				t.Errorf("cache-warmup's strip: %d stale slots, want 1", got)
 			}
 			strip := `tr.job:has(a[href*="nightly-settlement"]) .strip `
 			for class, want := range map[string]int{"done": 15, "failed": 2, "missed": 2, "running": 1} { // the newest 20 slots
