@@ -410,7 +410,7 @@ func (c *sharedConn) unhold(h *sharedHold) {
 		return
 	}
 	delete(c.held, h)
-	if h.every <= c.interval {
+	if h.every <= c.interval || len(c.held) == 0 {
 		c.setInterval()
 	}
 }
@@ -479,7 +479,15 @@ func (p *sharedPool) leave(c *sharedConn, k any) {
 	if !idle {
 		return
 	}
-	c.sem <- struct{}{} // nobody else uses c now: a last statement may be ending
+	select {
+	case c.sem <- struct{}{}:
+	default:
+		// nobody uses c any more, but the keepalive's check is under way:
+		// its answer is not needed, and a server that stopped answering
+		// must not hold the caller
+		c.cut()
+		c.sem <- struct{}{}
+	}
 	rctx, cancel := releaseCtx(context.Background())
 	defer cancel()
 	var err error
