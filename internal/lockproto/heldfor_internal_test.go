@@ -20,7 +20,7 @@ func TestPGHeldSince(t *testing.T) {
 		{"idle in transaction", "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock((-42)::int8) IS NOT NULL", change},
 		{"idle in transaction", pgOwnerSQL("host-a/42"), change},
 		{"active", "SELECT pg_advisory_xact_lock(1)", xact}, // still waiting or working
-		{"idle in transaction", "SELECT 1", xact},         // not ormlock's keepalive
+		{"idle in transaction", "SELECT 1", xact},           // not ormlock's keepalive
 		{"idle in transaction", "UPDATE t SET v = 1", xact},
 	} {
 		got, ok := pgHeldSince(c.state, c.query, xact, change)
