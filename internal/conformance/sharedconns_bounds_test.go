@@ -186,7 +186,8 @@ func TestSharedLockConnsJoinerKeepalive(t *testing.T) {
 // holder whose deadline passed each return at most 1 s after their
 // context ended (plus slack); the release that could not reach the
 // connection destroys it, and its other holder learns of the loss within
-// its own bound. Once the server resumes every lock is free.
+// its own bound. Last, a new Session's try sent to the frozen server is cut
+// 1 s after its deadline. Once the server resumes every lock is free.
 func TestSharedLockConnsFrozenServer(t *testing.T) {
 	leakcheck.Goroutines(t)
 	t.Run("postgres", func(t *testing.T) {
@@ -310,6 +311,27 @@ func sharedFrozen(t *testing.T, a adapter, r runner, dialect string, freeze func
 		t.Errorf("the other holder: %v, want ErrLockLost", err)
 	}
 	for _, n := range []string{"h", "d", "n", "l"} {
+		releasedAfterThaw(t, r, key(n))
+	}
+
+	// a try sent to the frozen server: cut 1 s after the caller's deadline,
+	// which costs the connection
+	holder = session(ctx, "h3", every)
+	resume = freeze(key("h3"))
+	frozen = time.Now()
+	nctx, ncancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer ncancel()
+	err = r.Session(nctx, key("n3"), func(context.Context) error { t.Error("fn ran on a frozen server"); return nil }, shared)
+	faults.Within(t, "a new Session with a 500ms deadline, its try sent", frozen, 500*time.Millisecond+time.Second+slack)
+	if !errors.Is(err, ormlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("a new Session with a 500ms deadline, its try sent: %v, want ErrNotAcquired and DeadlineExceeded", err)
+	}
+	holder.lostWithin(t, "the holder (keepalive 2s)", frozen, every+max(2*every, 2*time.Second)+slack)
+	resume()
+	if err := holder.returned(t, "the holder"); !errors.Is(err, ormlock.ErrLockLost) {
+		t.Errorf("the holder: %v, want ErrLockLost", err)
+	}
+	for _, n := range []string{"h3", "n3"} {
 		releasedAfterThaw(t, r, key(n))
 	}
 }
