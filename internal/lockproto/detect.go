@@ -54,7 +54,7 @@ import (
 // checked on whichever connection answered first.
 
 // genuine holds the pools found to hand out real locks.
-var genuine sync.Map // weak.Pointer[sql.DB] -> struct{}
+var genuine sync.Map // weak.Pointer[sql.DB] -> *serverFacts (engines.go)
 
 // EndedLock is the check a verb that takes a lock for its caller makes
 // after its arguments' and before the server check (CheckServer): nil while
@@ -121,8 +121,8 @@ func (o *Op) checkPool(ctx context.Context, db *sql.DB, q CheckQuerier) error {
 	o.checkedMu.Lock()
 	o.checkedPool = wp
 	o.checkedMu.Unlock()
-	if _, ok := genuine.Load(wp); ok {
-		return nil
+	if f, ok := genuine.Load(wp); ok {
+		return f.(*serverFacts).refuse(o)
 	}
 	if q != CheckQuerier(db) {
 		// q is the caller's own transaction or connection: waiting for a
@@ -138,8 +138,8 @@ func (o *Op) checkPool(ctx context.Context, db *sql.DB, q CheckQuerier) error {
 		other := v.(*inflightCheck)
 		select {
 		case <-other.done:
-			if other.err == nil {
-				return nil
+			if f, ok := genuine.Load(wp); ok && other.err == nil {
+				return f.(*serverFacts).refuse(o)
 			}
 		case <-ctx.Done():
 			return context.Cause(ctx)
@@ -179,7 +179,7 @@ var checking sync.Map // weak.Pointer[sql.DB] -> *inflightCheck
 // checkServer asks db's server through q and caches a genuine answer.
 func (o *Op) checkServer(ctx context.Context, db *sql.DB, wp weak.Pointer[sql.DB], q CheckQuerier) error {
 	var (
-		verdict func() error
+		verdict func() (*serverFacts, error)
 		err     error
 	)
 	switch o.Dialect {
@@ -193,25 +193,42 @@ func (o *Op) checkServer(ctx context.Context, db *sql.DB, wp weak.Pointer[sql.DB
 	if err != nil {
 		return err
 	}
-	if err := verdict(); err != nil {
+	facts, err := verdict()
+	if err != nil {
 		return err
 	}
-	if _, loaded := genuine.LoadOrStore(wp, struct{}{}); !loaded {
+	if _, loaded := genuine.LoadOrStore(wp, facts); !loaded {
 		runtime.AddCleanup(db, func(wp weak.Pointer[sql.DB]) { genuine.Delete(wp) }, wp)
 	}
-	return nil
+	return facts.refuse(o)
 }
 
 // checkPostgres asks db's server; verdict judges the answers.
-func checkPostgres(ctx context.Context, db CheckQuerier) (verdict func() error, err error) {
+func checkPostgres(ctx context.Context, db CheckQuerier) (verdict func() (*serverFacts, error), err error) {
 	var (
 		version    string
 		inRecovery bool
+		ybSilence  sql.NullString
 	)
 	if err := db.QueryRowContext(ctx, "SELECT version(), pg_is_in_recovery()").Scan(&version, &inRecovery); err != nil {
 		return nil, errs.Wrap(err, "check the server's locks (SELECT version(), pg_is_in_recovery())")
 	}
-	return func() error { return PostgresVerdict(version, inRecovery) }, nil
+	if IsYugabyte(version) { // a second round trip on YugabyteDB only
+		q := "SELECT current_setting('" + YBSilenceSetting + "', true)"
+		if err := db.QueryRowContext(ctx, q).Scan(&ybSilence); err != nil {
+			return nil, errs.Wrap(err, "check the server's locks (%s)", q)
+		}
+	}
+	return func() (*serverFacts, error) {
+		if err := PostgresVerdict(version, inRecovery); err != nil {
+			return nil, err
+		}
+		session, err := PostgresEngineVerdict(version, ybSilence.String)
+		if err != nil {
+			return nil, err
+		}
+		return &serverFacts{sessionLocks: session}, nil
+	}, nil
 }
 
 // crdbVersion finds CockroachDB's version in version()'s answer, such as
@@ -245,10 +262,10 @@ func PostgresVerdict(version string, inRecovery bool) error {
 
 // mysqlVars is the variables query: SHOW works on MySQL and MariaDB alike,
 // and a variable the server does not have is simply absent.
-const mysqlVars = `SHOW GLOBAL VARIABLES WHERE Variable_name IN ('read_only', 'innodb_read_only', 'wsrep_on', 'wsrep_provider', 'group_replication_single_primary_mode')`
+const mysqlVars = `SHOW GLOBAL VARIABLES WHERE Variable_name IN ('read_only', 'innodb_read_only', 'wsrep_on', 'wsrep_provider', 'group_replication_single_primary_mode', 'version')`
 
 // checkMySQL asks db's server; verdict judges the answers.
-func checkMySQL(ctx context.Context, db CheckQuerier) (verdict func() error, err error) {
+func checkMySQL(ctx context.Context, db CheckQuerier) (verdict func() (*serverFacts, error), err error) {
 	rows, err := db.QueryContext(ctx, mysqlVars)
 	if err != nil {
 		return nil, errs.Wrap(err, "check the server's locks (%s)", mysqlVars)
@@ -273,7 +290,12 @@ func checkMySQL(ctx context.Context, db CheckQuerier) (verdict func() error, err
 			return nil, errs.Wrap(err, "check the server's locks (%s)", q)
 		}
 	}
-	return func() error { return MySQLVerdict(vars, members) }, nil
+	return func() (*serverFacts, error) {
+		if err := MySQLVerdict(vars, members); err != nil {
+			return nil, err
+		}
+		return &serverFacts{keepalive: MySQLKeepaliveVerdict(vars["version"])}, nil
+	}, nil
 }
 
 // MySQLVerdict judges a MySQL-protocol server by its variables (names in
