@@ -113,8 +113,9 @@ type runRow struct {
 	Slot, Started, Finished                         shownTime
 }
 
-// base fills what every page shows.
-func (h *handler) base(p params, title string) *view {
+// base fills what every page shows; page and here (parameter, value
+// pairs) name the page, so that the zone links keep it.
+func (h *handler) base(p params, title, page string, here ...string) *view {
 	v := &view{Title: title, P: p, Now: showTime(time.Now(), p.loc), ZoneName: p.loc.String(), Refresh: int(p.refresh / time.Second)}
 	seen := map[string]bool{}
 	for _, z := range []*time.Location{time.UTC, h.s.zone, p.loc} {
@@ -126,7 +127,7 @@ func (h *handler) base(p params, title string) *view {
 		if z == h.s.zone && p.tz == "" {
 			tz = ""
 		}
-		v.Zones = append(v.Zones, zoneLink{Name: clean(z.String(), 64), Href: p.link("", "tz", tz), Current: z.String() == p.loc.String()})
+		v.Zones = append(v.Zones, zoneLink{Name: clean(z.String(), 64), Href: p.link(page, append(append([]string{}, here...), "tz", tz)...), Current: z.String() == p.loc.String()})
 	}
 	return v
 }
@@ -162,7 +163,7 @@ func (h *handler) overview(ctx context.Context, p params) (*view, error) {
 		}
 	}
 	limit := p.clampLimit(defaultLimit, maxStrip)
-	v := h.base(p, "ormlock: jobs, locks and leaders")
+	v := h.base(p, "ormlock: jobs, locks and leaders", "", "after", p.after, "limit", limitParam(p))
 	v.Self = p.link("", "after", p.after, "limit", limitParam(p))
 	d, genuine, err := h.server(ctx, v)
 	if err != nil {
@@ -444,7 +445,7 @@ func (h *handler) job(ctx context.Context, p params) (*view, error) {
 		return nil, &badRequest{msg: err.Error()}
 	}
 	limit := p.clampLimit(defaultHistory, maxHistory)
-	v := h.base(p, "ormlock: "+clean(p.job, 100))
+	v := h.base(p, "ormlock: "+clean(p.job, 100), "job", "name", p.job, "limit", limitParam(p))
 	v.Self = p.link("job", "name", p.job, "limit", limitParam(p))
 	d, genuine, err := h.server(ctx, v)
 	if err != nil {

@@ -156,6 +156,9 @@ func TestParams(t *testing.T) {
 	// links keep the zone and the refresh: the page is shareable as it is
 	_, body, _ = get(t, srv, "/?tz=Asia/Tokyo&refresh=10")
 	mustContain(t, body, `href="job?name=many&amp;refresh=10&amp;tz=Asia%2FTokyo"`, "JST", `class="self" href="./?refresh=10&amp;tz=Asia%2FTokyo"`)
+	// the zone links keep the page
+	_, body, _ = get(t, srv, "/job?name=many&tz=Asia/Tokyo&limit=5")
+	mustContain(t, body, `<a href="job?limit=5&amp;name=many&amp;tz=UTC">UTC</a>`, `<b>Asia/Tokyo</b>`)
 }
 
 // TestMethodsAndHosts: only GET is answered, and only for the allowed
