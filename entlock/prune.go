@@ -32,5 +32,5 @@ func Prune[T TxLike](ctx context.Context, x interface {
 	if err != nil {
 		return 0, err
 	}
-	return t.Prune(ctx, d.db, cfg.Namespace, time.Now().Add(-olderThan), ledger.PruneBatch)
+	return t.PruneOlderThan(ctx, d.db, cfg.Namespace, olderThan, ledger.PruneBatch)
 }

@@ -43,5 +43,5 @@ func Prune(db *gorm.DB, olderThan time.Duration, opts ...ormlock.Option) (int64,
 	if err != nil {
 		return 0, err
 	}
-	return t.Prune(ctxOf(db), sqlDB, cfg.Namespace, time.Now().Add(-olderThan), ledger.PruneBatch)
+	return t.PruneOlderThan(ctxOf(db), sqlDB, cfg.Namespace, olderThan, ledger.PruneBatch)
 }

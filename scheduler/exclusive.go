@@ -30,9 +30,12 @@ func jobKey(job string) string { return "ormlock.job:" + job }
 // claim mode: with ormlock.WithCatchUp among b's options, the missed slots
 // too, as ctx's catch-up mode allows; fn reads each slot with
 // ormlock.Slot), and with WithExclusive while holding the job's own lock.
+// now, the firing's reading of the clock, picks the slot; the catch-up
+// reads the clock again when it reads the ledger, after WithExclusive's
+// wait, to compare it with the server's (its window is the server's).
 func (c *config) claim(ctx context.Context, b Backend, job string, s ormlock.Schedule, now time.Time, fn func(ctx context.Context) error) error {
 	f := b.Funcs()
-	ctx = sched.WithNow(ctx, now)
+	ctx = sched.WithClock(sched.WithNow(ctx, now), c.now)
 	if !c.exclusive {
 		return f.Scheduled(ctx, job, s, fn)
 	}

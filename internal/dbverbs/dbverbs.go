@@ -259,5 +259,5 @@ func (p Pool) Prune(ctx context.Context, olderThan time.Duration, cfg config.Con
 	if err != nil {
 		return 0, err
 	}
-	return t.Prune(ctx, p.DB, cfg.Namespace, time.Now().Add(-olderThan), ledger.PruneBatch)
+	return t.PruneOlderThan(ctx, p.DB, cfg.Namespace, olderThan, ledger.PruneBatch)
 }

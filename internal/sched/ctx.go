@@ -26,19 +26,41 @@ func SlotFrom(ctx context.Context) (time.Time, bool) {
 }
 
 // WithNow returns ctx carrying the time RunScheduled maps to its slot, in
-// place of time.Now() (the scheduler adapters' clock, and tests').
+// place of a reading of the clock (the scheduler adapters pass the time a
+// job fired, and tests theirs).
 func WithNow(ctx context.Context, now time.Time) context.Context {
 	return context.WithValue(ctx, nowKey{}, now)
 }
 
-// Now returns the time ctx carries (WithNow), else time.Now().
+// Now returns the time ctx carries (WithNow), else a reading of ctx's
+// clock (WithClock, else time.Now()).
 func Now(ctx context.Context) time.Time {
 	if ctx != nil {
 		if t, ok := ctx.Value(nowKey{}).(time.Time); ok {
 			return t
 		}
 	}
-	return time.Now()
+	return Clock(ctx)()
+}
+
+type clockKey struct{}
+
+// WithClock returns ctx carrying the clock that RunScheduled's catch-up
+// compares with the database server's, read when it reads the ledger
+// (after any wait before it): the scheduler adapters' clock (their
+// WithClock option).
+func WithClock(ctx context.Context, clock func() time.Time) context.Context {
+	return context.WithValue(ctx, clockKey{}, clock)
+}
+
+// Clock returns the clock ctx carries (WithClock), else time.Now.
+func Clock(ctx context.Context) func() time.Time {
+	if ctx != nil {
+		if c, ok := ctx.Value(clockKey{}).(func() time.Time); ok && c != nil {
+			return c
+		}
+	}
+	return time.Now
 }
 
 // CatchUpMode narrows RunScheduled's catch-up for the gocron Locker, which
