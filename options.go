@@ -61,12 +61,15 @@ func WithWait(d time.Duration) Option {
 	}
 }
 
-// WithKeepalive sets how often a Session checks its lock connection; loss is
-// reported within two intervals. The default is 2s.
+// WithKeepalive sets how often a Session or Lead checks its lock
+// connection; loss is reported within two intervals, a server that stopped
+// answering as docs/PROTOCOL.md (Deadlines) says. The default is 2s; the
+// floor is 10ms: a shorter d (zero and negative included) is an error
+// wrapping [ErrInvalidArgument].
 func WithKeepalive(d time.Duration) Option {
 	return func(c *config.Config) {
-		if d <= 0 {
-			c.Fail(fmt.Errorf("%w: WithKeepalive: duration must be positive, got %v", ErrInvalidArgument, d))
+		if d < config.MinKeepalive {
+			c.Fail(fmt.Errorf("%w: WithKeepalive: interval %v is below the floor of %v", ErrInvalidArgument, d, config.MinKeepalive))
 			return
 		}
 		c.Keepalive = d
@@ -138,9 +141,12 @@ func WithClaim() Option { return func(c *config.Config) { c.Claim = true } }
 // most n lock connections that the Sessions and Leads of this process
 // asking for it share per pool, instead of a connection of its own: 1,000
 // held locks cost n server connections. Each still releases only its own
-// key and learns of a lost connection within its keepalive (every Session
-// on a connection that dies is cancelled with [ErrLockLost]); a wait for a
-// held key is a try-lock repeated with a backoff capped at the keepalive.
+// key and learns of a killed connection within two of its own keepalive
+// intervals (every Session on a connection that dies is cancelled with
+// [ErrLockLost]); a wait for a held key is a try-lock repeated with a
+// backoff capped at the keepalive, which is not queued on the server: it
+// starves against waiters of the same key on dedicated connections, so
+// give every waiter of a contended key the same kind of connection.
 // It needs session-level locks: direct PostgreSQL (with the pgx driver,
 // which tells a pooler apart) or MySQL/MariaDB; behind a transaction-mode
 // pooler such as PgBouncer the verb returns [ErrUnsupportedDialect] before

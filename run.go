@@ -23,7 +23,9 @@ type Run struct {
 	// "done" when the run committed (transactional mode) or fn returned nil
 	// (claim mode), after which RunOnce returns [ErrAlreadyDone] for the
 	// slot; "failed" when a claim-mode fn returned an error or panicked
-	// (Error holds its text; the next trigger retries). A failed
+	// (Error holds its text; a later trigger for the same slot retries it:
+	// with a cron schedule, a catch-up run ([WithCatchUp]) or a firing
+	// repeated within the slot, since the next firing is the next slot's). A failed
 	// transactional run leaves no row: it was rolled back.
 	Status string
 	// Owner is the instance that ran (or runs) it; see [WithOwner].

@@ -17,6 +17,15 @@ import (
 // that one. A wall-clock time repeated when the clocks go back is one slot,
 // at its first occurrence; one that does not exist when they go forward is
 // the instant the clocks jump. See docs/SCHEDULES.md (Slots).
+//
+// A run may therefore start before its scheduled time: up to SlotTolerance
+// by the clock of the host that fired it, and by the database server's
+// clock earlier still by as much as that host's clock runs ahead; RunOnce
+// does not wait for the slot. fn names its work by the slot ([Slot], in
+// the schedule's location), never by CURRENT_DATE or time.Now(), and waits
+// for the server's clock itself when it must see everything written before
+// its scheduled time. See
+// docs/SCHEDULES.md (A run may start before its slot).
 type Schedule interface {
 	// Slot returns the scheduled time t belongs to, in UTC.
 	Slot(t time.Time) time.Time
@@ -29,6 +38,12 @@ type Schedule interface {
 // count for the previous slot, or that day's run would be skipped. The
 // tolerance is at most half the distance between the two scheduled times
 // around the trigger.
+//
+// Such a trigger runs its slot at once: a midnight job may start at
+// 23:59:55 by the triggering host's clock, and RunOnce does not hold it
+// back. Take the run's date from its slot ([Slot]) in the schedule's
+// location, not from the clock; see [Schedule] and
+// docs/SCHEDULES.md (A run may start before its slot).
 const SlotTolerance = sched.Tolerance
 
 // Every returns the schedule of period d, a whole number of seconds, one

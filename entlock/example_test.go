@@ -94,8 +94,9 @@ func ExampleSession_driver() {
 // The midnight settlement of three replicas: each one's scheduler fires at
 // local midnight in Berlin, each maps its trigger time to the same slot, and
 // exactly one of them settles the day. The ledger row commits together with
-// fn's writes, so a failed run leaves nothing behind and the next trigger
-// retries it.
+// fn's writes, so a failed run leaves nothing behind and a later trigger
+// for the same slot retries it (a catch-up, WithCatchUp: the next midnight's
+// firing is the next slot's).
 func ExampleRunOnce() {
 	var client *ent.Client // built on entlock.Wrap
 	ctx := context.Background()
@@ -119,7 +120,7 @@ func ExampleRunOnce() {
 	case errors.Is(err, ormlock.ErrNotAcquired):
 		log.Print("another replica is settling right now")
 	case err != nil:
-		log.Printf("settlement failed, the next trigger retries: %v", err)
+		log.Printf("settlement failed; a catch-up or a later trigger in this slot retries: %v", err)
 	}
 }
 

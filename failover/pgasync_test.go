@@ -74,6 +74,13 @@ func TestPGAsyncFailoverHazard(t *testing.T) {
 	if err := sqllock.Migrate(ctx, db); err != nil {
 		t.Fatal(err)
 	}
+	r.WaitReplayed(t)
+	standby, err := sql.Open("pgx", r.Standby.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer standby.Close()
+	assertAllRefused(t, "hot standby", "standby", "postgres", standby)
 	slotA := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	slotB := slotA.Add(time.Hour)
 	for range 3 {

@@ -25,6 +25,16 @@ import (
 // the time of the call; the zero t keeps it.
 func Now(t time.Time) ormlock.Option { return func(c *config.Config) { c.Now = t } }
 
+// Clock sets the clock that RunScheduled's catch-up reads when it reads
+// the ledger, to compare it with the database server's (the window is the
+// server's; a caller's clock more than a bound away from it is an error
+// and nothing runs), and, without [Now], the current time. A scheduler
+// with a clock of its own (scheduler.WithClock) passes it. The default is
+// time.Now; nil keeps it.
+func Clock(clock func() time.Time) ormlock.Option {
+	return func(c *config.Config) { c.Clock = clock }
+}
+
 // Firing makes RunScheduled answer one firing of a scheduler with one run,
 // as a gocron Locker must: at a job's first firing (first true), with
 // [ormlock.WithCatchUp], the current slot if it has not run, else the

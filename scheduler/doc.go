@@ -95,7 +95,7 @@
 //     run 'done' at Unlock unless gocron's event listeners of
 //     [Locker.RecordFailures] (gocron v2.21 calls them before Unlock) said
 //     the job failed or panicked, which marks it 'failed' (retried by a
-//     later firing).
+//     later firing in the same slot or a catch-up, not by the next slot's).
 //   - The Elector is for "one replica does the scheduling" and is only as
 //     exclusive as the keepalive allows (see [Elector]); the Locker gives
 //     the stronger, per-run guarantee. gocron consults the Elector instead

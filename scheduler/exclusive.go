@@ -27,11 +27,14 @@ func jobKey(job string) string { return "ormlock.job:" + job }
 // claim runs fn through b for the slot of now under s (RunScheduled in
 // claim mode: with ormlock.WithCatchUp among b's options, the missed slots
 // too, as the firing options among extra allow (schedhook.Firing); fn
-// reads each slot with slotOf), and with WithExclusive while holding the
-// job's own lock.
+// reads each slot with backend.Slot), and with WithExclusive while holding
+// the job's own lock. now, the firing's reading of the clock, picks the
+// slot; the catch-up reads the clock (schedhook.Clock) again when it reads
+// the ledger, after WithExclusive's wait, to compare it with the server's
+// (its window is the server's).
 func (c *config) claim(ctx context.Context, b Backend, job string, s ormlock.Schedule, now time.Time, fn func(ctx context.Context) error, extra ...ormlock.Option) error {
 	f := b.Funcs()
-	opts := append([]ormlock.Option{schedhook.Now(now)}, extra...)
+	opts := append([]ormlock.Option{schedhook.Now(now), schedhook.Clock(c.now)}, extra...)
 	if !c.exclusive {
 		return f.Scheduled(ctx, job, s, fn, opts...)
 	}

@@ -25,7 +25,11 @@
 //
 // "/" lists the ledger's jobs, a page of them at a time (?after=JOB), each
 // with its latest ?limit= slots (default 20, at most 60), then the watched
-// locks and leaders and the first fence counters. "/job?name=JOB" shows a
+// locks and leaders and the first fence counters. A job appears once it
+// has a row in the ledger. A 'running' run (claim mode, which holds the
+// (job, slot) lock while it runs) whose lock is found free is shown as
+// left running: its owner died or lost the lock, and the next trigger of
+// the slot takes the row over. "/job?name=JOB" shows a
 // job's latest ?limit= runs (default 50, at most 500) with the owner, start,
 // finish, duration and error of each, and an SVG plot of the durations.
 // Every page takes ?tz=Area/City (times are shown in that zone and in UTC;

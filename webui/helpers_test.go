@@ -27,7 +27,7 @@ func forEachKind(t *testing.T, f func(t *testing.T, k testdb.Kind)) { testdb.For
 
 // ledger is a test's own ledger table, created by sqllock.Migrate on db
 // and dropped (with its fence table) when the test ends.
-func ledger(t *testing.T, k testdb.Kind, db *sql.DB) string {
+func ledger(t testing.TB, k testdb.Kind, db *sql.DB) string {
 	t.Helper()
 	table := testdb.Table(t, k, "webui")
 	if err := sqllock.Migrate(context.Background(), db, ormlock.WithLedgerTable(table)); err != nil {
@@ -146,6 +146,33 @@ func lead(t *testing.T, k testdb.Kind, db *sql.DB, table string, key ormlock.Key
 		t.Fatalf("Lead returned before it was elected: %v", err)
 	case <-time.After(30 * time.Second):
 		t.Fatal("not elected within 30s")
+	}
+}
+
+// claimRun runs a claim-mode RunOnce of (job, slot) on db as owner, whose
+// fn runs until the test ends, and returns once fn runs: its row is
+// 'running' and its lock held.
+func claimRun(t *testing.T, db *sql.DB, table, job string, slot time.Time, owner string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	running, done := make(chan struct{}), make(chan error, 1)
+	go func() {
+		done <- sqllock.RunOnce(ctx, db, job, slot, func(ctx context.Context, _ *sql.Tx) error {
+			close(running)
+			<-ctx.Done()
+			return nil
+		}, ormlock.WithClaim(), ormlock.WithOwner(owner), ormlock.WithLedgerTable(table))
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	select {
+	case <-running:
+	case err := <-done:
+		t.Fatalf("RunOnce returned before fn ran: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("fn did not run within 30s")
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/ledger"
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
@@ -112,8 +113,9 @@ type runRow struct {
 	Slot, Started, Finished                         shownTime
 }
 
-// base fills what every page shows.
-func (h *handler) base(p params, title string) *view {
+// base fills what every page shows; page and here (parameter, value
+// pairs) name the page, so that the zone links keep it.
+func (h *handler) base(p params, title, page string, here ...string) *view {
 	v := &view{Title: title, P: p, Now: showTime(time.Now(), p.loc), ZoneName: p.loc.String(), Refresh: int(p.refresh / time.Second)}
 	seen := map[string]bool{}
 	for _, z := range []*time.Location{time.UTC, h.s.zone, p.loc} {
@@ -125,7 +127,7 @@ func (h *handler) base(p params, title string) *view {
 		if z == h.s.zone && p.tz == "" {
 			tz = ""
 		}
-		v.Zones = append(v.Zones, zoneLink{Name: clean(z.String(), 64), Href: p.link("", "tz", tz), Current: z.String() == p.loc.String()})
+		v.Zones = append(v.Zones, zoneLink{Name: clean(z.String(), 64), Href: p.link(page, append(append([]string{}, here...), "tz", tz)...), Current: z.String() == p.loc.String()})
 	}
 	return v
 }
@@ -161,7 +163,7 @@ func (h *handler) overview(ctx context.Context, p params) (*view, error) {
 		}
 	}
 	limit := p.clampLimit(defaultLimit, maxStrip)
-	v := h.base(p, "ormlock: jobs, locks and leaders")
+	v := h.base(p, "ormlock: jobs, locks and leaders", "", "after", p.after, "limit", limitParam(p))
 	v.Self = p.link("", "after", p.after, "limit", limitParam(p))
 	d, genuine, err := h.server(ctx, v)
 	if err != nil {
@@ -179,12 +181,19 @@ func (h *handler) overview(ctx context.Context, p params) (*view, error) {
 			names = names[:jobsPerPage]
 			o.Next = p.link("", "after", names[len(names)-1], "limit", limitParam(p))
 		}
+		budget := maxLiveness
 		for _, name := range names {
 			runs, err := h.r.runs(ctx, tx, d, name, limit)
 			if err != nil {
 				return err
 			}
-			o.Jobs = append(o.Jobs, h.jobRow(p, name, runs, limit, now))
+			var live map[int64]bool
+			if genuine {
+				if live, err = h.liveness(ctx, tx, d, runs, &budget); err != nil {
+					return err
+				}
+			}
+			o.Jobs = append(o.Jobs, h.jobRow(p, name, runs, live, limit, now))
 		}
 		return nil
 	})
@@ -300,12 +309,12 @@ func holderOf(k ormlock.Key, hi ormlock.HolderInfo, now time.Time, loc *time.Loc
 
 // jobRow builds a job's strip: its runs and, when its schedule is known,
 // the slots without a run since the oldest run shown, newest last.
-func (h *handler) jobRow(p params, name string, runs []ormlock.Run, limit int, now time.Time) jobRow {
-	cells := h.cells(p, name, runs, limit, now)
+func (h *handler) jobRow(p params, name string, runs []ormlock.Run, live map[int64]bool, limit int, now time.Time) jobRow {
+	cells := h.cells(p, name, runs, live, limit, now)
 	row := jobRow{Name: clean(name, 200), Href: p.link("job", "name", name), ShownRuns: len(runs)}
 	_, row.Scheduled = h.s.schedules[name]
 	if len(runs) > 0 {
-		row.Last = runs[0].Status
+		row.Last = runStatus(runs[0], live)
 		row.LastAt = showTime(runs[0].Slot, p.loc)
 	}
 	for i := len(cells) - 1; i >= 0; i-- {
@@ -323,8 +332,45 @@ func (h *handler) jobRow(p params, name string, runs []ormlock.Run, limit int, n
 
 // cell is one slot of a job: a run, or a missed slot (Run zero but Slot).
 type cell struct {
-	status string // done, failed, running, missed
+	status string // done, failed, running, stale, missed
 	run    ormlock.Run
+}
+
+// maxLiveness bounds the lock look-ups of 'running' runs per page.
+const maxLiveness = 25
+
+// liveness looks up the (job, slot) lock of each 'running' run, at most
+// *budget of them: a claim-mode run holds it for as long as it runs, so a
+// 'running' row whose lock is free is stale (its owner died or lost the
+// lock; the next trigger of the slot takes the row over). The answer is by
+// slot (UnixMicro): true held, false free; runs not looked up are absent.
+func (h *handler) liveness(ctx context.Context, tx *sql.Tx, d lockproto.Dialect, runs []ormlock.Run, budget *int) (map[int64]bool, error) {
+	var live map[int64]bool
+	for _, r := range runs {
+		if r.Status != ledger.StatusRunning || *budget <= 0 {
+			continue
+		}
+		*budget--
+		hi, err := h.r.holder(ctx, tx, d, ormlock.Key(keys.RunKey(r.Job, r.Slot)))
+		if err != nil {
+			return nil, err
+		}
+		if live == nil {
+			live = map[int64]bool{}
+		}
+		live[r.Slot.UnixMicro()] = hi.Held
+	}
+	return live, nil
+}
+
+// runStatus is r's status as shown: "stale" for a 'running' run whose lock
+// was found free.
+func runStatus(r ormlock.Run, live map[int64]bool) string {
+	s := statusClass(r.Status)
+	if held, ok := live[r.Slot.UnixMicro()]; ok && s == ledger.StatusRunning && !held {
+		return "stale"
+	}
+	return s
 }
 
 func (c cell) id() string { return "s" + strconv.FormatInt(c.run.Slot.Unix(), 10) }
@@ -336,13 +382,16 @@ func (c cell) title(loc *time.Location) string {
 		s += " (" + t.UTC + ")"
 	}
 	s += ": " + c.status
-	if c.status == "missed" {
+	switch c.status {
+	case "missed":
 		return s + " (no run in the ledger)"
+	case "stale":
+		s += " (left running: its lock is free, so its owner died or lost it)"
 	}
 	if c.run.Owner != "" {
 		s += " by " + clean(c.run.Owner, 80)
 	}
-	if c.status != "running" {
+	if c.status != "running" && c.status != "stale" {
 		s += " in " + showDuration(c.run.Duration)
 	}
 	if c.run.Error != "" {
@@ -353,10 +402,10 @@ func (c cell) title(loc *time.Location) string {
 
 // cells merges runs (newest first) with the missed slots of the job's
 // schedule, newest first, at most limit of them.
-func (h *handler) cells(p params, name string, runs []ormlock.Run, limit int, now time.Time) []cell {
+func (h *handler) cells(p params, name string, runs []ormlock.Run, live map[int64]bool, limit int, now time.Time) []cell {
 	out := make([]cell, 0, len(runs))
 	for _, r := range runs {
-		out = append(out, cell{status: statusClass(r.Status), run: r})
+		out = append(out, cell{status: runStatus(r, live), run: r})
 	}
 	s, ok := h.s.schedules[name]
 	if !ok || len(runs) == 0 {
@@ -396,9 +445,9 @@ func (h *handler) job(ctx context.Context, p params) (*view, error) {
 		return nil, &badRequest{msg: err.Error()}
 	}
 	limit := p.clampLimit(defaultHistory, maxHistory)
-	v := h.base(p, "ormlock: "+clean(p.job, 100))
+	v := h.base(p, "ormlock: "+clean(p.job, 100), "job", "name", p.job, "limit", limitParam(p))
 	v.Self = p.link("job", "name", p.job, "limit", limitParam(p))
-	d, _, err := h.server(ctx, v)
+	d, genuine, err := h.server(ctx, v)
 	if err != nil {
 		return nil, err
 	}
@@ -406,9 +455,14 @@ func (h *handler) job(ctx context.Context, p params) (*view, error) {
 	_, j.Scheduled = h.s.schedules[p.job]
 	v.Job = j
 	var runs []ormlock.Run
+	var live map[int64]bool
 	err = h.r.ro(ctx, func(tx *sql.Tx) error {
 		var err error
-		runs, err = h.r.runs(ctx, tx, d, p.job, limit)
+		if runs, err = h.r.runs(ctx, tx, d, p.job, limit); err != nil || !genuine {
+			return err
+		}
+		budget := maxLiveness
+		live, err = h.liveness(ctx, tx, d, runs, &budget)
 		return err
 	})
 	if err != nil {
@@ -418,7 +472,7 @@ func (h *handler) job(ctx context.Context, p params) (*view, error) {
 	if len(runs) == limit && limit < maxHistory {
 		j.More = p.link("job", "name", p.job, "limit", strconv.Itoa(min(limit*2, maxHistory)))
 	}
-	cells := h.cells(p, p.job, runs, limit, time.Now())
+	cells := h.cells(p, p.job, runs, live, limit, time.Now())
 	for _, c := range cells {
 		r := c.run
 		row := runRow{ID: c.id(), Status: c.status, StatusClass: c.status, Slot: showTime(r.Slot, p.loc)}
@@ -426,12 +480,18 @@ func (h *handler) job(ctx context.Context, p params) (*view, error) {
 			row.Owner = clean(r.Owner, 255)
 			row.Started = showTime(r.Started, p.loc)
 			row.Finished = showTime(r.Finished, p.loc)
-			if c.status == "running" {
+			switch c.status {
+			case "running":
 				row.Duration = "running for " + showDuration(time.Since(r.Started))
-			} else {
+			case "stale":
+				row.Duration = "left running " + showDuration(time.Since(r.Started)) + " ago"
+				row.Error = "its lock is free: the owner died or lost it; the next trigger of this slot takes it over"
+			default:
 				row.Duration = showDuration(r.Duration)
 			}
-			row.Error = cleanLines(r.Error, 2000)
+			if r.Error != "" {
+				row.Error = cleanLines(r.Error, 2000)
+			}
 		}
 		j.Runs = append(j.Runs, row)
 	}

@@ -44,14 +44,14 @@ func newPlot(cells []cell, loc *time.Location) *plot {
 		switch c.status {
 		case "missed":
 			return 0
-		case "running":
+		case "running", "stale":
 			return now.Sub(c.run.Started)
 		}
 		return c.run.Duration
 	}
 	var longest time.Duration
 	for _, c := range cells {
-		if c.status != "running" {
+		if c.status != "running" && c.status != "stale" {
 			longest = max(longest, dur(c))
 		}
 	}

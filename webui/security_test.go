@@ -156,6 +156,9 @@ func TestParams(t *testing.T) {
 	// links keep the zone and the refresh: the page is shareable as it is
 	_, body, _ = get(t, srv, "/?tz=Asia/Tokyo&refresh=10")
 	mustContain(t, body, `href="job?name=many&amp;refresh=10&amp;tz=Asia%2FTokyo"`, "JST", `class="self" href="./?refresh=10&amp;tz=Asia%2FTokyo"`)
+	// the zone links keep the page
+	_, body, _ = get(t, srv, "/job?name=many&tz=Asia/Tokyo&limit=5")
+	mustContain(t, body, `<a href="job?limit=5&amp;name=many&amp;tz=UTC">UTC</a>`, `<b>Asia/Tokyo</b>`)
 }
 
 // TestMethodsAndHosts: only GET is answered, and only for the allowed
@@ -339,6 +342,50 @@ func TestDeadline(t *testing.T) {
 		if code != http.StatusServiceUnavailable || !strings.Contains(body, "did not answer within 1s") {
 			t.Errorf("GET / on a locked ledger: %d\n%s", code, body)
 		}
+		// many requests at once take at most a few of the pool's
+		// connections, and each ends by its deadline
+		var wg sync.WaitGroup
+		stop, sampled := make(chan struct{}), make(chan struct{})
+		var most int
+		go func() {
+			defer close(sampled)
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(5 * time.Millisecond):
+					most = max(most, db.Stats().InUse)
+				}
+			}
+		}()
+		codes := make([]int, 12)
+		for i := range codes {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				resp, err := srv.Client().Get(srv.URL + "/job?name=slow")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				resp.Body.Close()
+				codes[i] = resp.StatusCode
+			}()
+		}
+		wg.Wait()
+		close(stop)
+		<-sampled
+		for i, c := range codes {
+			if c != http.StatusServiceUnavailable {
+				t.Errorf("request %d: %d, want 503", i, c)
+			}
+		}
+		if most > 4 {
+			t.Errorf("%d of the pool's connections in use at once, want at most 4", most)
+		}
+		if took := time.Since(start); took > 30*time.Second {
+			t.Errorf("13 requests with a 1s deadline took %v", took)
+		}
 	})
 }
 
@@ -420,5 +467,33 @@ func TestStandby(t *testing.T) {
 	mustContain(t, body, "PostgreSQL: refused", "hot standby", `id="locks-error">unknown:`)
 	if strings.Contains(body, `status free">free<`) {
 		t.Error("a lock on the standby is shown as free")
+	}
+}
+
+// TestNoQuery: a holder's query text (which can carry secrets) is never
+// shown, though the view's user may read it in pg_stat_activity.
+func TestNoQuery(t *testing.T) {
+	k := testdb.Postgres
+	db := testdb.Open(t, k)
+	t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
+	ctx := context.Background()
+	conn, err := testdb.AdminDB(t, k).Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	key := ormlock.Name("webui-query-secret")
+	// the holder's last statement carries a secret
+	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock(-4216125467453618713), 'password=hunter2'"); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.ExecContext(ctx, "SELECT pg_advisory_unlock_all()")
+	srv := serve(t, db, webui.WithLocks(key, ormlock.ID(-4216125467453618713)))
+	code, body, _ := get(t, srv, "/")
+	if code != http.StatusOK || !strings.Contains(body, `status held">held<`) {
+		t.Fatalf("GET /: %d, want the lock shown held\n%s", code, body)
+	}
+	if strings.Contains(body, "hunter2") || strings.Contains(body, "pg_advisory_lock(") {
+		t.Errorf("the page shows the holder's query:\n%s", body)
 	}
 }

@@ -36,6 +36,7 @@ func TestPages(t *testing.T) {
 		}
 		insertRun(t, k, table, "", "nightly-report", slot(1), "running", "replica-c/3", time.Now().Add(-time.Minute), -1, "")
 		insertRun(t, k, table, "", "cleanup", slot(1), "done", "replica-a/1", slot(1), time.Second, "")
+		claimRun(t, db, table, "live-job", slot(1), "replica-live")
 		release := testdb.RawHold(t, k, "", "webui-held")
 		defer release()
 		lead(t, k, db, table, ormlock.Name("webui-leader"), "replica-a")
@@ -50,7 +51,8 @@ func TestPages(t *testing.T) {
 		if got := hdr.Get("Content-Security-Policy"); got != webui.ContentSecurityPolicy {
 			t.Errorf("CSP %q", got)
 		}
-		mustContain(t, body, ">nightly-report<", ">cleanup<", `class="s done"`, `class="s failed"`, `class="s missed"`, `class="s running"`,
+		mustContain(t, body, ">nightly-report<", ">cleanup<", `class="s done"`, `class="s failed"`, `class="s missed"`, `class="s stale"`,
+			`status running">running<`, `class="s running"`,
 			"webui-held", "webui-free", `status held">held<`, `status free">free<`,
 			"webui-leader", `status held">leading<`, ">name:webui-leader<", "CET", "UTC")
 		if !regexp.MustCompile(`(?s)webui-leader</td>.*?replica-a</td>.*?<td class="num">1</td>`).MatchString(body) {
@@ -69,7 +71,8 @@ func TestPages(t *testing.T) {
 		for _, c := range classes {
 			got = append(got, c[1])
 		}
-		if want := "done done done missed done failed done running"; strings.Join(got, " ") != want {
+		// the running row has no lock held: stale
+		if want := "done done done missed done failed done stale"; strings.Join(got, " ") != want {
 			t.Errorf("strip %q, want %q", strings.Join(got, " "), want)
 		}
 
@@ -78,10 +81,15 @@ func TestPages(t *testing.T) {
 			t.Fatalf("GET /job: %d\n%s", code, body)
 		}
 		mustContain(t, body, `<svg class="plot"`, `class="bar failed"`, `class="bar missed"`, "connection reset by peer",
-			"replica-b/2", "replica-c/3", "running for", "EST", "UTC")
+			"replica-b/2", "replica-c/3", "left running", "its lock is free", `class="bar stale"`, "EST", "UTC")
 		if n := strings.Count(body, `<tr id="s`); n != 8 {
 			t.Errorf("%d run rows, want 8 (7 runs + 1 missed)", n)
 		}
+		code, body, _ = get(t, srv, "/job?name=live-job")
+		if code != http.StatusOK {
+			t.Fatalf("GET /job: %d\n%s", code, body)
+		}
+		mustContain(t, body, `status running">running<`, "running for", "replica-live", `class="bar running"`)
 	})
 }
 

@@ -10,10 +10,13 @@
 //	ormlock run --once-per SCHEDULE [flags] JOB -- COMMAND [ARGS...]
 //	                                               gormlock.RunOnce, claim mode
 //	ormlock lead [flags] KEY -- COMMAND [ARGS...]  gormlock.Lead around COMMAND
-//	ormlock holder KEY                             gormlock.Holder
+//	ormlock holder KEY                             gormlock.Holder (for a --once-per JOB,
+//	                                               of its running runs, from the ledger)
 //	ormlock runs JOB                               gormlock.Runs
 //	ormlock key NAME                               keyhash: bigint, pair, MySQL name, psql
 //	ormlock migrate                                gormlock.Migrate
+//	ormlock --version                              the module version it was built from
+//	ormlock ui [flags]                             webui.Handler on 127.0.0.1:8080
 //
 // The database is --dsn or $ORMLOCK_DSN: a postgres:// (or postgresql://)
 // URL or key=value string, opened with pgx, or a mysql:// URL or a

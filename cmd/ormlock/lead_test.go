@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -140,4 +141,46 @@ func TestLead(t *testing.T) {
 			t.Errorf("lock held after ormlock lead exited")
 		}
 	})
+}
+
+var heldForRE = regexp.MustCompile(` held_for=(\S+)`)
+
+// ormlock holder shows a leader's held_for from its election, not from the
+// start of its campaign's transaction: a campaign that waited over a second
+// for the lock shows no more than the time since it began to lead.
+func TestHolderHeldForOfALeader(t *testing.T) {
+	for _, k := range []testdb.Kind{testdb.Postgres, testdb.PgBouncer} {
+		t.Run(string(k), func(t *testing.T) {
+			key := uniq(t, "lead")
+			g, waitFor := gate(t)
+			a := start(t, k, "run", key, "--", "sh", "-c", "echo started; "+waitFor)
+			a.waitOutput(t, "started", time.Minute)
+			dir := t.TempDir()
+			l := start(t, k, "lead", key, "--", "sh", "-c", leadScript(dir))
+			time.Sleep(2 * time.Second) // the campaign waits on the server
+			letGo(t, g)
+			want(t, a.wait(t, time.Minute), a.stderr.String(), 0)
+			l.waitOutput(t, "started token=", time.Minute)
+			elected := time.Now()
+			code, out, stderr := runBin(t, k, "holder", key)
+			since := time.Since(elected)
+			want(t, code, stderr, 0)
+			m := heldForRE.FindStringSubmatch(out)
+			if m == nil {
+				t.Fatalf("holder of the leader: %q", out)
+			}
+			d, err := time.ParseDuration(m[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d > since+time.Second {
+				t.Errorf("held_for=%v within %v of the election, after a campaign of over 2s: %s", d, since, out)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			want(t, l.wait(t, time.Minute), l.stderr.String(), 5)
+			testdb.AssertNoLeaks(t, k)
+		})
+	}
 }

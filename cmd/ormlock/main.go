@@ -63,6 +63,8 @@ var commands = []struct {
 	{"runs", "show the last runs of a job from the ledger", runsCmd},
 	{"key", "show the database keys a lock name maps to", keyCmd},
 	{"migrate", "create the ledger table for --once-per", migrateCmd},
+	{"fence", "advance every fencing counter after a failover (fence advance --by N)", fenceCmd},
+	{"ui", "serve a read-only web view of the runs, locks and leaders", uiCmd},
 }
 
 const mainUsage = `ormlock: flock(1) for a fleet, on the database it already has.
@@ -74,6 +76,8 @@ Usage:
   ormlock runs [flags] JOB
   ormlock key [--namespace NS] NAME
   ormlock migrate [flags]
+  ormlock fence advance --by N [flags]
+  ormlock ui [flags]           (a web view on 127.0.0.1:8080)
   ormlock help COMMAND         (or ormlock COMMAND --help)
   ormlock --version            (or ormlock version)
 

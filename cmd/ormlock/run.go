@@ -57,7 +57,9 @@ KEY is a lock name, as in the Go library (gormlock.Session(db, "KEY", ...)).
 --once-per SCHEDULE runs COMMAND at most once per slot of SCHEDULE, KEY being
 the job name (gormlock.RunOnce in claim mode, the same ledger): a run that
 finds the slot done exits 76 (--done-exit-code) without running COMMAND; a
-failed COMMAND marks the slot failed, and the next trigger retries it.
+failed COMMAND marks the slot failed, and a later run for the same slot
+retries it: from a crontab that fires once per slot, that is --catch-up on a
+later firing (or a run by hand within the slot), not the next firing alone.
 --catch-up DURATION first runs the slots missed within DURATION before now
 (no 'done' row): the newest (--catch-up-policy latest) or each, oldest
 first, stopping at a failure (all); ORMLOCK_SLOT names the slot each run is

@@ -19,6 +19,10 @@ import (
 const (
 	// DefaultKeepalive is the Session keepalive interval.
 	DefaultKeepalive = 2 * time.Second
+	// MinKeepalive is the shortest keepalive interval accepted: a check
+	// is a round trip, so a shorter one would only keep the lock
+	// connection busy (and time out on a busy server).
+	MinKeepalive = 10 * time.Millisecond
 	// DefaultLedgerTable is the RunOnce ledger table name.
 	DefaultLedgerTable = "ormlock_runs"
 )
@@ -65,6 +69,10 @@ type Config struct {
 	// Now, when set, is the time RunScheduled takes as the current one
 	// (schedhook.Now); the zero time means time.Now().
 	Now time.Time
+	// Clock, when set, is the caller's clock that RunScheduled's catch-up
+	// compares with the database server's (schedhook.Clock); nil means
+	// time.Now.
+	Clock func() time.Time
 	// Firing is how RunScheduled answers a scheduler's firing
 	// (schedhook.Firing): as configured, or with one run.
 	Firing Firing
@@ -141,10 +149,19 @@ const (
 	FiringLater
 )
 
-// NowOr returns c.Now, or now() when c sets none.
-func (c Config) NowOr(now func() time.Time) time.Time {
+// ClockFunc returns c.Clock, or time.Now when c sets none.
+func (c Config) ClockFunc() func() time.Time {
+	if c.Clock != nil {
+		return c.Clock
+	}
+	return time.Now
+}
+
+// NowTime returns the time RunScheduled takes as now: c.Now, else a
+// reading of c's clock.
+func (c Config) NowTime() time.Time {
 	if c.Now.IsZero() {
-		return now()
+		return c.ClockFunc()()
 	}
 	return c.Now
 }

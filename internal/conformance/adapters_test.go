@@ -109,6 +109,10 @@ func (s sqlLocker) Prune(ctx context.Context, olderThan time.Duration, opts ...o
 	return sqllock.Prune(ctx, s.db, olderThan, s.with(opts)...)
 }
 
+func (s sqlLocker) AdvanceFences(ctx context.Context, by int64, opts ...ormlock.Option) (int64, error) {
+	return sqllock.AdvanceFences(ctx, s.db, by, s.with(opts)...)
+}
+
 func (s sqlLocker) PlainTx(ctx context.Context) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -381,6 +385,10 @@ func (p pgxLocker) Pool() *sql.DB { return p.pools.db }
 
 func (p pgxLocker) Prune(ctx context.Context, olderThan time.Duration, opts ...ormlock.Option) (int64, error) {
 	return pgxlock.Prune(ctx, p.pools.pool(), olderThan, p.with(opts)...)
+}
+
+func (p pgxLocker) AdvanceFences(ctx context.Context, by int64, opts ...ormlock.Option) (int64, error) {
+	return pgxlock.AdvanceFences(ctx, p.pools.pool(), by, p.with(opts)...)
 }
 
 func (p pgxLocker) PlainTx(ctx context.Context) error {

@@ -37,6 +37,8 @@ type runner interface {
 	Pool() *sql.DB
 	// Prune deletes the ledger's finished rows older than olderThan.
 	Prune(ctx context.Context, olderThan time.Duration, opts ...ormlock.Option) (int64, error)
+	// AdvanceFences moves every fencing counter of the namespace by by.
+	AdvanceFences(ctx context.Context, by int64, opts ...ormlock.Option) (int64, error)
 	// PlainTx runs an empty transaction of the ORM's own, without a lock.
 	PlainTx(ctx context.Context) error
 }
@@ -108,6 +110,14 @@ func (g gormLocker) Prune(ctx context.Context, olderThan time.Duration, opts ...
 
 func (e entLocker) Prune(ctx context.Context, olderThan time.Duration, opts ...ormlock.Option) (int64, error) {
 	return entlock.Prune(ctx, e.client, olderThan, opts...)
+}
+
+func (g gormLocker) AdvanceFences(ctx context.Context, by int64, opts ...ormlock.Option) (int64, error) {
+	return gormlock.AdvanceFences(g.db.WithContext(ctx), by, opts...)
+}
+
+func (e entLocker) AdvanceFences(ctx context.Context, by int64, opts ...ormlock.Option) (int64, error) {
+	return entlock.AdvanceFences(ctx, e.client, by, opts...)
 }
 
 func (g gormLocker) PlainTx(ctx context.Context) error {

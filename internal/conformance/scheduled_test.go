@@ -13,7 +13,6 @@ import (
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/entlock"
 	"github.com/ormlock/ormlock/internal/testdb"
-	"github.com/ormlock/ormlock/schedhook"
 )
 
 // slotRecorder is a Schedule that records the times it maps and maps them
@@ -75,14 +74,34 @@ func slotOf(tx txn) (time.Time, bool) {
 	return time.Time{}, false
 }
 
+// midway returns a schedule of period p (an hour: minute field; a minute:
+// second field) whose slots lie half a period from now, and its current
+// slot: a test on the real clock that lasts less than half a period sees
+// one current slot. The clock is real because catch-up judges its window by
+// the server's clock (and refuses a caller's more than a minute from it).
+func midway(t *testing.T, p time.Duration) (ormlock.Schedule, time.Time) {
+	t.Helper()
+	now := time.Now().UTC()
+	spec := fmt.Sprintf("%d * * * *", (now.Minute()+30)%60)
+	if p == time.Minute {
+		spec = fmt.Sprintf("%d * * * * *", (now.Second()+30)%60)
+	}
+	s, err := ormlock.Cron(spec, time.UTC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, s.Slot(now)
+}
+
 // Three replicas ran an hourly job until slot H, were down for slots H+1h,
-// H+2h and H+3h, and start together at H+4h (a schedhook.Now clock stands
-// for the hours): with CatchUpAll every missed slot runs exactly once, with
-// CatchUpLatest only the newest, and with a window that ends after H+1h
-// nothing older than the window; the current slot runs once in each case,
-// and fn reads the slot it runs.
+// H+2h and H+3h, and start together half an hour into H+4h: with
+// CatchUpAll every missed slot runs exactly once, with CatchUpLatest only
+// the newest, and with a window that starts after H+1h nothing older than
+// the window; the current slot runs once in each case, and fn reads the
+// slot it runs.
 func TestRunScheduledCatchUp(t *testing.T) {
-	h := time.Date(2034, 6, 1, 10, 0, 0, 0, time.UTC)
+	every, h := midway(t, time.Hour)
+	h = h.Add(-4 * time.Hour)
 	hour := func(i int) time.Time { return h.Add(time.Duration(i) * time.Hour) }
 	cases := []struct {
 		name   string
@@ -90,25 +109,20 @@ func TestRunScheduledCatchUp(t *testing.T) {
 		policy ormlock.CatchUpPolicy
 		want   []time.Time // the slots run at start, oldest first
 	}{
-		{"all", 270 * time.Minute, ormlock.CatchUpAll, []time.Time{hour(1), hour(2), hour(3), hour(4)}},
+		{"all", 4 * time.Hour, ormlock.CatchUpAll, []time.Time{hour(1), hour(2), hour(3), hour(4)}},
 		{"latest", 6 * time.Hour, ormlock.CatchUpLatest, []time.Time{hour(3), hour(4)}},
-		{"window", 150 * time.Minute, ormlock.CatchUpAll, []time.Time{hour(2), hour(3), hour(4)}},
+		{"window", 3 * time.Hour, ormlock.CatchUpAll, []time.Time{hour(2), hour(3), hour(4)}},
 	}
 	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
 		replicas := []runner{openRunner(t, a, k), openRunner(t, a, k), openRunner(t, a, k)}
 		tbl := ledgerTable(t, k, replicas[0])
-		every, err := ormlock.Every(time.Hour, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
 		for _, c := range cases {
 			t.Run(c.name, func(t *testing.T) {
 				job := "catchup-" + c.name
 				opts := []ormlock.Option{ormlock.WithLedgerTable(tbl), ormlock.WithCatchUp(c.window, c.policy)}
-				at := func(now time.Time) ormlock.Option { return schedhook.Now(now) }
 				// the last run before the outage (a first call with catch-up
 				// would catch up the hours before it too)
-				if err := replicas[0].RunScheduled(context.Background(), job, every, func(txn) error { return nil }, opts[0], at(hour(0).Add(time.Minute))); err != nil {
+				if err := replicas[0].RunOnce(context.Background(), job, hour(0), func(txn) error { return nil }, opts[0]); err != nil {
 					t.Fatalf("run of H: %v", err)
 				}
 				var mu sync.Mutex
@@ -125,11 +139,10 @@ func TestRunScheduledCatchUp(t *testing.T) {
 				}
 				start := make(chan struct{})
 				errs := make(chan error, len(replicas))
-				for i, r := range replicas {
+				for _, r := range replicas {
 					go func() {
 						<-start
-						// the replicas' clocks differ by a few seconds
-						errs <- r.RunScheduled(context.Background(), job, every, fn, append(opts, at(hour(4).Add(time.Duration(i)*time.Second)))...)
+						errs <- r.RunScheduled(context.Background(), job, every, fn, opts...)
 					}()
 				}
 				close(start)
@@ -150,7 +163,7 @@ func TestRunScheduledCatchUp(t *testing.T) {
 				for i := len(c.want) - 1; i >= 0; i-- {
 					want = append(want, c.want[i].Format("15:04")+" done")
 				}
-				want = append(want, "10:00 done")
+				want = append(want, hour(0).Format("15:04")+" done")
 				if strings.Join(done, ", ") != strings.Join(want, ", ") {
 					t.Errorf("ledger: %v, want %v", done, want)
 				}
@@ -161,19 +174,17 @@ func TestRunScheduledCatchUp(t *testing.T) {
 
 // CatchUpAll stops at the first missed slot that fails and returns its
 // error; the next call runs it again, then the rest. A Prune window shorter
-// than the catch-up window given with it is refused, and so is catch-up on
-// a schedule it cannot list.
+// than the catch-up window given with it plus a minute is refused, and so
+// is catch-up on a schedule it cannot list.
 func TestRunScheduledCatchUpFailure(t *testing.T) {
 	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
 		r := openRunner(t, a, k)
 		tbl := ledgerTable(t, k, r)
-		every, err := ormlock.Every(time.Minute, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := time.Date(2034, 6, 1, 10, 0, 0, 0, time.UTC)
-		at := context.Background()
-		opts := []ormlock.Option{ormlock.WithLedgerTable(tbl), ormlock.WithCatchUp(5*time.Minute, ormlock.CatchUpAll), schedhook.Now(m.Add(3 * time.Minute))}
+		// a minutely schedule, now half a minute into its slot m+3m
+		every, cur := midway(t, time.Minute)
+		m := cur.Add(-3 * time.Minute)
+		ctx := context.Background()
+		opts := []ormlock.Option{ormlock.WithLedgerTable(tbl), ormlock.WithCatchUp(5*time.Minute, ormlock.CatchUpAll)}
 		var ran []time.Time
 		boom := errors.New("boom")
 		fn := func(fail bool) func(tx txn) error {
@@ -186,24 +197,30 @@ func TestRunScheduledCatchUpFailure(t *testing.T) {
 				return nil
 			}
 		}
-		if err := r.RunScheduled(at, "fails", every, fn(true), opts...); !errors.Is(err, boom) {
+		if err := r.RunScheduled(ctx, "fails", every, fn(true), opts...); !errors.Is(err, boom) {
 			t.Fatalf("first call: %v, want fn's error", err)
 		}
-		// the window holds 09:59 to 10:02: 09:59 ran, 10:00 failed, the rest waits
+		// the window holds m-1m to m+2m: m-1m ran, m failed, the rest waits
 		if len(ran) != 2 {
 			t.Fatalf("ran %v, want two slots before the failure", ran)
 		}
 		ran = nil
-		if err := r.RunScheduled(at, "fails", every, fn(false), opts...); err != nil {
+		if err := r.RunScheduled(ctx, "fails", every, fn(false), opts...); err != nil {
 			t.Fatalf("second call: %v", err)
 		}
-		if len(ran) != 4 || !ran[0].Equal(m) || !ran[3].Equal(m.Add(3*time.Minute)) {
-			t.Fatalf("second call ran %v, want 10:00 to 10:03", ran)
+		if len(ran) != 4 || !ran[0].Equal(m) || !ran[3].Equal(cur) {
+			t.Fatalf("second call ran %v, want m to m+3m", ran)
 		}
-		if _, err := r.Prune(context.Background(), time.Minute, opts...); !errors.Is(err, ormlock.ErrInvalidArgument) || !strings.Contains(err.Error(), "catch-up window") {
-			t.Fatalf("Prune shorter than the catch-up window: %v", err)
+		for _, olderThan := range []time.Duration{time.Minute, 5 * time.Minute, 5*time.Minute + 59*time.Second} {
+			if _, err := r.Prune(ctx, olderThan, opts...); !errors.Is(err, ormlock.ErrInvalidArgument) || !strings.Contains(err.Error(), "catch-up window") || !strings.Contains(err.Error(), "margin") {
+				t.Fatalf("Prune(%v) with a catch-up window of 5m: %v, want ErrInvalidArgument naming the window and the margin", olderThan, err)
+			}
 		}
-		if err := r.RunScheduled(context.Background(), "custom", &slotRecorder{slot: m}, fn(false), opts...); !errors.Is(err, ormlock.ErrInvalidArgument) {
+		// the window and the margin: taken, and the window's rows stay
+		if n, err := r.Prune(ctx, 6*time.Minute, opts...); err != nil || n != 0 {
+			t.Fatalf("Prune(6m) with a catch-up window of 5m: %d, %v; want 0 rows deleted", n, err)
+		}
+		if err := r.RunScheduled(ctx, "custom", &slotRecorder{slot: m}, fn(false), opts...); !errors.Is(err, ormlock.ErrInvalidArgument) {
 			t.Fatalf("catch-up with a schedule it cannot list: %v", err)
 		}
 	})

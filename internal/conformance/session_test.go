@@ -443,7 +443,7 @@ func TestSessionHungServer(t *testing.T) {
 }
 
 // Keepalive checks racing fn's return and the release: with a keepalive of
-// a few milliseconds, checks start as fn returns, and some time out (a
+// 10 ms (WithKeepalive's floor), checks start as fn returns, and some time out (a
 // timed-out check is a loss). Every Session must end cleanly (nil or
 // ErrLockLost), with nothing left behind; run with -race.
 func TestSessionKeepaliveRace(t *testing.T) {
@@ -464,7 +464,7 @@ func TestSessionKeepaliveRace(t *testing.T) {
 						case <-time.After(time.Duration((i+w)%7) * time.Millisecond):
 						}
 						return nil
-					}, ormlock.WithKeepalive(3*time.Millisecond), ormlock.WithWait(5*time.Second))
+					}, ormlock.WithKeepalive(10*time.Millisecond), ormlock.WithWait(5*time.Second))
 					what := "ok"
 					switch {
 					case err == nil:
@@ -481,7 +481,7 @@ func TestSessionKeepaliveRace(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		t.Logf("%d Sessions with a 3ms keepalive: %v", workers*runs, outcomes)
+		t.Logf("%d Sessions with a 10ms keepalive: %v", workers*runs, outcomes)
 	})
 }
 

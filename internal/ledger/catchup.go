@@ -33,15 +33,19 @@ type Reader struct {
 // Scheduled is RunScheduled, written once for every adapter: it runs the
 // slot of now (the configured Now, else time.Now()) under s with run, and first, when cfg asks
 // for catch-up (ormlock.WithCatchUp), the missed slots before it, each
-// claimed by run as a normal run is. open is called on every call, before
-// run: it gives the call's settings (whose catch-up window says whether
-// there is a catch-up at all), the ledger table and a querier, and the
-// adapter validates its db there, so its error is returned before anything
-// runs; the ledger is read only for a catch-up. run is the adapter's
+// claimed by run as a normal run is. open is called at every call (the
+// adapter checks its arguments and db there); run is the adapter's
 // RunOnce, which puts the slot in fn's context. A skip (ErrAlreadyDone,
-// ErrNotAcquired) of a missed slot goes on to the next; a failure stops and
-// is returned.
-// When a missed slot ran and the current one is a skip, the result is nil.
+// ErrNotAcquired) of a missed slot goes on to the next; a failure stops
+// and is returned. When a missed slot ran and the current one is a skip,
+// the result is nil.
+//
+// The catch-up window is judged by the database server's clock, read with
+// the ledger (one statement), as Prune's cut is (see clock.go); the
+// caller's clock (schedhook.Clock, read then, after any wait before the
+// call) more than MaxClockSkew from it is an error, and nothing runs. A
+// missed slot that has left the window by the time its turn comes (the
+// server's clock at the read plus the time since) is not run.
 func Scheduled(ctx context.Context, verb, job string, s sched.Slotter, open func() (Reader, error), run func(slot time.Time) error) error {
 	if s == nil {
 		return fmt.Errorf("%w: %s: nil schedule", errs.ErrInvalidArgument, verb)
@@ -53,7 +57,7 @@ func Scheduled(ctx context.Context, verb, job string, s sched.Slotter, open func
 	if err != nil {
 		return err
 	}
-	now := r.Cfg.NowOr(time.Now)
+	now := r.Cfg.NowTime()
 	current := s.Slot(now)
 	mode := r.Cfg.Firing
 	if r.Cfg.CatchUpWindow <= 0 || mode == config.FiringLater {
@@ -65,10 +69,11 @@ func Scheduled(ctx context.Context, verb, job string, s sched.Slotter, open func
 	if err := ValidateJob(verb, job); err != nil {
 		return err
 	}
-	slots, taken, err := r.window(ctx, job, s, now, current)
+	w, err := r.window(ctx, verb, job, s, current)
 	if err != nil {
 		return err
 	}
+	slots, taken := w.slots, w.taken
 	var missed []time.Time
 	if r.Cfg.CatchUpPolicy == config.CatchUpLatest || mode == config.FiringFirst {
 		// the newest slot before the current one, if it has not run: when
@@ -88,13 +93,18 @@ func Scheduled(ctx context.Context, verb, job string, s sched.Slotter, open func
 	if mode == config.FiringFirst {
 		// one firing, one run: the current slot if it has not run, else
 		// the newest missed one
-		if taken[current.UnixMicro()] && len(missed) > 0 {
+		if taken[current.UnixMicro()] && len(missed) > 0 && w.within(missed[0]) {
 			return run(missed[0])
 		}
 		return run(current)
 	}
 	ran := false
 	for _, slot := range missed {
+		if !w.within(slot) {
+			// out of the window since the read: a Prune may have
+			// deleted its row meanwhile
+			continue
+		}
 		switch err := run(slot); {
 		case err == nil:
 			ran = true
@@ -115,12 +125,37 @@ func skip(err error) bool {
 	return errors.Is(err, errs.ErrAlreadyDone) || errors.Is(err, errs.ErrNotAcquired)
 }
 
-// window returns the slots of s after now-window and before current,
-// oldest first (the newest MaxCatchUp of them), and the slots among them
-// and current whose row is 'done' or 'running' (by UnixMicro).
-func (r Reader) window(ctx context.Context, job string, s sched.Slotter, now, current time.Time) ([]time.Time, map[int64]bool, error) {
+// catchUpWindow is what a catch-up read: the slots of the window, oldest
+// first (the newest MaxCatchUp of them), and the slots among them and the
+// current one whose row is 'done' or 'running' (by UnixMicro), as of the
+// server's clock server, read when the monotonic clock read at.
+type catchUpWindow struct {
+	slots  []time.Time
+	taken  map[int64]bool
+	server time.Time
+	at     time.Time
+	width  time.Duration
+}
+
+// within reports whether slot is still after the window's start: the
+// server's clock now (its reading plus the time since) minus the window.
+func (w catchUpWindow) within(slot time.Time) bool {
+	return slot.After(w.server.Add(time.Since(w.at)).Add(-w.width))
+}
+
+// window reads the catch-up window before current: the slots of s after
+// the server's now minus the window and before current, and which of them
+// ran. The ledger statement reads the server's clock with the rows, which
+// it reads for every slot that a server within MaxClockSkew of the
+// caller's clock (schedhook.Clock, read around it) can put in the window;
+// a server further off is an error (checkSkew).
+func (r Reader) window(ctx context.Context, verb, job string, s sched.Slotter, current time.Time) (catchUpWindow, error) {
+	clock := r.Cfg.ClockFunc()
+	before := clock()
+	// the slots of the widest window the server's clock may make, newest
+	// MaxCatchUp
 	var slots []time.Time
-	for t := sched.Next(s, now.Add(-r.Cfg.CatchUpWindow)); !t.IsZero() && t.Before(current); t = sched.Next(s, t) {
+	for t := sched.Next(s, before.Add(-r.Cfg.CatchUpWindow-MaxClockSkew)); !t.IsZero() && t.Before(current); t = sched.Next(s, t) {
 		slots = append(slots, t)
 		if len(slots) > 2*MaxCatchUp {
 			slots = append(slots[:0], slots[len(slots)-MaxCatchUp:]...)
@@ -133,47 +168,76 @@ func (r Reader) window(ctx context.Context, job string, s sched.Slotter, now, cu
 	if len(slots) > 0 {
 		from = slots[0]
 	}
-	taken, err := r.T.taken(ctx, r.Q, r.Cfg.Namespace, job, from, current)
+	server, taken, err := r.T.taken(ctx, r.Q, r.Cfg.Namespace, job, from, current)
 	if err != nil {
-		return nil, nil, err
+		return catchUpWindow{}, err
 	}
-	return slots, taken, nil
+	at := time.Now()
+	if err := checkSkew(verb, job, before, clock(), server); err != nil {
+		return catchUpWindow{}, err
+	}
+	start := server.Add(-r.Cfg.CatchUpWindow)
+	i := 0
+	for i < len(slots) && !slots[i].After(start) {
+		i++
+	}
+	return catchUpWindow{slots: slots[i:], taken: taken, server: server, at: at, width: r.Cfg.CatchUpWindow}, nil
 }
 
-// taken returns the slots of job in [from, to] whose row is 'done' or
-// 'running', by UnixMicro.
-func (t *Table) taken(ctx context.Context, q Querier, ns, job string, from, to time.Time) (map[int64]bool, error) {
+// taken reads the server's clock and the slots of job in [from, to] whose
+// row is 'done' or 'running' (by UnixMicro), in one statement: the row of
+// the clock, left-joined to the ledger's rows.
+func (t *Table) taken(ctx context.Context, q Querier, ns, job string, from, to time.Time) (time.Time, map[int64]bool, error) {
 	var query string
 	if t.pg() {
-		query = `SELECT slot FROM ` + t.q + ` WHERE namespace = $1 AND job = $2 AND slot >= $3 AND slot <= $4 AND status <> 'failed'`
+		query = `SELECT n.now, r.slot FROM (SELECT clock_timestamp() AS now) n LEFT JOIN ` + t.q +
+			` r ON r.namespace = $1 AND r.job = $2 AND r.slot >= $3 AND r.slot <= $4 AND r.status <> 'failed'`
 	} else {
-		query = "SELECT DATE_FORMAT(slot, " + mysqlFormat + ") FROM " + t.q + " WHERE namespace = ? AND job = ? AND slot >= ? AND slot <= ? AND status <> 'failed'"
+		query = "SELECT DATE_FORMAT(n.now, " + mysqlFormat + "), DATE_FORMAT(r.slot, " + mysqlFormat + ") FROM (SELECT UTC_TIMESTAMP(6) AS now) n LEFT JOIN " + t.q +
+			" r ON r.namespace = ? AND r.job = ? AND r.slot >= ? AND r.slot <= ? AND r.status <> 'failed'"
 	}
+	const what = "read the slots to catch up"
 	rows, err := q.QueryContext(ctx, query, ns, job, t.slotArg(from), t.slotArg(to))
 	if err != nil {
-		return nil, t.wrap("read the slots to catch up", err)
+		return time.Time{}, nil, t.wrap(what, err)
 	}
 	defer rows.Close()
+	var server time.Time
 	out := map[int64]bool{}
 	for rows.Next() {
 		var slot time.Time
 		if t.pg() {
-			if err := rows.Scan(&slot); err != nil {
-				return nil, t.wrap("read the slots to catch up", err)
+			var s sql.NullTime
+			if err := rows.Scan(&server, &s); err != nil {
+				return time.Time{}, nil, t.wrap(what, err)
 			}
+			if !s.Valid {
+				continue
+			}
+			slot = s.Time
 		} else {
-			var s string
-			if err := rows.Scan(&s); err != nil {
-				return nil, t.wrap("read the slots to catch up", err)
+			var now string
+			var s sql.NullString
+			if err := rows.Scan(&now, &s); err != nil {
+				return time.Time{}, nil, t.wrap(what, err)
 			}
-			if slot, err = parseMySQLTime(s); err != nil {
-				return nil, err
+			if server, err = parseMySQLTime(now); err != nil {
+				return time.Time{}, nil, err
+			}
+			if !s.Valid {
+				continue
+			}
+			if slot, err = parseMySQLTime(s.String); err != nil {
+				return time.Time{}, nil, err
 			}
 		}
 		out[slot.UnixMicro()] = true
 	}
 	if err := rows.Err(); err != nil {
-		return nil, t.wrap("read the slots to catch up", err)
+		return time.Time{}, nil, t.wrap(what, err)
 	}
-	return out, nil
+	if server.IsZero() {
+		return time.Time{}, nil, fmt.Errorf("ormlock: ledger table %q: %s: the server's clock came back without a row", t.name, what)
+	}
+	return server.UTC(), out, nil
 }

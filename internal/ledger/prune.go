@@ -15,15 +15,32 @@ const PruneBatch = 1000
 
 // CheckCatchUp refuses a pruning window shorter than the catch-up window
 // configured with it (ormlock.WithCatchUp among the same options or
-// defaults): it would delete the 'done' rows that tell the catch-up a slot
-// ran, and the slot would run again.
+// defaults) plus PruneMargin: it would delete the 'done' rows that tell
+// the catch-up a slot ran, and the slot would run again. Both windows are
+// judged by the database server's clock (clock.go), so the margin is not
+// for the replicas' clocks: it covers a catch-up's claim coming a little
+// after the read that chose its slot.
 func CheckCatchUp(verb string, olderThan time.Duration, cfg config.Config) error {
-	if cfg.CatchUpWindow > olderThan {
-		return fmt.Errorf("%w: %s: olderThan %v is shorter than the catch-up window %v (ormlock.WithCatchUp): "+
-			"the rows it deletes tell the catch-up which slots ran, so those slots would run again; prune at least the window",
-			errs.ErrInvalidArgument, verb, olderThan, cfg.CatchUpWindow)
+	if cfg.CatchUpWindow > 0 && olderThan < cfg.CatchUpWindow+PruneMargin {
+		return fmt.Errorf("%w: %s: olderThan %v is shorter than the catch-up window %v (ormlock.WithCatchUp) plus a margin of %v: "+
+			"the rows it deletes tell the catch-up which slots ran, so those slots would run again; prune at least %v",
+			errs.ErrInvalidArgument, verb, olderThan, cfg.CatchUpWindow, PruneMargin, cfg.CatchUpWindow+PruneMargin)
 	}
 	return nil
+}
+
+// PruneOlderThan is Prune with its cutoff olderThan before the database
+// server's clock, read first (ServerNow): the clock that catch-up judges
+// its window by, so that no pruner's clock can cut into a catch-up window.
+func (t *Table) PruneOlderThan(ctx context.Context, db *sql.DB, ns string, olderThan time.Duration, batch int) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	now, err := t.ServerNow(ctx, db)
+	if err != nil {
+		return 0, err
+	}
+	return t.Prune(ctx, db, ns, now.Add(-olderThan), batch)
 }
 
 // Prune deletes the finished rows ('done' or 'failed') of namespace ns whose

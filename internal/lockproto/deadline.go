@@ -96,6 +96,76 @@ func waitCtx(ctx context.Context) (context.Context, func()) {
 	}
 }
 
+// serverCancel asks the server to cancel the statement running on one
+// connection (a PostgreSQL CancelRequest, KILL QUERY on MySQL/MariaDB),
+// within ctx.
+type serverCancel func(ctx context.Context) error
+
+// stmtCtx returns the context of a lock statement (wait: one that waits,
+// else a try-once) on a connection whose server can be asked to cancel it
+// (sc; nil: waitCtx for a wait, ctx itself for a try-once, as before). An
+// explicit cancellation of ctx asks the server, so that the statement ends
+// with the server's answer (cancelled, or the lock if it came first, which
+// the caller then gives back) and the connection stays usable: the
+// caller's ROLLBACK or release is confirmed, and no waiter outlives the call
+// in the server, as one cut by closing its connection would until the
+// server noticed (behind PgBouncer, until PgBouncer let go of the server
+// connection). The statement's own context is cut, which makes the driver
+// close the connection, endGrace after the cancellation when the server has
+// not answered by then; after a deadline as waitCtx cuts it (a try-once at
+// once). done waits for a cancel request under way, so that it never reaches
+// a later statement of the connection.
+func stmtCtx(ctx context.Context, wait bool, sc serverCancel) (context.Context, func()) {
+	switch {
+	case ctx.Done() == nil:
+		return ctx, func() {}
+	case sc == nil && wait:
+		return waitCtx(ctx)
+	case sc == nil:
+		return ctx, func() {}
+	}
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var (
+		mu       sync.Mutex
+		finished bool
+		sent     chan struct{} // closed once the cancel request is done
+	)
+	stop := context.AfterFunc(ctx, func() {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			if wait {
+				time.AfterFunc(deadlineGrace, cancel) // the server's own timeout ends the wait
+			} else {
+				cancel()
+			}
+			return
+		}
+		time.AfterFunc(endGrace, cancel) // a server that does not answer
+		mu.Lock()
+		defer mu.Unlock()
+		if finished {
+			return
+		}
+		sent = make(chan struct{})
+		go func() {
+			defer close(sent)
+			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), endGrace)
+			defer rcancel()
+			_ = sc(rctx)
+		}()
+	})
+	return sctx, func() {
+		stop()
+		mu.Lock()
+		finished = true
+		s := sent
+		mu.Unlock()
+		if s != nil {
+			<-s
+		}
+		cancel()
+	}
+}
+
 // txContext returns the context a transaction is begun with: ctx's values
 // without its cancellation (database/sql rolls back a transaction whose
 // context ends, at once, which would drop a PostgreSQL lock under a running

@@ -33,11 +33,19 @@ import (
 //
 // CheckServer asks once per pool and refuses these with an error wrapping
 // errs.ErrUnsupportedDialect that names the reason, before any lock is
-// taken. A genuine answer is cached for the pool's lifetime (weakly: a pool
-// that is garbage collected leaves the cache), so the cost is one query on
-// the first call per pool (PostgreSQL: one round trip; MySQL: one, two for a
+// taken. A genuine answer is cached for the pool (weakly: a pool that is
+// garbage collected leaves the cache), so the cost is one query on the
+// first call per pool (PostgreSQL: one round trip; MySQL: one, two for a
 // Group Replication member) and a map look-up afterwards. A refusal or an
-// error is not cached: the next call asks again.
+// error is not cached: the next call asks again. Nor does a genuine answer
+// outlive a sign that the server behind the pool may have changed: a verb
+// of the pool that loses its lock or fails to release it (a connection
+// broken under it: a restart, a failover, an address moved to another
+// server) forgets it, so that the next call asks again and a demoted
+// primary, now a standby or a replica, is refused rather than trusted from
+// the cache (failover.TestServerCheckAskedAgainAfterLoss). A pool that
+// reconnects while no lock is held is not seen: database/sql replaces a
+// broken idle connection without telling.
 //
 // The cache is per pool, not per connection: a pool is assumed to reach one
 // server. A DSN that spreads connections over several hosts (libpq
@@ -45,7 +53,7 @@ import (
 // checked on whichever connection answered first.
 
 // genuine holds the pools found to hand out real locks.
-var genuine sync.Map // weak.Pointer[sql.DB] -> struct{}
+var genuine sync.Map // weak.Pointer[sql.DB] -> *serverFacts (engines.go)
 
 // EndedLock is the check a verb that takes a lock for its caller makes
 // after its arguments' and before the server check (CheckServer): nil while
@@ -109,8 +117,11 @@ func (o *Op) checkPool(ctx context.Context, db *sql.DB, q CheckQuerier) error {
 		return nil
 	}
 	wp := weak.Make(db)
-	if _, ok := genuine.Load(wp); ok {
-		return nil
+	o.checkedMu.Lock()
+	o.checkedPool = wp
+	o.checkedMu.Unlock()
+	if f, ok := genuine.Load(wp); ok {
+		return f.(*serverFacts).refuse(o)
 	}
 	if q != CheckQuerier(db) {
 		// q is the caller's own transaction or connection: waiting for a
@@ -126,8 +137,8 @@ func (o *Op) checkPool(ctx context.Context, db *sql.DB, q CheckQuerier) error {
 		other := v.(*inflightCheck)
 		select {
 		case <-other.done:
-			if other.err == nil {
-				return nil
+			if f, ok := genuine.Load(wp); ok && other.err == nil {
+				return f.(*serverFacts).refuse(o)
 			}
 		case <-ctx.Done():
 			return context.Cause(ctx)
@@ -140,6 +151,18 @@ func (o *Op) checkPool(ctx context.Context, db *sql.DB, q CheckQuerier) error {
 	}()
 	c.err = o.checkServer(ctx, db, wp, q)
 	return c.err
+}
+
+// serverMayHaveChanged forgets the genuine verdict of the pool o checked:
+// o lost its lock or could not release it, so the connection broke under
+// it and the pool's next connection may reach another server.
+func (o *Op) serverMayHaveChanged() {
+	o.checkedMu.Lock()
+	wp := o.checkedPool
+	o.checkedMu.Unlock()
+	if wp != (weak.Pointer[sql.DB]{}) {
+		genuine.Delete(wp)
+	}
 }
 
 // inflightCheck is the check of one pool that is running: done is closed
@@ -155,7 +178,7 @@ var checking sync.Map // weak.Pointer[sql.DB] -> *inflightCheck
 // checkServer asks db's server through q and caches a genuine answer.
 func (o *Op) checkServer(ctx context.Context, db *sql.DB, wp weak.Pointer[sql.DB], q CheckQuerier) error {
 	var (
-		verdict func() error
+		verdict func() (*serverFacts, error)
 		err     error
 	)
 	switch o.Dialect {
@@ -169,25 +192,42 @@ func (o *Op) checkServer(ctx context.Context, db *sql.DB, wp weak.Pointer[sql.DB
 	if err != nil {
 		return err
 	}
-	if err := verdict(); err != nil {
+	facts, err := verdict()
+	if err != nil {
 		return err
 	}
-	if _, loaded := genuine.LoadOrStore(wp, struct{}{}); !loaded {
+	if _, loaded := genuine.LoadOrStore(wp, facts); !loaded {
 		runtime.AddCleanup(db, func(wp weak.Pointer[sql.DB]) { genuine.Delete(wp) }, wp)
 	}
-	return nil
+	return facts.refuse(o)
 }
 
 // checkPostgres asks db's server; verdict judges the answers.
-func checkPostgres(ctx context.Context, db CheckQuerier) (verdict func() error, err error) {
+func checkPostgres(ctx context.Context, db CheckQuerier) (verdict func() (*serverFacts, error), err error) {
 	var (
 		version    string
 		inRecovery bool
+		ybSilence  sql.NullString
 	)
 	if err := db.QueryRowContext(ctx, "SELECT version(), pg_is_in_recovery()").Scan(&version, &inRecovery); err != nil {
 		return nil, errs.Wrap(err, "check the server's locks (SELECT version(), pg_is_in_recovery())")
 	}
-	return func() error { return PostgresVerdict(version, inRecovery) }, nil
+	if IsYugabyte(version) { // a second round trip on YugabyteDB only
+		q := "SELECT current_setting('" + YBSilenceSetting + "', true)"
+		if err := db.QueryRowContext(ctx, q).Scan(&ybSilence); err != nil {
+			return nil, errs.Wrap(err, "check the server's locks (%s)", q)
+		}
+	}
+	return func() (*serverFacts, error) {
+		if err := PostgresVerdict(version, inRecovery); err != nil {
+			return nil, err
+		}
+		session, err := PostgresEngineVerdict(version, ybSilence.String)
+		if err != nil {
+			return nil, err
+		}
+		return &serverFacts{sessionLocks: session}, nil
+	}, nil
 }
 
 // crdbVersion finds CockroachDB's version in version()'s answer, such as
@@ -221,10 +261,10 @@ func PostgresVerdict(version string, inRecovery bool) error {
 
 // mysqlVars is the variables query: SHOW works on MySQL and MariaDB alike,
 // and a variable the server does not have is simply absent.
-const mysqlVars = `SHOW GLOBAL VARIABLES WHERE Variable_name IN ('read_only', 'innodb_read_only', 'wsrep_on', 'wsrep_provider', 'group_replication_single_primary_mode')`
+const mysqlVars = `SHOW GLOBAL VARIABLES WHERE Variable_name IN ('read_only', 'innodb_read_only', 'wsrep_on', 'wsrep_provider', 'group_replication_single_primary_mode', 'version')`
 
 // checkMySQL asks db's server; verdict judges the answers.
-func checkMySQL(ctx context.Context, db CheckQuerier) (verdict func() error, err error) {
+func checkMySQL(ctx context.Context, db CheckQuerier) (verdict func() (*serverFacts, error), err error) {
 	rows, err := db.QueryContext(ctx, mysqlVars)
 	if err != nil {
 		return nil, errs.Wrap(err, "check the server's locks (%s)", mysqlVars)
@@ -249,7 +289,12 @@ func checkMySQL(ctx context.Context, db CheckQuerier) (verdict func() error, err
 			return nil, errs.Wrap(err, "check the server's locks (%s)", q)
 		}
 	}
-	return func() error { return MySQLVerdict(vars, members) }, nil
+	return func() (*serverFacts, error) {
+		if err := MySQLVerdict(vars, members); err != nil {
+			return nil, err
+		}
+		return &serverFacts{keepalive: MySQLKeepaliveVerdict(vars["version"])}, nil
+	}, nil
 }
 
 // MySQLVerdict judges a MySQL-protocol server by its variables (names in

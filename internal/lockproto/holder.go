@@ -130,7 +130,12 @@ func pgHolder(ctx context.Context, q Querier, k keys.PostgresKey) (HolderInfo, e
 	}
 	if xactStart.Valid {
 		h.TxStart = xactStart.Time
-		h.HeldFor = nonNegative(now.Sub(xactStart.Time))
+		var changed time.Time
+		if stateChange.Valid {
+			changed = stateChange.Time
+		}
+		since, _ := pgHeldSince(h.State, h.Query, xactStart.Time, changed)
+		h.HeldFor = nonNegative(now.Sub(since))
 	} else if backendStart.Valid {
 		h.HeldFor = nonNegative(now.Sub(backendStart.Time))
 	}

@@ -120,9 +120,10 @@ func (o *Op) term() (*Op, error) {
 // Permanent reports whether err is one that no retry can cure: an invalid
 // key, argument or option, an unsupported dialect or server, or a server's
 // refusal of the login, the database, a privilege or the SQL (PostgreSQL
-// SQLSTATE classes 28, 3D and 42; MySQL/MariaDB errors 1044, 1045, 1049,
-// 1064, 1142, 1146). A campaign (Lead) returns such an error at once and
-// retries the others (a connection refused or lost, a server restarting).
+// SQLSTATE classes 28, 3D and 42, and a prepared statement missing behind a
+// pooler, 26000; MySQL/MariaDB errors 1044, 1045, 1049, 1064, 1142, 1146).
+// A campaign (Lead) returns such an error at once and retries the others
+// (a connection refused or lost, a server restarting).
 func Permanent(err error) bool {
 	if err == nil {
 		return false
@@ -132,6 +133,9 @@ func Permanent(err error) bool {
 	}
 	if s := SQLState(err); strings.HasPrefix(s, "28") || strings.HasPrefix(s, "3D") || strings.HasPrefix(s, "42") {
 		return true
+	}
+	if errs.PreparedClash(err) {
+		return true // the DSN's exec mode behind a pooler: see errs.PoolerHint
 	}
 	return isMySQLErrno(err, 1044, 1045, 1049, 1064, 1142, 1146)
 }

@@ -29,11 +29,13 @@ func TestPermanent(t *testing.T) {
 		{fmt.Errorf("x: %w", ormlock.ErrInvalidKey), true},
 		{fmt.Errorf("x: %w", ormlock.ErrInvalidArgument), true},
 		{fmt.Errorf("x: %w", ormlock.ErrUnsupportedDialect), true},
-		{&pgconn.PgError{Code: "28P01"}, true},  // invalid_password
-		{&pgconn.PgError{Code: "3D000"}, true},  // invalid_catalog_name
-		{&pgconn.PgError{Code: "42501"}, true},  // insufficient_privilege
-		{&pgconn.PgError{Code: "57P01"}, false}, // admin_shutdown
-		{&pgconn.PgError{Code: "53300"}, false}, // too_many_connections
+		{&pgconn.PgError{Code: "28P01"}, true},                                                             // invalid_password
+		{&pgconn.PgError{Code: "3D000"}, true},                                                             // invalid_catalog_name
+		{&pgconn.PgError{Code: "42501"}, true},                                                             // insufficient_privilege
+		{&pgconn.PgError{Code: "57P01"}, false},                                                            // admin_shutdown
+		{&pgconn.PgError{Code: "53300"}, false},                                                            // too_many_connections
+		{&pgconn.PgError{Code: "26000", Message: `prepared statement "stmtcache_1" does not exist`}, true}, // behind a pooler
+		{&pgconn.PgError{Code: "26000", Message: `cursor "c" does not exist`}, false},
 		{mysqlErr{1045}, true},
 		{mysqlErr{1049}, true},
 		{mysqlErr{1040}, false}, // too many connections

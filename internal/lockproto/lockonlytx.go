@@ -18,6 +18,7 @@ type lockOnlyTx struct {
 	tx     Tx // a *OneMessageTx with pgx
 	cancel context.CancelFunc
 	idle   time.Duration // idle_in_transaction_session_timeout, read for a Session
+	taken  time.Duration // how far into the transaction the lock came (see heldfor.go)
 }
 
 // beginLockOnly begins a READ COMMITTED transaction on conn and takes o's lock
@@ -28,6 +29,7 @@ type lockOnlyTx struct {
 // bounds anyway. On failure conn has been given back (a clean "held
 // elsewhere") or destroyed.
 func (o *Op) beginLockOnly(ctx context.Context, db *sql.DB, conn *sql.Conn, use lockTxFor) (*lockOnlyTx, error) {
+	begun := time.Now()
 	if isPgx(conn) {
 		// one message: BEGIN, transaction_timeout off (Session), the lock
 		// and (Session) the idle timeout, by the simple protocol, which leaves no
@@ -36,7 +38,7 @@ func (o *Op) beginLockOnly(ctx context.Context, db *sql.DB, conn *sql.Conn, use 
 		if err != nil {
 			return nil, err
 		}
-		return &lockOnlyTx{conn: conn, tx: ct, cancel: ct.cancel, idle: idle}, nil
+		return &lockOnlyTx{conn: conn, tx: ct, cancel: ct.cancel, idle: idle, taken: o.acquired.Sub(begun)}, nil
 	}
 	tx, cancel, err := o.beginOn(ctx, conn, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
@@ -55,11 +57,13 @@ func (o *Op) beginLockOnly(ctx context.Context, db *sql.DB, conn *sql.Conn, use 
 		lk.drop(ctx, err)
 		return nil, err
 	}
+	lk.taken = o.acquired.Sub(begun)
 	return lk, nil
 }
 
-// confirm proves the lock transaction alive, hence the lock held.
-func (l *lockOnlyTx) confirm(ctx context.Context) error { return PGPing(ctx, l.tx) }
+// confirm proves the lock transaction alive, hence the lock held; its
+// statement also says when the lock was taken (see heldfor.go).
+func (l *lockOnlyTx) confirm(ctx context.Context) error { return pgPingTaken(ctx, l.tx, l.taken) }
 
 // rollback ends the lock transaction, bounded by ctx (the release context),
 // which also cancels the transaction's own context should it end first.

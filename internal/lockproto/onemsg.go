@@ -87,15 +87,15 @@ func (o *Op) lockOneMessage(ctx context.Context, db *sql.DB, conn *sql.Conn, beg
 		_ = conn.Close() // nothing was sent
 		return nil, 0, err
 	}
-	mctx, done := ctx, func() {}
-	if wait > 0 {
-		mctx, done = waitCtx(ctx)
-	}
+	done := func() {}
 	long := use == forSession
 	wantIso := !strings.Contains(begin, "ISOLATION")
-	x := &lockExchange{ctx: mctx}
+	x := &lockExchange{}
 	err = withPgConn(conn, func(pc *pgconn.PgConn) error {
 		x.pc = pc
+		// a cancellation asks the server to end the statement, which
+		// leaves nothing waiting there (see stmtCtx)
+		x.ctx, done = stmtCtx(ctx, wait > 0, pc.CancelRequest)
 		var ps *pgConnState
 		if use == forFn && wait == 0 {
 			ps = pgConnStateOf(pc)
@@ -130,6 +130,10 @@ func (o *Op) lockOneMessage(ctx context.Context, db *sql.DB, conn *sql.Conn, beg
 	}
 	if err != nil {
 		err = errs.Wrap(err, "BEGIN and pg_advisory_xact_lock")
+	} else if ok && ctx.Err() != nil {
+		// the lock came as the caller gave up: given back below, by a
+		// ROLLBACK the server confirms
+		ok, err = false, ctx.Err()
 	}
 	txCtx, txCancel := txContext(ctx)
 	tx := &OneMessageTx{conn: conn, db: db, ctx: txCtx, cancel: txCancel}
@@ -150,6 +154,18 @@ func (o *Op) lockOneMessage(ctx context.Context, db *sql.DB, conn *sql.Conn, beg
 		_ = withinGrace(ctx, txCancel, tx.Rollback)
 	}
 	return nil, 0, o.settle(ctx, false, bounded, err)
+}
+
+// pgCancelOf returns the CancelRequest of conn's pgx connection (see
+// stmtCtx), nil when conn is not pgx's. The caller keeps conn pinned while
+// it may call it.
+func pgCancelOf(conn *sql.Conn) serverCancel {
+	var sc serverCancel
+	_ = withPgConn(conn, func(pc *pgconn.PgConn) error {
+		sc = pc.CancelRequest
+		return nil
+	})
+	return sc
 }
 
 // lockExchange sends lock messages on one pgx connection, keeping the reply

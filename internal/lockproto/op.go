@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/errs"
@@ -44,6 +47,10 @@ type Op struct {
 	my      mysqlLockConnVars // MySQL: the lock connection's session, read by GET_LOCK
 	mysqlTx *LockedTx         // MySQL: the transaction BeginLocked gave, whose pinned connection MySQLImplicitCommit reads
 
+	// cancel asks the server to cancel the lock statement on the pinned
+	// connection it is about to run on (stmtCtx), when the caller knows how
+	cancel serverCancel
+
 	start    time.Time
 	acquired time.Time
 
@@ -54,6 +61,11 @@ type Op struct {
 	// observerPanicked is set by the first observer panic this Op
 	// contained, so that it is reported once.
 	observerPanicked atomic.Bool
+
+	// checkedPool is the pool whose server check this Op consulted: a
+	// lost lock or a failed release forgets its verdict (detect.go).
+	checkedMu   sync.Mutex
+	checkedPool weak.Pointer[sql.DB]
 }
 
 // NewOp validates the key and settings and resolves the key for d.
@@ -89,6 +101,9 @@ func (o *Op) PostgresKey() keys.PostgresKey { return o.pg }
 // panic of an Op is reported once, as an error on slog.Default() (see
 // ormlock.Observer); the observer still gets the Op's later events.
 func (o *Op) Emit(ctx context.Context, kind uint8, err error) {
+	if kind == config.EventLockLost || kind == config.EventReleaseFailed {
+		o.serverMayHaveChanged()
+	}
 	if o.Cfg.Hook != nil {
 		o.last.Store(uint32(kind))
 	}
@@ -265,15 +280,20 @@ func (o *Op) acquireXact(ctx context.Context, q Querier, iso *string) error {
 	if o.Cfg.Fencing {
 		pid = &o.lockPID // the token's issuance checks this backend holds the lock
 	}
+	sctx, done := stmtCtx(ctx, wait > 0, o.cancel)
 	if wait > 0 {
-		wctx, done := waitCtx(ctx)
-		ok, err = PGWaitXact(wctx, q, o.pg, wait, iso, pid)
-		done()
+		ok, err = PGWaitXact(sctx, q, o.pg, wait, iso, pid)
 	} else {
-		ok, err = PGTryXact(ctx, q, o.pg, iso, pid)
+		ok, err = PGTryXact(sctx, q, o.pg, iso, pid)
 	}
+	done()
 	if errors.Is(err, errSnapshotTaken) {
 		return err
+	}
+	if err == nil && ok && ctx.Err() != nil {
+		// the lock came as the caller gave up: the caller's ROLLBACK
+		// gives it back
+		ok, err = false, ctx.Err()
 	}
 	return o.settle(ctx, ok, bounded, err)
 }
@@ -313,13 +333,40 @@ func (o *Op) AcquireNamed(ctx context.Context, q Querier) error {
 	var ok bool
 	o.my = mysqlLockConnVars{autocommit: 1}
 	if wait > 0 {
-		wctx, done := waitCtx(ctx)
+		wctx, done := stmtCtx(ctx, true, o.cancel)
 		ok, err = mysqlGetLock(wctx, q, o.mysql, wait, &o.my)
 		done()
 	} else { // GET_LOCK(name, 0) answers at once: nothing to detach
 		ok, err = mysqlGetLock(ctx, q, o.mysql, 0, &o.my)
 	}
+	if err == nil && ok && ctx.Err() != nil {
+		// the lock came as the caller gave up: released here, the
+		// release confirmed (else the caller destroys the connection)
+		rctx, cancel := releaseCtx(ctx)
+		rerr := withinGrace(ctx, cancel, func() error { return MySQLReleaseLock(rctx, q, o.mysql) })
+		cancel()
+		ok, err = false, errs.Join(ctx.Err(), rerr)
+	}
 	return o.settle(ctx, ok, bounded, err)
+}
+
+// mysqlCanceller returns the KILL QUERY of the lock statement about to run
+// on conn, a connection of db, for a wait that ctx can cut short (see
+// stmtCtx): it costs a round trip (the connection's id) before the wait,
+// and nothing otherwise; nil when there is nothing to cancel or the id
+// could not be read.
+func (o *Op) mysqlCanceller(ctx context.Context, db *sql.DB, conn *sql.Conn) serverCancel {
+	if o.Cfg.Wait <= 0 || ctx.Done() == nil || db == nil || ctx.Err() != nil {
+		return nil
+	}
+	var id int64
+	if err := conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+		return nil
+	}
+	return func(ctx context.Context) error {
+		_, err := db.ExecContext(ctx, "KILL QUERY "+strconv.FormatInt(id, 10))
+		return err
+	}
 }
 
 // Token returns the fencing token of o's acquisition, once issued

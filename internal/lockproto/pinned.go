@@ -78,7 +78,10 @@ func (o *Op) LockNamed(ctx context.Context, db *sql.DB) (*sql.Conn, error) {
 	if err != nil {
 		return nil, o.failed(ctx, errs.Wrap(err, "pin a connection"))
 	}
-	if err := o.AcquireNamed(ctx, conn); err != nil {
+	o.cancel = o.mysqlCanceller(ctx, db, conn) // a cancellation asks the server (stmtCtx)
+	err = o.AcquireNamed(ctx, conn)
+	o.cancel = nil
+	if err != nil {
 		o.dropUnlocked(conn, err)
 		return nil, err
 	}

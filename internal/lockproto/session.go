@@ -95,7 +95,7 @@ func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Contex
 	case Postgres:
 		h, err = o.holdPostgres(ctx, db, conn)
 	case MySQL:
-		h, err = o.holdMySQL(ctx, conn)
+		h, err = o.holdMySQL(ctx, db, conn)
 	default:
 		_ = conn.Close()
 		return fmt.Errorf("%w: dialect %d", errs.ErrUnsupportedDialect, o.Dialect)
@@ -200,7 +200,7 @@ func (o *Op) holdPostgres(ctx context.Context, db *sql.DB, conn *sql.Conn) (*ses
 			// A statement without arguments goes by the simple protocol and
 			// closes the portal the queries above left open, which would
 			// otherwise pin a snapshot (backend_xmin) while fn runs.
-			err = PGPing(ctx, lk.tx)
+			err = lk.confirm(ctx)
 		}
 		if err != nil {
 			err = o.failed(ctx, err)
@@ -208,7 +208,10 @@ func (o *Op) holdPostgres(ctx context.Context, db *sql.DB, conn *sql.Conn) (*ses
 			return nil, err
 		}
 	}
-	if err := o.pgSetOwner(ctx, lk.tx); err != nil {
+	octx, done := stmtCtx(ctx, false, pgCancelOf(conn))
+	err = o.pgSetOwner(octx, lk.tx)
+	done()
+	if err != nil {
 		err = o.failed(ctx, err)
 		lk.drop(ctx, err)
 		return nil, err
@@ -224,13 +227,16 @@ func (o *Op) holdPostgres(ctx context.Context, db *sql.DB, conn *sql.Conn) (*ses
 	}, nil
 }
 
-func (o *Op) holdMySQL(ctx context.Context, conn *sql.Conn) (*sessionHold, error) {
+func (o *Op) holdMySQL(ctx context.Context, db *sql.DB, conn *sql.Conn) (*sessionHold, error) {
 	prev, err := MySQLKeepSession(ctx, conn, 10*o.Cfg.Keepalive)
 	if err != nil {
 		Destroy(conn)
 		return nil, o.failed(ctx, err)
 	}
-	if err := o.AcquireNamed(ctx, conn); err != nil {
+	o.cancel = o.mysqlCanceller(ctx, db, conn) // a cancellation asks the server (stmtCtx)
+	err = o.AcquireNamed(ctx, conn)
+	o.cancel = nil
+	if err != nil {
 		if MySQLRestoreSession(ctx, conn, prev) != nil {
 			Destroy(conn)
 			return nil, err

@@ -3,6 +3,7 @@ package lockproto
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"runtime"
 	"strings"
@@ -29,13 +30,30 @@ import (
 //     there is busy for its other callers.
 //   - A wait is a try-lock repeated with a backoff that starts at
 //     sharedRetryMin and doubles up to the keepalive, never a server-side
-//     wait, which would stall the connection's other locks.
-//   - Keepalive: one "SELECT 1" per connection per interval (the shortest
-//     of its Sessions'), bounded by sharedTryTimeout. Session-level locks
-//     end only with their connection, so a live connection holds every
-//     lock it took. When a check or any statement on it fails, the
-//     connection is destroyed and every Session it carried is cancelled
-//     with cause errs.ErrLockLost.
+//     wait, which would stall the connection's other locks. Such a waiter
+//     is not queued: a waiter on a dedicated connection, queued on the
+//     server, takes the lock the moment it is freed, so one that mixes
+//     the two for a key starves the shared ones: docs/PROTOCOL.md (Shared
+//     lock connections).
+//   - Turns: a statement waits for the connection (c.sem) only as long as
+//     its caller's context allows (a try: the caller's context; a release:
+//     its release context, cut endGrace after the caller's ended). A
+//     release that cannot have its turn in time destroys the connection,
+//     which frees its lock, and cancels its other holders with
+//     errs.ErrLockLost: the cost of sharing a connection whose server
+//     stopped answering.
+//   - Keepalive: one "SELECT 1" per connection per interval, the shortest
+//     of its holders' own (the opener's while none holds), recomputed
+//     whenever a holder joins or leaves. Any statement that succeeds on the
+//     connection counts as a check. A statement is given sharedTryTimeout
+//     of that interval; one that takes longer (a server that stopped
+//     answering) is cut and the connection counts as dead. So a holder
+//     learns of a killed connection within two of its own intervals, and
+//     of a frozen server within its interval + max(2×interval, 2 s).
+//     Session-level locks end only with their connection, so a live
+//     connection holds every lock it took. When a check or any statement
+//     on it fails, the connection is destroyed and every Session it
+//     carried is cancelled with cause errs.ErrLockLost.
 //   - A connection whose last Session ended goes back to the pool (MySQL:
 //     its wait_timeout set back first).
 //   - PostgreSQL behind a transaction-mode pooler has no session-level
@@ -58,7 +76,7 @@ const sharedRetryMin = 10 * time.Millisecond
 var sharedPools sync.Map // weak.Pointer[sql.DB] -> *sharedPool
 
 type sharedPool struct {
-	grow  sync.Mutex // held while a connection is added
+	grow  chan struct{} // 1-buffered: held while a connection is added
 	mu    sync.Mutex
 	conns []*sharedConn
 	held  map[any]bool // keys held (or being taken) in this process
@@ -67,15 +85,24 @@ type sharedPool struct {
 type sharedConn struct {
 	conn  *sql.Conn
 	pid   uint32            // PostgreSQL: its backend's pid (a fencing token's issuance checks it holds the lock)
-	stmt  sync.Mutex        // one statement at a time
+	sem   chan struct{}     // 1-buffered: held by the one statement running on conn
 	prev  int64             // MySQL: wait_timeout to restore (MySQLKeepSession)
 	vars  mysqlLockConnVars // MySQL: its session's @@autocommit, read once when opened
 	named bool              // PostgreSQL: application_name set to an owner
-	stop  chan struct{}
-	every time.Duration             // the keepalive it was opened with: its wait_timeout allows it
-	users int                       // Sessions using it, taking or holding; pool.mu
-	held  map[*sharedHold]time.Time // Sessions holding a lock on it; pool.mu
-	dead  bool                      // pool.mu
+	stop  chan struct{}     // closed when c is destroyed or closed
+	wake  chan struct{}     // 1-buffered: the keepalive looks again (holders changed, a statement began or ended)
+	every time.Duration     // the keepalive it was opened with
+	most  time.Duration     // MySQL: the longest interval its wait_timeout allows; 0: no bound
+
+	users    int                       // Sessions using it, taking or holding; pool.mu
+	held     map[*sharedHold]time.Time // Sessions holding a lock on it; pool.mu
+	interval time.Duration             // the keepalive interval (see setInterval); pool.mu
+	dead     bool                      // pool.mu
+
+	smu   sync.Mutex
+	since time.Time          // when the statement under way began; zero: none; smu
+	abort context.CancelFunc // cuts the statement under way; smu
+	alive time.Time          // when the last statement on conn succeeded, or conn was opened; smu
 }
 
 // sharedHold is one Session's lock on a shared connection.
@@ -92,18 +119,96 @@ func sharedPoolOf(db *sql.DB) *sharedPool {
 	if p, ok := sharedPools.Load(wp); ok {
 		return p.(*sharedPool)
 	}
-	p, loaded := sharedPools.LoadOrStore(wp, &sharedPool{held: map[any]bool{}})
+	p, loaded := sharedPools.LoadOrStore(wp, &sharedPool{grow: make(chan struct{}, 1), held: map[any]bool{}})
 	if !loaded {
 		runtime.AddCleanup(db, func(wp weak.Pointer[sql.DB]) { sharedPools.Delete(wp) }, wp)
 	}
 	return p.(*sharedPool)
 }
 
-// run runs f alone on c.
-func (c *sharedConn) run(f func() error) error {
-	c.stmt.Lock()
-	defer c.stmt.Unlock()
-	return f()
+// errSharedConnDead is a statement's error on a shared connection that
+// was destroyed meanwhile.
+var errSharedConnDead = fmt.Errorf("%w: the shared lock connection failed", ErrNotHeld)
+
+// errNoTurn is the error of a statement that could not have its turn on a
+// shared connection before its wait ended: it never reached the server.
+var errNoTurn = errors.New("the shared lock connection stayed busy with another statement until the wait ended")
+
+// run runs f alone on c: it waits for c's turn for as long as wait allows
+// (errNoTurn when it ends first), then calls f with a context of base's
+// that c cuts when it gives up on the connection (a statement that took
+// too long, a connection destroyed).
+func (c *sharedConn) run(wait, base context.Context, f func(ctx context.Context) error) error {
+	if err := c.take(wait); err != nil {
+		return err
+	}
+	sctx, end := c.begin(base)
+	err := f(sctx)
+	return end(err)
+}
+
+// take waits for c's turn until wait ends or c is destroyed.
+func (c *sharedConn) take(wait context.Context) error {
+	select {
+	case c.sem <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case c.sem <- struct{}{}:
+		return nil
+	case <-c.stop:
+		return errSharedConnDead
+	case <-wait.Done():
+		return errNoTurn
+	}
+}
+
+// begin starts a statement on c, whose turn the caller has: it returns the
+// statement's context (base's, cut when c gives up on the connection) and
+// the function that ends the statement with its error and gives the turn
+// back. A statement that c cut reports so.
+func (c *sharedConn) begin(base context.Context) (context.Context, func(error) error) {
+	sctx, abort := context.WithCancelCause(base)
+	c.smu.Lock()
+	c.since = time.Now()
+	c.abort = func() { abort(errSharedConnDead) }
+	c.smu.Unlock()
+	c.poke()
+	return sctx, func(err error) error {
+		c.smu.Lock()
+		c.since, c.abort = time.Time{}, nil
+		if err == nil {
+			c.alive = time.Now()
+		}
+		c.smu.Unlock()
+		if err != nil && errors.Is(context.Cause(sctx), errSharedConnDead) {
+			// the driver reports a cancelled statement as the context's
+			// error, which is not the caller's
+			err = fmt.Errorf("%w (%v)", errSharedConnDead, err)
+		}
+		abort(nil)
+		<-c.sem
+		c.poke()
+		return err
+	}
+}
+
+// cut cuts the statement under way on c, if any.
+func (c *sharedConn) cut() {
+	c.smu.Lock()
+	if c.abort != nil {
+		c.abort()
+	}
+	c.smu.Unlock()
+}
+
+// poke makes c's keepalive look again at its holders and its statement.
+func (c *sharedConn) poke() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
 }
 
 // pick returns the connection of p with the fewest users, adding one while
@@ -112,8 +217,12 @@ func (p *sharedPool) pick(ctx context.Context, db *sql.DB, o *Op) (*sharedConn, 
 	if c := p.least(o.Cfg.SharedConns); c != nil {
 		return c, nil
 	}
-	p.grow.Lock()
-	defer p.grow.Unlock()
+	select { // another caller is adding one: wait for it as ctx allows
+	case p.grow <- struct{}{}:
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+	defer func() { <-p.grow }()
 	if c := p.least(o.Cfg.SharedConns); c != nil { // another caller added one
 		return c, nil
 	}
@@ -155,7 +264,10 @@ func (o *Op) openShared(ctx context.Context, db *sql.DB) (*sharedConn, error) {
 	if err != nil {
 		return nil, errs.Wrap(err, "pin a shared lock connection")
 	}
-	c := &sharedConn{conn: conn, stop: make(chan struct{}), every: o.Cfg.Keepalive, held: map[*sharedHold]time.Time{}}
+	c := &sharedConn{
+		conn: conn, sem: make(chan struct{}, 1), stop: make(chan struct{}), wake: make(chan struct{}, 1),
+		every: o.Cfg.Keepalive, interval: o.Cfg.Keepalive, held: map[*sharedHold]time.Time{}, alive: time.Now(),
+	}
 	if o.Dialect == Postgres {
 		c.pid, err = pgDirect(ctx, conn)
 		if err == nil && o.Cfg.Owner != "" {
@@ -166,6 +278,9 @@ func (o *Op) openShared(ctx context.Context, db *sql.DB) (*sharedConn, error) {
 		}
 	} else {
 		c.prev, err = MySQLKeepSession(ctx, conn, 10*o.Cfg.Keepalive)
+		// wait_timeout is now at least 10 intervals and a minute: an
+		// interval up to a tenth of that keeps the session alive
+		c.most = max(o.Cfg.Keepalive, 6*time.Second)
 		if err == nil {
 			// a fencing token's INSERT is committed explicitly only where
 			// the session does not autocommit (fence.go)
@@ -198,33 +313,105 @@ func pgDirect(ctx context.Context, conn *sql.Conn) (uint32, error) {
 	return announced, nil
 }
 
-// keepalive checks c every interval (the shortest of its holders' and of
-// the one it was opened with, which its MySQL wait_timeout was raised for)
-// until c is closed or dies.
+// keepalive checks c every interval (see interval) until c is closed or
+// dies, and cuts a statement on c that runs longer than sharedTryTimeout
+// of the interval: the server stopped answering.
 func (p *sharedPool) keepalive(c *sharedConn) {
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
 	for {
 		p.mu.Lock()
-		every := c.every
-		for h := range c.held {
-			every = min(every, h.every)
-		}
+		every := c.interval
 		p.mu.Unlock()
-		t := time.NewTimer(every)
+		limit := sharedTryTimeout(every)
+		c.smu.Lock()
+		since, alive := c.since, c.alive
+		c.smu.Unlock()
+		now := time.Now()
+		next := alive.Add(every)
+		if !since.IsZero() { // a statement under way: its answer is the check
+			if now.Sub(since) >= limit {
+				p.kill(c, fmt.Errorf("%w: no answer on the shared lock connection within %v", ErrNotHeld, limit), nil)
+				return
+			}
+			next = since.Add(limit)
+		} else if !now.Before(next) {
+			select {
+			case c.sem <- struct{}{}:
+				p.check(c, limit)
+				continue
+			default:
+				// another statement has just taken its turn: it pokes
+				next = now.Add(time.Hour)
+			}
+		}
+		t.Reset(time.Until(next))
 		select {
 		case <-c.stop:
-			t.Stop()
 			return
+		case <-c.wake:
 		case <-t.C:
 		}
-		err := c.run(func() error {
-			ctx, cancel := context.WithTimeout(context.Background(), sharedTryTimeout(every))
-			defer cancel()
-			return PGPing(ctx, c.conn)
-		})
+	}
+}
+
+// check sends c's keepalive check, whose turn the caller has, and kills c
+// when it fails.
+func (p *sharedPool) check(c *sharedConn, limit time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	sctx, end := c.begin(ctx)
+	go func() {
+		defer cancel()
+		err := PGPing(sctx, c.conn)
 		if err != nil {
 			p.kill(c, err, nil)
-			return
 		}
+		_ = end(err)
+	}()
+}
+
+// setInterval sets c's keepalive interval: the shortest of its holders' own
+// (on MySQL/MariaDB at most c.most), or the one it was opened with while
+// none holds a lock on it. p.mu is held.
+func (c *sharedConn) setInterval() {
+	every := time.Duration(0)
+	for h := range c.held {
+		if every == 0 || h.every < every {
+			every = h.every
+		}
+	}
+	switch {
+	case every == 0:
+		every = c.every
+	case c.most > 0:
+		every = min(every, c.most)
+	}
+	if every != c.interval {
+		c.interval = every
+		c.poke()
+	}
+}
+
+// hold adds h to c's holders, unless c is dead (false). p.mu is held.
+func (c *sharedConn) hold(h *sharedHold) bool {
+	if c.dead {
+		return false
+	}
+	c.held[h] = time.Now()
+	if h.every < c.interval || len(c.held) == 1 {
+		c.setInterval()
+	}
+	return true
+}
+
+// unhold removes h from c's holders. p.mu is held.
+func (c *sharedConn) unhold(h *sharedHold) {
+	if _, ok := c.held[h]; !ok {
+		return
+	}
+	delete(c.held, h)
+	if h.every <= c.interval || len(c.held) == 0 {
+		c.setInterval()
 	}
 }
 
@@ -253,10 +440,10 @@ func (p *sharedPool) kill(c *sharedConn, err error, but *sharedHold) {
 		h.cancel(errs.ErrLockLost)
 		h.op.Emit(h.ctx, config.EventLockLost, err)
 	}
-	go func() { // a statement of c still running (a wait's try) ends first
-		c.stmt.Lock()
+	c.cut()
+	go func() { // the statement under way, cut, ends first
+		c.sem <- struct{}{}
 		Destroy(c.conn)
-		c.stmt.Unlock()
 	}()
 }
 
@@ -292,8 +479,15 @@ func (p *sharedPool) leave(c *sharedConn, k any) {
 	if !idle {
 		return
 	}
-	c.stmt.Lock()
-	defer c.stmt.Unlock()
+	select {
+	case c.sem <- struct{}{}:
+	default:
+		// nobody uses c any more, but the keepalive's check is under way:
+		// its answer is not needed, and a server that stopped answering
+		// must not hold the caller
+		c.cut()
+		c.sem <- struct{}{}
+	}
 	rctx, cancel := releaseCtx(context.Background())
 	defer cancel()
 	var err error

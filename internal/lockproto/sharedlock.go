@@ -3,6 +3,7 @@ package lockproto
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
@@ -38,18 +39,16 @@ func (o *Op) sharedSession(ctx context.Context, db *sql.DB, fn func(ctx context.
 	fctx, cancel := context.WithCancelCause(o.tokenContext(ctx))
 	h.cancel = cancel
 	p.mu.Lock()
-	if c.dead {
+	if !c.hold(h) {
 		h.lost = errSharedConnDead
 		cancel(errs.ErrLockLost)
-	} else {
-		c.held[h] = time.Now()
 	}
 	p.mu.Unlock()
 
 	defer func() {
 		cancel(context.Canceled)
 		p.mu.Lock()
-		delete(c.held, h)
+		c.unhold(h)
 		lostErr := h.lost
 		p.mu.Unlock()
 		if lostErr == nil {
@@ -69,8 +68,6 @@ func (o *Op) sharedSession(ctx context.Context, db *sql.DB, fn func(ctx context.
 	}()
 	return fn(fctx)
 }
-
-var errSharedConnDead = fmt.Errorf("%w: the shared lock connection failed", ErrNotHeld)
 
 // sharedAcquire takes o's lock on one of p's connections, trying again with
 // a backoff while it is held elsewhere, for as long as the configured wait
@@ -115,14 +112,16 @@ func (o *Op) sharedTry(ctx context.Context, db *sql.DB, p *sharedPool) (*sharedC
 		p.unreserve(k)
 		return nil, false, err
 	}
-	// The try never waits on the server, so it is not cut by the caller's
+	// The try waits for its turn on c for as long as ctx allows. It never
+	// waits on the server, so once sent it is not cut by the caller's
 	// cancellation, which would break the connection under every other
-	// Session on it: it is bounded by sharedTryTimeout, and by endGrace
-	// once ctx has ended (a server that stopped answering).
+	// Session on it: it is bounded by sharedTryTimeout (and by the
+	// connection's keepalive, see keepalive), and by endGrace once ctx has
+	// ended (a server that stopped answering).
 	var ok bool
-	err = c.run(func() error {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sharedTryTimeout(o.Cfg.Keepalive))
-		defer cancel()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sharedTryTimeout(o.Cfg.Keepalive))
+	defer cancel()
+	err = c.run(ctx, sctx, func(sctx context.Context) error {
 		return withinGrace(ctx, cancel, func() error {
 			var err error
 			if o.Dialect == Postgres {
@@ -133,7 +132,7 @@ func (o *Op) sharedTry(ctx context.Context, db *sql.DB, p *sharedPool) (*sharedC
 			return err
 		})
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, errNoTurn) {
 		p.kill(c, err, nil)
 	}
 	if err != nil || !ok {
@@ -163,9 +162,10 @@ func pgTrySession(ctx context.Context, q Querier, o *Op) (bool, error) {
 	return ok, errs.Wrap(err, "pg_try_advisory_lock")
 }
 
-// sharedUnlock releases o's session-level lock on c.
+// sharedUnlock releases o's session-level lock on c, waiting for its turn
+// as long as ctx (a release context) allows.
 func (o *Op) sharedUnlock(ctx context.Context, c *sharedConn) error {
-	return c.run(func() error {
+	return c.run(ctx, ctx, func(ctx context.Context) error {
 		if o.Dialect == MySQL {
 			return MySQLReleaseLock(ctx, c.conn, o.mysql)
 		}
@@ -199,7 +199,7 @@ func (o *Op) sharedToken(ctx context.Context, db *sql.DB, p *sharedPool, c *shar
 		err = o.IssueToken(ctx, db)
 	} else {
 		o.my = c.vars // COMMIT after the token's INSERT only where autocommit is off
-		err = c.run(func() error { return o.IssueToken(ctx, c.conn) })
+		err = c.run(ctx, ctx, func(ctx context.Context) error { return o.IssueToken(ctx, c.conn) })
 	}
 	if err == nil {
 		return nil

@@ -96,7 +96,10 @@ func (o *Op) beginThenLock(ctx context.Context, conn *sql.Conn, opts *sql.TxOpti
 	if opts == nil || opts.Isolation == sql.LevelDefault {
 		iso = new(string)
 	}
-	if err := o.acquireXact(ctx, tx, iso); err != nil {
+	o.cancel = pgCancelOf(conn) // a cancellation asks the server (stmtCtx)
+	err = o.acquireXact(ctx, tx, iso)
+	o.cancel = nil
+	if err != nil {
 		if errors.Is(err, errSnapshotTaken) {
 			// the snapshot predates the lock: give the transaction (and
 			// the lock, if it was taken) back

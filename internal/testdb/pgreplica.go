@@ -219,3 +219,6 @@ func (s *Server) Exec(tb testing.TB, query string, args ...any) {
 		tb.Fatalf("testdb: %s: %s: %v", s.kind, query, err)
 	}
 }
+
+// Addr is the server's "127.0.0.1:port".
+func (s *Server) Addr() string { return hostPort(s.port) }

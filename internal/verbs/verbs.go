@@ -463,7 +463,7 @@ func Prune[B Binder](ctx context.Context, b B, pkg string, olderThan time.Durati
 	if err != nil {
 		return 0, p.mend(err)
 	}
-	n, err := t.Prune(ctx, p.DB, p.Cfg.Namespace, time.Now().Add(-olderThan), ledger.PruneBatch)
+	n, err := t.PruneOlderThan(ctx, p.DB, p.Cfg.Namespace, olderThan, ledger.PruneBatch)
 	return n, p.mend(err)
 }
 

@@ -3,6 +3,7 @@ package schedtest_test
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -43,5 +44,53 @@ func TestLockerCancelledContextThenLive(t *testing.T) {
 				t.Fatalf("round %d: Unlock: %v", i, err)
 			}
 		}
+	})
+}
+
+// A Lock whose context ends mid-way, wherever the cancellation lands,
+// leaves no lock held once it returns: the next Lock of the same slot on
+// the same replica, at once, claims it (or finds it done, when the
+// cancelled Lock had claimed it and its run was unlocked).
+func TestLockerCancelledMidwayThenLive(t *testing.T) {
+	leakcheck.Goroutines(t)
+	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+		db := openGorm(t, k)
+		migrate(t, db)
+		job := jobName(t)
+		hourly := everyHour(t)
+		r := rand.New(rand.NewPCG(5, uint64(len(k))))
+		var skips int
+		for i := range 40 {
+			slot := time.Date(2034, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(i) * time.Hour)
+			l, err := scheduler.NewLocker(gormsched.Backend(db), hourly, scheduler.WithClock(fixed(slot)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			time.AfterFunc(time.Duration(r.Int64N(int64(4*time.Millisecond))), cancel)
+			held, err := l.Lock(ctx, job)
+			cancel()
+			switch {
+			case err == nil:
+				if err := held.Unlock(ctx); err != nil {
+					t.Fatalf("round %d: Unlock: %v", i, err)
+				}
+			case errors.Is(err, ormlock.ErrNotAcquired) && errors.Is(err, context.Canceled):
+				skips++
+			default:
+				t.Fatalf("round %d: Lock cancelled mid-way: %v", i, err)
+			}
+			held, err = l.Lock(context.Background(), job)
+			switch {
+			case err == nil:
+				if err := held.Unlock(context.Background()); err != nil {
+					t.Fatalf("round %d: Unlock: %v", i, err)
+				}
+			case errors.Is(err, ormlock.ErrAlreadyDone):
+			default:
+				t.Fatalf("round %d: Lock right after a Lock cancelled mid-way: %v", i, err)
+			}
+		}
+		t.Logf("%d of 40 Locks cancelled before the claim", skips)
 	})
 }

@@ -90,6 +90,20 @@ func everyHour(t *testing.T) ormlock.Schedule {
 	return s
 }
 
+// hourlyMidway returns an hourly schedule (UTC) whose slots lie half an
+// hour from now's minute, and its current slot: now is about 30 minutes
+// into that slot, so a test on the real clock that lasts less than 29
+// minutes sees one current slot.
+func hourlyMidway(t *testing.T) (ormlock.Schedule, time.Time) {
+	t.Helper()
+	now := time.Now()
+	s, err := ormlock.Cron(fmt.Sprintf("%d * * * *", (now.UTC().Minute()+30)%60), time.UTC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, s.Slot(now)
+}
+
 // skewed returns a clock that is off by d.
 func skewed(d time.Duration) func() time.Time {
 	return func() time.Time { return time.Now().Add(d) }

@@ -1,7 +1,8 @@
 package schedtest_test
 
 // TestREADMESnippets type-checks every ```go block of the repository's
-// README.md and docs/TROUBLESHOOTING.md, so that a snippet that no longer compiles fails CI. It lives in
+// README.md, docs/TROUBLESHOOTING.md and docs/MIGRATING.md, so that a
+// snippet that no longer compiles fails CI. It lives in
 // the scheduler module because that module can import everything the README
 // shows (the library, gocron, robfig/cron, GORM, ent, pgx).
 //
@@ -23,7 +24,11 @@ package schedtest_test
 //   - "example.com/app/ent", the user's generated ent client, is a stand-in
 //     with a Settlement entity (a day field).
 //   - A block that must not be checked (pseudo-code) is fenced as ```text,
-//     not ```go.
+//     not ```go. A Go block that needs a module this one does not require
+//     (the other lock library of a MIGRATING.md "before") is fenced as
+//     ```go before: rendered as Go, not checked. Any other info string
+//     that begins with go is an error, so that a typo does not skip a
+//     block in silence.
 //
 // Each block is built as a package of its own in a scratch module that
 // replaces the ormlock modules with this checkout; `go vet` reports errors
@@ -50,7 +55,7 @@ type snippet struct {
 }
 
 // snippetDocs are the documents whose ```go blocks are checked.
-var snippetDocs = []string{"README.md", "docs/TROUBLESHOOTING.md"}
+var snippetDocs = []string{"README.md", "docs/TROUBLESHOOTING.md", "docs/MIGRATING.md"}
 
 // readmeSnippets returns the ```go blocks of the document file.
 func readmeSnippets(t *testing.T, file, readme string) []snippet {
@@ -58,12 +63,20 @@ func readmeSnippets(t *testing.T, file, readme string) []snippet {
 	var out []snippet
 	var cur *snippet
 	var body []string
+	skipping := false // inside a ```go before block
 	for i, l := range strings.Split(readme, "\n") {
+		info := strings.TrimSpace(l)
 		switch {
-		case cur == nil && strings.TrimSpace(l) == "```go":
+		case skipping:
+			skipping = info != "```"
+		case cur == nil && info == "```go":
 			cur = &snippet{file: file, line: i + 2}
 			body = nil
-		case cur != nil && strings.TrimSpace(l) == "```":
+		case cur == nil && strings.Join(strings.Fields(info), " ") == "```go before":
+			skipping = true
+		case cur == nil && strings.HasPrefix(info, "```go"):
+			t.Errorf("%s:%d: fence %q: a Go block is fenced ```go (checked) or ```go before (not checked)", file, i+1, info)
+		case cur != nil && info == "```":
 			cur.text = strings.Join(body, "\n") + "\n"
 			out = append(out, *cur)
 			cur = nil
@@ -73,6 +86,9 @@ func readmeSnippets(t *testing.T, file, readme string) []snippet {
 	}
 	if cur != nil {
 		t.Fatalf("%s:%d: unterminated ```go block", file, cur.line-1)
+	}
+	if skipping {
+		t.Fatalf("%s: unterminated ```go before block", file)
 	}
 	return out
 }

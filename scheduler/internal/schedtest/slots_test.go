@@ -29,11 +29,12 @@ import (
 // first firing after start (their clocks a second apart):
 // with CatchUpAll each missed slot runs once, with CatchUpLatest only the
 // newest; the current slot runs once; the JobFunc reads each slot it runs
-// with ormlock.Slot.
+// with ormlock.Slot. The clocks are real (catch-up judges its window by the
+// server's clock, and refuses clocks more than a minute from it).
 func TestJobWrapperCatchUp(t *testing.T) {
-	h := time.Date(2034, 6, 1, 10, 0, 0, 0, time.UTC)
+	hourly, h := hourlyMidway(t)
+	h = h.Add(-4 * time.Hour)
 	hour := func(i int) time.Time { return h.Add(time.Duration(i) * time.Hour) }
-	hourly := everyHour(t)
 	forEachKind(t, func(t *testing.T, k testdb.Kind) {
 		client, _ := enttest.Open(t, k)
 		for _, c := range []struct {
@@ -62,7 +63,8 @@ func TestJobWrapperCatchUp(t *testing.T) {
 							t.Fatal(err)
 						}
 					}
-					opts := []ormlock.Option{ormlock.WithOwner(fmt.Sprint("replica-", i)), ormlock.WithCatchUp(270*time.Minute, c.policy)}
+					// the window reaches half an hour past the slot 4 h ago
+					opts := []ormlock.Option{ormlock.WithOwner(fmt.Sprint("replica-", i)), ormlock.WithCatchUp(4*time.Hour, c.policy)}
 					b := gormsched.Backend(db, opts...)
 					switch i { // one replica on each other backend: the same slots, locks and rows
 					case 2:
@@ -72,8 +74,7 @@ func TestJobWrapperCatchUp(t *testing.T) {
 					case 4:
 						b = pgxsched.Backend(pgxPool(t, k), opts...)
 					}
-					now := hour(4).Add(time.Duration(i) * time.Second)
-					w, err := scheduler.JobWrapper(b, job, hourly, scheduler.WithClock(func() time.Time { return now }), scheduler.WithErrorHandler(handled.handle))
+					w, err := scheduler.JobWrapper(b, job, hourly, scheduler.WithClock(skewed(time.Duration(i)*time.Second)), scheduler.WithErrorHandler(handled.handle))
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -111,11 +112,11 @@ func TestJobWrapperCatchUp(t *testing.T) {
 // job's first firing after start, when the current slot has run already;
 // the job reads that slot with Locker.Slot. Later firings run the current
 // slot only. CatchUpAll is refused, and so is a WithPrune window shorter
-// than the catch-up window.
+// than the catch-up window plus a minute. The clock is real.
 func TestLockerCatchUp(t *testing.T) {
-	h := time.Date(2034, 6, 1, 10, 0, 0, 0, time.UTC)
+	hourly, h := hourlyMidway(t)
+	h = h.Add(-4 * time.Hour)
 	hour := func(i int) time.Time { return h.Add(time.Duration(i) * time.Hour) }
-	hourly := everyHour(t)
 	forEachKind(t, func(t *testing.T, k testdb.Kind) {
 		db := openGorm(t, k)
 		migrate(t, db)
@@ -132,8 +133,7 @@ func TestLockerCatchUp(t *testing.T) {
 		if _, err := scheduler.NewLocker(b, hourly, scheduler.WithPrune(time.Hour)); !errors.Is(err, ormlock.ErrInvalidArgument) {
 			t.Fatalf("WithPrune shorter than the catch-up window: %v", err)
 		}
-		now := hour(4).Add(20 * time.Minute)
-		l, err := scheduler.NewLocker(b, hourly, scheduler.WithClock(func() time.Time { return now }))
+		l, err := scheduler.NewLocker(b, hourly)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -147,7 +147,6 @@ func TestLockerCatchUp(t *testing.T) {
 		if err := lk.Unlock(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		now = now.Add(5 * time.Minute)
 		if _, err := l.Lock(context.Background(), job); !errors.Is(err, ormlock.ErrAlreadyDone) {
 			t.Fatalf("second firing: %v, want ErrAlreadyDone (no catch-up after the first)", err)
 		}

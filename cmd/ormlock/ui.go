@@ -1,0 +1,179 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/webui"
+)
+
+const uiUsage = `Usage: ormlock ui [flags]
+
+Serves the read-only web view of the ledger, the locks and the leaders
+(package webui) on --listen, 127.0.0.1:8080 by default: per job its latest
+runs as a strip of slots (done, failed, running, missed where --schedule
+gives the job's schedule), each job's history with a plot of durations,
+the holders of the --lock keys, the leaders of the --leader keys with their
+fencing token, and the fence counters. Times are shown in --tz and UTC;
+each page is a URL to paste. Stop it with Ctrl-C (or SIGTERM).
+
+The view has no authentication of its own: anyone who reaches it sees job
+names, owners, error texts and the holders' users and client addresses. It
+listens on the loopback address unless --listen says otherwise (ormlock
+then warns); reach it through an SSH tunnel (ssh -L 8080:127.0.0.1:8080
+host), or mount webui.Handler behind your service's own authentication.
+A request whose Host header is not a loopback name, the --listen host or an
+--allow-host is refused (421), against DNS rebinding.
+
+It only reads, in read-only transactions: a database user with SELECT on the
+ledger and fence tables is enough. PostgreSQL advisory keys are hashes, so
+it shows the holders of the keys it is given, not of every lock held.
+
+Examples:
+  ormlock ui --dsn "$DSN"
+  ormlock ui --schedule 'nightly-report=0 2 * * *' --tz Europe/Berlin \
+      --leader queue-consumer --lock backup
+  ormlock ui --listen 10.0.0.5:8080 --allow-host ops.internal
+`
+
+// repeated is a flag that may be given several times.
+type repeated []string
+
+func (r *repeated) String() string     { return strings.Join(*r, ",") }
+func (r *repeated) Set(v string) error { *r = append(*r, v); return nil }
+
+func uiCmd(args []string, stdout, stderr io.Writer) error {
+	var c common
+	fs := newFlagSet("ui", uiUsage, stdout)
+	c.register(fs, true)
+	listen := fs.String("listen", "127.0.0.1:8080", "serve on `ADDR` (host:port; port 0 picks a free one)")
+	tz := fs.String("tz", "UTC", "show times in `ZONE` (and UTC) unless a page's ?tz= says otherwise; the zone of --schedule's cron expressions and days")
+	timeout := fs.Duration("timeout", 5*time.Second, "answer a page within `DURATION`, database reads included")
+	var locks, leaders, schedules, hosts repeated
+	fs.Var(&locks, "lock", "show the holder of lock `KEY` (repeatable; read as in ormlock run)")
+	fs.Var(&leaders, "leader", "show the leader of Lead key `KEY`, with its fencing token (repeatable)")
+	fs.Var(&schedules, "schedule", "`JOB=SPEC`: JOB's schedule, a Go duration or a cron expression as --once-per takes, so that missed slots show (repeatable)")
+	fs.Var(&hosts, "allow-host", "answer requests for `HOST` too (host or host:port; repeatable)")
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return usagef("ui takes no arguments, got %q", pos)
+	}
+	// the namespace and the ledger table, checked as every command does
+	if _, err := c.options(); err != nil {
+		return err
+	}
+	if *timeout <= 0 {
+		return usagef("--timeout must be positive, got %v", *timeout)
+	}
+	loc, err := time.LoadLocation(*tz)
+	if err != nil {
+		return usagef("--tz: unknown time zone %q", *tz)
+	}
+	host, _, err := net.SplitHostPort(*listen)
+	if err != nil {
+		return usagef("--listen %q: %v (want host:port, e.g. 127.0.0.1:8080)", *listen, err)
+	}
+	wopts := []webui.Option{webui.WithTimeZone(loc), webui.WithTimeout(*timeout), webui.WithAllowedHosts(hosts...),
+		webui.WithLogger(slog.New(slog.NewTextHandler(stderr, nil)))}
+	if c.namespace != "" {
+		wopts = append(wopts, webui.WithNamespace(c.namespace))
+	}
+	if c.ledger != "" {
+		wopts = append(wopts, webui.WithLedgerTable(c.ledger))
+	}
+	for _, spec := range []struct {
+		flag string
+		keys []string
+		opt  func(...ormlock.Key) webui.Option
+	}{{"--lock", locks, webui.WithLocks}, {"--leader", leaders, webui.WithLeaders}} {
+		for _, s := range spec.keys {
+			k, err := parseKey(s)
+			if err != nil {
+				return usagef("%s: %s", spec.flag, bare(err))
+			}
+			wopts = append(wopts, spec.opt(k))
+		}
+	}
+	for _, s := range schedules {
+		job, expr, ok := strings.Cut(s, "=")
+		if !ok || job == "" || expr == "" {
+			return usagef("--schedule %q: want JOB=SPEC, e.g. nightly-report=24h or 'nightly-report=0 2 * * *'", s)
+		}
+		sched, err := parseSchedule(expr, *tz)
+		if err != nil {
+			return usagef("--schedule %q: %s", s, bare(err))
+		}
+		wopts = append(wopts, webui.WithSchedule(job, sched))
+	}
+	loopback := isLoopback(host)
+	if !loopback && host != "" && host != "0.0.0.0" && host != "::" {
+		wopts = append(wopts, webui.WithAllowedHosts(host))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	db, closeDB, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	sqlDB, err := db.DB()
+	if err != nil {
+		return err
+	}
+	// the view reads on at most a few connections at once
+	sqlDB.SetMaxOpenConns(8)
+	sqlDB.SetMaxIdleConns(4)
+	h, err := webui.Handler(sqlDB, wopts...)
+	if err != nil {
+		return usagef("%s", bare(err))
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", *listen, err)
+	}
+	if !loopback {
+		fmt.Fprintf(stderr, "ormlock: warning: --listen %s is not a loopback address: the view has no authentication, and whoever reaches it sees job names, owners, error texts and lock holders\n", *listen)
+		if host == "" || host == "0.0.0.0" || host == "::" {
+			fmt.Fprintf(stderr, "ormlock: only requests for localhost and the --allow-host names are answered (Host header)\n")
+		}
+	}
+	fmt.Fprintf(stdout, "ormlock ui: serving http://%s/ (read-only; Ctrl-C stops)\n", ln.Addr())
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, WriteTimeout: *timeout + 30*time.Second, IdleTimeout: time.Minute}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case err := <-done:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("shut down: %w", err)
+	}
+	return nil
+}
+
+// isLoopback reports whether host (of --listen) is a loopback address or
+// localhost.
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

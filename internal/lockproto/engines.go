@@ -1,0 +1,142 @@
+package lockproto
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/ormlock/ormlock/internal/errs"
+)
+
+// Engines that fake some locks and not others, judged by what they are
+// (their version, a setting) rather than only by what the lock functions
+// answer. CheckServer refuses them with errs.ErrUnsupportedDialect
+// before anything is taken (docs/COMPATIBILITY.md, Fake locks; tested on
+// their recorded answers, lockproto's TestFakeEngines, since none runs
+// here):
+//
+//   - CockroachDB: its session-level advisory lock functions are no-op
+//     stubs on every release so far (v26.3 made the transaction-level ones
+//     real), so WithSharedLockConns, which holds session-level locks, is
+//     refused there whatever the version; crdbSessionAdvisory is the one
+//     value to change the day they are real.
+//   - YugabyteDB (version() names "-YB-"): advisory locks exist from 2.25
+//     (2025.1 in the new numbering) behind ysql_yb_enable_advisory_locks;
+//     an older release raises "not supported" on every lock function,
+//     unless yb_silence_advisory_locks_not_supported_error is on, which
+//     turns the error into silence: a lock that excludes nobody. Refused
+//     below 2.25, and whenever the setting is on.
+//   - TiDB (@@version names "-TiDB-"): its GET_LOCK is real (from v5.3), but
+//     IS_USED_LOCK may answer 1 instead of the holder's connection id, and
+//     the MySQL keepalive of Session, Lead, claim-mode RunOnce and shared
+//     lock connections compares it with CONNECTION_ID(): they are refused
+//     there (Transaction and RunOnce are not).
+//   - PGlite (version() names "PGlite"): one PostgreSQL session in
+//     WebAssembly; pglite-socket serves it to many clients at once, which
+//     then share its transaction and its session-level locks. Every verb is
+//     refused.
+
+// crdbSessionAdvisory is the first CockroachDB release whose session-level
+// advisory lock functions (pg_advisory_lock, pg_advisory_unlock) take real
+// locks; {0, 0}: none yet, so session-level paths are refused on every
+// release.
+var crdbSessionAdvisory = [2]int{0, 0}
+
+// ybAdvisory is the first YugabyteDB release with advisory locks.
+var ybAdvisory = [2]int{2, 25}
+
+// ybVersion finds YugabyteDB's release in version()'s answer, such as
+// "PostgreSQL 15.2-YB-2.25.2.0-b0 on x86_64-pc-linux-gnu, ...".
+var ybVersion = regexp.MustCompile(`-YB-(\d+)\.(\d+)`)
+
+// YBSilenceSetting is the YugabyteDB setting that turns the advisory lock
+// functions' "not supported" error into silence.
+const YBSilenceSetting = "yb_silence_advisory_locks_not_supported_error"
+
+// IsYugabyte reports whether version() is YugabyteDB's.
+func IsYugabyte(version string) bool { return strings.Contains(version, "-YB-") }
+
+// serverFacts is what a genuine answer leaves cached for a pool: the
+// refusals of the paths the server fakes while its other locks are real.
+type serverFacts struct {
+	sessionLocks error // PostgreSQL: session-level advisory locks are not real
+	keepalive    error // MySQL: the Session keepalive's check cannot work
+}
+
+// refuse returns the refusal, if any, of o's path on a server with facts f.
+func (f *serverFacts) refuse(o *Op) error {
+	if f == nil {
+		return nil
+	}
+	if f.sessionLocks != nil && o.Dialect == Postgres && o.Cfg.SharedConns > 0 {
+		return fmt.Errorf("%w: %s with WithSharedLockConns: %w", errs.ErrUnsupportedDialect, o.Verb, f.sessionLocks)
+	}
+	if f.keepalive != nil && o.Dialect == MySQL && o.keepsAlive() {
+		return fmt.Errorf("%w: %s: %w", errs.ErrUnsupportedDialect, o.Verb, f.keepalive)
+	}
+	return nil
+}
+
+// keepsAlive reports whether o's verb runs the MySQL keepalive, which
+// checks that IS_USED_LOCK names the lock connection: Session, Lead, a
+// claim-mode RunOnce or RunScheduled, and shared lock connections.
+func (o *Op) keepsAlive() bool {
+	v := o.Verb[strings.LastIndexByte(o.Verb, '.')+1:]
+	switch v {
+	case "Session", "Lead":
+		return true
+	case "RunOnce", "RunScheduled":
+		return o.Cfg.Claim
+	}
+	return o.Cfg.SharedConns > 0
+}
+
+// PostgresEngineVerdict judges the PostgreSQL-protocol engines of the
+// comment above by version() and, on YugabyteDB, the value of
+// YBSilenceSetting ("" when unknown): an error wrapping
+// errs.ErrUnsupportedDialect when no verb may run, else the facts that
+// refuse some paths only.
+func PostgresEngineVerdict(version, ybSilence string) (sessionLocks, refused error) {
+	if strings.Contains(version, "PGlite") {
+		return nil, fmt.Errorf("%w: the server is PGlite (%q): one PostgreSQL session, which a socket server such as pglite-socket shares between all its clients (their transactions and session-level locks with it)", errs.ErrUnsupportedDialect, version)
+	}
+	if IsYugabyte(version) {
+		if isOn(ybSilence) {
+			return nil, fmt.Errorf("%w: YugabyteDB with %s on: its advisory lock functions return without taking a lock where they are not supported", errs.ErrUnsupportedDialect, YBSilenceSetting)
+		}
+		m := ybVersion.FindStringSubmatch(version)
+		if m == nil {
+			return nil, fmt.Errorf("%w: YugabyteDB of unknown version (%q): advisory locks exist from %d.%d", errs.ErrUnsupportedDialect, version, ybAdvisory[0], ybAdvisory[1])
+		}
+		major, _ := strconv.Atoi(m[1])
+		minor, _ := strconv.Atoi(m[2])
+		// 2024.x and later number releases by year
+		if major < 2000 && (major < ybAdvisory[0] || (major == ybAdvisory[0] && minor < ybAdvisory[1])) {
+			return nil, fmt.Errorf("%w: YugabyteDB %d.%d has no advisory locks (from %d.%d, with ysql_yb_enable_advisory_locks)", errs.ErrUnsupportedDialect, major, minor, ybAdvisory[0], ybAdvisory[1])
+		}
+	}
+	if strings.Contains(version, "CockroachDB") {
+		m := crdbVersion.FindStringSubmatch(version)
+		sessionReal := false
+		if m != nil && crdbSessionAdvisory != [2]int{0, 0} {
+			major, _ := strconv.Atoi(m[1])
+			minor, _ := strconv.Atoi(m[2])
+			sessionReal = major > crdbSessionAdvisory[0] || (major == crdbSessionAdvisory[0] && minor >= crdbSessionAdvisory[1])
+		}
+		if !sessionReal {
+			sessionLocks = fmt.Errorf("CockroachDB's session-level advisory lock functions are no-op stubs (only its transaction-level ones are real, from v%d.%d): use a connection of its own per Session", crdbAdvisory[0], crdbAdvisory[1])
+		}
+	}
+	return sessionLocks, nil
+}
+
+// MySQLKeepaliveVerdict judges the MySQL keepalive's check on a server of
+// @@version version: nil when IS_USED_LOCK names the holder's connection
+// (MySQL, MariaDB), else why not (TiDB).
+func MySQLKeepaliveVerdict(version string) error {
+	if strings.Contains(version, "TiDB") {
+		return fmt.Errorf("TiDB (%s): IS_USED_LOCK may answer 1 instead of the holder's connection id, so the keepalive, which compares it with CONNECTION_ID(), cannot tell a held lock from a lost one; Transaction and RunOnce work there", version)
+	}
+	return nil
+}
