@@ -6,6 +6,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/lockproto"
 	"github.com/ormlock/ormlock/internal/verbs"
@@ -66,4 +67,26 @@ func (b binder) Bind(_ context.Context, verb string, opts []config.Option) (verb
 		return verbs.Pool{}, err
 	}
 	return p, nil
+}
+
+// dialectOf is db's dialect, told by its dialector's name.
+func dialectOf(db *gorm.DB) (lockproto.Dialect, error) {
+	if db.Dialector == nil {
+		return 0, fmt.Errorf("%w: *gorm.DB has no dialector", ormlock.ErrUnsupportedDialect)
+	}
+	return lockproto.DialectOf(db.Dialector.Name())
+}
+
+// configFor returns the plugin's defaults (if registered) with opts on top,
+// or the error of a failed registration on db (see Plugin.Initialize).
+func configFor(db *gorm.DB, opts []ormlock.Option) (config.Config, error) {
+	if db.Config != nil {
+		if f, ok := db.Config.Plugins[failedName].(*failed); ok {
+			return config.Config{}, f.err
+		}
+		if p, ok := db.Config.Plugins[PluginName].(*Plugin); ok {
+			return p.cfg.With(opts...), nil
+		}
+	}
+	return config.New(opts...), nil
 }

@@ -7,7 +7,6 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
-	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
 // PluginName is the name the plugin registers under in gorm.Config.Plugins.
@@ -74,24 +73,3 @@ type failed struct{ err error }
 
 func (f *failed) Name() string              { return failedName }
 func (f *failed) Initialize(*gorm.DB) error { return f.err }
-
-func dialectOf(db *gorm.DB) (lockproto.Dialect, error) {
-	if db.Dialector == nil {
-		return 0, fmt.Errorf("%w: *gorm.DB has no dialector", ormlock.ErrUnsupportedDialect)
-	}
-	return lockproto.DialectOf(db.Dialector.Name())
-}
-
-// configFor returns the plugin's defaults (if registered) with opts on top,
-// or the error of a failed registration on db (see Plugin.Initialize).
-func configFor(db *gorm.DB, opts []ormlock.Option) (config.Config, error) {
-	if db.Config != nil {
-		if f, ok := db.Config.Plugins[failedName].(*failed); ok {
-			return config.Config{}, f.err
-		}
-		if p, ok := db.Config.Plugins[PluginName].(*Plugin); ok {
-			return p.cfg.With(opts...), nil
-		}
-	}
-	return config.New(opts...), nil
-}

@@ -1,7 +1,7 @@
 // Package lockproto is ormlock's lock protocol, written once: acquire and
 // release per dialect on a pinned *sql.Conn or an open transaction. It is the
-// only place where lock SQL text lives; the four adapters (gormlock,
-// entlock, sqllock, pgxlock), the ledger and the flows in this package call
+// only place where lock SQL text lives; the verb core (internal/verbs),
+// the adapters' bindings, the ledger and the flows in this package call
 // these functions.
 //
 // What the protocol does on each server, and its promises on isolation
@@ -13,34 +13,52 @@
 //
 // # One Transaction, top-down
 //
-// A gormlock.Transaction call (entlock's and sqllock's reach the same
-// BeginLocked; pgxlock's through internal/dbverbs) reads through these
-// files in this order:
+// A warm gormlock.Transaction on PostgreSQL (pgx driver, READ COMMITTED,
+// no fencing, no hook, the server check cached) runs the functions of
+// these 18 files, in this order, from the call to its COMMIT (measured:
+// the statements a second call runs that the first did not; 21 before the
+// verb core). entlock's, sqllock's and pgxlock's Transaction differ only
+// in steps 1 and 2 (their bindings), and then in how fn gets its
+// transaction.
 //
-//  1. op.go: NewOp validates the key and settings and resolves the key for
-//     the dialect; detect.go: CheckServer refuses, once per pool, a server
-//     whose locks exclude nobody (a standby or read-only replica, a Galera
-//     node, CockroachDB before 26.3).
-//  2. lockedtx.go: Op.BeginLocked checks fencing's set-up (fence.go) and
-//     picks one of the three protocols below by dialect and isolation.
-//  3. xact.go, PostgreSQL at READ COMMITTED: beginInline pins a connection;
-//     with pgx, onemsg.go's lockOneMessage sends BEGIN and the lock as one
-//     message (its text and reply parser: pgmessage.go; on a direct
-//     connection, the prepared statement: prepared.go) and returns a
-//     OneMessageTx (onemsgtx.go); with other drivers, BEGIN, then op.go's
-//     acquireXact (the SQL: pgxact.go's PGTryXact and PGWaitXact).
-//  4. split.go, PostgreSQL at REPEATABLE READ and SERIALIZABLE: the lock in
-//     a lock-only transaction (lockonlytx.go), then fn's transaction on a
-//     second connection.
-//  5. pinned.go, MySQL/MariaDB: GET_LOCK on a pinned connection (op.go's
-//     AcquireNamed; the SQL: mysqlnamed.go), then the transaction on that
-//     same connection.
-//  6. fence.go: with WithFencing, IssueToken issues the token once the lock
-//     is held. The adapter then runs fn in LockedTx.Tx.
-//  7. lockedtx.go: LockedTx.Commit (or Rollback) ends the transaction, then
-//     the lock (end: a PostgreSQL xact lock ends with its transaction;
-//     pinned.go's ReleaseNamed on MySQL/MariaDB; lost.go tells a lost lock
-//     by a connection that went away).
+//  1. gormlock/transaction.go: Transaction, call.init; ctxOf (GORM's
+//     context).
+//  2. internal/verbs/verbs.go: Prepare, Open and CheckHandle (the checks, in
+//     the precedence that verbs' package doc states), then
+//     gormlock/binding.go: binder.Nil, binder.Bind with dialectOf and
+//     configFor (the plugin's defaults, internal/config/config.go: New,
+//     With, Err), and transaction.go's inTx, primary, primarySQL.
+//  3. verbs.go: Pool.Op; op.go: NewOp, which validates and resolves the key
+//     (internal/keys/keys.go: Of, Name, Validate, ValidateName, Postgres;
+//     keyhash/keyhash.go: Int64NS); lockproto.go: DialectOf.
+//  4. detect.go: Op.EndedLock (deadline.go: ctxErr), Op.CheckServerOn, a
+//     map look-up once the pool passed (engines.go: serverFacts.refuse).
+//  5. op.go: StartHook (nothing without WithHook); transaction.go:
+//     call.transaction, call.prepared.
+//  6. lockedtx.go: Op.BeginLocked, SnapshotIsolation; xact.go:
+//     beginInline, pin (a pinned connection), beginOneMessage; onemsg.go:
+//     withPgConn, isPgx, Op.lockOneMessage, lockExchange.send: BEGIN and
+//     the lock in one message (pgmessage.go: pgBegin, snapshotLevel,
+//     pgTryMessage, readLockReply, parseLockRow; on a direct connection the
+//     prepared statement, prepared.go: pgConnStateOf, Op.lockPrepared);
+//     op.go: attempt (deadline.go: budget, stmtCtx, txContext), settle,
+//     Emit.
+//  7. lockedtx.go: RunTx runs fn through transaction.go's call.session
+//     (the GORM session over the transaction, op.go: TokenContext) and
+//     call.run.
+//  8. lockedtx.go: LockedTx.Commit (deadline.go: withinGrace), which
+//     commits the OneMessageTx (onemsgtx.go: Commit, markDone, end) and
+//     ends the lock with it (LockedTx.end, op.go: EndXact, Emit); errs.go:
+//     Wrap.
+//
+// The other protocols of step 6: split.go, PostgreSQL at REPEATABLE READ
+// and SERIALIZABLE (the lock in a lock-only transaction, lockonlytx.go,
+// then fn's transaction on a second connection); pinned.go,
+// MySQL/MariaDB (GET_LOCK on a pinned connection, mysqlnamed.go, then the
+// transaction on that same connection); fence.go with WithFencing
+// (IssueToken once the lock is held); lost.go tells a lost lock by a
+// connection that went away; implicit.go a MySQL/MariaDB transaction that
+// fn's DDL committed.
 //
 // Every wait on that path (a connection, BEGIN, the lock, COMMIT, the
 // release) is bounded by the caller's context, by the rules in deadline.go.
