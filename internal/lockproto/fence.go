@@ -280,7 +280,7 @@ func (o *Op) IssueToken(ctx context.Context, q Querier) error {
 	if id == "" {
 		id = FenceID(o.Key)
 	}
-	h := Holder{PID: o.lockPID, Key: o.pg, Commit: o.Dialect == MySQL && o.my.autocommit == 0}
+	h := Holder{PID: o.lockPID, Key: o.target.pg, Commit: o.Dialect == MySQL && o.my.autocommit == 0}
 	if o.Dialect == Postgres && h.PID == 0 {
 		return fmt.Errorf("ormlock: %s on %q: the lock's backend is unknown: no fencing token was issued", o.Verb, o.Key.String())
 	}

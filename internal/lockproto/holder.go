@@ -87,9 +87,9 @@ func LookupHolder(ctx context.Context, q Querier, op *Op) (HolderInfo, error) {
 	}
 	switch op.Dialect {
 	case Postgres:
-		return pgHolder(ctx, q, op.pg)
+		return pgHolder(ctx, q, op.target.pg)
 	case MySQL:
-		h, err := mysqlHolder(ctx, q, op.mysql)
+		h, err := mysqlHolder(ctx, q, op.target.mysql)
 		if err == nil && h.Held {
 			h.Owner, err = op.mysqlOwner(ctx, q, h.PID)
 		}

@@ -38,8 +38,7 @@ type Op struct {
 	// key, which differs per slot.
 	Job string
 
-	pg    keys.PostgresKey
-	mysql string
+	target Target // what o takes, resolved for its dialect (target.go)
 
 	fenceID string            // the fencing counter, when not the key's (fence.go)
 	token   int64             // the fencing token of this acquisition, once issued
@@ -76,23 +75,21 @@ func NewOp(d Dialect, verb string, k keys.Key, cfg config.Config) (*Op, error) {
 	if err := k.Validate(); err != nil {
 		return nil, err
 	}
-	o := &Op{Dialect: d, Key: k, Cfg: cfg, Verb: verb}
-	switch d {
-	case Postgres:
-		o.pg = keys.Postgres(keys.Key(k), cfg.Namespace)
-	case MySQL:
-		o.mysql = keys.MySQL(keys.Key(k), cfg.Namespace)
-	default:
-		return nil, fmt.Errorf("%w: dialect %d", errs.ErrUnsupportedDialect, d)
+	t, err := newTarget(d, k, cfg.Namespace)
+	if err != nil {
+		return nil, err
 	}
-	return o, nil
+	return &Op{Dialect: d, Key: k, Cfg: cfg, Verb: verb, target: t}, nil
 }
 
+// Target is what o takes, as its dialect resolved it.
+func (o *Op) Target() Target { return o.target }
+
 // MySQLName is the resolved GET_LOCK name (MySQL only).
-func (o *Op) MySQLName() string { return o.mysql }
+func (o *Op) MySQLName() string { return o.target.mysql }
 
 // PostgresKey is the resolved advisory lock key (PostgreSQL only).
-func (o *Op) PostgresKey() keys.PostgresKey { return o.pg }
+func (o *Op) PostgresKey() keys.PostgresKey { return o.target.pg }
 
 // Emit sends an event to the observer, if any. A panic in the observer is
 // contained here, the one place every event goes through: it never reaches
@@ -282,9 +279,9 @@ func (o *Op) acquireXact(ctx context.Context, q Querier, iso *string) error {
 	}
 	sctx, done := stmtCtx(ctx, wait > 0, o.cancel)
 	if wait > 0 {
-		ok, err = PGWaitXact(sctx, q, o.pg, wait, iso, pid)
+		ok, err = PGWaitXact(sctx, q, o.target.pg, wait, iso, pid)
 	} else {
-		ok, err = PGTryXact(sctx, q, o.pg, iso, pid)
+		ok, err = PGTryXact(sctx, q, o.target.pg, iso, pid)
 	}
 	done()
 	if errors.Is(err, errSnapshotTaken) {
@@ -334,16 +331,16 @@ func (o *Op) AcquireNamed(ctx context.Context, q Querier) error {
 	o.my = mysqlLockConnVars{autocommit: 1}
 	if wait > 0 {
 		wctx, done := stmtCtx(ctx, true, o.cancel)
-		ok, err = mysqlGetLock(wctx, q, o.mysql, wait, &o.my)
+		ok, err = mysqlGetLock(wctx, q, o.target.mysql, wait, &o.my)
 		done()
 	} else { // GET_LOCK(name, 0) answers at once: nothing to detach
-		ok, err = mysqlGetLock(ctx, q, o.mysql, 0, &o.my)
+		ok, err = mysqlGetLock(ctx, q, o.target.mysql, 0, &o.my)
 	}
 	if err == nil && ok && ctx.Err() != nil {
 		// the lock came as the caller gave up: released here, the
 		// release confirmed (else the caller destroys the connection)
 		rctx, cancel := releaseCtx(ctx)
-		rerr := withinGrace(ctx, cancel, func() error { return MySQLReleaseLock(rctx, q, o.mysql) })
+		rerr := withinGrace(ctx, cancel, func() error { return MySQLReleaseLock(rctx, q, o.target.mysql) })
 		cancel()
 		ok, err = false, errs.Join(ctx.Err(), rerr)
 	}

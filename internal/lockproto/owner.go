@@ -85,7 +85,7 @@ func (o *Op) mysqlRecordOwner(ctx context.Context, conn *sql.Conn) {
 		if err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, "REPLACE INTO "+t+" (lock_name, owner, conn_id, since) VALUES (?, ?, CONNECTION_ID(), NOW(6))", o.mysql, o.Cfg.Owner); err != nil {
+		if _, err := tx.ExecContext(ctx, "REPLACE INTO "+t+" (lock_name, owner, conn_id, since) VALUES (?, ?, CONNECTION_ID(), NOW(6))", o.target.mysql, o.Cfg.Owner); err != nil {
 			_ = tx.Rollback()
 			return err
 		}
@@ -114,7 +114,7 @@ func (o *Op) mysqlOwner(ctx context.Context, q Querier, id int64) (string, error
 		return "", nil
 	}
 	var owner string
-	err := q.QueryRowContext(ctx, "SELECT owner FROM "+mysqlOwnersTable(o.Cfg.LedgerTable)+" WHERE lock_name = ? AND conn_id = ?", o.mysql, id).Scan(&owner)
+	err := q.QueryRowContext(ctx, "SELECT owner FROM "+mysqlOwnersTable(o.Cfg.LedgerTable)+" WHERE lock_name = ? AND conn_id = ?", o.target.mysql, id).Scan(&owner)
 	switch {
 	case err == nil:
 		return owner, nil

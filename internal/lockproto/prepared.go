@@ -99,7 +99,7 @@ var errNotOurStatement = errors.New("the prepared lock statement is not the libr
 func (o *Op) lockPrepared(x *lockExchange, ps *pgConnState, begin string) error {
 	// direct: the backend's pid is the one the connection announced
 	o.lockPID = x.pc.PID()
-	i := pgTryIndex(o.pg)
+	i := pgTryIndex(o.target.pg)
 	l := lockLayout{iso: true, mark: true}
 	// ours: the answer carries the connection's mark; otherwise, on a
 	// connection still in the transaction the message began (status
@@ -115,7 +115,7 @@ func (o *Op) lockPrepared(x *lockExchange, ps *pgConnState, begin string) error 
 		return (rerr == nil || SQLState(rerr) == sqlStateNoStatement) && x.pc.TxStatus() == 'I'
 	}
 	if ps.prepared[i] {
-		err := x.send(pgTryMessage(begin, o.pg, false, ps.mark), l)
+		err := x.send(pgTryMessage(begin, o.target.pg, false, ps.mark), l)
 		if ours(err) || !foreign() {
 			return err
 		}
@@ -123,14 +123,14 @@ func (o *Op) lockPrepared(x *lockExchange, ps *pgConnState, begin string) error 
 			return errs.Join(errNotOurStatement, err)
 		}
 	}
-	err := x.send(pgTryMessage(begin, o.pg, true, ps.mark), l)
+	err := x.send(pgTryMessage(begin, o.target.pg, true, ps.mark), l)
 	if err != nil && SQLState(err) == sqlStateDupStatement && x.status == 'E' {
 		// a statement of that name the record does not know (a
 		// PREPARE whose answer was lost, or a foreign one)
 		if !drop() {
 			return err
 		}
-		err = x.send(pgTryMessage(begin, o.pg, true, ps.mark), l)
+		err = x.send(pgTryMessage(begin, o.target.pg, true, ps.mark), l)
 	}
 	if ours(err) {
 		ps.prepared[i] = true

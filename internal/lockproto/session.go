@@ -245,7 +245,7 @@ func (o *Op) holdMySQL(ctx context.Context, db *sql.DB, conn *sql.Conn) (*sessio
 		return nil, err
 	}
 	o.mysqlRecordOwner(ctx, conn)
-	name := o.mysql
+	name := o.target.mysql
 	return &sessionHold{
 		ping: func(ctx context.Context) error { return MySQLHeld(ctx, conn, name) },
 		release: func(ctx context.Context) error {

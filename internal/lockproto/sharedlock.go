@@ -17,9 +17,9 @@ import (
 // lockKey is o's key as the server names it, for the process's set.
 func (o *Op) lockKey() any {
 	if o.Dialect == Postgres {
-		return o.pg
+		return o.target.pg
 	}
-	return o.mysql
+	return o.target.mysql
 }
 
 // sharedSession is Session on a shared lock connection (see above).
@@ -126,7 +126,7 @@ func (o *Op) sharedTry(ctx context.Context, db *sql.DB, p *sharedPool) (*sharedC
 			var err error
 			if o.Dialect == Postgres {
 				ok, err = pgTrySession(sctx, c.conn, o)
-			} else if ok, err = MySQLGetLock(sctx, c.conn, o.mysql, 0); ok && err == nil {
+			} else if ok, err = MySQLGetLock(sctx, c.conn, o.target.mysql, 0); ok && err == nil {
 				o.mysqlRecordOwner(sctx, c.conn)
 			}
 			return err
@@ -154,10 +154,10 @@ func sharedTryTimeout(keepalive time.Duration) time.Duration {
 func pgTrySession(ctx context.Context, q Querier, o *Op) (bool, error) {
 	var ok bool
 	var err error
-	if o.pg.IsPair {
-		err = q.QueryRowContext(ctx, "SELECT pg_try_advisory_lock($1::int4, $2::int4)", o.pg.ClassID, o.pg.ObjID).Scan(&ok)
+	if o.target.pg.IsPair {
+		err = q.QueryRowContext(ctx, "SELECT pg_try_advisory_lock($1::int4, $2::int4)", o.target.pg.ClassID, o.target.pg.ObjID).Scan(&ok)
 	} else {
-		err = q.QueryRowContext(ctx, "SELECT pg_try_advisory_lock($1::int8)", o.pg.Int64).Scan(&ok)
+		err = q.QueryRowContext(ctx, "SELECT pg_try_advisory_lock($1::int8)", o.target.pg.Int64).Scan(&ok)
 	}
 	return ok, errs.Wrap(err, "pg_try_advisory_lock")
 }
@@ -167,14 +167,14 @@ func pgTrySession(ctx context.Context, q Querier, o *Op) (bool, error) {
 func (o *Op) sharedUnlock(ctx context.Context, c *sharedConn) error {
 	return c.run(ctx, ctx, func(ctx context.Context) error {
 		if o.Dialect == MySQL {
-			return MySQLReleaseLock(ctx, c.conn, o.mysql)
+			return MySQLReleaseLock(ctx, c.conn, o.target.mysql)
 		}
 		var ok bool
 		var err error
-		if o.pg.IsPair {
-			err = c.conn.QueryRowContext(ctx, "SELECT pg_advisory_unlock($1::int4, $2::int4)", o.pg.ClassID, o.pg.ObjID).Scan(&ok)
+		if o.target.pg.IsPair {
+			err = c.conn.QueryRowContext(ctx, "SELECT pg_advisory_unlock($1::int4, $2::int4)", o.target.pg.ClassID, o.target.pg.ObjID).Scan(&ok)
 		} else {
-			err = c.conn.QueryRowContext(ctx, "SELECT pg_advisory_unlock($1::int8)", o.pg.Int64).Scan(&ok)
+			err = c.conn.QueryRowContext(ctx, "SELECT pg_advisory_unlock($1::int8)", o.target.pg.Int64).Scan(&ok)
 		}
 		if err != nil {
 			return errs.Wrap(err, "pg_advisory_unlock")
