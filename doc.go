@@ -29,6 +29,55 @@
 // Holder says who holds a lock. What each does on each server:
 // docs/PROTOCOL.md (The verbs on each server; Lead).
 //
+// # The verbs
+//
+// Every adapter has the same verbs, with the same contracts, stated here
+// once; an adapter's doc says only what differs (its handle, what fn gets,
+// where the context comes from). One body implements them for all four
+// (internal/verbs), so they check, order and wrap errors alike.
+//
+//   - Transaction(handle, key, fn, opts...) runs fn in one transaction of
+//     the handle's database while key's lock is held, commits when fn
+//     returns nil and rolls back otherwise (a panic included, re-raised),
+//     and returns fn's error unchanged (a failed rollback after it is
+//     added). It tries once: [ErrNotAcquired] when another holder has the
+//     lock, fn not called; [WithWait] waits. fn's context carries the
+//     fencing token ([FencingToken], with [WithFencing]).
+//   - Session(handle, key, fn, opts...) holds the lock on a connection of
+//     its own while fn runs through the normal pool, outside one long
+//     transaction; a keepalive ([WithKeepalive]) cancels fn's context with
+//     cause [ErrLockLost] when the lock is lost, and the error then wraps
+//     it. [WithSharedLockConns] shares a few lock connections among many
+//     Sessions.
+//   - Lead(handle, key, fn, opts...) campaigns for the lock and runs fn
+//     while this caller leads (fn's context cancelled with cause
+//     ErrLockLost when leadership is lost, then a new campaign); it returns
+//     fn's own error when fn returns by itself (nil: resigned), or the
+//     context's cause. Each term gets a greater fencing token.
+//   - RunOnce(handle, job, slot, fn, opts...) runs fn at most once per
+//     (job, slot) across every instance, recorded in the ledger ([Migrate]
+//     creates it): [ErrAlreadyDone] when the slot is done; fn's work and
+//     the ledger row commit together, or, with [WithClaim], a claim is
+//     committed first and fn runs outside the ledger's transaction. fn
+//     reads the slot with [Slot]. RunScheduled(handle, job, schedule, fn,
+//     opts...) is RunOnce for the [Schedule]'s slot of now, and with
+//     [WithCatchUp] for missed slots first.
+//   - Migrate creates or upgrades the ledger and fence tables; Runs reads a
+//     job's runs ([Run]); Prune deletes finished runs older than a window;
+//     AdvanceFences moves every fencing counter past a promotion's gap;
+//     Holder says who holds a lock ([HolderInfo]).
+//
+// Before anything is sent, a call with several faults returns the first
+// of: a nil context, a nil handle, an invalid argument (nil fn, schedule,
+// a bad job, slot, limit or duration; [ErrInvalidArgument]), the handle's
+// own error (a failed plugin or wrapper registration, an unsupported
+// database), an invalid option, an invalid key ([ErrInvalidKey]), an
+// ended context (for a verb that takes a lock, ErrNotAcquired wrapping the
+// context's error), a server whose locks exclude nobody
+// ([ErrUnsupportedDialect]). [WithObserver] and [WithHook] see each lock
+// use. The protocol on each server, deadlines, cancellation, isolation
+// levels and pool sizing: docs/PROTOCOL.md.
+//
 // # Keys
 //
 // Names are hashed to PostgreSQL keys by package keyhash (spec v1, a
