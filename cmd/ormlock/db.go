@@ -77,7 +77,7 @@ func (c *common) options() ([]ormlock.Option, error) {
 
 // bare is err's text without the library's "ormlock: ", for a message
 // that has its own.
-func bare(err error) string { return strings.TrimPrefix(err.Error(), "ormlock: ") }
+func bare(err error) string { return errs.Trim(err.Error()) }
 
 // where says, for a message, which namespace a command looked in: a lock
 // or run taken under another namespace is another one.
