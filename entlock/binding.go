@@ -23,12 +23,7 @@ type binder[T TxLike] struct {
 	}
 }
 
-func (b binder[T]) Nil() string {
-	if isNil(b.x) {
-		return "client"
-	}
-	return ""
-}
+func (b binder[T]) Nil() string { return verbs.NilIf(isNil(b.x), "client") }
 
 func (b binder[T]) Bind(ctx context.Context, verb string, opts []config.Option) (verbs.Pool, error) {
 	d, err := driverOf(ctx, verb, b.x)

@@ -22,12 +22,7 @@ const pkg = "gormlock"
 // (db.WithContext).
 type binder struct{ db *gorm.DB }
 
-func (b binder) Nil() string {
-	if b.db == nil {
-		return "*gorm.DB"
-	}
-	return ""
-}
+func (b binder) Nil() string { return verbs.NilIf(b.db == nil, "*gorm.DB") }
 
 func (b binder) Bind(_ context.Context, verb string, opts []config.Option) (verbs.Pool, error) {
 	db := b.db

@@ -57,12 +57,7 @@ const pkg = "pgxlock"
 // key, PostgreSQL, and fn's transaction a pgx.Tx over the locked one.
 type binder struct{ pool *pgxpool.Pool }
 
-func (b binder) Nil() string {
-	if b.pool == nil {
-		return "*pgxpool.Pool"
-	}
-	return ""
-}
+func (b binder) Nil() string { return verbs.NilIf(b.pool == nil, "*pgxpool.Pool") }
 
 func (b binder) Bind(_ context.Context, verb string, opts []config.Option) (verbs.Pool, error) {
 	cfg := config.New(opts...)

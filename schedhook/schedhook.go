@@ -11,11 +11,13 @@
 package schedhook
 
 import (
+	"context"
 	"time"
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/ledger"
+	"github.com/ormlock/ormlock/internal/sched"
 )
 
 // Now makes RunScheduled take t as the current time: it runs the
@@ -83,4 +85,13 @@ func CheckJob(verb, job string) error { return ledger.ValidateJob(verb, job) }
 // in its text, or nil.
 func CheckPrune(verb string, olderThan time.Duration, opts ...ormlock.Option) error {
 	return ledger.CheckCatchUp(verb, olderThan, config.New(opts...))
+}
+
+// WithSlot returns ctx carrying slot, which [ormlock.Slot] then reads: for
+// a scheduler whose verb hands fn no context of its own (entlock's fn gets
+// a transaction; read its slot with entlock.Slot(tx)) to hand its job the
+// slot it runs. The slot is information only: RunOnce takes the slot it
+// claims as an argument, never from a context.
+func WithSlot(ctx context.Context, slot time.Time) context.Context {
+	return sched.WithSlot(ctx, slot)
 }

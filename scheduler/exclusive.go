@@ -27,7 +27,7 @@ func jobKey(job string) string { return "ormlock.job:" + job }
 // claim runs fn through b for the slot of now under s (RunScheduled in
 // claim mode: with ormlock.WithCatchUp among b's options, the missed slots
 // too, as the firing options among extra allow (schedhook.Firing); fn
-// reads each slot with backend.Slot), and with WithExclusive while holding
+// reads each slot with ormlock.Slot), and with WithExclusive while holding
 // the job's own lock. now, the firing's reading of the clock, picks the
 // slot; the catch-up reads the clock (schedhook.Clock) again when it reads
 // the ledger, after WithExclusive's wait, to compare it with the server's

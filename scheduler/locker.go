@@ -13,7 +13,6 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/schedhook"
-	"github.com/ormlock/ormlock/scheduler/internal/backend"
 )
 
 // Locker is a gocron v2 distributed locker (gocron.WithDistributedLocker or
@@ -137,7 +136,7 @@ func (l *Locker) Lock(ctx context.Context, job string) (gocron.Lock, error) {
 	go func() {
 		defer cancel(nil)
 		h.done <- l.cfg.claim(hctx, l.b, job, s, now, func(rctx context.Context) error {
-			if ran, ok := backend.Slot(rctx); ok {
+			if ran, ok := ormlock.Slot(rctx); ok {
 				h.slot = ran // a caught-up slot; read after started
 			}
 			if !detach() {

@@ -94,12 +94,7 @@ const pkg = "sqllock"
 // the call's options; fn's transaction is a *sql.Tx begun by database/sql.
 type binder struct{ db *sql.DB }
 
-func (b binder) Nil() string {
-	if b.db == nil {
-		return "*sql.DB"
-	}
-	return ""
-}
+func (b binder) Nil() string { return verbs.NilIf(b.db == nil, "*sql.DB") }
 
 func (b binder) Bind(ctx context.Context, verb string, opts []config.Option) (verbs.Pool, error) {
 	d, err := dialectOf(ctx, verb, b.db)

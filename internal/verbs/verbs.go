@@ -104,6 +104,14 @@ type Binder interface {
 	Bind(ctx context.Context, verb string, opts []config.Option) (Pool, error)
 }
 
+// NilIf returns what when isNil and "" otherwise: a Binder's Nil.
+func NilIf(isNil bool, what string) string {
+	if isNil {
+		return what
+	}
+	return ""
+}
+
 // Args is what a verb checks of its own arguments (step 3).
 type Args struct {
 	// NilFn reports that fn is nil.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/entlock"
+	"github.com/ormlock/ormlock/schedhook"
 	"github.com/ormlock/ormlock/scheduler"
 	"github.com/ormlock/ormlock/scheduler/internal/backend"
 )
@@ -38,7 +39,7 @@ func Backend[T entlock.TxLike](client interface {
 		Scheduled: func(ctx context.Context, job string, s ormlock.Schedule, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
 			return entlock.RunScheduled(ctx, client, job, s, func(tx T) error {
 				slot, _ := entlock.Slot(tx)
-				return fn(backend.WithSlot(ctx, slot))
+				return fn(schedhook.WithSlot(ctx, slot))
 			}, opts...)
 		},
 		Session: func(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...ormlock.Option) error {

@@ -109,20 +109,3 @@ func With(opts, extra []ormlock.Option) []ormlock.Option {
 func Claim(opts, extra []ormlock.Option) []ormlock.Option {
 	return append(With(opts, extra), ormlock.WithClaim())
 }
-
-type slotKey struct{}
-
-// WithSlot returns ctx carrying slot, for a backend whose verb hands fn no
-// context of its own (entlock's fn gets a transaction): [Slot] reads it.
-func WithSlot(ctx context.Context, slot time.Time) context.Context {
-	return context.WithValue(ctx, slotKey{}, slot)
-}
-
-// Slot returns the slot a claimed run's ctx carries: the one WithSlot put
-// there, else ormlock.Slot's.
-func Slot(ctx context.Context) (time.Time, bool) {
-	if t, ok := ctx.Value(slotKey{}).(time.Time); ok {
-		return t, true
-	}
-	return ormlock.Slot(ctx)
-}
