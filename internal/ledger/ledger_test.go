@@ -119,7 +119,7 @@ func TestIndexName(t *testing.T) {
 // RunOnce doc states it, and must state the one the ledger enforces.
 func TestJobLimitDocumented(t *testing.T) {
 	want := fmt.Sprintf("at most %d characters", ledger.MaxJobLen)
-	for _, file := range []string{"../../gormlock/runonce.go", "../../entlock/runonce.go", "../../sqllock/sqllock.go", "../../pgxlock/pgxlock.go"} {
+	for _, file := range []string{"../../gormlock/verbs.go", "../../entlock/runonce.go", "../../sqllock/sqllock.go", "../../pgxlock/pgxlock.go"} {
 		src, err := os.ReadFile(file)
 		if err != nil {
 			t.Fatal(err)
