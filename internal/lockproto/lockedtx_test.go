@@ -13,7 +13,6 @@ import (
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/keys"
-	keyspkg "github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
@@ -339,7 +338,7 @@ func openWithParam(t *testing.T, k testdb.Kind, param string) *sql.DB {
 // connection idle outside any transaction, back in the pool.
 func TestOneMessageKeys(t *testing.T) {
 	ctx := context.Background()
-	keys := []keys.Key{
+	cases := []keys.Key{
 		keys.ID(math.MinInt64), keys.ID(math.MaxInt64), keys.ID(-1), keys.ID(0),
 		keys.Pair(math.MinInt32, math.MaxInt32), keys.Pair(-1, 0),
 	}
@@ -348,7 +347,7 @@ func TestOneMessageKeys(t *testing.T) {
 			db := testdb.Open(t, k)
 			other := testdb.Open(t, k)
 			t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db, other) })
-			for _, key := range keys {
+			for _, key := range cases {
 				for _, wait := range []time.Duration{0, 30 * time.Millisecond} {
 					cfg := config.Config{Wait: wait}
 					op, err := lockproto.NewOp(lockproto.Postgres, "Transaction", key, cfg)
@@ -367,7 +366,7 @@ func TestOneMessageKeys(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if ok, err := lockproto.PGTryXact(ctx, tx, keyspkg.Postgres(keyspkg.Key(key), ""), nil, nil); err != nil || ok {
+					if ok, err := lockproto.PGTryXact(ctx, tx, keys.Postgres(keys.Key(key), ""), nil, nil); err != nil || ok {
 						t.Fatalf("%v: hand-written try while held: %v %v", key, ok, err)
 					}
 					_ = tx.Rollback()
