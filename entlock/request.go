@@ -27,7 +27,7 @@ type request struct {
 	key   keys.Key
 	opts  []ormlock.Option
 	probe bool          // only find the driver (Session, RunOnce, ...)
-	op    *lockproto.Op // the lock, when the verb built it (RunOnce); else made from key and opts
+	op    *lockproto.Op // the lock, when the verb built it (RunOnce); else Driver.begin builds it from key and opts and sets it
 	work  bool          // no lock: fn's own transaction in RunOnce's claim mode (see workTx)
 
 	// set by the driver that claimed it
