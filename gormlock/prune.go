@@ -11,14 +11,16 @@ import (
 )
 
 // Prune deletes the ledger rows of finished runs ('done' or 'failed') whose
-// slot is more than olderThan before now, and returns how many it deleted (so
-// far, when it stops at an error or when db's context ends). It never deletes
-// a 'running' claim, works in short batches, and prunes only the namespace in
-// effect. olderThan must exceed the longest period of the jobs plus the
-// latest a trigger may come, or a pruned slot runs again. db must not be
-// inside a transaction. A window shorter than the catch-up window of
-// [ormlock.WithCatchUp], given with it, is refused. See docs/PROTOCOL.md
-// (The ledger).
+// slot is more than olderThan before now by the database server's clock
+// (read first; catch-up judges its window by it too), and returns how many
+// it deleted (so far, when it stops at an error or when db's context ends).
+// It never deletes a 'running' claim, works in short batches, and prunes
+// only the namespace in effect. olderThan must exceed the longest period of
+// the jobs plus the latest a trigger may come, or a pruned slot runs again.
+// db must not be inside a transaction. An olderThan shorter than the
+// catch-up window of [ormlock.WithCatchUp], given with it, plus 1 minute is
+// refused. See docs/PROTOCOL.md (The ledger) and docs/SCHEDULES.md (Clocks
+// of catch-up and Prune).
 func Prune(db *gorm.DB, olderThan time.Duration, opts ...ormlock.Option) (int64, error) {
 	const verb = "gormlock.Prune"
 	argErr := ledger.CheckPrune(verb, olderThan)

@@ -155,7 +155,9 @@ func Runs(ctx context.Context, pool *pgxpool.Pool, job string, limit int, opts .
 }
 
 // Prune deletes the ledger's finished runs whose slot is older than
-// olderThan, batch by batch, and returns how many it deleted.
+// olderThan by the database server's clock, batch by batch, and returns how
+// many it deleted: gormlock.Prune's twin (an olderThan shorter than the
+// catch-up window given with it plus 1 minute is refused).
 func Prune(ctx context.Context, pool *pgxpool.Pool, olderThan time.Duration, opts ...ormlock.Option) (int64, error) {
 	p, cfg, done, err := open(ctx, "Prune", pool, false, opts)
 	if err != nil {

@@ -139,7 +139,9 @@ func Runs(ctx context.Context, db *sql.DB, job string, limit int, opts ...ormloc
 }
 
 // Prune deletes the ledger's finished runs whose slot is older than
-// olderThan, batch by batch, and returns how many it deleted.
+// olderThan by the database server's clock, batch by batch, and returns how
+// many it deleted: gormlock.Prune's twin (an olderThan shorter than the
+// catch-up window given with it plus 1 minute is refused).
 func Prune(ctx context.Context, db *sql.DB, olderThan time.Duration, opts ...ormlock.Option) (int64, error) {
 	p, cfg, err := pool(ctx, "Prune", db, false, opts)
 	if err != nil {
