@@ -127,9 +127,10 @@ func skip(err error) bool {
 }
 
 // catchUpWindow is what a catch-up read: the slots of the window, oldest
-// first (the newest MaxCatchUp of them), and the slots among them and the
-// current one whose row is 'done' or 'running' (by UnixMicro), as of the
-// server's clock server, read when the monotonic clock read at.
+// first (the newest MaxCatchUp of them); the slots among them and the
+// current one whose row is 'done' or 'running' (by UnixMicro); the
+// server's clock as the same statement read it (server), the local
+// monotonic clock just after it (at), and the window's width.
 type catchUpWindow struct {
 	slots  []time.Time
 	taken  map[int64]bool
