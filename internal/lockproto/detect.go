@@ -209,7 +209,17 @@ func checkPostgres(ctx context.Context, db CheckQuerier) (verdict func() (*serve
 		version    string
 		inRecovery bool
 		ybSilence  sql.NullString
+		conn       *sql.Conn
 	)
+	if pool, ok := db.(*sql.DB); ok {
+		// on a connection of its own, whose start-up the multiplexer
+		// probe compares with a second one
+		if conn, err = pool.Conn(ctx); err != nil {
+			return nil, errs.Wrap(err, "check the server's locks")
+		}
+		defer conn.Close()
+		db = conn
+	}
 	if err := db.QueryRowContext(ctx, "SELECT version(), pg_is_in_recovery()").Scan(&version, &inRecovery); err != nil {
 		return nil, errs.Wrap(err, "check the server's locks (SELECT version(), pg_is_in_recovery())")
 	}
@@ -219,7 +229,14 @@ func checkPostgres(ctx context.Context, db CheckQuerier) (verdict func() (*serve
 			return nil, errs.Wrap(err, "check the server's locks (%s)", q)
 		}
 	}
+	var multiplexed error
+	if conn != nil {
+		multiplexed = multiplexerVerdict(ctx, conn)
+	}
 	return func() (*serverFacts, error) {
+		if multiplexed != nil {
+			return nil, multiplexed
+		}
 		if err := PostgresVerdict(version, inRecovery); err != nil {
 			return nil, err
 		}
