@@ -63,15 +63,25 @@ var genuine sync.Map // weak.Pointer[sql.DB] -> *serverFacts (engines.go)
 // error, so that the call sends nothing: no connection is taken from the
 // pool and the server is not asked.
 func (o *Op) EndedLock(ctx context.Context) error {
-	if err := ctxErr(ctx); err != nil {
+	if err := Ended(ctx); err != nil {
 		return o.notAcquired(ctx, err)
 	}
 	return nil
 }
 
 // Ended is EndedLock for the verbs that take no lock for their caller
-// (Holder, Migrate, Runs, Prune): once ctx has ended, ctx's error itself.
-func Ended(ctx context.Context) error { return ctxErr(ctx) }
+// (Holder, Migrate, Runs, Prune): once ctx has ended, ctx's error itself
+// (joined with its cause, when that is another error).
+func Ended(ctx context.Context) error {
+	err := ctxErr(ctx)
+	if err == nil {
+		return nil
+	}
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, err) {
+		return errs.Join(err, cause)
+	}
+	return err
+}
 
 // CheckPool is the server check of a verb without an Op (Runs, Prune): nil
 // when the server of db, of dialect d, hands out real locks, an error
