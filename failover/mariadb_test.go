@@ -117,7 +117,63 @@ func mariaDBReplication(t *testing.T, semi bool) {
 			t.Fatalf("semi-synchronous replication did not acknowledge every commit (%d acknowledged, %d not)", yes, no)
 		}
 	}
+	// A Session and a Transaction mid-fn when the primary dies.
+	inFn := make(chan struct{}, 2)
+	release := make(chan struct{})
+	type outcome struct {
+		verb  string
+		err   error
+		cause error
+		at    time.Time
+	}
+	outcomes := make(chan outcome, 2)
+	go func() {
+		var o outcome
+		o.err = sqllock.Session(ctx, db, "my-session", func(ctx context.Context) error {
+			inFn <- struct{}{}
+			<-ctx.Done()
+			o.cause, o.at = context.Cause(ctx), time.Now()
+			return ctx.Err()
+		}, ormlock.WithKeepalive(keepalive))
+		o.verb = "Session"
+		outcomes <- o
+	}()
+	go func() {
+		tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		var o outcome
+		o.err = sqllock.Transaction(tctx, db, "my-tx", func(ctx context.Context, tx *sql.Tx) error {
+			inFn <- struct{}{}
+			<-release
+			return nil
+		})
+		o.verb, o.at = "Transaction", time.Now()
+		outcomes <- o
+	}()
+	<-inFn
+	<-inFn
+	killed := time.Now()
 	r.Primary.StopImmediate(t)
+	close(release)
+	for range 2 {
+		o := <-outcomes
+		took := o.at.Sub(killed)
+		t.Logf("figure: MariaDB %s primary killed (SIGKILL): %s learnt the loss after %v (keepalive %v): %v",
+			map[bool]string{true: "semi-synchronous", false: "asynchronous"}[semi], o.verb, took.Round(time.Millisecond), keepalive, o.err)
+		switch o.verb {
+		case "Session":
+			if !errors.Is(o.cause, ormlock.ErrLockLost) || !errors.Is(o.err, ormlock.ErrLockLost) {
+				t.Errorf("Session: cause %v, returned %v; want ErrLockLost", o.cause, o.err)
+			}
+			if took > 2*keepalive+500*time.Millisecond {
+				t.Errorf("Session learnt the loss after %v, want within two keepalives", took)
+			}
+		case "Transaction":
+			if !errors.Is(o.err, ormlock.ErrLockLost) && !errors.Is(o.err, ormlock.ErrCommitUnknown) {
+				t.Errorf("Transaction: %v, want ErrLockLost or ErrCommitUnknown", o.err)
+			}
+		}
+	}
 	r.Promote(t)
 	r.SwitchFront()
 	db.SetMaxIdleConns(0)

@@ -31,7 +31,9 @@ type held struct {
 // primary while a holder of every verb is mid-fn, with the old primary
 // stopped at once (pg_ctl stop -m immediate) or cut off from its clients
 // (their connections frozen, the server still up and holding their
-// locks), and clients re-pointed by a proxy moved to the new primary. Each
+// locks), and clients re-pointed by a proxy moved to the new primary, or
+// naming both servers in a multi-host DSN with
+// target_session_attrs=read-write (the old primary stopped). Each
 // holder must learn of the loss (Session and Lead: ctx cause ErrLockLost
 // within two keepalives; Transaction and RunOnce: ErrLockLost or
 // ErrCommitUnknown, never nil), no done slot may run again on the new
@@ -39,7 +41,7 @@ type held struct {
 // a fn saw before it, and a stale holder's fenced write is refused there.
 func TestPGSyncFailover(t *testing.T) {
 	topology(t)
-	for _, mode := range []string{"stopped", "cut-off"} {
+	for _, mode := range []string{"stopped", "cut-off", "multi-host"} {
 		t.Run(mode, func(t *testing.T) { pgSyncFailover(t, mode) })
 	}
 }
@@ -47,6 +49,19 @@ func TestPGSyncFailover(t *testing.T) {
 func pgSyncFailover(t *testing.T, mode string) {
 	r := testdb.StartPGReplication(t, true)
 	db := openFront(t, r)
+	if mode == "multi-host" {
+		// the clients name both servers and want the writable one
+		db.Close()
+		var err error
+		db, err = sql.Open("pgx", fmt.Sprintf("postgres://postgres@%s,%s/ormlock?sslmode=disable&target_session_attrs=read-write&connect_timeout=5",
+			r.Primary.Addr(), r.Standby.Addr()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		db.SetMaxOpenConns(20)
+		db.SetConnMaxIdleTime(time.Second)
+		t.Cleanup(func() { db.Close() })
+	}
 	ctx := context.Background()
 	if err := sqllock.Migrate(ctx, db); err != nil {
 		t.Fatal(err)
@@ -169,7 +184,7 @@ func pgSyncFailover(t *testing.T, mode string) {
 
 	start := time.Now()
 	switch mode {
-	case "stopped":
+	case "stopped", "multi-host":
 		r.Primary.StopImmediate(t)
 		r.Promote(t)
 		r.SwitchFront()

@@ -34,7 +34,7 @@ func Now(t time.Time) ormlock.Option { return func(c *config.Config) { c.Now = t
 // with a clock of its own (scheduler.WithClock) passes it. The default is
 // time.Now; nil keeps it.
 func Clock(clock func() time.Time) ormlock.Option {
-	return func(c *config.Config) { c.Clock = clock }
+	return func(c *config.Config) { c.SetClock(clock) }
 }
 
 // Firing makes RunScheduled answer one firing of a scheduler with one run,

@@ -72,8 +72,13 @@
 //     Locker answers one firing with one run, so it takes CatchUpLatest
 //     only, at a job's first firing after start (start the job with
 //     gocron.WithStartImmediately to catch up at once), and the job asks
-//     [Locker.Slot] which slot it runs. A WithPrune window shorter than the
-//     catch-up window is refused.
+//     [Locker.Slot] which slot it runs. The catch-up window and
+//     [WithPrune]'s cut are judged by the database server's clock; a
+//     WithPrune window shorter than the catch-up window plus 1 minute is
+//     refused, and a replica whose clock ([WithClock]) is more than 1
+//     minute from the server's runs nothing with catch-up and reports an
+//     error naming the difference. See docs/SCHEDULES.md (Clocks of
+//     catch-up and Prune).
 //   - Claim mode. The job runs outside any transaction (the scheduler calls
 //     it, not ormlock), so the adapters use RunOnce's claim mode
 //     ([ormlock.WithClaim]): the (job, slot) lock is held on a dedicated

@@ -55,12 +55,14 @@ const pruneInterval = time.Hour
 const pruneTimeout = 5 * time.Minute
 
 // WithPrune makes the adapter delete the ledger's finished rows whose slot is
-// more than olderThan old, after a run it made, at most once an hour,
-// once the job's lock is released; errors go to the error
-// handler. olderThan must exceed the longest period of the jobs plus the
-// latest a trigger may come (a week is safe for daily jobs). Applies to
-// NewLocker and JobWrapper. The default is no pruning. See
-// docs/SCHEDULES.md (WithPrune).
+// more than olderThan old by the database server's clock, after a run it
+// made, at most once an hour, once the job's lock is released; errors go
+// to the error handler. olderThan must exceed the longest period of the
+// jobs plus the latest a trigger may come (a week is safe for daily jobs),
+// and, with [ormlock.WithCatchUp] among the Backend's options, be at least
+// the catch-up window plus 1 minute (the constructor refuses it
+// otherwise). Applies to NewLocker and JobWrapper. The default is no
+// pruning. See docs/SCHEDULES.md (WithPrune).
 func WithPrune(olderThan time.Duration) Option {
 	return checked(olderThan <= 0, fmt.Sprintf("WithPrune: olderThan must be positive, got %v", olderThan), func(c *config) { c.pruner = &pruner{olderThan: olderThan} })
 }
@@ -104,8 +106,9 @@ func (c *config) afterRun(b Backend) {
 
 // checkCatchUp refuses what the catch-up of b's options (ormlock.WithCatchUp)
 // cannot do here: CatchUpAll in a gocron Locker (one firing, one run), and
-// a WithPrune window shorter than the catch-up window (the pruned 'done'
-// rows would run again). b must have passed Check.
+// a WithPrune window shorter than the catch-up window plus
+// ledger.PruneMargin (the pruned 'done' rows would run again). b must have
+// passed Check.
 func (c *config) checkCatchUp(verb string, b Backend, locker bool) error {
 	window, policy := schedhook.CatchUp(b.Funcs().Opts...)
 	switch {

@@ -132,8 +132,13 @@ func WithCronLogger(l cron.Logger) Option {
 }
 
 // WithClock sets the clock whose reading is mapped to the slot when a job
-// fires. Applies to NewLocker and JobWrapper. The default is time.Now; tests
-// use it to give replicas skewed clocks.
+// fires. With [ormlock.WithCatchUp] among the Backend's options it is read
+// again when the catch-up reads the ledger (after [WithExclusive]'s wait)
+// and compared with the database server's clock: more than 1 minute apart,
+// the firing runs nothing and reports an error naming the difference (see
+// docs/SCHEDULES.md (Clocks of catch-up and Prune)). Applies to NewLocker
+// and JobWrapper. The default is time.Now; tests use it to give replicas
+// skewed clocks.
 func WithClock(now func() time.Time) Option {
 	return checked(now == nil, "WithClock: nil function", func(c *config) { c.now = now })
 }

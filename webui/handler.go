@@ -122,7 +122,7 @@ func (h *handler) page(w http.ResponseWriter, req *http.Request, build func(ctx 
 	case h.sem <- struct{}{}:
 		defer func() { <-h.sem }()
 	case <-ctx.Done():
-		h.render(w, http.StatusServiceUnavailable, &view{Title: "Busy", Problem: "the view is busy: " + describe(ctx.Err(), h.s.timeout), P: p})
+		h.render(w, http.StatusServiceUnavailable, &view{Title: "Busy", Problem: "the view is busy: " + describe(ctx.Err(), h.s.timeout), P: p, Refresh: int(p.refresh / time.Second)})
 		return
 	}
 	v, err := build(ctx, p)
@@ -136,7 +136,8 @@ func (h *handler) page(w http.ResponseWriter, req *http.Request, build func(ctx 
 		code = http.StatusServiceUnavailable
 		msg := describe(err, h.s.timeout)
 		h.s.logger.LogAttrs(ctx, levelError, "ormlock webui: read failed", attr("path", req.URL.Path), attr("error", msg))
-		v = &view{Title: "Unavailable", Problem: msg, P: p}
+		// it keeps refreshing, so that a screen left on it recovers
+		v = &view{Title: "Unavailable", Problem: msg, P: p, Refresh: int(p.refresh / time.Second)}
 	}
 	if code == http.StatusOK && ctx.Err() != nil {
 		// a section ran out of time: the page is partial

@@ -429,8 +429,8 @@ func TestUnreachable(t *testing.T) {
 			srv := serve(t, db, webui.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))), webui.WithLocks(ormlock.Name("x")))
 			for _, path := range []string{"/", "/job?name=x"} {
 				code, body, _ := get(t, srv, path)
-				if code != http.StatusServiceUnavailable || !strings.Contains(body, "cannot reach the database server") {
-					t.Errorf("GET %s: %d\n%s", path, code, body)
+				if code != http.StatusServiceUnavailable || !strings.Contains(body, "cannot reach the database server") || !strings.Contains(body, `http-equiv="refresh"`) {
+					t.Errorf("GET %s: %d, want 503 saying so and refreshing\n%s", path, code, body)
 				}
 				for _, secret := range []string{"s3cr3t", "webuser", "secretdb", strconv.Itoa(port)} {
 					if strings.Contains(body, secret) {

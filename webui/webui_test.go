@@ -1,7 +1,11 @@
 package webui_test
 
 import (
+	"html"
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"regexp"
 	"strings"
 	"testing"
@@ -100,4 +104,49 @@ func mustZone(t *testing.T, name string) *time.Location {
 		t.Fatal(err)
 	}
 	return loc
+}
+
+// TestMounted: under a prefix (http.StripPrefix on a service's mux) every
+// link of the view stays under it: the stylesheet, a job's page, and back.
+func TestMounted(t *testing.T) {
+	k := testdb.MariaDB
+	db := testdb.Open(t, k)
+	t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
+	table := ledger(t, k, db)
+	insertRun(t, k, table, "", "mounted-job", slot(1), "done", "o", slot(1), time.Second, "")
+	h, err := webui.Handler(db, webui.WithLedgerTable(table))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/admin/ormlock/", http.StripPrefix("/admin/ormlock", h))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	base := srv.URL + "/admin/ormlock/"
+	resp, err := srv.Client().Get(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	body := string(b)
+	job := regexp.MustCompile(`href="(job\?name=mounted-job)"`).FindStringSubmatch(body)
+	if resp.StatusCode != http.StatusOK || job == nil || !strings.Contains(body, `href="static/style.css"`) {
+		t.Fatalf("GET %s: %d\n%s", base, resp.StatusCode, body)
+	}
+	for _, rel := range []string{"static/style.css", job[1]} {
+		u, err := url.Parse(base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref, _ := url.Parse(html.UnescapeString(rel))
+		resp, err := srv.Client().Get(u.ResolveReference(ref).String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("GET %s under the prefix: %d", rel, resp.StatusCode)
+		}
+	}
 }

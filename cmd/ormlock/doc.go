@@ -15,6 +15,8 @@
 //	ormlock runs JOB                               gormlock.Runs
 //	ormlock key NAME                               keyhash: bigint, pair, MySQL name, psql
 //	ormlock migrate                                gormlock.Migrate
+//	ormlock fence advance --by N                   gormlock.AdvanceFences, after promoting
+//	                                               an asynchronous replica
 //	ormlock --version                              the module version it was built from
 //	ormlock ui [flags]                             webui.Handler on 127.0.0.1:8080
 //

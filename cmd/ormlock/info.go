@@ -76,11 +76,16 @@ func holderCmd(args []string, stdout, stderr io.Writer) error {
 			return nil
 		}
 		// A --once-per job: the lock is its run's.
-		found, stale, err := c.runHolders(db, arg, opts, stdout)
+		found, stale, ledgerErr, err := c.runHolders(db, arg, opts, stdout)
 		if err != nil || found {
 			return err
 		}
 		fmt.Fprintln(stdout, h.String())
+		if ledgerErr != nil {
+			// The ledger is a second place to look, not what was asked.
+			fmt.Fprintf(stderr, "ormlock: %q is free %s; ledger table %s was not read, so a --once-per run of it would not show: %s\n", arg, c.where(), c.ledger, bare(ledgerErr))
+			return nil
+		}
 		fmt.Fprintf(stderr, "ormlock: %q is free %s, and ledger table %s has no run of it holding its lock (ormlock run --once-per)\n", arg, c.where(), c.ledger)
 		for _, r := range stale {
 			fmt.Fprintf(stderr, "ormlock: the run of slot %s is recorded running (owner %s, started %s) but nobody holds its lock: its owner died before recording the end; the next trigger of that slot takes it over\n",
@@ -93,14 +98,16 @@ func holderCmd(args []string, stdout, stderr io.Writer) error {
 // runHolders prints the holder of each of job's runs that the ledger shows
 // running and whose lock is held, as "run=SLOT <holder>", and reports
 // whether there was one; stale are the running rows whose lock is free. A
-// missing ledger table is no runs.
-func (c *common) runHolders(db *gorm.DB, job string, opts []ormlock.Option, stdout io.Writer) (found bool, stale []ormlock.Run, err error) {
-	runs, err := gormlock.Runs(db, job, holderRuns, opts...)
-	if errors.Is(err, ormlock.ErrInvalidArgument) || isMissingTable(err) {
-		return false, nil, nil // not a job name the ledger can hold, or no ledger
-	}
-	if err != nil {
-		return false, nil, err
+// missing ledger table is no runs; ledgerErr is why the ledger could not
+// be read otherwise (no database selected, no privilege), and err the
+// failure of a holder lookup.
+func (c *common) runHolders(db *gorm.DB, job string, opts []ormlock.Option, stdout io.Writer) (found bool, stale []ormlock.Run, ledgerErr, err error) {
+	runs, rerr := gormlock.Runs(db, job, holderRuns, opts...)
+	switch {
+	case errors.Is(rerr, ormlock.ErrInvalidArgument) || isMissingTable(rerr):
+		return false, nil, nil, nil // not a job name the ledger can hold, or no ledger
+	case rerr != nil:
+		return false, nil, rerr, nil
 	}
 	for _, r := range runs {
 		if r.Status != "running" {
@@ -108,7 +115,7 @@ func (c *common) runHolders(db *gorm.DB, job string, opts []ormlock.Option, stdo
 		}
 		h, err := gormlock.Holder(db, ormlock.RunKey(job, r.Slot), opts...)
 		if err != nil {
-			return false, nil, err
+			return false, nil, nil, err
 		}
 		if !h.Held {
 			stale = append(stale, r)
@@ -117,7 +124,7 @@ func (c *common) runHolders(db *gorm.DB, job string, opts []ormlock.Option, stdo
 		found = true
 		fmt.Fprintf(stdout, "run=%s %s\n", r.Slot.UTC().Format(time.RFC3339Nano), h.String())
 	}
-	return found, stale, nil
+	return found, stale, nil, nil
 }
 
 // quoteField is v as HolderInfo.String prints a value: as it is when plain,

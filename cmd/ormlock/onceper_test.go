@@ -294,3 +294,21 @@ func TestHolderFindsOncePerRun(t *testing.T) {
 		}
 	})
 }
+
+// On MySQL/MariaDB a DSN without a database reaches the locks (GET_LOCK
+// names are server-wide) but no ledger: holder still answers, and says the
+// ledger was not read.
+func TestHolderWithoutLedger(t *testing.T) {
+	dsn := testdb.DSN(t, testdb.MariaDB)
+	i, j := strings.Index(dsn, ")/"), strings.Index(dsn, "?")
+	if i < 0 || j < i {
+		t.Fatalf("unexpected MariaDB DSN form")
+	}
+	noDB := dsn[:i+2] + dsn[j:]
+	code, out, stderr := runBin(t, "", "holder", "--dsn", noDB, uniq(t, "job"))
+	want(t, code, stderr, 0, "is free without a namespace", "was not read")
+	if out != "free\n" {
+		t.Errorf("holder without a database: %q", out)
+	}
+	testdb.AssertNoLeaks(t, testdb.MariaDB)
+}

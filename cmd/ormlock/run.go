@@ -250,8 +250,8 @@ func (f *runFlags) check() error {
 	if f.wait < 0 {
 		return usagef("--wait must not be negative, got %v", f.wait)
 	}
-	if f.keepalive <= 0 {
-		return usagef("--keepalive must be positive, got %v", f.keepalive)
+	if f.keepalive < config.MinKeepalive {
+		return usagef("--keepalive must be at least %v, got %v", config.MinKeepalive, f.keepalive)
 	}
 	if f.oncePer == "" && f.tz != "UTC" {
 		return usagef("--tz is the time zone of --once-per; give --once-per too")

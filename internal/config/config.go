@@ -69,10 +69,10 @@ type Config struct {
 	// Now, when set, is the time RunScheduled takes as the current one
 	// (schedhook.Now); the zero time means time.Now().
 	Now time.Time
-	// Clock, when set, is the caller's clock that RunScheduled's catch-up
-	// compares with the database server's (schedhook.Clock); nil means
-	// time.Now.
-	Clock func() time.Time
+	// clock, when set, is the caller's clock that RunScheduled's catch-up
+	// compares with the database server's (schedhook.Clock, SetClock); nil
+	// means time.Now. A pointer, so that a Config stays comparable.
+	clock *func() time.Time
 	// Firing is how RunScheduled answers a scheduler's firing
 	// (schedhook.Firing): as configured, or with one run.
 	Firing Firing
@@ -149,10 +149,18 @@ const (
 	FiringLater
 )
 
-// ClockFunc returns c.Clock, or time.Now when c sets none.
+// SetClock sets the clock of [Config.ClockFunc]; nil keeps time.Now.
+func (c *Config) SetClock(clock func() time.Time) {
+	c.clock = nil
+	if clock != nil {
+		c.clock = &clock
+	}
+}
+
+// ClockFunc returns the clock SetClock set, or time.Now when none is set.
 func (c Config) ClockFunc() func() time.Time {
-	if c.Clock != nil {
-		return c.Clock
+	if c.clock != nil {
+		return *c.clock
 	}
 	return time.Now
 }

@@ -47,6 +47,9 @@ func TestConformanceCancelledWait(t *testing.T) {
 			{"RunOnce claim", ormlock.RunKey("cw-claim-"+t.Name(), slot).String(), func(ctx context.Context, ran *atomic.Bool) error {
 				return r.RunOnce(ctx, "cw-claim-"+t.Name(), slot, func(txn) error { ran.Store(true); return nil }, lt, wait, ormlock.WithClaim())
 			}},
+			{"Migrate", "ormlock.migrate:" + tbl, func(ctx context.Context, _ *atomic.Bool) error {
+				return r.Migrate(ctx, lt)
+			}},
 		} {
 			t.Run(v.name, func(t *testing.T) {
 				for round := range 3 {

@@ -26,21 +26,28 @@ func TestConformanceEndedContext(t *testing.T) {
 	leakcheck.Goroutines(t)
 	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
 		tbl := testdb.Table(t, k, "ectx")
+		shutdown := errors.New("shutting down")
 		for _, ended := range []struct {
 			name string
 			ctx  func() context.Context
 			want error
+			also error // the cause, when the context has one of its own
 		}{
 			{"cancelled", func() context.Context {
 				ctx, cancel := context.WithCancel(context.Background())
 				cancel()
 				return ctx
-			}, context.Canceled},
+			}, context.Canceled, nil},
+			{"cancelled with a cause", func() context.Context {
+				ctx, cancel := context.WithCancelCause(context.Background())
+				cancel(shutdown)
+				return ctx
+			}, context.Canceled, shutdown},
 			{"deadline passed", func() context.Context {
 				ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 				t.Cleanup(cancel)
 				return ctx
-			}, context.DeadlineExceeded},
+			}, context.DeadlineExceeded, nil},
 		} {
 			t.Run(ended.name, func(t *testing.T) {
 				for _, v := range sweepVerbs(t, tbl) {
@@ -54,6 +61,8 @@ func TestConformanceEndedContext(t *testing.T) {
 						switch {
 						case !errors.Is(err, ended.want):
 							t.Errorf("on an ended context: %v, want the context's error (%v)", err, ended.want)
+						case ended.also != nil && !errors.Is(err, ended.also):
+							t.Errorf("on an ended context: %v, want its cause (%v) too", err, ended.also)
 						case v.lock && !errors.Is(err, ormlock.ErrNotAcquired):
 							t.Errorf("on an ended context: %v, want ErrNotAcquired too", err)
 						case !v.lock && errors.Is(err, ormlock.ErrNotAcquired):

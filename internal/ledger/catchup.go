@@ -126,9 +126,10 @@ func skip(err error) bool {
 }
 
 // catchUpWindow is what a catch-up read: the slots of the window, oldest
-// first (the newest MaxCatchUp of them), and the slots among them and the
-// current one whose row is 'done' or 'running' (by UnixMicro), as of the
-// server's clock server, read when the monotonic clock read at.
+// first (the newest MaxCatchUp of them); the slots among them and the
+// current one whose row is 'done' or 'running' (by UnixMicro); the
+// server's clock as the same statement read it (server), the local
+// monotonic clock just after it (at), and the window's width.
 type catchUpWindow struct {
 	slots  []time.Time
 	taken  map[int64]bool
@@ -190,11 +191,11 @@ func (r Reader) window(ctx context.Context, verb, job string, s sched.Slotter, c
 func (t *Table) taken(ctx context.Context, q Querier, ns, job string, from, to time.Time) (time.Time, map[int64]bool, error) {
 	var query string
 	if t.pg() {
-		query = `SELECT n.now, r.slot FROM (SELECT clock_timestamp() AS now) n LEFT JOIN ` + t.q +
-			` r ON r.namespace = $1 AND r.job = $2 AND r.slot >= $3 AND r.slot <= $4 AND r.status <> 'failed'`
+		query = `SELECT c.server_now, slot FROM (SELECT clock_timestamp() AS server_now) c LEFT JOIN ` + t.q +
+			` ON namespace = $1 AND job = $2 AND slot >= $3 AND slot <= $4 AND status <> 'failed'`
 	} else {
-		query = "SELECT DATE_FORMAT(n.now, " + mysqlFormat + "), DATE_FORMAT(r.slot, " + mysqlFormat + ") FROM (SELECT UTC_TIMESTAMP(6) AS now) n LEFT JOIN " + t.q +
-			" r ON r.namespace = ? AND r.job = ? AND r.slot >= ? AND r.slot <= ? AND r.status <> 'failed'"
+		query = "SELECT DATE_FORMAT(c.server_now, " + mysqlFormat + "), DATE_FORMAT(slot, " + mysqlFormat + ") FROM (SELECT UTC_TIMESTAMP(6) AS server_now) c LEFT JOIN " + t.q +
+			" ON namespace = ? AND job = ? AND slot >= ? AND slot <= ? AND status <> 'failed'"
 	}
 	const what = "read the slots to catch up"
 	rows, err := q.QueryContext(ctx, query, ns, job, t.slotArg(from), t.slotArg(to))

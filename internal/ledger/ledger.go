@@ -259,12 +259,19 @@ func Migrate(ctx context.Context, db *sql.DB, op *lockproto.Op) error {
 			return t.upgrade(ctx, conn)
 		})
 	}
-	tx, err := db.BeginTx(ctx, nil)
+	// pinned, so that a cancelled wait for the lock asks the server to
+	// end it (lockproto.Op.AcquireXactOn)
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return op.Abandon(ctx, errs.Wrap(err, "pin a connection"))
+	}
+	defer conn.Close()
+	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		return op.Abandon(ctx, errs.Wrap(err, "begin"))
 	}
 	defer op.EndXact(ctx)
-	if err := op.AcquireXact(ctx, tx); err != nil {
+	if err := op.AcquireXactOn(ctx, conn, tx); err != nil {
 		_ = tx.Rollback()
 		return err
 	}

@@ -177,6 +177,11 @@ func testLedgerPlans(t *testing.T, k testdb.Kind) {
 	}
 	runsSt := last("Runs", "SELECT")
 	checks = append(checks, check{what: "Runs", st: runsSt, sort: true})
+	// the catch-up's read: the server's clock and a day of one job's rows
+	if _, taken, err := tbl.taken(ctx, rec, "", job, planEpoch.Add(100*time.Hour), planEpoch.Add(124*time.Hour)); err != nil || len(taken) == 0 {
+		t.Fatalf("catch-up read: %d slots, err %v", len(taken), err)
+	}
+	checks = append(checks, check{what: "catch-up read (SELECT ... LEFT JOIN)", st: last("catch-up read", "SELECT")})
 	// Prune the oldest day of the empty namespace: under a thousand rows.
 	if _, err := tbl.Prune(ctx, rec, "", planEpoch.Add(24*time.Hour), PruneBatch); err != nil {
 		t.Fatalf("Prune: %v", err)

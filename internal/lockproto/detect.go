@@ -62,15 +62,25 @@ var genuine sync.Map // weak.Pointer[sql.DB] -> *serverFacts (engines.go)
 // error, so that the call sends nothing: no connection is taken from the
 // pool and the server is not asked.
 func (o *Op) EndedLock(ctx context.Context) error {
-	if err := ctxErr(ctx); err != nil {
+	if err := Ended(ctx); err != nil {
 		return o.notAcquired(ctx, err)
 	}
 	return nil
 }
 
 // Ended is EndedLock for the verbs that take no lock for their caller
-// (Holder, Migrate, Runs, Prune): once ctx has ended, ctx's error itself.
-func Ended(ctx context.Context) error { return ctxErr(ctx) }
+// (Holder, Migrate, Runs, Prune): once ctx has ended, ctx's error itself
+// (joined with its cause, when that is another error).
+func Ended(ctx context.Context) error {
+	err := ctxErr(ctx)
+	if err == nil {
+		return nil
+	}
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, err) {
+		return errs.Join(err, cause)
+	}
+	return err
+}
 
 // CheckPool is the server check of a verb without an Op (Runs, Prune): nil
 // when the server of db, of dialect d, hands out real locks, an error
@@ -208,7 +218,17 @@ func checkPostgres(ctx context.Context, db CheckQuerier) (verdict func() (*serve
 		version    string
 		inRecovery bool
 		ybSilence  sql.NullString
+		conn       *sql.Conn
 	)
+	if pool, ok := db.(*sql.DB); ok {
+		// on a connection of its own, whose start-up the multiplexer
+		// probe compares with a second one
+		if conn, err = pool.Conn(ctx); err != nil {
+			return nil, errs.Wrap(err, "check the server's locks")
+		}
+		defer conn.Close()
+		db = conn
+	}
 	if err := db.QueryRowContext(ctx, "SELECT version(), pg_is_in_recovery()").Scan(&version, &inRecovery); err != nil {
 		return nil, errs.Wrap(err, "check the server's locks (SELECT version(), pg_is_in_recovery())")
 	}
@@ -218,7 +238,14 @@ func checkPostgres(ctx context.Context, db CheckQuerier) (verdict func() (*serve
 			return nil, errs.Wrap(err, "check the server's locks (%s)", q)
 		}
 	}
+	var multiplexed error
+	if conn != nil {
+		multiplexed = multiplexerVerdict(ctx, conn)
+	}
 	return func() (*serverFacts, error) {
+		if multiplexed != nil {
+			return nil, multiplexed
+		}
 		if err := PostgresVerdict(version, inRecovery); err != nil {
 			return nil, err
 		}

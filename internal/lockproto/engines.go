@@ -1,10 +1,16 @@
 package lockproto
 
 import (
+	"context"
+	"database/sql"
 	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ormlock/ormlock/internal/errs"
 )
@@ -36,6 +42,16 @@ import (
 //     WebAssembly; pglite-socket serves it to many clients at once, which
 //     then share its transaction and its session-level locks. Every verb is
 //     refused.
+//   - A multiplexer of that kind, whatever it says: two connections that
+//     announce one backend pid at start-up (BackendKeyData) are one server
+//     session. The check's connection (through pgx's database/sql driver)
+//     is compared with a second one opened with its settings outside the
+//     pool and closed at once, on the pool's first check (not on a call
+//     nested in a transaction, which asks through that transaction). A
+//     direct server announces each backend's own pid, PgBouncer a key of
+//     its own per client, so neither matches; a probe that cannot connect
+//     judges nothing. Every verb is refused (failover.TestPGliteRefused,
+//     on the real pglite-socket).
 
 // crdbSessionAdvisory is the first CockroachDB release whose session-level
 // advisory lock functions (pg_advisory_lock, pg_advisory_unlock) take real
@@ -139,4 +155,43 @@ func MySQLKeepaliveVerdict(version string) error {
 		return fmt.Errorf("TiDB (%s): IS_USED_LOCK may answer 1 instead of the holder's connection id, so the keepalive, which compares it with CONNECTION_ID(), cannot tell a held lock from a lost one; Transaction and RunOnce work there", version)
 	}
 	return nil
+}
+
+// multiplexerProbeTimeout bounds the probe's second connection.
+const multiplexerProbeTimeout = 5 * time.Second
+
+// multiplexerVerdict compares the backend pid conn (a pgx connection)
+// announced with the one a second connection, opened with conn's settings,
+// announces: one pid means one server session behind both, refused with an
+// error wrapping errs.ErrUnsupportedDialect. nil when they differ, and
+// when the probe cannot run (another driver, the second connection
+// refused or slower than multiplexerProbeTimeout).
+func multiplexerVerdict(ctx context.Context, conn *sql.Conn) error {
+	var (
+		pid uint32
+		cfg *pgx.ConnConfig
+	)
+	err := conn.Raw(func(dc any) error {
+		c, ok := dc.(pgxConner)
+		if !ok {
+			return errNoOneMessage
+		}
+		pid, cfg = c.Conn().PgConn().PID(), c.Conn().Config()
+		return nil
+	})
+	if err != nil || pid == 0 || cfg == nil {
+		return nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, multiplexerProbeTimeout)
+	defer cancel()
+	second, err := pgconn.ConnectConfig(pctx, &cfg.Config)
+	if err != nil {
+		return nil
+	}
+	other := second.PID()
+	_ = second.Close(pctx)
+	if other != pid {
+		return nil
+	}
+	return fmt.Errorf("%w: two connections announced one backend (pid %d): a multiplexer (such as pglite-socket) serves one server session to several clients, which share its transactions and its locks", errs.ErrUnsupportedDialect, pid)
 }

@@ -156,3 +156,37 @@ func TestFakeEngines(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckServerForgetsAfterLoss: a pool's genuine verdict is dropped when
+// a verb of the pool loses its lock or fails to release it, and the next
+// call asks again (here the server behind the pool has become a standby);
+// an ordinary release keeps it. The end-to-end case, on a real primary and
+// standby, is failover.TestServerCheckAskedAgainAfterLoss.
+func TestCheckServerForgetsAfterLoss(t *testing.T) {
+	for _, kind := range []uint8{config.EventLockLost, config.EventReleaseFailed} {
+		r := &recorded{answers: pgAnswers("PostgreSQL 15.14 on x86_64-pc-linux-gnu", nil)}
+		db := sql.OpenDB(r)
+		defer db.Close()
+		newOp := func() *lockproto.Op {
+			op, err := lockproto.NewOp(lockproto.Postgres, "Session", keys.Name("forget"), config.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return op
+		}
+		first := newOp()
+		if err := first.CheckServer(context.Background(), db); err != nil {
+			t.Fatal(err)
+		}
+		first.Emit(context.Background(), config.EventReleased, nil)
+		if err := newOp().CheckServer(context.Background(), db); err != nil || len(r.asked) != 1 {
+			t.Fatalf("after a release: %v, %d questions; want the cached verdict", err, len(r.asked))
+		}
+		r.answers = map[string][][]driver.Value{"SELECT version(), pg_is_in_recovery()": {{"PostgreSQL 15.14 on x86_64-pc-linux-gnu", true}}}
+		first.Emit(context.Background(), kind, errors.New("connection gone"))
+		err := newOp().CheckServer(context.Background(), db)
+		if !errors.Is(err, ormlock.ErrUnsupportedDialect) || !strings.Contains(err.Error(), "hot standby") {
+			t.Errorf("after event %d: %v, want the standby refused", kind, err)
+		}
+	}
+}

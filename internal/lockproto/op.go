@@ -257,6 +257,16 @@ func (o *Op) AcquireXact(ctx context.Context, q Querier) error {
 	return o.acquireXact(ctx, q, nil)
 }
 
+// AcquireXactOn is AcquireXact on a transaction q begun on the pinned
+// connection conn: a cancellation of ctx during the lock statement then
+// asks the server to end it (see stmtCtx), rather than leaving a waiter in
+// the server when the connection is closed.
+func (o *Op) AcquireXactOn(ctx context.Context, conn *sql.Conn, q Querier) error {
+	o.cancel = pgCancelOf(conn)
+	defer func() { o.cancel = nil }()
+	return o.acquireXact(ctx, q, nil)
+}
+
 // errSnapshotTaken says that the lock's first statement ran in a
 // transaction whose isolation (the server's default: none was asked for)
 // takes its snapshot once, so that statement took it before the lock: the

@@ -149,6 +149,9 @@ func (c *sharedConn) run(wait, base context.Context, f func(ctx context.Context)
 
 // take waits for c's turn until wait ends or c is destroyed.
 func (c *sharedConn) take(wait context.Context) error {
+	if wait.Err() != nil {
+		return errNoTurn
+	}
 	select {
 	case c.sem <- struct{}{}:
 		return nil
@@ -313,7 +316,7 @@ func pgDirect(ctx context.Context, conn *sql.Conn) (uint32, error) {
 	return announced, nil
 }
 
-// keepalive checks c every interval (see interval) until c is closed or
+// keepalive checks c every interval (see setInterval) until c is closed or
 // dies, and cuts a statement on c that runs longer than sharedTryTimeout
 // of the interval: the server stopped answering.
 func (p *sharedPool) keepalive(c *sharedConn) {

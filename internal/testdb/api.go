@@ -13,7 +13,12 @@
 // every test asserts (AssertNoLeaks, Leaks), hand-written locks to contend
 // with (RawHold, RawFree), the server log (LogPath, LogOffset, LogLines,
 // AssertNoDuplicateKeyLogged), an observer that records events (Recorder),
-// and private servers for restart and kill tests (Start, StartOn, Server).
+// private servers for restart and kill tests (Start, StartOn, Server), and
+// the replication topologies of package failover: a PostgreSQL primary with
+// a streaming standby (StartPGReplication), a MariaDB primary with a replica
+// (StartMariaDBReplication), a Galera cluster (StartGalera), pglite-socket
+// (StartPGlite), and the TCP Proxy they put on links a test freezes or
+// cuts.
 // The helpers every test package would otherwise copy live here too, once:
 // the in-process exclusion counter (Holders), per-test slots and tables
 // (Slot, TableName, Table), connection killers (Kill, WaitGone) and the

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/robfig/cron/v3"
 	"gorm.io/gorm"
 
 	"github.com/ormlock/ormlock"
@@ -239,4 +240,74 @@ func TestWithPruneMargin(t *testing.T) {
 	if _, err := scheduler.NewLocker(b, everyHour(t), scheduler.WithPrune(time.Hour+time.Minute)); err != nil {
 		t.Errorf("WithPrune(1h1m) with a catch-up window of 1h: %v", err)
 	}
+}
+
+// A catch-up pass that runs its missed slots one after the other drops a
+// slot that has left the window by the time its turn comes: another
+// replica may have run it meanwhile, and a Prune (window = the catch-up
+// window) deleted its row, so running it would run it again.
+func TestCatchUpDropsSlotsThatLeftTheWindow(t *testing.T) {
+	const p, window = 2 * time.Second, 8 * time.Second
+	s, err := ormlock.Every(p, time.UTC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+		dbA := openGorm(t, k)
+		migrate(t, dbA)
+		dbB := openGorm(t, k)
+		job := jobName(t)
+		ns := job
+		opts := []ormlock.Option{ormlock.WithNamespace(ns), ormlock.WithCatchUp(window, ormlock.CatchUpAll)}
+		var count slotCount
+		var handled errs
+		wrapper := func(db *gorm.DB, owner string) cron.JobWrapper {
+			w, err := scheduler.JobWrapper(gormsched.Backend(db, append(opts, ormlock.WithOwner(owner))...), job, s, scheduler.WithErrorHandler(handled.handle))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return w
+		}
+		// A's first missed slot runs until released; B meanwhile runs the
+		// rest (A's first is held: a skip)
+		started, release := make(chan time.Time, 1), make(chan struct{})
+		doneA := make(chan struct{})
+		var once sync.Once
+		go func() {
+			defer close(doneA)
+			wrapper(dbA, "a")(scheduler.JobFunc(func(ctx context.Context) error {
+				slot, _ := ormlock.Slot(ctx)
+				once.Do(func() {
+					started <- slot
+					<-release
+				})
+				count.ran(slot)
+				return nil
+			})).Run()
+		}()
+		var first time.Time
+		select {
+		case first = <-started:
+		case <-doneA:
+			t.Fatalf("the first replica ran nothing; reported %v", handled.get())
+		}
+		wrapper(dbB, "b")(count.job(t)).Run()
+		second := first.Add(p)
+		// once the second slot has left the window, prune its row
+		time.Sleep(time.Until(second.Add(window + 500*time.Millisecond)))
+		if _, err := gormlock.Prune(dbB, window, ormlock.WithNamespace(ns)); err != nil {
+			t.Fatalf("Prune: %v", err)
+		}
+		close(release)
+		<-doneA
+		count.twice(t)
+		count.mu.Lock()
+		if n := count.n[second]; n != 1 {
+			t.Errorf("slot %s ran %d times, want once (by the second replica)", second.Format(time.RFC3339), n)
+		}
+		count.mu.Unlock()
+		for _, err := range handled.get() {
+			t.Errorf("reported: %v", err)
+		}
+	})
 }

@@ -1,0 +1,84 @@
+package failover_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/pgxlock"
+)
+
+// TestPGliteRefused runs the real pglite-socket (npm
+// @electric-sql/pglite-socket on the machine's Node), which serves one
+// PGlite session to every client: two connections announce one backend
+// pid and share the session (an advisory lock taken on one is granted to
+// the other too), and every verb of sqllock, gormlock, entlock and pgxlock
+// is refused before anything runs, by the multiplexer probe (two
+// connections, one pid) when clients are served at once, and by PGlite's
+// version() when they are served one at a time.
+func TestPGliteRefused(t *testing.T) {
+	topology(t)
+	for _, c := range []struct {
+		name     string
+		maxConns int
+		why      string
+	}{
+		{"multiplexed", 10, "two connections announced one backend"},
+		{"one client at a time", 1, "PGlite"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dsn := testdb.StartPGlite(t, c.maxConns)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			if c.maxConns > 1 {
+				a, err := pgx.Connect(ctx, dsn+"&default_query_exec_mode=simple_protocol")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer a.Close(ctx)
+				b, err := pgx.Connect(ctx, dsn+"&default_query_exec_mode=simple_protocol")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer b.Close(ctx)
+				var gotA, gotB bool
+				if err := a.QueryRow(ctx, "SELECT pg_try_advisory_lock(4242)").Scan(&gotA); err != nil {
+					t.Fatal(err)
+				}
+				if err := b.QueryRow(ctx, "SELECT pg_try_advisory_lock(4242)").Scan(&gotB); err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("figure: pglite-socket: two connections announced pids %d and %d; pg_try_advisory_lock(4242) granted to both: %v, %v",
+					a.PgConn().PID(), b.PgConn().PID(), gotA, gotB)
+			}
+			db, err := sql.Open("pgx", dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			assertAllRefused(t, "pglite", c.why, "postgres", db)
+			db.Close() // one client at a time: the pool's turn
+			// simple protocol: the clients before left pgx's cached
+			// statements in the one shared session
+			pool, err := pgxpool.New(ctx, dsn+"&default_query_exec_mode=simple_protocol")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pool.Close()
+			ran := 0
+			err = pgxlock.Transaction(ctx, pool, "refused", func(context.Context, pgx.Tx) error { ran++; return nil })
+			if !errors.Is(err, ormlock.ErrUnsupportedDialect) || !strings.Contains(err.Error(), c.why) || ran != 0 {
+				t.Errorf("pgxlock.Transaction: %v (fn ran %d times), want ErrUnsupportedDialect naming %q", err, ran, c.why)
+			}
+			t.Logf("figure: pglite-socket --max-connections=%d: every verb refused in %v", c.maxConns, time.Since(start).Round(time.Millisecond))
+		})
+	}
+}
