@@ -148,6 +148,8 @@
 // released (with the hold time), release_failed, lock_lost and, for
 // RunOnce, already_done. Nothing is built when no observer is set.
 // [SlogObserver] writes the events to a log/slog logger (docs/PROTOCOL.md,
-// Events and SlogObserver). [HolderInfo] is the
+// Events and SlogObserver). A [Hook], set with [WithHook], is told when each
+// lock use starts and ends and carries a context of its own through it
+// (a tracer's span per call, parent of fn's work). [HolderInfo] is the
 // answer of the adapters' Holder lookups: who holds a lock right now.
 package ormlock
