@@ -16,8 +16,8 @@
 // A warm gormlock.Transaction on PostgreSQL (pgx driver, READ COMMITTED,
 // no fencing, no hook, the server check cached) runs the functions of
 // these 18 files, in this order, from the call to its COMMIT (measured:
-// the statements a second call runs that the first did not; 21 before the
-// verb core). entlock's, sqllock's and pgxlock's Transaction differ only
+// the statements a second call runs that the first did not, by coverage
+// counts; 21 by the same measure before the verb core, at a0a7364). entlock's, sqllock's and pgxlock's Transaction differ only
 // in steps 1 and 2 (their bindings), and then in how fn gets its
 // transaction.
 //
@@ -28,9 +28,10 @@
 //     gormlock/binding.go: binder.Nil, binder.Bind with dialectOf and
 //     configFor (the plugin's defaults, internal/config/config.go: New,
 //     With, Err), and transaction.go's inTx, primary, primarySQL.
-//  3. verbs.go: Pool.Op; op.go: NewOp, which validates and resolves the key
-//     (internal/keys/keys.go: Of, Name, Validate, ValidateName, Postgres;
-//     keyhash/keyhash.go: Int64NS); lockproto.go: DialectOf.
+//  3. verbs.go: Pool.Op; op.go: NewOp, which validates the key and
+//     resolves its target (target.go: newTarget; internal/keys/keys.go: Of,
+//     Name, Validate, ValidateName, Postgres; keyhash/keyhash.go: Int64NS);
+//     lockproto.go: DialectOf.
 //  4. detect.go: Op.EndedLock (deadline.go: ctxErr), Op.CheckServerOn, a
 //     map look-up once the pool passed (engines.go: serverFacts.refuse).
 //  5. op.go: StartHook (nothing without WithHook); transaction.go:
@@ -48,8 +49,7 @@
 //     call.run.
 //  8. lockedtx.go: LockedTx.Commit (deadline.go: withinGrace), which
 //     commits the OneMessageTx (onemsgtx.go: Commit, markDone, end) and
-//     ends the lock with it (LockedTx.end, op.go: EndXact, Emit); errs.go:
-//     Wrap.
+//     ends the lock with it (LockedTx.end, op.go: EndXact, Emit).
 //
 // The other protocols of step 6: split.go, PostgreSQL at REPEATABLE READ
 // and SERIALIZABLE (the lock in a lock-only transaction, lockonlytx.go,

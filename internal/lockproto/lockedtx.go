@@ -288,7 +288,10 @@ func RunTx(ctx context.Context, tx Ender, what string, fn func() error) error {
 	ferr := fn()
 	done = true
 	if ferr == nil {
-		return errs.Wrap(tx.Commit(), "%s: commit", what)
+		if err := tx.Commit(); err != nil {
+			return errs.Wrap(err, "%s: commit", what)
+		}
+		return nil
 	}
 	switch rerr := tx.Rollback(); {
 	case rerr == nil:
