@@ -126,8 +126,15 @@ func (r *Run) Claimed(ctx context.Context, db *sql.DB, fn func(ctx context.Conte
 		if err != nil {
 			return r.t.wrap("claim", err)
 		}
-		started, ok, err := r.t.claim(lctx, conn, r.ns, r.job, r.slot, r.owner)
-		err = r.done(lctx, conn, err)
+		// The claim's statements are let finish when lctx ends under
+		// way (cut 1 s later): one cut there closes its connection while
+		// the server may still run it, and a claim written after this
+		// call gave up, released the lock and returned would take over
+		// the row of the slot's next run, even this replica's.
+		cctx, cdone := lockproto.GraceCtx(lctx)
+		started, ok, err := r.t.claim(cctx, conn, r.ns, r.job, r.slot, r.owner)
+		err = r.done(cctx, conn, err)
+		cdone()
 		if err != nil {
 			return r.claimFailed(ctx, lctx, db, err)
 		}

@@ -166,6 +166,28 @@ func stmtCtx(ctx context.Context, wait bool, sc serverCancel) (context.Context, 
 	}
 }
 
+// GraceCtx returns the context of a statement whose effect on the server
+// must be known once it returns (a try-once GET_LOCK, a claim-mode ledger
+// claim): ctx's values without its cancellation, cut endGrace after ctx
+// ended (a server that does not answer). Cutting the statement when ctx
+// ends would make the driver close its connection with the statement under
+// way, which the server may still run after the caller has returned: a lock
+// taken for a connection nobody uses, held until the server notices it
+// closed, or a row written behind a later call's back. Such a statement
+// answers at once on a healthy server, so it is let finish and the caller
+// checks ctx after it. A context that can never end is returned as it is.
+func GraceCtx(ctx context.Context) (context.Context, func()) {
+	if ctx.Done() == nil {
+		return ctx, func() {}
+	}
+	gctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(endGrace, cancel) }) // a no-op once done ran
+	return gctx, func() {
+		stop()
+		cancel()
+	}
+}
+
 // txContext returns the context a transaction is begun with: ctx's values
 // without its cancellation (database/sql rolls back a transaction whose
 // context ends, at once, which would drop a PostgreSQL lock under a running

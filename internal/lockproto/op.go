@@ -343,8 +343,15 @@ func (o *Op) AcquireNamed(ctx context.Context, q Querier) error {
 		wctx, done := stmtCtx(ctx, true, o.cancel)
 		ok, err = mysqlGetLock(wctx, q, o.target.mysql, wait, &o.my)
 		done()
-	} else { // GET_LOCK(name, 0) answers at once: nothing to detach
-		ok, err = mysqlGetLock(ctx, q, o.target.mysql, 0, &o.my)
+	} else {
+		// GET_LOCK(name, 0) answers at once: it is let finish (GraceCtx),
+		// since a statement cut under way closes the connection while the
+		// server may still grant it the lock, held after the call returned
+		// until the server notices; a lock that came as ctx ended is given
+		// back below
+		tctx, done := GraceCtx(ctx)
+		ok, err = mysqlGetLock(tctx, q, o.target.mysql, 0, &o.my)
+		done()
 	}
 	if err == nil && ok && ctx.Err() != nil {
 		// the lock came as the caller gave up: released here, the

@@ -188,7 +188,17 @@ func TestCatchUpAfterPruneDuringExclusiveWait(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		doneA := make(chan struct{})
+		// every wait is bounded: a failure says what it waited for, after
+		// letting the runs end (they report to t)
+		var unblock sync.Once
+		doneA, doneB := make(chan struct{}), make(chan struct{})
+		fail := func(format string, args ...any) {
+			t.Helper()
+			unblock.Do(func() { close(release) })
+			closedWithin(doneA, 2*time.Minute)
+			closedWithin(doneB, 2*time.Minute)
+			t.Fatalf(format, args...)
+		}
 		go func() {
 			defer close(doneA)
 			var once sync.Once
@@ -201,29 +211,54 @@ func TestCatchUpAfterPruneDuringExclusiveWait(t *testing.T) {
 		select {
 		case <-started:
 		case <-doneA:
-			close(release)
-			t.Fatalf("the first replica's run did not start; reported %v", handled.get())
+			close(doneB)
+			fail("the first replica's run did not start; reported %v", handled.get())
+		case <-time.After(time.Minute):
+			close(doneB)
+			fail("the first replica's run did not start within a minute; reported %v", handled.get())
 		}
-		doneB := make(chan struct{})
 		go func() {
 			defer close(doneB)
 			b(count.job(t)).Run()
 		}()
-		<-fired
+		select {
+		case <-fired:
+		case <-doneB:
+			fail("the second replica returned without reading its clock; reported %v", handled.get())
+		case <-time.After(time.Minute):
+			fail("the second replica did not fire within a minute; reported %v", handled.get())
+		}
 		// B waits for A's run; meanwhile, a few seconds after B fired, the
 		// ledger is pruned
 		time.Sleep(2500 * time.Millisecond)
 		if _, err := gormlock.Prune(dbA, window, ormlock.WithNamespace(ns)); err != nil {
-			t.Fatalf("Prune: %v", err)
+			fail("Prune: %v", err)
 		}
-		close(release)
-		<-doneA
-		<-doneB
+		unblock.Do(func() { close(release) })
+		// A ends at once; B's wait for A's job lock is at most a minute
+		if !closedWithin(doneA, time.Minute) {
+			fail("the first replica's run did not end within a minute of its release; reported %v", handled.get())
+		}
+		if !closedWithin(doneB, 2*time.Minute) {
+			fail("the second replica did not end within two minutes of the first one's release; reported %v", handled.get())
+		}
 		count.twice(t)
 		for _, err := range handled.get() {
 			t.Errorf("reported: %v", err)
 		}
 	})
+}
+
+// closedWithin reports whether ch is closed within d.
+func closedWithin(ch <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // Prune's refusal rule keeps a margin of a minute past the catch-up
