@@ -1,7 +1,7 @@
 package testdb
 
 import (
-	"context"
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,8 +9,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // envPGliteServer names pglite-socket's server script (scripts/fetch-pglite
@@ -70,20 +68,19 @@ func StartPGlite(tb testing.TB, maxConns int) string {
 	}
 	tb.Cleanup(func() { _ = p.stop(stopStep{syscall.SIGTERM, 5 * time.Second}) })
 	dsn := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+	// Ready when the server says it listens, read from its log: a client
+	// connection to find out would take the one slot of a one-client
+	// server (--max-connections=1), which it frees only some time after
+	// the client's Terminate, resetting the next client meanwhile.
 	deadline := time.Now().Add(readyTimeout)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		c, err := pgx.Connect(ctx, dsn)
-		if err == nil {
-			c.Close(ctx)
-			cancel()
+		if b, _ := os.ReadFile(logPath); bytes.Contains(b, []byte("PGLiteSocketServer listening")) {
 			return dsn
 		}
-		cancel()
 		if p.exited() || time.Now().After(deadline) {
-			tb.Fatalf("testdb: pglite not ready (%v); log:\n%s", err, logTail(logPath, 0))
+			tb.Fatalf("testdb: pglite not ready; log:\n%s", logTail(logPath, 0))
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
