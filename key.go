@@ -48,5 +48,53 @@ func Pair(classID, objID int32) Key { return Key(keys.Pair(classID, objID)) }
 // the scheduler module does.
 func (k Key) Validate() error { return keys.Key(k).Validate() }
 
-// String returns a readable form of k: the name, "id:N" or "pair:C,O".
+// String returns a readable form of k: the name, "id:N" or "pair:C,O"; for
+// a lock shape "all(K1,K2,...)", "shared(K)" or "semaphore(K,N)", at most
+// about 256 bytes (a long set ends in "…+N more").
 func (k Key) String() string { return keys.Key(k).String() }
+
+// All returns the key of every key in ks at once, all or none: a lock
+// shape, accepted as the key of Transaction and Session by every adapter
+// and by the command (ormlock run KEY... -- COMMAND). Every key is held
+// while fn runs; when any is refused none is left held. The keys are taken
+// one lock call each, in one canonical order over the resolved server keys
+// (after the namespace: PostgreSQL's bigint or pair keys, MySQL/MariaDB's
+// lock names compared as the server compares them, case-insensitively), so
+// two callers with overlapping sets in any order never deadlock. A wait
+// ([WithWait]) spends one budget across the keys.
+//
+// One key kind per call: mix kinds through Name, ID and Pair
+// (All(ormlock.Name("a"), ormlock.ID(42))). An element may be Shared (on
+// PostgreSQL); a set inside the set is flattened; a Semaphore cannot be an
+// element. An empty set, more than 64 keys, or two keys that resolve to
+// one server lock (on MySQL/MariaDB ID(42) and Name("42") are one lock)
+// make the verbs return [ErrInvalidKey] before anything is taken. Which
+// verbs and options take a shape: docs/PROTOCOL.md (Lock shapes).
+func All[K KeyType](ks ...K) Key {
+	out := make([]keys.Key, len(ks))
+	for i, k := range ks {
+		out[i] = keys.Of[Key](k)
+	}
+	return Key(keys.All(out...))
+}
+
+// Shared returns key taken in share mode: any number of Shared holders at
+// once, and no exclusive holder of key meanwhile (PostgreSQL's
+// pg_advisory_xact_lock_shared and pg_try_advisory_lock_shared; raw SQL of
+// either mode meets it). Shared of a set is every key of it shared.
+// MySQL/MariaDB have no shared named lock: every verb returns
+// [ErrUnsupportedDialect] there before anything is taken.
+func Shared[K KeyType](key K) Key { return Key(keys.Shared(keys.Of[Key](key))) }
+
+// Semaphore returns the key of at most n holders of key at once, on every
+// server: n slot locks, slot i (1 to n) the name
+// "ormlock.semaphore:" + key's text + "#" + i (keyhash spec v1, as any name
+// in the namespace), and a holder takes any one free slot, trying them
+// from a random one so contention spreads. Slots do not depend on n:
+// callers that disagree on n share their first slots, and at most max(n)
+// hold at once. Semaphore(k, n) and a plain k are different locks and do
+// not exclude each other. A wait ([WithWait]) tries every slot again
+// with a backoff (from 10 ms, doubling, at most 500 ms) until the wait's
+// budget ends. n must be 1 to 128 ([ErrInvalidKey]); key must be one plain
+// key.
+func Semaphore[K KeyType](key K, n int) Key { return Key(keys.Semaphore(keys.Of[Key](key), n)) }

@@ -19,9 +19,11 @@ import (
 // Key names a lock; see ormlock.Key.
 type Key struct {
 	kind   keyKind
-	name   string
+	name   string // kindName: the name; kindAll: the elements (shapes.go); kindBad: why
 	id     int64
 	cl, ob int32
+	shared bool  // Shared: the lock is taken in share mode (PostgreSQL)
+	n      int32 // Semaphore: at most n holders (0: not a semaphore)
 }
 
 type keyKind uint8
@@ -31,6 +33,8 @@ const (
 	kindName
 	kindID
 	kindPair
+	kindAll // several keys, all or none (shapes.go)
+	kindBad // a shape built from keys it does not combine with; name says why
 )
 
 // Name returns the key for a lock name (ormlock.Name).
@@ -61,7 +65,16 @@ func (k Key) Validate() error {
 	case kindNone:
 		return fmt.Errorf("%w: zero Key (use ormlock.Name, ormlock.ID or ormlock.Pair)", errs.ErrInvalidKey)
 	case kindName:
-		return ValidateName("key", k.name)
+		if err := ValidateName("key", k.name); err != nil {
+			return err
+		}
+	case kindAll:
+		return k.validateSet()
+	case kindBad:
+		return fmt.Errorf("%w: %s", errs.ErrInvalidKey, k.name)
+	}
+	if k.n != 0 {
+		return k.validateSemaphore()
 	}
 	return nil
 }
@@ -120,8 +133,18 @@ func prefix(s string, n int) string {
 	return s[:n]
 }
 
-// String returns a readable form: the name, "id:N" or "pair:C,O".
+// String returns a readable form: the name, "id:N" or "pair:C,O"; for a
+// shape "shared(K)", "semaphore(K,N)" or "all(K1,K2,...)", bounded
+// (shapes.go).
 func (k Key) String() string {
+	if k.kind == kindAll || k.shared || k.n != 0 || k.kind == kindBad {
+		return k.shapeString()
+	}
+	return k.base()
+}
+
+// base is String of a one-key key, without its shape.
+func (k Key) base() string {
 	switch k.kind {
 	case kindName:
 		return k.name
@@ -199,6 +222,8 @@ type keyStruct = struct {
 	name   string
 	id     int64
 	cl, ob int32
+	shared bool
+	n      int32
 }
 
 // Root is the constraint of ormlock.Key: a type defined over [Key]'s

@@ -39,6 +39,11 @@ type Op struct {
 	Job string
 
 	target Target // what o takes, resolved for its dialect (target.go)
+	// held are the items of a shape o holds, in the order taken
+	// (shapes.go); reserved is what it reserved in this process on a
+	// shared lock connection (sharedconn.go)
+	held     []lockItem
+	reserved []localLock
 
 	fenceID string            // the fencing counter, when not the key's (fence.go)
 	token   int64             // the fencing token of this acquisition, once issued
@@ -73,6 +78,9 @@ func NewOp(d Dialect, verb string, k keys.Key, cfg config.Config) (*Op, error) {
 		return nil, err
 	}
 	if err := k.Validate(); err != nil {
+		return nil, err
+	}
+	if err := shapeCombines(verb, k, cfg); err != nil {
 		return nil, err
 	}
 	t, err := newTarget(d, k, cfg.Namespace)
@@ -237,7 +245,7 @@ func (o *Op) failed(ctx context.Context, err error) error {
 	if cerr := ctxErr(ctx); cerr != nil {
 		return o.notAcquired(ctx, errs.Join(cerr, err))
 	}
-	if statementTimeout(err) {
+	if statementTimeout(err) || lockDeadlock(err) {
 		// the server's own statement timeout ended the lock wait: the
 		// lock was not taken (the server error stays in the chain)
 		return o.notAcquired(ctx, err)
@@ -278,6 +286,9 @@ var errSnapshotTaken = errors.New("the transaction's snapshot was taken before t
 // errSnapshotTaken (no event: the caller starts over), the lock, if taken,
 // released with the transaction the caller rolls back.
 func (o *Op) acquireXact(ctx context.Context, q Querier, iso *string) error {
+	if !o.target.Simple() {
+		return o.acquireShapeXact(ctx, q, iso)
+	}
 	wait, bounded, err := o.attempt(ctx)
 	if err != nil {
 		return err
@@ -333,6 +344,9 @@ func (o *Op) EndXact(ctx context.Context) {
 
 // AcquireNamed runs GET_LOCK on the pinned connection q.
 func (o *Op) AcquireNamed(ctx context.Context, q Querier) error {
+	if !o.target.Simple() {
+		return o.acquireShapeNamed(ctx, q)
+	}
 	wait, bounded, err := o.attempt(ctx)
 	if err != nil {
 		return err

@@ -245,11 +245,10 @@ func (o *Op) holdMySQL(ctx context.Context, db *sql.DB, conn *sql.Conn) (*sessio
 		return nil, err
 	}
 	o.mysqlRecordOwner(ctx, conn)
-	name := o.target.mysql
 	return &sessionHold{
-		ping: func(ctx context.Context) error { return MySQLHeld(ctx, conn, name) },
+		ping: func(ctx context.Context) error { return o.mysqlHeld(ctx, conn) },
 		release: func(ctx context.Context) error {
-			if err := MySQLReleaseLock(ctx, conn, name); err != nil {
+			if err := o.mysqlRelease(ctx, conn); err != nil {
 				return err
 			}
 			// a failure here destroys the connection, like a failed release

@@ -79,7 +79,7 @@ type sharedPool struct {
 	grow  chan struct{} // 1-buffered: held while a connection is added
 	mu    sync.Mutex
 	conns []*sharedConn
-	held  map[any]bool // keys held (or being taken) in this process
+	held  map[any]int // keys held (or being taken) in this process: -1 exclusive, n > 0 by n shared holders
 }
 
 type sharedConn struct {
@@ -119,7 +119,7 @@ func sharedPoolOf(db *sql.DB) *sharedPool {
 	if p, ok := sharedPools.Load(wp); ok {
 		return p.(*sharedPool)
 	}
-	p, loaded := sharedPools.LoadOrStore(wp, &sharedPool{grow: make(chan struct{}, 1), held: map[any]bool{}})
+	p, loaded := sharedPools.LoadOrStore(wp, &sharedPool{grow: make(chan struct{}, 1), held: map[any]int{}})
 	if !loaded {
 		runtime.AddCleanup(db, func(wp weak.Pointer[sql.DB]) { sharedPools.Delete(wp) }, wp)
 	}
@@ -460,17 +460,55 @@ func (p *sharedPool) drop(c *sharedConn) {
 	}
 }
 
-func (p *sharedPool) unreserve(k any) {
+// reserve marks the locks ls as held in this process, all or none: false
+// when one is held here already (an exclusive lock by anyone, a shared one
+// by an exclusive holder). Session-level locks are reentrant on one
+// backend, so the server would grant them again to another Session on the
+// same connection.
+func (p *sharedPool) reserve(ls []localLock) bool {
 	p.mu.Lock()
-	delete(p.held, k)
+	defer p.mu.Unlock()
+	for _, l := range ls {
+		if n := p.held[l.key]; n < 0 || (n > 0 && !l.shared) {
+			return false
+		}
+	}
+	for _, l := range ls {
+		if l.shared {
+			p.held[l.key]++
+		} else {
+			p.held[l.key] = -1
+		}
+	}
+	return true
+}
+
+// unreserve gives back what reserve marked; p.mu is held.
+func (p *sharedPool) freeLocked(ls []localLock) {
+	for _, l := range ls {
+		if n := p.held[l.key]; n > 1 {
+			p.held[l.key] = n - 1
+		} else {
+			delete(p.held, l.key)
+		}
+	}
+}
+
+func (p *sharedPool) unreserve(ls []localLock) {
+	p.mu.Lock()
+	p.freeLocked(ls)
 	p.mu.Unlock()
 }
 
-// leave ends a use of c (a try or a hold of key k): k is free again in this
-// process, and c, once nobody uses it, goes back to the pool.
-func (p *sharedPool) leave(c *sharedConn, k any) {
+// leave ends o's use of c (a try or a hold): the locks it reserved are
+// free again in this process, and c, once nobody uses it, goes back to the
+// pool.
+func (p *sharedPool) leave(c *sharedConn, o *Op) { p.leaveLocks(c, o.reserved) }
+
+// leaveLocks is leave for the reservation ls.
+func (p *sharedPool) leaveLocks(c *sharedConn, ls []localLock) {
 	p.mu.Lock()
-	delete(p.held, k)
+	p.freeLocked(ls)
 	c.users--
 	idle := c.users == 0 && !c.dead
 	if idle {

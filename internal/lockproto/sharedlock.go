@@ -60,7 +60,7 @@ func (o *Op) sharedSession(ctx context.Context, db *sql.DB, fn func(ctx context.
 				o.Emit(ctx, config.EventReleased, nil)
 			}
 		}
-		p.leave(c, o.lockKey())
+		p.leave(c, o)
 		if lostErr != nil {
 			lerr := errs.Join(fmt.Errorf("%w: %q", errs.ErrLockLost, o.Key.String()), lostErr)
 			err = errs.Join(lerr, err)
@@ -97,19 +97,17 @@ func (o *Op) sharedAcquire(ctx context.Context, db *sql.DB, p *sharedPool) (*sha
 
 // sharedTry tries o's lock once: busy in this process, or on the server.
 func (o *Op) sharedTry(ctx context.Context, db *sql.DB, p *sharedPool) (*sharedConn, bool, error) {
-	k := o.lockKey()
-	p.mu.Lock()
-	busy := p.held[k]
-	if !busy {
-		p.held[k] = true
+	if !o.target.Simple() {
+		return o.sharedTryShape(ctx, db, p)
 	}
-	p.mu.Unlock()
-	if busy {
+	res := o.localLocks()
+	if !p.reserve(res) {
 		return nil, false, nil
 	}
+	o.reserved = res
 	c, err := p.pick(ctx, db, o)
 	if err != nil {
-		p.unreserve(k)
+		p.unreserve(res)
 		return nil, false, err
 	}
 	// The try waits for its turn on c for as long as ctx allows. It never
@@ -136,7 +134,7 @@ func (o *Op) sharedTry(ctx context.Context, db *sql.DB, p *sharedPool) (*sharedC
 		p.kill(c, err, nil)
 	}
 	if err != nil || !ok {
-		p.leave(c, k)
+		p.leave(c, o)
 		return nil, false, err
 	}
 	return c, true, nil
@@ -166,6 +164,9 @@ func pgTrySession(ctx context.Context, q Querier, o *Op) (bool, error) {
 // as long as ctx (a release context) allows.
 func (o *Op) sharedUnlock(ctx context.Context, c *sharedConn) error {
 	return c.run(ctx, ctx, func(ctx context.Context) error {
+		if !o.target.Simple() {
+			return o.sharedUndo(ctx, c)
+		}
 		if o.Dialect == MySQL {
 			return MySQLReleaseLock(ctx, c.conn, o.target.mysql)
 		}
@@ -208,6 +209,6 @@ func (o *Op) sharedToken(ctx context.Context, db *sql.DB, p *sharedPool, c *shar
 		p.kill(c, rerr, nil)
 		err = errs.Join(err, rerr)
 	}
-	p.leave(c, o.lockKey())
+	p.leave(c, o)
 	return err
 }

@@ -1,7 +1,10 @@
 package lockproto
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/keys"
@@ -15,16 +18,28 @@ import (
 // sharedlock.go, pgHolder; MySQL/MariaDB: GET_LOCK, RELEASE_LOCK and
 // mysqlHolder on the name).
 //
-// Today a target is one key, exclusive: kindKey. A lock shape is a new
-// kind here (several keys taken all or none in one canonical order, a
-// shared mode, at most n holders over slot keys), resolved by newTarget
-// and rendered by each dialect's builders; the verbs, the verb core and
-// the adapters pass a keys.Key (or, then, a shape) and are not touched.
+// A target is one key, exclusive (kindKey: every fast path, one lock
+// statement); or a lock shape (shapes.go): several keys taken all or none
+// in one canonical order (kindAll), one key in share mode (kindShared, on
+// PostgreSQL), or any one of n slot keys (kindSemaphore). The verbs, the
+// verb core and the adapters pass a keys.Key and are not touched by the
+// kind.
 type Target struct {
 	kind  targetKind
 	key   keys.Key
-	pg    keys.PostgresKey // PostgreSQL: the advisory lock key
-	mysql string           // MySQL/MariaDB: the GET_LOCK name
+	pg    keys.PostgresKey // kindKey, kindShared: the advisory lock key (PostgreSQL)
+	mysql string           // kindKey: the GET_LOCK name (MySQL/MariaDB)
+	// items are the server locks of a shape, in the order they are taken
+	// (kindAll: canonical; kindSemaphore: the slots 1 to n)
+	items []lockItem
+}
+
+// lockItem is one server lock of a shape.
+type lockItem struct {
+	key    keys.Key         // the key it was resolved from (for a slot, the slot's name)
+	pg     keys.PostgresKey // PostgreSQL
+	mysql  string           // MySQL/MariaDB
+	shared bool             // share mode (PostgreSQL)
 }
 
 // targetKind says what a Target takes.
@@ -33,28 +48,118 @@ type targetKind uint8
 const (
 	// kindKey: one key, exclusive.
 	kindKey targetKind = iota + 1
+	// kindAll: every item, all or none, in items' order.
+	kindAll
+	// kindShared: one key in share mode (PostgreSQL).
+	kindShared
+	// kindSemaphore: any one of the items (slots).
+	kindSemaphore
 )
 
 // newTarget resolves k in namespace ns for dialect d (keys.Postgres,
-// keys.MySQL).
+// keys.MySQL). k has been validated.
 func newTarget(d Dialect, k keys.Key, ns string) (Target, error) {
-	t := Target{kind: kindKey, key: k}
-	switch d {
-	case Postgres:
-		t.pg = keys.Postgres(k, ns)
-	case MySQL:
-		t.mysql = keys.MySQL(k, ns)
-	default:
+	if d != Postgres && d != MySQL {
 		return Target{}, fmt.Errorf("%w: dialect %d", errs.ErrUnsupportedDialect, d)
+	}
+	t := Target{kind: kindKey, key: k}
+	switch {
+	case keys.IsSet(k):
+		t.kind = kindAll
+		for _, e := range k.Elements() {
+			t.items = append(t.items, resolveItem(d, e, ns))
+		}
+		if err := t.order(d); err != nil {
+			return Target{}, err
+		}
+	case keys.Count(k) > 0:
+		t.kind = kindSemaphore
+		plain := keys.Plain(k)
+		for i := 1; i <= keys.Count(k); i++ {
+			t.items = append(t.items, resolveItem(d, keys.SlotKey(plain, i), ns))
+		}
+	case keys.IsShared(k):
+		t.kind = kindShared
+		t.items = []lockItem{resolveItem(d, k, ns)}
+		t.pg = t.items[0].pg
+	case d == Postgres:
+		t.pg = keys.Postgres(k, ns)
+	default:
+		t.mysql = keys.MySQL(k, ns)
+	}
+	if t.kind != kindKey && d == MySQL && t.anyShared() {
+		return Target{}, fmt.Errorf("%w: %s: MySQL and MariaDB have no shared named lock (GET_LOCK is exclusive); Shared works on PostgreSQL only", errs.ErrUnsupportedDialect, k.String())
 	}
 	return t, nil
 }
 
+func resolveItem(d Dialect, k keys.Key, ns string) lockItem {
+	it := lockItem{key: keys.Plain(k), shared: keys.IsShared(k)}
+	if d == Postgres {
+		it.pg = keys.Postgres(it.key, ns)
+	} else {
+		it.mysql = keys.MySQL(it.key, ns)
+	}
+	return it
+}
+
+// order sorts a set's items into the canonical order over the resolved
+// server keys, and refuses a set two of whose keys are one server lock.
+// PostgreSQL: bigint keys (classid, objid as pg_locks has them, objsubid
+// 1) before pairs (objsubid 2), each by its lock tag. MySQL/MariaDB: by
+// name, compared as the server compares lock names (case-insensitively).
+func (t *Target) order(d Dialect) error {
+	cmpItems := func(a, b lockItem) int {
+		if d == MySQL {
+			return strings.Compare(mysqlFold(a.mysql), mysqlFold(b.mysql))
+		}
+		ac, ao, as := PGLockTag(a.pg)
+		bc, bo, bs := PGLockTag(b.pg)
+		return cmp.Or(cmp.Compare(as, bs), cmp.Compare(ac, bc), cmp.Compare(ao, bo))
+	}
+	slices.SortStableFunc(t.items, cmpItems)
+	for i := 1; i < len(t.items); i++ {
+		if cmpItems(t.items[i-1], t.items[i]) == 0 {
+			return fmt.Errorf("%w: %s: %q and %q are one server lock (%s)", errs.ErrInvalidKey, t.key.String(),
+				t.items[i-1].key.String(), t.items[i].key.String(), t.items[i].serverName(d))
+		}
+	}
+	return nil
+}
+
+// mysqlFold is a lock name as MySQL and MariaDB compare it: lock names are
+// case-insensitive.
+func mysqlFold(name string) string { return strings.ToLower(name) }
+
+// serverName is the lock as the server names it, for messages.
+func (it lockItem) serverName(d Dialect) string {
+	if d == MySQL {
+		return "GET_LOCK name " + it.mysql
+	}
+	c, o, s := PGLockTag(it.pg)
+	return fmt.Sprintf("classid=%d objid=%d objsubid=%d", c, o, s)
+}
+
+func (t Target) anyShared() bool {
+	for _, it := range t.items {
+		if it.shared {
+			return true
+		}
+	}
+	return false
+}
+
+// Simple reports whether t is one exclusive key, which every fast path
+// takes with one statement.
+func (t Target) Simple() bool { return t.kind == kindKey }
+
 // Key is the key the target takes.
 func (t Target) Key() keys.Key { return t.key }
 
-// Postgres is the resolved advisory lock key (PostgreSQL only).
+// Postgres is the resolved advisory lock key (PostgreSQL only; for a
+// shape, that of Shared's one key, else zero).
 func (t Target) Postgres() keys.PostgresKey { return t.pg }
 
-// MySQLName is the resolved GET_LOCK name (MySQL/MariaDB only).
+// MySQLName is the resolved GET_LOCK name (MySQL/MariaDB only, one
+// exclusive key).
 func (t Target) MySQLName() string { return t.mysql }

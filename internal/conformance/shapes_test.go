@@ -1,0 +1,436 @@
+package conformance_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/keyhash"
+)
+
+// The lock shapes (ormlock.All, Shared, Semaphore) as the key of
+// Transaction and Session, on every adapter and server.
+
+// shapeVerbs runs f with each verb of l that takes a shape: Transaction,
+// Session, and Session on shared lock connections (not behind PgBouncer,
+// which refuses them).
+func shapeVerbs(t *testing.T, k testdb.Kind, l locker, f func(t *testing.T, run func(ctx context.Context, key ormlock.Key, fn func(ctx context.Context) error, opts ...ormlock.Option) error)) {
+	t.Run("Transaction", func(t *testing.T) {
+		f(t, func(ctx context.Context, key ormlock.Key, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
+			return l.Transaction(ctx, key, func(tx txn) error { return fn(tx.Context()) }, opts...)
+		})
+	})
+	t.Run("Session", func(t *testing.T) {
+		f(t, func(ctx context.Context, key ormlock.Key, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
+			return l.Session(ctx, key, fn, opts...)
+		})
+	})
+	if k == testdb.PgBouncer {
+		return
+	}
+	t.Run("SharedConns", func(t *testing.T) {
+		f(t, func(ctx context.Context, key ormlock.Key, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
+			return l.Session(ctx, key, fn, append([]ormlock.Option{ormlock.WithSharedLockConns(2)}, opts...)...)
+		})
+	})
+}
+
+// uniq names keys of one test case.
+func uniq(t *testing.T, names ...string) []string {
+	out := make([]string, len(names))
+	base := fmt.Sprintf("shape-%d-%s", time.Now().UnixNano(), t.Name())
+	for i, n := range names {
+		out[i] = base + "/" + n
+	}
+	return out
+}
+
+func TestConformanceAll(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		shapeVerbs(t, k, a.open(t, k), func(t *testing.T, run func(context.Context, ormlock.Key, func(context.Context) error, ...ormlock.Option) error) {
+			ctx := context.Background()
+			ks := uniq(t, "a", "b", "c")
+			ran := false
+			err := run(ctx, ormlock.All(ks...), func(ctx context.Context) error {
+				ran = true
+				for _, n := range ks {
+					if free(t, k, n) {
+						t.Errorf("%s is free while All holds it", n)
+					}
+				}
+				return nil
+			})
+			if err != nil || !ran {
+				t.Fatalf("All: ran %v, err %v", ran, err)
+			}
+			for _, n := range ks {
+				if !free(t, k, n) {
+					t.Errorf("%s held after All returned", n)
+				}
+			}
+
+			// one key held elsewhere: refused, and none of the others left held
+			release := testdb.RawHold(t, k, "", ks[1])
+			for _, opts := range [][]ormlock.Option{nil, {ormlock.WithWait(200 * time.Millisecond)}} {
+				err = run(ctx, ormlock.All(ks[2], ks[1], ks[0]), func(context.Context) error {
+					t.Error("fn ran without every key")
+					return nil
+				}, opts...)
+				if !errors.Is(err, ormlock.ErrNotAcquired) {
+					t.Fatalf("All with %s held elsewhere (opts %d): %v, want ErrNotAcquired", ks[1], len(opts), err)
+				}
+				for _, n := range []string{ks[0], ks[2]} {
+					if !free(t, k, n) {
+						t.Errorf("%s left held by a refused All", n)
+					}
+				}
+			}
+			release()
+		})
+	})
+}
+
+// TestConformanceAllNoDeadlock: overlapping sets taken in opposite orders by
+// many goroutines, with and without a wait, never deadlock, and each key
+// has at most one holder at a time.
+func TestConformanceAllNoDeadlock(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		shapeVerbs(t, k, a.open(t, k), func(t *testing.T, run func(context.Context, ormlock.Key, func(context.Context) error, ...ormlock.Option) error) {
+			ks := uniq(t, "p", "q", "r", "s")
+			sets := [][]string{{ks[0], ks[1], ks[2]}, {ks[2], ks[1], ks[0]}, {ks[3], ks[0]}, {ks[1], ks[3]}, {ks[2], ks[3], ks[0]}}
+			var inside [4]atomic.Int32
+			index := map[string]int{ks[0]: 0, ks[1]: 1, ks[2]: 2, ks[3]: 3}
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			var wg sync.WaitGroup
+			var won atomic.Int32
+			for g := range 6 {
+				wg.Go(func() {
+					for round := range 8 {
+						set := sets[(g+round)%len(sets)]
+						var opts []ormlock.Option
+						if g%2 == 0 {
+							opts = append(opts, ormlock.WithWait(5*time.Second))
+						}
+						err := run(ctx, ormlock.All(set...), func(context.Context) error {
+							for _, n := range set {
+								if v := inside[index[n]].Add(1); v > 1 {
+									t.Errorf("%s has %d holders", n, v)
+								}
+							}
+							time.Sleep(2 * time.Millisecond)
+							for _, n := range set {
+								inside[index[n]].Add(-1)
+							}
+							return nil
+						}, opts...)
+						switch {
+						case err == nil:
+							won.Add(1)
+						case errors.Is(err, ormlock.ErrNotAcquired) && len(opts) == 0:
+						default:
+							t.Errorf("goroutine %d round %d: %v", g, round, err)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if ctx.Err() != nil {
+				t.Fatal("the goroutines did not finish within 60 s: a deadlock")
+			}
+			if won.Load() == 0 {
+				t.Fatal("no All won")
+			}
+			for _, n := range ks {
+				if !free(t, k, n) {
+					t.Errorf("%s left held", n)
+				}
+			}
+		})
+	})
+}
+
+func TestConformanceShapeRefused(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		l := a.with(t, k)
+		ctx := context.Background()
+		ks := uniq(t, "a", "b")
+		dup := ormlock.All(ks[0], ks[0])
+		if k.Dialect() == "mysql" {
+			dup = ormlock.All(ormlock.ID(42), ormlock.Name("42")) // one GET_LOCK name
+		}
+		caseDup := ormlock.All("Shape-Case", "shape-case")
+		fn := func(tx txn) error { t.Error("fn ran"); return nil }
+		for name, c := range map[string]struct {
+			key  ormlock.Key
+			opts []ormlock.Option
+			want error
+		}{
+			"empty set":           {ormlock.All[string](), nil, ormlock.ErrInvalidKey},
+			"duplicate":           {dup, nil, ormlock.ErrInvalidKey},
+			"semaphore n 0":       {ormlock.Semaphore(ks[0], 0), nil, ormlock.ErrInvalidKey},
+			"semaphore n 129":     {ormlock.Semaphore(ks[0], 129), nil, ormlock.ErrInvalidKey},
+			"semaphore in All":    {ormlock.All(ormlock.Name(ks[0]), ormlock.Semaphore(ks[1], 2)), nil, ormlock.ErrInvalidKey},
+			"semaphore of Shared": {ormlock.Semaphore(ormlock.Shared(ks[0]), 2), nil, ormlock.ErrInvalidKey},
+			"bad element":         {ormlock.All(ks[0], ""), nil, ormlock.ErrInvalidKey},
+			"fencing":             {ormlock.All(ks[0], ks[1]), []ormlock.Option{ormlock.WithFencing()}, ormlock.ErrInvalidArgument},
+			"fencing semaphore":   {ormlock.Semaphore(ks[0], 2), []ormlock.Option{ormlock.WithFencing()}, ormlock.ErrInvalidArgument},
+		} {
+			t.Run(name, func(t *testing.T) {
+				err := l.Transaction(ctx, c.key, fn, c.opts...)
+				if !errors.Is(err, c.want) {
+					t.Errorf("Transaction: %v, want %v", err, c.want)
+				}
+				err = l.Session(ctx, c.key, func(context.Context) error { t.Error("fn ran"); return nil }, c.opts...)
+				if !errors.Is(err, c.want) {
+					t.Errorf("Session: %v, want %v", err, c.want)
+				}
+			})
+		}
+		t.Run("case", func(t *testing.T) {
+			err := l.Transaction(ctx, caseDup, func(tx txn) error { return nil })
+			if k.Dialect() == "mysql" && !errors.Is(err, ormlock.ErrInvalidKey) {
+				t.Errorf("names equal but for case on MySQL: %v, want ErrInvalidKey", err)
+			}
+			if k.Dialect() == "postgres" && err != nil {
+				t.Errorf("names differing in case on PostgreSQL: %v", err)
+			}
+		})
+		t.Run("Holder", func(t *testing.T) {
+			for _, key := range []ormlock.Key{ormlock.All(ks[0], ks[1]), ormlock.Semaphore(ks[0], 3)} {
+				if _, err := l.Holder(ctx, key); !errors.Is(err, ormlock.ErrInvalidArgument) {
+					t.Errorf("Holder(%s): %v, want ErrInvalidArgument", key, err)
+				}
+			}
+		})
+		t.Run("Shared", func(t *testing.T) {
+			err := l.Transaction(ctx, ormlock.Shared(ks[0]), func(tx txn) error { return nil })
+			if k.Dialect() == "mysql" {
+				if !errors.Is(err, ormlock.ErrUnsupportedDialect) {
+					t.Errorf("Shared on MySQL/MariaDB: %v, want ErrUnsupportedDialect", err)
+				}
+				if !free(t, k, ks[0]) {
+					t.Error("a refused Shared left its key held")
+				}
+				return
+			}
+			if err != nil {
+				t.Errorf("Shared on PostgreSQL: %v", err)
+			}
+		})
+	})
+}
+
+// pgTryRaw tries key name's lock with hand-written SQL on PostgreSQL, in
+// share mode or not, and releases it; it reports whether it was granted.
+func pgTryRaw(t *testing.T, k testdb.Kind, name string, shared bool) bool {
+	t.Helper()
+	fn := "pg_try_advisory_xact_lock"
+	if shared {
+		fn += "_shared"
+	}
+	tx, err := testdb.AdminDB(t, k).Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	var ok bool
+	if err := tx.QueryRow("SELECT "+fn+"($1)", keyhash.Int64NS("", name)).Scan(&ok); err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+func TestConformanceShared(t *testing.T) {
+	forEachPostgres(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		shapeVerbs(t, k, a.open(t, k), func(t *testing.T, run func(context.Context, ormlock.Key, func(context.Context) error, ...ormlock.Option) error) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			name := uniq(t, "s")[0]
+			// two Shared holders at once, raw shared meets them, exclusive refused
+			var both sync.WaitGroup
+			both.Add(2)
+			errc := make(chan error, 2)
+			for range 2 {
+				go func() {
+					errc <- run(ctx, ormlock.Shared(name), func(context.Context) error {
+						both.Done()
+						both.Wait()
+						if !pgTryRaw(t, k, name, true) {
+							t.Error("raw shared lock refused while Shared holders hold")
+						}
+						if pgTryRaw(t, k, name, false) {
+							t.Error("raw exclusive lock granted while Shared holders hold")
+						}
+						if err := run(ctx, ormlock.Name(name), func(context.Context) error { return nil }); !errors.Is(err, ormlock.ErrNotAcquired) {
+							t.Errorf("exclusive while shared: %v, want ErrNotAcquired", err)
+						}
+						return nil
+					})
+				}()
+			}
+			for range 2 {
+				if err := <-errc; err != nil {
+					t.Fatal(err)
+				}
+			}
+			// an exclusive holder refuses Shared
+			release := testdb.RawHold(t, k, "", name)
+			if err := run(ctx, ormlock.Shared(name), func(context.Context) error { return nil }); !errors.Is(err, ormlock.ErrNotAcquired) {
+				t.Errorf("Shared while held exclusively: %v, want ErrNotAcquired", err)
+			}
+			release()
+			if !free(t, k, name) {
+				t.Error("key held after the Shared holders returned")
+			}
+			// All of Shared and exclusive keys
+			other := uniq(t, "x")[0]
+			err := run(ctx, ormlock.All(ormlock.Shared(name), ormlock.Name(other)), func(context.Context) error {
+				if !pgTryRaw(t, k, name, true) || pgTryRaw(t, k, other, true) {
+					t.Error("All(Shared(a), b): a must be shared, b exclusive")
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	})
+}
+
+// TestConformanceSemaphore: n+1 racing for a limit of n never have more than
+// n in fn, and one holder holds one slot.
+func TestConformanceSemaphore(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		l := a.open(t, k)
+		shapeVerbs(t, k, l, func(t *testing.T, run func(context.Context, ormlock.Key, func(context.Context) error, ...ormlock.Option) error) {
+			const n = 3
+			name := uniq(t, "sem")[0]
+			key := ormlock.Semaphore(name, n)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			var inside, most atomic.Int32
+			var wg sync.WaitGroup
+			var won atomic.Int32
+			for g := range n + 1 {
+				wg.Go(func() {
+					for range 6 {
+						var opts []ormlock.Option
+						if g%2 == 0 {
+							opts = append(opts, ormlock.WithWait(10*time.Second))
+						}
+						err := run(ctx, key, func(context.Context) error {
+							v := inside.Add(1)
+							for m := most.Load(); v > m && !most.CompareAndSwap(m, v); m = most.Load() {
+							}
+							time.Sleep(20 * time.Millisecond)
+							inside.Add(-1)
+							return nil
+						}, opts...)
+						switch {
+						case err == nil:
+							won.Add(1)
+						case errors.Is(err, ormlock.ErrNotAcquired) && len(opts) == 0:
+						default:
+							t.Errorf("goroutine %d: %v", g, err)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if m := most.Load(); m > n {
+				t.Fatalf("%d holders in fn at once, limit %d", m, n)
+			}
+			if won.Load() < 6 {
+				t.Errorf("only %d acquisitions won", won.Load())
+			}
+			for i := 1; i <= n; i++ {
+				if slot := "ormlock.semaphore:" + name + "#" + fmt.Sprint(i); !free(t, k, slot) {
+					t.Errorf("slot %d left held", i)
+				}
+			}
+		})
+		t.Run("one slot", func(t *testing.T) {
+			name := uniq(t, "one")[0]
+			err := l.Transaction(context.Background(), ormlock.Semaphore(name, 5), func(tx txn) error {
+				held := 0
+				for i := 1; i <= 5; i++ {
+					if !free(t, k, "ormlock.semaphore:"+name+"#"+fmt.Sprint(i)) {
+						held++
+					}
+				}
+				if held != 1 {
+					t.Errorf("%d slots held by one holder, want 1", held)
+				}
+				if k.Dialect() == "postgres" && k != testdb.PgBouncer {
+					n, err := tx.QueryInt("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()")
+					if err != nil || n != 1 {
+						t.Errorf("pg_locks: %d advisory locks of this backend (err %v), want 1", n, err)
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	})
+}
+
+// TestConformanceShapeIsolation: shapes at REPEATABLE READ and SERIALIZABLE
+// (PostgreSQL's two-connection path) and at the default.
+func TestConformanceShapeIsolation(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		for _, iso := range []sql.IsolationLevel{sql.LevelDefault, sql.LevelRepeatableRead, sql.LevelSerializable} {
+			t.Run(iso.String(), func(t *testing.T) {
+				l := a.with(t, k, ormlock.WithTxOptions(&sql.TxOptions{Isolation: iso}))
+				ks := uniq(t, "a", "b")
+				for _, key := range []ormlock.Key{ormlock.All(ks[0], ks[1]), ormlock.Semaphore(ks[0], 2)} {
+					err := l.Transaction(context.Background(), key, func(tx txn) error {
+						if key == ormlock.All(ks[0], ks[1]) && (free(t, k, ks[0]) || free(t, k, ks[1])) {
+							t.Error("a key of the set is free inside fn")
+						}
+						return tx.Insert(ks[0], 1)
+					})
+					if err != nil {
+						t.Fatalf("%s at %s: %v", key, iso, err)
+					}
+				}
+				if k.Dialect() == "postgres" {
+					err := l.Transaction(context.Background(), ormlock.Shared(ks[1]), func(tx txn) error {
+						if pgTryRaw(t, k, ks[1], false) {
+							t.Error("Shared key free for an exclusive lock inside fn")
+						}
+						return nil
+					})
+					if err != nil {
+						t.Fatalf("Shared at %s: %v", iso, err)
+					}
+				}
+			})
+		}
+	})
+}
+
+func TestShapeKeyString(t *testing.T) {
+	long := make([]ormlock.Key, 60)
+	for i := range long {
+		long[i] = ormlock.Name(fmt.Sprintf("%0200d", i))
+	}
+	if s := ormlock.All(long...).String(); len(s) > 300 {
+		t.Errorf("String of a 60-key set is %d bytes", len(s))
+	}
+	if a, b := ormlock.All("a", "b"), ormlock.All("a", "b"); a != b {
+		t.Error("equal sets compare unequal")
+	}
+	if got := ormlock.Semaphore("jobs", 3).String(); got != "semaphore(jobs,3)" {
+		t.Errorf("Semaphore String = %q", got)
+	}
+}

@@ -1,0 +1,451 @@
+package lockproto
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/errs"
+	"github.com/ormlock/ormlock/internal/keys"
+)
+
+// Lock shapes (target.go's kindAll, kindShared, kindSemaphore) on every
+// path that takes a lock: PostgreSQL's transaction-level locks (a
+// Transaction's, a Session's lock-only transaction, the split protocol's,
+// gormlock's savepoint), PostgreSQL's session-level locks on shared lock
+// connections, and MySQL/MariaDB's GET_LOCK on a pinned connection. A
+// shape never takes the one-message or prepared-statement fast paths: its
+// statements go one lock call each, in the target's order.
+//
+//   - All: each key in the canonical order; a refusal ends the attempt, and
+//     the keys taken before it are given back (PostgreSQL xact locks with
+//     the transaction the caller rolls back; session-level and named locks
+//     released at once). A wait spends one budget: each key waits at most
+//     what is left of it (PostgreSQL: lock_timeout set to that before the
+//     key's lock statement; MySQL/MariaDB: GET_LOCK's timeout).
+//   - Shared: one key, pg_advisory_xact_lock_shared and its try and
+//     session-level forms.
+//   - Semaphore: one round tries every slot once, from a random one, and
+//     takes the first free one (one slot at most per attempt); a wait
+//     repeats the rounds with a backoff from semRetryMin, doubling, at most
+//     semRetryMax, until the wait's budget ends. A slot lock is never
+//     waited on: a free slot elsewhere would go unseen.
+
+// The semaphore's backoff between rounds of a wait.
+const (
+	semRetryMin = 10 * time.Millisecond
+	semRetryMax = 500 * time.Millisecond
+)
+
+// shapeCombines refuses, before anything is taken, a lock shape with a
+// verb or option it does not combine with this release (docs/PROTOCOL.md,
+// Lock shapes): fencing, Lead, and Holder of a set or a semaphore.
+func shapeCombines(verb string, k keys.Key, cfg config.Config) error {
+	switch {
+	case !keys.IsShape(k):
+		return nil
+	case cfg.Fencing:
+		return fmt.Errorf("%w: %s of %s: WithFencing does not combine with a lock shape (All, Shared, Semaphore)", errs.ErrInvalidArgument, verb, k.String())
+	case verb == "Lead":
+		return fmt.Errorf("%w: Lead of %s: Lead takes one exclusive key, not a lock shape", errs.ErrInvalidArgument, k.String())
+	case verb == "Holder" && !keys.IsShared(k):
+		return fmt.Errorf("%w: Holder of %s: a set or a semaphore has several holders; use Holders", errs.ErrInvalidArgument, k.String())
+	}
+	return nil
+}
+
+// takeRound takes o's shape once: every item in order (All, Shared), or
+// the first free slot from a random one (Semaphore), with try, or for a
+// bounded wait on one item with waitFor (nil: try only) until deadline.
+// When an All is refused, undo (nil: nothing to do, the transaction's end
+// gives them back) releases the items taken. o.held is what is held.
+func (o *Op) takeRound(deadline time.Time, try func(lockItem) (bool, error), waitFor func(lockItem, time.Duration) (bool, error), undo func([]lockItem) error) (bool, error) {
+	t := o.target
+	o.held = o.held[:0]
+	if t.kind == kindSemaphore {
+		start := rand.IntN(len(t.items))
+		for j := range t.items {
+			it := t.items[(start+j)%len(t.items)]
+			ok, err := try(it)
+			if err != nil || ok {
+				if ok {
+					o.held = append(o.held, it)
+				}
+				return ok, err
+			}
+		}
+		return false, nil
+	}
+	for _, it := range t.items {
+		var ok bool
+		var err error
+		if left := time.Until(deadline); waitFor != nil && left > 0 {
+			ok, err = waitFor(it, left)
+		} else {
+			ok, err = try(it)
+		}
+		if err == nil && ok {
+			o.held = append(o.held, it)
+			continue
+		}
+		if undo != nil && len(o.held) > 0 {
+			if uerr := undo(o.held); uerr != nil {
+				err = errs.Join(err, uerr) // not a clean refusal: the caller destroys the connection
+			}
+		}
+		o.held = o.held[:0]
+		return false, err
+	}
+	return true, nil
+}
+
+// takeShape is takeRound, repeated for a semaphore's wait with the
+// backoff above until deadline (cut by ctx).
+func (o *Op) takeShape(ctx context.Context, wait time.Duration, try func(lockItem) (bool, error), waitFor func(lockItem, time.Duration) (bool, error), undo func([]lockItem) error) (bool, error) {
+	deadline := o.start.Add(wait)
+	pause := semRetryMin
+	for {
+		ok, err := o.takeRound(deadline, try, waitFor, undo)
+		if err != nil || ok || o.target.kind != kindSemaphore || wait <= 0 {
+			return ok, err
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return false, nil
+		}
+		if !sleepCtx(ctx, min(pause, left)) {
+			return false, ctx.Err()
+		}
+		pause = min(2*pause, semRetryMax)
+	}
+}
+
+// pgLockCall is the lock function and arguments of item it: xact or
+// session level, try or wait, share mode or not.
+func pgLockCall(it lockItem, xact, try bool) (string, []any) {
+	fn := "pg_"
+	if try {
+		fn += "try_"
+	}
+	fn += "advisory_"
+	if xact {
+		fn += "xact_"
+	}
+	fn += "lock"
+	if it.shared {
+		fn += "_shared"
+	}
+	if it.pg.IsPair {
+		return fn + "($1::int4, $2::int4)", []any{it.pg.ClassID, it.pg.ObjID}
+	}
+	return fn + "($1::int8)", []any{it.pg.Int64}
+}
+
+// pgTryItem tries item it's lock on q (transaction or session level).
+func pgTryItem(ctx context.Context, q Querier, it lockItem, xact bool) (bool, error) {
+	call, args := pgLockCall(it, xact, true)
+	var ok bool
+	if err := q.QueryRowContext(ctx, "SELECT "+call, args...).Scan(&ok); err != nil {
+		return false, errs.Wrap(err, "%s", call)
+	}
+	return ok, nil
+}
+
+// pgWaitItemXact waits up to wait for item it's transaction-level lock on
+// the transaction q, bounded by lock_timeout (restored once the lock is
+// held), as PGWaitXact does for one key. A timeout returns false and
+// leaves the transaction aborted: the caller rolls it back.
+func pgWaitItemXact(ctx context.Context, q Querier, it lockItem, wait time.Duration) (bool, error) {
+	ms := min(max(wait.Milliseconds(), 1), pgMaxLockTimeout)
+	var prev string
+	if err := q.QueryRowContext(ctx, "SELECT current_setting('lock_timeout'), set_config('lock_timeout', $1, true)",
+		strconv.FormatInt(ms, 10)+"ms").Scan(&prev, new(string)); err != nil {
+		return false, errs.Wrap(err, "set lock_timeout")
+	}
+	call, args := pgLockCall(it, true, false)
+	args = append(args, prev)
+	_, err := q.ExecContext(ctx, "SELECT "+call+", set_config('lock_timeout', $"+strconv.Itoa(len(args))+", true)", args...)
+	if err != nil {
+		if SQLState(err) == sqlStateLockNotAvailable {
+			return false, nil
+		}
+		return false, errs.Wrap(err, "%s", call)
+	}
+	return true, nil
+}
+
+// pgUnlockItem releases item it's session-level lock on q.
+func pgUnlockItem(ctx context.Context, q Querier, it lockItem) error {
+	call := "pg_advisory_unlock"
+	if it.shared {
+		call += "_shared"
+	}
+	var args []any
+	if it.pg.IsPair {
+		call, args = call+"($1::int4, $2::int4)", []any{it.pg.ClassID, it.pg.ObjID}
+	} else {
+		call, args = call+"($1::int8)", []any{it.pg.Int64}
+	}
+	var ok bool
+	if err := q.QueryRowContext(ctx, "SELECT "+call, args...).Scan(&ok); err != nil {
+		return errs.Wrap(err, "pg_advisory_unlock")
+	}
+	if !ok {
+		return fmt.Errorf("%w: %s returned false", ErrNotHeld, call)
+	}
+	return nil
+}
+
+// acquireShapeXact is acquireXact for a shape: its transaction-level
+// locks on the open transaction q (iso as there: the isolation is read by
+// a statement of its own first). Locks taken before a refusal are given
+// back by the transaction's end, which the caller's failure path runs.
+func (o *Op) acquireShapeXact(ctx context.Context, q Querier, iso *string) error {
+	wait, bounded, err := o.attempt(ctx)
+	if err != nil {
+		return err
+	}
+	if iso != nil {
+		ictx, done := stmtCtx(ctx, false, o.cancel)
+		err := q.QueryRowContext(ictx, "SELECT current_setting('transaction_isolation')").Scan(iso)
+		done()
+		if err != nil {
+			return o.failed(ctx, errs.Wrap(err, "read transaction_isolation"))
+		}
+		if snapshotTaken(iso) {
+			return errSnapshotTaken
+		}
+	}
+	try := func(it lockItem) (bool, error) {
+		sctx, done := stmtCtx(ctx, false, o.cancel)
+		defer done()
+		return pgTryItem(sctx, q, it, true)
+	}
+	var waitFor func(lockItem, time.Duration) (bool, error)
+	if wait > 0 {
+		waitFor = func(it lockItem, left time.Duration) (bool, error) {
+			sctx, done := stmtCtx(ctx, true, o.cancel)
+			defer done()
+			return pgWaitItemXact(sctx, q, it, left)
+		}
+	}
+	ok, err := o.takeShape(ctx, wait, try, waitFor, nil)
+	if err == nil && ok && ctx.Err() != nil {
+		ok, err = false, ctx.Err() // the caller's ROLLBACK gives the locks back
+	}
+	return o.settle(ctx, ok, bounded, err)
+}
+
+// acquireShapeNamed is AcquireNamed for a shape (All, Semaphore): GET_LOCK
+// of each name on the pinned connection q, the session's settings read
+// first by a statement of their own. A refused All releases the names it
+// took before returning.
+func (o *Op) acquireShapeNamed(ctx context.Context, q Querier) error {
+	wait, bounded, err := o.attempt(ctx)
+	if err != nil {
+		return err
+	}
+	o.my = mysqlLockConnVars{autocommit: 1}
+	if err := q.QueryRowContext(ctx, "SELECT @@autocommit, @@completion_type").Scan(&o.my.autocommit, &o.my.completionType); err != nil {
+		return o.failed(ctx, errs.Wrap(err, "read @@autocommit, @@completion_type"))
+	}
+	try := func(it lockItem) (bool, error) {
+		tctx, done := GraceCtx(ctx) // as AcquireNamed's try-once: let finish
+		defer done()
+		return mysqlGetLock(tctx, q, it.mysql, 0, nil)
+	}
+	var waitFor func(lockItem, time.Duration) (bool, error)
+	if wait > 0 {
+		waitFor = func(it lockItem, left time.Duration) (bool, error) {
+			wctx, done := stmtCtx(ctx, true, o.cancel)
+			defer done()
+			return mysqlGetLock(wctx, q, it.mysql, left, nil)
+		}
+	}
+	undo := func(held []lockItem) error {
+		rctx, cancel := releaseCtx(ctx)
+		defer cancel()
+		return withinGrace(ctx, cancel, func() error { return mysqlReleaseItems(rctx, q, held) })
+	}
+	ok, err := o.takeShape(ctx, wait, try, waitFor, undo)
+	if err == nil && ok && ctx.Err() != nil {
+		rerr := undo(o.held)
+		o.held = o.held[:0]
+		ok, err = false, errs.Join(ctx.Err(), rerr)
+	}
+	return o.settle(ctx, ok, bounded, err)
+}
+
+// mysqlReleaseItems releases the named locks of items on q, last first.
+func mysqlReleaseItems(ctx context.Context, q Querier, items []lockItem) error {
+	var err error
+	for i := len(items) - 1; i >= 0; i-- {
+		err = errs.Join(err, MySQLReleaseLock(ctx, q, items[i].mysql))
+	}
+	return err
+}
+
+// mysqlRelease releases what o holds on the pinned connection q: its one
+// name, or the names of its shape.
+func (o *Op) mysqlRelease(ctx context.Context, q Querier) error {
+	if o.target.Simple() {
+		return MySQLReleaseLock(ctx, q, o.target.mysql)
+	}
+	return mysqlReleaseItems(ctx, q, o.held)
+}
+
+// mysqlHeld is the keepalive of o's lock connection q: every name o holds
+// is still held by this very connection (one statement).
+func (o *Op) mysqlHeld(ctx context.Context, q Querier) error {
+	if o.target.Simple() {
+		return MySQLHeld(ctx, q, o.target.mysql)
+	}
+	query, args := "SELECT 0", make([]any, 0, len(o.held))
+	for _, it := range o.held {
+		query += " + (IS_USED_LOCK(?) <=> CONNECTION_ID())"
+		args = append(args, it.mysql)
+	}
+	var n int
+	if err := q.QueryRowContext(ctx, query, args...).Scan(&n); err != nil {
+		return errs.Wrap(err, "keepalive")
+	}
+	if n != len(o.held) {
+		return fmt.Errorf("%w: IS_USED_LOCK no longer names this connection for %d of %d locks", ErrNotHeld, len(o.held)-n, len(o.held))
+	}
+	return nil
+}
+
+// lockDeadlock reports whether err is the server's deadlock error for a
+// lock wait: PostgreSQL's deadlock_detected (40P01), MySQL's
+// ER_USER_LOCK_DEADLOCK (3058) or the deadlock MariaDB reports for
+// GET_LOCK (ER_LOCK_DEADLOCK, 1213). The lock was not taken.
+func lockDeadlock(err error) bool {
+	return SQLState(err) == "40P01" || isMySQLErrno(err, 3058, 1213)
+}
+
+// localLocks are the keys this process reserves for o on its shared lock
+// connections (sharedconn.go): its one key, or the items of its shape in
+// order (a semaphore's slots each on their own).
+func (o *Op) localLocks() []localLock {
+	if o.target.Simple() {
+		return []localLock{{key: o.lockKey()}}
+	}
+	out := make([]localLock, len(o.target.items))
+	for i, it := range o.target.items {
+		out[i] = it.local(o.Dialect)
+	}
+	return out
+}
+
+// localLock is one server lock as this process's set of held keys names
+// it, and its mode.
+type localLock struct {
+	key    any
+	shared bool
+}
+
+func (it lockItem) local(d Dialect) localLock {
+	if d == Postgres {
+		return localLock{key: it.pg, shared: it.shared}
+	}
+	return localLock{key: mysqlFold(it.mysql)}
+}
+
+// sharedTryShape is sharedTry for a shape: every item (All, Shared) or the
+// first free slot (Semaphore) on one shared connection, reserved in this
+// process first; a refused All releases what it took.
+func (o *Op) sharedTryShape(ctx context.Context, db *sql.DB, p *sharedPool) (*sharedConn, bool, error) {
+	var cands [][]localLock // what one try reserves: all items, or one slot
+	locks := o.localLocks()
+	if o.target.kind == kindSemaphore {
+		start := rand.IntN(len(locks))
+		for j := range locks {
+			cands = append(cands, []localLock{locks[(start+j)%len(locks)]})
+		}
+	} else {
+		cands = [][]localLock{locks}
+	}
+	for _, res := range cands {
+		if !p.reserve(res) {
+			continue // held in this process
+		}
+		items := o.itemsOf(res)
+		c, err := p.pick(ctx, db, o)
+		if err != nil {
+			p.unreserve(res)
+			return nil, false, err
+		}
+		var ok bool
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sharedTryTimeout(o.Cfg.Keepalive))
+		err = c.run(ctx, sctx, func(sctx context.Context) error {
+			return withinGrace(ctx, cancel, func() error {
+				o.held = o.held[:0]
+				for _, it := range items {
+					var got bool
+					var err error
+					if o.Dialect == Postgres {
+						got, err = pgTryItem(sctx, c.conn, it, false)
+					} else {
+						got, err = mysqlGetLock(sctx, c.conn, it.mysql, 0, nil)
+					}
+					if err != nil {
+						return err
+					}
+					if !got {
+						return o.sharedUndo(sctx, c)
+					}
+					o.held = append(o.held, it)
+				}
+				ok = true
+				return nil
+			})
+		})
+		cancel()
+		if err != nil && !errors.Is(err, errNoTurn) {
+			p.kill(c, err, nil)
+		}
+		if err != nil || !ok {
+			p.leaveLocks(c, res)
+			if err != nil {
+				return nil, false, err
+			}
+			continue
+		}
+		o.reserved = res
+		return c, true, nil
+	}
+	return nil, false, nil
+}
+
+// itemsOf are the lock items of o whose local names are res.
+func (o *Op) itemsOf(res []localLock) []lockItem {
+	var out []lockItem
+	for _, it := range o.target.items {
+		for _, l := range res {
+			if it.local(o.Dialect) == l {
+				out = append(out, it)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// sharedUndo releases the session-level locks o took on c so far.
+func (o *Op) sharedUndo(ctx context.Context, c *sharedConn) error {
+	var err error
+	for i := len(o.held) - 1; i >= 0; i-- {
+		if o.Dialect == Postgres {
+			err = errs.Join(err, pgUnlockItem(ctx, c.conn, o.held[i]))
+		} else {
+			err = errs.Join(err, MySQLReleaseLock(ctx, c.conn, o.held[i].mysql))
+		}
+	}
+	o.held = o.held[:0]
+	return err
+}
