@@ -88,8 +88,10 @@ type HolderInfo struct {
 	// the connection sleeps. It may contain secrets (see above) and
 	// arbitrary bytes: escape it before printing it.
 	Query string
-	// Mode is the lock mode on PostgreSQL ("ExclusiveLock", or "ShareLock"
-	// for pg_advisory_lock_shared, which ormlock never takes); "" on MySQL.
+	// Mode is the lock mode on PostgreSQL: "ExclusiveLock", or
+	// "ShareLock" for a holder in share mode ([Shared], or raw
+	// pg_advisory_lock_shared); "" on MySQL/MariaDB, whose named locks are
+	// exclusive. [HolderInfo.Shared] says the same on every server.
 	Mode string
 
 	// TxStart is when the holder's current transaction began (PostgreSQL
@@ -117,6 +119,16 @@ type HolderInfo struct {
 	// ungranted pg_locks rows, e.g. ormlock calls with WithWait). Always 0
 	// on MySQL/MariaDB, which does not say who waits for a named lock.
 	Waiters int
+
+	// Key names the key this holder holds, as [Key.String] prints it: set
+	// by Holders (one row per holder of each key of a set, of each slot of
+	// a semaphore, the semaphore's key here); "" from Holder.
+	Key string
+	// Shared reports a holder in share mode ([Shared]; PostgreSQL only).
+	Shared bool
+	// Slot is the semaphore slot held (1 to n) in a row of Holders of a
+	// [Semaphore]; 0 otherwise.
+	Slot int
 }
 
 // String returns a one-line, key=value description without the query, e.g.
@@ -169,6 +181,13 @@ func (h HolderInfo) format(maxQuery int) string {
 		if d > 0 {
 			field(name, d.Round(time.Millisecond).String())
 		}
+	}
+	field("key", cut(h.Key, maxField))
+	if h.Slot > 0 {
+		field("slot", strconv.Itoa(h.Slot))
+	}
+	if h.Shared && h.Mode == "" {
+		field("mode", "shared")
 	}
 	field("user", cut(h.User, maxField))
 	field("application", cut(h.Application, maxField))

@@ -7,6 +7,7 @@ import (
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/ledger"
+	"github.com/ormlock/ormlock/internal/lockproto"
 	"github.com/ormlock/ormlock/internal/verbs"
 )
 
@@ -54,6 +55,14 @@ func Holder[T TxLike, K ormlock.KeyType](ctx context.Context, x interface {
 }, key K, opts ...ormlock.Option) (ormlock.HolderInfo, error) {
 	h, err := verbs.Holder(ctx, binder[T]{x}, pkg, keys.Of[ormlock.Key](key), opts)
 	return ormlock.HolderInfo(h), err
+}
+
+// Holders returns every holder of key behind x, whatever its shape (see
+// gormlock.Holders).
+func Holders[T TxLike, K ormlock.KeyType](ctx context.Context, x interface {
+	Tx(context.Context) (T, error)
+}, key K, opts ...ormlock.Option) ([]ormlock.HolderInfo, error) {
+	return lockproto.HoldersAs[ormlock.HolderInfo](verbs.Holders(ctx, binder[T]{x}, pkg, keys.Of[ormlock.Key](key), opts))
 }
 
 // Runs returns the last limit runs of job from the ledger, newest slot

@@ -10,6 +10,7 @@ import (
 	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/ledger"
 	"github.com/ormlock/ormlock/internal/sched"
+	"github.com/ormlock/ormlock/internal/lockproto"
 	"github.com/ormlock/ormlock/internal/verbs"
 )
 
@@ -76,6 +77,15 @@ func Migrate(db *gorm.DB, opts ...ormlock.Option) error {
 func Holder[K ormlock.KeyType](db *gorm.DB, key K, opts ...ormlock.Option) (ormlock.HolderInfo, error) {
 	h, err := verbs.Holder(ctxOf(db), binder{db}, pkg, keys.Of[ormlock.Key](key), opts)
 	return ormlock.HolderInfo(h), err
+}
+
+// Holders returns every holder of key, whatever its shape: each holder of
+// a key (several for a [ormlock.Shared] key), of each key of an
+// [ormlock.All], of each slot of an [ormlock.Semaphore], each naming its
+// key, mode and slot ([ormlock.HolderInfo] Key, Shared, Slot); none when
+// nobody holds it. The context is GORM's (db.WithContext).
+func Holders[K ormlock.KeyType](db *gorm.DB, key K, opts ...ormlock.Option) ([]ormlock.HolderInfo, error) {
+	return lockproto.HoldersAs[ormlock.HolderInfo](verbs.Holders(ctxOf(db), binder{db}, pkg, keys.Of[ormlock.Key](key), opts))
 }
 
 // Runs returns the last limit runs of job from the ledger table, newest slot

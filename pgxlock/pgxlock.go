@@ -69,6 +69,12 @@ func Holder[K ormlock.KeyType](ctx context.Context, pool *pgxpool.Pool, key K, o
 	return ormlock.HolderInfo(h), err
 }
 
+// Holders returns every holder of key behind pool, whatever its shape
+// (see gormlock.Holders).
+func Holders[K ormlock.KeyType](ctx context.Context, pool *pgxpool.Pool, key K, opts ...ormlock.Option) ([]ormlock.HolderInfo, error) {
+	return lockproto.HoldersAs[ormlock.HolderInfo](verbs.Holders(ctx, binder{pool}, pkg, keys.Of[ormlock.Key](key), opts))
+}
+
 // Runs returns the last limit runs of job from the ledger, newest slot
 // first, in the namespace in effect.
 func Runs(ctx context.Context, pool *pgxpool.Pool, job string, limit int, opts ...ormlock.Option) ([]ormlock.Run, error) {

@@ -65,6 +65,12 @@ func Holder[K ormlock.KeyType](ctx context.Context, db *sql.DB, key K, opts ...o
 	return ormlock.HolderInfo(h), err
 }
 
+// Holders returns every holder of key behind db, whatever its shape (see
+// gormlock.Holders).
+func Holders[K ormlock.KeyType](ctx context.Context, db *sql.DB, key K, opts ...ormlock.Option) ([]ormlock.HolderInfo, error) {
+	return lockproto.HoldersAs[ormlock.HolderInfo](verbs.Holders(ctx, binder{db}, pkg, keys.Of[ormlock.Key](key), opts))
+}
+
 // Runs returns the last limit runs of job from the ledger, newest slot
 // first, in the namespace in effect.
 func Runs(ctx context.Context, db *sql.DB, job string, limit int, opts ...ormlock.Option) ([]ormlock.Run, error) {

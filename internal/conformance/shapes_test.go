@@ -11,8 +11,12 @@ import (
 	"time"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/entlock"
+	"github.com/ormlock/ormlock/gormlock"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/keyhash"
+	"github.com/ormlock/ormlock/pgxlock"
+	"github.com/ormlock/ormlock/sqllock"
 )
 
 // The lock shapes (ormlock.All, Shared, Semaphore) as the key of
@@ -433,4 +437,95 @@ func TestShapeKeyString(t *testing.T) {
 	if got := ormlock.Semaphore("jobs", 3).String(); got != "semaphore(jobs,3)" {
 		t.Errorf("Semaphore String = %q", got)
 	}
+}
+
+// holders is the adapter's Holders.
+func holders(ctx context.Context, r runner, key ormlock.Key) ([]ormlock.HolderInfo, error) {
+	switch l := r.(type) {
+	case gormLocker:
+		return gormlock.Holders(l.db.WithContext(ctx), key)
+	case entLocker:
+		return entlock.Holders(ctx, l.client, key)
+	case sqlLocker:
+		return sqllock.Holders(ctx, l.db, key, l.opts...)
+	case pgxLocker:
+		return pgxlock.Holders(ctx, l.pools.pool(), key, l.opts...)
+	}
+	panic(fmt.Sprintf("holders of %T", r))
+}
+
+// TestConformanceHolders: Holders lists every holder of a shape, each with
+// its key, mode and slot; Holder of Shared(k) answers as for k.
+func TestConformanceHolders(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		r := a.with(t, k)
+		ctx := context.Background()
+		ks := uniq(t, "a", "b")
+		err := r.Transaction(ctx, ormlock.All(ks[1], ks[0]), func(txn) error {
+			hs, err := holders(ctx, r, ormlock.All(ks[0], ks[1]))
+			if err != nil {
+				return err
+			}
+			if len(hs) != 2 || !hs[0].Held || !hs[1].Held || hs[0].PID != hs[1].PID || hs[0].Shared {
+				t.Errorf("Holders of a held set: %+v", hs)
+			}
+			got := map[string]bool{}
+			for _, h := range hs {
+				got[h.Key] = true
+			}
+			if !got[ks[0]] || !got[ks[1]] {
+				t.Errorf("Holders names keys %v, want %v", got, ks)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if hs, err := holders(ctx, r, ormlock.All(ks[0], ks[1])); err != nil || len(hs) != 0 {
+			t.Errorf("Holders of a free set: %v, %v", hs, err)
+		}
+		err = r.Transaction(ctx, ormlock.Semaphore(ks[0], 4), func(txn) error {
+			hs, err := holders(ctx, r, ormlock.Semaphore(ks[0], 4))
+			if err != nil {
+				return err
+			}
+			if len(hs) != 1 || hs[0].Slot < 1 || hs[0].Slot > 4 || hs[0].Key != ks[0] {
+				t.Errorf("Holders of a semaphore with one holder: %+v", hs)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k.Dialect() != "postgres" {
+			return
+		}
+		var both, checked sync.WaitGroup
+		both.Add(2)
+		checked.Add(2)
+		errc := make(chan error, 2)
+		for range 2 {
+			go func() {
+				errc <- r.Transaction(ctx, ormlock.Shared(ks[1]), func(txn) error {
+					both.Done()
+					both.Wait()
+					defer func() { checked.Done(); checked.Wait() }()
+					hs, err := holders(ctx, r, ormlock.Shared(ks[1]))
+					if err == nil && (len(hs) != 2 || !hs[0].Shared || !hs[1].Shared || hs[0].Mode != "ShareLock") {
+						t.Errorf("Holders of a key two hold shared: %+v", hs)
+					}
+					h, herr := r.Holder(ctx, ormlock.Shared(ks[1]))
+					if herr == nil && (!h.Held || !h.Shared) {
+						t.Errorf("Holder of Shared(k): %+v", h)
+					}
+					return errors.Join(err, herr)
+				})
+			}()
+		}
+		for range 2 {
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
 }

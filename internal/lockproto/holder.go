@@ -15,7 +15,10 @@ import (
 // HolderInfo is who holds a lock, as [LookupHolder] reads it: the fields of
 // ormlock.HolderInfo, whose documentation says what each means per
 // dialect; an adapter converts it (ormlock.HolderInfo(h)).
-type HolderInfo struct {
+type HolderInfo holderStruct
+
+// holderStruct is the struct a [HolderInfo] is made of.
+type holderStruct = struct {
 	Held        bool
 	Dialect     string
 	Lock        string
@@ -33,6 +36,25 @@ type HolderInfo struct {
 	ConnStart   time.Time
 	HeldFor     time.Duration
 	Waiters     int
+	Key         string
+	Shared      bool
+	Slot        int
+}
+
+// HolderType is the constraint of ormlock.HolderInfo, defined over
+// [HolderInfo]'s struct.
+type HolderType interface{ ~holderStruct }
+
+// HoldersAs returns hs as H values (ormlock.HolderInfo), with err.
+func HoldersAs[H HolderType](hs []HolderInfo, err error) ([]H, error) {
+	if hs == nil {
+		return nil, err
+	}
+	out := make([]H, len(hs))
+	for i, h := range hs {
+		out[i] = H(h)
+	}
+	return out, err
 }
 
 // PGLockTag returns the pg_locks coordinates of an advisory lock key, as
@@ -100,30 +122,49 @@ func LookupHolder(ctx context.Context, q Querier, op *Op) (HolderInfo, error) {
 
 func pgHolder(ctx context.Context, q Querier, k keys.PostgresKey) (HolderInfo, error) {
 	classid, objid, objsubid := PGLockTag(k)
-	h := HolderInfo{
-		Dialect: Postgres.String(),
-		Lock:    "classid=" + strconv.FormatUint(uint64(classid), 10) + " objid=" + strconv.FormatUint(uint64(objid), 10) + " objsubid=" + strconv.Itoa(objsubid),
-	}
-	var (
-		granted                              bool
-		backendStart, xactStart, stateChange sql.NullTime
-		now                                  time.Time
-		waiters                              int64
-	)
-	err := q.QueryRowContext(ctx, pgHolderQuery, int64(classid), int64(objid), objsubid).Scan(
-		&granted, &h.PID, &h.Mode, &h.User, &h.Application, &h.ClientAddr, &h.Database, &h.State, &h.Query,
-		&backendStart, &xactStart, &stateChange, &now, &waiters)
+	h := HolderInfo{Dialect: Postgres.String(), Lock: pgLockName(k)}
+	var waiters int
+	row := q.QueryRowContext(ctx, pgHolderQuery, int64(classid), int64(objid), objsubid)
+	granted, err := scanPGHolder(row.Scan, &h, &waiters)
 	if errors.Is(err, sql.ErrNoRows) {
 		return HolderInfo{Dialect: h.Dialect, Lock: h.Lock}, nil
 	}
 	if err != nil {
 		return HolderInfo{}, errs.Wrap(err, "look up lock holder in pg_locks")
 	}
-	h.Waiters = int(waiters)
 	if !granted { // only waiters: free this instant
-		return HolderInfo{Dialect: h.Dialect, Lock: h.Lock, Waiters: h.Waiters}, nil
+		return HolderInfo{Dialect: h.Dialect, Lock: h.Lock, Waiters: waiters}, nil
+	}
+	return h, nil
+}
+
+// pgLockName is the Lock of a HolderInfo for k: its pg_locks coordinates.
+func pgLockName(k keys.PostgresKey) string {
+	classid, objid, objsubid := PGLockTag(k)
+	return "classid=" + strconv.FormatUint(uint64(classid), 10) + " objid=" + strconv.FormatUint(uint64(objid), 10) + " objsubid=" + strconv.Itoa(objsubid)
+}
+
+// scanPGHolder reads one row of pgHolderQuery (or pgHoldersQuery) into h,
+// whose Dialect and Lock are set, and the count of waiters; it returns
+// whether the row is a granted holder.
+func scanPGHolder(scan func(dest ...any) error, h *HolderInfo, waiters *int) (bool, error) {
+	var (
+		granted                              bool
+		backendStart, xactStart, stateChange sql.NullTime
+		now                                  time.Time
+		n                                    int64
+	)
+	if err := scan(&granted, &h.PID, &h.Mode, &h.User, &h.Application, &h.ClientAddr, &h.Database, &h.State, &h.Query,
+		&backendStart, &xactStart, &stateChange, &now, &n); err != nil {
+		return false, err
+	}
+	*waiters = int(n)
+	h.Waiters = int(n)
+	if !granted {
+		return false, nil
 	}
 	h.Held = true
+	h.Shared = h.Mode == "ShareLock"
 	h.Owner = h.Application
 	if backendStart.Valid {
 		h.ConnStart = backendStart.Time
@@ -142,7 +183,7 @@ func pgHolder(ctx context.Context, q Querier, k keys.PostgresKey) (HolderInfo, e
 	if stateChange.Valid {
 		h.StateFor = nonNegative(now.Sub(stateChange.Time))
 	}
-	return h, nil
+	return true, nil
 }
 
 func mysqlHolder(ctx context.Context, q Querier, name string) (HolderInfo, error) {
@@ -175,4 +216,95 @@ func nonNegative(d time.Duration) time.Duration {
 		return 0
 	}
 	return d
+}
+
+// pgHoldersQuery is pgHolderQuery for every granted holder of the lock
+// (share-mode holders are several), waiters counted on each row.
+const pgHoldersQuery = `
+SELECT l.granted, coalesce(l.pid, 0)::int8, l.mode,
+       coalesce(a.usename::text, ''), coalesce(a.application_name, ''),
+       coalesce(host(a.client_addr) || ':' || a.client_port, ''),
+       coalesce(a.datname::text, ''), coalesce(a.state, ''), coalesce(a.query, ''),
+       a.backend_start, a.xact_start, a.state_change, statement_timestamp(),
+       count(*) FILTER (WHERE NOT l.granted) OVER ()
+FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'advisory'
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND l.classid::int8 = $1 AND l.objid::int8 = $2 AND l.objsubid = $3
+ORDER BY l.pid`
+
+// LookupHolders asks the server for every holder of op's lock, whatever
+// its shape: each holder of one key (several when they hold it shared),
+// of each key of a set, of each slot of a semaphore, a HolderInfo each
+// naming its key (Key), mode (Shared) and slot (Slot, 1 to n; 0 when not a
+// semaphore's). A lock nobody holds has no row.
+func LookupHolders(ctx context.Context, q Querier, op *Op) ([]HolderInfo, error) {
+	if op == nil {
+		return nil, fmt.Errorf("%w: lockproto.LookupHolders: nil Op", errs.ErrInvalidArgument)
+	}
+	t := op.target
+	items := t.items
+	if t.kind == kindKey {
+		items = []lockItem{{key: t.key, pg: t.pg, mysql: t.mysql}}
+	}
+	var out []HolderInfo
+	for i, it := range items {
+		name, slot := it.key.String(), 0
+		if t.kind == kindSemaphore {
+			name, slot = keys.Plain(t.key).String(), i+1
+		}
+		var hs []HolderInfo
+		var err error
+		if op.Dialect == Postgres {
+			hs, err = pgHolders(ctx, q, it.pg)
+		} else {
+			var h HolderInfo
+			h, err = mysqlHolder(ctx, q, it.mysql)
+			if err == nil && h.Held {
+				h.Owner, err = op.mysqlOwnerOf(ctx, q, it.mysql, h.PID)
+				hs = []HolderInfo{h}
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, h := range hs {
+			h.Key, h.Slot = name, slot
+			out = append(out, h)
+		}
+	}
+	return out, nil
+}
+
+// pgHolders reads every granted holder of k.
+func pgHolders(ctx context.Context, q Querier, k keys.PostgresKey) ([]HolderInfo, error) {
+	rq, ok := q.(interface {
+		QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	})
+	if !ok {
+		h, err := pgHolder(ctx, q, k)
+		if err != nil || !h.Held {
+			return nil, err
+		}
+		return []HolderInfo{h}, nil
+	}
+	classid, objid, objsubid := PGLockTag(k)
+	rows, err := rq.QueryContext(ctx, pgHoldersQuery, int64(classid), int64(objid), objsubid)
+	if err != nil {
+		return nil, errs.Wrap(err, "look up lock holders in pg_locks")
+	}
+	defer rows.Close()
+	var out []HolderInfo
+	for rows.Next() {
+		h := HolderInfo{Dialect: Postgres.String(), Lock: pgLockName(k)}
+		var waiters int
+		granted, err := scanPGHolder(rows.Scan, &h, &waiters)
+		if err != nil {
+			return nil, errs.Wrap(err, "look up lock holders in pg_locks")
+		}
+		if granted {
+			out = append(out, h)
+		}
+	}
+	return out, errs.Wrap(rows.Err(), "look up lock holders in pg_locks")
 }

@@ -110,11 +110,16 @@ func (o *Op) mysqlRecordOwner(ctx context.Context, conn *sql.Conn) {
 // must not cost Holder the answer it could give. Only an error of the
 // connection itself is returned.
 func (o *Op) mysqlOwner(ctx context.Context, q Querier, id int64) (string, error) {
+	return o.mysqlOwnerOf(ctx, q, o.target.mysql, id)
+}
+
+// mysqlOwnerOf is mysqlOwner for the lock name.
+func (o *Op) mysqlOwnerOf(ctx context.Context, q Querier, name string, id int64) (string, error) {
 	if validIdent(o.Cfg.LedgerTable+OwnersTableSuffix) != nil {
 		return "", nil
 	}
 	var owner string
-	err := q.QueryRowContext(ctx, "SELECT owner FROM "+mysqlOwnersTable(o.Cfg.LedgerTable)+" WHERE lock_name = ? AND conn_id = ?", o.target.mysql, id).Scan(&owner)
+	err := q.QueryRowContext(ctx, "SELECT owner FROM "+mysqlOwnersTable(o.Cfg.LedgerTable)+" WHERE lock_name = ? AND conn_id = ?", name, id).Scan(&owner)
 	switch {
 	case err == nil:
 		return owner, nil

@@ -422,8 +422,11 @@ func Migrate[B Binder](ctx context.Context, b B, pkg string, opts []config.Optio
 	return p.mend(ledger.Migrate(ctx, p.DB, op))
 }
 
-// Holder asks the server who holds k.
+// Holder asks the server who holds k (Shared(k): as for k).
 func Holder[B Binder](ctx context.Context, b B, pkg string, k keys.Key, opts []config.Option) (lockproto.HolderInfo, error) {
+	if keys.IsShared(k) {
+		k = keys.Plain(k)
+	}
 	p, op, err := Prepare(ctx, b, pkg, "Holder", k, opts, Args{}, false)
 	defer p.release()
 	if err != nil {
@@ -431,6 +434,17 @@ func Holder[B Binder](ctx context.Context, b B, pkg string, k keys.Key, opts []c
 	}
 	h, err := lockproto.LookupHolder(ctx, p.reader(), op)
 	return h, p.mend(err)
+}
+
+// Holders asks the server for every holder of k, whatever its shape.
+func Holders[B Binder](ctx context.Context, b B, pkg string, k keys.Key, opts []config.Option) ([]lockproto.HolderInfo, error) {
+	p, op, err := Prepare(ctx, b, pkg, "Holders", k, opts, Args{}, false)
+	defer p.release()
+	if err != nil {
+		return nil, p.mend(err)
+	}
+	hs, err := lockproto.LookupHolders(ctx, p.reader(), op)
+	return hs, p.mend(err)
 }
 
 // Runs reads the last limit runs of job from the ledger.
