@@ -9,8 +9,8 @@ import (
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/ledger"
-	"github.com/ormlock/ormlock/internal/sched"
 	"github.com/ormlock/ormlock/internal/lockproto"
+	"github.com/ormlock/ormlock/internal/sched"
 	"github.com/ormlock/ormlock/internal/verbs"
 )
 
