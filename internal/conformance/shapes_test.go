@@ -5,10 +5,13 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/entlock"
@@ -528,4 +531,133 @@ func TestConformanceHolders(t *testing.T) {
 			}
 		}
 	})
+}
+
+// lead is the adapter's Lead.
+func lead(ctx context.Context, r runner, key ormlock.Key, fn func(context.Context) error, opts ...ormlock.Option) error {
+	switch l := r.(type) {
+	case gormLocker:
+		return gormlock.Lead(l.db.WithContext(ctx), key, fn, opts...)
+	case entLocker:
+		return entlock.Lead(ctx, l.client, key, fn, opts...)
+	case sqlLocker:
+		return sqllock.Lead(ctx, l.db, key, fn, append(l.opts, opts...)...)
+	case pgxLocker:
+		return pgxlock.Lead(ctx, l.pools.pool(), key, fn, append(l.opts, opts...)...)
+	}
+	panic(fmt.Sprintf("lead of %T", r))
+}
+
+func TestConformanceLeadRefusesShapes(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		r := a.with(t, k)
+		ks := uniq(t, "a", "b")
+		for _, key := range []ormlock.Key{ormlock.All(ks[0], ks[1]), ormlock.Shared(ks[0]), ormlock.Semaphore(ks[0], 2)} {
+			err := lead(context.Background(), r, key, func(context.Context) error { t.Error("fn ran"); return nil })
+			if !errors.Is(err, ormlock.ErrInvalidArgument) {
+				t.Errorf("Lead(%s): %v, want ErrInvalidArgument", key, err)
+			}
+		}
+	})
+}
+
+// TestConformanceAllServerDeadlock: a set whose wait meets raw SQL taking
+// the same keys in the other order makes the server's deadlock detector
+// pick a victim. The set waits for its first key (held by a third
+// connection) while the raw side holds the second and queues for the
+// first; once the first is free the set takes it and asks for the second,
+// closing the cycle. Whichever side the server refuses, ormlock's outcome
+// is exact: ErrNotAcquired wrapping the server's deadlock error, nothing
+// left held; or the lock, once the raw side gave up.
+func TestConformanceAllServerDeadlock(t *testing.T) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
+		if k == testdb.PgBouncer {
+			return // the raw side needs a session-level lock
+		}
+		l := sqlWith(t, k)
+		ks := uniq(t, "a", "b")
+		if firstOf(k, ks[0], ks[1]) != ks[0] {
+			ks[0], ks[1] = ks[1], ks[0] // a is the set's first key
+		}
+		ctx := context.Background()
+		raw := testdb.Open(t, k)
+		if k.Dialect() == "postgres" {
+			raw = testdb.AdminDB(t, k)
+		}
+		conn, err := raw.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		lockSQL := func(n string) string { return fmt.Sprintf("SELECT GET_LOCK('%s', 10) = 1", keyhash.MySQLName("", n)) }
+		unlockSQL := func(n string) string { return fmt.Sprintf("SELECT RELEASE_LOCK('%s') = 1", keyhash.MySQLName("", n)) }
+		if k.Dialect() == "postgres" {
+			lockSQL = func(n string) string { return fmt.Sprintf("SELECT pg_advisory_lock(%d) IS NULL", keyhash.Int64NS("", n)) }
+			unlockSQL = func(n string) string { return fmt.Sprintf("SELECT pg_advisory_unlock(%d)", keyhash.Int64NS("", n)) }
+		}
+		var ok bool
+		if err := conn.QueryRowContext(ctx, lockSQL(ks[1])).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		third := testdb.RawHold(t, k, "", ks[0])
+		done := make(chan error, 1)
+		go func() {
+			done <- l.Session(ctx, ormlock.All(ks[1], ks[0]), func(context.Context) error { return nil }, ormlock.WithWait(15*time.Second))
+		}()
+		time.Sleep(300 * time.Millisecond) // the set waits for a
+		rawDone := make(chan error, 1)
+		go func() {
+			var ok bool
+			rawDone <- conn.QueryRowContext(ctx, lockSQL(ks[0])).Scan(&ok) // queues for a
+		}()
+		time.Sleep(300 * time.Millisecond)
+		third() // a goes to the set, which asks for b: the cycle
+		var rawErr error
+		select {
+		case rawErr = <-rawDone:
+			// the raw side is the victim, or took a after ormlock gave up
+		case err = <-done:
+			rawErr = <-rawDone
+			done <- err
+		}
+		_ = conn.QueryRowContext(ctx, unlockSQL(ks[0])).Scan(new(sql.NullBool))
+		_ = conn.QueryRowContext(ctx, unlockSQL(ks[1])).Scan(new(sql.NullBool))
+		err = <-done
+		t.Logf("raw side: %v; ormlock: %v", rawErr, err)
+		switch {
+		case err == nil:
+			if rawErr == nil {
+				t.Error("no deadlock was detected, yet both sides took both keys")
+			}
+		case errors.Is(err, ormlock.ErrNotAcquired):
+			var se interface{ SQLState() string }
+			var me *mysql.MySQLError
+			if !errors.As(err, &se) && !errors.As(err, &me) {
+				t.Errorf("the deadlock refusal does not wrap the server's error: %v", err)
+			}
+		default:
+			t.Errorf("ormlock: %v, want nil or ErrNotAcquired", err)
+		}
+		for _, n := range ks {
+			if !free(t, k, n) {
+				t.Errorf("%s left held", n)
+			}
+		}
+	})
+}
+
+// firstOf is whichever of names a and b a set takes first on k's server:
+// PostgreSQL orders bigint keys by their pg_locks (classid, objid), that
+// is as unsigned integers; MySQL/MariaDB by the lock name, case folded.
+func firstOf(k testdb.Kind, a, b string) string {
+	if k.Dialect() == "postgres" {
+		if uint64(keyhash.Int64NS("", a)) <= uint64(keyhash.Int64NS("", b)) {
+			return a
+		}
+		return b
+	}
+	if strings.ToLower(keyhash.MySQLName("", a)) <= strings.ToLower(keyhash.MySQLName("", b)) {
+		return a
+	}
+	return b
 }
