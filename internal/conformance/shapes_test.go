@@ -592,7 +592,9 @@ func TestConformanceAllServerDeadlock(t *testing.T) {
 		lockSQL := func(n string) string { return fmt.Sprintf("SELECT GET_LOCK('%s', 10) = 1", keyhash.MySQLName("", n)) }
 		unlockSQL := func(n string) string { return fmt.Sprintf("SELECT RELEASE_LOCK('%s') = 1", keyhash.MySQLName("", n)) }
 		if k.Dialect() == "postgres" {
-			lockSQL = func(n string) string { return fmt.Sprintf("SELECT pg_advisory_lock(%d) IS NULL", keyhash.Int64NS("", n)) }
+			lockSQL = func(n string) string {
+				return fmt.Sprintf("SELECT pg_advisory_lock(%d) IS NULL", keyhash.Int64NS("", n))
+			}
 			unlockSQL = func(n string) string { return fmt.Sprintf("SELECT pg_advisory_unlock(%d)", keyhash.Int64NS("", n)) }
 		}
 		var ok bool
