@@ -17,12 +17,18 @@ import (
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
 	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/keys"
 )
 
-const runUsage = `Usage: ormlock run [flags] KEY -- COMMAND [ARGS...]
+const runUsage = `Usage: ormlock run [flags] KEY [KEY...] -- COMMAND [ARGS...]
 
 Takes the lock KEY, runs COMMAND while holding it, releases it when COMMAND
-exits, and exits with COMMAND's status. The lock is held on a dedicated
+exits, and exits with COMMAND's status. Several KEYs are taken all or none
+(ormlock.All: in one canonical order, so two runs with overlapping keys
+never deadlock); --shared takes them in share mode (ormlock.Shared,
+PostgreSQL only: any number of --shared runs at once, none while a run
+without it holds the key); --max-holders N lets up to N runs hold KEY at
+once (ormlock.Semaphore, one KEY). The lock is held on a dedicated
 database connection (gormlock.Session), checked every --keepalive.
 
   - Lock held elsewhere: COMMAND does not run; exit 75 (--conflict-exit-code).
@@ -46,7 +52,9 @@ database connection (gormlock.Session), checked every --keepalive.
     without ORMLOCK_DSN (--export-dsn passes the DSN on; PG* variables and
     MYSQL_PWD stay, for jobs that run psql or mysql), plus ORMLOCK_KEY,
     ORMLOCK_NAMESPACE when set, and with --once-per ORMLOCK_JOB and
-    ORMLOCK_SLOT (the slot in RFC 3339, UTC).
+    ORMLOCK_SLOT (the slot in RFC 3339, UTC). With several KEYs,
+    ORMLOCK_KEY holds them all as given, one per line, and ORMLOCK_KEYS
+    their count.
   - A flag whose description names $ORMLOCK_X takes that variable's value
     when it is not given.
 
@@ -55,7 +63,7 @@ KEY is a lock name, as in the Go library (gormlock.Session(db, "KEY", ...)).
 "pair:C,O" the two-int key (ormlock.Pair), "name:X" the name X verbatim.
 
 --once-per SCHEDULE runs COMMAND at most once per slot of SCHEDULE, KEY being
-the job name (gormlock.RunOnce in claim mode, the same ledger): a run that
+the job name (one KEY; --shared and --max-holders do not combine with it) (gormlock.RunOnce in claim mode, the same ledger): a run that
 finds the slot done exits 76 (--done-exit-code) without running COMMAND; a
 failed COMMAND marks the slot failed, and a later run for the same slot
 retries it: from a crontab that fires once per slot, that is --catch-up on a
@@ -79,6 +87,10 @@ Examples:
 
   # wait up to 10 minutes for the lock
   ormlock run --wait 10m migrate-schema -- ./migrate up
+
+  # both accounts' locks, all or none; at most 4 exports at once
+  ormlock run account:17 account:42 -- ./transfer 17 42
+  ormlock run --max-holders 4 export -- ./export.sh
 
   # from cron on three hosts: the first one runs the nightly report,
   # the later ones exit 0 (--done-exit-code 0) without running it
@@ -105,6 +117,9 @@ type runFlags struct {
 	owner     string
 	quiet     bool
 	exportDSN bool
+	shared    bool // run --shared
+	holders   int  // run --max-holders
+	many      bool // run: several KEYs
 }
 
 func runCmd(args []string, stdout, stderr io.Writer) error {
@@ -121,6 +136,9 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&f.policy, "catch-up-policy", "latest", "`POLICY` of --catch-up: latest (the newest missed slot) or all (each, oldest first)")
 	fs.StringVar(&f.owner, "owner", "", "`ID` recorded in the ledger's owner column (default hostname/pid)")
 	fs.BoolVar(&f.quiet, "quiet", false, "print nothing when COMMAND does not run because of a conflict or a done slot")
+	fs.BoolVar(&f.shared, "shared", false, "take the KEYs in share mode (PostgreSQL): shared runs hold them together, exclusive ones wait")
+	fs.IntVar(&f.holders, "max-holders", 0, "let up to `N` runs hold KEY at once (a semaphore of N slots; one KEY)")
+	f.many = true
 
 	pos, command, opts, err := f.parseCommandLine(fs, "run", args)
 	if err != nil {
@@ -142,14 +160,17 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		if sched, err = parseSchedule(f.oncePer, f.tz); err != nil {
 			return err
 		}
-	} else if key, err = parseKey(pos[0]); err != nil {
+	} else if key, err = f.shape(pos); err != nil {
 		return err
 	}
-	ch, db, env, done, err := f.prepare(context.Background(), pos[0], command, "", stderr)
+	ch, db, env, done, err := f.prepare(context.Background(), strings.Join(pos, "\n"), command, "", stderr)
 	if err != nil {
 		return err
 	}
 	defer done()
+	if len(pos) > 1 {
+		env = append(env, "ORMLOCK_KEYS="+strconv.Itoa(len(pos)))
+	}
 	if sched == nil {
 		err = gormlock.Session(db, key, func(ctx context.Context) error {
 			err := ch.run(ctx, env)
@@ -222,8 +243,10 @@ func (f *runFlags) parseCommandLine(fs *flagSet, name string, args []string) (po
 		return nil, nil, nil, usagef("missing KEY: ormlock %s [flags] KEY -- COMMAND [ARGS...]", name)
 	case !sep:
 		return nil, nil, nil, usagef("missing -- between KEY and COMMAND: ormlock %s [flags] KEY -- COMMAND [ARGS...]", name)
-	case len(pos) > 1:
+	case len(pos) > 1 && !f.many:
 		return nil, nil, nil, usagef("one KEY before --, got %d arguments: %q", len(pos), pos)
+	case len(pos) > 1 && f.oncePer != "":
+		return nil, nil, nil, usagef("--once-per takes one KEY, the job name, got %d: %q", len(pos), pos)
 	case len(command) == 0:
 		return nil, nil, nil, usagef("missing COMMAND after --")
 	}
@@ -261,6 +284,15 @@ func (f *runFlags) check() error {
 	}
 	if f.oncePer == "" && f.catchUp > 0 {
 		return usagef("--catch-up catches up missed slots of --once-per; give --once-per too")
+	}
+	if f.holders < 0 || f.holders > keys.MaxSemaphore {
+		return usagef("--max-holders must be 1-%d, got %d", keys.MaxSemaphore, f.holders)
+	}
+	if f.oncePer != "" && (f.shared || f.holders > 0) {
+		return usagef("--once-per runs one job per slot: --shared and --max-holders do not combine with it")
+	}
+	if f.shared && f.holders > 0 {
+		return usagef("--shared and --max-holders do not combine: a semaphore's slots are exclusive")
 	}
 	if f.policy != "latest" && f.policy != "all" {
 		return usagef("--catch-up-policy must be latest or all, got %q", f.policy)
@@ -352,6 +384,36 @@ func splitCommand(args []string) (left, command []string, sep bool) {
 		}
 	}
 	return args, nil, false
+}
+
+// shape is the key of ormlock run's KEYs: the one key, or all of them
+// (ormlock.All), shared with --shared, a semaphore with --max-holders.
+func (f *runFlags) shape(pos []string) (ormlock.Key, error) {
+	ks := make([]ormlock.Key, len(pos))
+	for i, p := range pos {
+		k, err := parseKey(p)
+		if err != nil {
+			return k, err
+		}
+		ks[i] = k
+	}
+	key := ks[0]
+	if len(ks) > 1 {
+		if f.holders > 0 {
+			return key, usagef("--max-holders takes one KEY, got %d: %q", len(ks), pos)
+		}
+		key = ormlock.All(ks...)
+	}
+	switch {
+	case f.shared:
+		key = ormlock.Shared(key)
+	case f.holders > 0:
+		key = ormlock.Semaphore(key, f.holders)
+	}
+	if err := key.Validate(); err != nil {
+		return key, usagef("bad KEYs %q: %s", pos, bare(err))
+	}
+	return key, nil
 }
 
 // parseKey reads KEY: a name, "id:N", "pair:C,O" or "name:X".
