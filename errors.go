@@ -38,12 +38,17 @@ var ErrAlreadyDone = errs.ErrAlreadyDone
 var ErrUnsupportedDialect = errs.ErrUnsupportedDialect
 
 // ErrInvalidKey is returned when a lock key is unusable: an empty name, or a
-// name that is not valid UTF-8 or contains a NUL byte.
+// name that is not valid UTF-8 or contains a NUL byte; or a lock shape that
+// cannot be taken: an empty [All], one of more than 64 keys or two of whose
+// keys resolve to one server lock, a [Semaphore] whose n is not 1 to 128,
+// a Semaphore inside All or Shared.
 var ErrInvalidKey = errs.ErrInvalidKey
 
-// ErrInvalidArgument is returned when an argument other than the key is
-// unusable: a nil database or callback, a negative duration, an invalid ledger
-// table name. The error text names the argument.
+// ErrInvalidArgument is returned when an argument is unusable: a nil
+// database or callback, a negative duration, an invalid ledger table name,
+// or a valid key with a verb or option it does not combine with (a lock
+// shape with Lead, WithFencing or Holder of a set or a semaphore: see
+// docs/PROTOCOL.md, Lock shapes). The error text names the argument.
 var ErrInvalidArgument = errs.ErrInvalidArgument
 
 // ErrImplicitCommit is returned when fn failed after MySQL/MariaDB had

@@ -17,6 +17,13 @@
 //     prefix of it that fits in 31 bytes without splitting a UTF-8 character,
 //     "~", and the first 32 hex digits of SHA-256(ns + 0x00 + name).
 //
+//   - SemaphoreSlot(text, i), an addition to v1: the name of slot i (1 to
+//     n) of ormlock.Semaphore over a key whose text is text (a Name's name,
+//     an ID's decimal id, "classid:objid" of a Pair): "ormlock.semaphore:" +
+//     text + "#" + i in decimal. It is a name like any other: its key is
+//     Int64NS(ns, slot) on PostgreSQL and MySQLName(ns, slot) on
+//     MySQL/MariaDB. It does not depend on n.
+//
 // Int64 is reproducible in PostgreSQL 11+:
 //
 //	SELECT ('x' || left(encode(sha256(convert_to(name, 'UTF8')), 'hex'), 16))::bit(64)::bigint;
@@ -26,9 +33,16 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"strconv"
 	"unicode/utf8"
 	"unsafe"
 )
+
+// SemaphoreSlot returns the lock name of slot i of a semaphore over the key
+// whose text is text (see the spec above).
+func SemaphoreSlot(text string, i int) string {
+	return "ormlock.semaphore:" + text + "#" + strconv.Itoa(i)
+}
 
 // MySQLMaxName is the longest lock name MySQL accepts (MariaDB allows 192).
 const MySQLMaxName = 64

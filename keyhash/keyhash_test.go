@@ -155,3 +155,38 @@ func TestInt64DoesNotAllocate(t *testing.T) {
 		t.Errorf("Int64NS allocates %v times", n)
 	}
 }
+
+// TestSemaphoreSlotVectors pins the slot names of ormlock.Semaphore (an
+// addition to spec v1) and their keys, and checks them against the psql
+// expression of PROTOCOL.md (Lock shapes).
+func TestSemaphoreSlotVectors(t *testing.T) {
+	db := testdb.Open(t, testdb.Postgres)
+	for _, c := range []struct {
+		text     string
+		i        int
+		name     string
+		key, nsd int64 // Int64NS("", name), Int64NS("billing", name)
+	}{
+		{"export", 3, "ormlock.semaphore:export#3", 3402446500341471459, 8225848454812532478},
+		{"42", 1, "ormlock.semaphore:42#1", -3576420396448905788, 1316246877074601098},
+		{"7:9", 2, "ormlock.semaphore:7:9#2", 6484238711088732973, -337952310236555302},
+	} {
+		name := keyhash.SemaphoreSlot(c.text, c.i)
+		if name != c.name {
+			t.Errorf("SemaphoreSlot(%q, %d) = %q, want %q", c.text, c.i, name, c.name)
+		}
+		if got := keyhash.Int64NS("", name); got != c.key {
+			t.Errorf("Int64(%q) = %d, want %d", name, got, c.key)
+		}
+		if got := keyhash.Int64NS("billing", name); got != c.nsd {
+			t.Errorf("Int64NS(billing, %q) = %d, want %d", name, got, c.nsd)
+		}
+		var sqlKey int64
+		if err := db.QueryRow(`SELECT ('x'||left(encode(sha256(convert_to($1::text,'UTF8')),'hex'),16))::bit(64)::bigint`, name).Scan(&sqlKey); err != nil {
+			t.Fatal(err)
+		}
+		if sqlKey != c.key {
+			t.Errorf("%q: SQL %d, Go %d", name, sqlKey, c.key)
+		}
+	}
+}

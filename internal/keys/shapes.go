@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/ormlock/ormlock/internal/errs"
+	"github.com/ormlock/ormlock/keyhash"
 )
 
 // Lock shapes (ormlock.All, ormlock.Shared, ormlock.Semaphore): a Key that
@@ -130,7 +131,7 @@ const SemaphorePrefix = "ormlock.semaphore:"
 // The namespace applies to it as to any name. This derivation is an
 // addition to keyhash spec v1.
 func SlotKey(k Key, i int) Key {
-	return Name(SemaphorePrefix + slotText(k) + "#" + strconv.Itoa(i))
+	return Name(keyhash.SemaphoreSlot(slotText(k), i))
 }
 
 func slotText(k Key) string {
