@@ -29,7 +29,7 @@
 // Holder says who holds a lock. What each does on each server:
 // docs/PROTOCOL.md (The verbs on each server; Lead).
 //
-// # The verbs
+// # Contracts of the verbs
 //
 // Every adapter has the same verbs, with the same contracts, stated here
 // once; an adapter's doc says only what differs (its handle, what fn gets,
@@ -83,6 +83,12 @@
 // Names are hashed to PostgreSQL keys by package keyhash (spec v1, a
 // compatibility promise). How each key form maps to each server:
 // docs/PROTOCOL.md (Keys on each server).
+//
+// Three lock shapes are keys too, accepted by Transaction and Session in
+// every adapter: [All] (several keys, all or none, in one canonical order
+// that never deadlocks), [Shared] (share mode, PostgreSQL) and [Semaphore]
+// (at most n holders); Holders lists every holder of any key. What each
+// combines with: docs/PROTOCOL.md (Lock shapes).
 //
 // # Slots
 //
