@@ -30,7 +30,7 @@ type lockOnlyTx struct {
 // elsewhere") or destroyed.
 func (o *Op) beginLockOnly(ctx context.Context, db *sql.DB, conn *sql.Conn, use lockTxFor) (*lockOnlyTx, error) {
 	begun := time.Now()
-	if o.target.Simple() && isPgx(conn) {
+	if o.target.oneMessage() && isPgx(conn) {
 		// one message: BEGIN, transaction_timeout off (Session), the lock
 		// and (Session) the idle timeout, by the simple protocol, which leaves no
 		// portal open: the idle transaction holds no snapshot

@@ -97,20 +97,20 @@ func (o *Op) lockOneMessage(ctx context.Context, db *sql.DB, conn *sql.Conn, beg
 		// leaves nothing waiting there (see stmtCtx)
 		x.ctx, done = stmtCtx(ctx, wait > 0, pc.CancelRequest)
 		var ps *pgConnState
-		if use == forFn && wait == 0 {
+		if use == forFn && wait == 0 && o.target.Simple() {
 			ps = pgConnStateOf(pc)
 		}
 		if ps == nil || (ps.known && !ps.direct) {
 			// with fencing the message reads the backend's pid, which the
 			// token's issuance checks (fence.go)
 			fence := o.Cfg.Fencing
-			err := x.send(pgLockMessage(begin, o.target.pg, wait, long, fence), lockLayout{wait: wait > 0, long: long, iso: wantIso, pid: fence})
+			err := x.send(pgLockMessage(begin, o.target.pg, o.target.kind == kindShared, wait, long, fence), lockLayout{wait: wait > 0, long: long, iso: wantIso, pid: fence})
 			o.lockPID = x.rep.pid
 			return err
 		}
 		if !ps.known {
 			// the first lock on this connection: as text, with the pid
-			err := x.send(pgLockMessage(begin, o.target.pg, 0, false, true), lockLayout{iso: wantIso, pid: true})
+			err := x.send(pgLockMessage(begin, o.target.pg, false, 0, false, true), lockLayout{iso: wantIso, pid: true})
 			if err == nil {
 				ps.known, ps.direct = true, x.rep.pid != 0 && x.rep.pid == pc.PID()
 			}

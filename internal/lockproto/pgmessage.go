@@ -68,7 +68,7 @@ func pgKeyArgs(b *strings.Builder, k keys.PostgresKey) {
 // second, for a Session, the session's idle_in_transaction_session_timeout
 // in milliseconds; then, without a level in begin, the server's default
 // level; then, with probe, the backend's pid (see pgConnState).
-func pgLockMessage(begin string, k keys.PostgresKey, wait time.Duration, long, probe bool) string {
+func pgLockMessage(begin string, k keys.PostgresKey, shared bool, wait time.Duration, long, probe bool) string {
 	var b strings.Builder
 	b.Grow(256)
 	b.WriteString(begin)
@@ -80,11 +80,19 @@ func pgLockMessage(begin string, k keys.PostgresKey, wait time.Duration, long, p
 		ms := min(max(wait.Milliseconds(), 1), pgMaxLockTimeout)
 		b.WriteString("; SELECT set_config('ormlock.lock_timeout', current_setting('lock_timeout'), true), set_config('lock_timeout', '")
 		b.WriteString(strconv.FormatInt(ms, 10))
-		b.WriteString("ms', true); SELECT pg_advisory_xact_lock(")
+		b.WriteString("ms', true); SELECT pg_advisory_xact_lock")
+		if shared {
+			b.WriteString("_shared")
+		}
+		b.WriteString("(")
 		pgKeyArgs(&b, k)
 		b.WriteString(") IS NOT NULL, set_config('lock_timeout', current_setting('ormlock.lock_timeout'), true)")
 	} else {
-		b.WriteString("; SELECT pg_try_advisory_xact_lock(")
+		b.WriteString("; SELECT pg_try_advisory_xact_lock")
+		if shared {
+			b.WriteString("_shared")
+		}
+		b.WriteString("(")
 		pgKeyArgs(&b, k)
 		b.WriteString(")")
 	}

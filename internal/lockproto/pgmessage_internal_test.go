@@ -79,7 +79,7 @@ func TestPgLockMessage(t *testing.T) {
 				", (SELECT setting::int8 FROM pg_settings WHERE name = 'idle_in_transaction_session_timeout'), pg_backend_pid()"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if got := pgLockMessage(c.begin, c.k, c.wait, c.long, c.probe); got != c.want {
+			if got := pgLockMessage(c.begin, c.k, false, c.wait, c.long, c.probe); got != c.want {
 				t.Errorf("pgLockMessage:\n got %s\nwant %s", got, c.want)
 			}
 		})
@@ -205,7 +205,7 @@ func TestPgLockMessageOnServer(t *testing.T) {
 				{"BEGIN ISOLATION LEVEL READ COMMITTED", 0, true, false},
 				{"BEGIN ISOLATION LEVEL READ COMMITTED", time.Second, true, true},
 			} {
-				msg := pgLockMessage(c.begin, key, c.wait, c.long, c.probe)
+				msg := pgLockMessage(c.begin, key, false, c.wait, c.long, c.probe)
 				l := lockLayout{wait: c.wait > 0, long: c.long, iso: c.begin == "BEGIN" || c.begin == "BEGIN READ ONLY", pid: c.probe}
 				// free: taken
 				rep := runLockMessage(ctx, t, db, msg, l, nil)

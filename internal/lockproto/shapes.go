@@ -146,12 +146,17 @@ func pgLockCall(it lockItem, xact, try bool) (string, []any) {
 	return fn + "($1::int8)", []any{it.pg.Int64}
 }
 
-// pgTryItem tries item it's lock on q (transaction or session level).
-func pgTryItem(ctx context.Context, q Querier, it lockItem, xact bool) (bool, error) {
+// pgTryItem tries item it's lock on q (transaction or session level); the
+// statement also reads the columns cols into dest (the transaction's
+// isolation: see snapshotTaken, then errSnapshotTaken).
+func pgTryItem(ctx context.Context, q Querier, it lockItem, xact bool, cols string, dest ...any) (bool, error) {
 	call, args := pgLockCall(it, xact, true)
 	var ok bool
-	if err := q.QueryRowContext(ctx, "SELECT "+call, args...).Scan(&ok); err != nil {
+	if err := q.QueryRowContext(ctx, "SELECT "+call+cols, args...).Scan(append([]any{&ok}, dest...)...); err != nil {
 		return false, errs.Wrap(err, "%s", call)
+	}
+	if len(dest) > 0 && snapshotTaken(dest[0].(*string)) {
+		return false, errSnapshotTaken
 	}
 	return ok, nil
 }
@@ -160,12 +165,15 @@ func pgTryItem(ctx context.Context, q Querier, it lockItem, xact bool) (bool, er
 // the transaction q, bounded by lock_timeout (restored once the lock is
 // held), as PGWaitXact does for one key. A timeout returns false and
 // leaves the transaction aborted: the caller rolls it back.
-func pgWaitItemXact(ctx context.Context, q Querier, it lockItem, wait time.Duration) (bool, error) {
+func pgWaitItemXact(ctx context.Context, q Querier, it lockItem, wait time.Duration, cols string, dest ...any) (bool, error) {
 	ms := min(max(wait.Milliseconds(), 1), pgMaxLockTimeout)
 	var prev string
-	if err := q.QueryRowContext(ctx, "SELECT current_setting('lock_timeout'), set_config('lock_timeout', $1, true)",
-		strconv.FormatInt(ms, 10)+"ms").Scan(&prev, new(string)); err != nil {
+	if err := q.QueryRowContext(ctx, "SELECT current_setting('lock_timeout'), set_config('lock_timeout', $1, true)"+cols,
+		strconv.FormatInt(ms, 10)+"ms").Scan(append([]any{&prev, new(string)}, dest...)...); err != nil {
 		return false, errs.Wrap(err, "set lock_timeout")
+	}
+	if len(dest) > 0 && snapshotTaken(dest[0].(*string)) {
+		return false, errSnapshotTaken
 	}
 	call, args := pgLockCall(it, true, false)
 	args = append(args, prev)
@@ -210,31 +218,34 @@ func (o *Op) acquireShapeXact(ctx context.Context, q Querier, iso *string) error
 	if err != nil {
 		return err
 	}
-	if iso != nil {
-		ictx, done := stmtCtx(ctx, false, o.cancel)
-		err := q.QueryRowContext(ictx, "SELECT current_setting('transaction_isolation')").Scan(iso)
-		done()
-		if err != nil {
-			return o.failed(ctx, errs.Wrap(err, "read transaction_isolation"))
+	// the first statement also reads the transaction's isolation (iso)
+	isoCol := func() (string, []any) {
+		if iso == nil {
+			return "", nil
 		}
-		if snapshotTaken(iso) {
-			return errSnapshotTaken
-		}
+		col, dest := ", current_setting('transaction_isolation')", []any{iso}
+		iso = nil
+		return col, dest
 	}
 	try := func(it lockItem) (bool, error) {
 		sctx, done := stmtCtx(ctx, false, o.cancel)
 		defer done()
-		return pgTryItem(sctx, q, it, true)
+		col, dest := isoCol()
+		return pgTryItem(sctx, q, it, true, col, dest...)
 	}
 	var waitFor func(lockItem, time.Duration) (bool, error)
 	if wait > 0 {
 		waitFor = func(it lockItem, left time.Duration) (bool, error) {
 			sctx, done := stmtCtx(ctx, true, o.cancel)
 			defer done()
-			return pgWaitItemXact(sctx, q, it, left)
+			col, dest := isoCol()
+			return pgWaitItemXact(sctx, q, it, left, col, dest...)
 		}
 	}
 	ok, err := o.takeShape(ctx, wait, try, waitFor, nil)
+	if errors.Is(err, errSnapshotTaken) {
+		return err
+	}
 	if err == nil && ok && ctx.Err() != nil {
 		ok, err = false, ctx.Err() // the caller's ROLLBACK gives the locks back
 	}
@@ -389,7 +400,7 @@ func (o *Op) sharedTryShape(ctx context.Context, db *sql.DB, p *sharedPool) (*sh
 					var got bool
 					var err error
 					if o.Dialect == Postgres {
-						got, err = pgTryItem(sctx, c.conn, it, false)
+						got, err = pgTryItem(sctx, c.conn, it, false, "")
 					} else {
 						got, err = mysqlGetLock(sctx, c.conn, it.mysql, 0, nil)
 					}

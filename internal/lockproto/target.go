@@ -153,6 +153,10 @@ func (t Target) anyShared() bool {
 // takes with one statement.
 func (t Target) Simple() bool { return t.kind == kindKey }
 
+// oneMessage reports whether t travels with BEGIN in one message on
+// PostgreSQL (onemsg.go): one key, exclusive or shared.
+func (t Target) oneMessage() bool { return t.kind == kindKey || t.kind == kindShared }
+
 // Key is the key the target takes.
 func (t Target) Key() keys.Key { return t.key }
 

@@ -36,7 +36,7 @@ func (o *Op) beginInline(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (
 		lt   *LockedTx
 		snap sql.IsolationLevel
 	)
-	if begin, ok := pgBegin(opts); ok && !o.NeedSQLTx && o.target.Simple() && isPgx(conn) {
+	if begin, ok := pgBegin(opts); ok && !o.NeedSQLTx && o.target.oneMessage() && isPgx(conn) {
 		lt, snap, err = o.beginOneMessage(ctx, db, conn, begin)
 	} else {
 		lt, snap, err = o.beginThenLock(ctx, conn, opts)
