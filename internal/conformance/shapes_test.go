@@ -364,6 +364,32 @@ func TestConformanceSemaphore(t *testing.T) {
 				}
 			}
 		})
+		t.Run("raw slots", func(t *testing.T) {
+			// slots are plain names: raw SQL holding some leaves the others
+			name := uniq(t, "raw")[0]
+			slot := func(i int) string { return "ormlock.semaphore:" + name + "#" + fmt.Sprint(i) }
+			r1, r2 := testdb.RawHold(t, k, "", slot(1)), testdb.RawHold(t, k, "", slot(2))
+			err := l.Transaction(context.Background(), ormlock.Semaphore(name, 3), func(tx txn) error {
+				if free(t, k, slot(3)) {
+					t.Error("the one free slot is not the one taken")
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r3 := testdb.RawHold(t, k, "", slot(3))
+			err = l.Transaction(context.Background(), ormlock.Semaphore(name, 3), func(tx txn) error {
+				t.Error("fn ran with every slot held")
+				return nil
+			})
+			if !errors.Is(err, ormlock.ErrNotAcquired) {
+				t.Errorf("every slot held by raw SQL: %v, want ErrNotAcquired", err)
+			}
+			r1()
+			r2()
+			r3()
+		})
 		t.Run("one slot", func(t *testing.T) {
 			name := uniq(t, "one")[0]
 			err := l.Transaction(context.Background(), ormlock.Semaphore(name, 5), func(tx txn) error {
