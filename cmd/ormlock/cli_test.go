@@ -29,7 +29,7 @@ func TestUsageErrors(t *testing.T) {
 		{"missing --", []string{"run", "--dsn", pgDSN, "job", "sleep", "1"}, 2, "missing -- between KEY and COMMAND"},
 		{"missing KEY", []string{"run", "--dsn", pgDSN, "--", "true"}, 2, "missing KEY"},
 		{"missing COMMAND", []string{"run", "--dsn", pgDSN, "job", "--"}, 2, "missing COMMAND"},
-		{"two keys", []string{"run", "--dsn", pgDSN, "a", "b", "--", "true"}, 2, "one KEY"},
+		{"two keys of lead", []string{"lead", "--dsn", pgDSN, "a", "b", "--", "true"}, 2, "one KEY"},
 		{"unknown flag", []string{"run", "--bogus", "job", "--", "true"}, 2, "flag provided but not defined: -bogus"},
 		{"empty key", []string{"run", "--dsn", pgDSN, "", "--", "true"}, 2, "bad KEY"},
 		{"bad id", []string{"run", "--dsn", pgDSN, "id:x", "--", "true"}, 2, "id:N takes a 64-bit integer"},
