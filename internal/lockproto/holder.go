@@ -74,7 +74,13 @@ func PGLockTag(k keys.PostgresKey) (classid, objid uint32, objsubid int) {
 // database (the lowest pid if several hold it shared) and counts the
 // sessions queued for it, in one statement. statement_timestamp() is the
 // server's clock, so durations are free of client clock skew.
-const pgHolderQuery = `
+const pgHolderQuery = pgLocksOf + `ORDER BY l.granted DESC, l.pid
+LIMIT 1`
+
+// pgLocksOf selects the pg_locks rows of one advisory lock (classid $1,
+// objid $2, objsubid $3) in the current database, with their
+// pg_stat_activity and the count of waiters.
+const pgLocksOf = `
 SELECT l.granted, coalesce(l.pid, 0)::int8, l.mode,
        coalesce(a.usename::text, ''), coalesce(a.application_name, ''),
        coalesce(host(a.client_addr) || ':' || a.client_port, ''),
@@ -85,8 +91,7 @@ FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
 WHERE l.locktype = 'advisory'
   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
   AND l.classid::int8 = $1 AND l.objid::int8 = $2 AND l.objsubid = $3
-ORDER BY l.granted DESC, l.pid
-LIMIT 1`
+`
 
 // mysqlHolderQuery resolves the named lock's holder and its PROCESSLIST row
 // in one statement, so the holder cannot go away between the two.
@@ -220,18 +225,7 @@ func nonNegative(d time.Duration) time.Duration {
 
 // pgHoldersQuery is pgHolderQuery for every granted holder of the lock
 // (share-mode holders are several), waiters counted on each row.
-const pgHoldersQuery = `
-SELECT l.granted, coalesce(l.pid, 0)::int8, l.mode,
-       coalesce(a.usename::text, ''), coalesce(a.application_name, ''),
-       coalesce(host(a.client_addr) || ':' || a.client_port, ''),
-       coalesce(a.datname::text, ''), coalesce(a.state, ''), coalesce(a.query, ''),
-       a.backend_start, a.xact_start, a.state_change, statement_timestamp(),
-       count(*) FILTER (WHERE NOT l.granted) OVER ()
-FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
-WHERE l.locktype = 'advisory'
-  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-  AND l.classid::int8 = $1 AND l.objid::int8 = $2 AND l.objsubid = $3
-ORDER BY l.pid`
+const pgHoldersQuery = pgLocksOf + `ORDER BY l.pid`
 
 // LookupHolders asks the server for every holder of op's lock, whatever
 // its shape: each holder of one key (several when they hold it shared),

@@ -2,7 +2,6 @@ package lockproto
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -367,70 +366,41 @@ func (it lockItem) local(d Dialect) localLock {
 	return localLock{key: mysqlFold(it.mysql)}
 }
 
-// sharedTryShape is sharedTry for a shape: every item (All, Shared) or the
-// first free slot (Semaphore) on one shared connection, reserved in this
-// process first; a refused All releases what it took.
-func (o *Op) sharedTryShape(ctx context.Context, db *sql.DB, p *sharedPool) (*sharedConn, bool, error) {
-	var cands [][]localLock // what one try reserves: all items, or one slot
+// reservations are what each try of o on a shared lock connection
+// reserves in this process, in the order tried: every key at once (one
+// key, All, Shared), or each slot of a semaphore on its own, from a random
+// one.
+func (o *Op) reservations() [][]localLock {
 	locks := o.localLocks()
-	if o.target.kind == kindSemaphore {
-		start := rand.IntN(len(locks))
-		for j := range locks {
-			cands = append(cands, []localLock{locks[(start+j)%len(locks)]})
-		}
-	} else {
-		cands = [][]localLock{locks}
+	if o.target.kind != kindSemaphore {
+		return [][]localLock{locks}
 	}
-	for _, res := range cands {
-		if !p.reserve(res) {
-			continue // held in this process
-		}
-		items := o.itemsOf(res)
-		c, err := p.pick(ctx, db, o)
-		if err != nil {
-			p.unreserve(res)
-			return nil, false, err
-		}
-		var ok bool
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sharedTryTimeout(o.Cfg.Keepalive))
-		err = c.run(ctx, sctx, func(sctx context.Context) error {
-			return withinGrace(ctx, cancel, func() error {
-				o.held = o.held[:0]
-				for _, it := range items {
-					var got bool
-					var err error
-					if o.Dialect == Postgres {
-						got, err = pgTryItem(sctx, c.conn, it, false, "")
-					} else {
-						got, err = mysqlGetLock(sctx, c.conn, it.mysql, 0, nil)
-					}
-					if err != nil {
-						return err
-					}
-					if !got {
-						return o.sharedUndo(sctx, c)
-					}
-					o.held = append(o.held, it)
-				}
-				ok = true
-				return nil
-			})
-		})
-		cancel()
-		if err != nil && !errors.Is(err, errNoTurn) {
-			p.kill(c, err, nil)
-		}
-		if err != nil || !ok {
-			p.leaveLocks(c, res)
-			if err != nil {
-				return nil, false, err
-			}
-			continue
-		}
-		o.reserved = res
-		return c, true, nil
+	start := rand.IntN(len(locks))
+	out := make([][]localLock, len(locks))
+	for j := range locks {
+		out[j] = locks[(start+j)%len(locks) : (start+j)%len(locks)+1]
 	}
-	return nil, false, nil
+	return out
+}
+
+// sharedTryItems tries items' session-level locks on c in order; when one
+// is refused, those taken are given back.
+func (o *Op) sharedTryItems(ctx context.Context, c *sharedConn, items []lockItem) (bool, error) {
+	o.held = o.held[:0]
+	for _, it := range items {
+		var got bool
+		var err error
+		if o.Dialect == Postgres {
+			got, err = pgTryItem(ctx, c.conn, it, false, "")
+		} else {
+			got, err = mysqlGetLock(ctx, c.conn, it.mysql, 0, nil)
+		}
+		if err != nil || !got {
+			return false, errs.Join(err, o.sharedUndo(ctx, c))
+		}
+		o.held = append(o.held, it)
+	}
+	return true, nil
 }
 
 // itemsOf are the lock items of o whose local names are res.

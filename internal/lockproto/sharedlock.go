@@ -96,15 +96,23 @@ func (o *Op) sharedAcquire(ctx context.Context, db *sql.DB, p *sharedPool) (*sha
 }
 
 // sharedTry tries o's lock once: busy in this process, or on the server.
+// A semaphore tries its slots one by one, from a random one.
 func (o *Op) sharedTry(ctx context.Context, db *sql.DB, p *sharedPool) (*sharedConn, bool, error) {
-	if !o.target.Simple() {
-		return o.sharedTryShape(ctx, db, p)
+	for _, res := range o.reservations() {
+		if !p.reserve(res) {
+			continue // held in this process
+		}
+		c, ok, err := o.sharedTryOn(ctx, db, p, res)
+		if err != nil || ok {
+			return c, ok, err
+		}
 	}
-	res := o.localLocks()
-	if !p.reserve(res) {
-		return nil, false, nil
-	}
-	o.reserved = res
+	return nil, false, nil
+}
+
+// sharedTryOn takes the locks res, reserved in this process, on one of
+// p's connections; on failure the reservation is given back.
+func (o *Op) sharedTryOn(ctx context.Context, db *sql.DB, p *sharedPool, res []localLock) (*sharedConn, bool, error) {
 	c, err := p.pick(ctx, db, o)
 	if err != nil {
 		p.unreserve(res)
@@ -122,11 +130,7 @@ func (o *Op) sharedTry(ctx context.Context, db *sql.DB, p *sharedPool) (*sharedC
 	err = c.run(ctx, sctx, func(sctx context.Context) error {
 		return withinGrace(ctx, cancel, func() error {
 			var err error
-			if o.Dialect == Postgres {
-				ok, err = pgTrySession(sctx, c.conn, o)
-			} else if ok, err = MySQLGetLock(sctx, c.conn, o.target.mysql, 0); ok && err == nil {
-				o.mysqlRecordOwner(sctx, c.conn)
-			}
+			ok, err = o.sharedLockOn(sctx, c, res)
 			return err
 		})
 	})
@@ -134,10 +138,27 @@ func (o *Op) sharedTry(ctx context.Context, db *sql.DB, p *sharedPool) (*sharedC
 		p.kill(c, err, nil)
 	}
 	if err != nil || !ok {
-		p.leave(c, o)
+		p.leaveLocks(c, res)
 		return nil, false, err
 	}
+	o.reserved = res
 	return c, true, nil
+}
+
+// sharedLockOn sends the try-locks of res on c: o's one key, or the
+// items of its shape in order, given back when one is refused.
+func (o *Op) sharedLockOn(ctx context.Context, c *sharedConn, res []localLock) (bool, error) {
+	if !o.target.Simple() {
+		return o.sharedTryItems(ctx, c, o.itemsOf(res))
+	}
+	if o.Dialect == Postgres {
+		return pgTrySession(ctx, c.conn, o)
+	}
+	ok, err := MySQLGetLock(ctx, c.conn, o.target.mysql, 0)
+	if ok && err == nil {
+		o.mysqlRecordOwner(ctx, c.conn)
+	}
+	return ok, err
 }
 
 // sharedTryTimeout bounds one statement on a shared connection (a
