@@ -689,3 +689,39 @@ func firstOf(k testdb.Kind, a, b string) string {
 	}
 	return b
 }
+
+// TestConformanceShapeLost: a Session holding a set or a semaphore learns
+// of the loss of its connection, on a dedicated lock connection and on a
+// shared one; the holder is the one Holders names.
+func TestConformanceShapeLost(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		r := a.with(t, k)
+		ks := uniq(t, "a", "b")
+		for name, key := range map[string]ormlock.Key{"All": ormlock.All(ks[0], ks[1]), "Semaphore": ormlock.Semaphore(ks[0], 3)} {
+			for _, shared := range []bool{false, true} {
+				if shared && k == testdb.PgBouncer {
+					continue
+				}
+				t.Run(fmt.Sprintf("%s/shared=%v", name, shared), func(t *testing.T) {
+					ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+					defer cancel()
+					opts := []ormlock.Option{ormlock.WithKeepalive(200 * time.Millisecond)}
+					if shared {
+						opts = append(opts, ormlock.WithSharedLockConns(1))
+					}
+					err := r.Session(ctx, key, func(ctx context.Context) error {
+						hs, err := holders(ctx, r, key)
+						if err != nil || len(hs) == 0 {
+							return fmt.Errorf("Holders: %v %v", hs, err)
+						}
+						testdb.Kill(t, k, hs[0].PID)
+						return awaitLoss(ctx)
+					}, opts...)
+					if !errors.Is(err, ormlock.ErrLockLost) {
+						t.Fatalf("err = %v, want ErrLockLost", err)
+					}
+				})
+			}
+		}
+	})
+}
