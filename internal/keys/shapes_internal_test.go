@@ -7,7 +7,7 @@ func TestShapes(t *testing.T) {
 	if got := All(a, All(b)).Elements(); len(got) != 2 || got[0] != a || got[1] != b {
 		t.Errorf("All flattens: %v", got)
 	}
-	if All(a, b) != All(a, b) || All(a, b) == All(b, a) {
+	if x, y := All(a, b), All(a, b); x != y || x == All(b, a) {
 		t.Error("sets: equal when built alike, in the order given")
 	}
 	if es := Shared(All(a, b)).Elements(); !es[0].shared || !es[1].shared {
