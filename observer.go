@@ -54,6 +54,30 @@ type Event struct {
 	Held time.Duration
 	// Err is the error behind EventReleaseFailed and EventLockLost.
 	Err error
+
+	// ID names the acquisition: one value per lock use (a verb call; a
+	// RunScheduled run; a whole Lead, over all its terms), the same on
+	// all its events and its hook's Start and End, unique in the process.
+	ID uint64
+	// Server is what the server said it is at the server check, as
+	// OpenTelemetry's db.system.name: "postgresql", "mysql", "mariadb"
+	// (also "cockroachdb", "yugabytedb", "tidb"); "" when no check was
+	// made (a refused call). It costs no round trip: the check's own
+	// query names the server.
+	Server string
+	// Slot is the run's slot (RunOnce, RunScheduled); zero for the other
+	// verbs. Per run: never a metric label.
+	Slot time.Time
+	// Token is the fencing token of the acquisition once issued
+	// (WithFencing), from EventAcquired on; 0 without one.
+	Token int64
+	// Try is true when the acquisition tries once, false when it waits
+	// (WithWait).
+	Try bool
+	// Term is Lead's term: 1 for the first campaign attempt, counting up
+	// (a new election after a deposition is a new term); the hook's End
+	// of a Lead carries its last. 0 for the other verbs.
+	Term int64
 }
 
 // Observer receives lock events. Observe is called synchronously on the
@@ -82,6 +106,7 @@ func eventOf(e config.Event) Event {
 	return Event{
 		Kind: EventKind(e.Kind), Verb: e.Verb, Dialect: e.Dialect, Key: Key(e.Key), Namespace: e.Namespace,
 		Job: e.Job, Wait: e.Wait, Held: e.Held, Err: e.Err,
+		ID: e.ID, Server: e.Server, Slot: e.Slot, Token: e.Token, Try: e.Try, Term: e.Term,
 	}
 }
 
@@ -114,8 +139,46 @@ type Hook interface {
 	End(ctx context.Context, e Event)
 }
 
-// hookOf is the [config.Hook] that [WithHook] sets.
+// KeepaliveHook is a [Hook] that supplies the context of the keepalive
+// statements of a Session or a Lead term (the pings that check, every
+// [WithKeepalive] interval, that the lock connection still holds the
+// lock). Those run for as long as fn does, and a tracer does not want them
+// under the caller's trace: KeepaliveContext gets the context Start
+// returned, without its cancellation, and returns the one the pings run
+// on, which should keep ctx's values but not the hook's span (otelormlock
+// returns ctx with no span in it). Its cancellation is ignored: the pings
+// stop with fn. A panic in KeepaliveContext is contained as Start's.
+//
+// A hook that does not implement it, and no hook, leave the keepalive on
+// the verb's context without its cancellation (context.WithoutCancel): its
+// values, whatever they are, and no deadline. Shared lock connections
+// ([WithSharedLockConns]) serve many callers and check on a context of
+// their own (context.Background()).
+type KeepaliveHook interface {
+	Hook
+	KeepaliveContext(ctx context.Context) context.Context
+}
+
+// hookOf is the [config.Hook] that [WithHook] sets; keepaliveHookOf the
+// one for a [KeepaliveHook].
 type hookOf struct{ h Hook }
+
+type keepaliveHookOf struct {
+	hookOf
+	k KeepaliveHook
+}
+
+func (a keepaliveHookOf) KeepaliveContext(ctx context.Context) context.Context {
+	return a.k.KeepaliveContext(ctx)
+}
+
+// configHook is the [config.Hook] of h.
+func configHook(h Hook) config.Hook {
+	if k, ok := h.(KeepaliveHook); ok {
+		return keepaliveHookOf{hookOf{h}, k}
+	}
+	return hookOf{h}
+}
 
 func (a hookOf) Start(ctx context.Context, e config.Event) context.Context {
 	return a.h.Start(ctx, eventOf(e))
