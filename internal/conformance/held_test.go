@@ -124,4 +124,3 @@ func TestHeld(t *testing.T) {
 		}
 	})
 }
-

@@ -76,8 +76,8 @@ func IsYugabyte(version string) bool { return strings.Contains(version, "-YB-") 
 // serverFacts is what a genuine answer leaves cached for a pool: the
 // refusals of the paths the server fakes while its other locks are real.
 type serverFacts struct {
-	sessionLocks error // PostgreSQL: session-level advisory locks are not real
-	keepalive    error // MySQL: the Session keepalive's check cannot work
+	sessionLocks error  // PostgreSQL: session-level advisory locks are not real
+	keepalive    error  // MySQL: the Session keepalive's check cannot work
 	product      string // what the server is (ServerProduct), which events carry
 }
 
