@@ -69,7 +69,9 @@ type Event struct {
 	// verbs. Per run: never a metric label.
 	Slot time.Time
 	// Token is the fencing token of the acquisition once issued
-	// (WithFencing), from EventAcquired on; 0 without one.
+	// (WithFencing): Transaction and RunOnce issue it with the lock, so
+	// EventAcquired carries it; a Session or Lead term just after it, so
+	// its release (or loss) and the hook's End do. 0 without one.
 	Token int64
 	// Try is true when the acquisition tries once, false when it waits
 	// (WithWait).
@@ -159,23 +161,63 @@ type KeepaliveHook interface {
 	KeepaliveContext(ctx context.Context) context.Context
 }
 
-// hookOf is the [config.Hook] that [WithHook] sets; keepaliveHookOf the
-// one for a [KeepaliveHook].
-type hookOf struct{ h Hook }
-
-type keepaliveHookOf struct {
-	hookOf
-	k KeepaliveHook
+// EventHook is a [Hook] that is also told of each event of a use
+// between its Start and End: the acquisition (EventAcquired, with Wait
+// and, under WithFencing, Token), a refusal, the release, a loss; a Lead's
+// terms each have theirs (Term set: EventAcquired is an election,
+// EventLockLost a deposition). Event gets the context of the use (Start's,
+// or one derived from it) and is called on the locking goroutine, or on
+// the keepalive's for EventLockLost; it must not block. A meter keeps its
+// gauges with it (the locks held, the callers waiting). A panic in Event
+// is contained as an observer's is. The EventAttempt that Start gets is
+// not repeated.
+type EventHook interface {
+	Hook
+	Event(ctx context.Context, e Event)
 }
 
-func (a keepaliveHookOf) KeepaliveContext(ctx context.Context) context.Context {
+// hookOf is the [config.Hook] that [WithHook] sets; the others are the
+// ones for a hook that is also a [KeepaliveHook] or an [EventHook] (the
+// protocol asks which by the interfaces the config hook implements).
+type hookOf struct{ h Hook }
+
+type keepaliveOf struct{ k KeepaliveHook }
+
+func (a keepaliveOf) KeepaliveContext(ctx context.Context) context.Context {
 	return a.k.KeepaliveContext(ctx)
 }
 
+type eventsOf struct{ x EventHook }
+
+func (a eventsOf) Event(ctx context.Context, e config.Event) { a.x.Event(ctx, eventOf(e)) }
+
+type (
+	keepaliveHookOf struct {
+		hookOf
+		keepaliveOf
+	}
+	eventHookOf struct {
+		hookOf
+		eventsOf
+	}
+	fullHookOf struct {
+		hookOf
+		keepaliveOf
+		eventsOf
+	}
+)
+
 // configHook is the [config.Hook] of h.
 func configHook(h Hook) config.Hook {
-	if k, ok := h.(KeepaliveHook); ok {
-		return keepaliveHookOf{hookOf{h}, k}
+	k, kok := h.(KeepaliveHook)
+	x, xok := h.(EventHook)
+	switch {
+	case kok && xok:
+		return fullHookOf{hookOf{h}, keepaliveOf{k}, eventsOf{x}}
+	case kok:
+		return keepaliveHookOf{hookOf{h}, keepaliveOf{k}}
+	case xok:
+		return eventHookOf{hookOf{h}, eventsOf{x}}
 	}
 	return hookOf{h}
 }

@@ -68,6 +68,13 @@ type KeepaliveHook interface {
 	KeepaliveContext(ctx context.Context) context.Context
 }
 
+// EventHook is a [Hook] that is also told of each event of a use between
+// its Start and End (ormlock.EventHook).
+type EventHook interface {
+	Hook
+	Event(ctx context.Context, e Event)
+}
+
 // Observer receives the lock events of [Config.Observer]. Package ormlock
 // implements it for an ormlock.Observer (ormlock.WithObserver).
 type Observer interface {

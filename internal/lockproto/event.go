@@ -21,6 +21,9 @@ type use struct {
 	term   int64         // Lead: this term's number (0: not a term)
 	terms  atomic.Int64  // Lead: the terms campaigned so far (the campaign's events report the last)
 	ended  atomic.Bool   // EndHook ran: the use is over
+	// started: StartHook ran (or the campaign's, for a term), so that
+	// events go to an EventHook only between its Start and End
+	started bool
 }
 
 // useIDs draws the acquisition ids: unique in the process.
@@ -76,6 +79,7 @@ func (o *Op) event(kind uint8, err error) config.Event {
 // carrying o as the lock fn runs under (ormlock.Held).
 func (o *Op) begin(ctx context.Context) context.Context {
 	o.use.server = o.serverProduct()
+	o.use.started = true
 	if slot, ok := sched.SlotFrom(ctx); ok {
 		o.use.slot = slot
 	}
@@ -97,6 +101,7 @@ func (o *Op) HeldContext(fctx context.Context) context.Context { return config.W
 func (o *Op) newTerm(t *Op) {
 	t.use.id.Store(o.useID())
 	t.use.server = o.use.server
+	t.use.started = o.use.started
 	t.use.term = o.use.terms.Add(1)
 }
 
@@ -121,4 +126,21 @@ func (o *Op) keepaliveContext(ctx context.Context) (kctx context.Context) {
 		return context.WithoutCancel(k)
 	}
 	return kctx
+}
+
+// hookEvent hands the event of kind to the hook when it takes events
+// (config.EventHook), between its Start and End; a panic there is
+// contained as an observer's is.
+func (o *Op) hookEvent(ctx context.Context, kind uint8, err error) {
+	h, ok := o.Cfg.Hook.(config.EventHook)
+	if !ok || !o.use.started || o.use.ended.Load() {
+		return
+	}
+	e := o.event(kind, err)
+	defer func() {
+		if p := recover(); p != nil {
+			o.observerPanic(ctx, e, p)
+		}
+	}()
+	h.Event(ctx, e)
 }

@@ -104,6 +104,7 @@ func (o *Op) Emit(ctx context.Context, kind uint8, err error) {
 		o.serverMayHaveChanged()
 	}
 	o.last.Store(uint32(kind))
+	o.hookEvent(ctx, kind, err) // event.go
 	obs := o.Cfg.Observer
 	if obs == nil {
 		return
