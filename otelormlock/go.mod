@@ -3,6 +3,7 @@ module github.com/ormlock/ormlock/otelormlock
 go 1.26.0
 
 require (
+	github.com/XSAM/otelsql v0.44.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/ormlock/ormlock v0.0.0
 	go.opentelemetry.io/otel v1.47.0

@@ -85,7 +85,9 @@ func gormVerbs(t *testing.T, k testdb.Kind, db *sql.DB) verbs {
 		runOnce: func(ctx context.Context, job string, slot time.Time, fn func(context.Context) error, opts ...ormlock.Option) error {
 			return gormlock.RunOnce(g.WithContext(ctx), job, slot, func(tx *gorm.DB) error { return fn(tx.Statement.Context) }, opts...)
 		},
-		migrate: func(ctx context.Context, opts ...ormlock.Option) error { return gormlock.Migrate(g.WithContext(ctx), opts...) },
+		migrate: func(ctx context.Context, opts ...ormlock.Option) error {
+			return gormlock.Migrate(g.WithContext(ctx), opts...)
+		},
 	}
 }
 
