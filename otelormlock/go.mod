@@ -5,7 +5,7 @@ go 1.26.0
 require (
 	github.com/XSAM/otelsql v0.44.0
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/ormlock/ormlock v0.0.0
+	github.com/ormlock/ormlock v0.0.0-00010101000000-000000000000
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0
