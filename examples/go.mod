@@ -11,7 +11,7 @@ require (
 	github.com/dolthub/go-mysql-server v0.20.0
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/ormlock/ormlock v0.0.0
+	github.com/ormlock/ormlock v0.0.0-00010101000000-000000000000
 	github.com/ormlock/ormlock/otelormlock v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/common v0.72.0
