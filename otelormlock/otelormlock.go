@@ -271,20 +271,31 @@ func (h *hook) Start(ctx context.Context, e ormlock.Event) context.Context {
 	return context.WithValue(ctx, useKey{}, u)
 }
 
-// Event follows the acquisition, release and loss (and a Lead's terms).
-func (h *hook) Event(ctx context.Context, e ormlock.Event) {
+// useOf returns the use of ctx, locked, with the event's fencing token on
+// its span; nil when ctx has none or the use has ended.
+func useOf(ctx context.Context, e ormlock.Event) *use {
 	u, _ := ctx.Value(useKey{}).(*use)
 	if u == nil {
-		return
+		return nil
 	}
 	u.mu.Lock()
-	defer u.mu.Unlock()
 	if u.ended {
-		return
+		u.mu.Unlock()
+		return nil
 	}
 	if e.Token > 0 {
 		u.span.SetAttributes(attribute.Int64("ormlock.fencing_token", e.Token))
 	}
+	return u
+}
+
+// Event follows the acquisition, release and loss (and a Lead's terms).
+func (h *hook) Event(ctx context.Context, e ormlock.Event) {
+	u := useOf(ctx, e)
+	if u == nil {
+		return
+	}
+	defer u.mu.Unlock()
 	term := []attribute.KeyValue(nil)
 	if e.Term > 0 {
 		term = []attribute.KeyValue{attribute.Int64("ormlock.term", e.Term)}
@@ -359,19 +370,12 @@ func (h *hook) Event(ctx context.Context, e ormlock.Event) {
 
 // End closes the use: its outcome, the gauges back, the span ended.
 func (h *hook) End(ctx context.Context, e ormlock.Event) {
-	u, _ := ctx.Value(useKey{}).(*use)
+	u := useOf(ctx, e)
 	if u == nil {
 		return
 	}
-	u.mu.Lock()
 	defer u.mu.Unlock()
-	if u.ended {
-		return
-	}
 	u.ended = true
-	if e.Token > 0 {
-		u.span.SetAttributes(attribute.Int64("ormlock.fencing_token", e.Token))
-	}
 	if !u.timed && e.Kind == ormlock.EventNotAcquired {
 		h.inst.acquire.Record(ctx, e.Wait.Seconds(), u.metric)
 	}

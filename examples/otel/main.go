@@ -25,22 +25,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
-	"net/http"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/prometheus/common/expfmt"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"gorm.io/gorm"
 
-	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/examples/internal/demo"
 	"github.com/ormlock/ormlock/gormlock"
 	"github.com/ormlock/ormlock/otelormlock"
@@ -96,26 +91,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		dbs[i] = db
 	}
 
-	round := func() error {
-		var wg sync.WaitGroup
-		errs := make([]error, len(dbs))
-		for i, db := range dbs {
-			wg.Go(func() {
-				err := gormlock.Transaction(db.WithContext(ctx), *job, func(tx *gorm.DB) error {
-					time.Sleep(*work) // the job's work, inside its transaction
-					// tx.Statement.Context carries the ormlock.Transaction
-					// span: a query tracer's spans nest under it
-					return tx.Exec("SELECT 1").Error
-				})
-				if errors.Is(err, ormlock.ErrNotAcquired) {
-					err = nil // another replica runs it
-				}
-				errs[i] = err
-			})
-		}
-		wg.Wait()
-		return errors.Join(errs...)
-	}
+	round := func() error { return demo.Contend(ctx, dbs, *job, *work) }
 
 	if *rounds > 0 {
 		for range *rounds {
@@ -126,40 +102,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		for _, s := range spans.Ended() {
 			fmt.Fprintf(stdout, "# span %s %v\n", s.Name(), s.Attributes())
 		}
-		return printMetrics(stdout, reg)
+		return demo.PrintMetrics(stdout, reg)
 	}
 
-	srv := &http.Server{Addr: *addr, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
-	srvErr := make(chan error, 1)
-	go func() { srvErr <- srv.ListenAndServe() }()
-	defer srv.Close()
-	t := time.NewTicker(*every)
-	defer t.Stop()
-	for {
-		if err := round(); err != nil {
-			slog.Error("job round", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case err := <-srvErr:
-			return err
-		case <-t.C:
-		}
-	}
-}
-
-// printMetrics writes the gathered series in Prometheus' text format.
-func printMetrics(w io.Writer, g prometheus.Gatherer) error {
-	families, err := g.Gather()
-	if err != nil {
-		return err
-	}
-	enc := expfmt.NewEncoder(w, expfmt.NewFormat(expfmt.TypeTextPlain))
-	for _, f := range families {
-		if err := enc.Encode(f); err != nil {
-			return err
-		}
-	}
-	return nil
+	return demo.Serve(ctx, *addr, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), *every, round)
 }

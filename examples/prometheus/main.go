@@ -21,14 +21,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/prometheus/common/expfmt"
 	"gorm.io/gorm"
 
 	"github.com/ormlock/ormlock"
@@ -82,24 +79,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		dbs[i] = db
 	}
 
-	round := func() error {
-		var wg sync.WaitGroup
-		errs := make([]error, len(dbs))
-		for i, db := range dbs {
-			wg.Go(func() {
-				err := gormlock.Transaction(db.WithContext(ctx), *job, func(tx *gorm.DB) error {
-					time.Sleep(*work) // the job's work, inside its transaction
-					return tx.Exec("SELECT 1").Error
-				})
-				if errors.Is(err, ormlock.ErrNotAcquired) {
-					err = nil // another replica runs it
-				}
-				errs[i] = err
-			})
-		}
-		wg.Wait()
-		return errors.Join(errs...)
-	}
+	round := func() error { return demo.Contend(ctx, dbs, *job, *work) }
 
 	if *rounds > 0 {
 		for range *rounds {
@@ -107,41 +87,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				return err
 			}
 		}
-		return printMetrics(stdout, reg)
+		return demo.PrintMetrics(stdout, reg)
 	}
 
-	srv := &http.Server{Addr: *addr, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
-	srvErr := make(chan error, 1)
-	go func() { srvErr <- srv.ListenAndServe() }()
-	defer srv.Close()
-	t := time.NewTicker(*every)
-	defer t.Stop()
-	for {
-		if err := round(); err != nil {
-			slog.Error("job round", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case err := <-srvErr:
-			return err
-		case <-t.C:
-		}
-	}
-}
-
-// open connects GORM to a postgres:// URL or a MySQL/MariaDB DSN.
-// printMetrics writes the ormlock_ series in Prometheus' text format.
-func printMetrics(w io.Writer, g prometheus.Gatherer) error {
-	families, err := g.Gather()
-	if err != nil {
-		return err
-	}
-	enc := expfmt.NewEncoder(w, expfmt.NewFormat(expfmt.TypeTextPlain))
-	for _, f := range families {
-		if err := enc.Encode(f); err != nil {
-			return err
-		}
-	}
-	return nil
+	return demo.Serve(ctx, *addr, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), *every, round)
 }
