@@ -21,46 +21,26 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-	"gorm.io/gorm"
 
+	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/examples/internal/demo"
-	"github.com/ormlock/ormlock/gormlock"
 	"github.com/ormlock/ormlock/otelormlock"
 )
 
 func main() { demo.Main("otel", run) }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("otel", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	dsn := fs.String("dsn", os.Getenv("ORMLOCK_DSN"), "database: a postgres:// URL, or a MySQL/MariaDB DSN (user:pass@tcp(host:port)/db); default $ORMLOCK_DSN")
-	replicas := fs.Int("replicas", 3, "replicas competing for the job")
-	every := fs.Duration("every", 2*time.Second, "interval between job runs")
-	rounds := fs.Int("rounds", 0, "run this many rounds, print the metrics and exit; 0 runs until interrupted and serves -addr")
-	addr := fs.String("addr", ":2112", "address serving /metrics (when -rounds is 0)")
-	job := fs.String("job", "daily-settlement", "the job's lock name")
-	work := fs.Duration("work", 200*time.Millisecond, "how long the job works while holding the lock")
-	if err := fs.Parse(args); err != nil {
+	c, err := demo.ParseContention("otel", args, stderr)
+	if err != nil {
 		return err
-	}
-	if *dsn == "" {
-		return errors.New("no database: pass -dsn or set ORMLOCK_DSN")
-	}
-	if *replicas < 1 {
-		return fmt.Errorf("-replicas %d: need at least 1", *replicas)
 	}
 
 	// metrics: OTel's Prometheus exporter is a reader of the meter
@@ -78,32 +58,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer tp.Shutdown(context.Background())
 	otel := otelormlock.New(otelormlock.WithMeterProvider(mp), otelormlock.WithTracerProvider(tp))
 
-	dbs := make([]*gorm.DB, *replicas)
-	for i := range dbs {
-		db, err := demo.OpenGORM(*dsn)
-		if err != nil {
-			return err
-		}
-		defer demo.CloseGORM(db)
-		if err := db.Use(gormlock.New(otel)); err != nil {
-			return err
-		}
-		dbs[i] = db
-	}
-
-	round := func() error { return demo.Contend(ctx, dbs, *job, *work) }
-
-	if *rounds > 0 {
-		for range *rounds {
-			if err := round(); err != nil {
-				return err
-			}
-		}
+	return c.Run(ctx, []ormlock.Option{otel}, reg, stdout, func(w io.Writer) {
 		for _, s := range spans.Ended() {
-			fmt.Fprintf(stdout, "# span %s %v\n", s.Name(), s.Attributes())
+			fmt.Fprintf(w, "# span %s %v\n", s.Name(), s.Attributes())
 		}
-		return demo.PrintMetrics(stdout, reg)
-	}
-
-	return demo.Serve(ctx, *addr, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), *every, round)
+	})
 }

@@ -16,43 +16,21 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
-	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"gorm.io/gorm"
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/examples/internal/demo"
-	"github.com/ormlock/ormlock/gormlock"
 )
 
 func main() { demo.Main("prometheus", run) }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("prometheus", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	dsn := fs.String("dsn", os.Getenv("ORMLOCK_DSN"), "database: a postgres:// URL, or a MySQL/MariaDB DSN (user:pass@tcp(host:port)/db); default $ORMLOCK_DSN")
-	replicas := fs.Int("replicas", 3, "replicas competing for the job")
-	every := fs.Duration("every", 2*time.Second, "interval between job runs")
-	rounds := fs.Int("rounds", 0, "run this many rounds, print the metrics and exit; 0 runs until interrupted and serves -addr")
-	addr := fs.String("addr", ":2112", "address serving /metrics (when -rounds is 0)")
-	job := fs.String("job", "daily-settlement", "the job's lock name")
-	work := fs.Duration("work", 200*time.Millisecond, "how long the job works while holding the lock")
-	if err := fs.Parse(args); err != nil {
+	c, err := demo.ParseContention("prometheus", args, stderr)
+	if err != nil {
 		return err
-	}
-	if *dsn == "" {
-		return errors.New("no database: pass -dsn or set ORMLOCK_DSN")
-	}
-	if *replicas < 1 {
-		return fmt.Errorf("-replicas %d: need at least 1", *replicas)
 	}
 
 	reg := prometheus.NewRegistry()
@@ -66,29 +44,5 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		logs.Observe(ctx, e)
 	})
 
-	dbs := make([]*gorm.DB, *replicas)
-	for i := range dbs {
-		db, err := demo.OpenGORM(*dsn)
-		if err != nil {
-			return err
-		}
-		defer demo.CloseGORM(db)
-		if err := db.Use(gormlock.New(ormlock.WithObserver(observer))); err != nil {
-			return err
-		}
-		dbs[i] = db
-	}
-
-	round := func() error { return demo.Contend(ctx, dbs, *job, *work) }
-
-	if *rounds > 0 {
-		for range *rounds {
-			if err := round(); err != nil {
-				return err
-			}
-		}
-		return demo.PrintMetrics(stdout, reg)
-	}
-
-	return demo.Serve(ctx, *addr, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), *every, round)
+	return c.Run(ctx, []ormlock.Option{ormlock.WithObserver(observer)}, reg, stdout, nil)
 }
