@@ -302,14 +302,7 @@ func (h *hook) Event(ctx context.Context, e ormlock.Event) {
 	}
 	switch e.Kind {
 	case ormlock.EventAcquired:
-		if !u.timed {
-			u.timed = true
-			h.inst.acquire.Record(ctx, e.Wait.Seconds(), u.metric)
-		}
-		if u.waiting {
-			u.waiting = false
-			h.inst.waiting.Add(ctx, -1, u.metric)
-		}
+		h.settled(ctx, u, e.Wait)
 		if !u.held {
 			u.held = true
 			h.inst.held.Add(ctx, 1, u.metric)
@@ -325,14 +318,7 @@ func (h *hook) Event(ctx context.Context, e ormlock.Event) {
 		if e.Term > 0 {
 			return // the campaign goes on
 		}
-		if !u.timed {
-			u.timed = true
-			h.inst.acquire.Record(ctx, e.Wait.Seconds(), u.metric)
-		}
-		if u.waiting {
-			u.waiting = false
-			h.inst.waiting.Add(ctx, -1, u.metric)
-		}
+		h.settled(ctx, u, e.Wait)
 		u.span.AddEvent("ormlock.not_acquired", trace.WithAttributes(attribute.Float64("ormlock.wait.duration", e.Wait.Seconds())))
 	case ormlock.EventReleased, ormlock.EventReleaseFailed, ormlock.EventLockLost:
 		if u.held {
@@ -365,6 +351,19 @@ func (h *hook) Event(ctx context.Context, e ormlock.Event) {
 				u.span.RecordError(e.Err)
 			}
 		}
+	}
+}
+
+// settled ends u's wait, which took wait: its duration recorded once,
+// the caller no longer counted as waiting.
+func (h *hook) settled(ctx context.Context, u *use, wait time.Duration) {
+	if !u.timed {
+		u.timed = true
+		h.inst.acquire.Record(ctx, wait.Seconds(), u.metric)
+	}
+	if u.waiting {
+		u.waiting = false
+		h.inst.waiting.Add(ctx, -1, u.metric)
 	}
 }
 
