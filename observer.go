@@ -136,6 +136,11 @@ func eventOf(e config.Event) Event {
 // observer). A panic in Start or End is contained as an observer's is
 // (Start's: the verb runs under ctx). The default is no hook, which costs
 // nothing.
+//
+// A hook may also implement [EventHook] (each event of the use, between
+// Start and End) and [KeepaliveHook] (the context of a Session's
+// keepalive statements). The Event's ID is the same on Start, End and
+// every event of the use. otelormlock is such a hook.
 type Hook interface {
 	Start(ctx context.Context, e Event) context.Context
 	End(ctx context.Context, e Event)
