@@ -15,9 +15,10 @@
 //
 // A warm gormlock.Transaction on PostgreSQL (pgx driver, READ COMMITTED,
 // no fencing, no hook, the server check cached) runs the functions of
-// these 18 files, in this order, from the call to its COMMIT (measured:
+// these 19 files, in this order, from the call to its COMMIT (measured:
 // the statements a second call runs that the first did not, by coverage
-// counts; 21 by the same measure before the verb core, at a0a7364). entlock's, sqllock's and pgxlock's Transaction differ only
+// counts; 21 by the same measure before the verb core, at a0a7364; 18
+// before event.go took Op.begin). entlock's, sqllock's and pgxlock's Transaction differ only
 // in steps 1 and 2 (their bindings), and then in how fn gets its
 // transaction.
 //
