@@ -176,9 +176,17 @@ type KeepaliveHook interface {
 // gauges with it (the locks held, the callers waiting). A panic in Event
 // is contained as an observer's is. The EventAttempt that Start gets is
 // not repeated.
+//
+// Term is called as a Lead term's fn is about to run, once the term was
+// elected, with fn's context and the term's EventAcquired (Term, and
+// Token under WithFencing, set); fn runs under the context it returns (a
+// tracer's span per term, parent of fn's work), or under ctx when it
+// returns nil or panics (contained as Event's panic). A hook with nothing
+// to add returns ctx.
 type EventHook interface {
 	Hook
 	Event(ctx context.Context, e Event)
+	Term(ctx context.Context, e Event) context.Context
 }
 
 // hookOf is the [config.Hook] that [WithHook] sets; the others are the
@@ -195,6 +203,10 @@ func (a keepaliveOf) KeepaliveContext(ctx context.Context) context.Context {
 type eventsOf struct{ x EventHook }
 
 func (a eventsOf) Event(ctx context.Context, e config.Event) { a.x.Event(ctx, eventOf(e)) }
+
+func (a eventsOf) Term(ctx context.Context, e config.Event) context.Context {
+	return a.x.Term(ctx, eventOf(e))
+}
 
 type (
 	keepaliveHookOf struct {

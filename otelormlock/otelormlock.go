@@ -15,8 +15,8 @@
 // ormlock.Session, ormlock.RunOnce (one per run of RunScheduled, caught-up
 // runs included), ormlock.Lead), a child of the caller's span, that ends
 // before the verb returns. fn's context carries it (GORM's
-// tx.Statement.Context, Session's and Lead's ctx, sqllock's and pgxlock's
-// fn ctx, entlock.Context(tx)), so a query span made inside fn (otelsql,
+// tx.Statement.Context, Session's ctx, sqllock's and pgxlock's fn ctx,
+// entlock.Context(tx); Lead's ctx carries its term's span, below), so a query span made inside fn (otelsql,
 // otelpgx, GORM's tracing plugin) is its child. The lock's own statements
 // run under it too; a Session's or Lead's keepalive statements do not:
 // they run on a context with no span (ormlock.KeepaliveHook), so a long
@@ -26,7 +26,9 @@
 // a refusal "ormlock.not_acquired"; a loss "ormlock.lost" (its error
 // recorded). A Lead's span covers its campaign: each election is an
 // "ormlock.elected" event and each deposition "ormlock.deposed", with
-// ormlock.term.
+// ormlock.term, and each term is a child span "ormlock.Lead.term" (from
+// its election to its release or loss), which that term's fn's context
+// carries: fn's first span is the term span's direct child.
 //
 // Attributes: db.system.name ("postgresql", "mysql", "mariadb", from what
 // the server said it is at ormlock's server check), server.address and
@@ -226,6 +228,7 @@ type use struct {
 	lost    bool
 	timed   bool // the acquisition's wait is recorded
 	ended   bool
+	terms   map[int64]trace.Span // Lead: the open term spans, by term
 }
 
 func verbOf(v string) string {
@@ -326,6 +329,9 @@ func (h *hook) Event(ctx context.Context, e ormlock.Event) {
 			h.inst.held.Add(ctx, -1, u.metric)
 			h.inst.hold.Record(ctx, e.Held.Seconds(), u.metric)
 		}
+		if e.Term > 0 {
+			u.endTerm(e.Term, "ormlock."+e.Kind.String(), e.Err)
+		}
 		switch e.Kind {
 		case ormlock.EventReleased:
 			u.span.AddEvent("ormlock.released", trace.WithAttributes(append(term, attribute.Float64("ormlock.held.duration", e.Held.Seconds()))...))
@@ -354,6 +360,42 @@ func (h *hook) Event(ctx context.Context, e ormlock.Event) {
 	}
 }
 
+// Term opens the span of a Lead term just elected, "ormlock.Lead.term", a
+// child of the campaign's ormlock.Lead span, which fn's context carries;
+// it ends with the term (its release or deposition).
+func (h *hook) Term(ctx context.Context, e ormlock.Event) context.Context {
+	u := useOf(ctx, e)
+	if u == nil {
+		return ctx
+	}
+	defer u.mu.Unlock()
+	a := []attribute.KeyValue{attribute.Int64("ormlock.term", e.Term)}
+	if e.Token > 0 {
+		a = append(a, attribute.Int64("ormlock.fencing_token", e.Token))
+	}
+	ctx, span := h.tracer.Start(ctx, "ormlock.Lead.term", trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(a...))
+	if u.terms == nil {
+		u.terms = map[int64]trace.Span{}
+	}
+	u.terms[e.Term] = span
+	return ctx
+}
+
+// endTerm ends the span of term, if open, with ev as its last event.
+func (u *use) endTerm(term int64, ev string, err error) {
+	span, ok := u.terms[term]
+	if !ok {
+		return
+	}
+	delete(u.terms, term)
+	span.AddEvent(ev)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
+
 // settled ends u's wait, which took wait: its duration recorded once,
 // the caller no longer counted as waiting.
 func (h *hook) settled(ctx context.Context, u *use, wait time.Duration) {
@@ -375,6 +417,9 @@ func (h *hook) End(ctx context.Context, e ormlock.Event) {
 	}
 	defer u.mu.Unlock()
 	u.ended = true
+	for term := range u.terms {
+		u.endTerm(term, "ormlock.end", nil)
+	}
 	if !u.timed && e.Kind == ormlock.EventNotAcquired {
 		h.inst.acquire.Record(ctx, e.Wait.Seconds(), u.metric)
 	}

@@ -338,6 +338,14 @@ func TestSpansAndMetrics(t *testing.T) {
 		if v, _ := attr(s, "ormlock.term"); v.AsInt64() != 1 || !hasEvent(s, "ormlock.elected") {
 			t.Errorf("Lead: ormlock.term %v, events %v", v, s.Events())
 		}
+		term := tel.span(t, "ormlock.Lead.term")
+		if term.Parent().SpanID() != s.SpanContext().SpanID() || inFn.SpanID() != term.SpanContext().SpanID() {
+			t.Errorf("Lead's term span: parent %v (the Lead span %v), fn's context's span %v, want the term's %v",
+				term.Parent().SpanID(), s.SpanContext().SpanID(), inFn.SpanID(), term.SpanContext().SpanID())
+		}
+		if v, _ := attr(term, "ormlock.term"); v.AsInt64() != 1 {
+			t.Errorf("Lead's term span: ormlock.term %v", v)
+		}
 
 		for range 2 {
 			if err := v.runOnce(ctx, "job", testdb.Slot(0), record, ormlock.WithLedgerTable(tbl), tel.opt); err != nil && !errors.Is(err, ormlock.ErrAlreadyDone) {
@@ -510,5 +518,65 @@ func TestFrozenServer(t *testing.T) {
 		if n := sumBy(t, ms, g, "", ""); n != 0 {
 			t.Errorf("%s: %d", g, n)
 		}
+	}
+}
+
+// TestLeadDeposed: a Lead whose first term's backend is killed is deposed
+// and elected again: two term spans under the one ormlock.Lead span, the
+// first ended by its loss, each carried by its own fn's context; the lost
+// counter counts the deposition and the gauges come back to zero.
+func TestLeadDeposed(t *testing.T) {
+	for _, k := range testdb.Kinds() {
+		t.Run(string(k), func(t *testing.T) {
+			tel := newTelemetry()
+			v := sqlVerbs(testdb.Open(t, k))
+			key := "otel-deposed-" + t.Name()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var fnSpans []trace.SpanContext
+			err := v.lead(ctx, key, func(fctx context.Context) error {
+				fnSpans = append(fnSpans, trace.SpanContextFromContext(fctx))
+				if len(fnSpans) == 1 {
+					testdb.Kill(t, k, holderPID(t, k, key))
+					<-fctx.Done()
+					return nil
+				}
+				cancel()
+				return nil
+			}, tel.opt, ormlock.WithKeepalive(200*time.Millisecond))
+			if err != nil && !errors.Is(err, context.Canceled) {
+				t.Fatalf("Lead: %v", err)
+			}
+			lead := tel.span(t, "ormlock.Lead")
+			var terms []sdktrace.ReadOnlySpan
+			for _, s := range tel.spans.Ended() {
+				if s.Name() == "ormlock.Lead.term" {
+					terms = append(terms, s)
+				}
+			}
+			if len(terms) != 2 || len(fnSpans) != 2 {
+				t.Fatalf("%d term spans, %d terms run, want 2 each", len(terms), len(fnSpans))
+			}
+			for i, term := range terms {
+				if term.Parent().SpanID() != lead.SpanContext().SpanID() || term.SpanContext().SpanID() != fnSpans[i].SpanID() {
+					t.Errorf("term %d: not the Lead span's child carried by its fn's context", i+1)
+				}
+				if v, _ := attr(term, "ormlock.term"); v.AsInt64() != int64(i+1) {
+					t.Errorf("term %d: ormlock.term %v", i+1, v)
+				}
+			}
+			if !hasEvent(terms[0], "ormlock.lock_lost") || !hasEvent(lead, "ormlock.deposed") {
+				t.Errorf("first term's events %v, Lead's %v", terms[0].Events(), lead.Events())
+			}
+			ms := tel.metrics(t)
+			if n := sumBy(t, ms, "ormlock.lock.lost", "", ""); n != 1 {
+				t.Errorf("lost: %d", n)
+			}
+			for _, g := range []string{"ormlock.lock.held", "ormlock.lock.waiting"} {
+				if n := sumBy(t, ms, g, "", ""); n != 0 {
+					t.Errorf("%s: %d", g, n)
+				}
+			}
+		})
 	}
 }

@@ -73,6 +73,7 @@ type KeepaliveHook interface {
 type EventHook interface {
 	Hook
 	Event(ctx context.Context, e Event)
+	Term(ctx context.Context, e Event) context.Context
 }
 
 // Observer receives the lock events of [Config.Observer]. Package ormlock

@@ -92,9 +92,28 @@ func (o *Op) HeldNow() bool {
 	return !o.use.ended.Load() && o.last.Load() == uint32(config.EventAcquired)
 }
 
-// HeldContext returns fn's context fctx of a Lead term o carrying o as its
-// lock (ormlock.Held): a term's lock, not the campaign's.
-func (o *Op) HeldContext(fctx context.Context) context.Context { return config.WithLock(fctx, o) }
+// TermContext returns fn's context fctx of a Lead term o carrying o as its
+// lock (ormlock.Held: a term's lock, not the campaign's) and, for an
+// EventHook, what its Term returned (a tracer's span per term); a panic
+// there is contained, fctx then used.
+func (o *Op) TermContext(fctx context.Context) (tctx context.Context) {
+	fctx = config.WithLock(fctx, o)
+	h, ok := o.Cfg.Hook.(config.EventHook)
+	if !ok || !o.use.started {
+		return fctx
+	}
+	e := o.event(config.EventAcquired, nil)
+	defer func() {
+		if p := recover(); p != nil {
+			o.observerPanic(fctx, e, p)
+			tctx = fctx
+		}
+	}()
+	if tctx = h.Term(fctx, e); tctx == nil {
+		tctx = fctx
+	}
+	return tctx
+}
 
 // newTerm gives the Lead term t of campaign o its number and the
 // campaign's acquisition id and server: a Lead is one use over its terms.
