@@ -446,6 +446,44 @@ func holderPID(t *testing.T, k testdb.Kind, key string) int64 {
 	return h.PID
 }
 
+// awaitLoss waits until ctx, a Session's fn's, ends (the loss seen); it
+// gives up after 30s.
+func awaitLoss(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-time.After(30 * time.Second):
+		return errors.New("loss not seen")
+	}
+}
+
+// checkLost checks a Session that lost its lock (err is what it
+// returned): its span says lost, with an ormlock.lost event; the lost
+// counter and the attempts' lost outcome count one; the gauges are back
+// to zero.
+func checkLost(t *testing.T, tel *telemetry, err error) {
+	t.Helper()
+	if !errors.Is(err, ormlock.ErrLockLost) {
+		t.Fatalf("Session: %v, want ErrLockLost", err)
+	}
+	s := tel.span(t, "ormlock.Session")
+	if v, _ := attr(s, "ormlock.outcome"); v.AsString() != "lost" || !hasEvent(s, "ormlock.lost") {
+		t.Errorf("outcome %q, events %v", v.AsString(), s.Events())
+	}
+	ms := tel.metrics(t)
+	if n := sumBy(t, ms, "ormlock.lock.lost", "", ""); n != 1 {
+		t.Errorf("lost: %d", n)
+	}
+	if n := sumBy(t, ms, "ormlock.lock.attempts", "ormlock.outcome", "lost"); n != 1 {
+		t.Errorf("attempts lost: %d", n)
+	}
+	for _, g := range []string{"ormlock.lock.held", "ormlock.lock.waiting"} {
+		if n := sumBy(t, ms, g, "", ""); n != 0 {
+			t.Errorf("%s: %d", g, n)
+		}
+	}
+}
+
 // TestLostLock: a Session whose backend is killed ends its span with
 // outcome lost, an ormlock.lost event, the lost counter up and the held
 // gauge back to zero, on every adapter and server.
@@ -455,30 +493,9 @@ func TestLostLock(t *testing.T) {
 		key := "otel-lost-" + t.Name()
 		err := v.session(context.Background(), key, func(ctx context.Context) error {
 			testdb.Kill(t, k, holderPID(t, k, key))
-			select {
-			case <-ctx.Done():
-			case <-time.After(30 * time.Second):
-				return errors.New("loss not seen")
-			}
-			return nil
+			return awaitLoss(ctx)
 		}, tel.opt, ormlock.WithKeepalive(200*time.Millisecond))
-		if !errors.Is(err, ormlock.ErrLockLost) {
-			t.Fatalf("Session: %v, want ErrLockLost", err)
-		}
-		s := tel.span(t, "ormlock.Session")
-		if v, _ := attr(s, "ormlock.outcome"); v.AsString() != "lost" || !hasEvent(s, "ormlock.lost") {
-			t.Errorf("outcome %q, events %v", v.AsString(), s.Events())
-		}
-		ms := tel.metrics(t)
-		if n := sumBy(t, ms, "ormlock.lock.lost", "", ""); n != 1 {
-			t.Errorf("lost: %d", n)
-		}
-		if n := sumBy(t, ms, "ormlock.lock.attempts", "ormlock.outcome", "lost"); n != 1 {
-			t.Errorf("attempts lost: %d", n)
-		}
-		if n := sumBy(t, ms, "ormlock.lock.held", "", ""); n != 0 {
-			t.Errorf("held: %d", n)
-		}
+		checkLost(t, tel, err)
 	})
 }
 
@@ -496,29 +513,9 @@ func TestFrozenServer(t *testing.T) {
 			t.Skipf("stop backend %d: %v", pid, err)
 		}
 		defer func() { _ = syscall.Kill(int(pid), syscall.SIGCONT) }()
-		select {
-		case <-ctx.Done():
-		case <-time.After(30 * time.Second):
-			return errors.New("loss not seen")
-		}
-		return nil
+		return awaitLoss(ctx)
 	}, tel.opt, ormlock.WithKeepalive(300*time.Millisecond))
-	if !errors.Is(err, ormlock.ErrLockLost) {
-		t.Fatalf("Session: %v, want ErrLockLost", err)
-	}
-	s := tel.span(t, "ormlock.Session")
-	if v, _ := attr(s, "ormlock.outcome"); v.AsString() != "lost" {
-		t.Errorf("outcome %q", v.AsString())
-	}
-	ms := tel.metrics(t)
-	if n := sumBy(t, ms, "ormlock.lock.lost", "", ""); n != 1 {
-		t.Errorf("lost: %d", n)
-	}
-	for _, g := range []string{"ormlock.lock.held", "ormlock.lock.waiting"} {
-		if n := sumBy(t, ms, g, "", ""); n != 0 {
-			t.Errorf("%s: %d", g, n)
-		}
-	}
+	checkLost(t, tel, err)
 }
 
 // TestLeadDeposed: a Lead whose first term's backend is killed is deposed
