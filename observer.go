@@ -54,6 +54,32 @@ type Event struct {
 	Held time.Duration
 	// Err is the error behind EventReleaseFailed and EventLockLost.
 	Err error
+
+	// ID names the acquisition: one value per lock use (a verb call; a
+	// RunScheduled run; a whole Lead, over all its terms), the same on
+	// all its events and its hook's Start and End, unique in the process.
+	ID uint64
+	// Server is what the server said it is at the server check, as
+	// OpenTelemetry's db.system.name: "postgresql", "mysql", "mariadb"
+	// (also "cockroachdb", "yugabytedb", "tidb"); "" when no check was
+	// made (a refused call). It costs no round trip: the check's own
+	// query names the server.
+	Server string
+	// Slot is the run's slot (RunOnce, RunScheduled); zero for the other
+	// verbs. Per run: never a metric label.
+	Slot time.Time
+	// Token is the fencing token of the acquisition once issued
+	// (WithFencing): Transaction and RunOnce issue it with the lock, so
+	// EventAcquired carries it; a Session or Lead term just after it, so
+	// its release (or loss) and the hook's End do. 0 without one.
+	Token int64
+	// Try is true when the acquisition tries once, false when it waits
+	// (WithWait).
+	Try bool
+	// Term is Lead's term: 1 for the first campaign attempt, counting up
+	// (a new election after a deposition is a new term); the hook's End
+	// of a Lead carries its last. 0 for the other verbs.
+	Term int64
 }
 
 // Observer receives lock events. Observe is called synchronously on the
@@ -82,6 +108,7 @@ func eventOf(e config.Event) Event {
 	return Event{
 		Kind: EventKind(e.Kind), Verb: e.Verb, Dialect: e.Dialect, Key: Key(e.Key), Namespace: e.Namespace,
 		Job: e.Job, Wait: e.Wait, Held: e.Held, Err: e.Err,
+		ID: e.ID, Server: e.Server, Slot: e.Slot, Token: e.Token, Try: e.Try, Term: e.Term,
 	}
 }
 
@@ -109,13 +136,108 @@ func eventOf(e config.Event) Event {
 // observer). A panic in Start or End is contained as an observer's is
 // (Start's: the verb runs under ctx). The default is no hook, which costs
 // nothing.
+//
+// A hook may also implement [EventHook] (each event of the use, between
+// Start and End) and [KeepaliveHook] (the context of a Session's
+// keepalive statements). The Event's ID is the same on Start, End and
+// every event of the use. otelormlock is such a hook.
 type Hook interface {
 	Start(ctx context.Context, e Event) context.Context
 	End(ctx context.Context, e Event)
 }
 
-// hookOf is the [config.Hook] that [WithHook] sets.
+// KeepaliveHook is a [Hook] that supplies the context of the keepalive
+// statements of a Session or a Lead term (the pings that check, every
+// [WithKeepalive] interval, that the lock connection still holds the
+// lock). Those run for as long as fn does, and a tracer does not want them
+// under the caller's trace: KeepaliveContext gets the context Start
+// returned, without its cancellation, and returns the one the pings run
+// on, which should keep ctx's values but not the hook's span (otelormlock
+// returns ctx with no span in it). Its cancellation is ignored: the pings
+// stop with fn. A panic in KeepaliveContext is contained as Start's.
+//
+// A hook that does not implement it, and no hook, leave the keepalive on
+// the verb's context without its cancellation (context.WithoutCancel): its
+// values, whatever they are, and no deadline. Shared lock connections
+// ([WithSharedLockConns]) serve many callers and check on a context of
+// their own (context.Background()).
+type KeepaliveHook interface {
+	Hook
+	KeepaliveContext(ctx context.Context) context.Context
+}
+
+// EventHook is a [Hook] that is also told of each event of a use
+// between its Start and End: the acquisition (EventAcquired, with Wait
+// and, under WithFencing, Token), a refusal, the release, a loss; a Lead's
+// terms each have theirs (Term set: EventAcquired is an election,
+// EventLockLost a deposition). Event gets the context of the use (Start's,
+// or one derived from it) and is called on the locking goroutine, or on
+// the keepalive's for EventLockLost; it must not block. A meter keeps its
+// gauges with it (the locks held, the callers waiting). A panic in Event
+// is contained as an observer's is. The EventAttempt that Start gets is
+// not repeated.
+//
+// Term is called as a Lead term's fn is about to run, once the term was
+// elected, with fn's context and the term's EventAcquired (Term, and
+// Token under WithFencing, set); fn runs under the context it returns (a
+// tracer's span per term, parent of fn's work), or under ctx when it
+// returns nil or panics (contained as Event's panic). A hook with nothing
+// to add returns ctx.
+type EventHook interface {
+	Hook
+	Event(ctx context.Context, e Event)
+	Term(ctx context.Context, e Event) context.Context
+}
+
+// hookOf is the [config.Hook] that [WithHook] sets; the others are the
+// ones for a hook that is also a [KeepaliveHook] or an [EventHook] (the
+// protocol asks which by the interfaces the config hook implements).
 type hookOf struct{ h Hook }
+
+type keepaliveOf struct{ k KeepaliveHook }
+
+func (a keepaliveOf) KeepaliveContext(ctx context.Context) context.Context {
+	return a.k.KeepaliveContext(ctx)
+}
+
+type eventsOf struct{ x EventHook }
+
+func (a eventsOf) Event(ctx context.Context, e config.Event) { a.x.Event(ctx, eventOf(e)) }
+
+func (a eventsOf) Term(ctx context.Context, e config.Event) context.Context {
+	return a.x.Term(ctx, eventOf(e))
+}
+
+type (
+	keepaliveHookOf struct {
+		hookOf
+		keepaliveOf
+	}
+	eventHookOf struct {
+		hookOf
+		eventsOf
+	}
+	fullHookOf struct {
+		hookOf
+		keepaliveOf
+		eventsOf
+	}
+)
+
+// configHook is the [config.Hook] of h.
+func configHook(h Hook) config.Hook {
+	k, kok := h.(KeepaliveHook)
+	x, xok := h.(EventHook)
+	switch {
+	case kok && xok:
+		return fullHookOf{hookOf{h}, keepaliveOf{k}, eventsOf{x}}
+	case kok:
+		return keepaliveHookOf{hookOf{h}, keepaliveOf{k}}
+	case xok:
+		return eventHookOf{hookOf{h}, eventsOf{x}}
+	}
+	return hookOf{h}
+}
 
 func (a hookOf) Start(ctx context.Context, e config.Event) context.Context {
 	return a.h.Start(ctx, eventOf(e))

@@ -94,7 +94,7 @@ func WithHook(h Hook) Option {
 	return func(c *config.Config) {
 		c.Hook = nil
 		if h != nil {
-			c.Hook = hookOf{h}
+			c.Hook = configHook(h)
 		}
 	}
 }

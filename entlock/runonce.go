@@ -59,6 +59,7 @@ func runOnce[T TxLike](ctx context.Context, p verbs.Pool, client interface {
 			}
 			defer recordToken(tx, op)()
 			defer recordSlot(tx, r.Slot())()
+			defer recordContext(tx, op.TokenContext(lctx))()
 			return run(ctx, verb, tx, fn)
 		})
 	}
@@ -70,6 +71,7 @@ func runOnce[T TxLike](ctx context.Context, p verbs.Pool, client interface {
 	q := lr.tx.(*lockedTx).lt.Tx
 	defer recordToken(tx, op)()
 	defer recordSlot(tx, r.Slot())()
+	defer recordContext(tx, op.TokenContext(ctx))()
 	return run(ctx, verb, tx, func(tx T) error {
 		return r.InTx(ctx, q, func() error { return fn(tx) })
 	})

@@ -47,6 +47,9 @@ func Transaction[T TxLike, K ormlock.KeyType](ctx context.Context, client interf
 // FencingToken(tx).
 func runRecorded[T TxLike](ctx context.Context, tx T, r *request, fn func(tx T) error) error {
 	defer recordToken(tx, r)()
+	if r.hctx != nil {
+		defer recordContext(tx, r.op.TokenContext(r.hctx))()
+	}
 	return run(ctx, "Transaction", tx, fn)
 }
 

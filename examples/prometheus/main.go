@@ -16,46 +16,21 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
-	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
-	"os"
-	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/prometheus/common/expfmt"
-	"gorm.io/gorm"
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/examples/internal/demo"
-	"github.com/ormlock/ormlock/gormlock"
 )
 
 func main() { demo.Main("prometheus", run) }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("prometheus", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	dsn := fs.String("dsn", os.Getenv("ORMLOCK_DSN"), "database: a postgres:// URL, or a MySQL/MariaDB DSN (user:pass@tcp(host:port)/db); default $ORMLOCK_DSN")
-	replicas := fs.Int("replicas", 3, "replicas competing for the job")
-	every := fs.Duration("every", 2*time.Second, "interval between job runs")
-	rounds := fs.Int("rounds", 0, "run this many rounds, print the metrics and exit; 0 runs until interrupted and serves -addr")
-	addr := fs.String("addr", ":2112", "address serving /metrics (when -rounds is 0)")
-	job := fs.String("job", "daily-settlement", "the job's lock name")
-	work := fs.Duration("work", 200*time.Millisecond, "how long the job works while holding the lock")
-	if err := fs.Parse(args); err != nil {
+	c, err := demo.ParseContention("prometheus", args, stderr)
+	if err != nil {
 		return err
-	}
-	if *dsn == "" {
-		return errors.New("no database: pass -dsn or set ORMLOCK_DSN")
-	}
-	if *replicas < 1 {
-		return fmt.Errorf("-replicas %d: need at least 1", *replicas)
 	}
 
 	reg := prometheus.NewRegistry()
@@ -69,79 +44,5 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		logs.Observe(ctx, e)
 	})
 
-	dbs := make([]*gorm.DB, *replicas)
-	for i := range dbs {
-		db, err := demo.OpenGORM(*dsn)
-		if err != nil {
-			return err
-		}
-		defer demo.CloseGORM(db)
-		if err := db.Use(gormlock.New(ormlock.WithObserver(observer))); err != nil {
-			return err
-		}
-		dbs[i] = db
-	}
-
-	round := func() error {
-		var wg sync.WaitGroup
-		errs := make([]error, len(dbs))
-		for i, db := range dbs {
-			wg.Go(func() {
-				err := gormlock.Transaction(db.WithContext(ctx), *job, func(tx *gorm.DB) error {
-					time.Sleep(*work) // the job's work, inside its transaction
-					return tx.Exec("SELECT 1").Error
-				})
-				if errors.Is(err, ormlock.ErrNotAcquired) {
-					err = nil // another replica runs it
-				}
-				errs[i] = err
-			})
-		}
-		wg.Wait()
-		return errors.Join(errs...)
-	}
-
-	if *rounds > 0 {
-		for range *rounds {
-			if err := round(); err != nil {
-				return err
-			}
-		}
-		return printMetrics(stdout, reg)
-	}
-
-	srv := &http.Server{Addr: *addr, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
-	srvErr := make(chan error, 1)
-	go func() { srvErr <- srv.ListenAndServe() }()
-	defer srv.Close()
-	t := time.NewTicker(*every)
-	defer t.Stop()
-	for {
-		if err := round(); err != nil {
-			slog.Error("job round", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case err := <-srvErr:
-			return err
-		case <-t.C:
-		}
-	}
-}
-
-// open connects GORM to a postgres:// URL or a MySQL/MariaDB DSN.
-// printMetrics writes the ormlock_ series in Prometheus' text format.
-func printMetrics(w io.Writer, g prometheus.Gatherer) error {
-	families, err := g.Gather()
-	if err != nil {
-		return err
-	}
-	enc := expfmt.NewEncoder(w, expfmt.NewFormat(expfmt.TypeTextPlain))
-	for _, f := range families {
-		if err := enc.Encode(f); err != nil {
-			return err
-		}
-	}
-	return nil
+	return c.Run(ctx, []ormlock.Option{ormlock.WithObserver(observer)}, reg, stdout, nil)
 }

@@ -15,6 +15,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/examples/internal/demo"
 	"github.com/ormlock/ormlock/gormlock"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/internal/testdb/gormtest"
@@ -166,7 +167,7 @@ func TestMetricsFromRealEvents(t *testing.T) {
 			}
 		}
 		var out bytes.Buffer
-		if err := printMetrics(&out, reg); err != nil {
+		if err := demo.PrintMetrics(&out, reg); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("metrics:\n%s", out.String())

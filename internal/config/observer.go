@@ -44,6 +44,13 @@ type Event struct {
 	Wait      time.Duration
 	Held      time.Duration
 	Err       error
+
+	ID     uint64    // the acquisition: one per lock use, on all its events
+	Server string    // the server's product: "postgresql", "mysql", "mariadb", ... ("" before the server check)
+	Slot   time.Time // RunOnce and RunScheduled: the run's slot
+	Token  int64     // the fencing token, once issued (WithFencing)
+	Try    bool      // the acquisition tries once (no WithWait)
+	Term   int64     // Lead: the term, 1 for the first campaign attempt (0 for the other verbs)
 }
 
 // Hook is the hook of [Config.Hook]: Start at a lock use's attempt, whose
@@ -54,8 +61,47 @@ type Hook interface {
 	End(ctx context.Context, e Event)
 }
 
+// KeepaliveHook is a [Hook] that also supplies the context of a Session's
+// or Lead's keepalive statements (ormlock.KeepaliveHook).
+type KeepaliveHook interface {
+	Hook
+	KeepaliveContext(ctx context.Context) context.Context
+}
+
+// EventHook is a [Hook] that is also told of each event of a use between
+// its Start and End (ormlock.EventHook).
+type EventHook interface {
+	Hook
+	Event(ctx context.Context, e Event)
+	Term(ctx context.Context, e Event) context.Context
+}
+
 // Observer receives the lock events of [Config.Observer]. Package ormlock
 // implements it for an ormlock.Observer (ormlock.WithObserver).
 type Observer interface {
 	Observe(ctx context.Context, e Event)
+}
+
+// Lock is what a verb's fn context says of the lock it runs under
+// (ormlock.Held): the lock protocol's use of the lock implements it.
+type Lock interface {
+	// HeldNow reports whether the lock is held at this moment.
+	HeldNow() bool
+}
+
+type lockKey struct{}
+
+// WithLock returns ctx carrying l, the lock fn runs under. Only the lock
+// protocol sets it.
+func WithLock(ctx context.Context, l Lock) context.Context {
+	return context.WithValue(ctx, lockKey{}, l)
+}
+
+// LockOf returns the lock ctx carries (the innermost verb's), or nil.
+func LockOf(ctx context.Context) Lock {
+	if ctx == nil {
+		return nil
+	}
+	l, _ := ctx.Value(lockKey{}).(Lock)
+	return l
 }

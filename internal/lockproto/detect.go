@@ -253,7 +253,7 @@ func checkPostgres(ctx context.Context, db CheckQuerier) (verdict func() (*serve
 		if err != nil {
 			return nil, err
 		}
-		return &serverFacts{sessionLocks: session}, nil
+		return &serverFacts{sessionLocks: session, product: ServerProduct(Postgres, version)}, nil
 	}, nil
 }
 
@@ -320,7 +320,7 @@ func checkMySQL(ctx context.Context, db CheckQuerier) (verdict func() (*serverFa
 		if err := MySQLVerdict(vars, members); err != nil {
 			return nil, err
 		}
-		return &serverFacts{keepalive: MySQLKeepaliveVerdict(vars["version"])}, nil
+		return &serverFacts{keepalive: MySQLKeepaliveVerdict(vars["version"]), product: ServerProduct(MySQL, vars["version"])}, nil
 	}, nil
 }
 

@@ -15,9 +15,10 @@
 //
 // A warm gormlock.Transaction on PostgreSQL (pgx driver, READ COMMITTED,
 // no fencing, no hook, the server check cached) runs the functions of
-// these 18 files, in this order, from the call to its COMMIT (measured:
+// these 19 files, in this order, from the call to its COMMIT (measured:
 // the statements a second call runs that the first did not, by coverage
-// counts; 21 by the same measure before the verb core, at a0a7364). entlock's, sqllock's and pgxlock's Transaction differ only
+// counts; 21 by the same measure before the verb core, at a0a7364; 18
+// before event.go took Op.begin). entlock's, sqllock's and pgxlock's Transaction differ only
 // in steps 1 and 2 (their bindings), and then in how fn gets its
 // transaction.
 //
@@ -34,7 +35,8 @@
 //     lockproto.go: DialectOf.
 //  4. detect.go: Op.EndedLock (deadline.go: ctxErr), Op.CheckServerOn, a
 //     map look-up once the pool passed (engines.go: serverFacts.refuse).
-//  5. op.go: StartHook (nothing without WithHook); transaction.go:
+//  5. op.go: StartHook (event.go: Op.begin, which leaves the Op in ctx
+//     for ormlock.Held; then nothing more without WithHook); transaction.go:
 //     call.transaction, call.prepared.
 //  6. lockedtx.go: Op.BeginLocked, SnapshotIsolation; xact.go:
 //     beginInline, pin (a pinned connection), beginOneMessage; onemsg.go:
@@ -43,7 +45,8 @@
 //     pgTryMessage, readLockReply, parseLockRow; on a direct connection the
 //     prepared statement, prepared.go: pgConnStateOf, Op.lockPrepared);
 //     op.go: attempt (deadline.go: budget, stmtCtx, txContext), settle,
-//     Emit.
+//     Emit (event.go: hookEvent and Op.event, built for an observer or an
+//     ormlock.EventHook only).
 //  7. lockedtx.go: RunTx runs fn through transaction.go's call.session
 //     (the GORM session over the transaction, op.go: TokenContext) and
 //     call.run.

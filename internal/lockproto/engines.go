@@ -76,8 +76,29 @@ func IsYugabyte(version string) bool { return strings.Contains(version, "-YB-") 
 // serverFacts is what a genuine answer leaves cached for a pool: the
 // refusals of the paths the server fakes while its other locks are real.
 type serverFacts struct {
-	sessionLocks error // PostgreSQL: session-level advisory locks are not real
-	keepalive    error // MySQL: the Session keepalive's check cannot work
+	sessionLocks error  // PostgreSQL: session-level advisory locks are not real
+	keepalive    error  // MySQL: the Session keepalive's check cannot work
+	product      string // what the server is (ServerProduct), which events carry
+}
+
+// ServerProduct names a server by the version string its check read
+// (PostgreSQL's version(), MySQL's @@version), as OpenTelemetry's
+// db.system.name does: "postgresql", "cockroachdb", "yugabytedb", "mysql",
+// "mariadb" or "tidb".
+func ServerProduct(d Dialect, version string) string {
+	switch {
+	case d == Postgres && strings.Contains(version, "CockroachDB"):
+		return "cockroachdb"
+	case d == Postgres && IsYugabyte(version):
+		return "yugabytedb"
+	case d == Postgres:
+		return "postgresql"
+	case strings.Contains(version, "MariaDB"):
+		return "mariadb"
+	case strings.Contains(version, "TiDB"):
+		return "tidb"
+	}
+	return "mysql"
 }
 
 // refuse returns the refusal, if any, of o's path on a server with facts f.

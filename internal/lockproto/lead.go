@@ -79,7 +79,7 @@ func (o *Op) Campaign(ctx context.Context, session func(ctx context.Context, ter
 		start := time.Now()
 		err = session(ctx, term, func(fctx context.Context) error {
 			elected = true
-			ferr := fn(fctx)
+			ferr := fn(term.TermContext(fctx)) // event.go
 			deposed = errors.Is(context.Cause(fctx), errs.ErrLockLost)
 			return ferr
 		})
@@ -114,6 +114,7 @@ func (o *Op) term() (*Op, error) {
 		return nil, err
 	}
 	t.Job, t.fenceID = o.Job, o.fenceID
+	o.newTerm(t) // event.go
 	return t, nil
 }
 

@@ -62,6 +62,8 @@ type Op struct {
 	// reports.
 	last atomic.Uint32
 
+	use use // what the use's events carry, and its end (event.go)
+
 	// observerPanicked is set by the first observer panic this Op
 	// contained, so that it is reported once.
 	observerPanicked atomic.Bool
@@ -109,9 +111,8 @@ func (o *Op) Emit(ctx context.Context, kind uint8, err error) {
 	if kind == config.EventLockLost || kind == config.EventReleaseFailed {
 		o.serverMayHaveChanged()
 	}
-	if o.Cfg.Hook != nil {
-		o.last.Store(uint32(kind))
-	}
+	o.last.Store(uint32(kind))
+	o.hookEvent(ctx, kind, err) // event.go
 	obs := o.Cfg.Observer
 	if obs == nil {
 		return
@@ -125,24 +126,13 @@ func (o *Op) Emit(ctx context.Context, kind uint8, err error) {
 	obs.Observe(ctx, e)
 }
 
-// event builds the event of kind for o.
-func (o *Op) event(kind uint8, err error) config.Event {
-	e := config.Event{Kind: kind, Verb: o.Verb, Dialect: o.Dialect.String(), Key: o.Key, Namespace: o.Cfg.Namespace, Job: o.Job, Err: err}
-	switch kind {
-	case config.EventAcquired, config.EventNotAcquired:
-		e.Wait = time.Since(o.start)
-	case config.EventReleased, config.EventReleaseFailed, config.EventLockLost:
-		e.Held = time.Since(o.acquired)
-	}
-	return e
-}
-
 // StartHook calls the hook's Start (ormlock.WithHook) as the lock use
 // begins, with an attempt event, and returns the context it returned,
 // under which the verb then runs (fn's context derives from it); ctx
 // itself when no hook is set, or when Start panicked (contained as an
 // observer's panic is).
 func (o *Op) StartHook(ctx context.Context) (hctx context.Context) {
+	ctx = o.begin(ctx) // event.go
 	h := o.Cfg.Hook
 	if h == nil {
 		return ctx
@@ -164,6 +154,7 @@ func (o *Op) StartHook(ctx context.Context) (hctx context.Context) {
 // event of the use (released, not_acquired, release_failed, lock_lost,
 // already_done) and err as its Err; ctx is what StartHook returned.
 func (o *Op) EndHook(ctx context.Context, err error) {
+	o.use.ended.Store(true)
 	h := o.Cfg.Hook
 	if h == nil {
 		return

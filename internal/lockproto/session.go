@@ -135,6 +135,7 @@ func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Contex
 // cancels fn's context (cancel) with cause errs.ErrLockLost, then tells
 // the observer, and is returned; nil once stopped.
 func (o *Op) keepalive(ctx context.Context, h *sessionHold, stop <-chan struct{}, cancel context.CancelCauseFunc) error {
+	kctx := o.keepaliveContext(ctx) // the hook's, without the caller's span (event.go)
 	t := time.NewTicker(h.every)
 	defer t.Stop()
 	for {
@@ -148,7 +149,7 @@ func (o *Op) keepalive(ctx context.Context, h *sessionHold, stop <-chan struct{}
 			return nil
 		default:
 		}
-		pctx, pcancel := context.WithTimeout(context.WithoutCancel(ctx), h.every)
+		pctx, pcancel := context.WithTimeout(kctx, h.every)
 		perr := h.ping(pctx)
 		pcancel()
 		if perr != nil {

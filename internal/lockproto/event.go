@@ -1,0 +1,165 @@
+package lockproto
+
+import (
+	"context"
+	"database/sql"
+	"sync/atomic"
+	"time"
+	"weak"
+
+	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/sched"
+)
+
+// use is what the events of one lock use carry beyond the Op's own
+// fields: its acquisition id, the server's product, the run's slot, the
+// Lead term, and whether the use has ended (ormlock.Held).
+type use struct {
+	id     atomic.Uint64 // the acquisition id, drawn at the first event (nextUseID)
+	server string        // the server's product, read as the use starts (begin)
+	slot   time.Time     // RunOnce: the run's slot, read as the use starts
+	term   int64         // Lead: this term's number (0: not a term)
+	terms  atomic.Int64  // Lead: the terms campaigned so far (the campaign's events report the last)
+	ended  atomic.Bool   // EndHook ran: the use is over
+	// started: StartHook ran (or the campaign's, for a term), so that
+	// events go to an EventHook only between its Start and End
+	started bool
+}
+
+// useIDs draws the acquisition ids: unique in the process.
+var useIDs atomic.Uint64
+
+// useID returns o's acquisition id, drawing it on first use.
+func (o *Op) useID() uint64 {
+	if id := o.use.id.Load(); id != 0 {
+		return id
+	}
+	id := useIDs.Add(1)
+	if !o.use.id.CompareAndSwap(0, id) {
+		return o.use.id.Load()
+	}
+	return id
+}
+
+// serverProduct is the product of the pool o checked (its cached server
+// facts), or "" before any check.
+func (o *Op) serverProduct() string {
+	if o.use.server != "" {
+		return o.use.server
+	}
+	o.checkedMu.Lock()
+	wp := o.checkedPool
+	o.checkedMu.Unlock()
+	if wp == (weak.Pointer[sql.DB]{}) {
+		return ""
+	}
+	if f, ok := genuine.Load(wp); ok {
+		return f.(*serverFacts).product
+	}
+	return ""
+}
+
+// event builds the event of kind for o.
+func (o *Op) event(kind uint8, err error) config.Event {
+	e := config.Event{
+		Kind: kind, Verb: o.Verb, Dialect: o.Dialect.String(), Key: o.Key, Namespace: o.Cfg.Namespace, Job: o.Job, Err: err,
+		ID: o.useID(), Server: o.serverProduct(), Slot: o.use.slot, Token: o.token, Try: o.Cfg.Wait <= 0, Term: max(o.use.term, o.use.terms.Load()),
+	}
+	switch kind {
+	case config.EventAcquired, config.EventNotAcquired:
+		e.Wait = time.Since(o.start)
+	case config.EventReleased, config.EventReleaseFailed, config.EventLockLost:
+		e.Held = time.Since(o.acquired)
+	}
+	return e
+}
+
+// begin starts o's use as StartHook is called: it records the server's
+// product and the run's slot (ctx's) for the events, and returns ctx
+// carrying o as the lock fn runs under (ormlock.Held).
+func (o *Op) begin(ctx context.Context) context.Context {
+	o.use.server = o.serverProduct()
+	o.use.started = true
+	if slot, ok := sched.SlotFrom(ctx); ok {
+		o.use.slot = slot
+	}
+	return config.WithLock(ctx, o)
+}
+
+// HeldNow reports whether o's lock is held: its last event is
+// acquired and its use has not ended (config.Lock).
+func (o *Op) HeldNow() bool {
+	return !o.use.ended.Load() && o.last.Load() == uint32(config.EventAcquired)
+}
+
+// TermContext returns fn's context fctx of a Lead term o carrying o as its
+// lock (ormlock.Held: a term's lock, not the campaign's) and, for an
+// EventHook, what its Term returned (a tracer's span per term); a panic
+// there is contained, fctx then used.
+func (o *Op) TermContext(fctx context.Context) (tctx context.Context) {
+	fctx = config.WithLock(fctx, o)
+	h, ok := o.Cfg.Hook.(config.EventHook)
+	if !ok || !o.use.started {
+		return fctx
+	}
+	e := o.event(config.EventAcquired, nil)
+	defer func() {
+		if p := recover(); p != nil {
+			o.observerPanic(fctx, e, p)
+			tctx = fctx
+		}
+	}()
+	if tctx = h.Term(fctx, e); tctx == nil {
+		tctx = fctx
+	}
+	return tctx
+}
+
+// newTerm gives the Lead term t of campaign o its number and the
+// campaign's acquisition id and server: a Lead is one use over its terms.
+func (o *Op) newTerm(t *Op) {
+	t.use.id.Store(o.useID())
+	t.use.server = o.use.server
+	t.use.started = o.use.started
+	t.use.term = o.use.terms.Add(1)
+}
+
+// keepaliveContext returns the context a Session's keepalive statements
+// run on: the hook's, when it supplies one (config.KeepaliveHook; a panic
+// there is contained, the default then used), else ctx's values without
+// its cancellation (context.WithoutCancel). It is never cancelled by ctx:
+// the keepalive stops with fn.
+func (o *Op) keepaliveContext(ctx context.Context) (kctx context.Context) {
+	kctx = context.WithoutCancel(ctx)
+	h, ok := o.Cfg.Hook.(config.KeepaliveHook)
+	if !ok {
+		return kctx
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			o.observerPanic(ctx, o.event(config.EventAttempt, nil), p)
+			kctx = context.WithoutCancel(ctx)
+		}
+	}()
+	if k := h.KeepaliveContext(kctx); k != nil {
+		return context.WithoutCancel(k)
+	}
+	return kctx
+}
+
+// hookEvent hands the event of kind to the hook when it takes events
+// (config.EventHook), between its Start and End; a panic there is
+// contained as an observer's is.
+func (o *Op) hookEvent(ctx context.Context, kind uint8, err error) {
+	h, ok := o.Cfg.Hook.(config.EventHook)
+	if !ok || !o.use.started || o.use.ended.Load() {
+		return
+	}
+	e := o.event(kind, err)
+	defer func() {
+		if p := recover(); p != nil {
+			o.observerPanic(ctx, e, p)
+		}
+	}()
+	h.Event(ctx, e)
+}
