@@ -47,8 +47,9 @@ import (
 //   - A multiplexer of that kind, whatever it says: two connections that
 //     announce one backend pid at start-up (BackendKeyData) are one server
 //     session. The check's connection (through pgx's database/sql driver)
-//     is compared with a second one opened with its settings outside the
-//     pool and closed at once, on the pool's first check (not on a call
+//     is compared with a second one opened with its settings, to the
+//     server it reached, outside the pool and closed at once (probePID:
+//     nothing else is dialed), on the pool's first check (not on a call
 //     nested in a transaction, which asks through that transaction). A
 //     direct server announces each backend's own pid, PgBouncer a key of
 //     its own per client, so neither matches; a probe that cannot connect
