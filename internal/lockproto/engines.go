@@ -213,6 +213,9 @@ var errProbeDial = errors.New("multiplexer probe: no connection after the probe'
 func probePID(ctx context.Context, cfg *pgconn.Config, server net.Addr) (uint32, error) {
 	c := cfg.Copy()
 	dial := c.DialFunc
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
 	c.DialFunc = func(dctx context.Context, network, addr string) (net.Conn, error) {
 		if dctx.Value(probeDial{}) == nil {
 			return nil, errProbeDial
