@@ -636,7 +636,11 @@ func TestConformanceAllServerDeadlock(t *testing.T) {
 		rawDone := make(chan error, 1)
 		go func() {
 			var ok bool
-			rawDone <- conn.QueryRowContext(ctx, lockSQL(ks[0])).Scan(&ok) // queues for a
+			err := conn.QueryRowContext(ctx, lockSQL(ks[0])).Scan(&ok) // queues for a
+			if err == nil && !ok {
+				err = errors.New("not granted: the raw side's wait ended")
+			}
+			rawDone <- err
 		}()
 		time.Sleep(300 * time.Millisecond)
 		third() // a goes to the set, which asks for b: the cycle
