@@ -47,7 +47,7 @@ func TestRunScheduledSpans(t *testing.T) {
 				t.Errorf("RunOnce span's parent %v, want the caller's %v", s.Parent().SpanID(), caller.SpanContext().SpanID())
 			}
 			slot, _ := attr(s, "ormlock.slot")
-			runs = append(runs, slot.Emit())
+			runs = append(runs, slot.String())
 		}
 		if len(runs) < 2 || len(runs) != len(inFn) {
 			t.Fatalf("%d RunOnce spans (slots %v) for %d runs of fn, want one per run, caught-up ones included", len(runs), runs, len(inFn))
