@@ -16,13 +16,12 @@
 //     bytes (MySQL's limit for GET_LOCK); otherwise a 64-byte form: the longest
 //     prefix of it that fits in 31 bytes without splitting a UTF-8 character,
 //     "~", and the first 32 hex digits of SHA-256(ns + 0x00 + name).
-//
-//   - SemaphoreSlot(text, i), an addition to v1: the name of slot i (1 to
-//     n) of ormlock.Semaphore over a key whose text is text (a Name's name,
-//     an ID's decimal id, "classid:objid" of a Pair): "ormlock.semaphore:" +
-//     text + "#" + i in decimal. It is a name like any other: its key is
-//     Int64NS(ns, slot) on PostgreSQL and MySQLName(ns, slot) on
-//     MySQL/MariaDB. It does not depend on n.
+//   - SemaphoreSlot(text, i), an addition to v1: the name of slot i, from 1,
+//     of ormlock.Semaphore over a key whose text is text (a Name's name, an
+//     ID's decimal id, "classid:objid" of a Pair), that is
+//     "ormlock.semaphore:" + text + "#" + i in decimal; a name like any
+//     other, whose key is Int64NS(ns, slot) on PostgreSQL and MySQLName(ns,
+//     slot) on MySQL/MariaDB. It does not depend on the semaphore's count.
 //
 // Int64 is reproducible in PostgreSQL 11+:
 //

@@ -465,7 +465,12 @@ func TestMySQLCompletionType(t *testing.T) {
 				db := openWith(t, k, "completion_type="+ct)
 				db.SetMaxOpenConns(1) // the next statement runs on the Transaction's connection
 				r := a.on(t, k.Dialect(), db)
-				for _, cancellable := range []bool{false, true} {
+				name := "completion-" + a.name + "-" + ct
+				// one key, and the lock shapes, whose first GET_LOCK reads
+				// the setting too
+				for i := range 6 {
+					key := []any{name, ormlock.All(name+"-a", name+"-b"), ormlock.Semaphore(name+"-sem", 2)}[i/2]
+					cancellable := i%2 == 1
 					ctx := context.Background()
 					if cancellable {
 						var cancel context.CancelFunc
@@ -473,7 +478,7 @@ func TestMySQLCompletionType(t *testing.T) {
 						defer cancel()
 					}
 					n++
-					err := r.Transaction(ctx, "completion-"+a.name+"-"+ct, func(tx txn) error {
+					err := r.Transaction(ctx, key, func(tx txn) error {
 						return tx.Insert(owner, n)
 					})
 					if err != nil {

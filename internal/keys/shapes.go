@@ -116,10 +116,6 @@ func Plain(k Key) Key {
 	return k
 }
 
-// SemaphorePrefix starts the name of every semaphore slot key; see
-// [SlotKey].
-const SemaphorePrefix = "ormlock.semaphore:"
-
 // SlotKey returns the lock key of slot i (1 to n) of a semaphore over k,
 // the name
 //

@@ -252,29 +252,33 @@ func (o *Op) acquireShapeXact(ctx context.Context, q Querier, iso *string) error
 }
 
 // acquireShapeNamed is AcquireNamed for a shape (All, Semaphore): GET_LOCK
-// of each name on the pinned connection q, the session's settings read
-// first by a statement of their own. A refused All releases the names it
+// of each name on the pinned connection q, the first of which also reads
+// the session's settings. A refused All releases the names it
 // took before returning.
 func (o *Op) acquireShapeNamed(ctx context.Context, q Querier) error {
 	wait, bounded, err := o.attempt(ctx)
 	if err != nil {
 		return err
 	}
+	// the first GET_LOCK also reads the session's settings, as one key's does
 	o.my = mysqlLockConnVars{autocommit: 1}
-	if err := q.QueryRowContext(ctx, "SELECT @@autocommit, @@completion_type").Scan(&o.my.autocommit, &o.my.completionType); err != nil {
-		return o.failed(ctx, errs.Wrap(err, "read @@autocommit, @@completion_type"))
+	sess := &o.my
+	first := func() *mysqlLockConnVars {
+		v := sess
+		sess = nil
+		return v
 	}
 	try := func(it lockItem) (bool, error) {
 		tctx, done := GraceCtx(ctx) // as AcquireNamed's try-once: let finish
 		defer done()
-		return mysqlGetLock(tctx, q, it.mysql, 0, nil)
+		return mysqlGetLock(tctx, q, it.mysql, 0, first())
 	}
 	var waitFor func(lockItem, time.Duration) (bool, error)
 	if wait > 0 {
 		waitFor = func(it lockItem, left time.Duration) (bool, error) {
 			wctx, done := stmtCtx(ctx, true, o.cancel)
 			defer done()
-			return mysqlGetLock(wctx, q, it.mysql, left, nil)
+			return mysqlGetLock(wctx, q, it.mysql, left, first())
 		}
 	}
 	undo := func(held []lockItem) error {
