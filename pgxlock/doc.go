@@ -62,10 +62,18 @@
 //
 // # How it reaches the protocol
 //
-// The protocol is written once, on database/sql (internal/lockproto).
-// pgxlock runs it, for the length of each call, on a *sql.DB over the pool
-// made by pgx's own database/sql driver (stdlib.OpenDBFromPool): every
-// connection it uses is acquired from the pool and released to it, which
-// destroys it unless it is idle outside any transaction. So a program on
-// pgxlock links database/sql and pgx's stdlib, and no other driver.
+// The protocol is written once (internal/lockproto). Transaction's,
+// Session's and Lead's lock connection, wherever the lock travels in one
+// message with BEGIN (one key, exclusive or Shared; not
+// WithSharedLockConns), is acquired from the pool itself and driven by
+// pgx, with no database/sql layer: fn's pgx.Tx runs on it, and it goes back
+// to the pool when the lock ends (a connection the server does not report
+// idle outside any transaction is destroyed instead). Everything else (the
+// server check, the fencing counter, the ledger of RunOnce, Holder, the
+// split protocol at REPEATABLE READ and SERIALIZABLE, lock sets and
+// semaphores, shared lock connections) runs on a *sql.DB over the pool
+// made by pgx's own database/sql driver (stdlib.OpenDBFromPool) for the
+// length of the call, whose connections are the pool's too. So a program
+// on pgxlock links database/sql and pgx's stdlib, and no other driver, and
+// pgxlock keeps no goroutine or connection of its own between calls.
 package pgxlock

@@ -21,15 +21,16 @@ import (
 	"github.com/ormlock/ormlock/internal/verbs"
 )
 
-// The protocol (internal/lockproto) runs on database/sql. pgxlock gives it,
-// for the length of one call, a *sql.DB over the pool through pgx's own
-// database/sql driver (stdlib.OpenDBFromPool): every connection it opens is
-// a connection acquired from the pool, and closing it releases that
+// The binding (see the package doc, How it reaches the protocol): the pool
+// itself for the lock connection of Transaction, Session and Lead
+// (verbs.Pool.Pgx), and for everything else a *sql.DB over the pool
+// through pgx's own database/sql driver (stdlib.OpenDBFromPool), opened
+// for one call and closed when it returns: every connection it opens is a
+// connection acquired from the pool, and closing it releases that
 // connection to the pool, which destroys it if it is not idle outside any
-// transaction. The *sql.DB is closed when the call returns, so pgxlock
-// keeps no goroutine or connection of its own between calls; what the
-// protocol learns of the server once per pool (whether its locks are real)
-// is cached under a stand-in *sql.DB kept for the pool's lifetime.
+// transaction. What the protocol learns of the server once per pool
+// (whether its locks are real) is cached under a stand-in *sql.DB kept
+// for the pool's lifetime.
 
 // poolKeys holds, per pool, the *sql.DB under which the protocol caches what
 // it learned of the pool's server (weakly: a pool that is garbage collected
@@ -51,7 +52,8 @@ func keyOf(pool *pgxpool.Pool) *sql.DB {
 
 const pkg = "pgxlock"
 
-// binder is pgxlock's binding of the verb core: a *sql.DB over the pool
+// binder is pgxlock's binding of the verb core: the pool for the lock
+// connection where the lock travels in one message, a *sql.DB over the pool
 // for the call (closed when the verb returns; shared per pool by the
 // Sessions and Leads of WithSharedLockConns), the pool's stand-in cache
 // key, PostgreSQL, and fn's transaction a pgx.Tx over the locked one.
@@ -61,17 +63,38 @@ func (b binder) Nil() string { return verbs.NilIf(b.pool == nil, "*pgxpool.Pool"
 
 func (b binder) Bind(_ context.Context, verb string, opts []config.Option) (verbs.Pool, error) {
 	cfg := config.New(opts...)
-	var (
-		db    *sql.DB
-		close func()
-	)
-	if cfg.SharedConns > 0 && (verb == "Session" || verb == "Lead") {
-		db, close = sharedDB(b.pool)
-	} else {
-		db = openDB(b.pool)
-		close = func() { _ = db.Close() }
+	p := verbs.Pool{Pkg: pkg, Pgx: b.pool, CacheKey: keyOf(b.pool), Dialect: lockproto.Postgres, Cfg: cfg, SplitTx: splitTx, Mend: mend}
+	switch {
+	case cfg.SharedConns > 0 && (verb == "Session" || verb == "Lead"):
+		p.DB, p.Close = sharedDB(b.pool)
+	case verb == "Transaction" || verb == "Session" || verb == "Lead":
+		// the lock connection comes from the pool itself; the *sql.DB is
+		// opened only if the call needs it (a cold server check, fencing,
+		// the split protocol, a set or a semaphore)
+		var (
+			mu sync.Mutex
+			db *sql.DB
+		)
+		p.OpenDB = func() *sql.DB {
+			mu.Lock()
+			defer mu.Unlock()
+			if db == nil {
+				db = openDB(b.pool)
+			}
+			return db
+		}
+		p.Close = func() {
+			mu.Lock()
+			defer mu.Unlock()
+			if db != nil {
+				_ = db.Close()
+			}
+		}
+	default:
+		db := openDB(b.pool)
+		p.DB, p.Close = db, func() { _ = db.Close() }
 	}
-	return verbs.Pool{Pkg: pkg, DB: db, CacheKey: keyOf(b.pool), Dialect: lockproto.Postgres, Cfg: cfg, SplitTx: splitTx, Close: close, Mend: mend}, nil
+	return p, nil
 }
 
 // openDB opens a *sql.DB over pool.
@@ -126,8 +149,11 @@ func sharedDB(pool *pgxpool.Pool) (*sql.DB, func()) {
 // bytes, "J") with ormlock.ErrUnsupportedDialect; other errors are returned
 // as they are.
 func notPostgres(err error) error {
+	if err == nil {
+		return nil
+	}
 	var ce *pgconn.ConnectError
-	if err == nil || !errors.As(err, &ce) ||
+	if !errors.As(err, &ce) ||
 		!strings.Contains(ce.Error(), "unexpected message") && !strings.Contains(ce.Error(), "unknown message type") {
 		return err
 	}

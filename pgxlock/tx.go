@@ -220,5 +220,12 @@ func txOf(lt *lockproto.LockedTx) (*tx, error) {
 			return nil, errs.Wrap(err, "pgxlock: the transaction's pgx connection")
 		}
 	}
-	return &tx{root: &lockedTx{conn: pc, lt: lt}}, nil
+	// one allocation for both: fn's tx and the state it shares with its
+	// savepoints
+	both := &struct {
+		t tx
+		r lockedTx
+	}{r: lockedTx{conn: pc, lt: lt}}
+	both.t.root = &both.r
+	return &both.t, nil
 }

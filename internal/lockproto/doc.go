@@ -40,7 +40,8 @@
 //     call.transaction, call.prepared.
 //  6. lockedtx.go: Op.BeginLocked, SnapshotIsolation; xact.go:
 //     beginInline, pin (a pinned connection), beginOneMessage; onemsg.go:
-//     withPgConn, isPgx, Op.lockOneMessage, lockExchange.send: BEGIN and
+//     withPgConn, isPgx, Op.lockOneMessage (pin.go: sqlPin, the pinned
+//     connection's kind), lockExchange.send: BEGIN and
 //     the lock in one message (pgmessage.go: pgBegin, snapshotLevel,
 //     pgTryMessage, readLockReply, parseLockRow; on a direct connection the
 //     prepared statement, prepared.go: pgConnStateOf, Op.lockPrepared);
@@ -53,6 +54,10 @@
 //  8. lockedtx.go: LockedTx.Commit (deadline.go: withinGrace), which
 //     commits the OneMessageTx (onemsgtx.go: Commit, markDone, end) and
 //     ends the lock with it (LockedTx.end, op.go: EndXact, Emit).
+//
+// pgxlock's Transaction takes its lock connection from the pgx pool
+// itself in step 6 (pin.go: Op.pgxNative, Op.pinPgx, pgxPin), with no
+// *sql.Conn between pgx and the protocol; Session and Lead do the same.
 //
 // The other protocols of step 6: split.go, PostgreSQL at REPEATABLE READ
 // and SERIALIZABLE (the lock in a lock-only transaction, lockonlytx.go,

@@ -303,13 +303,13 @@ func (o *Op) IssueToken(ctx context.Context, q Querier) error {
 // on the pool on PostgreSQL (the lock transaction stays open). On failure
 // the lock is released and conn given back, or destroyed when the release
 // failed.
-func (o *Op) sessionToken(ctx context.Context, db *sql.DB, conn *sql.Conn, h *sessionHold) error {
+func (o *Op) sessionToken(ctx context.Context, db *sql.DB, conn pinned, h *sessionHold) error {
 	if !o.Cfg.Fencing {
 		return nil
 	}
-	var q Querier = conn
-	if o.Dialect == Postgres {
-		q = db
+	var q Querier = db
+	if o.Dialect != Postgres {
+		q = conn.sqlConn()
 	}
 	err := o.IssueToken(ctx, q)
 	if err == nil {
@@ -317,11 +317,11 @@ func (o *Op) sessionToken(ctx context.Context, db *sql.DB, conn *sql.Conn, h *se
 	}
 	rerr := releaseWithin(ctx, h.release)
 	if rerr != nil {
-		Destroy(conn)
+		conn.destroy()
 		o.Emit(ctx, config.EventReleaseFailed, rerr)
 		return errs.Join(err, rerr)
 	}
-	_ = conn.Close()
+	conn.giveBack()
 	o.Emit(ctx, config.EventReleased, nil)
 	return err
 }

@@ -113,7 +113,7 @@ func (o *Op) term() (*Op, error) {
 	if err != nil {
 		return nil, err
 	}
-	t.Job, t.fenceID = o.Job, o.fenceID
+	t.Job, t.fenceID, t.Pgx, t.OpenDB = o.Job, o.fenceID, o.Pgx, o.OpenDB
 	o.newTerm(t) // event.go
 	return t, nil
 }

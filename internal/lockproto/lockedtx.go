@@ -95,6 +95,7 @@ var (
 // holder has the lock (and ctx's error when ctx ended the wait).
 func (o *Op) BeginLocked(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*LockedTx, error) {
 	if o.Cfg.Fencing {
+		db = o.sqlDB(db)
 		if err := o.CheckFence(db); err != nil {
 			return nil, err
 		}
@@ -102,11 +103,11 @@ func (o *Op) BeginLocked(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (
 	switch o.Dialect {
 	case Postgres:
 		if SnapshotIsolation(opts) {
-			return o.beginSplit(ctx, db, opts)
+			return o.beginSplit(ctx, o.sqlDB(db), opts)
 		}
-		return o.beginInline(ctx, db, opts)
+		return o.beginInline(ctx, db, opts) // db may be nil with o.Pgx
 	case MySQL:
-		return o.beginMySQL(ctx, db, opts)
+		return o.beginMySQL(ctx, o.sqlDB(db), opts)
 	}
 	return nil, fmt.Errorf("%w: dialect %d", errs.ErrUnsupportedDialect, o.Dialect)
 }

@@ -14,7 +14,7 @@ import (
 // PostgreSQL xact lock, on a pinned connection of its own (Session's lock,
 // and the split protocol's); fn never runs in it.
 type lockOnlyTx struct {
-	conn   *sql.Conn
+	conn   pinned
 	tx     Tx // a *OneMessageTx with pgx
 	cancel context.CancelFunc
 	idle   time.Duration // idle_in_transaction_session_timeout, read for a Session
@@ -28,9 +28,10 @@ type lockOnlyTx struct {
 // protocol's lock transaction lives no longer than fn's, which the timeout
 // bounds anyway. On failure conn has been given back (a clean "held
 // elsewhere") or destroyed.
-func (o *Op) beginLockOnly(ctx context.Context, db *sql.DB, conn *sql.Conn, use lockTxFor) (*lockOnlyTx, error) {
+func (o *Op) beginLockOnly(ctx context.Context, db *sql.DB, conn pinned, use lockTxFor) (*lockOnlyTx, error) {
 	begun := time.Now()
-	if o.target.oneMessage() && isPgx(conn) {
+	sc := conn.sqlConn()
+	if o.target.oneMessage() && (sc == nil || isPgx(sc)) {
 		// one message: BEGIN, transaction_timeout off (Session), the lock
 		// and (Session) the idle timeout, by the simple protocol, which leaves no
 		// portal open: the idle transaction holds no snapshot
@@ -40,9 +41,9 @@ func (o *Op) beginLockOnly(ctx context.Context, db *sql.DB, conn *sql.Conn, use 
 		}
 		return &lockOnlyTx{conn: conn, tx: ct, cancel: ct.cancel, idle: idle, taken: o.acquired.Sub(begun)}, nil
 	}
-	tx, cancel, err := o.beginOn(ctx, conn, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	tx, cancel, err := o.beginOn(ctx, sc, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
-		Destroy(conn)
+		conn.destroy()
 		return nil, err
 	}
 	lk := &lockOnlyTx{conn: conn, tx: tx, cancel: cancel}
@@ -78,18 +79,18 @@ func (l *lockOnlyTx) rollback(ctx context.Context) error {
 // connection back, or destroys it when the ROLLBACK failed.
 func (l *lockOnlyTx) end(ctx context.Context) error {
 	if err := releaseWithin(ctx, l.rollback); err != nil {
-		Destroy(l.conn)
+		l.conn.destroy()
 		return err
 	}
-	_ = l.conn.Close()
+	l.conn.giveBack()
 	return nil
 }
 
 // drop ends a lock transaction whose lock was not taken (err says why).
 func (l *lockOnlyTx) drop(ctx context.Context, err error) {
 	if releaseWithin(ctx, l.rollback) != nil || !cleanNotAcquired(err) {
-		Destroy(l.conn)
+		l.conn.destroy()
 		return
 	}
-	_ = l.conn.Close()
+	l.conn.giveBack()
 }

@@ -81,17 +81,17 @@ const (
 // idle_in_transaction_session_timeout; on failure conn has been given back
 // (its transaction ended: ROLLBACK confirmed by the server) or destroyed,
 // and the error is classified as AcquireXact's.
-func (o *Op) lockOneMessage(ctx context.Context, db *sql.DB, conn *sql.Conn, begin string, use lockTxFor) (*OneMessageTx, time.Duration, error) {
+func (o *Op) lockOneMessage(ctx context.Context, db *sql.DB, conn pinned, begin string, use lockTxFor) (*OneMessageTx, time.Duration, error) {
 	wait, bounded, err := o.attempt(ctx)
 	if err != nil {
-		_ = conn.Close() // nothing was sent
+		conn.giveBack() // nothing was sent
 		return nil, 0, err
 	}
 	done := func() {}
 	long := use == forSession
 	wantIso := !strings.Contains(begin, "ISOLATION")
 	x := &lockExchange{}
-	err = withPgConn(conn, func(pc *pgconn.PgConn) error {
+	err = conn.withPg(func(pc *pgconn.PgConn) error {
 		x.pc = pc
 		// a cancellation asks the server to end the statement, which
 		// leaves nothing waiting there (see stmtCtx)
@@ -136,7 +136,7 @@ func (o *Op) lockOneMessage(ctx context.Context, db *sql.DB, conn *sql.Conn, beg
 		ok, err = false, ctx.Err()
 	}
 	txCtx, txCancel := txContext(ctx)
-	tx := &OneMessageTx{conn: conn, db: db, ctx: txCtx, cancel: txCancel}
+	tx := &OneMessageTx{pin: conn, conn: conn.sqlConn(), db: db, ctx: txCtx, cancel: txCancel}
 	if wantIso {
 		tx.snapDefault = rep.level
 	}
@@ -149,7 +149,7 @@ func (o *Op) lockOneMessage(ctx context.Context, db *sql.DB, conn *sql.Conn, beg
 	if status == 'I' && err == nil {
 		tx.markDone()
 		txCancel()
-		_ = conn.Close()
+		conn.giveBack()
 	} else {
 		_ = withinGrace(ctx, txCancel, tx.Rollback)
 	}
@@ -159,9 +159,12 @@ func (o *Op) lockOneMessage(ctx context.Context, db *sql.DB, conn *sql.Conn, beg
 // pgCancelOf returns the CancelRequest of conn's pgx connection (see
 // stmtCtx), nil when conn is not pgx's. The caller keeps conn pinned while
 // it may call it.
-func pgCancelOf(conn *sql.Conn) serverCancel {
+func pgCancelOf(conn *sql.Conn) serverCancel { return pinCancel(sqlPin{conn}) }
+
+// pinCancel is pgCancelOf for a pinned connection of either kind.
+func pinCancel(conn pinned) serverCancel {
 	var sc serverCancel
-	_ = withPgConn(conn, func(pc *pgconn.PgConn) error {
+	_ = conn.withPg(func(pc *pgconn.PgConn) error {
 		sc = pc.CancelRequest
 		return nil
 	})

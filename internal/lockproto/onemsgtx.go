@@ -3,6 +3,8 @@ package lockproto
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
+	"errors"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -25,7 +27,8 @@ import (
 // so GORM and dbresolver treat it as a transaction: nested calls use
 // savepoints) and what ent's dialect.Tx runs statements on.
 type OneMessageTx struct {
-	conn   *sql.Conn
+	pin    pinned    // the connection, of either kind (pin.go)
+	conn   *sql.Conn // pin's *sql.Conn; nil on a pgx pool's connection (see ExecContext)
 	db     *sql.DB
 	ctx    context.Context // the transaction's own context: bounds COMMIT and ROLLBACK
 	cancel context.CancelFunc
@@ -65,38 +68,90 @@ func (t *OneMessageTx) usable(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// ExecContext runs a statement in the transaction.
+// ExecContext runs a statement in the transaction. On a pgx pool's
+// connection (Op.Pgx) it runs through pgx: the protocol's own statements
+// on a Session's lock transaction (the keepalive, the owner); fn works on
+// the pgx connection itself (LockedTx.PgxConn).
 func (t *OneMessageTx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	if err := t.usable(ctx); err != nil {
 		return nil, err
 	}
+	if t.conn == nil {
+		tag, err := pgxConnOfPin(t.pin).Exec(ctx, query, args...)
+		if err != nil {
+			return nil, err
+		}
+		return pgxResult(tag.RowsAffected()), nil
+	}
 	return t.conn.ExecContext(ctx, query, args...)
 }
 
-// QueryContext runs a query in the transaction.
+// pgxResult is the sql.Result of a statement run through pgx.
+type pgxResult int64
+
+func (pgxResult) LastInsertId() (int64, error) {
+	return 0, errors.New("ormlock: LastInsertId is not supported by PostgreSQL")
+}
+func (r pgxResult) RowsAffected() (int64, error) { return int64(r), nil }
+
+// errPgxConn refuses database/sql's rows on a pgx pool's connection.
+var errPgxConn = errors.New("ormlock: the transaction's connection is a pgx pool's: query it through pgx")
+
+// QueryContext runs a query in the transaction (a *sql.DB's connection
+// only: see errPgxConn).
 func (t *OneMessageTx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
 	if err := t.usable(ctx); err != nil {
 		return nil, err
+	}
+	if t.conn == nil {
+		return nil, errPgxConn
 	}
 	return t.conn.QueryContext(ctx, query, args...)
 }
 
 // QueryRowContext runs a query that returns at most one row in the
-// transaction.
+// transaction (a *sql.DB's connection only: on a pgx pool's the row fails
+// as on an ended context).
 func (t *OneMessageTx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || t.conn == nil {
 		// the pool checks ctx before it takes a connection: a row that
 		// carries ctx's error, without touching any connection
-		return t.db.QueryRowContext(ctx, query, args...)
+		if ctx.Err() == nil {
+			c, cancel := context.WithCancel(ctx)
+			cancel()
+			ctx = c
+		}
+		db := t.db
+		if db == nil { // pgxlock's call may have opened none
+			db = noDB()
+		}
+		return db.QueryRowContext(ctx, query, args...)
 	}
 	return t.conn.QueryRowContext(ctx, query, args...)
 }
 
+// noDB is a *sql.DB that never connects, for the row of a query that an
+// ended context refuses (QueryRowContext) when the transaction has no
+// *sql.DB: opened the first time it is needed, never in practice.
+var noDB = sync.OnceValue(func() *sql.DB { return sql.OpenDB(noConnector{}) })
+
+type noConnector struct{}
+
+func (noConnector) Connect(context.Context) (driver.Conn, error) { return nil, errPgxConn }
+func (noConnector) Driver() driver.Driver                        { return noDriver{} }
+
+type noDriver struct{}
+
+func (noDriver) Open(string) (driver.Conn, error) { return nil, errPgxConn }
+
 // PrepareContext prepares a statement on the transaction's connection; it
-// is valid until the transaction ends.
+// is valid until the transaction ends (a *sql.DB's connection only).
 func (t *OneMessageTx) PrepareContext(ctx context.Context, query string) (*sql.Stmt, error) {
 	if err := t.usable(ctx); err != nil {
 		return nil, err
+	}
+	if t.conn == nil {
+		return nil, errPgxConn
 	}
 	return t.conn.PrepareContext(ctx, query)
 }
@@ -116,7 +171,7 @@ func (t *OneMessageTx) end(stmt string) error {
 		return sql.ErrTxDone
 	}
 	idle := false
-	err := withPgConn(t.conn, func(pc *pgconn.PgConn) error {
+	err := t.pin.withPg(func(pc *pgconn.PgConn) error {
 		mrr := pc.Exec(t.ctx, stmt)
 		results, rolledBack := 0, false
 		for mrr.NextResult() {
@@ -135,9 +190,9 @@ func (t *OneMessageTx) end(stmt string) error {
 		return nil
 	})
 	if idle {
-		_ = t.conn.Close()
+		t.pin.giveBack()
 	} else {
-		Destroy(t.conn)
+		t.pin.destroy()
 	}
 	t.cancel()
 	return err

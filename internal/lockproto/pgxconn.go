@@ -34,6 +34,9 @@ func (t *LockedTx) PgxConn() (*pgx.Conn, error) {
 		return PgxConnOf(t.conn)
 	case t.Tx != nil:
 		if ct, ok := t.Tx.(*OneMessageTx); ok {
+			if pc := pgxConnOfPin(ct.pin); pc != nil {
+				return pc, nil
+			}
 			return PgxConnOf(ct.conn)
 		}
 	}

@@ -81,23 +81,35 @@ type sessionHold struct {
 // The pinned connection counts against db's MaxOpenConns while fn runs.
 func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Context) error) (err error) {
 	if o.Cfg.SharedConns > 0 {
-		return o.sharedSession(ctx, db, fn) // sharedlock.go
+		return o.sharedSession(ctx, o.sqlDB(db), fn) // sharedlock.go
+	}
+	if o.Cfg.Fencing || !o.pgxNative() {
+		db = o.sqlDB(db) // else nil with o.Pgx: opened only if needed
 	}
 	if err := o.CheckFence(db); err != nil {
 		return err
 	}
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		return o.failed(ctx, errs.Wrap(err, "pin a connection"))
+	var conn pinned
+	if o.pgxNative() {
+		// pgxlock: the pool's own connection, driven by pgx (pin.go)
+		if conn, err = o.pinPgx(ctx); err != nil {
+			return err
+		}
+	} else {
+		c, err := db.Conn(ctx)
+		if err != nil {
+			return o.failed(ctx, errs.Wrap(err, "pin a connection"))
+		}
+		conn = sqlPin{c}
 	}
 	var h *sessionHold
 	switch o.Dialect {
 	case Postgres:
 		h, err = o.holdPostgres(ctx, db, conn)
 	case MySQL:
-		h, err = o.holdMySQL(ctx, db, conn)
+		h, err = o.holdMySQL(ctx, db, conn.sqlConn())
 	default:
-		_ = conn.Close()
+		conn.giveBack()
 		return fmt.Errorf("%w: dialect %d", errs.ErrUnsupportedDialect, o.Dialect)
 	}
 	if err != nil {
@@ -165,11 +177,11 @@ func (o *Op) keepalive(ctx context.Context, h *sessionHold, stop <-chan struct{}
 // endSession releases h's lock once fn has returned and the keepalive has
 // stopped (lost: its failed check, if any), gives conn back or destroys it,
 // and returns what lost the lock: lost, or the failed release.
-func (o *Op) endSession(ctx context.Context, conn *sql.Conn, h *sessionHold, lost error) error {
+func (o *Op) endSession(ctx context.Context, conn pinned, h *sessionHold, lost error) error {
 	rerr := releaseWithin(ctx, h.release)
 	switch {
 	case rerr != nil:
-		Destroy(conn)
+		conn.destroy()
 		if lost == nil {
 			o.Emit(ctx, config.EventReleaseFailed, rerr)
 			lost = rerr
@@ -178,15 +190,15 @@ func (o *Op) endSession(ctx context.Context, conn *sql.Conn, h *sessionHold, los
 		// The check failed but the connection survived (a PostgreSQL
 		// transaction aborted by an error, which drops its locks): the
 		// release ended the transaction; the loss stands.
-		_ = conn.Close()
+		conn.giveBack()
 	default:
-		_ = conn.Close()
+		conn.giveBack()
 		o.Emit(ctx, config.EventReleased, nil)
 	}
 	return lost
 }
 
-func (o *Op) holdPostgres(ctx context.Context, db *sql.DB, conn *sql.Conn) (*sessionHold, error) {
+func (o *Op) holdPostgres(ctx context.Context, db *sql.DB, conn pinned) (*sessionHold, error) {
 	// The lock transaction outlives ctx (database/sql rolls back a
 	// transaction whose context ends, which would drop the lock under a
 	// running fn), but BEGIN and the lock are bounded by ctx: see beginLockOnly.
@@ -209,7 +221,7 @@ func (o *Op) holdPostgres(ctx context.Context, db *sql.DB, conn *sql.Conn) (*ses
 			return nil, err
 		}
 	}
-	octx, done := stmtCtx(ctx, false, pgCancelOf(conn))
+	octx, done := stmtCtx(ctx, false, pinCancel(conn))
 	err = o.pgSetOwner(octx, lk.tx)
 	done()
 	if err != nil {

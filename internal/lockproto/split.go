@@ -24,7 +24,7 @@ func (o *Op) beginSplit(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	lk, err := o.beginLockOnly(ctx, db, conn, forSplit)
+	lk, err := o.beginLockOnly(ctx, db, sqlPin{conn}, forSplit)
 	if err != nil {
 		return nil, err
 	}

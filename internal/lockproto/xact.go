@@ -28,21 +28,35 @@ func (o *Op) pin(ctx context.Context, db *sql.DB) (*sql.Conn, error) {
 // first statement of the caller's transaction. Keep it the one place where
 // that path is built, and as cheap as it is.
 func (o *Op) beginInline(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*LockedTx, error) {
-	conn, err := o.pin(ctx, db)
-	if err != nil {
-		return nil, err
-	}
 	var (
 		lt   *LockedTx
 		snap sql.IsolationLevel
 	)
-	if begin, ok := pgBegin(opts); ok && !o.NeedSQLTx && o.target.oneMessage() && isPgx(conn) {
-		lt, snap, err = o.beginOneMessage(ctx, db, conn, begin)
+	begin, oneMsg := pgBegin(opts)
+	oneMsg = oneMsg && !o.NeedSQLTx && o.target.oneMessage()
+	if oneMsg && o.pgxNative() {
+		// pgxlock: the pool's own connection, driven by pgx (pin.go)
+		pin, err := o.pinPgx(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if lt, snap, err = o.beginOneMessage(ctx, db, pin, begin); err != nil {
+			return nil, err
+		}
 	} else {
-		lt, snap, err = o.beginThenLock(ctx, conn, opts)
-	}
-	if err != nil {
-		return nil, err
+		db = o.sqlDB(db)
+		conn, err := o.pin(ctx, db)
+		if err != nil {
+			return nil, err
+		}
+		if oneMsg && isPgx(conn) {
+			lt, snap, err = o.beginOneMessage(ctx, db, sqlPin{conn}, begin)
+		} else {
+			lt, snap, err = o.beginThenLock(ctx, conn, opts)
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
 	if snap != sql.LevelDefault {
 		// No level was asked for, and the server's default takes its
@@ -53,10 +67,10 @@ func (o *Op) beginInline(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (
 		if opts != nil {
 			split.ReadOnly = opts.ReadOnly
 		}
-		return o.beginSplit(ctx, db, split)
+		return o.beginSplit(ctx, o.sqlDB(db), split)
 	}
 	if o.Cfg.Fencing {
-		if err := o.IssueToken(ctx, db); err != nil { // committed on the pool
+		if err := o.IssueToken(ctx, o.sqlDB(db)); err != nil { // committed on the pool
 			_ = lt.Rollback()
 			return nil, err
 		}
@@ -68,7 +82,7 @@ func (o *Op) beginInline(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (
 // on the pgx connection conn (onemsg.go). When the server's default level,
 // which BEGIN did not name, takes its snapshot once, the transaction has
 // been given back and that level is returned instead (see beginInline).
-func (o *Op) beginOneMessage(ctx context.Context, db *sql.DB, conn *sql.Conn, begin string) (*LockedTx, sql.IsolationLevel, error) {
+func (o *Op) beginOneMessage(ctx context.Context, db *sql.DB, conn pinned, begin string) (*LockedTx, sql.IsolationLevel, error) {
 	ct, _, err := o.lockOneMessage(ctx, db, conn, begin, forFn)
 	if err != nil {
 		return nil, sql.LevelDefault, err

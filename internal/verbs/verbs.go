@@ -44,6 +44,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/keys"
@@ -83,6 +85,16 @@ type Pool struct {
 	// SplitTx, when set, begins fn's transaction of the split protocol
 	// (see lockproto.Op.SplitTx).
 	SplitTx func(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (lockproto.Tx, error)
+	// Pgx, when set, is the pgx pool DB stands over (pgxlock):
+	// Transaction's, Session's and Lead's lock connection then comes from
+	// it, driven by pgx (lockproto.Op.Pgx); RunOnce, whose ledger
+	// statements run on database/sql, and the other verbs keep DB.
+	Pgx *pgxpool.Pool
+	// OpenDB, when set, stands for DB, which is then nil: it opens the
+	// *sql.DB on first use, if the call needs it at all (pgxlock's
+	// Transaction, Session and Lead, whose lock connection comes from
+	// Pgx), and returns the same one after.
+	OpenDB func() *sql.DB
 	// Close, when set, is called when the verb returns (pgxlock closes
 	// the call's *sql.DB).
 	Close func()
@@ -223,7 +235,22 @@ func (p Pool) checkQuerier() lockproto.CheckQuerier {
 			return q
 		}
 	}
+	if p.DB == nil && p.OpenDB != nil {
+		return &lazyQuerier{p.OpenDB}
+	}
 	return p.DB
+}
+
+// lazyQuerier runs the server check on the *sql.DB that Pool.OpenDB opens
+// when the check is not cached yet.
+type lazyQuerier struct{ open func() *sql.DB }
+
+func (q *lazyQuerier) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return q.open().QueryContext(ctx, query, args...)
+}
+
+func (q *lazyQuerier) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	return q.open().QueryRowContext(ctx, query, args...)
 }
 
 // reader is where the ledger reads run: the caller's transaction, or the
@@ -275,6 +302,7 @@ func Transaction[B Binder](ctx context.Context, b B, pkg string, k keys.Key, fn 
 	if err != nil {
 		return p.mend(err)
 	}
+	op.Pgx, op.OpenDB = p.Pgx, p.OpenDB
 	ctx = op.StartHook(ctx)
 	err = p.mend(p.transaction(ctx, op, fn))
 	op.EndHook(ctx, err)
@@ -296,6 +324,7 @@ func Session[B Binder](ctx context.Context, b B, pkg string, k keys.Key, fn func
 	if err != nil {
 		return p.mend(err)
 	}
+	op.Pgx, op.OpenDB = p.Pgx, p.OpenDB
 	ctx = op.StartHook(ctx)
 	err = p.mend(op.Session(ctx, p.DB, fn))
 	op.EndHook(ctx, err)
@@ -313,6 +342,7 @@ func Lead[B Binder](ctx context.Context, b B, pkg string, k keys.Key, fn func(ct
 	if err != nil && (op == nil || lockproto.Permanent(err)) {
 		return p.mend(err)
 	}
+	op.Pgx, op.OpenDB = p.Pgx, p.OpenDB // each term's Op takes them over
 	ctx = op.StartHook(ctx)
 	err = p.mend(op.Campaign(ctx, func(ctx context.Context, term *lockproto.Op, fn func(ctx context.Context) error) error {
 		// each term asks again, under the pool's cache key: once per pool

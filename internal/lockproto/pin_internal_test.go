@@ -1,0 +1,200 @@
+package lockproto
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/errs"
+	"github.com/ormlock/ormlock/internal/keys"
+	"github.com/ormlock/ormlock/internal/testdb"
+)
+
+// With Op.Pgx (pgxlock), Transaction's and Session's lock connection is
+// the pgx pool's own, driven by pgx: the *sql.DB over the pool opens no
+// connection of its own, the pool's connection is released when the lock
+// ends, and a second caller is refused while it is held. On PostgreSQL and
+// behind PgBouncer.
+
+func pgxPoolOf(t *testing.T, k testdb.Kind) (*pgxpool.Pool, *sql.DB) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(testdb.DSN(t, k))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := stdlib.OpenDBFromPool(pool)
+	t.Cleanup(func() {
+		_ = db.Close()
+		for until := time.Now().Add(5 * time.Second); pool.Stat().AcquiredConns() != 0 && time.Now().Before(until); {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if n := pool.Stat().AcquiredConns(); n != 0 {
+			t.Errorf("%d connection(s) of the pool still acquired", n)
+		}
+		pool.Close()
+	})
+	return pool, db
+}
+
+func pgxOp(t *testing.T, pool *pgxpool.Pool, verb string, k keys.Key) *Op {
+	t.Helper()
+	o, err := NewOp(Postgres, verb, k, config.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Pgx = pool
+	o.Cfg.Keepalive = 50 * time.Millisecond
+	return o
+}
+
+func TestPgxNativeLockConnection(t *testing.T) {
+	for _, k := range []testdb.Kind{testdb.Postgres, testdb.PgBouncer} {
+		t.Run(string(k), func(t *testing.T) {
+			ctx := context.Background()
+			pool, db := pgxPoolOf(t, k)
+			key := keys.Name(testdb.Table(t, k, "pgxnative"))
+
+			t.Run("Transaction", func(t *testing.T) {
+				o := pgxOp(t, pool, "Transaction", key)
+				lt, err := o.BeginLocked(ctx, db, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ct, ok := lt.Tx.(*OneMessageTx)
+				if !ok {
+					t.Fatalf("Tx is %T, want the one-message transaction", lt.Tx)
+				}
+				if _, ok := ct.pin.(*pgxPin); !ok {
+					t.Fatalf("the lock connection is %T, want the pgx pool's", ct.pin)
+				}
+				if n := db.Stats().OpenConnections; n != 0 {
+					t.Errorf("database/sql opened %d connection(s)", n)
+				}
+				if n := pool.Stat().AcquiredConns(); n != 1 {
+					t.Errorf("%d connection(s) of the pool acquired while the lock is held, want 1", n)
+				}
+				pc, err := lt.PgxConn()
+				if err != nil || pc != ct.pin.(*pgxPin).c.Conn() {
+					t.Fatalf("PgxConn = %p, %v: not the pool's connection", pc, err)
+				}
+				if _, err := pc.Exec(ctx, "SELECT 1"); err != nil {
+					t.Fatal(err)
+				}
+				other := pgxOp(t, pool, "Transaction", key)
+				if _, err := other.BeginLocked(ctx, db, nil); !errors.Is(err, errs.ErrNotAcquired) {
+					t.Fatalf("a second Transaction on the held key: %v, want ErrNotAcquired", err)
+				}
+				if err := lt.Commit(); err != nil {
+					t.Fatal(err)
+				}
+				if n := pool.Stat().AcquiredConns(); n != 0 {
+					t.Errorf("%d connection(s) still acquired after COMMIT", n)
+				}
+				again := pgxOp(t, pool, "Transaction", key)
+				lt, err = again.BeginLocked(ctx, db, nil)
+				if err != nil {
+					t.Fatalf("the key after COMMIT: %v", err)
+				}
+				if err := lt.Rollback(); err != nil {
+					t.Fatal(err)
+				}
+			})
+
+			t.Run("Session", func(t *testing.T) {
+				o := pgxOp(t, pool, "Session", key)
+				err := o.Session(ctx, db, func(ctx context.Context) error {
+					if n := db.Stats().OpenConnections; n != 0 {
+						t.Errorf("database/sql opened %d connection(s)", n)
+					}
+					if n := pool.Stat().AcquiredConns(); n != 1 {
+						t.Errorf("%d connection(s) of the pool acquired while the lock is held, want 1", n)
+					}
+					time.Sleep(200 * time.Millisecond) // keepalives on the pgx connection
+					other := pgxOp(t, pool, "Transaction", key)
+					if _, err := other.BeginLocked(ctx, db, nil); !errors.Is(err, errs.ErrNotAcquired) {
+						t.Errorf("a Transaction on the Session's key: %v, want ErrNotAcquired", err)
+					}
+					return ctx.Err()
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if n := pool.Stat().AcquiredConns(); n != 0 {
+					t.Errorf("%d connection(s) still acquired after the Session", n)
+				}
+			})
+
+			t.Run("no *sql.DB unless needed", func(t *testing.T) {
+				opened := 0
+				open := func() *sql.DB { opened++; return db }
+				o := pgxOp(t, pool, "Transaction", key)
+				o.OpenDB = open
+				lt, err := o.BeginLocked(ctx, nil, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := lt.Commit(); err != nil {
+					t.Fatal(err)
+				}
+				s := pgxOp(t, pool, "Session", key)
+				s.OpenDB = open
+				if err := s.Session(ctx, nil, func(context.Context) error { return nil }); err != nil {
+					t.Fatal(err)
+				}
+				if opened != 0 {
+					t.Errorf("the *sql.DB was opened %d time(s) by a Transaction and a Session on the pool's connection", opened)
+				}
+				// the split protocol runs on database/sql
+				rr := pgxOp(t, pool, "Transaction", key)
+				rr.OpenDB = open
+				lt, err = rr.BeginLocked(ctx, nil, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := lt.Rollback(); err != nil {
+					t.Fatal(err)
+				}
+				if opened == 0 {
+					t.Error("REPEATABLE READ did not open the *sql.DB")
+				}
+			})
+
+			t.Run("Session lost", func(t *testing.T) {
+				o := pgxOp(t, pool, "Session", key)
+				before := pool.Stat().TotalConns()
+				err := o.Session(ctx, db, func(fctx context.Context) error {
+					var pid int
+					k := uint64(o.PostgresKey().Int64)
+					if err := pool.QueryRow(ctx, "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid = $1 AND objid = $2", int64(k>>32), int64(uint32(k))).Scan(&pid); err != nil {
+						return err
+					}
+					if _, err := testdb.Open(t, testdb.Postgres).ExecContext(ctx, "SELECT pg_terminate_backend($1)", pid); err != nil {
+						return err
+					}
+					<-fctx.Done()
+					return context.Cause(fctx)
+				})
+				if !errors.Is(err, errs.ErrLockLost) {
+					t.Fatalf("Session after its backend was terminated: %v, want ErrLockLost", err)
+				}
+				for until := time.Now().Add(5 * time.Second); pool.Stat().AcquiredConns() != 0 && time.Now().Before(until); {
+					time.Sleep(10 * time.Millisecond)
+				}
+				if pool.Stat().TotalConns() > before {
+					t.Errorf("the dead connection went back to the pool (%d connections, %d before)", pool.Stat().TotalConns(), before)
+				}
+			})
+		})
+	}
+}
