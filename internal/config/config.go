@@ -6,6 +6,7 @@
 package config
 
 import (
+	"context"
 	"database/sql"
 	"fmt"
 	"regexp"
@@ -193,4 +194,21 @@ func (p CatchUpPolicy) String() string {
 		return "all"
 	}
 	return "CatchUpPolicy(" + strconv.Itoa(int(p)) + ")"
+}
+
+type lockKey struct{}
+
+// WithLock returns ctx carrying l, the lock fn runs under. Only the lock
+// protocol sets it.
+func WithLock(ctx context.Context, l Lock) context.Context {
+	return context.WithValue(ctx, lockKey{}, l)
+}
+
+// LockOf returns the lock ctx carries (the innermost verb's), or nil.
+func LockOf(ctx context.Context) Lock {
+	if ctx == nil {
+		return nil
+	}
+	l, _ := ctx.Value(lockKey{}).(Lock)
+	return l
 }

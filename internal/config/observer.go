@@ -88,20 +88,3 @@ type Lock interface {
 	// HeldNow reports whether the lock is held at this moment.
 	HeldNow() bool
 }
-
-type lockKey struct{}
-
-// WithLock returns ctx carrying l, the lock fn runs under. Only the lock
-// protocol sets it.
-func WithLock(ctx context.Context, l Lock) context.Context {
-	return context.WithValue(ctx, lockKey{}, l)
-}
-
-// LockOf returns the lock ctx carries (the innermost verb's), or nil.
-func LockOf(ctx context.Context) Lock {
-	if ctx == nil {
-		return nil
-	}
-	l, _ := ctx.Value(lockKey{}).(Lock)
-	return l
-}

@@ -52,6 +52,18 @@ func IsName(k Key) bool { return k.kind == kindName }
 // IsPair reports whether k is a (classid, objid) pair.
 func IsPair(k Key) bool { return k.kind == kindPair }
 
+// IsSet reports whether k is a set (ormlock.All).
+func IsSet(k Key) bool { return k.kind == kindAll }
+
+// IsShared reports whether k is one key taken in share mode.
+func IsShared(k Key) bool { return k.shared && k.kind != kindAll }
+
+// IsShape reports whether k is anything but one exclusive key.
+func IsShape(k Key) bool { return k.kind == kindAll || k.shared || k.n != 0 }
+
+// Count is n of a semaphore, 0 for any other key.
+func Count(k Key) int { return int(k.n) }
+
 // NameValue returns the name of a name key, or "".
 func NameValue(k Key) string { return k.name }
 

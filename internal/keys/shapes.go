@@ -94,18 +94,6 @@ func Semaphore(k Key, n int) Key {
 
 func bad(why string) Key { return Key{kind: kindBad, name: why} }
 
-// IsSet reports whether k is a set (ormlock.All).
-func IsSet(k Key) bool { return k.kind == kindAll }
-
-// IsShared reports whether k is one key taken in share mode.
-func IsShared(k Key) bool { return k.shared && k.kind != kindAll }
-
-// IsShape reports whether k is anything but one exclusive key.
-func IsShape(k Key) bool { return k.kind == kindAll || k.shared || k.n != 0 }
-
-// Count is n of a semaphore, 0 for any other key.
-func Count(k Key) int { return int(k.n) }
-
 // Plain is k without its share mode or count: the one key it is made of
 // (the zero Key for a set).
 func Plain(k Key) Key {

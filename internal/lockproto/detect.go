@@ -356,3 +356,17 @@ func isOff(v string) bool {
 func isNone(v string) bool {
 	return v == "" || strings.EqualFold(v, "none")
 }
+
+// refuse returns the refusal, if any, of o's path on a server with facts f.
+func (f *serverFacts) refuse(o *Op) error {
+	if f == nil {
+		return nil
+	}
+	if f.sessionLocks != nil && o.Dialect == Postgres && o.Cfg.SharedConns > 0 {
+		return fmt.Errorf("%w: %s with WithSharedLockConns: %w", errs.ErrUnsupportedDialect, o.Verb, f.sessionLocks)
+	}
+	if f.keepalive != nil && o.Dialect == MySQL && o.keepsAlive() {
+		return fmt.Errorf("%w: %s: %w", errs.ErrUnsupportedDialect, o.Verb, f.keepalive)
+	}
+	return nil
+}

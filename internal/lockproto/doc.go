@@ -15,12 +15,15 @@
 //
 // A warm gormlock.Transaction on PostgreSQL (pgx driver, READ COMMITTED,
 // no fencing, no hook, the server check cached) runs the functions of
-// these 19 files, in this order, from the call to its COMMIT (measured:
-// the statements a second call runs that the first did not, by coverage
-// counts; 21 by the same measure before the verb core, at a0a7364; 18
-// before event.go took Op.begin). entlock's, sqllock's and pgxlock's Transaction differ only
-// in steps 1 and 2 (their bindings), and then in how fn gets its
-// transaction.
+// these 17 files, in this order, from the call to its COMMIT (measured:
+// the non-test files with a statement whose coverage count a second call
+// raises, go test -covermode=count -coverpkg=./... over one call and over
+// two; 21 by the same measure before the verb core, at a0a7364, and 22
+// before the one-message path, the lock shapes' predicates, the refusal
+// of a cached server and Held's context value each moved into a file the
+// path crosses anyway). entlock's, sqllock's and pgxlock's Transaction
+// differ only in steps 1 and 2 (their bindings), and then in how fn gets
+// its transaction.
 //
 //  1. gormlock/transaction.go: Transaction, call.init; ctxOf (GORM's
 //     context).
@@ -30,19 +33,19 @@
 //     configFor (the plugin's defaults, internal/config/config.go: New,
 //     With, Err), and transaction.go's inTx, primary, primarySQL.
 //  3. verbs.go: Pool.Op; op.go: NewOp, which validates the key and
-//     resolves its target (target.go: newTarget; internal/keys/keys.go: Of,
-//     Name, Validate, ValidateName, Postgres; keyhash/keyhash.go: Int64NS);
-//     lockproto.go: DialectOf.
+//     resolves its target (target.go: shapeCombines, newTarget;
+//     internal/keys/keys.go: Of, Name, Validate, ValidateName, IsShape,
+//     Postgres; keyhash/keyhash.go: Int64NS); lockproto.go: DialectOf.
 //  4. detect.go: Op.EndedLock (deadline.go: ctxErr), Op.CheckServerOn, a
-//     map look-up once the pool passed (engines.go: serverFacts.refuse).
+//     map look-up once the pool passed (serverFacts.refuse).
 //  5. op.go: StartHook (event.go: Op.begin, which leaves the Op in ctx
-//     for ormlock.Held; then nothing more without WithHook); transaction.go:
-//     call.transaction, call.prepared.
+//     for ormlock.Held, config.go: WithLock; then nothing more without
+//     WithHook); transaction.go: call.transaction, call.prepared.
 //  6. lockedtx.go: Op.BeginLocked, SnapshotIsolation; xact.go:
 //     beginInline, pin (a pinned connection), beginOneMessage; onemsg.go:
-//     withPgConn, isPgx, Op.lockOneMessage (pin.go: sqlPin, the pinned
-//     connection's kind), lockExchange.send: BEGIN and
-//     the lock in one message (pgmessage.go: pgBegin, snapshotLevel,
+//     withPgConn, isPgx, Op.lockOneMessage (sqlPin, the pinned
+//     connection's kind), lockExchange.send: BEGIN and the lock in one
+//     message (pgmessage.go: pgBegin, snapshotLevel,
 //     pgTryMessage, readLockReply, parseLockRow; on a direct connection the
 //     prepared statement, prepared.go: pgConnStateOf, Op.lockPrepared);
 //     op.go: attempt (deadline.go: budget, stmtCtx, txContext), settle,
@@ -52,11 +55,11 @@
 //     (the GORM session over the transaction, op.go: TokenContext) and
 //     call.run.
 //  8. lockedtx.go: LockedTx.Commit (deadline.go: withinGrace), which
-//     commits the OneMessageTx (onemsgtx.go: Commit, markDone, end) and
+//     commits the OneMessageTx (onemsg.go: Commit, markDone, end) and
 //     ends the lock with it (LockedTx.end, op.go: EndXact, Emit).
 //
 // pgxlock's Transaction takes its lock connection from the pgx pool
-// itself in step 6 (pin.go: Op.pgxNative, Op.pinPgx, pgxPin), with no
+// itself in step 6 (onemsg.go: Op.pgxNative, Op.pinPgx, pgxPin), with no
 // *sql.Conn between pgx and the protocol; Session and Lead do the same.
 //
 // The other protocols of step 6: split.go, PostgreSQL at REPEATABLE READ

@@ -104,20 +104,6 @@ func ServerProduct(d Dialect, version string) string {
 	return "mysql"
 }
 
-// refuse returns the refusal, if any, of o's path on a server with facts f.
-func (f *serverFacts) refuse(o *Op) error {
-	if f == nil {
-		return nil
-	}
-	if f.sessionLocks != nil && o.Dialect == Postgres && o.Cfg.SharedConns > 0 {
-		return fmt.Errorf("%w: %s with WithSharedLockConns: %w", errs.ErrUnsupportedDialect, o.Verb, f.sessionLocks)
-	}
-	if f.keepalive != nil && o.Dialect == MySQL && o.keepsAlive() {
-		return fmt.Errorf("%w: %s: %w", errs.ErrUnsupportedDialect, o.Verb, f.keepalive)
-	}
-	return nil
-}
-
 // keepsAlive reports whether o's verb runs the MySQL keepalive, which
 // checks that IS_USED_LOCK names the lock connection: Session, Lead, a
 // claim-mode RunOnce or RunScheduled, and shared lock connections.

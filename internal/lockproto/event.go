@@ -80,8 +80,10 @@ func (o *Op) event(kind uint8, err error) config.Event {
 func (o *Op) begin(ctx context.Context) context.Context {
 	o.use.server = o.serverProduct()
 	o.use.started = true
-	if slot, ok := sched.SlotFrom(ctx); ok {
-		o.use.slot = slot
+	if o.Job != "" { // RunOnce: its ctx carries the slot
+		if slot, ok := sched.SlotFrom(ctx); ok {
+			o.use.slot = slot
+		}
 	}
 	return config.WithLock(ctx, o)
 }

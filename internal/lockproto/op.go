@@ -38,7 +38,7 @@ type Op struct {
 	// Pgx, when set (pgxlock), is the pool the *sql.DB of BeginLocked and
 	// Session stands over: their lock connection is then acquired from it
 	// and driven by pgx, with no database/sql layer, wherever the lock
-	// travels in one message (see pgxNative, pin.go); the *sql.DB still
+	// travels in one message (see pgxNative, onemsg.go); the *sql.DB still
 	// serves the server check, the fencing counter and the other paths.
 	Pgx *pgxpool.Pool
 	// OpenDB, when set, opens the *sql.DB that BeginLocked and Session

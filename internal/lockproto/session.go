@@ -91,7 +91,7 @@ func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Contex
 	}
 	var conn pinned
 	if o.pgxNative() {
-		// pgxlock: the pool's own connection, driven by pgx (pin.go)
+		// pgxlock: the pool's own connection, driven by pgx (onemsg.go: pinned)
 		if conn, err = o.pinPgx(ctx); err != nil {
 			return err
 		}

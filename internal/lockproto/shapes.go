@@ -8,9 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/errs"
-	"github.com/ormlock/ormlock/internal/keys"
 )
 
 // Lock shapes (target.go's kindAll, kindShared, kindSemaphore) on every
@@ -40,23 +38,6 @@ const (
 	semRetryMin = 10 * time.Millisecond
 	semRetryMax = 500 * time.Millisecond
 )
-
-// shapeCombines refuses, before anything is taken, a lock shape with a
-// verb or option it does not combine with this release (docs/PROTOCOL.md,
-// Lock shapes): fencing, Lead, and Holder of a set or a semaphore.
-func shapeCombines(verb string, k keys.Key, cfg config.Config) error {
-	switch {
-	case !keys.IsShape(k):
-		return nil
-	case cfg.Fencing:
-		return fmt.Errorf("%w: %s of %s: WithFencing does not combine with a lock shape (All, Shared, Semaphore)", errs.ErrInvalidArgument, verb, k.String())
-	case verb == "Lead":
-		return fmt.Errorf("%w: Lead of %s: Lead takes one exclusive key, not a lock shape", errs.ErrInvalidArgument, k.String())
-	case verb == "Holder" && !keys.IsShared(k):
-		return fmt.Errorf("%w: Holder of %s: a set or a semaphore has several holders; use Holders", errs.ErrInvalidArgument, k.String())
-	}
-	return nil
-}
 
 // takeRound takes o's shape once: every item in order (All, Shared), or
 // the first free slot from a random one (Semaphore), with try, or for a

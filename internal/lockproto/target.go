@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/keys"
 )
@@ -167,3 +168,20 @@ func (t Target) Postgres() keys.PostgresKey { return t.pg }
 // MySQLName is the resolved GET_LOCK name (MySQL/MariaDB only, one
 // exclusive key).
 func (t Target) MySQLName() string { return t.mysql }
+
+// shapeCombines refuses, before anything is taken, a lock shape with a
+// verb or option it does not combine with this release (docs/PROTOCOL.md,
+// Lock shapes): fencing, Lead, and Holder of a set or a semaphore.
+func shapeCombines(verb string, k keys.Key, cfg config.Config) error {
+	switch {
+	case !keys.IsShape(k):
+		return nil
+	case cfg.Fencing:
+		return fmt.Errorf("%w: %s of %s: WithFencing does not combine with a lock shape (All, Shared, Semaphore)", errs.ErrInvalidArgument, verb, k.String())
+	case verb == "Lead":
+		return fmt.Errorf("%w: Lead of %s: Lead takes one exclusive key, not a lock shape", errs.ErrInvalidArgument, k.String())
+	case verb == "Holder" && !keys.IsShared(k):
+		return fmt.Errorf("%w: Holder of %s: a set or a semaphore has several holders; use Holders", errs.ErrInvalidArgument, k.String())
+	}
+	return nil
+}

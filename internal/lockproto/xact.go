@@ -35,7 +35,7 @@ func (o *Op) beginInline(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (
 	begin, oneMsg := pgBegin(opts)
 	oneMsg = oneMsg && !o.NeedSQLTx && o.target.oneMessage()
 	if oneMsg && o.pgxNative() {
-		// pgxlock: the pool's own connection, driven by pgx (pin.go)
+		// pgxlock: the pool's own connection, driven by pgx (onemsg.go: pinned)
 		pin, err := o.pinPgx(ctx)
 		if err != nil {
 			return nil, err
