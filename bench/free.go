@@ -223,6 +223,11 @@ func MeasureFreeCell(ctx context.Context, t Target, workers int, opts FreeOption
 	if t.Dialect != Postgres && t.Dialect != MySQL {
 		return nil, fmt.Errorf("bench: no lock-for-free cell on %s", t.Name)
 	}
+	// The attempts run on a context that never ends, as in [Run]: a
+	// cancellable one makes the drivers watch it and, on MySQL/MariaDB,
+	// costs entlock and sqllock a round trip (the bounded COMMIT); ctx
+	// itself is checked between iterations.
+	actx := context.WithoutCancel(ctx)
 	names := freeNames(t.Dialect)
 	var closers []func() error
 	defer func() {
@@ -240,11 +245,11 @@ func MeasureFreeCell(ctx context.Context, t Target, workers int, opts FreeOption
 		if n == FreeFloorBare || n == FreeFloorLock {
 			if floorConns == nil {
 				for range workers {
-					conn, err := pgx.Connect(ctx, t.DSN)
+					conn, err := pgx.Connect(actx, t.DSN)
 					if err != nil {
 						return nil, fmt.Errorf("bench: floor connection to %s: %w", t.Name, err)
 					}
-					closers = append(closers, func() error { return conn.Close(context.WithoutCancel(ctx)) })
+					closers = append(closers, func() error { return conn.Close(actx) })
 					floorConns = append(floorConns, conn)
 				}
 			}
@@ -269,7 +274,7 @@ func MeasureFreeCell(ctx context.Context, t Target, workers int, opts FreeOption
 		}
 	}
 
-	step, stop := stepper(ctx, names, attempts, workers)
+	step, stop := stepper(actx, names, attempts, workers)
 	defer stop()
 	for i := range names {
 		for range opts.Warmup {
@@ -316,6 +321,9 @@ func MeasureFreeCell(ctx context.Context, t Target, workers int, opts FreeOption
 		more = func() bool { left--; return left >= 0 }
 	}
 	for more() {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		for j := range names {
 			i := (j + iter) % len(names)
 			d, err := step(i)

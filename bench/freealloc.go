@@ -35,7 +35,8 @@ func allocNames(d Dialect) []string {
 // and counts the heap allocations of calls attempts on a free key, in the
 // manner of testing.AllocsPerRun: after 10 warm-up calls, with GOMAXPROCS
 // at 1 for the calls, the growth of runtime.MemStats' Mallocs and
-// TotalAlloc divided by calls. Allocations of the pools' own goroutines
+// TotalAlloc divided by calls, on a context that never ends (as GORM's
+// default context.Background()). Allocations of the pools' own goroutines
 // during the calls count too; on loopback, with no other user of the pool,
 // there are none.
 func MeasureAllocs(ctx context.Context, t Target, name string, calls int) (a FreeAllocs, err error) {
@@ -53,6 +54,7 @@ func MeasureAllocs(ctx context.Context, t Target, name string, calls int) (a Fre
 		return a, fmt.Errorf("bench: open %s on %s: %w", c.Name, t.Name, err)
 	}
 	defer func() { err = errors.Join(err, in.Close()) }()
+	ctx = context.WithoutCancel(ctx) // as in MeasureFreeCell
 	try := in.Bind(fmt.Sprintf("free-allocs-%x-%s-%s", time.Now().UnixNano()&0xffffffffff, t.Name, name), func() {})
 	call := func() error {
 		ok, err := try(ctx)

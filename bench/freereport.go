@@ -111,7 +111,7 @@ func (r *FreeReport) Markdown(w io.Writer, m Machine, command string) {
 	} else {
 		fmt.Fprintf(w, "- Network: loopback\n")
 	}
-	fmt.Fprintf(w, "- Each cell: %d rounds of %d iterations after %d warm-up step(s) per contender; an iteration is one step of every contender in an order rotated per iteration, a step one attempt by each goroutine at once (each on its own free key, empty fn; each contender on its own pool of goroutines+1 connections). A ratio is the median of the per-round ratios of throughput (each round's median steps), its range in brackets; above 1 the adapter is faster\n",
+	fmt.Fprintf(w, "- Each cell: %d rounds of %d iterations after %d warm-up step(s) per contender; an iteration is one step of every contender in an order rotated per iteration, a step one attempt by each goroutine at once (each on its own free key, empty fn, a context that never ends; each contender on its own pool of goroutines+1 connections). A ratio is the median of the per-round ratios of throughput (each round's median steps), its range in brackets; above 1 the adapter is faster\n",
 		o.Rounds, o.Steps, o.Warmup)
 	fmt.Fprintf(w, "- Command: `%s`\n", command)
 
@@ -266,7 +266,12 @@ func freeCellText(c *FreeCell, q FreeRatio) string {
 	case s.Median >= g:
 		return s.String() + " met"
 	}
-	return s.String() + " **missed**"
+	text := s.String()
+	if fmt.Sprintf("%.2f", s.Median) == fmt.Sprintf("%.2f", g) {
+		// Missed by less than the rounding: show the third digit.
+		text = fmt.Sprintf("%.3f (%.2f–%.2f)", s.Median, s.Min, s.Max)
+	}
+	return text + " **missed**"
 }
 
 // Goals returns, for every ratio with a goal in a cell, "label, column:
@@ -279,7 +284,7 @@ func (r *FreeReport) Goals() (met, missed []string) {
 			if !ok || g == 0 {
 				continue
 			}
-			text := fmt.Sprintf("%s, %s: %.2f (goal %.2f)", q.Label, freeColumn(c, true), s.Median, g)
+			text := fmt.Sprintf("%s, %s: %.3f (goal %.3f)", q.Label, freeColumn(c, true), s.Median, g)
 			if s.Median >= g {
 				met = append(met, text)
 			} else {
