@@ -17,7 +17,9 @@ import (
 // The lock for free: every adapter against the plain transaction of its own
 // stack and against the protocol written by hand, measured side by side in
 // interleaved steps (see [MeasureFreeCell]), with the best a locked
-// transaction can do at the same load (the floor) beside each cell.
+// transaction can do at the same load (the floor) beside each cell. The
+// measured table is in docs/BENCHMARKS.md (The lock for free, per adapter,
+// over the link).
 
 // Short names of the contenders of the lock-for-free table, and of the two
 // halves of the floor (raw pgx connections, no pool, no ORM).
