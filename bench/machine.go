@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -72,4 +73,59 @@ func PgBouncerVersion() string {
 		}
 	}
 	return ""
+}
+
+// CPUTimes is the first line of /proc/stat: the clock ticks all CPUs spent
+// busy and in total since boot.
+type CPUTimes struct{ Busy, Total uint64 }
+
+// ReadCPUTimes reads /proc/stat; the zero CPUTimes when it cannot. Idle and
+// iowait count as not busy; everything else (user, nice, system, irq,
+// softirq, steal) as busy.
+func ReadCPUTimes() CPUTimes {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return CPUTimes{}
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return CPUTimes{}
+	}
+	var c CPUTimes
+	// user nice system idle iowait irq softirq steal (guest and guest_nice
+	// are already in user and nice).
+	for i, s := range f[1:min(len(f), 9)] {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return CPUTimes{}
+		}
+		c.Total += v
+		if i != 3 && i != 4 {
+			c.Busy += v
+		}
+	}
+	return c
+}
+
+// BusySince returns the busy fraction (0..1) of all CPUs between before and
+// c, or -1 when it cannot be told.
+func (c CPUTimes) BusySince(before CPUTimes) float64 {
+	if c.Total <= before.Total || before.Total == 0 {
+		return -1
+	}
+	return float64(c.Busy-before.Busy) / float64(c.Total-before.Total)
+}
+
+// LoadAvg1 returns the 1-minute load average, or -1.
+func LoadAvg1() float64 {
+	f := strings.Fields(LoadAvg())
+	if len(f) == 0 {
+		return -1
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return -1
+	}
+	return v
 }

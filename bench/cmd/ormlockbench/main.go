@@ -7,7 +7,13 @@
 //	cd bench && go run ./cmd/ormlockbench -png ../docs/bench.png
 //
 // With -link 250us every SQL connection goes through an in-process TCP proxy
-// that delays each chunk by 250 µs each way (bench.Link), as over a network.
+// that delays each chunk by 250 µs each way (bench.Link), as over a network,
+// and after the per-cell table the command prints the lock-for-free table
+// (bench.Free: every adapter against its plain transaction and its
+// hand-written protocol, interleaved, with the floor, the load and the CPU
+// saturation of each cell, and the allocations per call on loopback).
+// -free only prints that table alone (no per-cell table, no chart, no
+// Redis); -free off never prints it.
 //
 // Flags set the measured time per cell, the rounds it is split into, the
 // chart's path, and, instead of starting a server, the DSN or address of an
@@ -21,6 +27,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -49,7 +56,15 @@ func run() error {
 	onlyTargets := flag.String("targets", "", "comma-separated database names to run (default: all), e.g. PostgreSQL,MariaDB+interp")
 	onlyContenders := flag.String("contenders", "", "comma-separated substrings of contender names to run (default: all), e.g. gormlock,hand-written")
 	link := flag.Duration("link", 0, "route every SQL connection through an in-process TCP proxy that adds this delay each way (e.g. 250us: a simulated network link); 0 is loopback")
+	free := flag.String("free", "auto", "the lock-for-free table: auto prints it after the per-cell table when -link is set; only prints it alone; off never")
+	freeRounds := flag.Int("free-rounds", 0, "rounds per lock-for-free cell (default 12)")
+	freeSteps := flag.Int("free-steps", 0, "iterations per round of a lock-for-free cell (default 40)")
 	flag.Parse()
+	if *free != "auto" && *free != "only" && *free != "off" {
+		return fmt.Errorf("-free %q: want auto, only or off", *free)
+	}
+	runCells := *free != "only"
+	runFree := *free == "only" || (*free == "auto" && *link > 0)
 	if *command == "" {
 		*command = "go run ./cmd/ormlockbench " + strings.Join(os.Args[1:], " ")
 	}
@@ -104,6 +119,9 @@ func run() error {
 		}
 		return s.Close, s.DSN(), nil
 	})
+	if !runCells {
+		*redisAddr = "-" // no Redis contender in the lock-for-free table
+	}
 	start(redisAddr, func() (func() error, string, error) {
 		s, err := bench.StartRedis()
 		if err != nil {
@@ -114,6 +132,9 @@ func run() error {
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return err
+	}
+	if *redisAddr == "-" {
+		*redisAddr = ""
 	}
 	if *pgDSN == "" {
 		// PostgreSQL direct is the very server behind the PgBouncer.
@@ -127,6 +148,7 @@ func run() error {
 	if len(targets) == 0 || len(contenders) == 0 {
 		return errors.New("no database or no contender left by -targets / -contenders")
 	}
+	loopback := slices.Clone(targets)
 	if *link > 0 {
 		rtt, err := bench.MeasureLinkRTT(*link, 500)
 		if err != nil {
@@ -150,27 +172,51 @@ func run() error {
 	}
 	m.Servers["pgbouncer"] = bench.PgBouncerVersion()
 
+	var errCells error
+	if runCells {
+		if errCells = cells(ctx, m, targets, contenders, *cell, *rounds, *png, *command); errCells != nil && !runFree {
+			return errCells
+		}
+	}
+	if !runFree {
+		return nil
+	}
+	fmt.Fprintln(os.Stderr, "measuring the lock for free ...")
+	fm := m
+	fm.Date, fm.LoadBefore = time.Now(), bench.LoadAvg()
+	frep, err := bench.Free(ctx, targets, loopback, bench.FreeOptions{Rounds: *freeRounds, Steps: *freeSteps, Progress: os.Stderr})
+	if err != nil {
+		return errors.Join(errCells, err)
+	}
+	fm.LoadAfter = bench.LoadAvg()
+	fmt.Println()
+	frep.Markdown(os.Stdout, fm, *command)
+	return errCells
+}
+
+// cells measures and prints the per-cell table (and writes its chart).
+func cells(ctx context.Context, m bench.Machine, targets []bench.Target, contenders []bench.Contender, cell time.Duration, rounds int, png, command string) error {
 	fmt.Fprintln(os.Stderr, "measuring ...")
 	rep, err := bench.Run(ctx, targets, contenders, bench.Loads(),
-		bench.Options{Cell: *cell, Rounds: *rounds, Progress: os.Stderr})
+		bench.Options{Cell: cell, Rounds: rounds, Progress: os.Stderr})
 	if err != nil {
 		return err
 	}
 	m.LoadAfter = bench.LoadAvg()
 
 	fmt.Println()
-	rep.Header(os.Stdout, m, *command)
+	rep.Header(os.Stdout, m, command)
 	fmt.Println()
 	rep.Table(os.Stdout)
 	fmt.Println()
 	rep.Checks(os.Stdout)
-	if *png != "" {
+	if png != "" {
 		caption := fmt.Sprintf("%s · %d CPUs %s · load %s → %s · %s",
-			m.Date.UTC().Format("2006-01-02"), m.NumCPU, m.CPU, m.LoadBefore, m.LoadAfter, *command)
-		if err := rep.Chart(*png, caption); err != nil {
+			m.Date.UTC().Format("2006-01-02"), m.NumCPU, m.CPU, m.LoadBefore, m.LoadAfter, command)
+		if err := rep.Chart(png, caption); err != nil {
 			return err
 		}
-		fmt.Fprintln(os.Stderr, "chart written to", *png)
+		fmt.Fprintln(os.Stderr, "chart written to", png)
 	}
 	return rep.Err()
 }
