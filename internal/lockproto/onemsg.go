@@ -91,38 +91,22 @@ func (o *Op) lockOneMessage(ctx context.Context, db *sql.DB, conn pinned, begin 
 		conn.giveBack() // nothing was sent
 		return nil, 0, err
 	}
-	done := func() {}
 	long := use == forSession
 	wantIso := !strings.Contains(begin, "ISOLATION")
-	x := &lockExchange{}
-	err = conn.withPg(func(pc *pgconn.PgConn) error {
+	var x lockExchange
+	done := noop
+	pc, err := conn.pgConn()
+	if err == nil {
 		x.pc = pc
 		// a cancellation asks the server to end the statement, which
 		// leaves nothing waiting there (see stmtCtx)
-		x.ctx, done = stmtCtx(ctx, wait > 0, pc.CancelRequest)
-		var ps *pgConnState
-		if use == forFn && wait == 0 && o.target.Simple() {
-			ps = pgConnStateOf(pc)
+		var sc serverCancel
+		if ctx.Done() != nil {
+			sc = pc.CancelRequest
 		}
-		if ps == nil || (ps.known && !ps.direct) {
-			// with fencing the message reads the backend's pid, which the
-			// token's issuance checks (fence.go)
-			fence := o.Cfg.Fencing
-			err := x.send(pgLockMessage(begin, o.target.pg, o.target.kind == kindShared, wait, long, fence), lockLayout{wait: wait > 0, long: long, iso: wantIso, pid: fence})
-			o.lockPID = x.rep.pid
-			return err
-		}
-		if !ps.known {
-			// the first lock on this connection: as text, with the pid
-			err := x.send(pgLockMessage(begin, o.target.pg, false, 0, false, true), lockLayout{iso: wantIso, pid: true})
-			if err == nil {
-				ps.known, ps.direct = true, x.rep.pid != 0 && x.rep.pid == pc.PID()
-			}
-			o.lockPID = x.rep.pid
-			return err
-		}
-		return o.lockPrepared(x, ps, begin)
-	})
+		x.ctx, done = stmtCtx(ctx, wait > 0, sc)
+		err = o.lockSend(&x, begin, use, wait, long, wantIso)
+	}
 	rep, status := x.rep, x.status
 	done()
 	ok := rep.ok
@@ -160,6 +144,36 @@ func (o *Op) lockOneMessage(ctx context.Context, db *sql.DB, conn pinned, begin 
 	return nil, 0, o.settle(ctx, false, bounded, err)
 }
 
+// lockSend sends o's lock message on x's connection (see lockOneMessage):
+// as text, or on a direct connection as the prepared statement.
+func (o *Op) lockSend(x *lockExchange, begin string, use lockTxFor, wait time.Duration, long, wantIso bool) error {
+	var ps *pgConnState
+	if use == forFn && wait == 0 && o.target.Simple() {
+		ps = pgConnStateOf(x.pc)
+	}
+	if ps == nil || (ps.known && !ps.direct) {
+		// with fencing the message reads the backend's pid, which the
+		// token's issuance checks (fence.go)
+		fence := o.Cfg.Fencing
+		err := x.send(pgLockMessage(begin, o.target.pg, o.target.kind == kindShared, wait, long, fence), lockLayout{wait: wait > 0, long: long, iso: wantIso, pid: fence})
+		o.lockPID = x.rep.pid
+		return err
+	}
+	if !ps.known {
+		// the first lock on this connection: as text, with the pid
+		err := x.send(pgLockMessage(begin, o.target.pg, false, 0, false, true), lockLayout{iso: wantIso, pid: true})
+		if err == nil {
+			ps.known, ps.direct = true, x.rep.pid != 0 && x.rep.pid == x.pc.PID()
+		}
+		o.lockPID = x.rep.pid
+		return err
+	}
+	return o.lockPrepared(x, ps, begin)
+}
+
+// noop is the release of a context that needs none.
+func noop() {}
+
 // pgCancelOf returns the CancelRequest of conn's pgx connection (see
 // stmtCtx), nil when conn is not pgx's. The caller keeps conn pinned while
 // it may call it.
@@ -167,12 +181,11 @@ func pgCancelOf(conn *sql.Conn) serverCancel { return pinCancel(sqlPin{conn}) }
 
 // pinCancel is pgCancelOf for a pinned connection of either kind.
 func pinCancel(conn pinned) serverCancel {
-	var sc serverCancel
-	_ = conn.withPg(func(pc *pgconn.PgConn) error {
-		sc = pc.CancelRequest
+	pc, err := conn.pgConn()
+	if err != nil {
 		return nil
-	})
-	return sc
+	}
+	return pc.CancelRequest
 }
 
 // lockExchange sends lock messages on one pgx connection, keeping the reply
@@ -203,9 +216,9 @@ func (x *lockExchange) send(msg string, l lockLayout) error {
 
 // pinned is a connection pinned for one lock use.
 type pinned interface {
-	// withPg runs f on the connection's pgconn, or returns
-	// errNoOneMessage (not a pgx connection; nothing was sent).
-	withPg(f func(pc *pgconn.PgConn) error) error
+	// pgConn is the connection's pgconn, or errNoOneMessage (not a pgx
+	// connection; nothing was sent); valid while the connection is pinned.
+	pgConn() (*pgconn.PgConn, error)
 	// sqlConn is the *sql.Conn, nil for a pgx pool's connection.
 	sqlConn() *sql.Conn
 	// giveBack returns the connection to its pool; a connection the
@@ -220,10 +233,16 @@ type pinned interface {
 // sqlPin is a connection pinned from a *sql.DB.
 type sqlPin struct{ c *sql.Conn }
 
-func (p sqlPin) withPg(f func(pc *pgconn.PgConn) error) error { return withPgConn(p.c, f) }
-func (p sqlPin) sqlConn() *sql.Conn                           { return p.c }
-func (p sqlPin) giveBack()                                    { _ = p.c.Close() }
-func (p sqlPin) destroy()                                     { Destroy(p.c) }
+func (p sqlPin) pgConn() (*pgconn.PgConn, error) {
+	c, err := PgxConnOf(p.c)
+	if err != nil {
+		return nil, err
+	}
+	return c.PgConn(), nil
+}
+func (p sqlPin) sqlConn() *sql.Conn { return p.c }
+func (p sqlPin) giveBack()          { _ = p.c.Close() }
+func (p sqlPin) destroy()           { Destroy(p.c) }
 
 // pgxPin is a connection acquired from a pgx pool. Like a *sql.Conn's
 // Close, its giveBack and destroy act once: the first of them (the end of
@@ -233,12 +252,13 @@ type pgxPin struct {
 	done atomic.Bool
 }
 
-func (p *pgxPin) withPg(f func(pc *pgconn.PgConn) error) error {
+func (p *pgxPin) pgConn() (*pgconn.PgConn, error) {
 	if p.done.Load() {
-		return sql.ErrConnDone
+		return nil, sql.ErrConnDone
 	}
-	return f(p.c.Conn().PgConn())
+	return p.c.Conn().PgConn(), nil
 }
+
 func (p *pgxPin) sqlConn() *sql.Conn { return nil }
 
 // giveBack releases the connection to the pool, which itself destroys a
@@ -291,12 +311,15 @@ func (o *Op) pgxNative() bool {
 	return o.Pgx != nil && o.Dialect == Postgres && o.target.oneMessage() && o.Cfg.SharedConns == 0
 }
 
-// sqlDB is db, or when db is nil the *sql.DB o.OpenDB opens (pgxlock's
+// LazyDB is a *sql.DB opened on first use (Op.LazyDB).
+type LazyDB interface{ DB() *sql.DB }
+
+// sqlDB is db, or when db is nil the *sql.DB o.LazyDB opens (pgxlock's
 // Transaction, Session and Lead are given none: their lock connection
 // comes from o.Pgx, and only the paths that need database/sql open it).
 func (o *Op) sqlDB(db *sql.DB) *sql.DB {
-	if db == nil && o.OpenDB != nil {
-		return o.OpenDB()
+	if db == nil && o.LazyDB != nil {
+		return o.LazyDB.DB()
 	}
 	return db
 }
@@ -461,24 +484,10 @@ func (t *OneMessageTx) end(stmt string) error {
 		return sql.ErrTxDone
 	}
 	idle := false
-	err := t.pin.withPg(func(pc *pgconn.PgConn) error {
-		mrr := pc.Exec(t.ctx, stmt)
-		results, rolledBack := 0, false
-		for mrr.NextResult() {
-			tag, _ := mrr.ResultReader().Close()
-			results++
-			rolledBack = tag.String() == "ROLLBACK"
-		}
-		err := mrr.Close()
-		idle = err == nil && pc.TxStatus() == 'I'
-		if err != nil {
-			return err
-		}
-		if stmt == "COMMIT" && results == 1 && rolledBack {
-			return pgx.ErrTxCommitRollback
-		}
-		return nil
-	})
+	pc, err := t.pin.pgConn()
+	if err == nil {
+		idle, err = pgEnd(t.ctx, pc, stmt)
+	}
 	if idle {
 		t.pin.giveBack()
 	} else {
@@ -486,4 +495,25 @@ func (t *OneMessageTx) end(stmt string) error {
 	}
 	t.cancel()
 	return err
+}
+
+// pgEnd sends stmt (COMMIT or ROLLBACK) on pc and reports whether the
+// server then says the connection is idle outside any transaction.
+func pgEnd(ctx context.Context, pc *pgconn.PgConn, stmt string) (idle bool, err error) {
+	mrr := pc.Exec(ctx, stmt)
+	results, rolledBack := 0, false
+	for mrr.NextResult() {
+		tag, _ := mrr.ResultReader().Close()
+		results++
+		rolledBack = tag.String() == "ROLLBACK"
+	}
+	err = mrr.Close()
+	idle = err == nil && pc.TxStatus() == 'I'
+	if err != nil {
+		return idle, err
+	}
+	if stmt == "COMMIT" && results == 1 && rolledBack {
+		return idle, pgx.ErrTxCommitRollback
+	}
+	return idle, nil
 }

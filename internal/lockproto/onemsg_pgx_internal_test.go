@@ -136,10 +136,9 @@ func TestPgxNativeLockConnection(t *testing.T) {
 			})
 
 			t.Run("no *sql.DB unless needed", func(t *testing.T) {
-				opened := 0
-				open := func() *sql.DB { opened++; return db }
+				open := &countingDB{db: db}
 				o := pgxOp(t, pool, "Transaction", key)
-				o.OpenDB = open
+				o.LazyDB = open
 				lt, err := o.BeginLocked(ctx, nil, nil)
 				if err != nil {
 					t.Fatal(err)
@@ -148,16 +147,16 @@ func TestPgxNativeLockConnection(t *testing.T) {
 					t.Fatal(err)
 				}
 				s := pgxOp(t, pool, "Session", key)
-				s.OpenDB = open
+				s.LazyDB = open
 				if err := s.Session(ctx, nil, func(context.Context) error { return nil }); err != nil {
 					t.Fatal(err)
 				}
-				if opened != 0 {
-					t.Errorf("the *sql.DB was opened %d time(s) by a Transaction and a Session on the pool's connection", opened)
+				if open.opened != 0 {
+					t.Errorf("the *sql.DB was opened %d time(s) by a Transaction and a Session on the pool's connection", open.opened)
 				}
 				// the split protocol runs on database/sql
 				rr := pgxOp(t, pool, "Transaction", key)
-				rr.OpenDB = open
+				rr.LazyDB = open
 				lt, err = rr.BeginLocked(ctx, nil, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
 				if err != nil {
 					t.Fatal(err)
@@ -165,7 +164,7 @@ func TestPgxNativeLockConnection(t *testing.T) {
 				if err := lt.Rollback(); err != nil {
 					t.Fatal(err)
 				}
-				if opened == 0 {
+				if open.opened == 0 {
 					t.Error("REPEATABLE READ did not open the *sql.DB")
 				}
 			})
@@ -198,3 +197,11 @@ func TestPgxNativeLockConnection(t *testing.T) {
 		})
 	}
 }
+
+// countingDB is a LazyDB that counts how often it was asked for the DB.
+type countingDB struct {
+	db     *sql.DB
+	opened int
+}
+
+func (c *countingDB) DB() *sql.DB { c.opened++; return c.db }

@@ -41,10 +41,10 @@ type Op struct {
 	// travels in one message (see pgxNative, onemsg.go); the *sql.DB still
 	// serves the server check, the fencing counter and the other paths.
 	Pgx *pgxpool.Pool
-	// OpenDB, when set, opens the *sql.DB that BeginLocked and Session
+	// LazyDB, when set, opens the *sql.DB that BeginLocked and Session
 	// were given as nil, on first use (see sqlDB): with Pgx, most calls
 	// never need one.
-	OpenDB func() *sql.DB
+	LazyDB LazyDB
 	// Job is the RunOnce job the lock is for ("" for other verbs); events
 	// carry it, so that an observer can label them by job rather than by
 	// key, which differs per slot.

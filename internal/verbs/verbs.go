@@ -90,11 +90,11 @@ type Pool struct {
 	// it, driven by pgx (lockproto.Op.Pgx); RunOnce, whose ledger
 	// statements run on database/sql, and the other verbs keep DB.
 	Pgx *pgxpool.Pool
-	// OpenDB, when set, stands for DB, which is then nil: it opens the
+	// Lazy, when set, stands for DB, which is then nil: it opens the
 	// *sql.DB on first use, if the call needs it at all (pgxlock's
 	// Transaction, Session and Lead, whose lock connection comes from
-	// Pgx), and returns the same one after.
-	OpenDB func() *sql.DB
+	// Pgx), and closes it when the verb returns.
+	Lazy LazyDB
 	// Close, when set, is called when the verb returns (pgxlock closes
 	// the call's *sql.DB).
 	Close func()
@@ -235,22 +235,27 @@ func (p Pool) checkQuerier() lockproto.CheckQuerier {
 			return q
 		}
 	}
-	if p.DB == nil && p.OpenDB != nil {
-		return &lazyQuerier{p.OpenDB}
+	if p.DB == nil && p.Lazy != nil {
+		return p.Lazy
 	}
 	return p.DB
 }
 
-// lazyQuerier runs the server check on the *sql.DB that Pool.OpenDB opens
-// when the check is not cached yet.
-type lazyQuerier struct{ open func() *sql.DB }
-
-func (q *lazyQuerier) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	return q.open().QueryContext(ctx, query, args...)
+// lazy is p.Lazy for an Op (nil when unset).
+func (p Pool) lazy() lockproto.LazyDB {
+	if p.Lazy == nil {
+		return nil
+	}
+	return p.Lazy
 }
 
-func (q *lazyQuerier) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	return q.open().QueryRowContext(ctx, query, args...)
+// LazyDB is a *sql.DB opened on first use (Pool.Lazy): DB opens it, the
+// queries of the server check run on it, and Close closes it if it was
+// opened.
+type LazyDB interface {
+	DB() *sql.DB
+	Close()
+	lockproto.CheckQuerier
 }
 
 // reader is where the ledger reads run: the caller's transaction, or the
@@ -268,6 +273,9 @@ func (p Pool) reader() interface {
 func (p Pool) release() {
 	if p.Close != nil {
 		p.Close()
+	}
+	if p.Lazy != nil {
+		p.Lazy.Close()
 	}
 }
 
@@ -302,7 +310,7 @@ func Transaction[B Binder](ctx context.Context, b B, pkg string, k keys.Key, fn 
 	if err != nil {
 		return p.mend(err)
 	}
-	op.Pgx, op.OpenDB = p.Pgx, p.OpenDB
+	op.Pgx, op.LazyDB = p.Pgx, p.lazy()
 	ctx = op.StartHook(ctx)
 	err = p.mend(p.transaction(ctx, op, fn))
 	op.EndHook(ctx, err)
@@ -324,7 +332,7 @@ func Session[B Binder](ctx context.Context, b B, pkg string, k keys.Key, fn func
 	if err != nil {
 		return p.mend(err)
 	}
-	op.Pgx, op.OpenDB = p.Pgx, p.OpenDB
+	op.Pgx, op.LazyDB = p.Pgx, p.lazy()
 	ctx = op.StartHook(ctx)
 	err = p.mend(op.Session(ctx, p.DB, fn))
 	op.EndHook(ctx, err)
@@ -342,7 +350,7 @@ func Lead[B Binder](ctx context.Context, b B, pkg string, k keys.Key, fn func(ct
 	if err != nil && (op == nil || lockproto.Permanent(err)) {
 		return p.mend(err)
 	}
-	op.Pgx, op.OpenDB = p.Pgx, p.OpenDB // each term's Op takes them over
+	op.Pgx, op.LazyDB = p.Pgx, p.lazy() // each term's Op takes them over
 	ctx = op.StartHook(ctx)
 	err = p.mend(op.Campaign(ctx, func(ctx context.Context, term *lockproto.Op, fn func(ctx context.Context) error) error {
 		// each term asks again, under the pool's cache key: once per pool
