@@ -276,7 +276,7 @@ func MeasureFreeCell(ctx context.Context, t Target, workers int, opts FreeOption
 		}
 	}
 
-	step, stop := stepper(actx, names, attempts, workers)
+	step, stop := Stepper(actx, names, attempts, workers)
 	defer stop()
 	for i := range names {
 		for range opts.Warmup {
@@ -358,10 +358,10 @@ func MeasureFreeCell(ctx context.Context, t Target, workers int, opts FreeOption
 	return cell, nil
 }
 
-// stepper starts one goroutine per worker, kept for the whole cell; step(i)
+// Stepper starts one goroutine per worker, kept for the whole cell; step(i)
 // hands each its attempt of contender i, waits for all of them and returns
 // how long the slowest took. Every attempt must take its free key.
-func stepper(ctx context.Context, names []string, attempts [][]Attempt, workers int) (step func(i int) (time.Duration, error), stop func()) {
+func Stepper(ctx context.Context, names []string, attempts [][]Attempt, workers int) (step func(i int) (time.Duration, error), stop func()) {
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex

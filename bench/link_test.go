@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -152,44 +151,12 @@ func interleaveSteps(b *testing.B, tg target, bt bench.Target, workers int, link
 	ctx := context.Background()
 	// Persistent goroutines, started once: a step hands each its contender
 	// and waits for all of them.
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		fail  error
-		start = make([]chan int, workers)
-	)
-	for w := range workers {
-		start[w] = make(chan int)
-		go func() {
-			for i := range start[w] {
-				if ok, err := attempts[i][w](ctx); err != nil || !ok {
-					mu.Lock()
-					if fail == nil {
-						fail = fmt.Errorf("%s: ok=%v err=%v", names[i], ok, err)
-					}
-					mu.Unlock()
-				}
-				wg.Done()
-			}
-		}()
-	}
-	defer func() {
-		for _, c := range start {
-			close(c)
-		}
-	}()
+	run, stop := bench.Stepper(ctx, names, attempts, workers)
+	defer stop()
 	step := func(i int) time.Duration {
-		t0 := time.Now()
-		wg.Add(workers)
-		for _, c := range start {
-			c <- i
-		}
-		wg.Wait()
-		d := time.Since(t0)
-		mu.Lock()
-		defer mu.Unlock()
-		if fail != nil {
-			b.Fatal(fail)
+		d, err := run(i)
+		if err != nil {
+			b.Fatalf("%s: %v", names[i], err)
 		}
 		return d
 	}
