@@ -71,44 +71,12 @@ func (b binder) Bind(_ context.Context, verb string, opts []config.Option) (verb
 		// the lock connection comes from the pool itself; the *sql.DB is
 		// opened only if the call needs it (a cold server check, fencing,
 		// the split protocol, a set or a semaphore)
-		p.Lazy = &lazyDB{pool: b.pool}
+		p.Lazy = verbs.OpenLazily(b.pool, openDB)
 	default:
 		db := openDB(b.pool)
 		p.DB, p.Close = db, func() { _ = db.Close() }
 	}
 	return p, nil
-}
-
-// lazyDB is the *sql.DB of one call, opened on first use (verbs.LazyDB).
-type lazyDB struct {
-	pool *pgxpool.Pool
-	mu   sync.Mutex
-	db   *sql.DB
-}
-
-func (l *lazyDB) DB() *sql.DB {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.db == nil {
-		l.db = openDB(l.pool)
-	}
-	return l.db
-}
-
-func (l *lazyDB) Close() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.db != nil {
-		_ = l.db.Close()
-	}
-}
-
-func (l *lazyDB) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	return l.DB().QueryContext(ctx, query, args...)
-}
-
-func (l *lazyDB) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	return l.DB().QueryRowContext(ctx, query, args...)
 }
 
 // openDB opens a *sql.DB over pool.

@@ -42,6 +42,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -256,6 +257,43 @@ type LazyDB interface {
 	DB() *sql.DB
 	Close()
 	lockproto.CheckQuerier
+}
+
+// OpenLazily returns the LazyDB that opens open(arg) on first use.
+func OpenLazily[A any](arg A, open func(A) *sql.DB) LazyDB {
+	return &lazyDB[A]{arg: arg, open: open}
+}
+
+type lazyDB[A any] struct {
+	arg  A
+	open func(A) *sql.DB
+	mu   sync.Mutex
+	db   *sql.DB
+}
+
+func (l *lazyDB[A]) DB() *sql.DB {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.db == nil {
+		l.db = l.open(l.arg)
+	}
+	return l.db
+}
+
+func (l *lazyDB[A]) Close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.db != nil {
+		_ = l.db.Close()
+	}
+}
+
+func (l *lazyDB[A]) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return l.DB().QueryContext(ctx, query, args...)
+}
+
+func (l *lazyDB[A]) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	return l.DB().QueryRowContext(ctx, query, args...)
 }
 
 // reader is where the ledger reads run: the caller's transaction, or the
