@@ -3,10 +3,8 @@ package bench_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -123,33 +121,13 @@ func poolFloor(b *testing.B, dsn string, workers int) {
 	}
 	step, stop := bench.Stepper(ctx, names, attempts, workers)
 	defer stop()
-	run := func(i int) time.Duration {
-		d, err := step(i)
-		if err != nil {
+	p50 := map[string]float64{}
+	for i, v := range interleavedMedians(b, names, func(i int) {
+		if _, err := step(i); err != nil {
 			b.Fatalf("%s: %v", names[i], err)
 		}
-		return d
-	}
-	for i := range names {
-		for range 10 {
-			run(i)
-		}
-	}
-	lat := make([][]time.Duration, len(names))
-	r := 0
-	for b.Loop() {
-		for j := range names {
-			i := (j + r) % len(names)
-			lat[i] = append(lat[i], run(i))
-		}
-		r++
-	}
-	b.StopTimer()
-	p50 := map[string]float64{}
-	for i, n := range names {
-		slices.Sort(lat[i])
-		p50[n] = float64(lat[i][len(lat[i])/2]) / float64(time.Microsecond)
-		b.ReportMetric(p50[n], n+"-p50-µs")
+	}) {
+		p50[names[i]] = v
 	}
 	for _, q := range [][2]string{{"pgxlock", "pgx-tx"}, {"raw-lock", "raw-begin"}, {"raw-prepared", "raw-begin"}, {"pgxlock", "raw-prepared"}} {
 		b.ReportMetric(p50[q[1]]/p50[q[0]], q[0]+"÷"+q[1])

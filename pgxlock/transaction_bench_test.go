@@ -2,6 +2,7 @@ package pgxlock_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -37,39 +38,17 @@ func BenchmarkTransaction(b *testing.B) {
 			b.Cleanup(pool.Close)
 			name := "bench-" + b.Name()
 			noop := func(context.Context, pgx.Tx) error { return nil }
-			b.Run("pgxlock", func(b *testing.B) {
-				b.ReportAllocs()
-				defer testdb.ReportCPU(b)()
-				for b.Loop() {
-					if err := pgxlock.Transaction(ctx, pool, name, noop); err != nil {
-						b.Fatal(err)
+			testdb.BenchCalls(b, "pgxlock", func() error { return pgxlock.Transaction(ctx, pool, name, noop) })
+			testdb.BenchCalls(b, "handwritten", func() error {
+				return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					var ok bool
+					if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))", name).Scan(&ok); err != nil || !ok {
+						return fmt.Errorf("the lock: %v %w", ok, err)
 					}
-				}
+					return nil
+				})
 			})
-			b.Run("handwritten", func(b *testing.B) {
-				b.ReportAllocs()
-				defer testdb.ReportCPU(b)()
-				for b.Loop() {
-					if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-						var ok bool
-						if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))", name).Scan(&ok); err != nil || !ok {
-							b.Fatalf("the lock: %v %v", ok, err)
-						}
-						return nil
-					}); err != nil {
-						b.Fatal(err)
-					}
-				}
-			})
-			b.Run("pgx-tx", func(b *testing.B) {
-				b.ReportAllocs()
-				defer testdb.ReportCPU(b)()
-				for b.Loop() {
-					if err := pgx.BeginFunc(ctx, pool, func(pgx.Tx) error { return nil }); err != nil {
-						b.Fatal(err)
-					}
-				}
-			})
+			testdb.BenchCalls(b, "pgx-tx", func() error { return pgx.BeginFunc(ctx, pool, func(pgx.Tx) error { return nil }) })
 		})
 	}
 }

@@ -22,36 +22,14 @@ func BenchmarkTransaction(b *testing.B) {
 			db := testdb.Open(b, k)
 			name := "bench-" + b.Name()
 			noop := func(context.Context, *sql.Tx) error { return nil }
-			b.Run("sqllock", func(b *testing.B) {
-				b.ReportAllocs()
-				defer testdb.ReportCPU(b)()
-				for b.Loop() {
-					if err := sqllock.Transaction(ctx, db, name, noop); err != nil {
-						b.Fatal(err)
-					}
+			testdb.BenchCalls(b, "sqllock", func() error { return sqllock.Transaction(ctx, db, name, noop) })
+			testdb.BenchCalls(b, "handwritten", func() error { return testdb.Handwritten(ctx, k, db, name) })
+			testdb.BenchCalls(b, "sql-tx", func() error {
+				tx, err := db.BeginTx(ctx, nil)
+				if err != nil {
+					return err
 				}
-			})
-			b.Run("handwritten", func(b *testing.B) {
-				b.ReportAllocs()
-				defer testdb.ReportCPU(b)()
-				for b.Loop() {
-					if err := testdb.Handwritten(ctx, k, db, name); err != nil {
-						b.Fatal(err)
-					}
-				}
-			})
-			b.Run("sql-tx", func(b *testing.B) {
-				b.ReportAllocs()
-				defer testdb.ReportCPU(b)()
-				for b.Loop() {
-					tx, err := db.BeginTx(ctx, nil)
-					if err == nil {
-						err = tx.Commit()
-					}
-					if err != nil {
-						b.Fatal(err)
-					}
-				}
+				return tx.Commit()
 			})
 		})
 	}

@@ -29,3 +29,19 @@ func processCPU(b *testing.B) time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchCalls runs call in a loop as the sub-benchmark name of b, with its
+// allocations and the process's CPU time per call (cpu-ns/op) reported;
+// an error ends the benchmark.
+func BenchCalls(b *testing.B, name string, call func() error) {
+	b.Helper()
+	b.Run(name, func(b *testing.B) {
+		b.ReportAllocs()
+		defer ReportCPU(b)()
+		for b.Loop() {
+			if err := call(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
