@@ -396,14 +396,8 @@ func TestRollbackFailureJoinsFnError(t *testing.T) {
 func TestMySQLImplicitCommit(t *testing.T) {
 	for _, a := range adapters {
 		t.Run(a.name, func(t *testing.T) {
-			k := testdb.MariaDB
 			ctx := context.Background()
-			r := openRunner(t, a, k)
-			tbl := ledgerTable(t, k, r)
-			scratch := testdb.Table(t, k, "staging")
-			if _, err := testdb.AdminDB(t, k).Exec("CREATE TABLE " + scratch + " (id int)"); err != nil {
-				t.Fatal(err)
-			}
+			r, tbl, scratch := openImplicitCommit(t, a, "staging")
 			errFn := errors.New("reload failed")
 			job := func(fail bool) func(tx txn) error {
 				return func(tx txn) error {
@@ -507,14 +501,8 @@ func TestMySQLCompletionType(t *testing.T) {
 func TestImplicitCommitSentinel(t *testing.T) {
 	for _, a := range adapters {
 		t.Run(a.name, func(t *testing.T) {
-			k := testdb.MariaDB
 			ctx := context.Background()
-			r := openRunner(t, a, k)
-			tbl := ledgerTable(t, k, r)
-			scratch := testdb.Table(t, k, "ddl")
-			if _, err := testdb.AdminDB(t, k).Exec("CREATE TABLE " + scratch + " (id int)"); err != nil {
-				t.Fatal(err)
-			}
+			r, tbl, scratch := openImplicitCommit(t, a, "ddl")
 			errFn := errors.New("fn failed after DDL")
 			fn := func(tx txn) error {
 				if err := tx.Exec("TRUNCATE TABLE " + scratch); err != nil {
@@ -532,4 +520,20 @@ func TestImplicitCommitSentinel(t *testing.T) {
 			check("RunOnce", r.RunOnce(ctx, "implicit-sentinel-job-"+a.name, testdb.Slot(0), fn, ormlock.WithLedgerTable(tbl)))
 		})
 	}
+}
+
+// openImplicitCommit opens a's runner on MariaDB with a ledger table of its
+// own and creates the scratch table (id int) whose DDL inside fn commits
+// fn's transaction implicitly; it returns the runner, the ledger table and
+// the scratch table.
+func openImplicitCommit(t *testing.T, a adapter, scratchName string) (runner, string, string) {
+	t.Helper()
+	k := testdb.MariaDB
+	r := openRunner(t, a, k)
+	tbl := ledgerTable(t, k, r)
+	scratch := testdb.Table(t, k, scratchName)
+	if _, err := testdb.AdminDB(t, k).Exec("CREATE TABLE " + scratch + " (id int)"); err != nil {
+		t.Fatal(err)
+	}
+	return r, tbl, scratch
 }
