@@ -19,6 +19,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/internal/testdb/ledgertest"
 	"github.com/ormlock/ormlock/webui"
 )
 
@@ -58,12 +59,12 @@ func TestEscaping(t *testing.T) {
 		table := ledger(t, k, db)
 		for i, h := range hostile {
 			job := "job " + h
-			insertRun(t, k, table, "", job, slot(2), "done", "owner "+h, slot(2), time.Second, "")
-			insertRun(t, k, table, "", job, slot(1), "failed", h, slot(1), 2*time.Second, "error "+h+"\nline two "+h)
+			ledgertest.InsertRun(t, k, table, "", job, slot(2), "done", "owner "+h, slot(2), time.Second, "")
+			ledgertest.InsertRun(t, k, table, "", job, slot(1), "failed", h, slot(1), 2*time.Second, "error "+h+"\nline two "+h)
 			_ = i
 		}
 		owner := "<i>lead</i>\u202E"
-		lead(t, k, db, table, ormlock.Name("<b>leader</b>\u202E"), owner)
+		ledgertest.Leading(t, db, table, ormlock.Name("<b>leader</b>\u202E"), owner)
 		srv := serve(t, db, webui.WithLedgerTable(table), webui.WithLeaders(ormlock.Name("<b>leader</b>\u202E")),
 			webui.WithLocks(ormlock.Name("lock \u202E<script>")))
 		code, body, _ := get(t, srv, "/")
@@ -101,7 +102,7 @@ func TestParams(t *testing.T) {
 	t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
 	table := ledger(t, k, db)
 	for i := 1; i <= 70; i++ {
-		insertRun(t, k, table, "", "many", slot(i), "done", "o", slot(i), time.Second, "")
+		ledgertest.InsertRun(t, k, table, "", "many", slot(i), "done", "o", slot(i), time.Second, "")
 	}
 	srv := serve(t, db, webui.WithLedgerTable(table))
 	for path, want := range map[string]string{
@@ -273,9 +274,9 @@ func TestReadOnly(t *testing.T) {
 			db := testdb.Open(t, k)
 			t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
 			table := ledger(t, k, db)
-			insertRun(t, k, table, "", "ro-job", slot(2), "done", "a", slot(2), time.Second, "")
-			insertRun(t, k, table, "", "ro-job", slot(1), "failed", "a", slot(1), time.Second, "boom")
-			lead(t, k, db, table, ormlock.Name("ro-leader"), "ro-owner")
+			ledgertest.InsertRun(t, k, table, "", "ro-job", slot(2), "done", "a", slot(2), time.Second, "")
+			ledgertest.InsertRun(t, k, table, "", "ro-job", slot(1), "failed", "a", slot(1), time.Second, "boom")
+			ledgertest.Leading(t, db, table, ormlock.Name("ro-leader"), "ro-owner")
 			release := testdb.RawHold(t, k, "", "ro-held")
 			defer release()
 			dsn := roleDSN(t, k)
@@ -315,7 +316,7 @@ func TestDeadline(t *testing.T) {
 		db := testdb.Open(t, k)
 		t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
 		table := ledger(t, k, db)
-		insertRun(t, k, table, "", "slow", slot(1), "done", "a", slot(1), time.Second, "")
+		ledgertest.InsertRun(t, k, table, "", "slow", slot(1), "done", "a", slot(1), time.Second, "")
 		ctx := context.Background()
 		conn, err := testdb.AdminDB(t, k).Conn(ctx)
 		if err != nil {
