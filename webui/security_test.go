@@ -1,7 +1,6 @@
 package webui_test
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
@@ -390,24 +389,6 @@ func TestDeadline(t *testing.T) {
 	})
 }
 
-// syncBuffer is a log sink for concurrent handlers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestUnreachable: a server that refuses the connection is shown as
 // unreachable, and neither the page nor the log names the DSN, its
 // password, user, host or database.
@@ -426,7 +407,7 @@ func TestUnreachable(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer db.Close()
-			var logs syncBuffer
+			var logs testdb.SyncBuffer
 			srv := serve(t, db, webui.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))), webui.WithLocks(ormlock.Name("x")))
 			for _, path := range []string{"/", "/job?name=x"} {
 				code, body, _ := get(t, srv, path)

@@ -1,7 +1,6 @@
 package conformance_test
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -719,31 +718,13 @@ func TestObserverEventJob(t *testing.T) {
 	})
 }
 
-// lockedWriter is a writer safe for the loggers of several goroutines.
-type lockedWriter struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *lockedWriter) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
 // TestObserverSlogReal feeds SlogObserver real events, given as the
 // adapter's default observer: one replica runs the job, another finds it
 // held. Run with -v to see the lines (docs/TROUBLESHOOTING.md shows them).
 func TestObserverSlogReal(t *testing.T) {
 	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
 		ctx := context.Background()
-		var out lockedWriter
+		var out testdb.SyncBuffer
 		logger := slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		opts := []ormlock.Option{ormlock.WithObserver(ormlock.SlogObserver(logger)), ormlock.WithNamespace("billing")}
 		ra, rb := a.with(t, k, opts...), a.with(t, k, opts...)
