@@ -218,8 +218,7 @@ func (ps *pgxPools) acquires() int64 {
 func TestConformanceCancelledWait(t *testing.T) {
 	leakcheck.Goroutines(t)
 	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
-		r := openRunner(t, a, k)
-		tbl := ledgerTable(t, k, r)
+		r, tbl := openWithLedger(t, a, k)
 		lt := ormlock.WithLedgerTable(tbl)
 		slot := time.Date(2031, 2, 3, 4, 0, 0, 0, time.UTC)
 		wait := ormlock.WithWait(30 * time.Second)

@@ -649,6 +649,14 @@ func ledgerTable(t *testing.T, k testdb.Kind, r runner) string {
 	return name
 }
 
+// openWithLedger opens a's runner on a new pool of kind k (openRunner) and
+// creates the test's own ledger table with its Migrate (ledgerTable).
+func openWithLedger(t *testing.T, a adapter, k testdb.Kind) (runner, string) {
+	t.Helper()
+	r := openRunner(t, a, k)
+	return r, ledgerTable(t, k, r)
+}
+
 // runsOf reads the ledger of job through r.
 func runsOf(t *testing.T, r runner, tbl, job string) []ormlock.Run {
 	t.Helper()

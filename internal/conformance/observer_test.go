@@ -449,8 +449,7 @@ func TestObserverPanicContained(t *testing.T) {
 	for _, a := range adapters {
 		t.Run(a.name, func(t *testing.T) {
 			observerPanicSuite(t, func(t *testing.T, k testdb.Kind) (*sql.DB, panicProvoke) {
-				r := openRunner(t, a, k)
-				tbl := ledgerTable(t, k, r)
+				r, tbl := openWithLedger(t, a, k)
 				return r.Pool(), func(t *testing.T, verb string, ev ormlock.EventKind, obs ormlock.Observer) error {
 					return provoke(t, k, r, verb, ev, obs, tbl)
 				}

@@ -128,8 +128,7 @@ func TestConformanceRunOnceClaimExactlyOncePerSlot(t *testing.T) {
 func TestConformanceRunOnceFailedFnRetries(t *testing.T) {
 	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
 		ctx := context.Background()
-		r := openRunner(t, a, k)
-		tbl := ledgerTable(t, k, r)
+		r, tbl := openWithLedger(t, a, k)
 		owner := enttest.Owner(t, k)
 		job := "retry-" + t.Name()
 		opt := ormlock.WithLedgerTable(tbl)
@@ -381,8 +380,7 @@ func TestRunOnceClaim(t *testing.T) {
 func TestRunOnceClaimFailureAndTakeover(t *testing.T) {
 	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
 		ctx := context.Background()
-		r := openRunner(t, a, k)
-		tbl := ledgerTable(t, k, r)
+		r, tbl := openWithLedger(t, a, k)
 		job := "takeover-" + t.Name()
 		opts := []ormlock.Option{ormlock.WithLedgerTable(tbl), ormlock.WithClaim()}
 
@@ -441,8 +439,7 @@ func TestRunOnceClaimFailureAndTakeover(t *testing.T) {
 func TestRunOnceClaimLockLost(t *testing.T) {
 	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
 		ctx := context.Background()
-		r := openRunner(t, a, k)
-		tbl := ledgerTable(t, k, r)
+		r, tbl := openWithLedger(t, a, k)
 		owner := enttest.Owner(t, k)
 		job := "lost-" + t.Name()
 		slot := testdb.Slot(5)
@@ -514,8 +511,7 @@ func TestRunOnceClaimLockLost(t *testing.T) {
 func TestRunOncePanic(t *testing.T) {
 	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
 		ctx := context.Background()
-		r := openRunner(t, a, k)
-		tbl := ledgerTable(t, k, r)
+		r, tbl := openWithLedger(t, a, k)
 		owner := enttest.Owner(t, k)
 		job := "panic-" + t.Name()
 		for _, claim := range []bool{false, true} {
@@ -566,8 +562,7 @@ func TestRunOncePanic(t *testing.T) {
 
 func TestRunOnceContext(t *testing.T) {
 	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
-		r := openRunner(t, a, k)
-		tbl := ledgerTable(t, k, r)
+		r, tbl := openWithLedger(t, a, k)
 		owner := enttest.Owner(t, k)
 		job := "ctx-" + t.Name()
 		opt := ormlock.WithLedgerTable(tbl)
@@ -893,8 +888,7 @@ func TestRunOnceClaimTxOptions(t *testing.T) {
 			t.Skip("claim mode runs fn outside any transaction")
 		}
 		ctx := context.Background()
-		r := openRunner(t, a, k)
-		tbl := ledgerTable(t, k, r)
+		r, tbl := openWithLedger(t, a, k)
 		owner := enttest.Owner(t, k)
 		job := "txopts-" + t.Name()
 		ro := ormlock.WithTxOptions(&sql.TxOptions{ReadOnly: true})

@@ -356,8 +356,7 @@ func TestTransactionRoundTrips(t *testing.T) {
 // tests.)
 func TestRollbackFailureJoinsFnError(t *testing.T) {
 	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
-		r := openRunner(t, a, k)
-		tbl := ledgerTable(t, k, r)
+		r, tbl := openWithLedger(t, a, k)
 		boom := errors.New("fn failed")
 		killOwn := func(tx txn) error {
 			if err := killConn(t, k, tx); err != nil {
@@ -529,8 +528,7 @@ func TestImplicitCommitSentinel(t *testing.T) {
 func openImplicitCommit(t *testing.T, a adapter, scratchName string) (runner, string, string) {
 	t.Helper()
 	k := testdb.MariaDB
-	r := openRunner(t, a, k)
-	tbl := ledgerTable(t, k, r)
+	r, tbl := openWithLedger(t, a, k)
 	scratch := testdb.Table(t, k, scratchName)
 	if _, err := testdb.AdminDB(t, k).Exec("CREATE TABLE " + scratch + " (id int)"); err != nil {
 		t.Fatal(err)
