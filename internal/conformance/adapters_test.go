@@ -140,11 +140,6 @@ func (s sqlTx) Exec(query string, args ...any) error {
 	return err
 }
 
-func (s sqlTx) QueryInt(query string) (n int64, err error) {
-	err = s.Scan(query, &n)
-	return n, err
-}
-
 func (s sqlTx) Scan(query string, dest ...any) error {
 	return s.tx.QueryRowContext(s.ctx, query).Scan(dest...)
 }
@@ -407,11 +402,6 @@ func (p pgxTx) Insert(owner string, n int) error {
 func (p pgxTx) Exec(query string, args ...any) error {
 	_, err := p.tx.Exec(p.ctx, query, args...)
 	return err
-}
-
-func (p pgxTx) QueryInt(query string) (n int64, err error) {
-	err = p.Scan(query, &n)
-	return n, err
 }
 
 func (p pgxTx) Scan(query string, dest ...any) error {

@@ -46,14 +46,19 @@ type txn interface {
 	Insert(owner string, n int) error
 	// Exec runs a statement (placeholders "?") in the transaction.
 	Exec(query string, args ...any) error
-	// QueryInt runs a query returning one integer in the transaction.
-	QueryInt(query string) (int64, error)
 	// Scan runs a query returning one row in the transaction into dest.
 	Scan(query string, dest ...any) error
 	// Context is the context fn's statements run with.
 	Context() context.Context
 	// FencingToken is the adapter's FencingToken of the transaction.
 	FencingToken() (int64, bool)
+}
+
+// queryInt runs a query returning one integer in tx (tx.Scan).
+func queryInt(tx txn, query string) (int64, error) {
+	var n int64
+	err := tx.Scan(query, &n)
+	return n, err
 }
 
 // adapter opens a locker on a new pool of kind k; the pool is checked for
@@ -607,29 +612,14 @@ func (r rawTx) Scan(query string, dest ...any) error {
 
 func (g gormTx) Exec(query string, args ...any) error { return g.tx.Exec(query, args...).Error }
 
-func (g gormTx) QueryInt(query string) (n int64, err error) {
-	err = g.Scan(query, &n)
-	return n, err
-}
-
 func (e entTx) Exec(query string, args ...any) error {
 	_, err := e.tx.ExecContext(e.ctx, query, args...)
 	return err
 }
 
-func (e entTx) QueryInt(query string) (n int64, err error) {
-	err = e.Scan(query, &n)
-	return n, err
-}
-
 func (r rawTx) Exec(query string, args ...any) error {
 	_, err := r.tx.ExecContext(r.ctx, query, args...)
 	return err
-}
-
-func (r rawTx) QueryInt(query string) (n int64, err error) {
-	err = r.Scan(query, &n)
-	return n, err
 }
 
 // openRunner opens adapter a on a new pool of kind k as a runner.

@@ -159,7 +159,7 @@ func deadlineFrozenDuringFn(t *testing.T, k testdb.Kind) {
 					var resume func()
 					start := time.Now()
 					err := r.Transaction(ctx, "frozen-fn-"+t.Name(), func(tx txn) error {
-						pid, err := tx.QueryInt("SELECT pg_backend_pid()")
+						pid, err := queryInt(tx, "SELECT pg_backend_pid()")
 						if err != nil {
 							return err
 						}
@@ -218,7 +218,7 @@ func TestDeadlineFrozenCommitMySQL(t *testing.T) {
 				key := "frozen-commit-" + t.Name()
 				err = frozenCall(t, "Transaction", func(ctx context.Context, freeze func()) error {
 					return r.Transaction(ctx, key, func(tx txn) error {
-						if _, err := tx.QueryInt("SELECT 1"); err != nil {
+						if _, err := queryInt(tx, "SELECT 1"); err != nil {
 							return err
 						}
 						freeze()

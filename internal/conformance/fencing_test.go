@@ -709,7 +709,7 @@ func fencedStep(rng *rand.Rand, k testdb.Kind, r runner, key string, log *tokenL
 			if k.Dialect() == "postgres" {
 				return tx.Exec("SELECT pg_terminate_backend(pg_backend_pid())")
 			}
-			id, err := tx.QueryInt("SELECT CONNECTION_ID()")
+			id, err := queryInt(tx, "SELECT CONNECTION_ID()")
 			if err != nil {
 				return err
 			}

@@ -26,7 +26,7 @@ func connIDQuery(k testdb.Kind) string {
 // gone; it returns the error of reading the connection's id.
 func killConn(t *testing.T, k testdb.Kind, tx txn) error {
 	t.Helper()
-	id, err := tx.QueryInt(connIDQuery(k))
+	id, err := queryInt(tx, connIDQuery(k))
 	if err != nil {
 		return err
 	}
@@ -97,7 +97,7 @@ func TestHolderTransaction(t *testing.T) {
 		var pid int64
 		err := r.Transaction(context.Background(), key, func(tx txn) error {
 			var err error
-			if pid, err = tx.QueryInt(connIDQuery(k)); err != nil {
+			if pid, err = queryInt(tx, connIDQuery(k)); err != nil {
 				return err
 			}
 			time.Sleep(10 * time.Millisecond)
@@ -147,7 +147,7 @@ func TestHolderNamespace(t *testing.T) {
 		r := a.with(t, k, ormlock.WithNamespace("holderns"))
 		key := "holder-ns-" + t.Name()
 		err := r.Transaction(context.Background(), key, func(tx txn) error {
-			pid, err := tx.QueryInt(connIDQuery(k))
+			pid, err := queryInt(tx, connIDQuery(k))
 			if err != nil {
 				return err
 			}
@@ -183,7 +183,7 @@ func TestHolderNumericKeys(t *testing.T) {
 		}
 		for _, key := range keys {
 			err := r.Transaction(context.Background(), key, func(tx txn) error {
-				pid, err := tx.QueryInt(connIDQuery(k))
+				pid, err := queryInt(tx, connIDQuery(k))
 				if err != nil {
 					return err
 				}
@@ -254,7 +254,7 @@ func TestHolderSession(t *testing.T) {
 			// runs on another one
 			var own int64
 			err = r.Transaction(ctx, key+"-other", func(tx txn) error {
-				own, err = tx.QueryInt(connIDQuery(k))
+				own, err = queryInt(tx, connIDQuery(k))
 				return err
 			})
 			if err != nil || own == h.PID {

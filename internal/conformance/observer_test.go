@@ -513,7 +513,7 @@ func provoke(t *testing.T, k testdb.Kind, r runner, verb string, ev ormlock.Even
 					return err
 				}
 				if tx != nil {
-					if _, err := tx.QueryInt("SELECT 1"); err != nil {
+					if _, err := queryInt(tx, "SELECT 1"); err != nil {
 						return err
 					}
 				}
@@ -733,7 +733,7 @@ func TestObserverSlogReal(t *testing.T) {
 			if !errors.Is(err, ormlock.ErrNotAcquired) {
 				return fmt.Errorf("second replica: %v", err)
 			}
-			_, err = tx.QueryInt("SELECT 1")
+			_, err = queryInt(tx, "SELECT 1")
 			return err
 		})
 		if err != nil {

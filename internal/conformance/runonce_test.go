@@ -470,7 +470,7 @@ func TestRunOnceClaimLockLost(t *testing.T) {
 				}
 			}
 			for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-				if _, err := tx.QueryInt("SELECT 1"); err != nil {
+				if _, err := queryInt(tx, "SELECT 1"); err != nil {
 					return err // the transaction is gone with the lock
 				}
 			}

@@ -91,7 +91,7 @@ func TestConformanceReleaseFailureDestroysConnection(t *testing.T) {
 			var connID int64
 			err := r.Transaction(context.Background(), key, func(tx txn) error {
 				var err error
-				if connID, err = tx.QueryInt("SELECT CONNECTION_ID()"); err != nil {
+				if connID, err = queryInt(tx, "SELECT CONNECTION_ID()"); err != nil {
 					return err
 				}
 				return tx.Exec("SELECT RELEASE_LOCK(?)", keyhash.MySQLName("", key))
@@ -232,7 +232,7 @@ func TestSessionExcludesTransaction(t *testing.T) {
 				terr = tdb.Transaction(ctx, key, func(tx txn) error {
 					defer h.Enter()()
 					time.Sleep(2 * time.Millisecond)
-					_, err := tx.QueryInt("SELECT 1")
+					_, err := queryInt(tx, "SELECT 1")
 					return err
 				})
 			})

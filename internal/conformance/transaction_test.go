@@ -61,7 +61,7 @@ func TestTransactionContext(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			err := l.Transaction(ctx, key+"-fn", func(tx txn) error {
 				cancel()
-				_, err := tx.QueryInt("SELECT 1")
+				_, err := queryInt(tx, "SELECT 1")
 				return err
 			})
 			if !errors.Is(err, context.Canceled) {
@@ -169,7 +169,7 @@ func TestTransactionReleaseAfterCommit(t *testing.T) {
 				<-inserted
 				werr = waiter.Transaction(ctx, key, func(tx txn) error {
 					var err error
-					seen, err = tx.QueryInt("SELECT COUNT(*) FROM items WHERE " + ofOwner(owner))
+					seen, err = queryInt(tx, "SELECT COUNT(*) FROM items WHERE " + ofOwner(owner))
 					return err
 				}, ormlock.WithWait(20*time.Second))
 			})
