@@ -342,12 +342,7 @@ func TestFencingNumericKeys(t *testing.T) {
 // connections would keep the metadata locks of an open transaction).
 func openWith(t *testing.T, k testdb.Kind, params string) *sql.DB {
 	t.Helper()
-	dsn := testdb.DSN(t, k)
-	sep := "?"
-	if strings.Contains(dsn, "?") {
-		sep = "&"
-	}
-	db, err := sql.Open(k.Driver(), dsn+sep+params)
+	db, err := sql.Open(k.Driver(), testdb.WithParams(testdb.DSN(t, k), params))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -234,10 +234,6 @@ func TestSnapshotIsolationNeedsTwoConns(t *testing.T) {
 func TestTransactionServerDefaultIsolation(t *testing.T) {
 	k := testdb.Postgres
 	dsn := testdb.DSN(t, k)
-	sep := "?"
-	if strings.Contains(dsn, "?") {
-		sep = "&"
-	}
 	for _, a := range adapters {
 		for _, c := range []struct{ driver, level string }{
 			{"pgx", "repeatable%20read"}, {"pgx", "serializable"},
@@ -246,7 +242,7 @@ func TestTransactionServerDefaultIsolation(t *testing.T) {
 			driver, level := c.driver, c.level
 			t.Run(a.name+"/"+driver+"/"+level, func(t *testing.T) {
 				open := func() runner {
-					db, err := sql.Open(driver, dsn+sep+"default_transaction_isolation="+level)
+					db, err := sql.Open(driver, testdb.WithParams(dsn, "default_transaction_isolation="+level))
 					if err != nil {
 						t.Fatal(err)
 					}
