@@ -121,8 +121,7 @@ func TestLockerLateInstance(t *testing.T) {
 		}
 		var handled errs
 		newLocker := func(owner, now string) *scheduler.Locker {
-			db := openGorm(t, k)
-			migrate(t, db)
+			db := openMigrated(t, k)
 			l, err := scheduler.NewLocker(gormsched.Backend(db, ormlock.WithOwner(owner)), hourly,
 				scheduler.WithClock(at(now)), scheduler.WithErrorHandler(handled.handle))
 			if err != nil {
@@ -194,8 +193,7 @@ func TestLockerLockLost(t *testing.T) {
 	forEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
 		job := jobName(t)
-		db := openGorm(t, k)
-		migrate(t, db)
+		db := openMigrated(t, k)
 		var handled errs
 		now := time.Date(2031, 5, 6, 10, 0, 0, 0, time.UTC)
 		l, err := scheduler.NewLocker(gormsched.Backend(db, ormlock.WithKeepalive(100*time.Millisecond)), everySecond(t),
@@ -306,8 +304,7 @@ func TestNewLockerBadInput(t *testing.T) {
 // detached from it). AssertNoLeaks (in openGorm) checks the release.
 func TestClaimReleaseIgnoresCancellation(t *testing.T) {
 	forEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db := openGorm(t, k)
-		migrate(t, db)
+		db := openMigrated(t, k)
 		job := jobName(t)
 		slot := time.Date(2031, 5, 6, 10, 0, 0, 0, time.UTC)
 		ctx, cancel := context.WithCancel(context.Background())
@@ -333,8 +330,7 @@ func fixed(t time.Time) func() time.Time { return func() time.Time { return t } 
 // and the error handler sees nothing, wherever the cancellation lands.
 func TestLockerCancelledWhileLocking(t *testing.T) {
 	forEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db := openGorm(t, k)
-		migrate(t, db)
+		db := openMigrated(t, k)
 		job := jobName(t)
 		hourly := everyHour(t)
 		var handled errs
@@ -498,8 +494,7 @@ func TestLockerGocronShutdownWhileLocking(t *testing.T) {
 func TestLockerCancelledContextThenLive(t *testing.T) {
 	leakcheck.Goroutines(t)
 	forEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db := openGorm(t, k)
-		migrate(t, db)
+		db := openMigrated(t, k)
 		job := jobName(t)
 		hourly := everyHour(t)
 		for i := range 20 {
@@ -531,8 +526,7 @@ func TestLockerCancelledContextThenLive(t *testing.T) {
 func TestLockerCancelledMidwayThenLive(t *testing.T) {
 	leakcheck.Goroutines(t)
 	forEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db := openGorm(t, k)
-		migrate(t, db)
+		db := openMigrated(t, k)
 		job := jobName(t)
 		hourly := everyHour(t)
 		r := rand.New(rand.NewPCG(5, uint64(len(k))))
