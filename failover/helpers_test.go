@@ -75,3 +75,18 @@ func assertAllRefused(t *testing.T, where, why, dialect string, db *sql.DB) {
 	ran = 0
 	assertRefused(t, where+": entlock", why, entVerbs(dialect, db, &ran), ran)
 }
+
+// openPool opens a pool of driver on dsn, of at most 20 connections whose
+// idle ones close after a second (a failover leaves none behind for long),
+// closed at the end of the test.
+func openPool(t *testing.T, driver, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(20)
+	db.SetConnMaxIdleTime(time.Second)
+	t.Cleanup(func() { db.Close() })
+	return db
+}

@@ -17,14 +17,7 @@ import (
 // openFront opens a pool of the replication's front, closed at the end.
 func openFront(t *testing.T, r *testdb.PGReplication) *sql.DB {
 	t.Helper()
-	db, err := sql.Open("pgx", r.FrontDSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	db.SetMaxOpenConns(20)
-	db.SetConnMaxIdleTime(time.Second)
-	t.Cleanup(func() { db.Close() })
-	return db
+	return openPool(t, "pgx", r.FrontDSN())
 }
 
 // token takes the fenced lock key once in a Transaction and returns its
@@ -58,6 +51,23 @@ func runSlot(t *testing.T, db *sql.DB, job string, slot time.Time) bool {
 		t.Fatalf("RunOnce %s %v: %v", job, slot, err)
 	}
 	return ran
+}
+
+// advancePastLost moves every fencing counter on db by 1,000,000
+// (sqllock.AdvanceFences, the remedy once a promoted server issues lost
+// tokens again) and checks that key's next token exceeds maxBefore, the
+// greatest issued before the promotion; topology heads the figure logged.
+func advancePastLost(t *testing.T, ctx context.Context, db *sql.DB, key string, maxBefore int64, topology string) {
+	t.Helper()
+	n, err := sqllock.AdvanceFences(ctx, db, 1_000_000)
+	if err != nil || n < 1 {
+		t.Fatalf("AdvanceFences: %d, %v", n, err)
+	}
+	after := token(t, db, key)
+	t.Logf("figure: %s: after AdvanceFences(1000000): %d counters moved, next token %d (greatest before the promotion %d)", topology, n, after, maxBefore)
+	if after <= maxBefore {
+		t.Errorf("after AdvanceFences the token is %d, not greater than %d", after, maxBefore)
+	}
 }
 
 // TestPGAsyncFailoverHazard makes the hazard of an asynchronous standby
@@ -125,15 +135,7 @@ func TestPGAsyncFailoverHazard(t *testing.T) {
 		t.Error("slot B, done on the old primary only, did not run again: the hazard did not show")
 	}
 
-	n, err := sqllock.AdvanceFences(ctx, db, 1_000_000)
-	if err != nil || n < 1 {
-		t.Fatalf("AdvanceFences: %d, %v", n, err)
-	}
-	after := token(t, db, "async-k")
-	t.Logf("figure: after AdvanceFences(1000000): %d counters moved, next token %d (greatest before the promotion %d)", n, after, maxBefore)
-	if after <= maxBefore {
-		t.Errorf("after AdvanceFences the token is %d, not greater than %d", after, maxBefore)
-	}
+	advancePastLost(t, ctx, db, "async-k", maxBefore, "PostgreSQL asynchronous")
 }
 
 // TestServerCheckAskedAgainAfterLoss: a pool whose server check passed on

@@ -96,7 +96,7 @@ func TestGalera(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for i, node := range g.Nodes {
-		db := openMySQL(t, node.DSN())
+		db := openPool(t, "mysql", node.DSN())
 		c, err := db.Conn(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -112,6 +112,6 @@ func TestGalera(t *testing.T) {
 		}
 	}
 	for i, node := range g.Nodes {
-		assertAllRefused(t, fmt.Sprintf("node %d", i+1), "Galera", "mysql", openMySQL(t, node.DSN()))
+		assertAllRefused(t, fmt.Sprintf("node %d", i+1), "Galera", "mysql", openPool(t, "mysql", node.DSN()))
 	}
 }
