@@ -24,6 +24,19 @@ func TestMain(m *testing.M) { os.Exit(testdb.Main(m)) }
 // behind PgBouncer, and MariaDB.
 func forEachKind(t *testing.T, f func(t *testing.T, k testdb.Kind)) { testdb.ForEachKind(t, f) }
 
+// forEachDialect runs f as a subtest on PostgreSQL and on MariaDB, each
+// with a new pool, checked for leaks when the subtest ends, and the
+// subtest's own ledger table.
+func forEachDialect(t *testing.T, f func(t *testing.T, k testdb.Kind, db *sql.DB, table string)) {
+	for _, k := range []testdb.Kind{testdb.Postgres, testdb.MariaDB} {
+		t.Run(string(k), func(t *testing.T) {
+			db := testdb.Open(t, k)
+			t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
+			f(t, k, db, ledger(t, k, db))
+		})
+	}
+}
+
 // ledger is a test's own ledger table, created by sqllock.Migrate on db
 // and dropped (with its fence table) when the test ends.
 func ledger(t testing.TB, k testdb.Kind, db *sql.DB) string {

@@ -268,43 +268,38 @@ func roleDSN(t *testing.T, k testdb.Kind) string {
 // database user that may only SELECT: it writes nothing. The same user is
 // refused a write, so the grant is what the test thinks.
 func TestReadOnly(t *testing.T) {
-	for _, k := range []testdb.Kind{testdb.Postgres, testdb.MariaDB} {
-		t.Run(string(k), func(t *testing.T) {
-			db := testdb.Open(t, k)
-			t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
-			table := ledger(t, k, db)
-			ledgertest.InsertRun(t, k, table, "", "ro-job", slot(2), "done", "a", slot(2), time.Second, "")
-			ledgertest.InsertRun(t, k, table, "", "ro-job", slot(1), "failed", "a", slot(1), time.Second, "boom")
-			ledgertest.Leading(t, db, table, ormlock.Name("ro-leader"), "ro-owner")
-			release := testdb.RawHold(t, k, "", "ro-held")
-			defer release()
-			dsn := roleDSN(t, k)
-			ro, err := sql.Open(k.Driver(), dsn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { ro.Close() })
-			q := "DELETE FROM " + table
-			if _, err := ro.Exec(q); err == nil {
-				t.Fatal("the SELECT-only user could delete")
-			}
-			hourly, _ := ormlock.Every(time.Hour, nil)
-			srv := serve(t, ro, webui.WithLedgerTable(table), webui.WithSchedule("ro-job", hourly),
-				webui.WithLeaders(ormlock.Name("ro-leader")), webui.WithLocks(ormlock.Name("ro-held")))
-			code, body, _ := get(t, srv, "/")
-			if code != http.StatusOK || strings.Contains(body, `class="error"`) {
-				t.Fatalf("GET / as the SELECT-only user: %d\n%s", code, body)
-			}
-			mustContain(t, body, "ro-job", `status held">leading<`, "ro-owner", `status held">held<`)
-			code, body, _ = get(t, srv, "/job?name=ro-job")
-			if code != http.StatusOK || !strings.Contains(body, "boom") {
-				t.Fatalf("GET /job as the SELECT-only user: %d\n%s", code, body)
-			}
-			if n := ro.Stats().InUse; n != 0 {
-				t.Errorf("%d connections of the view's pool in use", n)
-			}
-		})
-	}
+	forEachDialect(t, func(t *testing.T, k testdb.Kind, db *sql.DB, table string) {
+		ledgertest.InsertRun(t, k, table, "", "ro-job", slot(2), "done", "a", slot(2), time.Second, "")
+		ledgertest.InsertRun(t, k, table, "", "ro-job", slot(1), "failed", "a", slot(1), time.Second, "boom")
+		ledgertest.Leading(t, db, table, ormlock.Name("ro-leader"), "ro-owner")
+		release := testdb.RawHold(t, k, "", "ro-held")
+		defer release()
+		dsn := roleDSN(t, k)
+		ro, err := sql.Open(k.Driver(), dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ro.Close() })
+		q := "DELETE FROM " + table
+		if _, err := ro.Exec(q); err == nil {
+			t.Fatal("the SELECT-only user could delete")
+		}
+		hourly, _ := ormlock.Every(time.Hour, nil)
+		srv := serve(t, ro, webui.WithLedgerTable(table), webui.WithSchedule("ro-job", hourly),
+			webui.WithLeaders(ormlock.Name("ro-leader")), webui.WithLocks(ormlock.Name("ro-held")))
+		code, body, _ := get(t, srv, "/")
+		if code != http.StatusOK || strings.Contains(body, `class="error"`) {
+			t.Fatalf("GET / as the SELECT-only user: %d\n%s", code, body)
+		}
+		mustContain(t, body, "ro-job", `status held">leading<`, "ro-owner", `status held">held<`)
+		code, body, _ = get(t, srv, "/job?name=ro-job")
+		if code != http.StatusOK || !strings.Contains(body, "boom") {
+			t.Fatalf("GET /job as the SELECT-only user: %d\n%s", code, body)
+		}
+		if n := ro.Stats().InUse; n != 0 {
+			t.Errorf("%d connections of the view's pool in use", n)
+		}
+	})
 }
 
 // TestDeadline: a database that does not answer (the ledger table locked
