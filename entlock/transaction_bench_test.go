@@ -28,35 +28,19 @@ func BenchmarkTransaction(b *testing.B) {
 			name := "bench-" + b.Name()
 			noop := func(*ent.Tx) error { return nil }
 			b.Run("entlock", func(b *testing.B) {
-				b.ReportAllocs()
-				defer testdb.ReportCPU(b)()
-				for b.Loop() {
-					if err := entlock.Transaction(ctx, client, name, noop); err != nil {
-						b.Fatal(err)
-					}
-				}
+				testdb.BenchCalls(b, func() error { return entlock.Transaction(ctx, client, name, noop) })
 			})
 			b.Run("handwritten", func(b *testing.B) {
-				b.ReportAllocs()
-				defer testdb.ReportCPU(b)()
-				for b.Loop() {
-					if err := testdb.Handwritten(ctx, k, db, name); err != nil {
-						b.Fatal(err)
-					}
-				}
+				testdb.BenchCalls(b, func() error { return testdb.Handwritten(ctx, k, db, name) })
 			})
 			b.Run("ent-no-lock", func(b *testing.B) {
-				b.ReportAllocs()
-				defer testdb.ReportCPU(b)()
-				for b.Loop() {
+				testdb.BenchCalls(b, func() error {
 					tx, err := plain.Tx(ctx)
 					if err != nil {
-						b.Fatal(err)
+						return err
 					}
-					if err := tx.Commit(); err != nil {
-						b.Fatal(err)
-					}
-				}
+					return tx.Commit()
+				})
 			})
 		})
 	}

@@ -24,32 +24,14 @@ func BenchmarkTransaction(b *testing.B) {
 			name := "bench-" + b.Name()
 			noop := func(*gorm.DB) error { return nil }
 			b.Run("gormlock", func(b *testing.B) {
-				b.ReportAllocs()
-				defer testdb.ReportCPU(b)()
-				for b.Loop() {
-					if err := gormlock.Transaction(db, name, noop); err != nil {
-						b.Fatal(err)
-					}
-				}
+				testdb.BenchCalls(b, func() error { return gormlock.Transaction(db, name, noop) })
 			})
 			b.Run("handwritten", func(b *testing.B) {
-				b.ReportAllocs()
-				defer testdb.ReportCPU(b)()
 				ctx := context.Background()
-				for b.Loop() {
-					if err := testdb.Handwritten(ctx, k, sqlDB, name); err != nil {
-						b.Fatal(err)
-					}
-				}
+				testdb.BenchCalls(b, func() error { return testdb.Handwritten(ctx, k, sqlDB, name) })
 			})
 			b.Run("gorm-no-lock", func(b *testing.B) {
-				b.ReportAllocs()
-				defer testdb.ReportCPU(b)()
-				for b.Loop() {
-					if err := db.Transaction(noop); err != nil {
-						b.Fatal(err)
-					}
-				}
+				testdb.BenchCalls(b, func() error { return db.Transaction(noop) })
 			})
 		})
 	}

@@ -29,3 +29,17 @@ func processCPU(b *testing.B) time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchCalls is the body of one side of a side-by-side benchmark: call, in
+// a b.Loop, with allocations and the process's CPU (ReportCPU) reported;
+// an error from call fails the benchmark.
+func BenchCalls(b *testing.B, call func() error) {
+	b.Helper()
+	b.ReportAllocs()
+	defer ReportCPU(b)()
+	for b.Loop() {
+		if err := call(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
