@@ -21,7 +21,7 @@ import (
 )
 
 // The runner adapters of sqllock (database/sql) and pgxlock (a pgx pool);
-// gormlock's and entlock's are in conformance_test.go and runner_test.go.
+// gormlock's and entlock's are in runner_test.go.
 
 // ---- sqllock ----
 

@@ -505,8 +505,8 @@ func TestRunOnceClaimLockLost(t *testing.T) {
 
 // RunOnce's edge cases on every adapter: panics, contexts, bad input, the
 // adapter's default options, the MySQL driver's found-rows mode, a
-// REPEATABLE READ waiter, namespaces. Claim mode is runonce_test.go, old
-// ledgers ledger_test.go.
+// REPEATABLE READ waiter, namespaces. Claim mode is above, old ledgers
+// ledger_test.go.
 
 func TestRunOncePanic(t *testing.T) {
 	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
