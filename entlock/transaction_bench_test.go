@@ -27,36 +27,14 @@ func BenchmarkTransaction(b *testing.B) {
 			ctx := context.Background()
 			name := "bench-" + b.Name()
 			noop := func(*ent.Tx) error { return nil }
-			b.Run("entlock", func(b *testing.B) {
-				b.ReportAllocs()
-				defer testdb.ReportCPU(b)()
-				for b.Loop() {
-					if err := entlock.Transaction(ctx, client, name, noop); err != nil {
-						b.Fatal(err)
-					}
+			testdb.BenchCalls(b, "entlock", func() error { return entlock.Transaction(ctx, client, name, noop) })
+			testdb.BenchCalls(b, "handwritten", func() error { return testdb.Handwritten(ctx, k, db, name) })
+			testdb.BenchCalls(b, "ent-no-lock", func() error {
+				tx, err := plain.Tx(ctx)
+				if err != nil {
+					return err
 				}
-			})
-			b.Run("handwritten", func(b *testing.B) {
-				b.ReportAllocs()
-				defer testdb.ReportCPU(b)()
-				for b.Loop() {
-					if err := testdb.Handwritten(ctx, k, db, name); err != nil {
-						b.Fatal(err)
-					}
-				}
-			})
-			b.Run("ent-no-lock", func(b *testing.B) {
-				b.ReportAllocs()
-				defer testdb.ReportCPU(b)()
-				for b.Loop() {
-					tx, err := plain.Tx(ctx)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if err := tx.Commit(); err != nil {
-						b.Fatal(err)
-					}
-				}
+				return tx.Commit()
 			})
 		})
 	}

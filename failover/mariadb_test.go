@@ -15,18 +15,6 @@ import (
 	"github.com/ormlock/ormlock/sqllock"
 )
 
-func openMySQL(t *testing.T, dsn string) *sql.DB {
-	t.Helper()
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db.SetMaxOpenConns(20)
-	db.SetConnMaxIdleTime(time.Second)
-	t.Cleanup(func() { db.Close() })
-	return db
-}
-
 // sqlVerbs calls every sqllock verb once on db with fn counting its calls,
 // and returns each verb's error.
 func sqlVerbs(db *sql.DB, ran *int) map[string]error {
@@ -77,14 +65,14 @@ func TestMariaDBReplication(t *testing.T) {
 
 func mariaDBReplication(t *testing.T, semi bool) {
 	r := testdb.StartMariaDBReplication(t, semi)
-	db := openMySQL(t, r.FrontDSN())
+	db := openPool(t, "mysql", r.FrontDSN())
 	ctx := context.Background()
 	if err := sqllock.Migrate(ctx, db); err != nil {
 		t.Fatal(err)
 	}
 	r.WaitReplayed(t)
 
-	assertAllRefused(t, "replica", "read_only", "mysql", openMySQL(t, r.Replica.DSN()))
+	assertAllRefused(t, "replica", "read_only", "mysql", openPool(t, "mysql", r.Replica.DSN()))
 
 	slot0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	slot1 := slot0.Add(time.Hour)
@@ -197,13 +185,5 @@ func mariaDBReplication(t *testing.T, semi bool) {
 	if !runSlot(t, db, "my-job", slot1) {
 		t.Error("asynchronous: slot 1, done on the old primary only, did not run again (the hazard did not show)")
 	}
-	n, err := sqllock.AdvanceFences(ctx, db, 1_000_000)
-	if err != nil || n < 1 {
-		t.Fatalf("AdvanceFences: %d, %v", n, err)
-	}
-	after := token(t, db, "my-k")
-	t.Logf("figure: MariaDB asynchronous: after AdvanceFences(1000000) the next token is %d (greatest before %d)", after, maxBefore)
-	if after <= maxBefore {
-		t.Errorf("after AdvanceFences: token %d, not greater than %d", after, maxBefore)
-	}
+	advancePastLost(t, ctx, db, "my-k", maxBefore, "MariaDB asynchronous")
 }

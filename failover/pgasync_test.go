@@ -17,14 +17,7 @@ import (
 // openFront opens a pool of the replication's front, closed at the end.
 func openFront(t *testing.T, r *testdb.PGReplication) *sql.DB {
 	t.Helper()
-	db, err := sql.Open("pgx", r.FrontDSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	db.SetMaxOpenConns(20)
-	db.SetConnMaxIdleTime(time.Second)
-	t.Cleanup(func() { db.Close() })
-	return db
+	return openPool(t, "pgx", r.FrontDSN())
 }
 
 // token takes the fenced lock key once in a Transaction and returns its
@@ -58,6 +51,23 @@ func runSlot(t *testing.T, db *sql.DB, job string, slot time.Time) bool {
 		t.Fatalf("RunOnce %s %v: %v", job, slot, err)
 	}
 	return ran
+}
+
+// advancePastLost moves every fencing counter on db by 1,000,000
+// (sqllock.AdvanceFences, the remedy once a promoted server issues lost
+// tokens again) and checks that key's next token exceeds maxBefore, the
+// greatest issued before the promotion; topology heads the figure logged.
+func advancePastLost(t *testing.T, ctx context.Context, db *sql.DB, key string, maxBefore int64, topology string) {
+	t.Helper()
+	n, err := sqllock.AdvanceFences(ctx, db, 1_000_000)
+	if err != nil || n < 1 {
+		t.Fatalf("AdvanceFences: %d, %v", n, err)
+	}
+	after := token(t, db, key)
+	t.Logf("figure: %s: after AdvanceFences(1000000): %d counters moved, next token %d (greatest before the promotion %d)", topology, n, after, maxBefore)
+	if after <= maxBefore {
+		t.Errorf("after AdvanceFences the token is %d, not greater than %d", after, maxBefore)
+	}
 }
 
 // TestPGAsyncFailoverHazard makes the hazard of an asynchronous standby
@@ -125,13 +135,47 @@ func TestPGAsyncFailoverHazard(t *testing.T) {
 		t.Error("slot B, done on the old primary only, did not run again: the hazard did not show")
 	}
 
-	n, err := sqllock.AdvanceFences(ctx, db, 1_000_000)
-	if err != nil || n < 1 {
-		t.Fatalf("AdvanceFences: %d, %v", n, err)
+	advancePastLost(t, ctx, db, "async-k", maxBefore, "PostgreSQL asynchronous")
+}
+
+// TestServerCheckAskedAgainAfterLoss: a pool whose server check passed on
+// the primary loses its holder's connection when the address it reaches
+// moves to a hot standby (a failover pointed the wrong way, or a demoted
+// primary back as a standby). The pool's cached verdict must not outlive
+// the loss: the next verb asks again and is refused on the standby, fn
+// never run.
+func TestServerCheckAskedAgainAfterLoss(t *testing.T) {
+	topology(t)
+	r := testdb.StartPGReplication(t, false)
+	db := openFront(t, r)
+	ctx := context.Background()
+	txFn := func(context.Context, *sql.Tx) error { return nil }
+	if err := sqllock.Transaction(ctx, db, "reask", txFn); err != nil {
+		t.Fatalf("Transaction on the primary: %v", err)
 	}
-	after := token(t, db, "async-k")
-	t.Logf("figure: after AdvanceFences(1000000): %d counters moved, next token %d (greatest before the promotion %d)", n, after, maxBefore)
-	if after <= maxBefore {
-		t.Errorf("after AdvanceFences the token is %d, not greater than %d", after, maxBefore)
+	lost := make(chan error, 1)
+	inFn := make(chan struct{})
+	go func() {
+		lost <- sqllock.Session(ctx, db, "reask-session", func(ctx context.Context) error {
+			close(inFn)
+			<-ctx.Done()
+			return context.Cause(ctx)
+		}, ormlock.WithKeepalive(300*time.Millisecond))
+	}()
+	<-inFn
+	r.Front.SetUpstream(r.Standby.Addr())
+	r.Front.Cut()
+	select {
+	case err := <-lost:
+		if !errors.Is(err, ormlock.ErrLockLost) {
+			t.Fatalf("Session: %v, want ErrLockLost", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Session did not learn of the loss in 10s")
+	}
+	ran := false
+	err := sqllock.Transaction(ctx, db, "reask", func(context.Context, *sql.Tx) error { ran = true; return nil })
+	if !errors.Is(err, ormlock.ErrUnsupportedDialect) || ran {
+		t.Errorf("Transaction after the loss, the pool now on a standby: %v (fn ran: %v), want ErrUnsupportedDialect: the verdict cached on the primary was trusted", err, ran)
 	}
 }

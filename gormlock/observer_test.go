@@ -42,8 +42,8 @@ func pluginEvents(t *testing.T, r *testdb.Recorder, key, ns string) {
 // The events of Transaction and Session in every outcome (acquired, not
 // acquired, fn error, panic, key forms, unreachable database, ended
 // context, contention, a failed release on MariaDB, a lost Session) are
-// tested once for every adapter, in internal/conformance (observer_test.go),
-// as are Event.Job and SlogObserver's lines (observer_fields_test.go). What
+// tested once for every adapter, in internal/conformance (observer_test.go,
+// with Event.Job and SlogObserver's lines). What
 // stays here is GORM's: the plugin's default observer, the walkthrough of
 // docs/TROUBLESHOOTING.md in GORM, and the cost of an observer.
 func TestObserverPluginDefault(t *testing.T) {

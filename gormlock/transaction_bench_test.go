@@ -23,34 +23,10 @@ func BenchmarkTransaction(b *testing.B) {
 			db := gormtest.On(b, k.Dialect(), sqlDB)
 			name := "bench-" + b.Name()
 			noop := func(*gorm.DB) error { return nil }
-			b.Run("gormlock", func(b *testing.B) {
-				b.ReportAllocs()
-				defer testdb.ReportCPU(b)()
-				for b.Loop() {
-					if err := gormlock.Transaction(db, name, noop); err != nil {
-						b.Fatal(err)
-					}
-				}
-			})
-			b.Run("handwritten", func(b *testing.B) {
-				b.ReportAllocs()
-				defer testdb.ReportCPU(b)()
-				ctx := context.Background()
-				for b.Loop() {
-					if err := testdb.Handwritten(ctx, k, sqlDB, name); err != nil {
-						b.Fatal(err)
-					}
-				}
-			})
-			b.Run("gorm-no-lock", func(b *testing.B) {
-				b.ReportAllocs()
-				defer testdb.ReportCPU(b)()
-				for b.Loop() {
-					if err := db.Transaction(noop); err != nil {
-						b.Fatal(err)
-					}
-				}
-			})
+			testdb.BenchCalls(b, "gormlock", func() error { return gormlock.Transaction(db, name, noop) })
+			ctx := context.Background()
+			testdb.BenchCalls(b, "handwritten", func() error { return testdb.Handwritten(ctx, k, sqlDB, name) })
+			testdb.BenchCalls(b, "gorm-no-lock", func() error { return db.Transaction(noop) })
 		})
 	}
 }

@@ -114,12 +114,7 @@ func TestCheckFenced(t *testing.T) {
 // to its DSN, closed at cleanup.
 func openParams(t *testing.T, k testdb.Kind, params string) *sql.DB {
 	t.Helper()
-	dsn := testdb.DSN(t, k)
-	sep := "?"
-	if strings.Contains(dsn, "?") {
-		sep = "&"
-	}
-	db, err := sql.Open(k.Driver(), dsn+sep+params)
+	db, err := sql.Open(k.Driver(), testdb.WithParams(testdb.DSN(t, k), params))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package webui_test
 
 import (
+	"database/sql"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -23,29 +24,24 @@ const maxPageBytes = 100 << 10
 // with their default parameters, weigh under 100 KB (the stylesheet is
 // another 4 KB, cached).
 func TestPageWeight(t *testing.T) {
-	for _, k := range []testdb.Kind{testdb.Postgres, testdb.MariaDB} {
-		t.Run(string(k), func(t *testing.T) {
-			db := testdb.Open(t, k)
-			t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
-			table := ledger(t, k, db)
-			fillBig(t, k, table, benchRuns, benchJobs)
-			h, err := webui.Handler(db, webui.WithLedgerTable(table))
-			if err != nil {
-				t.Fatal(err)
+	forEachDialect(t, func(t *testing.T, k testdb.Kind, db *sql.DB, table string) {
+		fillBig(t, k, table, benchRuns, benchJobs)
+		h, err := webui.Handler(db, webui.WithLedgerTable(table))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, path := range []string{"/", "/job?name=job-0003", "/static/style.css"} {
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, localRequest(path))
+			if w.Code != http.StatusOK {
+				t.Fatalf("GET %s: %d\n%s", path, w.Code, w.Body)
 			}
-			for _, path := range []string{"/", "/job?name=job-0003", "/static/style.css"} {
-				w := httptest.NewRecorder()
-				h.ServeHTTP(w, localRequest(path))
-				if w.Code != http.StatusOK {
-					t.Fatalf("GET %s: %d\n%s", path, w.Code, w.Body)
-				}
-				t.Logf("GET %s: %d bytes", path, w.Body.Len())
-				if w.Body.Len() >= maxPageBytes {
-					t.Errorf("GET %s weighs %d bytes, want under %d", path, w.Body.Len(), maxPageBytes)
-				}
+			t.Logf("GET %s: %d bytes", path, w.Body.Len())
+			if w.Body.Len() >= maxPageBytes {
+				t.Errorf("GET %s weighs %d bytes, want under %d", path, w.Body.Len(), maxPageBytes)
 			}
-		})
-	}
+		}
+	})
 }
 
 // BenchmarkPages renders the first page of a 10,000-run ledger's overview

@@ -71,66 +71,61 @@ func itoa(n int) string { return strconv.Itoa(n) }
 // sequential scan, no DISTINCT or GROUP BY over it); the overview shows a
 // page of them with a link to the next.
 func TestExplainJobs(t *testing.T) {
-	for _, k := range []testdb.Kind{testdb.Postgres, testdb.MariaDB} {
-		t.Run(string(k), func(t *testing.T) {
-			db := testdb.Open(t, k)
-			t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
-			table := ledger(t, k, db)
-			fillBig(t, k, table, bigLedgerRows, 50)
-			q := webui.JobsSQL(k.Dialect(), table)
-			if k.Dialect() == "postgres" {
-				plan := explain(t, k, db, q, "", "", 26)
-				t.Logf("plan:\n%s", plan)
-				if strings.Contains(plan, "Seq Scan") || strings.Count(plan, "Index Only Scan using "+table+"_pkey") != 2 || strings.Count(plan, "Limit") != 2 {
-					t.Errorf("the jobs are not read one index entry per step:\n%s", plan)
-				}
-				// the pages the whole walk touched (the first Buffers line is
-				// the top node's): a few per job, where the table has thousands
-				m := regexp.MustCompile(`Buffers: shared hit=(\d+)(?: read=(\d+))?`).FindStringSubmatch(plan)
-				if m == nil {
-					t.Fatalf("no Buffers in the plan")
-				}
-				hit, _ := strconv.Atoi(m[1])
-				read := 0
-				if m[2] != "" {
-					read, _ = strconv.Atoi(m[2])
-				}
-				pages := hit + read
-				t.Logf("listing 26 jobs of %d rows touched %d pages", bigLedgerRows, pages)
-				if pages > 10*26 {
-					t.Errorf("listing 26 jobs touched %d pages", pages)
-				}
-			} else {
-				plan := explain(t, k, db, q, "", "job-0010")
-				t.Logf("plan:\n%s", plan)
-				if !strings.Contains(plan, "type=range") || !strings.Contains(plan, "key=PRIMARY") || !strings.Contains(plan, "Using index") {
-					t.Errorf("a step does not read the primary key's index range:\n%s", plan)
-				}
-				// what a page of 26 steps reads: one index entry each
-				reads := handlerReads(t, db, func(conn *sql.Conn) {
-					after := ""
-					for range 26 {
-						if err := conn.QueryRowContext(context.Background(), q, "", after).Scan(&after); err != nil {
-							t.Fatal(err)
-						}
+	forEachDialect(t, func(t *testing.T, k testdb.Kind, db *sql.DB, table string) {
+		fillBig(t, k, table, bigLedgerRows, 50)
+		q := webui.JobsSQL(k.Dialect(), table)
+		if k.Dialect() == "postgres" {
+			plan := explain(t, k, db, q, "", "", 26)
+			t.Logf("plan:\n%s", plan)
+			if strings.Contains(plan, "Seq Scan") || strings.Count(plan, "Index Only Scan using "+table+"_pkey") != 2 || strings.Count(plan, "Limit") != 2 {
+				t.Errorf("the jobs are not read one index entry per step:\n%s", plan)
+			}
+			// the pages the whole walk touched (the first Buffers line is
+			// the top node's): a few per job, where the table has thousands
+			m := regexp.MustCompile(`Buffers: shared hit=(\d+)(?: read=(\d+))?`).FindStringSubmatch(plan)
+			if m == nil {
+				t.Fatalf("no Buffers in the plan")
+			}
+			hit, _ := strconv.Atoi(m[1])
+			read := 0
+			if m[2] != "" {
+				read, _ = strconv.Atoi(m[2])
+			}
+			pages := hit + read
+			t.Logf("listing 26 jobs of %d rows touched %d pages", bigLedgerRows, pages)
+			if pages > 10*26 {
+				t.Errorf("listing 26 jobs touched %d pages", pages)
+			}
+		} else {
+			plan := explain(t, k, db, q, "", "job-0010")
+			t.Logf("plan:\n%s", plan)
+			if !strings.Contains(plan, "type=range") || !strings.Contains(plan, "key=PRIMARY") || !strings.Contains(plan, "Using index") {
+				t.Errorf("a step does not read the primary key's index range:\n%s", plan)
+			}
+			// what a page of 26 steps reads: one index entry each
+			reads := handlerReads(t, db, func(conn *sql.Conn) {
+				after := ""
+				for range 26 {
+					if err := conn.QueryRowContext(context.Background(), q, "", after).Scan(&after); err != nil {
+						t.Fatal(err)
 					}
-				})
-				t.Logf("26 steps over %d rows read %d index entries", bigLedgerRows, reads)
-				if reads > 2*26 {
-					t.Errorf("26 steps read %d index entries, want at most %d", reads, 2*26)
 				}
+			})
+			t.Logf("26 steps over %d rows read %d index entries", bigLedgerRows, reads)
+			if reads > 2*26 {
+				t.Errorf("26 steps read %d index entries, want at most %d", reads, 2*26)
 			}
-			srv := serve(t, db, webui.WithLedgerTable(table))
-			code, body, _ := get(t, srv, "/")
-			if code != http.StatusOK || strings.Count(body, `<tr class="job">`) != 25 || !strings.Contains(body, `id="next-jobs"`) {
-				t.Fatalf("first page of jobs: %d, %d jobs\n%s", code, strings.Count(body, `<tr class="job">`), body)
-			}
-			code, body, _ = get(t, srv, "/?after=job-0024")
-			if code != http.StatusOK || strings.Count(body, `<tr class="job">`) != 25 || strings.Contains(body, `id="next-jobs"`) || !strings.Contains(body, ">job-0049<") {
-				t.Fatalf("second page of jobs: %d, %d jobs\n%s", code, strings.Count(body, `<tr class="job">`), body)
-			}
-		})
-	}
+		}
+		srv := serve(t, db, webui.WithLedgerTable(table))
+		code, body, _ := get(t, srv, "/")
+		if code != http.StatusOK || strings.Count(body, `<tr class="job">`) != 25 || !strings.Contains(body, `id="next-jobs"`) {
+			t.Fatalf("first page of jobs: %d, %d jobs\n%s", code, strings.Count(body, `<tr class="job">`), body)
+		}
+		code, body, _ = get(t, srv, "/?after=job-0024")
+		if code != http.StatusOK || strings.Count(body, `<tr class="job">`) != 25 || strings.Contains(body, `id="next-jobs"`) || !strings.Contains(body, ">job-0049<") {
+			t.Fatalf("second page of jobs: %d, %d jobs\n%s", code, strings.Count(body, `<tr class="job">`), body)
+		}
+	})
 }
 
 // handlerReads returns the index entries MariaDB read (Handler_read_key +

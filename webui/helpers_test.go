@@ -3,7 +3,6 @@ package webui_test
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -25,6 +24,19 @@ func TestMain(m *testing.M) { os.Exit(testdb.Main(m)) }
 // behind PgBouncer, and MariaDB.
 func forEachKind(t *testing.T, f func(t *testing.T, k testdb.Kind)) { testdb.ForEachKind(t, f) }
 
+// forEachDialect runs f as a subtest on PostgreSQL and on MariaDB, each
+// with a new pool, checked for leaks when the subtest ends, and the
+// subtest's own ledger table.
+func forEachDialect(t *testing.T, f func(t *testing.T, k testdb.Kind, db *sql.DB, table string)) {
+	for _, k := range []testdb.Kind{testdb.Postgres, testdb.MariaDB} {
+		t.Run(string(k), func(t *testing.T) {
+			db := testdb.Open(t, k)
+			t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
+			f(t, k, db, ledger(t, k, db))
+		})
+	}
+}
+
 // ledger is a test's own ledger table, created by sqllock.Migrate on db
 // and dropped (with its fence table) when the test ends.
 func ledger(t testing.TB, k testdb.Kind, db *sql.DB) string {
@@ -34,38 +46,6 @@ func ledger(t testing.TB, k testdb.Kind, db *sql.DB) string {
 		t.Fatal(err)
 	}
 	return table
-}
-
-// insertRun writes a ledger row as the library does (admin SQL, so that
-// any value can be written), started at started and lasting d (d < 0: still
-// running).
-func insertRun(t *testing.T, k testdb.Kind, table, ns, job string, slot time.Time, status, owner string, started time.Time, d time.Duration, errText string) {
-	t.Helper()
-	admin := testdb.AdminDB(t, k)
-	var fin, e any
-	if d >= 0 {
-		fin = started.Add(d)
-	}
-	if errText != "" {
-		e = errText
-	}
-	var err error
-	if k.Dialect() == "postgres" {
-		_, err = admin.Exec(`INSERT INTO "`+table+`" (namespace, job, slot, status, owner, started_at, finished_at, error) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-			ns, job, slot, status, owner, started, fin, e)
-	} else {
-		f := func(v any) any {
-			if tm, ok := v.(time.Time); ok {
-				return tm.UTC().Format("2006-01-02 15:04:05.000000")
-			}
-			return v
-		}
-		_, err = admin.Exec("INSERT INTO `"+table+"` (namespace, job, slot, status, owner, started_at, finished_at, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-			ns, job, f(slot), status, owner, f(started), f(fin), e)
-	}
-	if err != nil {
-		t.Fatalf("insert run: %v", err)
-	}
 }
 
 // serve returns a test server of webui.Handler(db, opts...).
@@ -117,62 +97,6 @@ func mustContain(t *testing.T, body string, wants ...string) {
 	}
 	if t.Failed() {
 		t.Logf("page:\n%s", body)
-	}
-}
-
-// lead runs a Lead of key with fencing on db as owner until the test ends,
-// and returns once it is elected.
-func lead(t *testing.T, k testdb.Kind, db *sql.DB, table string, key ormlock.Key, owner string) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	elected := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- sqllock.Lead(ctx, db, key, func(ctx context.Context) error {
-			close(elected)
-			<-ctx.Done()
-			return ctx.Err()
-		}, ormlock.WithFencing(), ormlock.WithOwner(owner), ormlock.WithLedgerTable(table))
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("Lead: %v", err)
-		}
-	})
-	select {
-	case <-elected:
-	case err := <-done:
-		t.Fatalf("Lead returned before it was elected: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("not elected within 30s")
-	}
-}
-
-// claimRun runs a claim-mode RunOnce of (job, slot) on db as owner, whose
-// fn runs until the test ends, and returns once fn runs: its row is
-// 'running' and its lock held.
-func claimRun(t *testing.T, db *sql.DB, table, job string, slot time.Time, owner string) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	running, done := make(chan struct{}), make(chan error, 1)
-	go func() {
-		done <- sqllock.RunOnce(ctx, db, job, slot, func(ctx context.Context, _ *sql.Tx) error {
-			close(running)
-			<-ctx.Done()
-			return nil
-		}, ormlock.WithClaim(), ormlock.WithOwner(owner), ormlock.WithLedgerTable(table))
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	select {
-	case <-running:
-	case err := <-done:
-		t.Fatalf("RunOnce returned before fn ran: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("fn did not run within 30s")
 	}
 }
 

@@ -1,7 +1,6 @@
 package webui_test
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/internal/testdb/ledgertest"
 	"github.com/ormlock/ormlock/webui"
 )
 
@@ -58,12 +58,12 @@ func TestEscaping(t *testing.T) {
 		table := ledger(t, k, db)
 		for i, h := range hostile {
 			job := "job " + h
-			insertRun(t, k, table, "", job, slot(2), "done", "owner "+h, slot(2), time.Second, "")
-			insertRun(t, k, table, "", job, slot(1), "failed", h, slot(1), 2*time.Second, "error "+h+"\nline two "+h)
+			ledgertest.InsertRun(t, k, table, "", job, slot(2), "done", "owner "+h, slot(2), time.Second, "")
+			ledgertest.InsertRun(t, k, table, "", job, slot(1), "failed", h, slot(1), 2*time.Second, "error "+h+"\nline two "+h)
 			_ = i
 		}
 		owner := "<i>lead</i>\u202E"
-		lead(t, k, db, table, ormlock.Name("<b>leader</b>\u202E"), owner)
+		ledgertest.Leading(t, db, table, ormlock.Name("<b>leader</b>\u202E"), owner)
 		srv := serve(t, db, webui.WithLedgerTable(table), webui.WithLeaders(ormlock.Name("<b>leader</b>\u202E")),
 			webui.WithLocks(ormlock.Name("lock \u202E<script>")))
 		code, body, _ := get(t, srv, "/")
@@ -101,7 +101,7 @@ func TestParams(t *testing.T) {
 	t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
 	table := ledger(t, k, db)
 	for i := 1; i <= 70; i++ {
-		insertRun(t, k, table, "", "many", slot(i), "done", "o", slot(i), time.Second, "")
+		ledgertest.InsertRun(t, k, table, "", "many", slot(i), "done", "o", slot(i), time.Second, "")
 	}
 	srv := serve(t, db, webui.WithLedgerTable(table))
 	for path, want := range map[string]string{
@@ -268,43 +268,38 @@ func roleDSN(t *testing.T, k testdb.Kind) string {
 // database user that may only SELECT: it writes nothing. The same user is
 // refused a write, so the grant is what the test thinks.
 func TestReadOnly(t *testing.T) {
-	for _, k := range []testdb.Kind{testdb.Postgres, testdb.MariaDB} {
-		t.Run(string(k), func(t *testing.T) {
-			db := testdb.Open(t, k)
-			t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
-			table := ledger(t, k, db)
-			insertRun(t, k, table, "", "ro-job", slot(2), "done", "a", slot(2), time.Second, "")
-			insertRun(t, k, table, "", "ro-job", slot(1), "failed", "a", slot(1), time.Second, "boom")
-			lead(t, k, db, table, ormlock.Name("ro-leader"), "ro-owner")
-			release := testdb.RawHold(t, k, "", "ro-held")
-			defer release()
-			dsn := roleDSN(t, k)
-			ro, err := sql.Open(k.Driver(), dsn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { ro.Close() })
-			q := "DELETE FROM " + table
-			if _, err := ro.Exec(q); err == nil {
-				t.Fatal("the SELECT-only user could delete")
-			}
-			hourly, _ := ormlock.Every(time.Hour, nil)
-			srv := serve(t, ro, webui.WithLedgerTable(table), webui.WithSchedule("ro-job", hourly),
-				webui.WithLeaders(ormlock.Name("ro-leader")), webui.WithLocks(ormlock.Name("ro-held")))
-			code, body, _ := get(t, srv, "/")
-			if code != http.StatusOK || strings.Contains(body, `class="error"`) {
-				t.Fatalf("GET / as the SELECT-only user: %d\n%s", code, body)
-			}
-			mustContain(t, body, "ro-job", `status held">leading<`, "ro-owner", `status held">held<`)
-			code, body, _ = get(t, srv, "/job?name=ro-job")
-			if code != http.StatusOK || !strings.Contains(body, "boom") {
-				t.Fatalf("GET /job as the SELECT-only user: %d\n%s", code, body)
-			}
-			if n := ro.Stats().InUse; n != 0 {
-				t.Errorf("%d connections of the view's pool in use", n)
-			}
-		})
-	}
+	forEachDialect(t, func(t *testing.T, k testdb.Kind, db *sql.DB, table string) {
+		ledgertest.InsertRun(t, k, table, "", "ro-job", slot(2), "done", "a", slot(2), time.Second, "")
+		ledgertest.InsertRun(t, k, table, "", "ro-job", slot(1), "failed", "a", slot(1), time.Second, "boom")
+		ledgertest.Leading(t, db, table, ormlock.Name("ro-leader"), "ro-owner")
+		release := testdb.RawHold(t, k, "", "ro-held")
+		defer release()
+		dsn := roleDSN(t, k)
+		ro, err := sql.Open(k.Driver(), dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ro.Close() })
+		q := "DELETE FROM " + table
+		if _, err := ro.Exec(q); err == nil {
+			t.Fatal("the SELECT-only user could delete")
+		}
+		hourly, _ := ormlock.Every(time.Hour, nil)
+		srv := serve(t, ro, webui.WithLedgerTable(table), webui.WithSchedule("ro-job", hourly),
+			webui.WithLeaders(ormlock.Name("ro-leader")), webui.WithLocks(ormlock.Name("ro-held")))
+		code, body, _ := get(t, srv, "/")
+		if code != http.StatusOK || strings.Contains(body, `class="error"`) {
+			t.Fatalf("GET / as the SELECT-only user: %d\n%s", code, body)
+		}
+		mustContain(t, body, "ro-job", `status held">leading<`, "ro-owner", `status held">held<`)
+		code, body, _ = get(t, srv, "/job?name=ro-job")
+		if code != http.StatusOK || !strings.Contains(body, "boom") {
+			t.Fatalf("GET /job as the SELECT-only user: %d\n%s", code, body)
+		}
+		if n := ro.Stats().InUse; n != 0 {
+			t.Errorf("%d connections of the view's pool in use", n)
+		}
+	})
 }
 
 // TestDeadline: a database that does not answer (the ledger table locked
@@ -315,7 +310,7 @@ func TestDeadline(t *testing.T) {
 		db := testdb.Open(t, k)
 		t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
 		table := ledger(t, k, db)
-		insertRun(t, k, table, "", "slow", slot(1), "done", "a", slot(1), time.Second, "")
+		ledgertest.InsertRun(t, k, table, "", "slow", slot(1), "done", "a", slot(1), time.Second, "")
 		ctx := context.Background()
 		conn, err := testdb.AdminDB(t, k).Conn(ctx)
 		if err != nil {
@@ -389,24 +384,6 @@ func TestDeadline(t *testing.T) {
 	})
 }
 
-// syncBuffer is a log sink for concurrent handlers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestUnreachable: a server that refuses the connection is shown as
 // unreachable, and neither the page nor the log names the DSN, its
 // password, user, host or database.
@@ -425,7 +402,7 @@ func TestUnreachable(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer db.Close()
-			var logs syncBuffer
+			var logs testdb.SyncBuffer
 			srv := serve(t, db, webui.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))), webui.WithLocks(ormlock.Name("x")))
 			for _, path := range []string{"/", "/job?name=x"} {
 				code, body, _ := get(t, srv, path)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/internal/testdb/ledgertest"
 	"github.com/ormlock/ormlock/webui"
 )
 
@@ -33,17 +34,17 @@ func TestPages(t *testing.T) {
 			switch i {
 			case 5: // missed: no row
 			case 3:
-				insertRun(t, k, table, "", "nightly-report", slot(i), "failed", "replica-b/2", slot(i).Add(time.Second), 4*time.Second, "connection reset by peer")
+				ledgertest.InsertRun(t, k, table, "", "nightly-report", slot(i), "failed", "replica-b/2", slot(i).Add(time.Second), 4*time.Second, "connection reset by peer")
 			default:
-				insertRun(t, k, table, "", "nightly-report", slot(i), "done", "replica-a/1", slot(i).Add(time.Second), time.Duration(i)*time.Second, "")
+				ledgertest.InsertRun(t, k, table, "", "nightly-report", slot(i), "done", "replica-a/1", slot(i).Add(time.Second), time.Duration(i)*time.Second, "")
 			}
 		}
-		insertRun(t, k, table, "", "nightly-report", slot(1), "running", "replica-c/3", time.Now().Add(-time.Minute), -1, "")
-		insertRun(t, k, table, "", "cleanup", slot(1), "done", "replica-a/1", slot(1), time.Second, "")
-		claimRun(t, db, table, "live-job", slot(1), "replica-live")
+		ledgertest.InsertRun(t, k, table, "", "nightly-report", slot(1), "running", "replica-c/3", time.Now().Add(-time.Minute), -1, "")
+		ledgertest.InsertRun(t, k, table, "", "cleanup", slot(1), "done", "replica-a/1", slot(1), time.Second, "")
+		ledgertest.ClaimRunning(t, db, table, "live-job", slot(1), "replica-live")
 		release := testdb.RawHold(t, k, "", "webui-held")
 		defer release()
-		lead(t, k, db, table, ormlock.Name("webui-leader"), "replica-a")
+		ledgertest.Leading(t, db, table, ormlock.Name("webui-leader"), "replica-a")
 
 		srv := serve(t, db, webui.WithLedgerTable(table), webui.WithSchedule("nightly-report", hourly),
 			webui.WithLocks(ormlock.Name("webui-held"), ormlock.Name("webui-free")),
@@ -113,7 +114,7 @@ func TestMounted(t *testing.T) {
 	db := testdb.Open(t, k)
 	t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
 	table := ledger(t, k, db)
-	insertRun(t, k, table, "", "mounted-job", slot(1), "done", "o", slot(1), time.Second, "")
+	ledgertest.InsertRun(t, k, table, "", "mounted-job", slot(1), "done", "o", slot(1), time.Second, "")
 	h, err := webui.Handler(db, webui.WithLedgerTable(table))
 	if err != nil {
 		t.Fatal(err)

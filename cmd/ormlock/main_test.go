@@ -1,7 +1,6 @@
 package main_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -10,7 +9,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -78,28 +76,10 @@ func uniq(t *testing.T, label string) string {
 	return fmt.Sprintf("cmd-%x-%s", uint64(keyhash.Int64(t.Name())), label)
 }
 
-// buffer is a bytes.Buffer safe for the process's writer and the test.
-type buffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *buffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *buffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // proc is a running ormlock.
 type proc struct {
 	cmd            *exec.Cmd
-	stdout, stderr *buffer
+	stdout, stderr *testdb.SyncBuffer
 	done           chan struct{}
 	code           int
 }
@@ -120,7 +100,7 @@ func startIn(t *testing.T, k testdb.Kind, stdin io.Reader, args ...string) *proc
 // startWith is start with setup applied to the command before it starts.
 func startWith(t *testing.T, k testdb.Kind, setup func(*exec.Cmd), args ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(bin, args...), stdout: &buffer{}, stderr: &buffer{}, done: make(chan struct{})}
+	p := &proc{cmd: exec.Command(bin, args...), stdout: &testdb.SyncBuffer{}, stderr: &testdb.SyncBuffer{}, done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
 	p.cmd.Env = append(childEnv(), "ORMLOCK_DSN=")
 	if k != "" {

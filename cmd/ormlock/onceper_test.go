@@ -113,11 +113,7 @@ func TestOncePerFailedRetries(t *testing.T) {
 // the command, and the other way round.
 func TestOncePerSharesLedgerWithGo(t *testing.T) {
 	forEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db := openGorm(t, k)
-		table := ledgerTable(t, k)
-		if err := gormlock.Migrate(db, ormlock.WithLedgerTable(table)); err != nil {
-			t.Fatal(err)
-		}
+		db, table := openLedger(t, k)
 		sched, err := ormlock.Every(time.Hour, time.UTC)
 		if err != nil {
 			t.Fatal(err)
@@ -166,11 +162,7 @@ func TestOncePerNoLedger(t *testing.T) {
 // slot failed, so the next trigger runs it.
 func TestOncePerLockLost(t *testing.T) {
 	forEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db := openGorm(t, k)
-		table := ledgerTable(t, k)
-		if err := gormlock.Migrate(db, ormlock.WithLedgerTable(table)); err != nil {
-			t.Fatal(err)
-		}
+		db, table := openLedger(t, k)
 		sched, err := ormlock.Every(24*time.Hour, time.UTC)
 		if err != nil {
 			t.Fatal(err)
@@ -206,11 +198,7 @@ func TestOncePerLockLost(t *testing.T) {
 // second call finds everything done.
 func TestOncePerCatchUp(t *testing.T) {
 	forEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db := openGorm(t, k)
-		table := ledgerTable(t, k)
-		if err := gormlock.Migrate(db, ormlock.WithLedgerTable(table)); err != nil {
-			t.Fatal(err)
-		}
+		_, table := openLedger(t, k)
 		hourly, err := ormlock.Every(time.Hour, time.UTC)
 		if err != nil {
 			t.Fatal(err)
@@ -311,4 +299,16 @@ func TestHolderWithoutLedger(t *testing.T) {
 		t.Errorf("holder without a database: %q", out)
 	}
 	testdb.AssertNoLeaks(t, testdb.MariaDB)
+}
+
+// openLedger opens GORM on a new pool of kind k and creates the test's own
+// ledger table (ledgerTable) with gormlock.Migrate.
+func openLedger(t *testing.T, k testdb.Kind) (*gorm.DB, string) {
+	t.Helper()
+	db := openGorm(t, k)
+	table := ledgerTable(t, k)
+	if err := gormlock.Migrate(db, ormlock.WithLedgerTable(table)); err != nil {
+		t.Fatal(err)
+	}
+	return db, table
 }

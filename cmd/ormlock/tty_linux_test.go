@@ -56,7 +56,7 @@ func TestRunJobControl(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := &buffer{}
+	out := &testdb.SyncBuffer{}
 	go func() { _, _ = io.Copy(out, master) }()
 	sh := exec.Command(bash, "--norc", "--noprofile", "-i")
 	sh.Env = append(childEnv(), "ORMLOCK_DSN="+testdb.DSN(t, k), sigCountEnv+"=1", "PS1=$ ", "TERM=dumb")

@@ -21,7 +21,7 @@ import (
 )
 
 // The runner adapters of sqllock (database/sql) and pgxlock (a pgx pool);
-// gormlock's and entlock's are in conformance_test.go and runner_test.go.
+// gormlock's and entlock's are in runner_test.go.
 
 // ---- sqllock ----
 
@@ -138,11 +138,6 @@ func insertItem(dialect string) string {
 func (s sqlTx) Exec(query string, args ...any) error {
 	_, err := s.tx.ExecContext(s.ctx, query, args...)
 	return err
-}
-
-func (s sqlTx) QueryInt(query string) (n int64, err error) {
-	err = s.Scan(query, &n)
-	return n, err
 }
 
 func (s sqlTx) Scan(query string, dest ...any) error {
@@ -407,11 +402,6 @@ func (p pgxTx) Insert(owner string, n int) error {
 func (p pgxTx) Exec(query string, args ...any) error {
 	_, err := p.tx.Exec(p.ctx, query, args...)
 	return err
-}
-
-func (p pgxTx) QueryInt(query string) (n int64, err error) {
-	err = p.Scan(query, &n)
-	return n, err
 }
 
 func (p pgxTx) Scan(query string, dest ...any) error {

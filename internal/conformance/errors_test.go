@@ -98,7 +98,7 @@ func TestLockLostContextEndedInFn(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			err := r.Transaction(ctx, key, func(tx txn) error {
-				id, err := tx.QueryInt(connIDQuery(k))
+				id, err := queryInt(tx, connIDQuery(k))
 				if err != nil {
 					return err
 				}

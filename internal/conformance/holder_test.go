@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/entlock"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/keyhash"
 )
@@ -26,7 +27,7 @@ func connIDQuery(k testdb.Kind) string {
 // gone; it returns the error of reading the connection's id.
 func killConn(t *testing.T, k testdb.Kind, tx txn) error {
 	t.Helper()
-	id, err := tx.QueryInt(connIDQuery(k))
+	id, err := queryInt(tx, connIDQuery(k))
 	if err != nil {
 		return err
 	}
@@ -97,7 +98,7 @@ func TestHolderTransaction(t *testing.T) {
 		var pid int64
 		err := r.Transaction(context.Background(), key, func(tx txn) error {
 			var err error
-			if pid, err = tx.QueryInt(connIDQuery(k)); err != nil {
+			if pid, err = queryInt(tx, connIDQuery(k)); err != nil {
 				return err
 			}
 			time.Sleep(10 * time.Millisecond)
@@ -147,7 +148,7 @@ func TestHolderNamespace(t *testing.T) {
 		r := a.with(t, k, ormlock.WithNamespace("holderns"))
 		key := "holder-ns-" + t.Name()
 		err := r.Transaction(context.Background(), key, func(tx txn) error {
-			pid, err := tx.QueryInt(connIDQuery(k))
+			pid, err := queryInt(tx, connIDQuery(k))
 			if err != nil {
 				return err
 			}
@@ -183,7 +184,7 @@ func TestHolderNumericKeys(t *testing.T) {
 		}
 		for _, key := range keys {
 			err := r.Transaction(context.Background(), key, func(tx txn) error {
-				pid, err := tx.QueryInt(connIDQuery(k))
+				pid, err := queryInt(tx, connIDQuery(k))
 				if err != nil {
 					return err
 				}
@@ -254,7 +255,7 @@ func TestHolderSession(t *testing.T) {
 			// runs on another one
 			var own int64
 			err = r.Transaction(ctx, key+"-other", func(tx txn) error {
-				own, err = tx.QueryInt(connIDQuery(k))
+				own, err = queryInt(tx, connIDQuery(k))
 				return err
 			})
 			if err != nil || own == h.PID {
@@ -391,4 +392,194 @@ func TestHolderBadInput(t *testing.T) {
 			}
 		})
 	}
+}
+
+// HeldFor counts from the acquisition, not from the start of the lock
+// transaction: a Session that waited on the server (WithWait, as a Lead's
+// campaign does) for over a second reports, from its first moment on and
+// after its keepalives, no more than the time since it got the lock (plus
+// slack), whatever the wait before it.
+func TestHolderHeldForExcludesTheWait(t *testing.T) {
+	forEachPostgres(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		r := openRunner(t, a, k)
+		ctx := context.Background()
+		key := "heldfor-" + a.name + "-" + string(k)
+		const wait = 1500 * time.Millisecond
+		const slack = 500 * time.Millisecond
+
+		heldA, releaseA := make(chan struct{}), make(chan struct{})
+		errA := make(chan error, 1)
+		go func() {
+			errA <- r.Session(ctx, key, func(context.Context) error {
+				close(heldA)
+				<-releaseA
+				return nil
+			})
+		}()
+		<-heldA
+
+		heldB, releaseB := make(chan time.Time, 1), make(chan struct{})
+		errB := make(chan error, 1)
+		go func() {
+			errB <- r.Session(ctx, key, func(context.Context) error {
+				heldB <- time.Now()
+				<-releaseB
+				return nil
+			}, ormlock.WithWait(time.Minute), ormlock.WithKeepalive(100*time.Millisecond))
+		}()
+		// B waits on the server, inside its lock transaction
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			h, err := r.Holder(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h.Waiters == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("B does not wait: %s", h)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(wait)
+		close(releaseA)
+		if err := <-errA; err != nil {
+			t.Fatal(err)
+		}
+		acquired := <-heldB
+		check := func(when string) {
+			t.Helper()
+			h, err := r.Holder(ctx, key)
+			since := time.Since(acquired)
+			if err != nil || !h.Held {
+				t.Fatalf("%s: Holder = %s, %v", when, h, err)
+			}
+			if h.HeldFor <= 0 || h.HeldFor > since+slack {
+				t.Errorf("%s: held_for=%v, %v after the acquisition, which came after a wait of over %v: %s", when, h.HeldFor, since, wait, h)
+			}
+		}
+		check("at once")
+		time.Sleep(350 * time.Millisecond) // past a few keepalives
+		check("after keepalives")
+		close(releaseB)
+		if err := <-errB; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// lockCtx is the context fn's work uses, the one ormlock.Held reads:
+// gormlock's tx.Statement.Context, sqllock's and pgxlock's fn ctx, and
+// entlock.Context(tx) (ent's fn gets no context).
+func lockCtx(tx txn) context.Context {
+	if e, ok := tx.(entTx); ok {
+		return entlock.Context(e.tx)
+	}
+	return tx.Context()
+}
+
+// TestHeld: ormlock.Held is true while fn runs with the lock held, in every
+// verb of every adapter on every server, and false for a context no verb
+// made, after the verb returned, and once a Session's lock is lost (its
+// backend killed); entlock.Held(tx) is its twin on ent's transaction.
+func TestHeld(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		ctx := context.Background()
+		var none context.Context // a nil context says no
+		if ormlock.Held(ctx) || ormlock.Held(none) {
+			t.Fatal("Held of a context no verb made")
+		}
+		r := openRunner(t, a, k)
+		key := "conf-held-" + t.Name()
+		var after context.Context
+		if err := r.Transaction(ctx, key, func(tx txn) error {
+			after = lockCtx(tx)
+			if !ormlock.Held(after) {
+				t.Error("Transaction: Held is false in fn")
+			}
+			if e, ok := tx.(entTx); ok && !entlock.Held(e.tx) {
+				t.Error("Transaction: entlock.Held is false in fn")
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if ormlock.Held(after) {
+			t.Error("Transaction: Held is true after the verb returned")
+		}
+		if err := r.Session(ctx, key, func(ctx context.Context) error {
+			after = ctx
+			if !ormlock.Held(ctx) {
+				t.Error("Session: Held is false in fn")
+			}
+			// a nested verb answers for its own lock, and the outer
+			// one's context still says held
+			return r.Session(ctx, key+"-inner", func(inner context.Context) error {
+				if !ormlock.Held(inner) || !ormlock.Held(ctx) {
+					t.Error("nested Session: Held is false")
+				}
+				return nil
+			})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if ormlock.Held(after) {
+			t.Error("Session: Held is true after the verb returned")
+		}
+		if ld, ok := r.(leader); ok {
+			lctx, cancel := context.WithCancel(ctx)
+			err := ld.Lead(lctx, key, func(ctx context.Context) error {
+				after = ctx
+				if !ormlock.Held(ctx) {
+					t.Error("Lead: Held is false in fn")
+				}
+				cancel()
+				return nil
+			})
+			cancel()
+			if err != nil && !errors.Is(err, context.Canceled) {
+				t.Fatalf("Lead: %v", err)
+			}
+			if ormlock.Held(after) {
+				t.Error("Lead: Held is true after the verb returned")
+			}
+		}
+		tbl := ledgerTable(t, k, r)
+		for _, claim := range []bool{false, true} {
+			opts := []ormlock.Option{ormlock.WithLedgerTable(tbl)}
+			if claim {
+				opts = append(opts, ormlock.WithClaim())
+			}
+			if err := r.RunOnce(ctx, "held-"+t.Name(), testdb.Slot(map[bool]int{false: 0, true: 1}[claim]), func(tx txn) error {
+				if !ormlock.Held(lockCtx(tx)) {
+					t.Errorf("RunOnce (claim %v): Held is false in fn", claim)
+				}
+				return nil
+			}, opts...); err != nil {
+				t.Fatal(err)
+			}
+		}
+
+		// a lost lock: Held says no once fn's context ends
+		lost := "conf-held-lost-" + t.Name()
+		err := r.Session(ctx, lost, func(ctx context.Context) error {
+			if !ormlock.Held(ctx) {
+				t.Error("Session before the loss: Held is false")
+			}
+			if err := killHolder(ctx, t, k, r, lost); err != nil {
+				return err
+			}
+			if err := awaitLoss(ctx); err != nil && ctx.Err() == nil {
+				return err
+			}
+			if ormlock.Held(ctx) {
+				t.Error("Session after the loss: Held is true")
+			}
+			return nil
+		}, ormlock.WithKeepalive(200*time.Millisecond))
+		if !errors.Is(err, ormlock.ErrLockLost) {
+			t.Fatalf("lost Session: %v, want ErrLockLost", err)
+		}
+	})
 }

@@ -31,7 +31,7 @@ func next(tx txn, owner string) error { return nextHeld(tx, owner, nil, 0) }
 // has read, it signals started and keeps the lock for hold, so that the
 // second holder's wait overlaps it.
 func nextHeld(tx txn, owner string, started *startSignal, hold time.Duration) error {
-	top, err := tx.QueryInt("SELECT COALESCE(MAX(n), 0) FROM items WHERE " + ofOwner(owner))
+	top, err := queryInt(tx, "SELECT COALESCE(MAX(n), 0) FROM items WHERE " + ofOwner(owner))
 	if err != nil {
 		return err
 	}
@@ -234,10 +234,6 @@ func TestSnapshotIsolationNeedsTwoConns(t *testing.T) {
 func TestTransactionServerDefaultIsolation(t *testing.T) {
 	k := testdb.Postgres
 	dsn := testdb.DSN(t, k)
-	sep := "?"
-	if strings.Contains(dsn, "?") {
-		sep = "&"
-	}
 	for _, a := range adapters {
 		for _, c := range []struct{ driver, level string }{
 			{"pgx", "repeatable%20read"}, {"pgx", "serializable"},
@@ -246,7 +242,7 @@ func TestTransactionServerDefaultIsolation(t *testing.T) {
 			driver, level := c.driver, c.level
 			t.Run(a.name+"/"+driver+"/"+level, func(t *testing.T) {
 				open := func() runner {
-					db, err := sql.Open(driver, dsn+sep+"default_transaction_isolation="+level)
+					db, err := sql.Open(driver, testdb.WithParams(dsn, "default_transaction_isolation="+level))
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -241,8 +241,7 @@ func TestMigrateCreatesPruneIndex(t *testing.T) {
 func TestConformanceRuns(t *testing.T) {
 	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
 		ctx := context.Background()
-		r := openRunner(t, a, k)
-		tbl := ledgerTable(t, k, r)
+		r, tbl := openWithLedger(t, a, k)
 		job := "audit-" + t.Name()
 		opt := ormlock.WithLedgerTable(tbl)
 		berlin, err := time.LoadLocation("Europe/Berlin") // time/tzdata: never missing
@@ -375,8 +374,7 @@ func fillLedger(t *testing.T, k testdb.Kind, r runner, tbl, job, status string, 
 func TestPrune(t *testing.T) {
 	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
 		ctx := context.Background()
-		r := openRunner(t, a, k)
-		tbl := ledgerTable(t, k, r)
+		r, tbl := openWithLedger(t, a, k)
 		opt := ormlock.WithLedgerTable(tbl)
 		old := time.Now().Add(-30 * 24 * time.Hour).Truncate(time.Second)
 		fillLedger(t, k, r, tbl, "prune-done", "done", old, 2300)
@@ -452,8 +450,7 @@ func TestPruneConcurrentRuns(t *testing.T) {
 	a := adapters[0]
 	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
 		ctx := context.Background()
-		r := openRunner(t, a, k)
-		tbl := ledgerTable(t, k, r)
+		r, tbl := openWithLedger(t, a, k)
 		opt := ormlock.WithLedgerTable(tbl)
 		fillLedger(t, k, r, tbl, "prune-bulk", "done", time.Now().Add(-60*24*time.Hour).Truncate(time.Second), 20000)
 		done := make(chan error, 1)
@@ -499,8 +496,7 @@ func TestPruneConcurrentRuns(t *testing.T) {
 func TestPruneNamespaces(t *testing.T) {
 	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
 		ctx := context.Background()
-		r := openRunner(t, a, k)
-		tbl := ledgerTable(t, k, r)
+		r, tbl := openWithLedger(t, a, k)
 		opt := ormlock.WithLedgerTable(tbl)
 		old := time.Now().Add(-30 * 24 * time.Hour).Truncate(time.Second)
 		nss := []string{"", "billing", "mail"}

@@ -1,9 +1,20 @@
 package conformance_test
 
+// Cross-ORM conformance: one suite, written once against a small adapter
+// interface, run for every adapter (gormlock, entlock) on every server
+// (PostgreSQL, PgBouncer in transaction mode, MariaDB); then gormlock,
+// entlock and hand-written SQL contend for the same keys and must exclude
+// each other. Every pool is checked for leaks (no advisory or named lock
+// left, no connection in use) when its test ends.
+
 import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,8 +25,448 @@ import (
 	"github.com/ormlock/ormlock/entlock"
 	"github.com/ormlock/ormlock/gormlock"
 	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/internal/testdb/enttest"
 	"github.com/ormlock/ormlock/internal/testdb/enttest/ent"
+	"github.com/ormlock/ormlock/internal/testdb/gormtest"
 )
+
+func TestMain(m *testing.M) { os.Exit(testdb.Main(m)) }
+
+// locker is what the suite needs of an adapter: the two verbs, over one pool.
+type locker interface {
+	// Transaction runs fn in a transaction while key's lock is held.
+	Transaction(ctx context.Context, key any, fn func(tx txn) error, opts ...ormlock.Option) error
+	// Session holds key's lock on a dedicated connection while fn runs.
+	Session(ctx context.Context, key any, fn func(ctx context.Context) error, opts ...ormlock.Option) error
+}
+
+// txn is a transaction handed to fn.
+type txn interface {
+	// Insert writes an item row in the transaction.
+	Insert(owner string, n int) error
+	// Exec runs a statement (placeholders "?") in the transaction.
+	Exec(query string, args ...any) error
+	// Scan runs a query returning one row in the transaction into dest.
+	Scan(query string, dest ...any) error
+	// Context is the context fn's statements run with.
+	Context() context.Context
+	// FencingToken is the adapter's FencingToken of the transaction.
+	FencingToken() (int64, bool)
+}
+
+// queryInt runs a query returning one integer in tx (tx.Scan).
+func queryInt(tx txn, query string) (int64, error) {
+	var n int64
+	err := tx.Scan(query, &n)
+	return n, err
+}
+
+// adapter opens a locker on a new pool of kind k; the pool is checked for
+// leaks when the test ends.
+type adapter struct {
+	name string
+	open func(t *testing.T, k testdb.Kind) locker
+	// with opens a runner like open whose defaults are opts (GORM's plugin,
+	// entlock.Wrap's options).
+	with func(t *testing.T, k testdb.Kind, opts ...ormlock.Option) runner
+	// on builds a runner over pool db of dialect ("postgres" or "mysql"),
+	// without pinging it and without a leak check.
+	on func(t *testing.T, dialect string, db *sql.DB) runner
+}
+
+var adapters = []adapter{
+	{"gormlock", openGorm, gormWith, gormOnPool},
+	{"entlock", openEnt, entWith, entOnPool},
+	{"sqllock", openSQL, sqlWith, sqlOnPool},
+	{"pgxlock", openPgx, pgxWith, pgxOnPool},
+}
+
+// ---- gormlock ----
+
+type gormLocker struct{ db *gorm.DB }
+
+type gormTx struct{ tx *gorm.DB }
+
+func (g gormTx) Insert(owner string, n int) error {
+	return g.tx.Exec("INSERT INTO items (owner, n) VALUES (?, ?)", owner, n).Error
+}
+
+func openGorm(t *testing.T, k testdb.Kind) locker {
+	t.Helper()
+	return gormLocker{gormOpen(t, k)}
+}
+
+func gormWith(t *testing.T, k testdb.Kind, opts ...ormlock.Option) runner {
+	t.Helper()
+	db := gormOpen(t, k)
+	if len(opts) > 0 {
+		if err := db.Use(gormlock.New(opts...)); err != nil {
+			t.Fatalf("gormlock.New: %v", err)
+		}
+	}
+	return gormLocker{db}
+}
+
+func gormOnPool(t *testing.T, dialect string, sqlDB *sql.DB) runner {
+	t.Helper()
+	return gormLocker{gormtest.On(t, dialect, sqlDB, gormtest.NoPing())}
+}
+
+// gormOpen opens GORM on a new pool to the server of kind k, with the items
+// table migrated; the pool is checked for leaks when the test ends.
+func gormOpen(t *testing.T, k testdb.Kind) *gorm.DB {
+	t.Helper()
+	enttest.Migrate(t, k)
+	db, _ := gormtest.Open(t, k)
+	return db
+}
+
+func (g gormLocker) Transaction(ctx context.Context, key any, fn func(txn) error, opts ...ormlock.Option) error {
+	return gormlock.Transaction(g.db.WithContext(ctx), keyOf(key), gormFn(fn), opts...)
+}
+
+// gormFn adapts fn to GORM (nil stays nil, for the bad-input tests).
+func gormFn(fn func(txn) error) func(*gorm.DB) error {
+	if fn == nil {
+		return nil
+	}
+	return func(tx *gorm.DB) error { return fn(gormTx{tx}) }
+}
+
+func (g gormLocker) Session(ctx context.Context, key any, fn func(context.Context) error, opts ...ormlock.Option) error {
+	return gormlock.Session(g.db.WithContext(ctx), keyOf(key), fn, opts...)
+}
+
+// ---- entlock ----
+
+type entLocker struct {
+	client  *ent.Client
+	db      *sql.DB
+	dialect string
+}
+
+type entTx struct {
+	ctx context.Context
+	tx  *ent.Tx
+}
+
+func (e entTx) Insert(owner string, n int) error {
+	return e.tx.Item.Create().SetOwner(owner).SetN(n).Exec(e.ctx)
+}
+
+func openEnt(t *testing.T, k testdb.Kind) locker {
+	t.Helper()
+	return entWith(t, k)
+}
+
+func entWith(t *testing.T, k testdb.Kind, opts ...ormlock.Option) runner {
+	t.Helper()
+	client, db := enttest.Open(t, k, opts...)
+	return entLocker{client, db, k.Dialect()}
+}
+
+func entOnPool(t *testing.T, dialect string, db *sql.DB) runner {
+	t.Helper()
+	return entLocker{ent.NewClient(ent.Driver(entlock.Wrap(entsql.OpenDB(dialect, db)))), db, dialect}
+}
+
+func (e entLocker) Transaction(ctx context.Context, key any, fn func(txn) error, opts ...ormlock.Option) error {
+	return entlock.Transaction(ctx, e.client, keyOf(key), entFn(ctx, fn), opts...)
+}
+
+// entFn adapts fn to ent (nil stays nil, for the bad-input tests).
+func entFn(ctx context.Context, fn func(txn) error) func(*ent.Tx) error {
+	if fn == nil {
+		return nil
+	}
+	return func(tx *ent.Tx) error { return fn(entTx{ctx, tx}) }
+}
+
+func (e entLocker) Session(ctx context.Context, key any, fn func(context.Context) error, opts ...ormlock.Option) error {
+	return entlock.Session(ctx, e.client, keyOf(key), fn, opts...)
+}
+
+// ---- helpers ----
+
+// keyOf is the key the adapters' verbs take for key (a name, an id or a
+// Key), as they convert it themselves.
+func keyOf(key any) ormlock.Key {
+	switch v := key.(type) {
+	case string:
+		return ormlock.Name(v)
+	case int64:
+		return ormlock.ID(v)
+	case ormlock.Key:
+		return v
+	}
+	panic(fmt.Sprintf("key of type %T", key))
+}
+
+// forEach runs f for every adapter on every server kind. The kinds of one
+// adapter run in parallel: each has a database of its own, whose leak check
+// does not see the others'; the adapters run one after the other.
+func forEach(t *testing.T, f func(t *testing.T, a adapter, k testdb.Kind)) {
+	t.Helper()
+	forKinds(t, testdb.Kinds(), f)
+}
+
+// forEachPostgres runs f for every adapter on PostgreSQL and PgBouncer, as
+// forEach does.
+func forEachPostgres(t *testing.T, f func(t *testing.T, a adapter, k testdb.Kind)) {
+	t.Helper()
+	forKinds(t, []testdb.Kind{testdb.Postgres, testdb.PgBouncer}, f)
+}
+
+func forKinds(t *testing.T, kinds []testdb.Kind, f func(t *testing.T, a adapter, k testdb.Kind)) {
+	t.Helper()
+	for _, a := range adapters {
+		t.Run(a.name, func(t *testing.T) {
+			for _, k := range kinds {
+				t.Run(string(k), func(t *testing.T) {
+					t.Parallel()
+					f(t, a, k)
+				})
+			}
+		})
+	}
+}
+
+// forEachPostgresInTurn is forEachPostgres one case after the other, for a
+// test that changes a setting of the PostgreSQL server both kinds reach
+// (the statement log).
+func forEachPostgresInTurn(t *testing.T, f func(t *testing.T, a adapter, k testdb.Kind)) {
+	t.Helper()
+	for _, a := range adapters {
+		for _, k := range []testdb.Kind{testdb.Postgres, testdb.PgBouncer} {
+			t.Run(a.name+"/"+string(k), func(t *testing.T) { f(t, a, k) })
+		}
+	}
+}
+
+// free reports whether hand-written SQL can take key's lock right now.
+func free(t *testing.T, k testdb.Kind, key string) bool {
+	t.Helper()
+	return testdb.RawFree(t, k, "", key)
+}
+
+// settled fails the test unless owner has want rows and key is free, after
+// what (a commit, a rollback).
+func settled(t *testing.T, k testdb.Kind, owner, key string, want int, after string) {
+	t.Helper()
+	if n := enttest.Count(t, k, owner); n != want {
+		t.Fatalf("%d rows after %s, want %d", n, after, want)
+	}
+	if !free(t, k, key) {
+		t.Fatalf("lock held after %s", after)
+	}
+}
+
+// exclusion runs rounds of lockers contending for key and asserts at most
+// one holder inside fn at any instant, and that someone wins every round.
+func exclusion(t *testing.T, k testdb.Kind, owner, key string, lockers []locker, rounds int) {
+	t.Helper()
+	ctx := context.Background()
+	var in testdb.Holders
+	var wins, losses atomic.Int64
+	for r := 0; r < rounds; r++ {
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		errs := make([]error, len(lockers))
+		for i, l := range lockers {
+			wg.Go(func() {
+				<-start
+				errs[i] = l.Transaction(ctx, key, func(tx txn) error {
+					defer in.Enter()()
+					time.Sleep(time.Millisecond)
+					return tx.Insert(owner, r)
+				})
+			})
+		}
+		close(start)
+		wg.Wait()
+		roundWins := 0
+		for i, err := range errs {
+			switch {
+			case err == nil:
+				roundWins++
+				wins.Add(1)
+			case errors.Is(err, ormlock.ErrNotAcquired):
+				losses.Add(1)
+			default:
+				t.Fatalf("round %d, locker %d: unexpected error: %v", r, i, err)
+			}
+		}
+		if roundWins == 0 {
+			t.Fatalf("round %d: nobody acquired a free lock", r)
+		}
+	}
+	if got := in.Max(); got != 1 {
+		t.Fatalf("max holders inside fn at once = %d, want 1", got)
+	}
+	if losses.Load() == 0 {
+		t.Fatalf("no contention in %d rounds: the test did not exercise exclusion", rounds)
+	}
+	if n := enttest.Count(t, k, owner); n != int(wins.Load()) {
+		t.Fatalf("%d rows committed, want one per win (%d)", n, wins.Load())
+	}
+	t.Logf("%d rounds: %d wins, %d ErrNotAcquired", rounds, wins.Load(), losses.Load())
+}
+
+// ---- the conformance suite ----
+
+func TestConformanceMutualExclusion(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		lockers := []locker{a.open(t, k), a.open(t, k), a.open(t, k)}
+		exclusion(t, k, enttest.Owner(t, k), "conf-mutex-"+t.Name(), lockers, 100)
+	})
+}
+
+func TestConformanceFnError(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		l := a.open(t, k)
+		ctx := context.Background()
+		owner, key := enttest.Owner(t, k), "conf-err-"+t.Name()
+		boom := errors.New("boom")
+		err := l.Transaction(ctx, key, func(tx txn) error {
+			if err := tx.Insert(owner, 1); err != nil {
+				return err
+			}
+			return boom
+		})
+		if err != boom {
+			t.Fatalf("err = %v, want fn's error unchanged", err)
+		}
+		settled(t, k, owner, key, 0, "fn failed")
+		if err := l.Transaction(ctx, key, func(tx txn) error { return tx.Insert(owner, 2) }); err != nil {
+			t.Fatal(err)
+		}
+		settled(t, k, owner, key, 1, "commit")
+	})
+}
+
+func TestConformancePanic(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		l := a.open(t, k)
+		owner, key := enttest.Owner(t, k), "conf-panic-"+t.Name()
+		var got any
+		func() {
+			defer func() { got = recover() }()
+			_ = l.Transaction(context.Background(), key, func(tx txn) error {
+				if err := tx.Insert(owner, 1); err != nil {
+					t.Error(err)
+				}
+				panic("kaboom")
+			})
+		}()
+		if got != "kaboom" {
+			t.Fatalf("recovered %v, want the original panic", got)
+		}
+		settled(t, k, owner, key, 0, "panic")
+	})
+}
+
+func TestConformanceWaitAndCancel(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		l := a.open(t, k)
+		key := "conf-wait-" + t.Name()
+		release := testdb.RawHold(t, k, "", key)
+		called := false
+		fn := func(txn) error { called = true; return nil }
+		ctx := context.Background()
+
+		if err := l.Transaction(ctx, key, fn); !errors.Is(err, ormlock.ErrNotAcquired) {
+			t.Fatalf("try-once: %v, want ErrNotAcquired", err)
+		}
+		if err := l.Transaction(ctx, key, fn, ormlock.WithWait(200*time.Millisecond)); !errors.Is(err, ormlock.ErrNotAcquired) {
+			t.Fatalf("wait: %v, want ErrNotAcquired", err)
+		}
+		cctx, cancel := context.WithCancel(ctx)
+		time.AfterFunc(200*time.Millisecond, cancel)
+		if err := l.Transaction(cctx, key, fn, ormlock.WithWait(30*time.Second)); !errors.Is(err, ormlock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancel: %v, want ErrNotAcquired and context.Canceled", err)
+		}
+		dctx, dcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer dcancel()
+		if err := l.Transaction(dctx, key, fn, ormlock.WithWait(30*time.Second)); !errors.Is(err, ormlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("deadline: %v, want ErrNotAcquired and context.DeadlineExceeded", err)
+		}
+		if called {
+			t.Fatal("fn called without the lock")
+		}
+		time.AfterFunc(100*time.Millisecond, release)
+		if err := l.Transaction(ctx, key, fn, ormlock.WithWait(30*time.Second)); err != nil || !called {
+			t.Fatalf("wait for release: err=%v called=%v", err, called)
+		}
+	})
+}
+
+func TestConformanceCancelInsideFn(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		l := a.open(t, k)
+		owner, key := enttest.Owner(t, k), "conf-cancelfn-"+t.Name()
+		ctx, cancel := context.WithCancel(context.Background())
+		err := l.Transaction(ctx, key, func(tx txn) error {
+			cancel()
+			return tx.Insert(owner, 1)
+		})
+		if err == nil {
+			t.Fatal("want an error after the context was cancelled inside fn")
+		}
+		if n := enttest.Count(t, k, owner); n != 0 {
+			t.Fatalf("%d rows committed after cancel, want 0", n)
+		}
+		// gormlock on PostgreSQL: database/sql rolls the cancelled
+		// transaction back on its own goroutine, so the lock may outlive
+		// the call by a moment; poll rather than demand it at once.
+		start := time.Now()
+		for !free(t, k, key) {
+			if time.Since(start) > 5*time.Second {
+				t.Fatal("lock still held 5s after the cancelled call returned")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Logf("lock free %v after return", time.Since(start))
+	})
+}
+
+// The lock is held until fn returns, even when ctx ends while fn runs: fn
+// may still be doing work the lock protects.
+func TestConformanceHeldUntilFnReturns(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		l := a.open(t, k)
+		key := "conf-heldfn-" + t.Name()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		_ = l.Transaction(ctx, key, func(txn) error {
+			cancel()
+			time.Sleep(100 * time.Millisecond) // database/sql reacts to ctx at once
+			if free(t, k, key) {
+				t.Error("lock free while fn still runs")
+			}
+			return nil
+		})
+	})
+}
+
+func TestConformanceSession(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		l, other := a.open(t, k), a.open(t, k)
+		key := "conf-session-" + t.Name()
+		ctx := context.Background()
+		err := l.Session(ctx, key, func(ctx context.Context) error {
+			if free(t, k, key) {
+				return errors.New("raw SQL took the lock during the Session")
+			}
+			return other.Transaction(ctx, key, func(txn) error { return errors.New("fn called") })
+		}, ormlock.WithKeepalive(100*time.Millisecond))
+		if !errors.Is(err, ormlock.ErrNotAcquired) {
+			t.Fatalf("Transaction during Session: %v, want ErrNotAcquired", err)
+		}
+		if !free(t, k, key) {
+			t.Fatal("lock held after Session")
+		}
+	})
+}
 
 // runner is what the RunOnce, Holder and observer suites need of an
 // adapter, on top of locker: gormlock and entlock implement it (the
@@ -161,29 +612,14 @@ func (r rawTx) Scan(query string, dest ...any) error {
 
 func (g gormTx) Exec(query string, args ...any) error { return g.tx.Exec(query, args...).Error }
 
-func (g gormTx) QueryInt(query string) (n int64, err error) {
-	err = g.Scan(query, &n)
-	return n, err
-}
-
 func (e entTx) Exec(query string, args ...any) error {
 	_, err := e.tx.ExecContext(e.ctx, query, args...)
 	return err
 }
 
-func (e entTx) QueryInt(query string) (n int64, err error) {
-	err = e.Scan(query, &n)
-	return n, err
-}
-
 func (r rawTx) Exec(query string, args ...any) error {
 	_, err := r.tx.ExecContext(r.ctx, query, args...)
 	return err
-}
-
-func (r rawTx) QueryInt(query string) (n int64, err error) {
-	err = r.Scan(query, &n)
-	return n, err
 }
 
 // openRunner opens adapter a on a new pool of kind k as a runner.
@@ -201,6 +637,14 @@ func ledgerTable(t *testing.T, k testdb.Kind, r runner) string {
 		t.Fatalf("Migrate(%s): %v", name, err)
 	}
 	return name
+}
+
+// openWithLedger opens a's runner on a new pool of kind k (openRunner) and
+// creates the test's own ledger table with its Migrate (ledgerTable).
+func openWithLedger(t *testing.T, a adapter, k testdb.Kind) (runner, string) {
+	t.Helper()
+	r := openRunner(t, a, k)
+	return r, ledgerTable(t, k, r)
 }
 
 // runsOf reads the ledger of job through r.

@@ -32,8 +32,7 @@ func (s *slotRecorder) Slot(t time.Time) time.Time {
 func TestRunScheduled(t *testing.T) {
 	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
 		ctx := context.Background()
-		r := openRunner(t, a, k)
-		tbl := ledgerTable(t, k, r)
+		r, tbl := openWithLedger(t, a, k)
 		opt := ormlock.WithLedgerTable(tbl)
 		sched := &slotRecorder{slot: time.Date(2033, 3, 3, 0, 0, 0, 0, time.UTC)}
 		ran := 0
@@ -178,8 +177,7 @@ func TestRunScheduledCatchUp(t *testing.T) {
 // is catch-up on a schedule it cannot list.
 func TestRunScheduledCatchUpFailure(t *testing.T) {
 	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
-		r := openRunner(t, a, k)
-		tbl := ledgerTable(t, k, r)
+		r, tbl := openWithLedger(t, a, k)
 		// a minutely schedule, now half a minute into its slot m+3m
 		every, cur := midway(t, time.Minute)
 		m := cur.Add(-3 * time.Minute)

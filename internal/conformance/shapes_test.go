@@ -403,7 +403,7 @@ func TestConformanceSemaphore(t *testing.T) {
 					t.Errorf("%d slots held by one holder, want 1", held)
 				}
 				if k.Dialect() == "postgres" && k != testdb.PgBouncer {
-					n, err := tx.QueryInt("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()")
+					n, err := queryInt(tx, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()")
 					if err != nil || n != 1 {
 						t.Errorf("pg_locks: %d advisory locks of this backend (err %v), want 1", n, err)
 					}

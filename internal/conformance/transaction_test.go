@@ -61,7 +61,7 @@ func TestTransactionContext(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			err := l.Transaction(ctx, key+"-fn", func(tx txn) error {
 				cancel()
-				_, err := tx.QueryInt("SELECT 1")
+				_, err := queryInt(tx, "SELECT 1")
 				return err
 			})
 			if !errors.Is(err, context.Canceled) {
@@ -169,7 +169,7 @@ func TestTransactionReleaseAfterCommit(t *testing.T) {
 				<-inserted
 				werr = waiter.Transaction(ctx, key, func(tx txn) error {
 					var err error
-					seen, err = tx.QueryInt("SELECT COUNT(*) FROM items WHERE " + ofOwner(owner))
+					seen, err = queryInt(tx, "SELECT COUNT(*) FROM items WHERE " + ofOwner(owner))
 					return err
 				}, ormlock.WithWait(20*time.Second))
 			})
@@ -356,8 +356,7 @@ func TestTransactionRoundTrips(t *testing.T) {
 // tests.)
 func TestRollbackFailureJoinsFnError(t *testing.T) {
 	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
-		r := openRunner(t, a, k)
-		tbl := ledgerTable(t, k, r)
+		r, tbl := openWithLedger(t, a, k)
 		boom := errors.New("fn failed")
 		killOwn := func(tx txn) error {
 			if err := killConn(t, k, tx); err != nil {
@@ -396,14 +395,8 @@ func TestRollbackFailureJoinsFnError(t *testing.T) {
 func TestMySQLImplicitCommit(t *testing.T) {
 	for _, a := range adapters {
 		t.Run(a.name, func(t *testing.T) {
-			k := testdb.MariaDB
 			ctx := context.Background()
-			r := openRunner(t, a, k)
-			tbl := ledgerTable(t, k, r)
-			scratch := testdb.Table(t, k, "staging")
-			if _, err := testdb.AdminDB(t, k).Exec("CREATE TABLE " + scratch + " (id int)"); err != nil {
-				t.Fatal(err)
-			}
+			r, tbl, scratch := openImplicitCommit(t, a, "staging")
 			errFn := errors.New("reload failed")
 			job := func(fail bool) func(tx txn) error {
 				return func(tx txn) error {
@@ -497,4 +490,48 @@ func TestMySQLCompletionType(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestImplicitCommitSentinel: the error of a fn that MySQL/MariaDB
+// committed implicitly (a DDL statement inside fn) and that then failed
+// matches the public ormlock.ErrImplicitCommit with errors.Is, besides
+// fn's own error, for Transaction and a transactional RunOnce of every
+// adapter.
+func TestImplicitCommitSentinel(t *testing.T) {
+	for _, a := range adapters {
+		t.Run(a.name, func(t *testing.T) {
+			ctx := context.Background()
+			r, tbl, scratch := openImplicitCommit(t, a, "ddl")
+			errFn := errors.New("fn failed after DDL")
+			fn := func(tx txn) error {
+				if err := tx.Exec("TRUNCATE TABLE " + scratch); err != nil {
+					return err
+				}
+				return errFn
+			}
+			check := func(verb string, err error) {
+				t.Helper()
+				if !errors.Is(err, ormlock.ErrImplicitCommit) || !errors.Is(err, errFn) {
+					t.Errorf("%s: %v, want errors.Is ormlock.ErrImplicitCommit and fn's error", verb, err)
+				}
+			}
+			check("Transaction", r.Transaction(ctx, "implicit-sentinel-"+a.name, fn))
+			check("RunOnce", r.RunOnce(ctx, "implicit-sentinel-job-"+a.name, testdb.Slot(0), fn, ormlock.WithLedgerTable(tbl)))
+		})
+	}
+}
+
+// openImplicitCommit opens a's runner on MariaDB with a ledger table of its
+// own and creates the scratch table (id int) whose DDL inside fn commits
+// fn's transaction implicitly; it returns the runner, the ledger table and
+// the scratch table.
+func openImplicitCommit(t *testing.T, a adapter, scratchName string) (runner, string, string) {
+	t.Helper()
+	k := testdb.MariaDB
+	r, tbl := openWithLedger(t, a, k)
+	scratch := testdb.Table(t, k, scratchName)
+	if _, err := testdb.AdminDB(t, k).Exec("CREATE TABLE " + scratch + " (id int)"); err != nil {
+		t.Fatal(err)
+	}
+	return r, tbl, scratch
 }

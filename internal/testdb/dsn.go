@@ -24,3 +24,13 @@ func WithDatabase(tb testing.TB, dsn, name string) string {
 	}
 	return strings.Replace(dsn, from, "/"+name+"?", 1)
 }
+
+// WithParams returns dsn (a pgx URL or a go-sql-driver/mysql DSN) with the
+// extra parameters params ("autocommit=0", "a=1&b=2") added to its query.
+func WithParams(dsn, params string) string {
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	return dsn + sep + params
+}

@@ -28,6 +28,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/internal/testdb/ledgertest"
 	"github.com/ormlock/ormlock/sqllock"
 	"github.com/ormlock/ormlock/webui"
 )
@@ -91,7 +92,7 @@ func fill(t *testing.T, k testdb.Kind, db *sql.DB) (table string, hourly ormlock
 			insert(t, k, table, "nightly-settlement", slot(i), "done", fmt.Sprintf("replica-%c/4%d", 'a'+i%3, i), time.Duration(20+i%5*7)*time.Second, "")
 		}
 	}
-	claim(t, db, table, "nightly-settlement", slot(1), "replica-b/412")
+	ledgertest.ClaimRunning(t, db, table, "nightly-settlement", slot(1), "replica-b/412")
 	insert(t, k, table, "cache-warmup", slot(11), "running", "replica-c/40", -1, "") // left running: no lock
 	for i := 1; i <= 10; i++ {
 		insert(t, k, table, "cache-warmup", slot(i), "done", "replica-a/41", time.Duration(1+i%3)*time.Second, "")
@@ -100,82 +101,15 @@ func fill(t *testing.T, k testdb.Kind, db *sql.DB) (table string, hourly ormlock
 	return table, hourly
 }
 
+// insert writes a ledger row of job (no namespace), started two seconds
+// into its slot (a running one 90 seconds ago) and lasting d.
 func insert(t *testing.T, k testdb.Kind, table, job string, slot time.Time, status, owner string, d time.Duration, errText string) {
 	t.Helper()
-	admin := testdb.AdminDB(t, k)
 	started := slot.Add(2 * time.Second)
 	if status == "running" {
 		started = time.Now().Add(-90 * time.Second)
 	}
-	var fin, e any
-	if d >= 0 {
-		fin = started.Add(d)
-	}
-	if errText != "" {
-		e = errText
-	}
-	var err error
-	if k.Dialect() == "postgres" {
-		_, err = admin.Exec(`INSERT INTO "`+table+`" (namespace, job, slot, status, owner, started_at, finished_at, error) VALUES ('', $1, $2, $3, $4, $5, $6, $7)`,
-			job, slot, status, owner, started, fin, e)
-	} else {
-		f := func(v any) any {
-			if tm, ok := v.(time.Time); ok {
-				return tm.UTC().Format("2006-01-02 15:04:05.000000")
-			}
-			return v
-		}
-		_, err = admin.Exec("INSERT INTO `"+table+"` (namespace, job, slot, status, owner, started_at, finished_at, error) VALUES ('', ?, ?, ?, ?, ?, ?, ?)",
-			job, f(slot), status, owner, f(started), f(fin), e)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-// claim runs a claim-mode RunOnce of (job, slot) whose fn works until the
-// test ends: its row is 'running' and its lock held.
-func claim(t *testing.T, db *sql.DB, table, job string, slot time.Time, owner string) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	running, done := make(chan struct{}), make(chan error, 1)
-	go func() {
-		done <- sqllock.RunOnce(ctx, db, job, slot, func(ctx context.Context, _ *sql.Tx) error {
-			close(running)
-			<-ctx.Done()
-			return nil
-		}, ormlock.WithClaim(), ormlock.WithOwner(owner), ormlock.WithLedgerTable(table))
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	select {
-	case <-running:
-	case err := <-done:
-		t.Fatalf("RunOnce: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the claim did not run within 30s")
-	}
-}
-
-// leader runs a fenced Lead of key as owner until the test ends.
-func leader(t *testing.T, db *sql.DB, table string, key ormlock.Key, owner string) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	elected, done := make(chan struct{}), make(chan error, 1)
-	go func() {
-		done <- sqllock.Lead(ctx, db, key, func(ctx context.Context) error {
-			close(elected)
-			<-ctx.Done()
-			return ctx.Err()
-		}, ormlock.WithFencing(), ormlock.WithOwner(owner), ormlock.WithLedgerTable(table))
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	select {
-	case <-elected:
-	case err := <-done:
-		t.Fatalf("Lead: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("not elected within 30s")
-	}
+	ledgertest.InsertRun(t, k, table, "", job, slot, status, owner, started, d, errText)
 }
 
 func screenshot(t *testing.T, ctx context.Context, name string) {
@@ -211,7 +145,7 @@ func TestBrowser(t *testing.T) {
 			table, hourly := fill(t, k, db)
 			release := testdb.RawHold(t, k, "", "nightly-backup")
 			defer release()
-			leader(t, db, table, ormlock.Name("queue-consumer"), "replica-c")
+			ledgertest.Leading(t, db, table, ormlock.Name("queue-consumer"), "replica-c")
 			berlin, err := time.LoadLocation("Europe/Berlin")
 			if err != nil {
 				t.Fatal(err)

@@ -65,8 +65,7 @@ func testBackend(t *testing.T, k testdb.Kind, ob otherBackend) {
 	ctx := context.Background()
 	job := jobName(t)
 	other, inUse := ob.open(t, k)
-	db := openGorm(t, k)
-	migrate(t, db)
+	db := openMigrated(t, k)
 	now := func() time.Time { return time.Date(2031, 5, 6, 10, 0, 0, 0, time.UTC) }
 	otherLocker, err := scheduler.NewLocker(other(ormlock.WithOwner(ob.name)), everySecond(t), scheduler.WithClock(now))
 	if err != nil {

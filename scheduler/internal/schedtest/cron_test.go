@@ -98,8 +98,7 @@ func (l *cronLog) Error(err error, msg string, kv ...any) {
 // cron.Job runs too; a panic marks the slot failed and goes on up the chain.
 func TestJobWrapperOutcomes(t *testing.T) {
 	k := testdb.MariaDB
-	db := openGorm(t, k)
-	migrate(t, db)
+	db := openMigrated(t, k)
 	job := jobName(t)
 	slot := time.Date(2031, 5, 6, 10, 0, 0, 0, time.UTC)
 	var log cronLog

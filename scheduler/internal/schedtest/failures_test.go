@@ -25,8 +25,7 @@ import (
 // until it succeeds ('done').
 func TestLockerRecordsFailedRuns(t *testing.T) {
 	forEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db := openGorm(t, k)
-		migrate(t, db)
+		db := openMigrated(t, k)
 		job := jobName(t)
 		slot := time.Date(2031, 5, 7, 10, 0, 0, 0, time.UTC)
 		// every firing maps to one slot: the retries are of that slot
@@ -100,8 +99,7 @@ func TestLockerRecordsFailedRuns(t *testing.T) {
 // forge a second log line or put raw control characters in the log.
 func TestDefaultErrorHandlerEscapes(t *testing.T) {
 	k := testdb.MariaDB
-	db := openGorm(t, k)
-	migrate(t, db)
+	db := openMigrated(t, k)
 	var buf bytes.Buffer
 	flags, out := log.Flags(), log.Writer()
 	log.SetOutput(&buf) // slog.Default()'s handler writes through package log

@@ -64,6 +64,15 @@ func migrate(t *testing.T, db *gorm.DB) {
 	}
 }
 
+// openMigrated opens GORM on a new pool of kind k (openGorm) with the
+// ledger table migrated.
+func openMigrated(t *testing.T, k testdb.Kind) *gorm.DB {
+	t.Helper()
+	db := openGorm(t, k)
+	migrate(t, db)
+	return db
+}
+
 // jobName is a job name of its own for each (sub)test and run, so that
 // repeated runs (-count) never meet old ledger rows.
 func jobName(t *testing.T) string {

@@ -32,8 +32,7 @@ func TestLockerExclusive(t *testing.T) {
 		}
 		at := time.Date(2032, 2, 2, 10, 0, 0, 0, time.UTC)
 		newLocker := func(now time.Time, opts ...scheduler.Option) *scheduler.Locker {
-			db := openGorm(t, k)
-			migrate(t, db)
+			db := openMigrated(t, k)
 			l, err := scheduler.NewLocker(gormsched.Backend(db), minutely, append(opts, scheduler.WithClock(fixed(now)))...)
 			if err != nil {
 				t.Fatal(err)

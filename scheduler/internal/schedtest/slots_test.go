@@ -118,8 +118,7 @@ func TestLockerCatchUp(t *testing.T) {
 	h = h.Add(-4 * time.Hour)
 	hour := func(i int) time.Time { return h.Add(time.Duration(i) * time.Hour) }
 	forEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db := openGorm(t, k)
-		migrate(t, db)
+		db := openMigrated(t, k)
 		job := jobName(t)
 		for _, s := range []time.Time{hour(0), hour(4)} { // another replica ran 14:00
 			if err := gormlock.RunOnce(db, job, s, func(*gorm.DB) error { return nil }); err != nil {

@@ -250,8 +250,7 @@ func fire(t *testing.T, l *scheduler.Locker, job string) error {
 // the skips themselves stay silent.
 func TestLockerReportsDenseTrigger(t *testing.T) {
 	forEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db := openGorm(t, k)
-		migrate(t, db)
+		db := openMigrated(t, k)
 		daily, err := ormlock.Cron("0 0 * * *", time.UTC)
 		if err != nil {
 			t.Fatal(err)
@@ -312,8 +311,7 @@ func TestLockerReportsDenseTrigger(t *testing.T) {
 // with a real gocron scheduler.
 func TestLockerStrict(t *testing.T) {
 	forEachKind(t, func(t *testing.T, k testdb.Kind) {
-		db := openGorm(t, k)
-		migrate(t, db)
+		db := openMigrated(t, k)
 		if _, err := scheduler.NewLocker(gormsched.Backend(db), nil); !errors.Is(err, ormlock.ErrInvalidArgument) || !strings.Contains(err.Error(), "WithStrict") {
 			t.Fatalf("nil default without WithStrict: %v", err)
 		}

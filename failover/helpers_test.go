@@ -3,6 +3,7 @@ package failover_test
 import (
 	"context"
 	"database/sql"
+	"os"
 	"testing"
 	"time"
 
@@ -12,9 +13,21 @@ import (
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/entlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/internal/testdb/enttest/ent"
 	"github.com/ormlock/ormlock/internal/testdb/gormtest"
 )
+
+func TestMain(m *testing.M) { os.Exit(testdb.Main(m)) }
+
+// topology skips t unless ORMLOCK_TOPOLOGY is set: the topologies take
+// seconds each to start, so make test leaves them to make compat.
+func topology(t *testing.T) {
+	t.Helper()
+	if os.Getenv("ORMLOCK_TOPOLOGY") == "" {
+		t.Skip("replication topologies run with ORMLOCK_TOPOLOGY=1 (make compat)")
+	}
+}
 
 // gormVerbs calls every gormlock verb once on a pool of dialect
 // ("postgres", "mysql"), fn counting its calls, and returns each verb's
@@ -61,4 +74,19 @@ func assertAllRefused(t *testing.T, where, why, dialect string, db *sql.DB) {
 	assertRefused(t, where+": gormlock", why, gormVerbs(t, dialect, db, &ran), ran)
 	ran = 0
 	assertRefused(t, where+": entlock", why, entVerbs(dialect, db, &ran), ran)
+}
+
+// openPool opens a pool of driver on dsn, of at most 20 connections whose
+// idle ones close after a second (a failover leaves none behind for long),
+// closed at the end of the test.
+func openPool(t *testing.T, driver, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(20)
+	db.SetConnMaxIdleTime(time.Second)
+	t.Cleanup(func() { db.Close() })
+	return db
 }
