@@ -220,6 +220,9 @@ func checkPostgres(ctx context.Context, db CheckQuerier) (verdict func() (*serve
 		ybSilence  sql.NullString
 		conn       *sql.Conn
 	)
+	if lazy, ok := db.(LazyDB); ok {
+		db = lazy.DB() // pgxlock's call: the *sql.DB over its pool
+	}
 	if pool, ok := db.(*sql.DB); ok {
 		// on a connection of its own, whose start-up the multiplexer
 		// probe compares with a second one

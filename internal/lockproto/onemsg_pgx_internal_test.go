@@ -205,3 +205,38 @@ type countingDB struct {
 }
 
 func (c *countingDB) DB() *sql.DB { c.opened++; return c.db }
+
+// lazyCheckDB is a LazyDB that is also the server check's querier, as
+// pgxlock's is: the check must run on its *sql.DB, on a connection of its
+// own, so that the multiplexer probe (two connections announcing one
+// backend) runs for pgxlock too; a query sent through the querier itself
+// fails the test.
+type lazyCheckDB struct {
+	*countingDB
+	t *testing.T
+}
+
+func (l lazyCheckDB) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	l.t.Errorf("%s ran on the LazyDB's querier, not on a connection of its own", q)
+	return l.DB().QueryContext(ctx, q, args...)
+}
+
+func (l lazyCheckDB) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	l.t.Errorf("%s ran on the LazyDB's querier, not on a connection of its own", q)
+	return l.DB().QueryRowContext(ctx, q, args...)
+}
+
+func TestCheckPostgresOnLazyDB(t *testing.T) {
+	_, db := pgxPoolOf(t, testdb.Postgres)
+	c := &countingDB{db: db}
+	verdict, err := checkPostgres(context.Background(), lazyCheckDB{c, t})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := verdict(); err != nil {
+		t.Fatal(err)
+	}
+	if c.opened != 1 {
+		t.Errorf("the check asked the LazyDB for its *sql.DB %d time(s), want once", c.opened)
+	}
+}
