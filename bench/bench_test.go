@@ -344,3 +344,32 @@ func BenchmarkLoser(b *testing.B) {
 		}
 	})
 }
+
+// onNetworks runs f as the sub-benchmarks "loopback" (links nil) and
+// "link", where links route targets through a simulated network link of
+// -link-delay each way (see routed).
+func onNetworks(b *testing.B, f func(b *testing.B, links *bench.Links)) {
+	for _, network := range []string{"loopback", "link"} {
+		b.Run(network, func(b *testing.B) {
+			var links *bench.Links
+			if network == "link" {
+				links = bench.NewLinks(*linkDelay)
+				b.Cleanup(func() { links.Close() })
+			}
+			f(b, links)
+		})
+	}
+}
+
+// routed is t through links, or t itself when links is nil (loopback).
+func routed(b *testing.B, links *bench.Links, t bench.Target) bench.Target {
+	b.Helper()
+	if links == nil {
+		return t
+	}
+	r, err := links.Route(t)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return r
+}

@@ -128,20 +128,12 @@ func (o FreeOptions) withDefaults() FreeOptions {
 	if len(o.Workers) == 0 {
 		o.Workers = []int{1, 8}
 	}
-	if o.Rounds <= 0 {
-		o.Rounds = 12
-	}
-	if o.Steps <= 0 {
-		o.Steps = 40
-	}
-	if o.Warmup <= 0 {
-		o.Warmup = 10
-	}
-	if o.AllocCalls <= 0 {
-		o.AllocCalls = 300
-	}
+	positive(&o.Rounds, 12)
+	positive(&o.Steps, 40)
+	positive(&o.Warmup, 10)
+	positive(&o.AllocCalls, 300)
 	if o.Prefix == "" {
-		o.Prefix = fmt.Sprintf("free-%x", time.Now().UnixNano()&0xffffffffff)
+		o.Prefix = keyPrefix("free")
 	}
 	return o
 }

@@ -157,3 +157,22 @@ func BenchmarkLockFloor(b *testing.B) {
 		})
 	}
 }
+
+// stepMedians runs the contenders names in steps of workers goroutines at
+// once (attempts[i][w] is goroutine w's attempt of contender i, through
+// bench.Stepper), interleaved as interleavedMedians does, and returns each
+// one's median step (µs) by name.
+func stepMedians(b *testing.B, names []string, attempts [][]bench.Attempt, workers int) map[string]float64 {
+	b.Helper()
+	step, stop := bench.Stepper(context.Background(), names, attempts, workers)
+	defer stop()
+	p50 := map[string]float64{}
+	for i, v := range interleavedMedians(b, names, func(i int) {
+		if _, err := step(i); err != nil {
+			b.Fatalf("%s: %v", names[i], err)
+		}
+	}) {
+		p50[names[i]] = v
+	}
+	return p50
+}

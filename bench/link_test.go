@@ -81,32 +81,19 @@ func BenchmarkInterleavedLink(b *testing.B) {
 		{bench.NameMariaDB, testdb.MariaDB},
 		{bench.NameMariaDBInterp, testdb.MariaDB},
 	}
-	for _, network := range []string{"loopback", "link"} {
-		b.Run(network, func(b *testing.B) {
-			var links *bench.Links
-			if network == "link" {
-				links = bench.NewLinks(*linkDelay)
-				b.Cleanup(func() { links.Close() })
-			}
-			for _, tgt := range targets {
-				b.Run(tgt.name, func(b *testing.B) {
-					tg := sqlTarget(tgt.name, tgt.kind)
-					bt := tg.make(b)
-					if links != nil {
-						var err error
-						if bt, err = links.Route(bt); err != nil {
-							b.Fatal(err)
-						}
-					}
-					for _, workers := range []int{1, 8} {
-						b.Run(fmt.Sprintf("%dg", workers), func(b *testing.B) {
-							interleaveSteps(b, tg, bt, workers, links)
-						})
-					}
-				})
-			}
-		})
-	}
+	onNetworks(b, func(b *testing.B, links *bench.Links) {
+		for _, tgt := range targets {
+			b.Run(tgt.name, func(b *testing.B) {
+				tg := sqlTarget(tgt.name, tgt.kind)
+				bt := routed(b, links, tg.make(b))
+				for _, workers := range []int{1, 8} {
+					b.Run(fmt.Sprintf("%dg", workers), func(b *testing.B) {
+						interleaveSteps(b, tg, bt, workers, links)
+					})
+				}
+			})
+		}
+	})
 }
 
 // interleaveSteps runs the iterations of BenchmarkInterleavedLink on bt.
@@ -148,39 +135,9 @@ func interleaveSteps(b *testing.B, tg target, bt bench.Target, workers int, link
 		ins = append(ins, ins[i])
 		attempts = append(attempts, ws)
 	}
-	ctx := context.Background()
-	// Persistent goroutines, started once: a step hands each its contender
-	// and waits for all of them.
-	run, stop := bench.Stepper(ctx, names, attempts, workers)
-	defer stop()
-	step := func(i int) time.Duration {
-		d, err := run(i)
-		if err != nil {
-			b.Fatalf("%s: %v", names[i], err)
-		}
-		return d
-	}
-	for i := range ins { // warm the pools and statement caches
-		for range 10 {
-			step(i)
-		}
-	}
-	steps := make([][]time.Duration, len(ins))
-	r := 0
-	for b.Loop() {
-		for j := range ins {
-			i := (j + r) % len(ins)
-			steps[i] = append(steps[i], step(i))
-		}
-		r++
-	}
-	b.StopTimer()
-	p50 := map[string]float64{}
-	for i, n := range names {
-		slices.Sort(steps[i])
-		p50[n] = float64(steps[i][len(steps[i])/2]) / float64(time.Microsecond)
-		b.ReportMetric(p50[n], n+"-p50-µs")
-	}
+	// persistent goroutines, started once: a step hands each its
+	// contender and waits for all of them
+	p50 := stepMedians(b, names, attempts, workers)
 	for _, q := range linkRatios {
 		if p50[q[0]] > 0 && p50[q[1]] > 0 {
 			b.ReportMetric(p50[q[1]]/p50[q[0]], q[0]+"÷"+q[1])

@@ -31,78 +31,68 @@ import (
 //	cd bench && go test -run '^$' -bench BenchmarkPgBouncerCost -benchtime 1x .
 func BenchmarkPgBouncerCost(b *testing.B) {
 	contenders := []string{"gormlock", "gorm-tx", "entlock", "ent-tx", "pgxlock", "pgx-tx", "pgx-hand-written"}
-	for _, network := range []string{"loopback", "link"} {
-		b.Run(network, func(b *testing.B) {
-			tg := sqlTarget(bench.NamePgBouncer, testdb.PgBouncer)
-			bt := tg.make(b)
-			if network == "link" {
-				links := bench.NewLinks(*linkDelay)
-				b.Cleanup(func() { links.Close() })
-				var err error
-				if bt, err = links.Route(bt); err != nil {
+	onNetworks(b, func(b *testing.B, links *bench.Links) {
+		tg := sqlTarget(bench.NamePgBouncer, testdb.PgBouncer)
+		bt := routed(b, links, tg.make(b))
+		admin := pgbouncerAdmin(b)
+		const workers = 8
+		var names []string
+		var attempts [][]bench.Attempt
+		for _, c := range bench.Contenders() {
+			n := linkContenders[c.Name]
+			if !c.On(bt.Dialect) || !slices.Contains(contenders, n) {
+				continue
+			}
+			in := open(b, tg, bt, c, workers+1)
+			var ws []bench.Attempt
+			for w := range workers {
+				ws = append(ws, in.Bind(uniq(fmt.Sprintf("%s-%s-%d", b.Name(), n, w)), func() {}))
+			}
+			names = append(names, n)
+			attempts = append(attempts, ws)
+		}
+		step, stop := bench.Stepper(context.Background(), names, attempts, workers)
+		defer stop()
+		type total struct{ xacts, queries, queryUS, xactUS, waitUS, cpu float64 }
+		totals := make([]total, len(names))
+		const rounds, steps = 6, 100
+		for i := range names { // warm-up
+			for range 10 {
+				if _, err := step(i); err != nil {
 					b.Fatal(err)
 				}
 			}
-			admin := pgbouncerAdmin(b)
-			const workers = 8
-			var names []string
-			var attempts [][]bench.Attempt
-			for _, c := range bench.Contenders() {
-				n := linkContenders[c.Name]
-				if !c.On(bt.Dialect) || !slices.Contains(contenders, n) {
-					continue
-				}
-				in := open(b, tg, bt, c, workers+1)
-				var ws []bench.Attempt
-				for w := range workers {
-					ws = append(ws, in.Bind(uniq(fmt.Sprintf("%s-%s-%d", b.Name(), n, w)), func() {}))
-				}
-				names = append(names, n)
-				attempts = append(attempts, ws)
-			}
-			step, stop := bench.Stepper(context.Background(), names, attempts, workers)
-			defer stop()
-			type total struct{ xacts, queries, queryUS, xactUS, waitUS, cpu float64 }
-			totals := make([]total, len(names))
-			const rounds, steps = 6, 100
-			for i := range names { // warm-up
-				for range 10 {
-					if _, err := step(i); err != nil {
-						b.Fatal(err)
-					}
-				}
-			}
-			for b.Loop() {
-				for r := range rounds {
-					for j := range names {
-						i := (j + r) % len(names)
-						before, cpu0 := pgbouncerStats(b, admin), processCPU()
-						for range steps {
-							if _, err := step(i); err != nil {
-								b.Fatalf("%s: %v", names[i], err)
-							}
+		}
+		for b.Loop() {
+			for r := range rounds {
+				for j := range names {
+					i := (j + r) % len(names)
+					before, cpu0 := pgbouncerStats(b, admin), processCPU()
+					for range steps {
+						if _, err := step(i); err != nil {
+							b.Fatalf("%s: %v", names[i], err)
 						}
-						cpu1, after := processCPU(), pgbouncerStats(b, admin)
-						t := &totals[i]
-						t.xacts += after[0] - before[0]
-						t.queries += after[1] - before[1]
-						t.xactUS += after[2] - before[2]
-						t.queryUS += after[3] - before[3]
-						t.waitUS += after[4] - before[4]
-						t.cpu += float64(cpu1-cpu0) / float64(time.Microsecond) / (steps * workers)
 					}
+					cpu1, after := processCPU(), pgbouncerStats(b, admin)
+					t := &totals[i]
+					t.xacts += after[0] - before[0]
+					t.queries += after[1] - before[1]
+					t.xactUS += after[2] - before[2]
+					t.queryUS += after[3] - before[3]
+					t.waitUS += after[4] - before[4]
+					t.cpu += float64(cpu1-cpu0) / float64(time.Microsecond) / (steps * workers)
 				}
 			}
-			for i, n := range names {
-				t := totals[i]
-				b.ReportMetric(t.queries/t.xacts, n+"-queries")
-				b.ReportMetric(t.queryUS/t.xacts, n+"-query-µs")
-				b.ReportMetric(t.xactUS/t.xacts, n+"-xact-µs")
-				b.ReportMetric(t.waitUS/t.xacts, n+"-wait-µs")
-				b.ReportMetric(t.cpu/float64(rounds*b.N), n+"-cpu-µs")
-			}
-		})
-	}
+		}
+		for i, n := range names {
+			t := totals[i]
+			b.ReportMetric(t.queries/t.xacts, n+"-queries")
+			b.ReportMetric(t.queryUS/t.xacts, n+"-query-µs")
+			b.ReportMetric(t.xactUS/t.xacts, n+"-xact-µs")
+			b.ReportMetric(t.waitUS/t.xacts, n+"-wait-µs")
+			b.ReportMetric(t.cpu/float64(rounds*b.N), n+"-cpu-µs")
+		}
+	})
 }
 
 // pgbouncerAdmin opens PgBouncer's admin console (database pgbouncer).

@@ -32,23 +32,12 @@ import (
 //
 //	cd bench && go test -run '^$' -bench BenchmarkPoolFloor -benchtime 300x -count 3 .
 func BenchmarkPoolFloor(b *testing.B) {
-	for _, network := range []string{"loopback", "link"} {
-		b.Run(network, func(b *testing.B) {
-			dsn := testdb.DSN(b, testdb.Postgres)
-			if network == "link" {
-				links := bench.NewLinks(*linkDelay)
-				b.Cleanup(func() { links.Close() })
-				t, err := links.Route(bench.Target{Name: bench.NamePostgres, Dialect: bench.Postgres, DSN: dsn})
-				if err != nil {
-					b.Fatal(err)
-				}
-				dsn = t.DSN
-			}
-			for _, workers := range []int{1, 8} {
-				b.Run(fmt.Sprintf("%dg", workers), func(b *testing.B) { poolFloor(b, dsn, workers) })
-			}
-		})
-	}
+	onNetworks(b, func(b *testing.B, links *bench.Links) {
+		dsn := routed(b, links, bench.Target{Name: bench.NamePostgres, Dialect: bench.Postgres, DSN: testdb.DSN(b, testdb.Postgres)}).DSN
+		for _, workers := range []int{1, 8} {
+			b.Run(fmt.Sprintf("%dg", workers), func(b *testing.B) { poolFloor(b, dsn, workers) })
+		}
+	})
 }
 
 func poolFloor(b *testing.B, dsn string, workers int) {
@@ -119,16 +108,7 @@ func poolFloor(b *testing.B, dsn string, workers int) {
 			attempts[i] = append(attempts[i], m(w))
 		}
 	}
-	step, stop := bench.Stepper(ctx, names, attempts, workers)
-	defer stop()
-	p50 := map[string]float64{}
-	for i, v := range interleavedMedians(b, names, func(i int) {
-		if _, err := step(i); err != nil {
-			b.Fatalf("%s: %v", names[i], err)
-		}
-	}) {
-		p50[names[i]] = v
-	}
+	p50 := stepMedians(b, names, attempts, workers)
 	for _, q := range [][2]string{{"pgxlock", "pgx-tx"}, {"raw-lock", "raw-begin"}, {"raw-prepared", "raw-begin"}, {"pgxlock", "raw-prepared"}} {
 		b.ReportMetric(p50[q[1]]/p50[q[0]], q[0]+"÷"+q[1])
 	}

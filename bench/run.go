@@ -61,19 +61,26 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
-	if o.Cell <= 0 {
-		o.Cell = 2 * time.Second
-	}
-	if o.Rounds <= 0 {
-		o.Rounds = 6
-	}
-	if o.Warmup <= 0 {
-		o.Warmup = 10
-	}
+	positive(&o.Cell, 2*time.Second)
+	positive(&o.Rounds, 6)
+	positive(&o.Warmup, 10)
 	if o.Prefix == "" {
-		o.Prefix = fmt.Sprintf("bench-%x", time.Now().UnixNano()&0xffffffffff)
+		o.Prefix = keyPrefix("bench")
 	}
 	return o
+}
+
+// positive sets *v to def when it is not positive (an option left unset).
+func positive[T int | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
+}
+
+// keyPrefix is what the lock keys of one run start with: what and the start
+// time, so that runs never share keys.
+func keyPrefix(what string) string {
+	return fmt.Sprintf("%s-%x", what, time.Now().UnixNano()&0xffffffffff)
 }
 
 // Stats are the measurements of one (target, contender, load) cell.

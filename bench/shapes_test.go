@@ -52,30 +52,16 @@ var shapeVariants = []struct {
 //
 //	cd bench && go test -run '^$' -bench BenchmarkShapes -benchtime 300x .
 func BenchmarkShapes(b *testing.B) {
-	for _, network := range []string{"loopback", "link"} {
-		b.Run(network, func(b *testing.B) {
-			var links *bench.Links
-			if network == "link" {
-				links = bench.NewLinks(*linkDelay)
-				b.Cleanup(func() { links.Close() })
-			}
-			for _, tgt := range []struct {
-				name string
-				kind testdb.Kind
-			}{{bench.NamePostgres, testdb.Postgres}, {bench.NamePgBouncer, testdb.PgBouncer}, {bench.NameMariaDB, testdb.MariaDB}} {
-				b.Run(tgt.name, func(b *testing.B) {
-					bt := sqlTarget(tgt.name, tgt.kind).make(b)
-					if links != nil {
-						var err error
-						if bt, err = links.Route(bt); err != nil {
-							b.Fatal(err)
-						}
-					}
-					shapeSteps(b, tgt.kind, bt)
-				})
-			}
-		})
-	}
+	onNetworks(b, func(b *testing.B, links *bench.Links) {
+		for _, tgt := range []struct {
+			name string
+			kind testdb.Kind
+		}{{bench.NamePostgres, testdb.Postgres}, {bench.NamePgBouncer, testdb.PgBouncer}, {bench.NameMariaDB, testdb.MariaDB}} {
+			b.Run(tgt.name, func(b *testing.B) {
+				shapeSteps(b, tgt.kind, routed(b, links, sqlTarget(tgt.name, tgt.kind).make(b)))
+			})
+		}
+	})
 }
 
 func shapeSteps(b *testing.B, k testdb.Kind, bt bench.Target) {

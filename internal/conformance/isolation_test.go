@@ -31,7 +31,7 @@ func next(tx txn, owner string) error { return nextHeld(tx, owner, nil, 0) }
 // has read, it signals started and keeps the lock for hold, so that the
 // second holder's wait overlaps it.
 func nextHeld(tx txn, owner string, started *startSignal, hold time.Duration) error {
-	top, err := queryInt(tx, "SELECT COALESCE(MAX(n), 0) FROM items WHERE " + ofOwner(owner))
+	top, err := queryInt(tx, "SELECT COALESCE(MAX(n), 0) FROM items WHERE "+ofOwner(owner))
 	if err != nil {
 		return err
 	}

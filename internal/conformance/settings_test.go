@@ -228,7 +228,7 @@ func TestOtherDriverLibPQ(t *testing.T) {
 		go func() {
 			waiter <- r.Transaction(ctx, key, func(tx txn) error {
 				var err error
-				seen, err = queryInt(tx, "SELECT COUNT(*) FROM items WHERE " + ofOwner(rr))
+				seen, err = queryInt(tx, "SELECT COUNT(*) FROM items WHERE "+ofOwner(rr))
 				return err
 			}, ormlock.WithWait(10*time.Second), ormlock.WithTxOptions(&sql.TxOptions{Isolation: sql.LevelRepeatableRead}))
 		}()

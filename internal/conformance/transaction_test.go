@@ -169,7 +169,7 @@ func TestTransactionReleaseAfterCommit(t *testing.T) {
 				<-inserted
 				werr = waiter.Transaction(ctx, key, func(tx txn) error {
 					var err error
-					seen, err = queryInt(tx, "SELECT COUNT(*) FROM items WHERE " + ofOwner(owner))
+					seen, err = queryInt(tx, "SELECT COUNT(*) FROM items WHERE "+ofOwner(owner))
 					return err
 				}, ormlock.WithWait(20*time.Second))
 			})
