@@ -98,23 +98,13 @@ func (o *Op) HeldNow() bool {
 // lock (ormlock.Held: a term's lock, not the campaign's) and, for an
 // EventHook, what its Term returned (a tracer's span per term); a panic
 // there is contained, fctx then used.
-func (o *Op) TermContext(fctx context.Context) (tctx context.Context) {
+func (o *Op) TermContext(fctx context.Context) context.Context {
 	fctx = config.WithLock(fctx, o)
 	h, ok := o.Cfg.Hook.(config.EventHook)
 	if !ok || !o.use.started {
 		return fctx
 	}
-	e := o.event(config.EventAcquired, nil)
-	defer func() {
-		if p := recover(); p != nil {
-			o.observerPanic(fctx, e, p)
-			tctx = fctx
-		}
-	}()
-	if tctx = h.Term(fctx, e); tctx == nil {
-		tctx = fctx
-	}
-	return tctx
+	return o.hookContext(fctx, o.event(config.EventAcquired, nil), h.Term)
 }
 
 // newTerm gives the Lead term t of campaign o its number and the

@@ -143,20 +143,26 @@ func (o *Op) Emit(ctx context.Context, kind uint8, err error) {
 // under which the verb then runs (fn's context derives from it); ctx
 // itself when no hook is set, or when Start panicked (contained as an
 // observer's panic is).
-func (o *Op) StartHook(ctx context.Context) (hctx context.Context) {
+func (o *Op) StartHook(ctx context.Context) context.Context {
 	ctx = o.begin(ctx) // event.go
 	h := o.Cfg.Hook
 	if h == nil {
 		return ctx
 	}
-	e := o.event(config.EventAttempt, nil)
+	return o.hookContext(ctx, o.event(config.EventAttempt, nil), h.Start)
+}
+
+// hookContext is call (a hook's Start or Term) with ctx and e: the context
+// it returns, or ctx when it returned nil or panicked (contained as an
+// observer's panic is).
+func (o *Op) hookContext(ctx context.Context, e config.Event, call func(context.Context, config.Event) context.Context) (hctx context.Context) {
 	defer func() {
 		if p := recover(); p != nil {
 			o.observerPanic(ctx, e, p)
 			hctx = ctx
 		}
 	}()
-	if hctx = h.Start(ctx, e); hctx == nil {
+	if hctx = call(ctx, e); hctx == nil {
 		hctx = ctx
 	}
 	return hctx
