@@ -132,7 +132,6 @@ func interleaveSteps(b *testing.B, tg target, bt bench.Target, workers int, link
 			ws = append(ws, func(context.Context) (bool, error) { return a(cctx) })
 		}
 		names = append(names, "entlock-ctx")
-		ins = append(ins, ins[i])
 		attempts = append(attempts, ws)
 	}
 	// persistent goroutines, started once: a step hands each its
