@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -239,4 +240,52 @@ func TestCheckPostgresOnLazyDB(t *testing.T) {
 	if c.opened != 1 {
 		t.Errorf("the check asked the LazyDB for its *sql.DB %d time(s), want once", c.opened)
 	}
+}
+
+// pgxlock's first calls on a cold pool share one server check, as the
+// other adapters' do: of 200 callers at once, each with the lazily opened
+// *sql.DB of its own call, only one opens it.
+func TestCheckServerOnceOnLazyDBs(t *testing.T) {
+	_, db := pgxPoolOf(t, testdb.Postgres)
+	standIn := new(sql.DB) // the pool's cache key, as pgxlock's
+	var (
+		mu     sync.Mutex
+		opened int
+	)
+	start := make(chan struct{})
+	errc := make(chan error, 200)
+	for range 200 {
+		go func() {
+			o, err := NewOp(Postgres, "Transaction", keys.Name("check-once-lazy"), config.New())
+			if err != nil {
+				errc <- err
+				return
+			}
+			<-start
+			errc <- o.CheckServerOn(context.Background(), standIn, lazyQuerierDB{db: db, open: func() { mu.Lock(); opened++; mu.Unlock() }})
+		}()
+	}
+	close(start)
+	for range 200 {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if opened != 1 {
+		t.Errorf("%d of 200 concurrent first calls opened their *sql.DB for the check, want 1", opened)
+	}
+}
+
+// lazyQuerierDB is a LazyDB and check querier over db that counts its opens.
+type lazyQuerierDB struct {
+	db   *sql.DB
+	open func()
+}
+
+func (l lazyQuerierDB) DB() *sql.DB { l.open(); return l.db }
+func (l lazyQuerierDB) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	return l.DB().QueryContext(ctx, q, args...)
+}
+func (l lazyQuerierDB) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	return l.DB().QueryRowContext(ctx, q, args...)
 }
