@@ -63,7 +63,7 @@ func (b binder) Nil() string { return verbs.NilIf(b.pool == nil, "*pgxpool.Pool"
 
 func (b binder) Bind(_ context.Context, verb string, opts []config.Option) (verbs.Pool, error) {
 	cfg := config.New(opts...)
-	p := verbs.Pool{Pkg: pkg, Pgx: b.pool, CacheKey: keyOf(b.pool), Dialect: lockproto.Postgres, Cfg: cfg, SplitTx: splitTx, Mend: mend}
+	p := verbs.Pool{Pkg: pkg, CacheKey: keyOf(b.pool), Dialect: lockproto.Postgres, Cfg: cfg, SplitTx: splitTx, Mend: mend}
 	switch {
 	case cfg.SharedConns > 0 && (verb == "Session" || verb == "Lead"):
 		p.DB, p.Close = sharedDB(b.pool)
@@ -71,7 +71,7 @@ func (b binder) Bind(_ context.Context, verb string, opts []config.Option) (verb
 		// the lock connection comes from the pool itself; the *sql.DB is
 		// opened only if the call needs it (a cold server check, fencing,
 		// the split protocol, a set or a semaphore)
-		p.Lazy = verbs.OpenLazily(b.pool, openDB)
+		p.Pgx, p.Lazy = b.pool, verbs.OpenLazily(b.pool, openDB)
 	default:
 		db := openDB(b.pool)
 		p.DB, p.Close = db, func() { _ = db.Close() }

@@ -133,7 +133,7 @@ func (o *Op) checkPool(ctx context.Context, db *sql.DB, q CheckQuerier) error {
 	if f, ok := genuine.Load(wp); ok {
 		return f.(*serverFacts).refuse(o)
 	}
-	if !poolQuerier(q, db) {
+	if !poolQuerier(q) {
 		// q is the caller's own transaction or connection: waiting for a
 		// check on another connection of db could wait for q itself.
 		return o.checkServer(ctx, db, wp, q)
@@ -163,16 +163,16 @@ func (o *Op) checkPool(ctx context.Context, db *sql.DB, q CheckQuerier) error {
 	return c.err
 }
 
-// poolQuerier reports whether q, the check's querier for the pool cached
-// under db, is a pool rather than the caller's own transaction or
-// connection: db itself, or pgxlock's *sql.DB of one call (opened lazily
-// or not) over the pgx pool that db stands for.
-func poolQuerier(q CheckQuerier, db *sql.DB) bool {
+// poolQuerier reports whether q, the check's querier, is a pool rather
+// than the caller's own transaction or connection: the pool the check is
+// cached under, or pgxlock's *sql.DB of one call (opened lazily or not)
+// over the pgx pool that the cache key stands for.
+func poolQuerier(q CheckQuerier) bool {
 	switch q.(type) {
 	case *sql.DB, LazyDB:
 		return true
 	}
-	return q == CheckQuerier(db)
+	return false
 }
 
 // serverMayHaveChanged forgets the genuine verdict of the pool o checked:

@@ -15,15 +15,14 @@
 //
 // A warm gormlock.Transaction on PostgreSQL (pgx driver, READ COMMITTED,
 // no fencing, no hook, the server check cached) runs the functions of
-// these 17 files, in this order, from the call to its COMMIT (measured:
-// the non-test files with a statement whose coverage count a second call
-// raises, go test -covermode=count -coverpkg=./... over one call and over
-// two; 21 by the same measure before the verb core, at a0a7364, and 22
-// before the one-message path, the lock shapes' predicates, the refusal
-// of a cached server and Held's context value each moved into a file the
-// path crosses anyway). entlock's, sqllock's and pgxlock's Transaction
-// differ only in steps 1 and 2 (their bindings), and then in how fn gets
-// its transaction.
+// these 17 files, in this order, from the call to its COMMIT (measured by
+// scripts/files-crossed: the non-test files with a statement whose
+// coverage count a second call raises over a first; 21 by the same
+// measure before the verb core, at a0a7364, and 22 before the one-message
+// path, the lock shapes' predicates, the refusal of a cached server and
+// Held's context value each moved into a file the path crosses anyway).
+// entlock's, sqllock's and pgxlock's Transaction differ only in steps 1
+// and 2 (their bindings), and then in how fn gets its transaction.
 //
 //  1. gormlock/transaction.go: Transaction, call.init; ctxOf (GORM's
 //     context).
@@ -42,10 +41,10 @@
 //     for ormlock.Held, config.go: WithLock; then nothing more without
 //     WithHook); transaction.go: call.transaction, call.prepared.
 //  6. lockedtx.go: Op.BeginLocked, SnapshotIsolation; xact.go:
-//     beginInline, pin (a pinned connection), beginOneMessage; onemsg.go:
-//     withPgConn, isPgx, Op.lockOneMessage (sqlPin, the pinned
-//     connection's kind), lockExchange.send: BEGIN and the lock in one
-//     message (pgmessage.go: pgBegin, snapshotLevel,
+//     beginInline, pin, beginOneMessage; onemsg.go: Op.pinLock (sqlPin,
+//     the pinned connection's kind), oneMessageOn, isPgx, withPgConn,
+//     Op.lockOneMessage, lockSend, lockExchange.send: BEGIN and the lock in
+//     one message (pgmessage.go: pgBegin, snapshotLevel,
 //     pgTryMessage, readLockReply, parseLockRow; on a direct connection the
 //     prepared statement, prepared.go: pgConnStateOf, Op.lockPrepared);
 //     op.go: attempt (deadline.go: budget, stmtCtx, txContext), settle,
@@ -59,7 +58,7 @@
 //     ends the lock with it (LockedTx.end, op.go: EndXact, Emit).
 //
 // pgxlock's Transaction takes its lock connection from the pgx pool
-// itself in step 6 (onemsg.go: Op.pgxNative, Op.pinPgx, pgxPin), with no
+// itself in step 6 (onemsg.go: Op.pgxNative, Op.pinLock, pgxPin), with no
 // *sql.Conn between pgx and the protocol; Session and Lead do the same.
 //
 // The other protocols of step 6: split.go, PostgreSQL at REPEATABLE READ

@@ -30,8 +30,7 @@ type lockOnlyTx struct {
 // elsewhere") or destroyed.
 func (o *Op) beginLockOnly(ctx context.Context, db *sql.DB, conn pinned, use lockTxFor) (*lockOnlyTx, error) {
 	begun := time.Now()
-	sc := conn.sqlConn()
-	if o.target.oneMessage() && (sc == nil || isPgx(sc)) {
+	if o.target.oneMessage() && oneMessageOn(conn) {
 		// one message: BEGIN, transaction_timeout off (Session), the lock
 		// and (Session) the idle timeout, by the simple protocol, which leaves no
 		// portal open: the idle transaction holds no snapshot
@@ -41,7 +40,7 @@ func (o *Op) beginLockOnly(ctx context.Context, db *sql.DB, conn pinned, use loc
 		}
 		return &lockOnlyTx{conn: conn, tx: ct, cancel: ct.cancel, idle: idle, taken: o.acquired.Sub(begun)}, nil
 	}
-	tx, cancel, err := o.beginOn(ctx, sc, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	tx, cancel, err := o.beginOn(ctx, conn.sqlConn(), &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		conn.destroy()
 		return nil, err

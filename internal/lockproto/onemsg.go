@@ -234,11 +234,9 @@ type pinned interface {
 type sqlPin struct{ c *sql.Conn }
 
 func (p sqlPin) pgConn() (*pgconn.PgConn, error) {
-	c, err := PgxConnOf(p.c)
-	if err != nil {
-		return nil, err
-	}
-	return c.PgConn(), nil
+	var pc *pgconn.PgConn
+	err := withPgConn(p.c, func(c *pgconn.PgConn) error { pc = c; return nil })
+	return pc, err
 }
 func (p sqlPin) sqlConn() *sql.Conn { return p.c }
 func (p sqlPin) giveBack()          { _ = p.c.Close() }
@@ -291,9 +289,16 @@ func pgxConnOfPin(p pinned) *pgx.Conn {
 	return nil
 }
 
-// pinPgx acquires a connection from o.Pgx, waiting no longer than ctx
-// allows; a failure is classified as pin's.
-func (o *Op) pinPgx(ctx context.Context) (pinned, error) {
+// pinLock pins the connection o's lock is taken on, waiting no longer than
+// ctx allows: from o.Pgx when native (pgxNative), else from db (pin).
+func (o *Op) pinLock(ctx context.Context, db *sql.DB, native bool) (pinned, error) {
+	if !native {
+		c, err := o.pin(ctx, db)
+		if err != nil {
+			return nil, err
+		}
+		return sqlPin{c}, nil
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, o.notAcquired(ctx, err)
 	}
@@ -302,6 +307,13 @@ func (o *Op) pinPgx(ctx context.Context) (pinned, error) {
 		return nil, o.failed(ctx, errs.Wrap(err, "pin a connection"))
 	}
 	return &pgxPin{c: c}, nil
+}
+
+// oneMessageOn reports whether the lock can travel with BEGIN on conn:
+// a pgx pool's connection, or a *sql.Conn of pgx's driver (isPgx).
+func oneMessageOn(conn pinned) bool {
+	sc := conn.sqlConn()
+	return sc == nil || isPgx(sc)
 }
 
 // pgxNative reports whether o's lock connection comes from o.Pgx, driven

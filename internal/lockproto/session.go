@@ -83,24 +83,16 @@ func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Contex
 	if o.Cfg.SharedConns > 0 {
 		return o.sharedSession(ctx, o.sqlDB(db), fn) // sharedlock.go
 	}
-	if o.Cfg.Fencing || !o.pgxNative() {
+	native := o.pgxNative()
+	if o.Cfg.Fencing || !native {
 		db = o.sqlDB(db) // else nil with o.Pgx: opened only if needed
 	}
 	if err := o.CheckFence(db); err != nil {
 		return err
 	}
-	var conn pinned
-	if o.pgxNative() {
-		// pgxlock: the pool's own connection, driven by pgx (onemsg.go: pinned)
-		if conn, err = o.pinPgx(ctx); err != nil {
-			return err
-		}
-	} else {
-		c, err := db.Conn(ctx)
-		if err != nil {
-			return o.failed(ctx, errs.Wrap(err, "pin a connection"))
-		}
-		conn = sqlPin{c}
+	conn, err := o.pinLock(ctx, db, native)
+	if err != nil {
+		return err
 	}
 	var h *sessionHold
 	switch o.Dialect {

@@ -34,29 +34,21 @@ func (o *Op) beginInline(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (
 	)
 	begin, oneMsg := pgBegin(opts)
 	oneMsg = oneMsg && !o.NeedSQLTx && o.target.oneMessage()
-	if oneMsg && o.pgxNative() {
-		// pgxlock: the pool's own connection, driven by pgx (onemsg.go: pinned)
-		pin, err := o.pinPgx(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if lt, snap, err = o.beginOneMessage(ctx, db, pin, begin); err != nil {
-			return nil, err
-		}
-	} else {
+	native := oneMsg && o.pgxNative()
+	if !native {
 		db = o.sqlDB(db)
-		conn, err := o.pin(ctx, db)
-		if err != nil {
-			return nil, err
-		}
-		if oneMsg && isPgx(conn) {
-			lt, snap, err = o.beginOneMessage(ctx, db, sqlPin{conn}, begin)
-		} else {
-			lt, snap, err = o.beginThenLock(ctx, conn, opts)
-		}
-		if err != nil {
-			return nil, err
-		}
+	}
+	conn, err := o.pinLock(ctx, db, native)
+	if err != nil {
+		return nil, err
+	}
+	if oneMsg && oneMessageOn(conn) {
+		lt, snap, err = o.beginOneMessage(ctx, db, conn, begin)
+	} else {
+		lt, snap, err = o.beginThenLock(ctx, conn.sqlConn(), opts)
+	}
+	if err != nil {
+		return nil, err
 	}
 	if snap != sql.LevelDefault {
 		// No level was asked for, and the server's default takes its

@@ -86,10 +86,10 @@ type Pool struct {
 	// SplitTx, when set, begins fn's transaction of the split protocol
 	// (see lockproto.Op.SplitTx).
 	SplitTx func(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (lockproto.Tx, error)
-	// Pgx, when set, is the pgx pool DB stands over (pgxlock):
-	// Transaction's, Session's and Lead's lock connection then comes from
-	// it, driven by pgx (lockproto.Op.Pgx); RunOnce, whose ledger
-	// statements run on database/sql, and the other verbs keep DB.
+	// Pgx, when set, is the pgx pool the call's *sql.DB stands over: the
+	// lock connection then comes from it, driven by pgx
+	// (lockproto.Op.Pgx). pgxlock sets it for Transaction, Session and
+	// Lead only (RunOnce's ledger statements run on database/sql).
 	Pgx *pgxpool.Pool
 	// Lazy, when set, stands for DB, which is then nil: it opens the
 	// *sql.DB on first use, if the call needs it at all (pgxlock's
@@ -194,6 +194,7 @@ func (p Pool) Op(ctx context.Context, verb string, k keys.Key, cfg config.Config
 	}
 	op.NeedSQLTx = p.NeedSQLTx
 	op.SplitTx = p.SplitTx
+	op.Pgx, op.LazyDB = p.Pgx, p.Lazy // Lead's terms take them over
 	if lock {
 		err = op.EndedLock(ctx)
 	} else {
@@ -240,14 +241,6 @@ func (p Pool) checkQuerier() lockproto.CheckQuerier {
 		return p.Lazy
 	}
 	return p.DB
-}
-
-// lazy is p.Lazy for an Op (nil when unset).
-func (p Pool) lazy() lockproto.LazyDB {
-	if p.Lazy == nil {
-		return nil
-	}
-	return p.Lazy
 }
 
 // LazyDB is a *sql.DB opened on first use (Pool.Lazy): DB opens it, the
@@ -348,7 +341,6 @@ func Transaction[B Binder](ctx context.Context, b B, pkg string, k keys.Key, fn 
 	if err != nil {
 		return p.mend(err)
 	}
-	op.Pgx, op.LazyDB = p.Pgx, p.lazy()
 	ctx = op.StartHook(ctx)
 	err = p.mend(p.transaction(ctx, op, fn))
 	op.EndHook(ctx, err)
@@ -370,7 +362,6 @@ func Session[B Binder](ctx context.Context, b B, pkg string, k keys.Key, fn func
 	if err != nil {
 		return p.mend(err)
 	}
-	op.Pgx, op.LazyDB = p.Pgx, p.lazy()
 	ctx = op.StartHook(ctx)
 	err = p.mend(op.Session(ctx, p.DB, fn))
 	op.EndHook(ctx, err)
@@ -388,7 +379,6 @@ func Lead[B Binder](ctx context.Context, b B, pkg string, k keys.Key, fn func(ct
 	if err != nil && (op == nil || lockproto.Permanent(err)) {
 		return p.mend(err)
 	}
-	op.Pgx, op.LazyDB = p.Pgx, p.lazy() // each term's Op takes them over
 	ctx = op.StartHook(ctx)
 	err = p.mend(op.Campaign(ctx, func(ctx context.Context, term *lockproto.Op, fn func(ctx context.Context) error) error {
 		// each term asks again, under the pool's cache key: once per pool
