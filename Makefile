@@ -8,17 +8,25 @@ UI_MODULE := webui/uitest
 MODULES  := . $(filter-out $(UI_MODULE),$(patsubst %/go.mod,%,$(wildcard */go.mod)))
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: test deps lint bench chaos compat fmt vuln ui-test ui-deps
+.PHONY: test test-modules deps lint bench chaos compat fmt vuln ui-test ui-deps
 
 ## test: install missing servers (as root), then run the race-enabled tests of
 ## every module, then scripts/consumer-check (what a GORM-only and an ent-only
 ## user's module download and link; needs the module proxy)
+## Every module runs even when an earlier one fails (a flaky test must not
+## hide the others); the target then fails naming the modules that failed.
 test: deps
-	@set -e; for m in $(MODULES); do \
+	@$(MAKE) --no-print-directory test-modules
+
+## test-modules: make test without installing anything first
+test-modules:
+	@failed=""; for m in $(MODULES); do \
 		echo "==> go test -race ./... in $$m"; \
-		(cd $$m && $(GO) test -race -count=1 -timeout 20m ./...); \
-	done
-	@echo "==> scripts/consumer-check"; GO=$(GO) scripts/consumer-check
+		(cd $$m && $(GO) test -race -count=1 -timeout 20m ./...) || failed="$$failed $$m"; \
+	done; \
+	echo "==> scripts/consumer-check"; GO=$(GO) scripts/consumer-check || failed="$$failed consumer-check"; \
+	if [ -n "$$failed" ]; then echo "make test: FAILED in:$$failed"; exit 1; fi; \
+	echo "make test: every module passed"
 
 ## deps: install the Debian packages the tests need, when missing (redis-server
 ## serves the bench module's Redis contender, whose smoke test runs in make test;

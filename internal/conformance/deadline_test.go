@@ -490,6 +490,10 @@ func sweepVerbs(t *testing.T, tbl string) []sweepVerb {
 			_, err := r.Holder(ctx, name("tx"))
 			return err
 		}},
+		{"AdvanceFences", false, false, func(ctx context.Context, r runner, _ *atomic.Bool) error {
+			_, err := r.AdvanceFences(ctx, 1, lt, ormlock.WithNamespace(name("fences")))
+			return err
+		}},
 	}
 }
 

@@ -100,7 +100,7 @@ func (c *checkTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEn
 
 // TestStandbyRefused: every verb of every adapter (Transaction, Session,
 // Lead, RunOnce in both modes, RunScheduled in both modes, Runs, Prune,
-// Migrate, Holder) on a pool whose server is a PostgreSQL hot standby (a
+// Migrate, Holder, AdvanceFences) on a pool whose server is a PostgreSQL hot standby (a
 // dbresolver replica, a misrouted DSN) is refused before fn runs, with
 // ErrUnsupportedDialect naming the reason; a refusal is not cached (the
 // next call asks again and is refused again); the primary still works.

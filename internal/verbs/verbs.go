@@ -562,7 +562,12 @@ func AdvanceFences[B Binder](ctx context.Context, b B, pkg string, by int64, opt
 	if err != nil {
 		return 0, err
 	}
-	if err := p.ownTx("AdvanceFences", "the counters are moved in a transaction of their own"); err != nil {
+	if err = p.ownTx("AdvanceFences", "the counters are moved in a transaction of their own"); err == nil {
+		// a hot standby or a fake-lock engine is refused as by every verb,
+		// not with the server's own read-only error
+		err = p.CheckPool(ctx)
+	}
+	if err != nil {
 		return 0, p.mend(err)
 	}
 	n, err := ledger.AdvanceFences(ctx, p.DB, p.Dialect, pkg+".AdvanceFences", by, p.Cfg)
