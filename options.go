@@ -151,12 +151,14 @@ func WithClaim() Option { return func(c *config.Config) { c.Claim = true } }
 // which tells a pooler apart) or MySQL/MariaDB; behind a transaction-mode
 // pooler such as PgBouncer the verb returns [ErrUnsupportedDialect] before
 // anything is taken. Transaction and RunOnce ignore it. The default is 0:
-// a lock connection per Session. See docs/PROTOCOL.md (Shared lock
+// a lock connection per Session; passing 0 asks for that default (it undoes
+// a plugin's or wrapper's WithSharedLockConns for one call), and a negative
+// n is [ErrInvalidArgument]. See docs/PROTOCOL.md (Shared lock
 // connections).
 func WithSharedLockConns(n int) Option {
 	return func(c *config.Config) {
-		if n < 1 {
-			c.Fail(fmt.Errorf("%w: WithSharedLockConns: n must be at least 1, got %d", ErrInvalidArgument, n))
+		if n < 0 {
+			c.Fail(fmt.Errorf("%w: WithSharedLockConns: n must be 0 (a lock connection per Session) or more, got %d", ErrInvalidArgument, n))
 			return
 		}
 		c.SharedConns = n

@@ -70,10 +70,12 @@ func TestCrondedup(t *testing.T) {
 		t.Run("gorm", func(t *testing.T) { runExample(t) })
 		t.Run("ent", func(t *testing.T) { runExample(t, "-orm", "ent") })
 	})
-	for _, k := range []testdb.Kind{testdb.Postgres, testdb.MariaDB} {
+	for _, k := range []testdb.Kind{testdb.Postgres, testdb.PgBouncer, testdb.MariaDB} {
 		t.Run(string(k), func(t *testing.T) {
 			t.Parallel()
-			dsn := testdb.DSN(t, k)
+			// the DSN a user writes: no pgx setting for a pooler (the demo
+			// adds simple_protocol itself, as the command does)
+			dsn := strings.Replace(testdb.DSN(t, k), "&default_query_exec_mode=simple_protocol", "", 1)
 			t.Cleanup(func() { testdb.AssertNoLeaks(t, k) })
 			t.Run("gorm", func(t *testing.T) { t.Parallel(); runExample(t, "-dsn", dsn) })
 			t.Run("ent", func(t *testing.T) { t.Parallel(); runExample(t, "-dsn", dsn, "-orm", "ent") })

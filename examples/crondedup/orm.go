@@ -122,7 +122,7 @@ func openEnt(dsn, name string) (*entReplica, error) {
 	if demo.IsPostgres(dsn) {
 		driver, dia = "pgx", dialect.Postgres
 	}
-	db, err := sql.Open(driver, dsn)
+	db, err := sql.Open(driver, demo.PoolerSafe(dsn))
 	if err != nil {
 		return nil, err
 	}

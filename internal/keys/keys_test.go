@@ -78,6 +78,10 @@ func TestOptions(t *testing.T) {
 	if c.Keepalive != config.DefaultKeepalive || c.LedgerTable != config.DefaultLedgerTable || c.Wait != 0 || c.Err() != nil {
 		t.Errorf("defaults = %+v", c)
 	}
+	// 0 is the documented default, and undoes an earlier n for one call
+	if c := config.New(ormlock.WithSharedLockConns(4), ormlock.WithSharedLockConns(0)); c.Err() != nil || c.SharedConns != 0 {
+		t.Errorf("WithSharedLockConns(0) after 4: SharedConns %d, err %v; want the default, 0", c.SharedConns, c.Err())
+	}
 	c = c.With(ormlock.WithNamespace("billing"), ormlock.WithWait(time.Second), ormlock.WithLedgerTable("job_runs"))
 	if c.Namespace != "billing" || c.Wait != time.Second || c.LedgerTable != "job_runs" {
 		t.Errorf("applied = %+v", c)
@@ -90,6 +94,7 @@ func TestOptions(t *testing.T) {
 		"long table":        ormlock.WithLedgerTable(strings.Repeat("t", 64)),
 		"namespace colon":   ormlock.WithNamespace("a:b"),
 		"namespace invalid": ormlock.WithNamespace("\xff"),
+		"negative shared":   ormlock.WithSharedLockConns(-1),
 	} {
 		if err := config.New(o).Err(); err == nil || !strings.HasPrefix(err.Error(), "ormlock: ") {
 			t.Errorf("%s: err = %v", name, err)

@@ -35,12 +35,33 @@ func IsPostgres(dsn string) bool {
 	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") || strings.Contains(dsn, "host=")
 }
 
-// OpenGORM opens a GORM pool on dsn (see IsPostgres), with GORM's logger
-// off: the examples print what they show themselves.
+// PoolerSafe returns dsn with pgx's simple protocol when it is a
+// PostgreSQL DSN that names no default_query_exec_mode, as the ormlock
+// command does: pgx's default (prepared statements it caches per
+// connection) fails behind a transaction-mode PgBouncer before 1.21, and
+// the demos send too few statements to gain from a cache. A DSN that names
+// a mode, and a MySQL DSN, are returned as they are.
+func PoolerSafe(dsn string) string {
+	const mode = "default_query_exec_mode=simple_protocol"
+	switch {
+	case !IsPostgres(dsn) || strings.Contains(dsn, "default_query_exec_mode"):
+		return dsn
+	case strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://"):
+		if strings.Contains(dsn, "?") {
+			return dsn + "&" + mode
+		}
+		return dsn + "?" + mode
+	default:
+		return dsn + " " + mode
+	}
+}
+
+// OpenGORM opens a GORM pool on dsn (see IsPostgres and PoolerSafe), with
+// GORM's logger off: the examples print what they show themselves.
 func OpenGORM(dsn string) (*gorm.DB, error) {
 	var dial gorm.Dialector
 	if IsPostgres(dsn) {
-		dial = postgres.Open(dsn)
+		dial = postgres.Open(PoolerSafe(dsn))
 	} else {
 		dial = mysql.Open(dsn)
 	}
