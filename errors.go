@@ -62,3 +62,15 @@ var ErrInvalidArgument = errs.ErrInvalidArgument
 // needs DDL with [WithClaim], outside one transaction. See
 // docs/PROTOCOL.md (Deadlines, MySQL/MariaDB: DDL inside fn).
 var ErrImplicitCommit = errs.ErrImplicitCommit
+
+// PanicError is the error a [Hook]'s End receives, as its Event's Err,
+// when fn panicked or called runtime.Goexit (testing's t.FailNow does):
+// End runs once on every path out of a verb, after the rollback and the
+// release. Value is the panic's value (nil for runtime.Goexit, where
+// Goexit is true); a panic raised by anything else the verb ran (a
+// driver, an ORM callback) is reported so too. No verb returns it: the
+// panic itself continues to the caller unchanged, its value the one fn
+// raised, and runtime.Goexit goes on ending the goroutine. Match it with
+// errors.As. (Under GODEBUG=panicnil=1 a panic(nil) cannot be told from
+// runtime.Goexit and is reported as one.)
+type PanicError = errs.PanicError

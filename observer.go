@@ -126,9 +126,13 @@ func eventOf(e config.Event) Event {
 // returns, with that context and the use's last event: EventReleased (Held
 // set), EventNotAcquired (Wait set), EventReleaseFailed or EventLockLost,
 // whose Err is the error the verb returns (nil when it succeeded,
-// ErrAlreadyDone for a RunOnce slot already done). A Lead is one use, over
-// all its terms. A call refused before its attempt (an invalid argument, a
-// refused server, an ended context) calls neither.
+// ErrAlreadyDone for a RunOnce slot already done). It is called on every
+// path out of the verb: when fn panics or calls runtime.Goexit, End comes
+// once the transaction was rolled back and the lock released, before the
+// panic goes on to the caller (unchanged) or the goroutine ends, and its
+// Err is a [*PanicError]. A Lead is one use, over all its terms. A call
+// refused before its attempt (an invalid argument, a refused server, an
+// ended context) calls neither.
 //
 // A hook composes with an observer: both receive the events, each set by
 // its own option, and a per-call option replaces the default of its own

@@ -211,7 +211,7 @@ func (d *Driver) begin(ctx context.Context, r *request, opts *sql.TxOptions) (*l
 			return nil, err
 		}
 		ctx = op.StartHook(ctx)
-		r.op, r.hctx = op, ctx // Transaction calls EndHook
+		r.op, r.hctx = op, ctx // Transaction calls EndHook, on every path out
 	}
 	if opts == nil {
 		opts = op.Cfg.TxOptions

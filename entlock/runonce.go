@@ -40,10 +40,9 @@ func RunOnce[T TxLike](ctx context.Context, client interface {
 	if err != nil {
 		return err
 	}
-	ctx = op.StartHook(sched.WithSlot(ctx, r.Slot()))
-	err = runOnce(ctx, p, client, r, op, fn)
-	op.EndHook(ctx, err)
-	return err
+	return op.Use(sched.WithSlot(ctx, r.Slot()), func(ctx context.Context) error {
+		return runOnce(ctx, p, client, r, op, fn)
+	})
 }
 
 // runOnce is RunOnce once its run is prepared.

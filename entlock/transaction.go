@@ -33,14 +33,19 @@ func Transaction[T TxLike, K ormlock.KeyType](ctx context.Context, client interf
 		return err
 	}
 	r := &request{verb: "Transaction", key: keys.Of[ormlock.Key](key), opts: opts}
-	tx, err := begin(ctx, client, r)
-	if err == nil {
-		err = runRecorded(ctx, tx, r, fn)
-	}
-	if r.hctx != nil {
-		r.op.EndHook(r.hctx, err)
-	}
-	return err
+	// the hook's Start is called in the driver (Driver.begin), its End
+	// here, on every path out (a panic in fn included)
+	return lockproto.Ending(func() error {
+		tx, err := begin(ctx, client, r)
+		if err != nil {
+			return err
+		}
+		return runRecorded(ctx, tx, r, fn)
+	}, func(err error) {
+		if r.hctx != nil {
+			r.op.EndHook(r.hctx, err)
+		}
+	})
 }
 
 // runRecorded runs fn in tx with its fencing token recorded for

@@ -27,10 +27,7 @@ func Transaction[K ormlock.KeyType](db *gorm.DB, key K, fn func(tx *gorm.DB) err
 	if err := c.init(db, "Transaction", keys.Of[ormlock.Key](key), opts, fn == nil); err != nil {
 		return err
 	}
-	c.start()
-	err := c.transaction(fn)
-	c.op.EndHook(c.ctx, err)
-	return err
+	return c.use(func() error { return c.transaction(fn) })
 }
 
 // call is one Transaction or RunOnce call on a *gorm.DB: what the verb
@@ -54,12 +51,16 @@ func (c *call) init(db *gorm.DB, verb string, key keys.Key, opts []ormlock.Optio
 	return nil
 }
 
-// start calls the hook's Start (ormlock.WithHook); the call then runs
-// under its context, which fn's tx carries.
-func (c *call) start() {
-	if ctx := c.op.StartHook(c.ctx); ctx != c.ctx {
-		c.ctx, c.db = ctx, c.db.WithContext(ctx)
-	}
+// use runs body as the call's use of the lock (lockproto.Op.Use: the
+// hook's Start before it, End after it on every path out): under Start's
+// context, which fn's tx carries.
+func (c *call) use(body func() error) error {
+	return c.op.Use(c.ctx, func(ctx context.Context) error {
+		if ctx != c.ctx {
+			c.ctx, c.db = ctx, c.db.WithContext(ctx)
+		}
+		return body()
+	})
 }
 
 // ctxOf returns db's context, or context.Background() (db may be nil).

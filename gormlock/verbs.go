@@ -152,18 +152,16 @@ func RunOnce(db *gorm.DB, job string, slot time.Time, fn func(tx *gorm.DB) error
 		return err
 	}
 	c := call{db: db, ctx: ctx, p: p, op: op}
-	c.start()
-	if p.Cfg.Claim {
-		err = r.Claimed(c.ctx, p.DB, func(ctx context.Context) error { return fn(db.WithContext(ctx)) })
-	} else {
-		err = c.transaction(func(tx *gorm.DB) error {
+	return c.use(func() error {
+		if p.Cfg.Claim {
+			return r.Claimed(c.ctx, p.DB, func(ctx context.Context) error { return fn(db.WithContext(ctx)) })
+		}
+		return c.transaction(func(tx *gorm.DB) error {
 			q, err := sqlTx(tx)
 			if err != nil {
 				return err
 			}
 			return r.InTx(c.ctx, q, func() error { return fn(tx) })
 		})
-	}
-	c.op.EndHook(c.ctx, err)
-	return err
+	})
 }

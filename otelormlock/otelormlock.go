@@ -37,7 +37,12 @@
 // ormlock.fencing_token (WithFencing), ormlock.term (Lead), ormlock.outcome
 // ("acquired", "not_acquired", "already_done", "lost", "error") and, by
 // WithKeyAttribute only, ormlock.key. The span's status is Error when the
-// verb returns an error other than ErrNotAcquired and ErrAlreadyDone.
+// verb returns an error other than ErrNotAcquired and ErrAlreadyDone, and
+// when fn panics or calls runtime.Goexit: the span then records the
+// [*ormlock.PanicError] (its message has the panic's value, its
+// exception.stacktrace the panicking goroutine's stack) and ends, after
+// the rollback and the release, before the panic goes on to the caller
+// (or the goroutine ends).
 //
 // Metrics, in seconds, with bounded labels (ormlock.verb, ormlock.namespace,
 // ormlock.job, ormlock.wait, db.system.name; ormlock.key by opt-in; never
@@ -437,7 +442,9 @@ func (h *hook) End(ctx context.Context, e ormlock.Event) {
 		u.span.SetAttributes(attribute.Int64("ormlock.term", e.Term))
 	}
 	if err := e.Err; err != nil && !errors.Is(err, ormlock.ErrNotAcquired) && !errors.Is(err, ormlock.ErrAlreadyDone) {
-		u.span.RecordError(err)
+		var pe *ormlock.PanicError
+		// End runs while the panic unwinds: the stack is still fn's
+		u.span.RecordError(err, trace.WithStackTrace(errors.As(err, &pe)))
 		u.span.SetStatus(codes.Error, err.Error())
 	}
 	u.span.End()

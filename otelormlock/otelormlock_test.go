@@ -38,8 +38,8 @@ func TestMain(m *testing.M) { os.Exit(testdb.Main(m)) }
 // verbs is one adapter's four verbs, each handing fn the context its work
 // uses (ent: entlock.Context(tx)).
 type verbs struct {
-	tx      func(ctx context.Context, key string, fn func(context.Context) error, opts ...ormlock.Option) error
-	session func(ctx context.Context, key string, fn func(context.Context) error, opts ...ormlock.Option) error
+	tx      func(ctx context.Context, key ormlock.Key, fn func(context.Context) error, opts ...ormlock.Option) error
+	session func(ctx context.Context, key ormlock.Key, fn func(context.Context) error, opts ...ormlock.Option) error
 	lead    func(ctx context.Context, key string, fn func(context.Context) error, opts ...ormlock.Option) error
 	runOnce func(ctx context.Context, job string, slot time.Time, fn func(context.Context) error, opts ...ormlock.Option) error
 	migrate func(ctx context.Context, opts ...ormlock.Option) error
@@ -47,10 +47,10 @@ type verbs struct {
 
 func sqlVerbs(db *sql.DB) verbs {
 	return verbs{
-		tx: func(ctx context.Context, key string, fn func(context.Context) error, opts ...ormlock.Option) error {
+		tx: func(ctx context.Context, key ormlock.Key, fn func(context.Context) error, opts ...ormlock.Option) error {
 			return sqllock.Transaction(ctx, db, key, func(ctx context.Context, _ *sql.Tx) error { return fn(ctx) }, opts...)
 		},
-		session: func(ctx context.Context, key string, fn func(context.Context) error, opts ...ormlock.Option) error {
+		session: func(ctx context.Context, key ormlock.Key, fn func(context.Context) error, opts ...ormlock.Option) error {
 			return sqllock.Session(ctx, db, key, fn, opts...)
 		},
 		lead: func(ctx context.Context, key string, fn func(context.Context) error, opts ...ormlock.Option) error {
@@ -73,10 +73,10 @@ func gormVerbs(t *testing.T, k testdb.Kind, db *sql.DB) verbs {
 		t.Fatal(err)
 	}
 	return verbs{
-		tx: func(ctx context.Context, key string, fn func(context.Context) error, opts ...ormlock.Option) error {
+		tx: func(ctx context.Context, key ormlock.Key, fn func(context.Context) error, opts ...ormlock.Option) error {
 			return gormlock.Transaction(g.WithContext(ctx), key, func(tx *gorm.DB) error { return fn(tx.Statement.Context) }, opts...)
 		},
-		session: func(ctx context.Context, key string, fn func(context.Context) error, opts ...ormlock.Option) error {
+		session: func(ctx context.Context, key ormlock.Key, fn func(context.Context) error, opts ...ormlock.Option) error {
 			return gormlock.Session(g.WithContext(ctx), key, fn, opts...)
 		},
 		lead: func(ctx context.Context, key string, fn func(context.Context) error, opts ...ormlock.Option) error {
@@ -94,10 +94,10 @@ func gormVerbs(t *testing.T, k testdb.Kind, db *sql.DB) verbs {
 func entVerbs(t *testing.T, k testdb.Kind) verbs {
 	c, _ := enttest.Open(t, k)
 	return verbs{
-		tx: func(ctx context.Context, key string, fn func(context.Context) error, opts ...ormlock.Option) error {
+		tx: func(ctx context.Context, key ormlock.Key, fn func(context.Context) error, opts ...ormlock.Option) error {
 			return entlock.Transaction(ctx, c, key, func(tx *ent.Tx) error { return fn(entlock.Context(tx)) }, opts...)
 		},
-		session: func(ctx context.Context, key string, fn func(context.Context) error, opts ...ormlock.Option) error {
+		session: func(ctx context.Context, key ormlock.Key, fn func(context.Context) error, opts ...ormlock.Option) error {
 			return entlock.Session(ctx, c, key, fn, opts...)
 		},
 		lead: func(ctx context.Context, key string, fn func(context.Context) error, opts ...ormlock.Option) error {
@@ -124,10 +124,10 @@ func pgxVerbs(t *testing.T, k testdb.Kind) verbs {
 	}
 	t.Cleanup(pool.Close)
 	return verbs{
-		tx: func(ctx context.Context, key string, fn func(context.Context) error, opts ...ormlock.Option) error {
+		tx: func(ctx context.Context, key ormlock.Key, fn func(context.Context) error, opts ...ormlock.Option) error {
 			return pgxlock.Transaction(ctx, pool, key, func(ctx context.Context, _ pgx.Tx) error { return fn(ctx) }, opts...)
 		},
-		session: func(ctx context.Context, key string, fn func(context.Context) error, opts ...ormlock.Option) error {
+		session: func(ctx context.Context, key ormlock.Key, fn func(context.Context) error, opts ...ormlock.Option) error {
 			return pgxlock.Session(ctx, pool, key, fn, opts...)
 		},
 		lead: func(ctx context.Context, key string, fn func(context.Context) error, opts ...ormlock.Option) error {
@@ -306,7 +306,7 @@ func TestSpansAndMetrics(t *testing.T) {
 		if err := v.migrate(ctx, ormlock.WithLedgerTable(tbl)); err != nil {
 			t.Fatal(err)
 		}
-		if err := v.tx(ctx, key, record, tel.opt); err != nil {
+		if err := v.tx(ctx, ormlock.Name(key), record, tel.opt); err != nil {
 			t.Fatal(err)
 		}
 		s := checkVerbSpan(t, tel, k, "ormlock.Transaction", parent, inFn, "acquired")
@@ -317,7 +317,7 @@ func TestSpansAndMetrics(t *testing.T) {
 			t.Errorf("ormlock.wait %q", v.AsString())
 		}
 
-		if err := v.session(ctx, key, record, tel.opt, ormlock.WithFencing(), ormlock.WithLedgerTable(tbl)); err != nil {
+		if err := v.session(ctx, ormlock.Name(key), record, tel.opt, ormlock.WithFencing(), ormlock.WithLedgerTable(tbl)); err != nil {
 			t.Fatal(err)
 		}
 		s = checkVerbSpan(t, tel, k, "ormlock.Session", parent, inFn, "acquired")
@@ -375,7 +375,7 @@ func TestSpansAndMetrics(t *testing.T) {
 		}
 
 		release := testdb.RawHold(t, k, "", key+"-held")
-		err = v.tx(ctx, key+"-held", record, tel.opt)
+		err = v.tx(ctx, ormlock.Name(key+"-held"), record, tel.opt)
 		release()
 		if !errors.Is(err, ormlock.ErrNotAcquired) {
 			t.Fatalf("held elsewhere: %v", err)
@@ -491,7 +491,7 @@ func TestLostLock(t *testing.T) {
 	forEach(t, func(t *testing.T, k testdb.Kind, v verbs) {
 		tel := newTelemetry()
 		key := "otel-lost-" + t.Name()
-		err := v.session(context.Background(), key, func(ctx context.Context) error {
+		err := v.session(context.Background(), ormlock.Name(key), func(ctx context.Context) error {
 			testdb.Kill(t, k, holderPID(t, k, key))
 			return awaitLoss(ctx)
 		}, tel.opt, ormlock.WithKeepalive(200*time.Millisecond))
@@ -507,7 +507,7 @@ func TestFrozenServer(t *testing.T) {
 	tel := newTelemetry()
 	v := sqlVerbs(testdb.Open(t, k))
 	key := "otel-frozen"
-	err := v.session(context.Background(), key, func(ctx context.Context) error {
+	err := v.session(context.Background(), ormlock.Name(key), func(ctx context.Context) error {
 		pid := holderPID(t, k, key)
 		if err := syscall.Kill(int(pid), syscall.SIGSTOP); err != nil {
 			t.Skipf("stop backend %d: %v", pid, err)

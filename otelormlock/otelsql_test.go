@@ -32,7 +32,7 @@ func TestQueryNestsKeepaliveDoesNot(t *testing.T) {
 			v := sqlVerbs(db)
 			ctx, caller := tel.tp.Tracer("test").Start(context.Background(), "caller")
 			const keepalive = 100 * time.Millisecond
-			if err := v.session(ctx, "otelsql-"+t.Name(), func(ctx context.Context) error {
+			if err := v.session(ctx, ormlock.Name("otelsql-"+t.Name()), func(ctx context.Context) error {
 				if _, err := db.ExecContext(ctx, "SELECT 2"); err != nil {
 					return err
 				}

@@ -37,9 +37,11 @@
 //     Postgres; keyhash/keyhash.go: Int64NS); lockproto.go: DialectOf.
 //  4. detect.go: Op.EndedLock (deadline.go: ctxErr), Op.CheckServerOn, a
 //     map look-up once the pool passed (serverFacts.refuse).
-//  5. op.go: StartHook (event.go: Op.begin, which leaves the Op in ctx
-//     for ormlock.Held, config.go: WithLock; then nothing more without
-//     WithHook); transaction.go: call.transaction, call.prepared.
+//  5. transaction.go: call.use; op.go: Op.Use, StartHook (event.go:
+//     Op.begin, which leaves the Op in ctx for ormlock.Held, config.go:
+//     WithLock; then nothing more without WithHook), Ending, whose
+//     deferred call ends the use (EndHook) on every path out, a panic
+//     included; transaction.go: call.transaction, call.prepared.
 //  6. lockedtx.go: Op.BeginLocked, SnapshotIsolation; xact.go:
 //     beginInline, pin, beginOneMessage; onemsg.go: Op.pinLock (sqlPin,
 //     the pinned connection's kind), oneMessageOn, isPgx, withPgConn,

@@ -168,11 +168,51 @@ func (o *Op) hookContext(ctx context.Context, e config.Event, call func(context.
 	return hctx
 }
 
+// Use runs body as the verb's use of o's lock, between the hook's Start
+// and End: StartHook, body under the context it returned, then EndHook
+// with body's error on every path out of body (see Ending). It returns
+// body's error. Every verb's use goes through it, but entlock's
+// Transaction, whose Start is called in its driver, and which calls
+// Ending itself.
+func (o *Op) Use(ctx context.Context, body func(ctx context.Context) error) error {
+	ctx = o.StartHook(ctx)
+	return Ending(func() error { return body(ctx) }, func(err error) { o.EndHook(ctx, err) })
+}
+
+// Ending runs body and returns its error, and calls end once on every
+// path out of body: with that error when body returns; with a
+// *errs.PanicError carrying the panic's value when body panics, the
+// panic then going on with that very value; with a *errs.PanicError
+// whose Goexit is set when body calls runtime.Goexit, which then goes on
+// ending the goroutine. body's own deferred work (a rollback, a release)
+// has run by then.
+func Ending(body func() error, end func(err error)) (err error) {
+	returned := false
+	defer func() {
+		if returned {
+			end(err)
+			return
+		}
+		p := recover() // nil: runtime.Goexit, which recover does not stop
+		end(errs.Panicked(p))
+		if p != nil {
+			panic(p)
+		}
+	}()
+	err = body()
+	returned = true
+	return err
+}
+
 // EndHook calls the hook's End as the verb returns err, with the last
 // event of the use (released, not_acquired, release_failed, lock_lost,
-// already_done) and err as its Err; ctx is what StartHook returned.
+// already_done) and err as its Err; ctx is what StartHook returned. It
+// does nothing before StartHook or after its first call: End is called
+// once per use.
 func (o *Op) EndHook(ctx context.Context, err error) {
-	o.use.ended.Store(true)
+	if !o.use.started || o.use.ended.Swap(true) {
+		return
+	}
 	h := o.Cfg.Hook
 	if h == nil {
 		return

@@ -341,10 +341,7 @@ func Transaction[B Binder](ctx context.Context, b B, pkg string, k keys.Key, fn 
 	if err != nil {
 		return p.mend(err)
 	}
-	ctx = op.StartHook(ctx)
-	err = p.mend(p.transaction(ctx, op, fn))
-	op.EndHook(ctx, err)
-	return err
+	return op.Use(ctx, func(ctx context.Context) error { return p.mend(p.transaction(ctx, op, fn)) })
 }
 
 func (p Pool) transaction(ctx context.Context, op *lockproto.Op, fn Locked) error {
@@ -362,10 +359,7 @@ func Session[B Binder](ctx context.Context, b B, pkg string, k keys.Key, fn func
 	if err != nil {
 		return p.mend(err)
 	}
-	ctx = op.StartHook(ctx)
-	err = p.mend(op.Session(ctx, p.DB, fn))
-	op.EndHook(ctx, err)
-	return err
+	return op.Use(ctx, func(ctx context.Context) error { return p.mend(op.Session(ctx, p.DB, fn)) })
 }
 
 // Lead campaigns for k and runs fn while elected (lockproto.Op.Lead, which
@@ -379,19 +373,18 @@ func Lead[B Binder](ctx context.Context, b B, pkg string, k keys.Key, fn func(ct
 	if err != nil && (op == nil || lockproto.Permanent(err)) {
 		return p.mend(err)
 	}
-	ctx = op.StartHook(ctx)
-	err = p.mend(op.Campaign(ctx, func(ctx context.Context, term *lockproto.Op, fn func(ctx context.Context) error) error {
-		// each term asks again, under the pool's cache key: once per pool
-		// for a server that passes
-		if !p.NoCheck {
-			if err := term.CheckServerOn(ctx, p.cacheKey(), p.checkQuerier()); err != nil {
-				return err
+	return op.Use(ctx, func(ctx context.Context) error {
+		return p.mend(op.Campaign(ctx, func(ctx context.Context, term *lockproto.Op, fn func(ctx context.Context) error) error {
+			// each term asks again, under the pool's cache key: once per
+			// pool for a server that passes
+			if !p.NoCheck {
+				if err := term.CheckServerOn(ctx, p.cacheKey(), p.checkQuerier()); err != nil {
+					return err
+				}
 			}
-		}
-		return term.Session(ctx, p.DB, fn)
-	}, fn))
-	op.EndHook(ctx, err)
-	return err
+			return term.Session(ctx, p.DB, fn)
+		}, fn))
+	})
 }
 
 // Claimed runs fn for a claimed run of RunOnce's claim mode, outside the
@@ -409,24 +402,24 @@ func RunOnce[B Binder](ctx context.Context, b B, pkg, job string, slot time.Time
 	if err != nil {
 		return err
 	}
-	return p.mend(p.runOnce(ctx, job, slot, fn, claimed))
+	return p.runOnce(ctx, job, slot, fn, claimed)
 }
 
+// runOnce is RunOnce on the open pool p; it returns its error mended.
 func (p Pool) runOnce(ctx context.Context, job string, slot time.Time, fn Locked, claimed Claimed) error {
 	r, op, err := p.Run(ctx, job, slot)
 	if err != nil {
-		return err
+		return p.mend(err)
 	}
-	ctx = op.StartHook(sched.WithSlot(ctx, keys.NormalizeSlot(slot))) // fn reads the slot with ormlock.Slot
-	if p.Cfg.Claim {
-		err = r.Claimed(ctx, p.DB, func(ctx context.Context) error { return claimed(ctx, p) })
-	} else {
-		err = p.transaction(ctx, op, func(tctx context.Context, lt *lockproto.LockedTx) error {
+	// fn reads the slot with ormlock.Slot
+	return op.Use(sched.WithSlot(ctx, keys.NormalizeSlot(slot)), func(ctx context.Context) error {
+		if p.Cfg.Claim {
+			return p.mend(r.Claimed(ctx, p.DB, func(ctx context.Context) error { return claimed(ctx, p) }))
+		}
+		return p.mend(p.transaction(ctx, op, func(tctx context.Context, lt *lockproto.LockedTx) error {
 			return r.InTx(ctx, lt.Tx, func() error { return fn(tctx, lt) })
-		})
-	}
-	op.EndHook(ctx, p.mend(err))
-	return err
+		}))
+	})
 }
 
 // Run is steps 6 to 8 of RunOnce on an open pool and its ledger run: the
