@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -27,8 +28,8 @@ exits, and exits with COMMAND's status. Several KEYs are taken all or none
 (ormlock.All: in one canonical order, so two runs with overlapping keys
 never deadlock); --shared takes them in share mode (ormlock.Shared,
 PostgreSQL only: any number of --shared runs at once, none while a run
-without it holds the key); --max-holders N lets up to N runs hold KEY at
-once (ormlock.Semaphore, one KEY). The lock is held on a dedicated
+without it holds the key); --max-holders N (1-128) lets up to N runs hold
+KEY at once (ormlock.Semaphore, one KEY). The lock is held on a dedicated
 database connection (gormlock.Session), checked every --keepalive.
 
   - Lock held elsewhere: COMMAND does not run; exit 75 (--conflict-exit-code).
@@ -119,6 +120,7 @@ type runFlags struct {
 	exportDSN bool
 	shared    bool // run --shared
 	holders   int  // run --max-holders
+	holdersOn bool // --max-holders given, whatever its value
 	many      bool // run: several KEYs
 }
 
@@ -137,7 +139,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&f.owner, "owner", "", "`ID` recorded in the ledger's owner column (default hostname/pid)")
 	fs.BoolVar(&f.quiet, "quiet", false, "print nothing when COMMAND does not run because of a conflict or a done slot")
 	fs.BoolVar(&f.shared, "shared", false, "take the KEYs in share mode (PostgreSQL): shared runs hold them together, exclusive ones wait")
-	fs.IntVar(&f.holders, "max-holders", 0, "let up to `N` runs hold KEY at once (a semaphore of N slots; one KEY)")
+	fs.IntVar(&f.holders, "max-holders", 0, "let up to `N` runs hold KEY at once, N 1-128 (a semaphore of N slots; one KEY)")
 	f.many = true
 
 	pos, command, opts, err := f.parseCommandLine(fs, "run", args)
@@ -238,6 +240,7 @@ func (f *runFlags) parseCommandLine(fs *flagSet, name string, args []string) (po
 	if pos, err = parseFlags(fs, left); err != nil {
 		return nil, nil, nil, err
 	}
+	fs.Visit(func(fl *flag.Flag) { f.holdersOn = f.holdersOn || fl.Name == "max-holders" })
 	switch {
 	case len(pos) == 0:
 		return nil, nil, nil, usagef("missing KEY: ormlock %s [flags] KEY -- COMMAND [ARGS...]", name)
@@ -285,8 +288,9 @@ func (f *runFlags) check() error {
 	if f.oncePer == "" && f.catchUp > 0 {
 		return usagef("--catch-up catches up missed slots of --once-per; give --once-per too")
 	}
-	if f.holders < 0 || f.holders > keys.MaxSemaphore {
-		return usagef("--max-holders must be 1-%d, got %d", keys.MaxSemaphore, f.holders)
+	if (f.holdersOn || f.holders != 0) && (f.holders < 1 || f.holders > keys.MaxSemaphore) {
+		// 0 too: a semaphore of no slot is no exclusive lock
+		return usagef("--max-holders must be 1-%d, got %d (without --max-holders, one run holds KEY at a time)", keys.MaxSemaphore, f.holders)
 	}
 	if f.oncePer != "" && (f.shared || f.holders > 0) {
 		return usagef("--once-per runs one job per slot: --shared and --max-holders do not combine with it")
