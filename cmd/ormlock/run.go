@@ -56,6 +56,11 @@ database connection (gormlock.Session), checked every --keepalive.
     ORMLOCK_SLOT (the slot in RFC 3339, UTC). With several KEYs,
     ORMLOCK_KEY holds them all as given, one per line, and ORMLOCK_KEYS
     their count.
+  - --owner ID names the run while it holds the lock: ormlock holder KEY
+    shows it as owner= (PostgreSQL: the lock transaction's
+    application_name; MySQL/MariaDB: a row of the owners table, the ledger
+    table's name plus _owners, ormlock_runs_owners by default, created on
+    first use). With --once-per it is also the ledger's owner column.
   - A flag whose description names $ORMLOCK_X takes that variable's value
     when it is not given.
 
@@ -136,7 +141,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&f.tz, "tz", "UTC", "time `ZONE` of --once-per (IANA name, or Local)")
 	fs.DurationVar(&f.catchUp, "catch-up", 0, "with --once-per, first run the slots missed within `DURATION` before now (default: none)")
 	fs.StringVar(&f.policy, "catch-up-policy", "latest", "`POLICY` of --catch-up: latest (the newest missed slot) or all (each, oldest first)")
-	fs.StringVar(&f.owner, "owner", "", "`ID` recorded in the ledger's owner column (default hostname/pid)")
+	fs.StringVar(&f.owner, "owner", "", "`ID` naming this run to ormlock holder while it holds the lock, and in the ledger's owner column with --once-per (default: none to holder, hostname/pid in the ledger)")
 	fs.BoolVar(&f.quiet, "quiet", false, "print nothing when COMMAND does not run because of a conflict or a done slot")
 	fs.BoolVar(&f.shared, "shared", false, "take the KEYs in share mode (PostgreSQL): shared runs hold them together, exclusive ones wait")
 	fs.IntVar(&f.holders, "max-holders", 0, "let up to `N` runs hold KEY at once, N 1-128 (a semaphore of N slots; one KEY)")
@@ -148,7 +153,9 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	opts = append(opts, ormlock.WithKeepalive(f.keepalive), ormlock.WithWait(f.wait))
 	if f.owner != "" {
-		opts = append(opts, ormlock.WithOwner(f.owner))
+		// on MySQL/MariaDB the Session writes the owner row a Lead
+		// writes, where ormlock holder finds it
+		opts = append(opts, ormlock.WithOwner(f.owner), func(c *config.Config) { c.OwnerRow = true })
 	}
 	if err := config.New(opts...).Err(); err != nil {
 		return &usageError{msg: err.Error()}
