@@ -60,14 +60,24 @@ type HolderInfo struct {
 	// Application is PostgreSQL's application_name; always "" on
 	// MySQL/MariaDB.
 	Application string
-	// Owner names the holder as it named itself with [WithOwner], for a
-	// Session or a Lead: on PostgreSQL the lock connection's
-	// application_name, which such a holder sets to its owner (at most 63
-	// bytes of it) for as long as it holds the lock, so another holder's
-	// application_name shows here too; on MySQL/MariaDB, whose
-	// PROCESSLIST has no such column, the row the holder wrote for its
-	// connection and lock in the owners table (see docs/PROTOCOL.md,
-	// Lead), or "" when there is none.
+	// Owner names the holder as it named itself with [WithOwner], where the
+	// server can record it without a round trip on the lock's path:
+	//
+	//   - PostgreSQL (direct or behind PgBouncer): the holder's
+	//     application_name. A Session (any shape, on shared lock
+	//     connections too), a RunOnce in claim mode and a Lead set it to
+	//     their owner (at most 63 bytes of it) for as long as they hold the
+	//     lock. A Transaction (and RunOnce in transaction mode) does not, so
+	//     its Owner is its connection's own application_name (the DSN's,
+	//     "" by default), as is any other holder's: name a process by its
+	//     DSN's application_name to see it here whatever the verb.
+	//   - MySQL/MariaDB, whose PROCESSLIST has no column a client can set:
+	//     the row that a Lead (and ormlock run --owner, ormlock lead)
+	//     writes in the owners table for its connection and lock (see
+	//     docs/PROTOCOL.md, Lead). "" for a Session, a Transaction, RunOnce
+	//     and any other holder: recording it would cost three round trips
+	//     and a write per lock (a claimed run's owner is in the ledger:
+	//     Runs).
 	Owner string
 	// ClientAddr is the holder's client address: PostgreSQL's
 	// client_addr:client_port ("" for a Unix socket), MySQL's HOST
@@ -133,9 +143,11 @@ type HolderInfo struct {
 
 // String returns a one-line, key=value description without the query, e.g.
 //
-//	held pid=4242 user=app application=billing client=10.0.0.7:51234 database=app state="idle in transaction" state_for=1.2s held_for=1.3s waiters=0
+//	held pid=4242 user=app owner=billing client=10.0.0.7:51234 database=app state="idle in transaction" state_for=1.2s held_for=1.3s waiters=0
 //
-// or "free" (followed by waiters=N when some are queued). A value is quoted
+// or "free" (followed by waiters=N when some are queued). The owner is
+// owner=, and application= follows only when it says something else (on
+// PostgreSQL Owner is the application_name). A value is quoted
 // with strconv.Quote when it contains a space, '"', '=', a backslash or any
 // character strconv.Quote would escape (control characters, U+2028...), so
 // the line is always one line of printable text.
@@ -190,9 +202,9 @@ func (h HolderInfo) format(maxQuery int) string {
 		field("mode", "shared")
 	}
 	field("user", cut(h.User, maxField))
-	field("application", cut(h.Application, maxField))
-	if h.Owner != h.Application {
-		field("owner", cut(h.Owner, maxField))
+	field("owner", cut(h.Owner, maxField))
+	if h.Application != h.Owner {
+		field("application", cut(h.Application, maxField))
 	}
 	field("client", cut(h.ClientAddr, maxField))
 	field("database", cut(h.Database, maxField))

@@ -74,17 +74,24 @@ func TestHolderInfoStringEscapes(t *testing.T) {
 	}
 }
 
-// The owner is printed once: on PostgreSQL it is the application_name,
-// shown as application=; on MySQL/MariaDB as owner=.
+// The owner is printed one way on every server, as owner=: on PostgreSQL
+// it is the application_name, which is not printed again; application=
+// comes only when it differs from the owner.
 func TestHolderInfoStringOwner(t *testing.T) {
 	for _, c := range []struct {
 		h    ormlock.HolderInfo
 		want string
 	}{
-		{ormlock.HolderInfo{Held: true, Dialect: "postgres", PID: 1, Application: "replica-a", Owner: "replica-a"},
-			"held pid=1 application=replica-a waiters=0"},
+		{ormlock.HolderInfo{Held: true, Dialect: "postgres", PID: 1, User: "u", Application: "replica-a", Owner: "replica-a"},
+			"held pid=1 user=u owner=replica-a waiters=0"},
 		{ormlock.HolderInfo{Held: true, Dialect: "mysql", PID: 7, Owner: "replica b"},
 			`held pid=7 owner="replica b" waiters=0`},
+		{ormlock.HolderInfo{Held: true, Dialect: "postgres", PID: 2, Application: "psql", Owner: "psql"},
+			"held pid=2 owner=psql waiters=0"},
+		{ormlock.HolderInfo{Held: true, Dialect: "postgres", PID: 3, Application: "a", Owner: "b"},
+			"held pid=3 owner=b application=a waiters=0"},
+		{ormlock.HolderInfo{Held: true, Dialect: "mysql", PID: 8},
+			"held pid=8 waiters=0"},
 	} {
 		if got := c.h.String(); got != c.want {
 			t.Errorf("String() = %q, want %q", got, c.want)

@@ -26,8 +26,15 @@ const holderUsage = `Usage: ormlock holder [flags] KEY
 
 Shows who holds the lock KEY right now, as gormlock.Holder reports it: the
 holder's backend pid (PostgreSQL) or connection id (MySQL/MariaDB), what
-pg_terminate_backend and KILL take, its user, client and state (not its
-query, which may carry secrets); or "free". KEY reads as in ormlock run (a name, id:N, pair:C,O).
+pg_terminate_backend and KILL take, its user, owner, client and state (not
+its query, which may carry secrets); or "free". KEY reads as in ormlock run (a name, id:N, pair:C,O).
+
+owner= is what the holder named itself: ormlock run --owner, ormlock lead
+--owner, or WithOwner in the Go library. On PostgreSQL it is the holder's
+application_name (printed once), for a Transaction the connection's own;
+on MySQL/MariaDB it is recorded by ormlock run --owner, ormlock lead and
+Lead only, in the owners table beside --ledger-table (docs/PROTOCOL.md,
+The owner).
 
 A job run with ormlock run --once-per (or gormlock.RunOnce) holds the lock of
 its run, (JOB, slot), not JOB's own: when KEY is free, holder reads the
@@ -40,7 +47,7 @@ Examples:
   ormlock holder --dsn "$DSN" backup
   # held pid=4242 user=app client=10.0.0.7:51234 database=app state="idle in transaction" state_for=1.2s held_for=1.3s waiters=0
   ormlock holder --dsn "$DSN" nightly-report     # a --once-per job
-  # run=2026-12-01T02:00:00Z held pid=4243 user=app application=host-a/311 ...
+  # run=2026-12-01T02:00:00Z held pid=4243 user=app owner=host-a ...
 
 A free lock prints "free", and stderr says which namespace was looked in:
 a lock taken under another namespace (--namespace, $ORMLOCK_NAMESPACE) is

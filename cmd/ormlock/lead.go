@@ -41,8 +41,9 @@ connection, checked every --keepalive.
     --fencing, ORMLOCK_FENCING_TOKEN: the term's fencing token, greater than
     every earlier term's (needs the fence table: ormlock migrate).
   - --owner names this host (default hostname/pid); ormlock holder KEY
-    shows it as owner= (on MySQL/MariaDB from a row in
-    ormlock_runs_owners).
+    shows it as owner= (PostgreSQL: the lock transaction's
+    application_name; MySQL/MariaDB: a row of the owners table, the ledger
+    table's name plus _owners, ormlock_runs_owners by default).
 
 KEY reads as in ormlock run (a name, id:N, pair:C,O, name:X).
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -27,8 +28,8 @@ exits, and exits with COMMAND's status. Several KEYs are taken all or none
 (ormlock.All: in one canonical order, so two runs with overlapping keys
 never deadlock); --shared takes them in share mode (ormlock.Shared,
 PostgreSQL only: any number of --shared runs at once, none while a run
-without it holds the key); --max-holders N lets up to N runs hold KEY at
-once (ormlock.Semaphore, one KEY). The lock is held on a dedicated
+without it holds the key); --max-holders N (1-128) lets up to N runs hold
+KEY at once (ormlock.Semaphore, one KEY). The lock is held on a dedicated
 database connection (gormlock.Session), checked every --keepalive.
 
   - Lock held elsewhere: COMMAND does not run; exit 75 (--conflict-exit-code).
@@ -55,6 +56,11 @@ database connection (gormlock.Session), checked every --keepalive.
     ORMLOCK_SLOT (the slot in RFC 3339, UTC). With several KEYs,
     ORMLOCK_KEY holds them all as given, one per line, and ORMLOCK_KEYS
     their count.
+  - --owner ID names the run while it holds the lock: ormlock holder KEY
+    shows it as owner= (PostgreSQL: the lock transaction's
+    application_name; MySQL/MariaDB: a row of the owners table, the ledger
+    table's name plus _owners, ormlock_runs_owners by default, created on
+    first use). With --once-per it is also the ledger's owner column.
   - A flag whose description names $ORMLOCK_X takes that variable's value
     when it is not given.
 
@@ -119,6 +125,7 @@ type runFlags struct {
 	exportDSN bool
 	shared    bool // run --shared
 	holders   int  // run --max-holders
+	holdersOn bool // --max-holders given, whatever its value
 	many      bool // run: several KEYs
 }
 
@@ -134,10 +141,10 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&f.tz, "tz", "UTC", "time `ZONE` of --once-per (IANA name, or Local)")
 	fs.DurationVar(&f.catchUp, "catch-up", 0, "with --once-per, first run the slots missed within `DURATION` before now (default: none)")
 	fs.StringVar(&f.policy, "catch-up-policy", "latest", "`POLICY` of --catch-up: latest (the newest missed slot) or all (each, oldest first)")
-	fs.StringVar(&f.owner, "owner", "", "`ID` recorded in the ledger's owner column (default hostname/pid)")
+	fs.StringVar(&f.owner, "owner", "", "`ID` naming this run to ormlock holder while it holds the lock, and in the ledger's owner column with --once-per (default: none to holder, hostname/pid in the ledger)")
 	fs.BoolVar(&f.quiet, "quiet", false, "print nothing when COMMAND does not run because of a conflict or a done slot")
 	fs.BoolVar(&f.shared, "shared", false, "take the KEYs in share mode (PostgreSQL): shared runs hold them together, exclusive ones wait")
-	fs.IntVar(&f.holders, "max-holders", 0, "let up to `N` runs hold KEY at once (a semaphore of N slots; one KEY)")
+	fs.IntVar(&f.holders, "max-holders", 0, "let up to `N` runs hold KEY at once, N 1-128 (a semaphore of N slots; one KEY)")
 	f.many = true
 
 	pos, command, opts, err := f.parseCommandLine(fs, "run", args)
@@ -146,7 +153,9 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	opts = append(opts, ormlock.WithKeepalive(f.keepalive), ormlock.WithWait(f.wait))
 	if f.owner != "" {
-		opts = append(opts, ormlock.WithOwner(f.owner))
+		// on MySQL/MariaDB the Session writes the owner row a Lead
+		// writes, where ormlock holder finds it
+		opts = append(opts, ormlock.WithOwner(f.owner), func(c *config.Config) { c.OwnerRow = true })
 	}
 	if err := config.New(opts...).Err(); err != nil {
 		return &usageError{msg: err.Error()}
@@ -238,6 +247,7 @@ func (f *runFlags) parseCommandLine(fs *flagSet, name string, args []string) (po
 	if pos, err = parseFlags(fs, left); err != nil {
 		return nil, nil, nil, err
 	}
+	fs.Visit(func(fl *flag.Flag) { f.holdersOn = f.holdersOn || fl.Name == "max-holders" })
 	switch {
 	case len(pos) == 0:
 		return nil, nil, nil, usagef("missing KEY: ormlock %s [flags] KEY -- COMMAND [ARGS...]", name)
@@ -285,8 +295,9 @@ func (f *runFlags) check() error {
 	if f.oncePer == "" && f.catchUp > 0 {
 		return usagef("--catch-up catches up missed slots of --once-per; give --once-per too")
 	}
-	if f.holders < 0 || f.holders > keys.MaxSemaphore {
-		return usagef("--max-holders must be 1-%d, got %d", keys.MaxSemaphore, f.holders)
+	if (f.holdersOn || f.holders != 0) && (f.holders < 1 || f.holders > keys.MaxSemaphore) {
+		// 0 too: a semaphore of no slot is no exclusive lock
+		return usagef("--max-holders must be 1-%d, got %d (without --max-holders, one run holds KEY at a time)", keys.MaxSemaphore, f.holders)
 	}
 	if f.oncePer != "" && (f.shared || f.holders > 0) {
 		return usagef("--once-per runs one job per slot: --shared and --max-holders do not combine with it")

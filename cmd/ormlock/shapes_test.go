@@ -69,8 +69,9 @@ func TestRunShapeUsage(t *testing.T) {
 		msg  string
 	}{
 		{[]string{"run", "--max-holders", "2", "a", "b", "--", "true"}, "--max-holders takes one KEY"},
-		{[]string{"run", "--max-holders", "0", "a", "--", "true"}, ""},
-		{[]string{"run", "--max-holders", "129", "a", "--", "true"}, "--max-holders must be 1-128"},
+		{[]string{"run", "--max-holders", "0", "a", "--", "true"}, "--max-holders must be 1-128, got 0"},
+		{[]string{"run", "--max-holders=-1", "a", "--", "true"}, "--max-holders must be 1-128, got -1"},
+		{[]string{"run", "--max-holders", "129", "a", "--", "true"}, "--max-holders must be 1-128, got 129"},
 		{[]string{"run", "--shared", "--max-holders", "2", "a", "--", "true"}, "do not combine"},
 		{[]string{"run", "--once-per", "1h", "a", "b", "--", "true"}, "--once-per takes one KEY"},
 		{[]string{"run", "--once-per", "1h", "--shared", "a", "--", "true"}, "do not combine with it"},
@@ -78,10 +79,6 @@ func TestRunShapeUsage(t *testing.T) {
 		{[]string{"lead", "a", "b", "--", "true"}, "one KEY before --"},
 	} {
 		code, out, stderr := runBin(t, k, c.args...)
-		if c.msg == "" { // --max-holders 0 is no semaphore: a plain run
-			want(t, code, stderr, 0)
-			continue
-		}
 		want(t, code, stderr, 2, c.msg)
 		if out != "" || strings.Contains(stderr, "ran") {
 			t.Errorf("%q: COMMAND ran", c.args)

@@ -91,6 +91,9 @@ func supervise(args []string) int {
 		return 0
 	}
 	fmt.Fprintln(status, "started")
+	if s.tty != nil {
+		ignoreTTOU() // for tcsetpgrp, now that COMMAND has started
+	}
 
 	waits := make(chan waitEvent)
 	go reap(waits)

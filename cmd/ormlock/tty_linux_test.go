@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -94,48 +95,83 @@ func TestRunJobControl(t *testing.T) {
 	}
 	ormlockPid := parentOf(t, parentOf(t, cmdPid)) // COMMAND's parent is the supervisor
 
-	type_("\x03") // Ctrl-C
-	waitFor("int", 1)
+	const intLine = "int\r\n" // COMMAND's line for each SIGINT
+	type_("\x03")             // Ctrl-C
+	waitFor(intLine, 1)
 	if err := syscall.Kill(ormlockPid, syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
-	waitFor("int", 2)
+	waitFor(intLine, 2)
 
 	type_("\x1a") // Ctrl-Z
 	waitFor("Stopped", 1)
 	type_("fg\n")
-	waitFor("$ fg", 1)
-	// Back in the foreground, with the terminal: Ctrl-C reaches it again.
-	deadline := time.Now().Add(time.Minute)
-	for strings.Count(out.String(), "int") < 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("Ctrl-C after fg did not reach COMMAND:\n%s", out)
-		}
-		type_("\x03")
-		time.Sleep(200 * time.Millisecond)
-	}
+	// Ctrl-C only once fg has run: COMMAND running again, its group the
+	// terminal's foreground one. The shell echoes "fg" before it reads
+	// the newline, and a Ctrl-C meanwhile makes the terminal discard that
+	// unread newline: the shell would drop the line, and the job would
+	// stay stopped.
+	waitForeground(t, cmdPid, out)
+	type_("\x03")
+	waitFor(intLine, 3)
 	if err := syscall.Kill(cmdPid, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	type_("echo rc=$?\n") // read by the shell once the job is over
 	waitFor("rc=143", 1)
-	if n := strings.Count(out.String(), "int"); n > 2+4 {
-		t.Errorf("COMMAND got SIGINT %d times:\n%s", n, out)
+	if n := strings.Count(out.String(), intLine); n != 3 {
+		t.Errorf("COMMAND got SIGINT %d times, want 3 (2 Ctrl-C, 1 kill):\n%s", n, out)
 	}
 	testdb.AssertNoLeaks(t, k)
 }
 
-// parentOf returns the parent pid of pid.
-func parentOf(t *testing.T, pid int) int {
+// waitForeground waits until pid runs (is not stopped) and its process
+// group is its terminal's foreground one.
+func waitForeground(t *testing.T, pid int, out fmt.Stringer) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		state, pgrp, tpgid := procStat(t, pid)
+		if state != "T" && pgrp == tpgid {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("COMMAND (pid %d) not back in the foreground after fg: state %s, process group %d, terminal's foreground group %d:\n%s", pid, state, pgrp, tpgid, out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// procStat returns the state, process group and terminal's foreground
+// process group of pid.
+func procStat(t *testing.T, pid int) (state string, pgrp, tpgid int) {
+	t.Helper()
+	f := statFields(t, pid)
+	return f[0], statInt(t, f, 2), statInt(t, f, 5)
+}
+
+// statFields returns the fields of /proc/PID/stat after pid and (comm):
+// state ppid pgrp session tty_nr tpgid ...
+func statFields(t *testing.T, pid int) []string {
 	t.Helper()
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ppid int
-	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-	if _, err := fmt.Sscan(fields[1], &ppid); err != nil {
-		t.Fatal(err)
+	return strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+}
+
+func statInt(t *testing.T, fields []string, i int) int {
+	t.Helper()
+	n, err := strconv.Atoi(fields[i])
+	if err != nil {
+		t.Fatalf("/proc stat field %q: %v", fields[i], err)
 	}
-	return ppid
+	return n
+}
+
+// parentOf returns the parent pid of pid.
+func parentOf(t *testing.T, pid int) int {
+	t.Helper()
+	return statInt(t, statFields(t, pid), 1)
 }

@@ -26,13 +26,18 @@ func tcgetpgrp(f *os.File) (int, error) {
 	return int(pgrp), nil
 }
 
-// tcsetpgrp makes pgrp the terminal's foreground group. A process outside
-// the foreground group may do so only with SIGTTOU ignored (or the kernel
-// stops it), hence the brief Ignore; the supervisor starts no process
-// meanwhile, so none inherits it.
+// ignoreTTOU lets the caller change the terminal's foreground group while
+// its own group is in the background: a process outside the foreground
+// group may do so only with SIGTTOU ignored (or the kernel stops its
+// group). The supervisor calls it once COMMAND has started, so that
+// COMMAND does not inherit the ignored SIGTTOU, and keeps it for good: it
+// starts no other process. (signal.Reset would not undo it either: Go
+// installs its SIGTTOU handler only on demand, and Reset leaves an ignored
+// SIGTTOU ignored.)
+func ignoreTTOU() { signal.Ignore(syscall.SIGTTOU) }
+
+// tcsetpgrp makes pgrp the terminal's foreground group; see ignoreTTOU.
 func tcsetpgrp(f *os.File, pgrp int) error {
-	signal.Ignore(syscall.SIGTTOU)
-	defer signal.Reset(syscall.SIGTTOU)
 	p := int32(pgrp)
 	if _, _, errno := syscall.Syscall(syscall.SYS_IOCTL, f.Fd(), syscall.TIOCSPGRP, uintptr(unsafe.Pointer(&p))); errno != 0 {
 		return errno

@@ -53,6 +53,10 @@ type Config struct {
 	LedgerTable string
 	// Owner identifies this instance in the ledger and in diagnostics.
 	Owner string
+	// OwnerRow makes a Session on MySQL/MariaDB write the owner row that
+	// a Lead writes (internal/lockproto/owner.go) once it holds its lock:
+	// set by ormlock run --owner, never by a library option.
+	OwnerRow bool
 	// TxOptions are the options of the transaction the verb opens.
 	TxOptions *sql.TxOptions
 	// Claim selects RunOnce's claim mode.

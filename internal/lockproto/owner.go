@@ -12,7 +12,22 @@ import (
 )
 
 // The owner of a held lock (ormlock.WithOwner), where the server can show it
-// to ormlock.HolderInfo.Owner.
+// to ormlock.HolderInfo.Owner. Recording it must not cost the lock a round
+// trip, so it is recorded where that is free or the verb is not a hot path,
+// per server and verb:
+//
+//	                          PostgreSQL, PgBouncer   MySQL/MariaDB
+//	Session (any shape)       application_name        no
+//	Session, shared conns     application_name        no
+//	RunOnce, claim mode       application_name        no (the ledger row's owner)
+//	Lead                      application_name        the owners row
+//	Transaction, RunOnce tx   no                      no
+//	ormlock run --owner       application_name        the owners row
+//	ormlock lead              application_name        the owners row
+//
+// "no" leaves Owner as the server shows the holder's connection otherwise:
+// on PostgreSQL its own application_name (the DSN's, "" by default), on
+// MySQL/MariaDB "".
 //
 // PostgreSQL: a Session's (and a Lead's) lock transaction sets its
 // application_name to the owner with SET LOCAL, so pg_stat_activity shows
@@ -20,7 +35,13 @@ import (
 // lock restores the connection's own name. PostgreSQL keeps at most 63
 // bytes of it (NAMEDATALEN - 1); a longer owner is cut at a character
 // boundary. The statement has no arguments: it goes by the simple protocol
-// and leaves no portal (hence no snapshot) open on the idle transaction.
+// and leaves no portal (hence no snapshot) open on the idle transaction. A
+// shared lock connection takes the owner of the Session that opens it, with
+// SET (sharedconn.go). A Transaction's lock statement does not set it: that
+// would be one more statement, or one more column in each of the lock
+// statements' forms (one key, a set, a semaphore; two-message, one-message
+// and prepared), for a name that the DSN's application_name already gives a
+// process at no cost.
 
 // pgMaxAppName is the longest application_name PostgreSQL keeps, in bytes.
 const pgMaxAppName = 63
@@ -51,9 +72,10 @@ func (o *Op) pgSetOwner(ctx context.Context, q Querier) error {
 	return nil
 }
 
-// MySQL/MariaDB: PROCESSLIST carries no application name, so a Lead with
-// WithOwner, once elected, writes a row naming itself in the owners table
-// (the ledger table's name + OwnersTableSuffix, created on first use):
+// MySQL/MariaDB: PROCESSLIST carries no column a client can set, so a Lead
+// with WithOwner, once elected, writes a row naming itself in the owners
+// table (the ledger table's name + OwnersTableSuffix, created on first use),
+// one per lock it holds:
 //
 //	REPLACE INTO t (lock_name, owner, conn_id, since) VALUES (?, ?, CONNECTION_ID(), NOW(6))
 //
@@ -63,8 +85,20 @@ func (o *Op) pgSetOwner(ctx context.Context, q Querier) error {
 // for the connection that holds the lock now; a deposed leader's row is
 // simply overwritten by the next. The row is best effort: a server that
 // refuses it (no CREATE or INSERT privilege) leaves Owner empty and the
-// lock as it is. Sessions do not write it (their WithOwner may be the
-// ledger's owner, set as a default, and must not create a table).
+// lock as it is. ormlock run --owner has its Sessions write it too
+// (config.OwnerRow: a command that starts a process can spend three round
+// trips). Library Sessions and Transactions do not: three round trips and a
+// write on every lock, and their WithOwner may be the ledger's owner, set
+// as a default, which must not create a table.
+//
+// Nothing cheaper names the holder on the servers' defaults: a companion
+// GET_LOCK named after the owner (in the lock's own statement) can be found
+// only by listing a connection's locks, which needs MariaDB's
+// metadata_lock_info plugin or MySQL's performance_schema.metadata_locks;
+// connection attributes (performance_schema.session_connect_attrs) are set
+// per connection, at connect, not per lock, and MariaDB's
+// performance_schema is off by default; a user variable is private to its
+// connection.
 
 // OwnersTableSuffix is appended to the ledger table's name to name the
 // MySQL/MariaDB owners table.
@@ -72,20 +106,29 @@ const OwnersTableSuffix = "_owners"
 
 func mysqlOwnersTable(ledger string) string { return "`" + ledger + OwnersTableSuffix + "`" }
 
-// mysqlRecordOwner writes the owner row of a Lead's term on its lock
-// connection conn, creating the table when it is missing; errors are
-// ignored (see above).
+// mysqlRecordOwner writes the owner rows of a Lead's term (or of a Session
+// with config.OwnerRow) on its lock connection conn, one per lock it holds
+// (a set's keys, a semaphore's slot), creating the table when it is
+// missing; errors are ignored (see above).
 func (o *Op) mysqlRecordOwner(ctx context.Context, conn *sql.Conn) {
-	if o.Cfg.Owner == "" || o.Verb != "Lead" || validIdent(o.Cfg.LedgerTable+OwnersTableSuffix) != nil {
+	if o.Cfg.Owner == "" || (o.Verb != "Lead" && !o.Cfg.OwnerRow) || validIdent(o.Cfg.LedgerTable+OwnersTableSuffix) != nil {
 		return
 	}
 	t := mysqlOwnersTable(o.Cfg.LedgerTable)
+	query, args := "REPLACE INTO "+t+" (lock_name, owner, conn_id, since) VALUES ", []any(nil)
+	for i, name := range o.heldNames() {
+		if i > 0 {
+			query += ", "
+		}
+		query += "(?, ?, CONNECTION_ID(), NOW(6))"
+		args = append(args, name, o.Cfg.Owner)
+	}
 	write := func() error {
 		tx, err := conn.BeginTx(ctx, nil)
 		if err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, "REPLACE INTO "+t+" (lock_name, owner, conn_id, since) VALUES (?, ?, CONNECTION_ID(), NOW(6))", o.target.mysql, o.Cfg.Owner); err != nil {
+		if _, err := tx.ExecContext(ctx, query, args...); err != nil {
 			_ = tx.Rollback()
 			return err
 		}
@@ -101,6 +144,19 @@ func (o *Op) mysqlRecordOwner(ctx context.Context, conn *sql.Conn) {
 			_ = write()
 		}
 	}
+}
+
+// heldNames are the GET_LOCK names o holds: a shape's items taken (o.held),
+// else its one key's.
+func (o *Op) heldNames() []string {
+	if len(o.held) == 0 {
+		return []string{o.target.mysql}
+	}
+	names := make([]string, len(o.held))
+	for i, it := range o.held {
+		names[i] = it.mysql
+	}
+	return names
 }
 
 // mysqlOwner reads the owner row of the lock's holder, connection id, in
