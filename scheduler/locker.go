@@ -28,8 +28,10 @@ import (
 // comes while another runs the slot, or after it ran, gets
 // [ormlock.ErrNotAcquired] or [ormlock.ErrAlreadyDone], and gocron skips the
 // run. A shutdown never leaves a 'running' row or a held lock behind. The job
-// name is gocron's (gocron.WithName), the same on every replica. A Locker is
-// safe for concurrent use. See docs/SCHEDULES.md (Locker (gocron)).
+// name is gocron's (gocron.WithName), the same on every replica. The job's
+// context is gocron's unless [Locker.Task] wraps its task, which then runs
+// under the run's lock context. A Locker is safe for concurrent use. See
+// docs/SCHEDULES.md (Locker (gocron); The job's context).
 type Locker struct {
 	b     Backend
 	def   ormlock.Schedule // nil in strict mode without a default

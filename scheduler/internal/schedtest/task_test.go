@@ -379,6 +379,23 @@ func TestLockerTaskHandoff(t *testing.T) {
 		default:
 		}
 
+		// a panic goes on, and marks its run failed
+		e, err := l.Lock(gctx, job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		func() {
+			defer func() {
+				if p := recover(); p != "kaboom" {
+					t.Errorf("recovered %v, want the job's panic", p)
+				}
+			}()
+			_ = l.Task(job, func(context.Context) error { panic("kaboom") })(gctx)
+		}()
+		if err := e.Unlock(gctx); err == nil || !strings.Contains(err.Error(), "panic: kaboom") {
+			t.Errorf("Unlock after a panic: %v", err)
+		}
+
 		runs, err := gormlock.Runs(db, job, 10)
 		if err != nil {
 			t.Fatal(err)
@@ -389,6 +406,7 @@ func TestLockerTaskHandoff(t *testing.T) {
 		}
 		want := map[time.Time]string{
 			base: "failed:boom", base.Add(time.Hour): "done:", base.Add(2 * time.Hour): "done:", base.Add(3 * time.Hour): "done:",
+			base.Add(4 * time.Hour): "failed:panic: kaboom",
 		}
 		for s, w := range want {
 			if status[s] != w {
@@ -397,7 +415,7 @@ func TestLockerTaskHandoff(t *testing.T) {
 		}
 		var other []string
 		for _, err := range handled.get() {
-			if !errors.Is(err, boom) && !errors.Is(err, ormlock.ErrInvalidArgument) {
+			if !errors.Is(err, boom) && !errors.Is(err, ormlock.ErrInvalidArgument) && !strings.Contains(err.Error(), "kaboom") {
 				other = append(other, err.Error())
 			}
 		}
