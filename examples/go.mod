@@ -6,13 +6,17 @@ replace github.com/ormlock/ormlock => ../
 
 replace github.com/ormlock/ormlock/otelormlock => ../otelormlock
 
+replace github.com/ormlock/ormlock/scheduler => ../scheduler
+
 require (
 	entgo.io/ent v0.14.5
 	github.com/dolthub/go-mysql-server v0.20.0
+	github.com/go-co-op/gocron/v2 v2.21.2
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/ormlock/ormlock v0.0.0-00010101000000-000000000000
+	github.com/ormlock/ormlock v0.1.0
 	github.com/ormlock/ormlock/otelormlock v0.0.0-00010101000000-000000000000
+	github.com/ormlock/ormlock/scheduler v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/common v0.72.0
 	github.com/sirupsen/logrus v1.10.2
@@ -49,6 +53,7 @@ require (
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/jinzhu/inflection v1.0.0 // indirect
 	github.com/jinzhu/now v1.1.5 // indirect
+	github.com/jonboulle/clockwork v0.5.0 // indirect
 	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/lestrrat-go/strftime v1.0.4 // indirect
 	github.com/mitchellh/go-wordwrap v1.0.1 // indirect

@@ -21,7 +21,8 @@
 //		scheduler.WithJobSchedule("daily-settlement", midnight))
 //	s, err := gocron.NewScheduler(gocron.WithLocation(berlin), gocron.WithDistributedLocker(locker),
 //		gocron.WithGlobalJobOptions(locker.RecordFailures()))
-//	s.NewJob(gocron.CronJob("0 0 * * *", false), gocron.NewTask(settle), gocron.WithName("daily-settlement"))
+//	s.NewJob(gocron.CronJob("0 0 * * *", false), gocron.NewTask(locker.Task("daily-settlement", settle)),
+//		gocron.WithName("daily-settlement")) // settle(ctx) runs under the run's lock
 //
 // This package is a module of its own (github.com/ormlock/ormlock/scheduler)
 // so that the library's go.mod names no scheduler.
@@ -96,6 +97,22 @@
 //     context), so a shutdown never leaves a held lock or a 'running' row.
 //     ormlock's own release paths are detached from cancellation too
 //     (context.WithoutCancel, bounded by timeouts).
+//   - The job's context. gocron's Locker interface cannot hand the job a
+//     context, so a gocron task runs under gocron's own unless
+//     [Locker.Task] wraps it; wrapped, as a [JobFunc] under the
+//     [JobWrapper], it runs under its run's lock context, on every
+//     backend: [ormlock.Held] true while the lock is held, [ormlock.Slot]
+//     the run's slot, derived from the context the run's ormlock.Hook
+//     Start returned (a tracer's span parents the job's work), ended with
+//     cause [ormlock.ErrLockLost] on a loss. Under the [Elector], or
+//     unwrapped, a job gets none of that. gocron calls Lock and the task
+//     on one goroutine with one context per job, shared by all its runs;
+//     the Locker hands the claimed run to the task by that context, and
+//     serializes the hand-off per job (a Lock does not return while an
+//     earlier run of its job waits for its task), so two runs in progress
+//     never get each other's context. A task whose call no Lock preceded
+//     on its context runs nothing and says why. See docs/SCHEDULES.md (The
+//     job's context).
 //   - gocron does not tell a locker how the job ended: the Locker marks a
 //     run 'done' at Unlock unless gocron's event listeners of
 //     [Locker.RecordFailures] (gocron v2.21 calls them before Unlock) said

@@ -28,8 +28,10 @@ import (
 // comes while another runs the slot, or after it ran, gets
 // [ormlock.ErrNotAcquired] or [ormlock.ErrAlreadyDone], and gocron skips the
 // run. A shutdown never leaves a 'running' row or a held lock behind. The job
-// name is gocron's (gocron.WithName), the same on every replica. A Locker is
-// safe for concurrent use. See docs/SCHEDULES.md (Locker (gocron)).
+// name is gocron's (gocron.WithName), the same on every replica. The job's
+// context is gocron's unless [Locker.Task] wraps its task, which then runs
+// under the run's lock context. A Locker is safe for concurrent use. See
+// docs/SCHEDULES.md (Locker (gocron); The job's context).
 type Locker struct {
 	b     Backend
 	def   ormlock.Schedule // nil in strict mode without a default
@@ -40,6 +42,7 @@ type Locker struct {
 	mu    sync.Mutex
 	held  map[string][]*heldRun // runs between Lock and Unlock, by job
 	fired map[string]bool       // jobs fired since the Locker was made
+	tasks map[string]*handoff   // jobs that have a Task, by name
 }
 
 var _ gocron.Locker = (*Locker)(nil)
@@ -119,7 +122,7 @@ func (l *Locker) Lock(ctx context.Context, job string) (gocron.Lock, error) {
 	if err := l.cfg.refires.fired(job, slot, s); err != nil {
 		l.cfg.report(err)
 	}
-	h := &heldRun{l: l, job: job, slot: slot, cfg: &l.cfg, b: l.b, release: make(chan struct{}), done: make(chan error, 1)}
+	h := &heldRun{l: l, job: job, slot: slot, gctx: ctx, cfg: &l.cfg, b: l.b, release: make(chan struct{}), done: make(chan error, 1)}
 	started := make(chan struct{})
 	firing := schedhook.Firing(false)
 	if l.firstFiring(job) {
@@ -139,6 +142,7 @@ func (l *Locker) Lock(ctx context.Context, job string) (gocron.Lock, error) {
 			if ran, ok := ormlock.Slot(rctx); ok {
 				h.slot = ran // a caught-up slot; read after started
 			}
+			h.ctx = rctx // the run's, for its Task; read after started
 			if !detach() {
 				// ctx ended while the slot was being claimed: do not
 				// start a run that gocron will not make; the row is
@@ -152,7 +156,9 @@ func (l *Locker) Lock(ctx context.Context, job string) (gocron.Lock, error) {
 	}()
 	select {
 	case <-started:
-		l.hold(h)
+		if err := l.hold(ctx, h); err != nil {
+			return nil, err
+		}
 		return h, nil
 	case err := <-h.done:
 		if err == nil { // unreachable: fn always starts or fails
@@ -211,9 +217,10 @@ func (l *Locker) firstFiring(job string) bool {
 }
 
 // Slot returns the slot of the run of job in progress (between Lock and
-// Unlock): a gocron job's context is gocron's, which ormlock.Slot cannot
-// read, so a job that may run a caught-up slot asks its Locker here. ok is
-// false when no run, or more than one, of job is in progress.
+// Unlock), for a job whose task [Locker.Task] does not wrap: its context is
+// gocron's, which ormlock.Slot cannot read, so a job that may run a
+// caught-up slot asks its Locker here. ok is false when no run, or more
+// than one, of job is in progress. A wrapped job reads ormlock.Slot(ctx).
 func (l *Locker) Slot(job string) (slot time.Time, ok bool) {
 	if l == nil {
 		return time.Time{}, false
@@ -226,20 +233,52 @@ func (l *Locker) Slot(job string) (slot time.Time, ok bool) {
 	return time.Time{}, false
 }
 
-// hold records h as a run of its job in progress, for JobFailed.
-func (l *Locker) hold(h *heldRun) {
+// hold records h, a claimed run, as a run of its job in progress, for
+// JobFailed and, when the job has a Task, for its task: after the earlier
+// run of the job that waits for its task, if any, was taken (or unlocked).
+// When ctx ends meanwhile, the run is given up (its row marked failed, as
+// a run cut short before it started) and hold returns the skip.
+func (l *Locker) hold(ctx context.Context, h *heldRun) error {
 	l.mu.Lock()
+	for {
+		ho := l.tasks[h.job]
+		if ho == nil {
+			break
+		}
+		if ho.pending == nil {
+			ho.pending, ho.taken = h, make(chan struct{})
+			break
+		}
+		taken := ho.taken
+		l.mu.Unlock()
+		select {
+		case <-taken:
+		case <-ctx.Done():
+			h.failure = wrapf(context.Cause(ctx), "job %q: gocron's context ended before the run started", h.job)
+			close(h.release)
+			if err := <-h.done; err != nil && !errors.Is(err, h.failure) {
+				l.cfg.report(wrapf(err, "job %q, slot %s", h.job, h.slot.Format(time.RFC3339Nano)))
+			}
+			return wrapf(ended(ctx), "job %q, slot %s", h.job, h.slot.Format(time.RFC3339Nano))
+		}
+		l.mu.Lock()
+	}
 	defer l.mu.Unlock()
 	if l.held == nil {
 		l.held = make(map[string][]*heldRun)
 	}
 	l.held[h.job] = append(l.held[h.job], h)
+	return nil
 }
 
-// unhold forgets h (at Unlock).
+// unhold forgets h (at Unlock), and frees the hand-off to its job's task
+// when that never took it.
 func (l *Locker) unhold(h *heldRun) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if ho := l.tasks[h.job]; ho != nil && ho.pending == h {
+		ho.clear()
+	}
 	hs := l.held[h.job]
 	for i, x := range hs {
 		if x == h {
@@ -281,14 +320,21 @@ func (l *Locker) RecordFailures() gocron.JobOption {
 // gocron's event listeners; call it from a listener of your own. When
 // several runs of job are in progress at once (a job longer than its period,
 // without gocron's singleton mode), which one failed is unknown: none is
-// marked, and the error handler is told. A nil err, or a job with no run in
-// progress, does nothing; of several calls for one run, the first counts.
+// marked, and the error handler is told. Runs whose task [Locker.Task]
+// wraps are not counted: the wrapper records their failures itself. A nil
+// err, or a job with no such run in progress, does nothing; of several
+// calls for one run, the first counts.
 func (l *Locker) JobFailed(job string, err error) {
 	if l == nil || err == nil {
 		return
 	}
 	l.mu.Lock()
-	hs := l.held[job]
+	var hs []*heldRun
+	for _, h := range l.held[job] {
+		if !h.wrapped {
+			hs = append(hs, h)
+		}
+	}
 	if len(hs) == 1 && hs[0].failure == nil {
 		// the first one counts: after a panic's listener, gocron calls
 		// the error listener too, with "gocron: panic recovered from ..."
@@ -303,9 +349,12 @@ func (l *Locker) JobFailed(job string, err error) {
 // heldRun is a claimed (job, slot) held for gocron until Unlock.
 type heldRun struct {
 	l       *Locker
-	failure error // the job's error (JobFailed), read after release
+	failure error // the job's error (JobFailed, Task), read after release
 	job     string
 	slot    time.Time
+	gctx    context.Context // the context Lock was given: gocron's job context
+	ctx     context.Context // the run's (its verb's fn context), for its Task
+	wrapped bool            // taken by a Task (l.mu)
 	cfg     *config
 	b       Backend
 	release chan struct{}

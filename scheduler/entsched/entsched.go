@@ -25,9 +25,11 @@ import (
 // [entlock.RunScheduled] in claim mode, leadership through
 // [entlock.Lead]; opts apply on top of Wrap's defaults. The ledger rows
 // and lock keys are gormsched's, so replicas on either ORM share the runs. A
-// scheduler.JobFunc run through it gets the firing's context (with the
-// slot: ormlock.Slot), which a lost lock does not cancel (the loss is still
-// reported). See docs/SCHEDULES.md (Backends).
+// scheduler.JobFunc run through it (and a gocron task wrapped by
+// scheduler.Locker.Task) gets the run's context, [entlock.Context] of its
+// claim-mode transaction, as the other backends' do: held, with the slot,
+// under the hook's context, ended with cause [ormlock.ErrLockLost] on a
+// loss. See docs/SCHEDULES.md (Backends).
 func Backend[T entlock.TxLike](client interface {
 	Tx(context.Context) (T, error)
 }, opts ...ormlock.Option) scheduler.Backend {
@@ -38,8 +40,13 @@ func Backend[T entlock.TxLike](client interface {
 	return backend.New(opts, backend.Funcs{
 		Scheduled: func(ctx context.Context, job string, s ormlock.Schedule, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
 			return entlock.RunScheduled(ctx, client, job, s, func(tx T) error {
-				slot, _ := entlock.Slot(tx)
-				return fn(schedhook.WithSlot(ctx, slot))
+				// the run's context, which ent's fn gets through its tx
+				rctx := entlock.Context(tx)
+				if _, ok := ormlock.Slot(rctx); !ok { // unreachable: a *ent.Tx is comparable
+					slot, _ := entlock.Slot(tx)
+					rctx = schedhook.WithSlot(ctx, slot)
+				}
+				return fn(rctx)
 			}, opts...)
 		},
 		Session: func(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...ormlock.Option) error {

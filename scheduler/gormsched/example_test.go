@@ -51,7 +51,13 @@ func ExampleBackend() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if _, err := s.NewJob(gocron.CronJob("0 0 * * *", false), gocron.NewTask(settle),
+	// locker.Task runs the job under its run's lock: ctx is held, carries
+	// the slot, and ends with cause ormlock.ErrLockLost if the lock is lost
+	settleDay := func(ctx context.Context) error {
+		slot, _ := ormlock.Slot(ctx)
+		return db.WithContext(ctx).Exec("INSERT INTO settlements (day) VALUES (?)", slot).Error
+	}
+	if _, err := s.NewJob(gocron.CronJob("0 0 * * *", false), gocron.NewTask(locker.Task("daily-settlement", settleDay)),
 		gocron.WithName("daily-settlement")); err != nil {
 		log.Fatal(err)
 	}

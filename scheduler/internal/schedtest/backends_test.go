@@ -90,17 +90,18 @@ func testBackend(t *testing.T, k testdb.Kind, ob otherBackend) {
 	}
 
 	// robfig/cron wrapper: a JobFunc's error marks the slot failed; the
-	// job reads its slot and holds no transaction while it runs
+	// job runs under its lock's context (held, its slot, the hook's mark)
+	// and holds no transaction while it runs
 	var handled errs
-	w, err := scheduler.JobWrapper(other(), job, everySecond(t),
+	w, err := scheduler.JobWrapper(other(ormlock.WithHook(markHook{})), job, everySecond(t),
 		scheduler.WithClock(func() time.Time { return now().Add(time.Second) }), scheduler.WithErrorHandler(handled.handle))
 	if err != nil {
 		t.Fatal(err)
 	}
 	boom := errors.New("boom")
 	w(scheduler.JobFunc(func(ctx context.Context) error {
-		if s, ok := ormlock.Slot(ctx); !ok || !s.Equal(now().Add(time.Second)) {
-			t.Errorf("the job's slot: %v, %v", s, ok)
+		if v := see(ctx); !v.held || !v.slotOK || !v.slot.Equal(now().Add(time.Second)) || v.mark == nil || !v.mark.slot.Equal(v.slot) {
+			t.Errorf("the JobFunc's context: %+v (mark %+v), want the lock's", v, v.mark)
 		}
 		if inUse != nil {
 			if n := inUse(); n != 1 {
@@ -116,6 +117,30 @@ func testBackend(t *testing.T, k testdb.Kind, ob otherBackend) {
 	}
 	if got := handled.get(); len(got) != 1 || !errors.Is(got[0], boom) {
 		t.Fatalf("error handler got %v", got)
+	}
+
+	// a gocron task wrapped by Locker.Task: the same context
+	tl, err := scheduler.NewLocker(other(ormlock.WithHook(markHook{})), everySecond(t),
+		scheduler.WithClock(func() time.Time { return now().Add(3 * time.Second) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v seen
+	task := tl.Task(job, func(ctx context.Context) error { v = see(ctx); return nil })
+	gctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	tlock, err := tl.Lock(gctx, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := task(gctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := tlock.Unlock(gctx); err != nil {
+		t.Fatal(err)
+	}
+	if !v.held || !v.slot.Equal(now().Add(3*time.Second)) || v.mark == nil || v.mark.job != job || !v.mark.slot.Equal(v.slot) {
+		t.Errorf("the wrapped task's context: %+v (mark %+v), want the lock's", v, v.mark)
 	}
 
 	// leader election across the two backends
