@@ -65,7 +65,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	pg := demo.IsPostgres(*dsn)
 	open := func() (*sql.DB, error) {
 		if pg {
-			return sql.Open("pgx", *dsn)
+			return sql.Open("pgx", demo.PoolerSafe(*dsn))
 		}
 		return sql.Open("mysql", *dsn)
 	}
