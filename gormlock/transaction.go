@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strings"
 
 	"gorm.io/gorm"
 	"gorm.io/plugin/dbresolver"
@@ -123,7 +122,7 @@ func primarySQL(db *gorm.DB) (*sql.DB, error) {
 func (c *call) transaction(fn func(tx *gorm.DB) error) error {
 	if inTx(c.db) {
 		if c.op.Dialect == lockproto.MySQL {
-			return fmt.Errorf("%w: gormlock.%s on %q", ErrNestedTransaction, c.op.Verb, c.op.Key.String())
+			return fmt.Errorf("%w: %w: gormlock.%s on %q", ErrNestedTransaction, ormlock.ErrUnsupportedDialect, c.op.Verb, c.op.Key.String())
 		}
 		return c.pgNested(fn)
 	}
@@ -163,21 +162,18 @@ func (c *call) prepared() bool {
 }
 
 // pgNested takes the lock inside a savepoint of the transaction db is
-// already in (GORM's nested transaction). Above READ COMMITTED that
-// transaction's snapshot predates the lock, so fn could not see what the
-// lock's earlier holders committed: refused before the savepoint.
+// already in (GORM's nested transaction), after the nested protocol's
+// check (lockproto.Op.CheckNested, which sqllock's and pgxlock's Lock
+// make too): above READ COMMITTED that transaction's snapshot predates the
+// lock, so fn could not see what the lock's earlier holders committed:
+// refused before the savepoint.
 func (c *call) pgNested(fn func(tx *gorm.DB) error) error {
 	q, err := sqlTx(c.db)
 	if err != nil {
 		return err
 	}
-	var iso string
-	if err := q.QueryRowContext(c.ctx, "SHOW transaction_isolation").Scan(&iso); err != nil {
-		return c.op.Abandon(c.ctx, errs.Wrap(err, "read the outer transaction's isolation"))
-	}
-	if iso != "read committed" && iso != "read uncommitted" {
-		return fmt.Errorf("%w: gormlock.%s on %q inside a %s transaction: its snapshot was taken before the lock, so fn could not see the commits of the lock's earlier holders; call it outside the transaction (any isolation works there) or use READ COMMITTED",
-			ormlock.ErrInvalidArgument, c.op.Verb, c.op.Key.String(), strings.ToUpper(iso))
+	if err := c.op.CheckNested(c.ctx, q, "gormlock."+c.op.Verb); err != nil {
+		return err
 	}
 	if sqlDB, err := primarySQL(c.db); err == nil {
 		if err := c.op.CheckFence(sqlDB); err != nil {
