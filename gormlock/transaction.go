@@ -162,11 +162,14 @@ func (c *call) prepared() bool {
 }
 
 // pgNested takes the lock inside a savepoint of the transaction db is
-// already in (GORM's nested transaction), after the nested protocol's
-// check (lockproto.Op.CheckNested, which sqllock's and pgxlock's Lock
-// make too): above READ COMMITTED that transaction's snapshot predates the
-// lock, so fn could not see what the lock's earlier holders committed:
-// refused before the savepoint.
+// already in (a nested call), after the nested protocol's check
+// (lockproto.Op.CheckNested, which sqllock's and pgxlock's Lock make too):
+// above READ COMMITTED that transaction's snapshot predates the lock, so
+// fn could not see what the lock's earlier holders committed: refused
+// before the savepoint. The savepoint is the nested protocol's
+// (lockproto.Op.InSavepoint), as GORM's nested Transaction would make one,
+// except that it is rolled back to even when the context has ended; with
+// GORM's DisableNestedTransaction there is none.
 func (c *call) pgNested(fn func(tx *gorm.DB) error) error {
 	q, err := sqlTx(c.db)
 	if err != nil {
@@ -181,19 +184,19 @@ func (c *call) pgNested(fn func(tx *gorm.DB) error) error {
 		}
 	}
 	defer c.op.EndXact(c.ctx)
-	return c.db.Transaction(func(tx *gorm.DB) error {
-		q, err := sqlTx(tx)
-		if err != nil {
-			return err
-		}
+	body := func() error {
 		if err := c.op.AcquireXact(c.ctx, q); err != nil {
 			return err
 		}
-		if tx, err = c.nestedToken(tx); err != nil {
+		if err := c.nestedToken(); err != nil {
 			return err
 		}
-		return c.run(fn, tx)
-	})
+		return c.run(fn, c.db.Session(&gorm.Session{Context: c.op.TokenContext(c.ctx)}))
+	}
+	if c.db.DisableNestedTransaction {
+		return body()
+	}
+	return c.op.InSavepoint(c.ctx, q, body)
 }
 
 // run calls fn with the caller's context on tx, so fn's statements observe

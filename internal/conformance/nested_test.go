@@ -312,8 +312,9 @@ func TestNestedLockHeldUntilTxEnds(t *testing.T) {
 	})
 }
 
-// Held elsewhere: ErrNotAcquired, at once (try) or when the wait runs out
-// (which aborts what it ran in: the savepoint), and the transaction goes
+// Held elsewhere: ErrNotAcquired, at once (try) or when the wait or the
+// context's deadline runs out (which aborts what it ran in: the
+// savepoint), and the transaction goes
 // on, holding nothing of it; a wait the holder's release ends takes the
 // lock.
 func TestNestedLockNotAcquiredTxUsable(t *testing.T) {
@@ -332,6 +333,12 @@ func TestNestedLockNotAcquiredTxUsable(t *testing.T) {
 			t.Fatalf("wait: %v, want ErrNotAcquired", err)
 		}
 		usable(t, tx, "a wait that timed out")
+		dctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		if err := tx.Lock(dctx, ormlock.Name(key), ormlock.WithWait(30*time.Second)); !errors.Is(err, ormlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("wait cut by the deadline: %v, want ErrNotAcquired and context.DeadlineExceeded", err)
+		}
+		usable(t, tx, "a wait cut by the deadline")
 		release()
 		held(t, k, false, "refused twice, the transaction still open", key)
 

@@ -11,10 +11,10 @@ import (
 
 // The nested protocol: PostgreSQL's transaction-level lock taken in a
 // transaction the caller already has open, which releases it when it ends
-// (COMMIT, ROLLBACK, or a ROLLBACK TO a savepoint taken before it).
-// gormlock's nested call takes it in the savepoint GORM makes around fn
-// (AcquireXact); sqllock's and pgxlock's Lock in a savepoint of its own
-// (LockNested). Both check the transaction first (CheckNested).
+// (COMMIT, ROLLBACK, or a ROLLBACK TO a savepoint taken before it), in a
+// savepoint (InSavepoint): gormlock's nested call around the lock and fn,
+// sqllock's and pgxlock's Lock around the lock alone (LockNested). Both
+// check the transaction first (CheckNested).
 
 // rowQuerier runs a query that returns one row: a *sql.DB, *sql.Conn or
 // *sql.Tx (the server check's querier, or the caller's transaction).
@@ -63,39 +63,60 @@ func (o *Op) CheckNested(ctx context.Context, q Querier, verb string) error {
 	return nil
 }
 
-// nestedSavepoint is the savepoint LockNested takes the lock in.
+// nestedSavepoint is the savepoint a nested lock is taken in.
 const nestedSavepoint = "ormlock_lock"
 
+// InSavepoint runs body in a savepoint of the caller's open transaction q
+// (a nested call's lock, and gormlock's fn with it), which is released
+// when body returns nil and rolled back to otherwise (a panic too,
+// re-raised): a lock body took, and its work, are then given back, and a
+// statement that failed in it (a lock wait that timed out aborts what it
+// ran in) no longer aborts the transaction, which goes on as it was, unless
+// its connection failed. The end statements run on a context of their own,
+// cut endGrace after ctx ended (releaseWithin), so that a body that ended
+// with ctx still rolls back what it did. A savepoint of the same name
+// inside it (a nested call in body) is ended before it, as PostgreSQL
+// ends savepoints, by name, the latest first.
+func (o *Op) InSavepoint(ctx context.Context, q Querier, body func() error) (err error) {
+	if _, err := q.ExecContext(ctx, "SAVEPOINT "+nestedSavepoint); err != nil {
+		return o.Abandon(ctx, errs.Wrap(err, "savepoint before the lock"))
+	}
+	done := false
+	defer func() {
+		end := []string{"RELEASE SAVEPOINT " + nestedSavepoint}
+		if !done || err != nil {
+			end = append([]string{"ROLLBACK TO SAVEPOINT " + nestedSavepoint}, end...)
+		}
+		eerr := releaseWithin(ctx, func(rctx context.Context) error {
+			for _, stmt := range end {
+				if _, err := q.ExecContext(rctx, stmt); err != nil {
+					return errs.Wrap(err, "%s", stmt)
+				}
+			}
+			return nil
+		})
+		if done { // a panic goes on as it was
+			err = errs.Join(err, eerr)
+		}
+	}()
+	err = body()
+	done = true
+	return err
+}
+
 // LockNested takes o's lock (one key or a shape, try once or wait) in the
-// caller's open transaction q, which CheckNested passed: in a savepoint,
-// released once the lock is held, so that the lock is then the
-// transaction's. Any other outcome (held elsewhere, a wait that timed out,
-// which aborts what it ran in, a lock that came as ctx ended, an All
-// refused at a later key) rolls back to the savepoint, which gives back
-// whatever was taken and leaves the transaction as it was, usable, unless
-// its connection failed. When q is a *sql.Conn of pgx's driver (pgxlock's
-// view of the caller's pgx.Tx), a cancellation of ctx during a lock
-// statement asks the server (stmtCtx), so that the connection survives it.
+// caller's open transaction q, which CheckNested passed, in a savepoint
+// (InSavepoint): released once the lock is held, so that the lock is then
+// the transaction's; rolled back to on any other outcome (held elsewhere,
+// a wait that timed out, a lock that came as ctx ended, an All refused at
+// a later key), which leaves the transaction as it was. When q is a
+// *sql.Conn of pgx's driver (pgxlock's view of the caller's pgx.Tx), a
+// cancellation of ctx during a lock statement asks the server (stmtCtx),
+// so that the connection survives it.
 func (o *Op) LockNested(ctx context.Context, q Querier) error {
 	if c, ok := q.(*sql.Conn); ok {
 		o.cancel = pgCancelOf(c)
 		defer func() { o.cancel = nil }()
 	}
-	if _, err := q.ExecContext(ctx, "SAVEPOINT "+nestedSavepoint); err != nil {
-		return o.Abandon(ctx, errs.Wrap(err, "savepoint before the lock"))
-	}
-	err := o.acquireXact(ctx, q, nil)
-	end := []string{"RELEASE SAVEPOINT " + nestedSavepoint}
-	if err != nil {
-		end = append([]string{"ROLLBACK TO SAVEPOINT " + nestedSavepoint}, end...)
-	}
-	eerr := releaseWithin(ctx, func(rctx context.Context) error {
-		for _, stmt := range end {
-			if _, err := q.ExecContext(rctx, stmt); err != nil {
-				return errs.Wrap(err, "%s", stmt)
-			}
-		}
-		return nil
-	})
-	return errs.Join(err, eerr)
+	return o.InSavepoint(ctx, q, func() error { return o.acquireXact(ctx, q, nil) })
 }
