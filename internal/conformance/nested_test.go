@@ -71,22 +71,15 @@ type outerTx interface {
 // one nester in parallel.
 func forNested(t *testing.T, kinds []testdb.Kind, f func(t *testing.T, n nester, k testdb.Kind)) {
 	t.Helper()
-	for _, n := range nesters {
-		t.Run(n.name, func(t *testing.T) {
-			for _, k := range kinds {
-				t.Run(string(k), func(t *testing.T) {
-					t.Parallel()
-					switch {
-					case n.name == "pgxlock" && k.Dialect() != "postgres":
-						t.Skip("pgxlock is PostgreSQL only")
-					case n.pq && k != testdb.Postgres:
-						t.Skip("lib/pq on PostgreSQL only")
-					}
-					f(t, n, k)
-				})
-			}
-		})
-	}
+	forKindsOf(t, nesters, func(n nester) string { return n.name }, kinds, func(t *testing.T, n nester, k testdb.Kind) {
+		switch {
+		case n.name == "pgxlock" && k.Dialect() != "postgres":
+			t.Skip("pgxlock is PostgreSQL only")
+		case n.pq && k != testdb.Postgres:
+			t.Skip("lib/pq on PostgreSQL only")
+		}
+		f(t, n, k)
+	})
 }
 
 var pgKinds = []testdb.Kind{testdb.Postgres, testdb.PgBouncer}
