@@ -66,6 +66,11 @@
 //     job's runs ([Run]); Prune deletes finished runs older than a window;
 //     AdvanceFences moves every fencing counter past a promotion's gap;
 //     Holder says who holds a lock ([HolderInfo]).
+//   - sqllock and pgxlock also have Lock(ctx, tx, key, opts...), which
+//     takes the lock in a transaction the caller began (PostgreSQL only),
+//     held until that transaction ends: gormlock's Transaction does so
+//     when its db is already in a transaction (docs/PROTOCOL.md, Nested
+//     calls).
 //
 // Before anything is sent, a call with several faults returns the first
 // of: a nil context, a nil handle, an invalid argument (nil fn, schedule,

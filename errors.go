@@ -34,7 +34,9 @@ var ErrAlreadyDone = errs.ErrAlreadyDone
 // CockroachDB before v26.3, a MySQL/MariaDB replica (read_only or
 // innodb_read_only), a Galera node, a multi-primary Group Replication member.
 // That check costs one query on a pool's first call; see
-// docs/COMPATIBILITY.md.
+// docs/COMPATIBILITY.md. Also for a lock in the caller's own transaction on
+// MySQL/MariaDB (sqllock.Lock, gormlock's nested call), whose named lock
+// would outlive that transaction.
 var ErrUnsupportedDialect = errs.ErrUnsupportedDialect
 
 // ErrInvalidKey is returned when a lock key is unusable: an empty name, or a
@@ -48,7 +50,10 @@ var ErrInvalidKey = errs.ErrInvalidKey
 // database or callback, a negative duration, an invalid ledger table name,
 // or a valid key with a verb or option it does not combine with (a lock
 // shape with Lead, WithFencing or Holder of a set or a semaphore: see
-// docs/PROTOCOL.md, Lock shapes). The error text names the argument.
+// docs/PROTOCOL.md, Lock shapes), or a lock in the caller's own transaction
+// above READ COMMITTED or with an option it cannot honour there
+// (sqllock.Lock, pgxlock.Lock: docs/PROTOCOL.md, Nested calls). The error
+// text names the argument.
 var ErrInvalidArgument = errs.ErrInvalidArgument
 
 // ErrImplicitCommit is returned when fn failed after MySQL/MariaDB had

@@ -36,7 +36,10 @@ func (k EventKind) String() string { return config.EventName(uint8(k)) }
 type Event struct {
 	Kind EventKind
 	// Verb is "Transaction", "Session", "RunOnce" or "Lead" (whose
-	// acquired is elected and lock_lost deposed).
+	// acquired is elected and lock_lost deposed), or "Lock" (sqllock's and
+	// pgxlock's, in the caller's transaction: its lock ends with that
+	// transaction, after Lock returned, so no released event follows, and
+	// a [Hook]'s End comes with EventAcquired).
 	Verb string
 	// Dialect is "postgres" or "mysql".
 	Dialect string

@@ -24,19 +24,17 @@ func FencingToken(tx *gorm.DB) (int64, bool) {
 
 // nestedToken issues the token of a lock taken in a savepoint of the
 // transaction db is in (PostgreSQL): committed on another connection of the
-// primary pool, as for a top-level PostgreSQL Transaction.
-func (c *call) nestedToken(tx *gorm.DB) (*gorm.DB, error) {
+// primary pool, as for a top-level PostgreSQL Transaction; fn's tx then
+// carries it (lockproto.Op.TokenContext).
+func (c *call) nestedToken() error {
 	if !c.op.Fencing() {
-		return tx, nil
+		return nil
 	}
 	sqlDB, err := primarySQL(c.db) // the pool under db's transaction
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if err := c.op.IssueToken(c.ctx, sqlDB); err != nil {
-		return nil, err
-	}
-	return tx.WithContext(c.op.TokenContext(c.ctx)), nil
+	return c.op.IssueToken(c.ctx, sqlDB)
 }
 
 // CheckFenced is [ormlock.CheckFenced] for a GORM statement: it returns

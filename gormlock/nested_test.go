@@ -203,3 +203,40 @@ func TestTransactionNestedSetRefused(t *testing.T) {
 		})
 	}
 }
+
+// A nested call whose context ends while fn runs returns an error, and its
+// savepoint is rolled back all the same (on a statement context of its
+// own), taking fn's work and the lock with it: the outer transaction goes
+// on, and commits only its own work.
+func TestNestedContextEndedInFn(t *testing.T) {
+	for _, k := range []testdb.Kind{testdb.Postgres, testdb.PgBouncer} {
+		t.Run(string(k), func(t *testing.T) {
+			db, _ := gormtest.Open(t, k)
+			tbl := table(t, k, db)
+			key := "nested-ctx-" + t.Name()
+			err := db.Transaction(func(outer *gorm.DB) error {
+				ctx, cancel := context.WithCancel(context.Background())
+				err := gormlock.Transaction(outer.WithContext(ctx), key, func(tx *gorm.DB) error {
+					if err := tx.Exec("INSERT INTO " + tbl + " (id) VALUES (1)").Error; err != nil {
+						return err
+					}
+					cancel()
+					return nil
+				})
+				if !errors.Is(err, context.Canceled) {
+					return fmt.Errorf("nested call whose context ended in fn: %v, want context.Canceled", err)
+				}
+				if !rawFree(t, k, key) {
+					return errors.New("the nested call's lock outlived its rolled-back savepoint")
+				}
+				return outer.Exec("INSERT INTO " + tbl + " (id) VALUES (2)").Error
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := count(t, db, tbl); n != 1 {
+				t.Fatalf("rows = %d, want 1 (fn's row rolled back with its savepoint, the outer one committed)", n)
+			}
+		})
+	}
+}

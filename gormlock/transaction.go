@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strings"
 
 	"gorm.io/gorm"
 	"gorm.io/plugin/dbresolver"
@@ -124,7 +123,7 @@ func primarySQL(db *gorm.DB) (*sql.DB, error) {
 func (c *call) transaction(fn func(tx *gorm.DB) error) error {
 	if inTx(c.db) {
 		if c.op.Dialect == lockproto.MySQL {
-			return fmt.Errorf("%w: gormlock.%s on %q", ErrNestedTransaction, c.op.Verb, c.op.Key.String())
+			return fmt.Errorf("%w: %w: gormlock.%s on %q", ErrNestedTransaction, ormlock.ErrUnsupportedDialect, c.op.Verb, c.op.Key.String())
 		}
 		return c.pgNested(fn)
 	}
@@ -164,21 +163,21 @@ func (c *call) prepared() bool {
 }
 
 // pgNested takes the lock inside a savepoint of the transaction db is
-// already in (GORM's nested transaction). Above READ COMMITTED that
-// transaction's snapshot predates the lock, so fn could not see what the
-// lock's earlier holders committed: refused before the savepoint.
+// already in (a nested call), after the nested protocol's check
+// (lockproto.Op.CheckNested, which sqllock's and pgxlock's Lock make too):
+// above READ COMMITTED that transaction's snapshot predates the lock, so
+// fn could not see what the lock's earlier holders committed: refused
+// before the savepoint. The savepoint is the nested protocol's
+// (lockproto.Op.InSavepoint), as GORM's nested Transaction would make one,
+// except that it is rolled back to even when the context has ended; with
+// GORM's DisableNestedTransaction there is none.
 func (c *call) pgNested(fn func(tx *gorm.DB) error) error {
 	q, err := sqlTx(c.db)
 	if err != nil {
 		return err
 	}
-	var iso string
-	if err := q.QueryRowContext(c.ctx, "SHOW transaction_isolation").Scan(&iso); err != nil {
-		return c.op.Abandon(c.ctx, errs.Wrap(err, "read the outer transaction's isolation"))
-	}
-	if iso != "read committed" && iso != "read uncommitted" {
-		return fmt.Errorf("%w: gormlock.%s on %q inside a %s transaction: its snapshot was taken before the lock, so fn could not see the commits of the lock's earlier holders; call it outside the transaction (any isolation works there) or use READ COMMITTED",
-			ormlock.ErrInvalidArgument, c.op.Verb, c.op.Key.String(), strings.ToUpper(iso))
+	if err := c.op.CheckNested(c.ctx, q, "gormlock."+c.op.Verb); err != nil {
+		return err
 	}
 	if sqlDB, err := primarySQL(c.db); err == nil {
 		if err := c.op.CheckFence(sqlDB); err != nil {
@@ -186,19 +185,19 @@ func (c *call) pgNested(fn func(tx *gorm.DB) error) error {
 		}
 	}
 	defer c.op.EndXact(c.ctx)
-	return c.db.Transaction(func(tx *gorm.DB) error {
-		q, err := sqlTx(tx)
-		if err != nil {
-			return err
-		}
+	body := func() error {
 		if err := c.op.AcquireXact(c.ctx, q); err != nil {
 			return err
 		}
-		if tx, err = c.nestedToken(tx); err != nil {
+		if err := c.nestedToken(); err != nil {
 			return err
 		}
-		return c.run(fn, tx)
-	})
+		return c.run(fn, c.db.Session(&gorm.Session{Context: c.op.TokenContext(c.ctx)}))
+	}
+	if c.db.DisableNestedTransaction {
+		return body()
+	}
+	return c.op.InSavepoint(c.ctx, q, body)
 }
 
 // run calls fn with the caller's context on tx, so fn's statements observe

@@ -16,8 +16,8 @@
 //
 // The verbs are sqllock's, with fn given a pgx.Tx: [Transaction],
 // [Session], [Lead] (one leader per key among the replicas that call it),
-// [RunOnce] (with [Migrate], [Runs], [Prune], [RunScheduled]) and
-// [Holder]. Options go with each call. fn's ctx carries the fencing
+// [RunOnce] (with [Migrate], [Runs], [Prune], [RunScheduled]),
+// [Holder], and [Lock] in a transaction you began (see below). Options go with each call. fn's ctx carries the fencing
 // token ([ormlock.FencingToken], with [ormlock.WithFencing]), which
 // [CheckFenced] checks on pgx's CommandTag; a Session's, a Lead's and a
 // claimed RunOnce's ctx ends with cause [ormlock.ErrLockLost] when the lock
@@ -47,6 +47,34 @@
 // held on a second connection of the pool (docs/PROTOCOL.md, Isolation
 // levels), so such a pool needs two connections.
 //
+// # A lock in your transaction
+//
+// [Lock] takes the lock in a pgx.Tx you began and end yourself:
+// pgx.BeginFunc, pool.Begin, the transaction sqlc's WithTx runs on. It is
+// the transaction-level lock, held until tx commits or rolls back:
+//
+//	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+//		if err := pgxlock.Lock(ctx, tx, "settle-"+day); err != nil {
+//			return err // ormlock.ErrNotAcquired: another replica settles it
+//		}
+//		return queries.WithTx(tx).CreateSettlement(ctx, day) // sqlc
+//	})
+//
+// The rules are sqllock.Lock's: a savepoint, released once the lock is
+// held and rolled back to on [ormlock.ErrNotAcquired] (held, or a wait
+// that ran out) or any other failure but that of the connection, so tx
+// goes on as it was; a context cancelled during a lock statement is asked
+// of the server (a cancel request), which leaves the connection and tx
+// usable. READ COMMITTED only ([ormlock.ErrInvalidArgument] above it);
+// [ormlock.WithFencing], [ormlock.WithTxOptions], [ormlock.WithClaim] and
+// [ormlock.WithCatchUp] refused with ErrInvalidArgument; events attempt,
+// then acquired or not_acquired (Verb "Lock"), with no released event (the
+// COMMIT is yours). Four round trips: a statement that checks the server
+// and reads tx's isolation, SAVEPOINT, the lock, RELEASE SAVEPOINT (a set
+// or a semaphore: a lock statement per key it tries; a wait: one more per
+// key). Lock's statements run on tx, so they follow its connection's
+// default_query_exec_mode (below).
+//
 // # Behind PgBouncer
 //
 // In transaction mode, the lock needs nothing of the pooler: its message is
@@ -73,7 +101,9 @@
 // split protocol at REPEATABLE READ and SERIALIZABLE, lock sets and
 // semaphores, shared lock connections) runs on a *sql.DB over the pool
 // made by pgx's own database/sql driver (stdlib.OpenDBFromPool) for the
-// length of the call, whose connections are the pool's too. So a program
+// length of the call, whose connections are the pool's too. Lock's
+// statements run on the caller's pgx.Tx itself, through a database/sql
+// view of it for the call, which begins and closes nothing. So a program
 // on pgxlock links database/sql and pgx's stdlib, and no other driver, and
 // pgxlock keeps no goroutine or connection of its own between calls.
 package pgxlock

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ormlock/ormlock"
@@ -72,5 +73,38 @@ func ExampleHolder() {
 	h, err := pgxlock.Holder(context.Background(), pool, "reindex")
 	if err == nil && h.Held {
 		fmt.Println("held by pid", h.PID)
+	}
+}
+
+// Queries stands for the type sqlc generates for your queries (with
+// sql_package pgx/v5): New(pool) on the pool, WithTx(tx) on a transaction.
+type Queries struct {
+	db interface {
+		Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	}
+}
+
+func (q *Queries) WithTx(tx pgx.Tx) *Queries { return &Queries{db: tx} }
+
+func (q *Queries) CreateSettlement(ctx context.Context, day string) error {
+	_, err := q.db.Exec(ctx, "INSERT INTO settlements (day) VALUES ($1)", day)
+	return err
+}
+
+var queries = &Queries{db: pool}
+
+// Lock in pgx.BeginFunc's transaction, with sqlc's queries on it: the lock
+// is held until BeginFunc commits or rolls back.
+func ExampleLock() {
+	ctx := context.Background()
+	day := time.Now().Format(time.DateOnly)
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := pgxlock.Lock(ctx, tx, "settle-"+day); err != nil {
+			return err
+		}
+		return queries.WithTx(tx).CreateSettlement(ctx, day)
+	})
+	if errors.Is(err, ormlock.ErrNotAcquired) {
+		fmt.Println("another replica settles today")
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -81,6 +82,12 @@ func TestPgBouncerExecModes(t *testing.T) {
 				})
 				if err != nil {
 					t.Fatalf("Transaction %d: %v", i, err)
+				}
+				err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					return pgxlock.Lock(ctx, tx, ormlock.All(key, key+"-b"), ormlock.WithWait(time.Second))
+				})
+				if err != nil {
+					t.Fatalf("Lock %d: %v", i, err)
 				}
 			}
 		})
@@ -192,6 +199,7 @@ func TestBadInput(t *testing.T) {
 		"nil context":  pgxlock.Session(nilCtx, pool, "k", func(context.Context) error { return nil }),
 		"nil schedule": pgxlock.RunScheduled(ctx, pool, "job", nil, fn),
 		"Runs nil":     func() error { _, err := pgxlock.Runs(ctx, nil, "job", 1); return err }(),
+		"Lock nil tx":  pgxlock.Lock(ctx, nil, "k"),
 	}
 	for name, err := range cases {
 		if !errors.Is(err, ormlock.ErrInvalidArgument) || strings.Count(err.Error(), "ormlock: ") != 1 {

@@ -16,7 +16,7 @@
 //	}
 //
 // The verbs: [Transaction] runs fn in one transaction while the lock is
-// held; [Session] holds the lock on a dedicated connection while a long fn
+// held; [Lock] takes it in a transaction you began (see below); [Session] holds the lock on a dedicated connection while a long fn
 // uses the pool; [Lead] elects one leader per key among the replicas that
 // call it and runs fn on the leader until leadership is lost, then
 // campaigns again; [RunOnce] runs a job at most once per (job, slot) with a
@@ -47,6 +47,55 @@
 //		_, err := bdb.NewInsert().Conn(tx).Model(&row).Exec(ctx) // bun's query builder on tx
 //		return err
 //	})
+//
+// # A lock in your transaction
+//
+// [Lock] takes the lock in a transaction you began and end yourself: bun's
+// RunInTx, the *sql.Tx that sqlc's WithTx runs on, a plain db.BeginTx. It
+// is PostgreSQL's transaction-level lock, held until that transaction
+// commits or rolls back; nothing else releases it (bun.Tx embeds the
+// *sql.Tx):
+//
+//	err := bdb.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+//		if err := sqllock.Lock(ctx, tx.Tx, "settle-"+day); err != nil {
+//			return err // ormlock.ErrNotAcquired: another replica settles it
+//		}
+//		_, err := tx.NewInsert().Model(&settlement).Exec(ctx)
+//		return err
+//	})
+//
+// The lock is taken in a savepoint, released once it is held:
+// [ormlock.ErrNotAcquired] (the lock held, or a [ormlock.WithWait] that
+// ran out, which aborts what it ran in) rolls back to it and leaves your
+// transaction as it was, free to go on; so does a refused [ormlock.All]
+// or any other failure but that of the connection (a context cancelled
+// during the lock statement makes pgx's driver close it). The rules:
+//
+//   - READ COMMITTED only (PostgreSQL's default): above it the
+//     transaction's snapshot predates the lock, so its reads could miss
+//     what the lock's earlier holders committed; Lock returns
+//     [ormlock.ErrInvalidArgument] (use [Transaction], which handles any
+//     level).
+//   - MySQL/MariaDB: a named lock belongs to the connection and outlives
+//     the transaction, so Lock returns [ormlock.ErrUnsupportedDialect] (use
+//     [Transaction]). The dialect is told by the server's answer to Lock's
+//     first statement, PostgreSQL's, which a MySQL server refuses without
+//     ending the transaction.
+//   - [ormlock.WithFencing] (a token is committed on a connection of its
+//     own, which Lock, given only tx, does not have), [ormlock.WithTxOptions],
+//     [ormlock.WithClaim] and [ormlock.WithCatchUp]:
+//     [ormlock.ErrInvalidArgument].
+//   - Its events are attempt, then acquired or not_acquired, with Verb
+//     "Lock"; the release comes with your COMMIT or ROLLBACK, which ormlock
+//     does not see, so no released event follows (a hook's End gets the
+//     acquired event).
+//
+// Round trips: four (a statement that checks the server, as the other verbs
+// do once per pool, and reads the transaction's isolation; SAVEPOINT; the
+// lock; RELEASE SAVEPOINT); a set or a semaphore sends one lock statement
+// per key it tries, a wait one more per key (lock_timeout is set first).
+// It works behind PgBouncer in transaction mode: the lock is the
+// transaction's.
 //
 // # The driver
 //

@@ -59,3 +59,69 @@ func ExampleHolder() {
 		fmt.Println("held by", h.ClientAddr)
 	}
 }
+
+// Queries stands for the type sqlc generates for your queries: New(db) on
+// the pool, WithTx(tx) on a transaction.
+type Queries struct {
+	db interface {
+		ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	}
+}
+
+func (q *Queries) WithTx(tx *sql.Tx) *Queries { return &Queries{db: tx} }
+
+func (q *Queries) CreateSettlement(ctx context.Context, day string) error {
+	_, err := q.db.ExecContext(ctx, "INSERT INTO settlements (day) VALUES ($1)", day)
+	return err
+}
+
+var queries = &Queries{db: db}
+
+// Lock in a transaction of your own, with sqlc's queries on it: the lock is
+// held until tx commits or rolls back.
+func ExampleLock() {
+	ctx := context.Background()
+	day := time.Now().Format(time.DateOnly)
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		panic(err)
+	}
+	defer tx.Rollback() // after Commit, a no-op
+	err = sqllock.Lock(ctx, tx, "settle-"+day)
+	if errors.Is(err, ormlock.ErrNotAcquired) {
+		fmt.Println("another replica settles today") // tx is still usable
+		return
+	}
+	if err != nil {
+		panic(err)
+	}
+	if err := queries.WithTx(tx).CreateSettlement(ctx, day); err != nil {
+		panic(err)
+	}
+	if err := tx.Commit(); err != nil { // releases the lock
+		panic(err)
+	}
+}
+
+// bunTx stands for bun.Tx, which embeds the *sql.Tx; bunDB for a *bun.DB,
+// whose RunInTx begins, commits and rolls back.
+type bunTx struct{ *sql.Tx }
+
+var bunDB interface {
+	RunInTx(ctx context.Context, opts *sql.TxOptions, fn func(ctx context.Context, tx bunTx) error) error
+}
+
+// Lock in bun's RunInTx: tx.Tx is the *sql.Tx under bun's transaction.
+func ExampleLock_bun() {
+	ctx := context.Background()
+	err := bunDB.RunInTx(ctx, nil, func(ctx context.Context, tx bunTx) error {
+		if err := sqllock.Lock(ctx, tx.Tx, "rebuild-index", ormlock.WithWait(5*time.Second)); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, "INSERT INTO index_builds (at) VALUES (now())") // or tx.NewInsert()...
+		return err
+	})
+	if errors.Is(err, ormlock.ErrNotAcquired) {
+		fmt.Println("another replica rebuilds the index")
+	}
+}

@@ -23,6 +23,26 @@ func Transaction[K ormlock.KeyType](ctx context.Context, db *sql.DB, key K, fn f
 	return verbs.Transaction(ctx, binder{db}, pkg, keys.Of[ormlock.Key](key), locked(fn), fn == nil, opts)
 }
 
+// Lock takes the lock named by key in tx, a transaction the caller began
+// and ends (bun's RunInTx, sqlc's WithTx, db.BeginTx), and returns nil once
+// it is held: PostgreSQL's transaction-level lock, which tx's COMMIT or
+// ROLLBACK releases (so does a ROLLBACK TO a savepoint taken before it),
+// with the keys and shapes of the other verbs. It tries once
+// ([ormlock.ErrNotAcquired] when the lock is held) unless
+// [ormlock.WithWait] is given; after ErrNotAcquired, or any failure but
+// that of tx's connection, tx is as it was and may go on (the lock is
+// taken in a savepoint, rolled back to on failure). tx must be at READ
+// COMMITTED (PostgreSQL's default): above it, tx's snapshot predates the
+// lock and Lock returns [ormlock.ErrInvalidArgument]. MySQL/MariaDB's named
+// lock outlives a transaction: [ormlock.ErrUnsupportedDialect] there (use
+// [Transaction]). [ormlock.WithFencing], [ormlock.WithTxOptions],
+// [ormlock.WithClaim] and [ormlock.WithCatchUp] cannot be honoured in tx:
+// ErrInvalidArgument. See the package doc (A lock in your transaction) and
+// docs/PROTOCOL.md (Nested calls).
+func Lock[K ormlock.KeyType](ctx context.Context, tx *sql.Tx, key K, opts ...ormlock.Option) error {
+	return verbs.Lock(ctx, txBinder{tx}, pkg, keys.Of[ormlock.Key](key), opts)
+}
+
 // Session is ormlock's Session on a dedicated connection of db; fn works
 // through db with the ctx it is given.
 func Session[K ormlock.KeyType](ctx context.Context, db *sql.DB, key K, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
@@ -108,6 +128,19 @@ func (b binder) Bind(ctx context.Context, verb string, opts []config.Option) (ve
 		return verbs.Pool{}, err
 	}
 	return verbs.Pool{Pkg: pkg, DB: b.db, Dialect: d, Cfg: config.New(opts...), NeedSQLTx: true}, nil
+}
+
+// txBinder is sqllock's binding of Lock: the caller's *sql.Tx, whose pool
+// and driver database/sql does not show. Its dialect is PostgreSQL's, the
+// only one Lock serves: the nested check's first statement, PostgreSQL's,
+// tells another server by its error and refuses it
+// (lockproto.Op.CheckNested), which also checks the server there.
+type txBinder struct{ tx *sql.Tx }
+
+func (b txBinder) Nil() string { return verbs.NilIf(b.tx == nil, "*sql.Tx") }
+
+func (b txBinder) Bind(_ context.Context, _ string, opts []config.Option) (verbs.Pool, error) {
+	return verbs.Pool{Pkg: pkg, Dialect: lockproto.Postgres, Cfg: config.New(opts...), Tx: b.tx, NoCheck: true}, nil
 }
 
 // locked hands fn the *sql.Tx of a locked transaction.

@@ -93,6 +93,8 @@ func TestBadInput(t *testing.T) {
 		"nil schedule": sqllock.RunScheduled(ctx, db, "job", nil, fn),
 		"Runs limit":   func() error { _, err := sqllock.Runs(ctx, nil, "job", 0); return err }(),
 		"Prune nil db": func() error { _, err := sqllock.Prune(ctx, nil, time.Hour); return err }(),
+		"Lock nil tx":  sqllock.Lock(ctx, nil, "k"),
+		"Lock nil ctx": sqllock.Lock(nilCtx, &sql.Tx{}, "k"),
 	}
 	for name, err := range cases {
 		if !errors.Is(err, ormlock.ErrInvalidArgument) || strings.Count(err.Error(), "ormlock: ") != 1 {

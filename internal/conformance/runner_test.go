@@ -219,12 +219,20 @@ func forEachPostgres(t *testing.T, f func(t *testing.T, a adapter, k testdb.Kind
 
 func forKinds(t *testing.T, kinds []testdb.Kind, f func(t *testing.T, a adapter, k testdb.Kind)) {
 	t.Helper()
-	for _, a := range adapters {
-		t.Run(a.name, func(t *testing.T) {
+	forKindsOf(t, adapters, func(a adapter) string { return a.name }, kinds, f)
+}
+
+// forKindsOf runs f for every one of items (named by name) on every kind
+// of kinds: the kinds of one item in parallel, the items one after the
+// other.
+func forKindsOf[T any](t *testing.T, items []T, name func(T) string, kinds []testdb.Kind, f func(t *testing.T, item T, k testdb.Kind)) {
+	t.Helper()
+	for _, it := range items {
+		t.Run(name(it), func(t *testing.T) {
 			for _, k := range kinds {
 				t.Run(string(k), func(t *testing.T) {
 					t.Parallel()
-					f(t, a, k)
+					f(t, it, k)
 				})
 			}
 		})

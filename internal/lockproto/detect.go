@@ -205,7 +205,7 @@ func (o *Op) checkServer(ctx context.Context, db *sql.DB, wp weak.Pointer[sql.DB
 	)
 	switch o.Dialect {
 	case Postgres:
-		verdict, err = checkPostgres(ctx, q)
+		verdict, err = checkPostgres(ctx, q, "")
 	case MySQL:
 		verdict, err = checkMySQL(ctx, q)
 	default:
@@ -224,8 +224,10 @@ func (o *Op) checkServer(ctx context.Context, db *sql.DB, wp weak.Pointer[sql.DB
 	return facts.refuse(o)
 }
 
-// checkPostgres asks db's server; verdict judges the answers.
-func checkPostgres(ctx context.Context, db CheckQuerier) (verdict func() (*serverFacts, error), err error) {
+// checkPostgres asks db's server; verdict judges the answers. The query
+// also reads the columns cols (", ..." or "") into dest (CheckNested reads
+// the transaction's isolation so).
+func checkPostgres(ctx context.Context, db rowQuerier, cols string, dest ...any) (verdict func() (*serverFacts, error), err error) {
 	var (
 		version    string
 		inRecovery bool
@@ -244,7 +246,7 @@ func checkPostgres(ctx context.Context, db CheckQuerier) (verdict func() (*serve
 		defer conn.Close()
 		db = conn
 	}
-	if err := db.QueryRowContext(ctx, "SELECT version(), pg_is_in_recovery()").Scan(&version, &inRecovery); err != nil {
+	if err := db.QueryRowContext(ctx, "SELECT version(), pg_is_in_recovery()"+cols).Scan(append([]any{&version, &inRecovery}, dest...)...); err != nil {
 		return nil, errs.Wrap(err, "check the server's locks (SELECT version(), pg_is_in_recovery())")
 	}
 	if IsYugabyte(version) { // a second round trip on YugabyteDB only

@@ -235,7 +235,7 @@ func (l lazyCheckDB) QueryRowContext(ctx context.Context, q string, args ...any)
 func TestCheckPostgresOnLazyDB(t *testing.T) {
 	_, db := pgxPoolOf(t, testdb.Postgres)
 	c := &countingDB{db: db}
-	verdict, err := checkPostgres(context.Background(), lazyCheckDB{c, t})
+	verdict, err := checkPostgres(context.Background(), lazyCheckDB{c, t}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

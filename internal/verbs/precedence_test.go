@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/ormlock/ormlock/internal/config"
@@ -111,5 +112,49 @@ func TestErrorPrecedence(t *testing.T) {
 	_, _, err := verbs.Prepare(ended, binder{}, "test", "Holder", keys.Name("k"), nil, verbs.Args{}, false)
 	if !errors.Is(err, context.Canceled) || errors.Is(err, errs.ErrNotAcquired) {
 		t.Fatalf("Holder on an ended context: %v", err)
+	}
+}
+
+// TestLockPrecedence: Lock (sqllock's and pgxlock's, in the caller's
+// transaction) refuses the options it cannot honour there in step 5, after
+// the handle's error and an invalid option, before a bad key and an ended
+// context; all of them before anything is sent (the binder's pool has no
+// transaction to send it on).
+func TestLockPrecedence(t *testing.T) {
+	handleErr := fmt.Errorf("%w: test.Lock: the handle failed", errs.ErrUnsupportedDialect)
+	optErr := errors.New("ormlock: invalid option")
+	badOpt := func(c *config.Config) { c.Fail(optErr) }
+	fencing := func(c *config.Config) { c.Fencing = true }
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tc := range []struct {
+		name string
+		b    binder
+		opts []config.Option
+		key  keys.Key
+		want func(error) bool
+	}{
+		{"the handle's error", binder{err: handleErr}, []config.Option{badOpt, fencing}, keys.Name(""), func(err error) bool { return errors.Is(err, handleErr) }},
+		{"an invalid option", binder{}, []config.Option{badOpt, fencing}, keys.Name(""), func(err error) bool { return errors.Is(err, optErr) }},
+		{"an option Lock refuses", binder{}, []config.Option{fencing}, keys.Name(""), func(err error) bool {
+			return errors.Is(err, errs.ErrInvalidArgument) && strings.Contains(err.Error(), "test.Lock: WithFencing")
+		}},
+		{"a bad key", binder{}, nil, keys.Name(""), func(err error) bool { return errors.Is(err, errs.ErrInvalidKey) }},
+		{"an ended context", binder{}, nil, keys.Name("k"), func(err error) bool {
+			return errors.Is(err, errs.ErrNotAcquired) && errors.Is(err, context.Canceled)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := verbs.Lock(ended, tc.b, "test", tc.key, tc.opts); !tc.want(err) {
+				t.Fatalf("got %v; want %s first", err, tc.name)
+			}
+		})
+	}
+	var noCtx context.Context
+	if err := verbs.Lock(noCtx, binder{null: true}, "test", keys.Name(""), nil); !errors.Is(err, errs.ErrInvalidArgument) || !strings.Contains(err.Error(), "nil context") {
+		t.Fatalf("nil context: %v", err)
+	}
+	if err := verbs.Lock(ended, binder{null: true}, "test", keys.Name(""), nil); !errors.Is(err, errs.ErrInvalidArgument) || !strings.Contains(err.Error(), "nil handle") {
+		t.Fatalf("nil handle: %v", err)
 	}
 }

@@ -352,6 +352,53 @@ func (p Pool) transaction(ctx context.Context, op *lockproto.Op, fn Locked) erro
 	return lockproto.RunTx(ctx, lt, p.Pkg+"."+op.Verb, func() error { return fn(op.TokenContext(ctx), lt) })
 }
 
+// Lock takes the lock of k in the caller's open transaction, the Pool's
+// Tx (sqllock's and pgxlock's Lock), where it stays until that
+// transaction ends: the options it cannot honour there are refused (step
+// 5), the transaction is checked (lockproto.Op.CheckNested: the server,
+// which the Binder could not reach on its own, and the isolation), then
+// the lock is taken in a savepoint (lockproto.Op.LockNested).
+func Lock[B Binder](ctx context.Context, b B, pkg string, k keys.Key, opts []config.Option) error {
+	p, err := Open(ctx, b, pkg, "Lock", opts, Args{})
+	defer p.release()
+	if err == nil {
+		err = lockOptions(pkg, p.Cfg)
+	}
+	var op *lockproto.Op
+	if err == nil {
+		op, err = p.Op(ctx, "Lock", k, p.Cfg, true)
+	}
+	if err == nil {
+		err = op.CheckNested(ctx, p.Tx, pkg+".Lock")
+	}
+	if err != nil {
+		return p.mend(err)
+	}
+	ctx = op.StartHook(ctx)
+	err = p.mend(op.LockNested(ctx, p.Tx))
+	op.EndHook(ctx, err)
+	return err
+}
+
+// lockOptions refuses the options Lock cannot honour inside the caller's
+// transaction.
+func lockOptions(pkg string, c config.Config) error {
+	var why string
+	switch {
+	case c.Fencing:
+		why = "WithFencing: a fencing token is committed in a transaction of its own before it is handed out, on another connection of the pool, which Lock, given only the caller's transaction, does not have; use Transaction"
+	case c.TxOptions != nil:
+		why = "WithTxOptions: the transaction is the caller's, begun with the caller's options"
+	case c.Claim:
+		why = "WithClaim: claim mode is RunOnce's"
+	case c.CatchUpWindow > 0:
+		why = "WithCatchUp: catching up is RunScheduled's"
+	default:
+		return nil
+	}
+	return fmt.Errorf("%w: %s.Lock: %s", errs.ErrInvalidArgument, pkg, why)
+}
+
 // Session holds the lock of k on a connection of its own while fn runs.
 func Session[B Binder](ctx context.Context, b B, pkg string, k keys.Key, fn func(ctx context.Context) error, opts []config.Option) error {
 	p, op, err := Prepare(ctx, b, pkg, "Session", k, opts, Args{NilFn: fn == nil}, true)
