@@ -374,10 +374,7 @@ func Lock[B Binder](ctx context.Context, b B, pkg string, k keys.Key, opts []con
 	if err != nil {
 		return p.mend(err)
 	}
-	ctx = op.StartHook(ctx)
-	err = p.mend(op.LockNested(ctx, p.Tx))
-	op.EndHook(ctx, err)
-	return err
+	return op.Use(ctx, func(ctx context.Context) error { return p.mend(op.LockNested(ctx, p.Tx)) })
 }
 
 // lockOptions refuses the options Lock cannot honour inside the caller's
