@@ -60,6 +60,16 @@
 // error text) by an UPDATE that matches only this claim (status 'running',
 // this owner and started_at), so a run that lost its lock can never
 // overwrite the row of an instance that took over.
+//
+// # Stale rows
+//
+// A 'running' row whose run's (job, slot) lock nobody holds is stale: its
+// owner died or lost the lock before it recorded the end (stale.go says
+// why, and in which order the row and the lock are read so that a run that
+// recorded its end and then released its lock is never taken for one).
+// Runs reports it (Row.Stale, Table.MarkStale), Prune deletes it once its
+// slot is older than its window (prune.go), and a later claim of the slot
+// takes it over as above; nothing writes 'stale' into the table.
 package ledger
 
 import (
