@@ -528,6 +528,61 @@ func TestRunsStale(t *testing.T) {
 	})
 }
 
+// Runs read while claim-mode runs start and end back to back never report
+// one stale: each run records its end before it releases its lock, and
+// Runs reads a row again when it finds its lock free (the deterministic
+// case is internal/ledger's TestStaleRunEndsBetweenReads). One adapter
+// carries it: the reads are the adapters' shared internal/ledger.
+func TestRunsNeverStaleWhileRunning(t *testing.T) {
+	a := adapters[0]
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
+		ctx := context.Background()
+		r, tbl := openWithLedger(t, a, k)
+		opt := ormlock.WithLedgerTable(tbl)
+		job := "never-stale"
+		const runs = 40
+		var wrote sync.WaitGroup
+		wrote.Add(1)
+		stop := make(chan struct{})
+		go func() {
+			defer wrote.Done()
+			defer close(stop)
+			for i := range runs {
+				if err := r.RunOnce(ctx, job, testdb.Slot(i), func(txn) error { return nil }, opt, ormlock.WithClaim()); err != nil {
+					t.Errorf("RunOnce %d: %v", i, err)
+					return
+				}
+			}
+		}()
+		reads, running := 0, 0
+		var failure error
+		for done := false; !done && failure == nil; reads++ {
+			select {
+			case <-stop:
+				done = true
+			default:
+			}
+			rs, err := r.Runs(ctx, job, 3, opt)
+			if err != nil {
+				failure = fmt.Errorf("Runs: %w", err)
+			}
+			for _, run := range rs {
+				if run.Stale {
+					failure = fmt.Errorf("a run reported stale while runs start and end: %+v", run)
+				}
+				if run.Status == "running" {
+					running++
+				}
+			}
+		}
+		wrote.Wait()
+		if failure != nil {
+			t.Fatal(failure)
+		}
+		t.Logf("%d reads during %d runs; %d saw a run going on", reads, runs, running)
+	})
+}
+
 // insertRunning writes a 'running' row of (job, slot) by owner into tbl, as
 // a run whose process died leaves it: nobody holds its lock.
 func insertRunning(t *testing.T, k testdb.Kind, tbl, job string, slot time.Time, owner string) {
