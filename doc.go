@@ -63,7 +63,8 @@
 //     opts...) is RunOnce for the [Schedule]'s slot of now, and with
 //     [WithCatchUp] for missed slots first.
 //   - Migrate creates or upgrades the ledger and fence tables; Runs reads a
-//     job's runs ([Run]); Prune deletes finished runs older than a window;
+//     job's runs ([Run], stale ones marked); Prune deletes finished and
+//     stale runs older than a window;
 //     AdvanceFences moves every fencing counter past a promotion's gap;
 //     Holder says who holds a lock ([HolderInfo]).
 //   - sqllock and pgxlock also have Lock(ctx, tx, key, opts...), which

@@ -18,9 +18,8 @@ type Run struct {
 	// Slot is the scheduled time the run is for, in UTC.
 	Slot time.Time
 	// Status is "running" while a claim-mode run has started and not
-	// finished yet, or its owner died before it could record the end (the
-	// next trigger that takes the (job, slot) lock takes such a row over);
-	// "done" when the run committed (transactional mode) or fn returned nil
+	// finished yet, or when its owner died or lost the lock before it
+	// could record the end (then Stale is true); "done" when the run committed (transactional mode) or fn returned nil
 	// (claim mode), after which RunOnce returns [ErrAlreadyDone] for the
 	// slot; "failed" when a claim-mode fn returned an error or panicked
 	// (Error holds its text; a later trigger for the same slot retries it:
@@ -40,6 +39,20 @@ type Run struct {
 	// Error is the text of fn's error (or panic) of a failed claim-mode run,
 	// truncated to a few kilobytes; empty otherwise.
 	Error string
+	// Stale is true for a "running" run whose (job, slot) lock nobody
+	// holds: a claim-mode run holds that lock from before it claims the
+	// row until after it records the end, so its owner died (kill -9, a
+	// reboot, a lost connection) or lost the lock before recording it.
+	// Runs looks the lock up after reading the row and, when it is free,
+	// reads the row again, so a run that recorded its end and then
+	// released its lock is never reported stale. Nothing marks such a row
+	// in the ledger (its status stays "running"): a later trigger of the
+	// same slot takes it over (a catch-up run of [WithCatchUp], a retry
+	// within the slot, RunOnce called again with that slot), and Prune
+	// deletes it once its slot is older than Prune's window. A cron
+	// schedule without catch-up never fires a past slot again: such a row
+	// stays stale until Prune deletes it.
+	Stale bool
 }
 
 // RunKey returns the lock key RunOnce takes for (job, slot), in whatever

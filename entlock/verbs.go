@@ -66,8 +66,8 @@ func Holders[T TxLike, K ormlock.KeyType](ctx context.Context, x interface {
 }
 
 // Runs returns the last limit runs of job from the ledger, newest slot
-// first, in the namespace in effect (per call or given to [Wrap]); x is the
-// client or the *Driver.
+// first, in the namespace in effect (per call or given to [Wrap]), stale
+// runs marked ([ormlock.Run] Stale); x is the client or the *Driver.
 func Runs[T TxLike](ctx context.Context, x interface {
 	Tx(context.Context) (T, error)
 }, job string, limit int, opts ...ormlock.Option) ([]ormlock.Run, error) {
@@ -75,8 +75,9 @@ func Runs[T TxLike](ctx context.Context, x interface {
 }
 
 // Prune is ormlock's Prune for ent (x the client or the *Driver), through
-// the pool outside any transaction: finished runs older than olderThan by
-// the database server's clock, never a 'running' claim; an olderThan
+// the pool outside any transaction: finished and stale runs older than
+// olderThan by the database server's clock, never a 'running' claim whose
+// lock is held; an olderThan
 // shorter than the catch-up window given with it plus 1 minute is refused.
 func Prune[T TxLike](ctx context.Context, x interface {
 	Tx(context.Context) (T, error)

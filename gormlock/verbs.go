@@ -92,23 +92,25 @@ func Holders[K ormlock.KeyType](db *gorm.DB, key K, opts ...ormlock.Option) ([]o
 // first: who ran which slot, when, for how long, and with which error, in the
 // namespace in effect ([ormlock.WithNamespace], per call or a plugin
 // default). It reads from the primary (with dbresolver), or from db's
-// transaction when db is inside one. limit must be positive. See
+// transaction when db is inside one. limit must be positive. A 'running'
+// run whose lock nobody holds is reported stale ([ormlock.Run] Stale). See
 // docs/PROTOCOL.md (The ledger).
 func Runs(db *gorm.DB, job string, limit int, opts ...ormlock.Option) ([]ormlock.Run, error) {
 	return ledger.RunsAs[ormlock.Run](verbs.Runs(ctxOf(db), binder{db}, pkg, job, limit, opts))
 }
 
-// Prune deletes the ledger rows of finished runs ('done' or 'failed') whose
+// Prune deletes the ledger rows of finished runs ('done' or 'failed') and
+// of stale ones ('running' with their lock free: [ormlock.Run] Stale) whose
 // slot is more than olderThan before now by the database server's clock
 // (read first; catch-up judges its window by it too), and returns how many
 // it deleted (so far, when it stops at an error or when db's context ends).
-// It never deletes a 'running' claim, works in short batches, and prunes
-// only the namespace in effect. olderThan must exceed the longest period of
-// the jobs plus the latest a trigger may come, or a pruned slot runs again.
-// db must not be inside a transaction. An olderThan shorter than the
-// catch-up window of [ormlock.WithCatchUp], given with it, plus 1 minute is
-// refused. See docs/PROTOCOL.md (The ledger) and docs/SCHEDULES.md (Clocks
-// of catch-up and Prune).
+// It never deletes a 'running' claim whose lock is held, works in short
+// batches, and prunes only the namespace in effect. olderThan must exceed
+// the longest period of the jobs plus the latest a trigger may come, or a
+// pruned slot runs again. db must not be inside a transaction. An
+// olderThan shorter than the catch-up window of [ormlock.WithCatchUp],
+// given with it, plus 1 minute is refused. See docs/PROTOCOL.md (The
+// ledger) and docs/SCHEDULES.md (Clocks of catch-up and Prune).
 func Prune(db *gorm.DB, olderThan time.Duration, opts ...ormlock.Option) (int64, error) {
 	return verbs.Prune(ctxOf(db), binder{db}, pkg, olderThan, opts)
 }

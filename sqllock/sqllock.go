@@ -92,13 +92,15 @@ func Holders[K ormlock.KeyType](ctx context.Context, db *sql.DB, key K, opts ...
 }
 
 // Runs returns the last limit runs of job from the ledger, newest slot
-// first, in the namespace in effect.
+// first, in the namespace in effect, stale runs marked ([ormlock.Run]
+// Stale).
 func Runs(ctx context.Context, db *sql.DB, job string, limit int, opts ...ormlock.Option) ([]ormlock.Run, error) {
 	return ledger.RunsAs[ormlock.Run](verbs.Runs(ctx, binder{db}, pkg, job, limit, opts))
 }
 
-// Prune is ormlock's Prune on db: finished runs whose slot is older than
-// olderThan by the database server's clock, batch by batch (an olderThan
+// Prune is ormlock's Prune on db: finished and stale runs (never a
+// 'running' one whose lock is held) whose slot is older than olderThan by
+// the database server's clock, batch by batch (an olderThan
 // shorter than the catch-up window given with it plus 1 minute is
 // refused).
 func Prune(ctx context.Context, db *sql.DB, olderThan time.Duration, opts ...ormlock.Option) (int64, error) {

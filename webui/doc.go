@@ -1,6 +1,7 @@
 // Package webui is a small, read-only web view of what ormlock keeps in a
 // database: per job, its latest runs as a strip of slots coloured by status
-// (done, failed, running, and missed where the job's schedule is given),
+// (done, failed, running, stale, and missed where the job's schedule is
+// given) and who runs it now,
 // a job's history with a plot of duration per slot, the holders of the
 // locks it is told to watch, the leaders of Lead keys with their owner,
 // how long they have held the lock and their fencing token, and the fence
@@ -24,19 +25,29 @@
 // # Pages
 //
 // "/" lists the ledger's jobs, a page of them at a time (?after=JOB), each
-// with its latest ?limit= slots (default 20, at most 60), then the watched
-// locks and leaders and the first fence counters. A job appears once it
-// has a row in the ledger. A 'running' run (claim mode, which holds the
-// (job, slot) lock while it runs) whose lock is found free is shown as
-// left running: its owner died or lost the lock, and the next trigger of
-// the slot takes the row over. "/job?name=JOB" shows a
+// with its latest ?limit= slots (default 20, at most 60), the owner of each
+// of its runs that is running now (among those slots; not a stale one),
+// and how many of those slots failed and were missed: Failed and Missed
+// count the slots of the strip, not the whole ledger. Then come the
+// watched locks and leaders and the first fence counters. A job appears
+// once it has a row in the ledger, whatever its name (one written by hand
+// with a trailing space, or of spaces only, is reached and paged past like
+// any other). A 'running' run whose (job, slot) lock is found free is
+// shown as stale (ormlock.Run's Stale, read as the verbs' Runs reads it:
+// at most 25 look-ups a page, the runs past them shown as running): its
+// owner died or lost the lock before recording the end; a later trigger
+// of the same slot (a catch-up run, a retry within the slot) takes it
+// over, and a schedule that never fires the slot again leaves it until
+// Prune deletes it. "/job?name=JOB" shows a
 // job's latest ?limit= runs (default 50, at most 500) with the owner, start,
 // finish, duration and error of each, and an SVG plot of the durations.
 // Every page takes ?tz=Area/City (times are shown in that zone and in UTC;
 // the default is UTC or WithTimeZone) and ?refresh=SECONDS (default 30, 0
 // for none, at least 5, at most 3600; a plain meta refresh, no script). A
 // parameter that does not parse (a zone that does not exist, a limit that is
-// not a number) is answered 400; a number out of range is clamped. Every
+// not a whole number, a job name that is not UTF-8) is answered 400; a
+// whole number out of range, however far, is clamped to the nearest bound
+// (?refresh=-5 is 0: no refreshing; ?limit=0 is 1). Every
 // page is a plain URL that shows the same view to whoever opens it, so it
 // can be pasted into an incident channel. Nothing needs JavaScript.
 //
@@ -49,8 +60,10 @@
 //
 // # Safe by construction
 //
-//   - Read-only: GET is the only method answered (405 otherwise), and every
-//     read runs in a read-only transaction that is rolled back; the view
+//   - Read-only: GET and HEAD are the only methods answered (405
+//     otherwise; HEAD as GET without the body, for uptime checkers), and
+//     every read runs in a read-only READ COMMITTED transaction that is
+//     rolled back; the view
 //     writes nothing, so a database user with only SELECT on the ledger and
 //     fence tables serves it (the tests run it so).
 //   - Every value is escaped: job names, owners, error texts and holders'

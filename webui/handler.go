@@ -11,9 +11,13 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/ledger"
+	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
 //go:embed assets/style.css assets/page.html
@@ -78,9 +82,15 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		plain(w, http.StatusMisdirectedRequest, "ormlock webui: this view does not answer for the host named in the request (see webui.WithAllowedHosts, ormlock ui --allow-host)")
 		return
 	}
-	if req.Method != http.MethodGet {
-		hd.Set("Allow", http.MethodGet)
-		plain(w, http.StatusMethodNotAllowed, "ormlock webui: read-only: GET only")
+	switch req.Method {
+	case http.MethodGet:
+	case http.MethodHead:
+		// as GET, the same status and headers, without the body (uptime
+		// checkers send HEAD)
+		w = headWriter{w}
+	default:
+		hd.Set("Allow", "GET, HEAD")
+		plain(w, http.StatusMethodNotAllowed, "ormlock webui: read-only: GET and HEAD only")
 		return
 	}
 	switch req.URL.Path {
@@ -96,6 +106,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		plain(w, http.StatusNotFound, "ormlock webui: no such page")
 	}
 }
+
+// headWriter answers a HEAD request: what a GET would write, headers and
+// status (Content-Length included), without the body.
+type headWriter struct{ http.ResponseWriter }
+
+func (w headWriter) Write(b []byte) (int, error) { return len(b), nil }
 
 func plain(w http.ResponseWriter, code int, msg string) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -210,18 +226,19 @@ func (h *handler) params(q url.Values) (params, error) {
 		p.loc, p.tz = loc, tz
 	}
 	if l := q.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil {
+		n, ok := wholeNumber(l)
+		if !ok {
 			return p, fmt.Errorf("?limit=%s is not a whole number", clean(l, 40))
 		}
 		p.limit = max(n, 1)
 	}
 	if r := q.Get("refresh"); r != "" {
-		n, err := strconv.Atoi(r)
-		if err != nil || n < 0 {
-			return p, fmt.Errorf("?refresh=%s is not a number of seconds (0 turns refreshing off)", clean(r, 40))
+		n, ok := wholeNumber(r)
+		if !ok {
+			return p, fmt.Errorf("?refresh=%s is not a whole number of seconds (0 turns refreshing off)", clean(r, 40))
 		}
-		d := time.Duration(min(n, int(maxRefresh/time.Second))) * time.Second
+		// clamped to the nearest of 0 (off) and 5 to 3600
+		d := time.Duration(min(max(n, 0), int(maxRefresh/time.Second))) * time.Second
 		if d > 0 && d < minRefresh {
 			d = minRefresh
 		}
@@ -236,6 +253,36 @@ func (h *handler) params(q url.Values) (params, error) {
 		p.raw.Set("refresh", strconv.Itoa(int(p.refresh/time.Second)))
 	}
 	return p, nil
+}
+
+// checkJobParam checks a job name given in the URL (?name=, ?after=), not
+// empty: any name the ledger can hold, whether RunOnce wrote it or a hand
+// did, so that every listed job can be reached and paged past: valid
+// UTF-8, at most ledger.MaxJobLen characters, and on PostgreSQL, whose
+// text cannot hold one, no NUL byte. Unlike RunOnce's check it takes a
+// name that ends with a space (MySQL/MariaDB's job column compares it
+// equal to the name without; the ledger holds one of the two at most).
+func checkJobParam(param, job string, d lockproto.Dialect) error {
+	switch {
+	case !utf8.ValidString(job):
+		return &badRequest{msg: fmt.Sprintf("%s=%s is not valid UTF-8", param, clean(job, 60))}
+	case utf8.RuneCountInString(job) > ledger.MaxJobLen:
+		return &badRequest{msg: fmt.Sprintf("%s= is %d characters long: a job name is at most %d", param, utf8.RuneCountInString(job), ledger.MaxJobLen)}
+	case d == lockproto.Postgres && strings.ContainsRune(job, 0):
+		return &badRequest{msg: fmt.Sprintf("%s=%s has a NUL byte, which no PostgreSQL text holds", param, clean(job, 60))}
+	}
+	return nil
+}
+
+// wholeNumber parses s, a decimal whole number with an optional sign, and
+// reports whether it is one; a number beyond int's range is that bound,
+// for the caller to clamp as any other.
+func wholeNumber(s string) (int, bool) {
+	n, err := strconv.Atoi(s)
+	if errors.Is(err, strconv.ErrRange) {
+		return n, true // math.MaxInt or math.MinInt
+	}
+	return n, err == nil
 }
 
 // Home is the overview's URL with the view's parameters.

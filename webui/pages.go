@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/ormlock/ormlock"
-	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/ledger"
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
@@ -51,6 +50,8 @@ type overview struct {
 	First     string // link to the first page when not on it
 	Namespace string
 	Ledger    string
+	// StripSlots is the most slots a strip shows (?limit=)
+	StripSlots int
 
 	Locks        []holderRow
 	Leaders      []leaderRow
@@ -71,6 +72,14 @@ type jobRow struct {
 	Scheduled  bool
 	Error      string
 	ShownRuns  int
+	Cells      int          // slots in the strip, which Failed and Missed count
+	Now        []runningNow // its running runs (not stale), newest first
+	NowMore    int          // running runs beyond those in Now
+}
+
+// runningNow is a running run of a job, as the overview names it.
+type runningNow struct {
+	Owner, For, Href string
 }
 
 type slotCell struct {
@@ -157,10 +166,8 @@ func (h *handler) server(ctx context.Context, v *view) (lockproto.Dialect, bool,
 }
 
 func (h *handler) overview(ctx context.Context, p params) (*view, error) {
-	if p.after != "" {
-		if err := ledger.ValidateJob("?after", p.after); err != nil {
-			return nil, &badRequest{msg: err.Error()}
-		}
+	if err := checkJobParam("?after", p.after, 0); err != nil {
+		return nil, err
 	}
 	limit := p.clampLimit(defaultLimit, maxStrip)
 	v := h.base(p, "ormlock: jobs, locks and leaders", "", "after", p.after, "limit", limitParam(p))
@@ -169,7 +176,10 @@ func (h *handler) overview(ctx context.Context, p params) (*view, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := &overview{Namespace: clean(h.s.namespace, 128), Ledger: h.s.ledger}
+	if err := checkJobParam("?after", p.after, d); err != nil {
+		return nil, err
+	}
+	o := &overview{Namespace: clean(h.s.namespace, 128), Ledger: h.s.ledger, StripSlots: limit}
 	v.Overview = o
 	now := time.Now()
 	err = h.r.ro(ctx, func(tx *sql.Tx) error {
@@ -183,17 +193,11 @@ func (h *handler) overview(ctx context.Context, p params) (*view, error) {
 		}
 		budget := maxLiveness
 		for _, name := range names {
-			runs, err := h.r.runs(ctx, tx, d, name, limit)
+			runs, err := h.r.runs(ctx, tx, d, name, limit, lookups(genuine, &budget))
 			if err != nil {
 				return err
 			}
-			var live map[int64]bool
-			if genuine {
-				if live, err = h.liveness(ctx, tx, d, runs, &budget); err != nil {
-					return err
-				}
-			}
-			o.Jobs = append(o.Jobs, h.jobRow(p, name, runs, live, limit, now))
+			o.Jobs = append(o.Jobs, h.jobRow(p, name, runs, limit, now))
 		}
 		return nil
 	})
@@ -307,15 +311,39 @@ func holderOf(k ormlock.Key, hi ormlock.HolderInfo, now time.Time, loc *time.Loc
 	return r
 }
 
+// lookups is the budget of lock look-ups of a page's stale runs, or nil
+// when the server is refused (its locks are not the primary's).
+func lookups(genuine bool, budget *int) *int {
+	if !genuine {
+		return nil
+	}
+	return budget
+}
+
 // jobRow builds a job's strip: its runs and, when its schedule is known,
-// the slots without a run since the oldest run shown, newest last.
-func (h *handler) jobRow(p params, name string, runs []ormlock.Run, live map[int64]bool, limit int, now time.Time) jobRow {
-	cells := h.cells(p, name, runs, live, limit, now)
+// the slots without a run since the oldest run shown, newest last; and who
+// runs it now (its 'running' runs that are not stale).
+func (h *handler) jobRow(p params, name string, runs []ormlock.Run, limit int, now time.Time) jobRow {
+	cells := h.cells(p, name, runs, limit, now)
 	row := jobRow{Name: clean(name, 200), Href: p.link("job", "name", name), ShownRuns: len(runs)}
 	_, row.Scheduled = h.s.schedules[name]
 	if len(runs) > 0 {
-		row.Last = runStatus(runs[0], live)
+		row.Last = runStatus(runs[0])
 		row.LastAt = showTime(runs[0].Slot, p.loc)
+	}
+	for _, r := range runs {
+		if runStatus(r) != ledger.StatusRunning {
+			continue
+		}
+		if len(row.Now) == maxRunningShown {
+			row.NowMore++
+			continue
+		}
+		row.Now = append(row.Now, runningNow{
+			Owner: clean(r.Owner, 255),
+			For:   showDuration(now.Sub(r.Started)),
+			Href:  p.link("job", "name", name) + "#" + cell{run: r}.id(),
+		})
 	}
 	for i := len(cells) - 1; i >= 0; i-- {
 		c := cells[i]
@@ -327,8 +355,12 @@ func (h *handler) jobRow(p params, name string, runs []ormlock.Run, live map[int
 			row.Missed++
 		}
 	}
+	row.Cells = len(row.Slots)
 	return row
 }
+
+// maxRunningShown is how many running runs of a job the overview names.
+const maxRunningShown = 3
 
 // cell is one slot of a job: a run, or a missed slot (Run zero but Slot).
 type cell struct {
@@ -336,42 +368,26 @@ type cell struct {
 	run    ormlock.Run
 }
 
-// maxLiveness bounds the lock look-ups of 'running' runs per page.
+// maxLiveness bounds the lock look-ups of 'running' runs per page (a
+// claim-mode run holds its (job, slot) lock for as long as it runs, so a
+// 'running' row whose lock is free is stale: reader.runs); the runs past
+// it are shown as running.
 const maxLiveness = 25
 
-// liveness looks up the (job, slot) lock of each 'running' run, at most
-// *budget of them: a claim-mode run holds it for as long as it runs, so a
-// 'running' row whose lock is free is stale (its owner died or lost the
-// lock; the next trigger of the slot takes the row over). The answer is by
-// slot (UnixMicro): true held, false free; runs not looked up are absent.
-func (h *handler) liveness(ctx context.Context, tx *sql.Tx, d lockproto.Dialect, runs []ormlock.Run, budget *int) (map[int64]bool, error) {
-	var live map[int64]bool
-	for _, r := range runs {
-		if r.Status != ledger.StatusRunning || *budget <= 0 {
-			continue
-		}
-		*budget--
-		hi, err := h.r.holder(ctx, tx, d, ormlock.Key(keys.RunKey(r.Job, r.Slot)))
-		if err != nil {
-			return nil, err
-		}
-		if live == nil {
-			live = map[int64]bool{}
-		}
-		live[r.Slot.UnixMicro()] = hi.Held
-	}
-	return live, nil
-}
-
 // runStatus is r's status as shown: "stale" for a 'running' run whose lock
-// was found free.
-func runStatus(r ormlock.Run, live map[int64]bool) string {
+// was found free (ormlock.Run.Stale).
+func runStatus(r ormlock.Run) string {
 	s := statusClass(r.Status)
-	if held, ok := live[r.Slot.UnixMicro()]; ok && s == ledger.StatusRunning && !held {
+	if r.Stale && s == ledger.StatusRunning {
 		return "stale"
 	}
 	return s
 }
+
+// staleText says what a stale run is, and what becomes of it.
+const staleText = "stale: recorded running, but its lock is free, so its owner died or lost the lock before recording the end. " +
+	"A later trigger of this slot takes it over (a catch-up run, a retry within the slot); " +
+	"a schedule that never fires this slot again (cron without catch-up) leaves it until Prune deletes it"
 
 func (c cell) id() string { return "s" + strconv.FormatInt(c.run.Slot.Unix(), 10) }
 
@@ -402,10 +418,10 @@ func (c cell) title(loc *time.Location) string {
 
 // cells merges runs (newest first) with the missed slots of the job's
 // schedule, newest first, at most limit of them.
-func (h *handler) cells(p params, name string, runs []ormlock.Run, live map[int64]bool, limit int, now time.Time) []cell {
+func (h *handler) cells(p params, name string, runs []ormlock.Run, limit int, now time.Time) []cell {
 	out := make([]cell, 0, len(runs))
 	for _, r := range runs {
-		out = append(out, cell{status: runStatus(r, live), run: r})
+		out = append(out, cell{status: runStatus(r), run: r})
 	}
 	s, ok := h.s.schedules[name]
 	if !ok || len(runs) == 0 {
@@ -441,8 +457,8 @@ func (h *handler) job(ctx context.Context, p params) (*view, error) {
 	if p.job == "" {
 		return nil, &badRequest{msg: "?name= is missing: the job to show"}
 	}
-	if err := ledger.ValidateJob("?name", p.job); err != nil {
-		return nil, &badRequest{msg: err.Error()}
+	if err := checkJobParam("?name", p.job, 0); err != nil {
+		return nil, err
 	}
 	limit := p.clampLimit(defaultHistory, maxHistory)
 	v := h.base(p, "ormlock: "+clean(p.job, 100), "job", "name", p.job, "limit", limitParam(p))
@@ -451,18 +467,17 @@ func (h *handler) job(ctx context.Context, p params) (*view, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkJobParam("?name", p.job, d); err != nil {
+		return nil, err
+	}
 	j := &jobPage{Name: clean(p.job, 200), Limit: limit}
 	_, j.Scheduled = h.s.schedules[p.job]
 	v.Job = j
 	var runs []ormlock.Run
-	var live map[int64]bool
 	err = h.r.ro(ctx, func(tx *sql.Tx) error {
 		var err error
-		if runs, err = h.r.runs(ctx, tx, d, p.job, limit); err != nil || !genuine {
-			return err
-		}
 		budget := maxLiveness
-		live, err = h.liveness(ctx, tx, d, runs, &budget)
+		runs, err = h.r.runs(ctx, tx, d, p.job, limit, lookups(genuine, &budget))
 		return err
 	})
 	if err != nil {
@@ -472,7 +487,7 @@ func (h *handler) job(ctx context.Context, p params) (*view, error) {
 	if len(runs) == limit && limit < maxHistory {
 		j.More = p.link("job", "name", p.job, "limit", strconv.Itoa(min(limit*2, maxHistory)))
 	}
-	cells := h.cells(p, p.job, runs, live, limit, time.Now())
+	cells := h.cells(p, p.job, runs, limit, time.Now())
 	for _, c := range cells {
 		r := c.run
 		row := runRow{ID: c.id(), Status: c.status, StatusClass: c.status, Slot: showTime(r.Slot, p.loc)}
@@ -485,7 +500,7 @@ func (h *handler) job(ctx context.Context, p params) (*view, error) {
 				row.Duration = "running for " + showDuration(time.Since(r.Started))
 			case "stale":
 				row.Duration = "left running " + showDuration(time.Since(r.Started)) + " ago"
-				row.Error = "its lock is free: the owner died or lost it; the next trigger of this slot takes it over"
+				row.Error = staleText
 			default:
 				row.Duration = showDuration(r.Duration)
 			}

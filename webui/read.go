@@ -15,12 +15,16 @@ import (
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
-// What the view reads, and how. Every read runs in a read-only transaction
-// (sql.TxOptions{ReadOnly: true}: BEGIN READ ONLY, START TRANSACTION READ
+// What the view reads, and how. Every read runs in a read-only READ
+// COMMITTED transaction (BEGIN ISOLATION LEVEL READ COMMITTED READ ONLY;
+// SET TRANSACTION ISOLATION LEVEL READ COMMITTED, START TRANSACTION READ
 // ONLY), one per section of a page, so that a missing fence table does not
-// cost the runs. The runs and the holders are read by the library's own
-// code (ledger.Table.Runs, lockproto.LookupHolder), so the view shows what
-// the verbs and the command see; the two statements of its own are plain
+// cost the runs; READ COMMITTED, so that a run read again after its lock
+// was found free is read as it is now, not as the transaction's first read
+// saw it (MySQL's default, REPEATABLE READ, would). The runs and the
+// holders are read by the library's own code (ledger.Table.Runs and
+// MarkStale, lockproto.LookupHolder), so the view shows what the verbs and
+// the command see; the two statements of its own are plain
 // index range reads of the ledger's primary key and of the fence table's:
 //
 //   - the jobs of a namespace: a walk that reads, per job, the first
@@ -53,6 +57,15 @@ func jobsSQL(d lockproto.Dialect, table string) string {
 SELECT job FROM j WHERE job IS NOT NULL`
 	}
 	return "SELECT job FROM `" + table + "` WHERE namespace = ? AND job > ? ORDER BY job LIMIT 1"
+}
+
+// firstJobSQL is the first step of the MySQL/MariaDB walk from the start
+// (after the empty name): job >= ? rather than job > ?, since the job
+// column's collation (utf8mb4_bin, PAD SPACE) compares a name of spaces
+// only, which RunOnce refuses but a hand may write, equal to the empty
+// string.
+func firstJobSQL(table string) string {
+	return "SELECT job FROM `" + table + "` WHERE namespace = ? AND job >= ? ORDER BY job LIMIT 1"
 }
 
 // fencesSQL lists the first n counters (namespace, limit).
@@ -131,7 +144,7 @@ func (r *reader) dialectOf(ctx context.Context) (lockproto.Dialect, error) {
 // ro runs f in a read-only transaction, rolled back when f returns (it
 // wrote nothing to commit).
 func (r *reader) ro(ctx context.Context, f func(tx *sql.Tx) error) error {
-	tx, err := r.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	tx, err := r.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true, Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return err
 	}
@@ -159,9 +172,14 @@ func (r *reader) jobs(ctx context.Context, tx *sql.Tx, d lockproto.Dialect, afte
 	q := jobsSQL(d, r.s.ledger)
 	var out []string
 	if d == lockproto.MySQL {
+		step := q
+		if after == "" {
+			q = firstJobSQL(r.s.ledger)
+		}
 		for len(out) < n {
 			var j string
 			err := tx.QueryRowContext(ctx, q, r.s.namespace, after).Scan(&j)
+			q = step
 			if errors.Is(err, sql.ErrNoRows) {
 				break
 			}
@@ -188,12 +206,24 @@ func (r *reader) jobs(ctx context.Context, tx *sql.Tx, d lockproto.Dialect, afte
 	return out, rows.Err()
 }
 
-func (r *reader) runs(ctx context.Context, tx *sql.Tx, d lockproto.Dialect, job string, n int) ([]ormlock.Run, error) {
+// runs reads job's latest n runs and, when budget is not nil, marks the
+// stale ones as the verbs' Runs does (ledger.Table.MarkStale: each
+// 'running' run's lock looked up after the rows were read, and the row read
+// again in tx, which is READ COMMITTED, when its lock is free), at most
+// *budget of them, which it lowers by as many; the 'running' runs it does
+// not look at are shown as running.
+func (r *reader) runs(ctx context.Context, tx *sql.Tx, d lockproto.Dialect, job string, n int, budget *int) ([]ormlock.Run, error) {
 	t, err := ledger.NewTable(d, r.s.ledger)
 	if err != nil {
 		return nil, err
 	}
-	return ledger.RunsAs[ormlock.Run](t.Runs(ctx, tx, r.s.namespace, job, n))
+	rs, err := t.Runs(ctx, tx, r.s.namespace, job, n)
+	if err == nil && budget != nil && *budget > 0 {
+		var looked int
+		looked, err = t.MarkStale(ctx, tx, nil, r.cfg(), rs, *budget)
+		*budget -= looked
+	}
+	return ledger.RunsAs[ormlock.Run](rs, err)
 }
 
 // holder looks k up as the verbs' Holder does.

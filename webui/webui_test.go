@@ -7,6 +7,8 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -80,13 +82,24 @@ func TestPages(t *testing.T) {
 		if want := "done done done missed done failed done stale"; strings.Join(got, " ") != want {
 			t.Errorf("strip %q, want %q", strings.Join(got, " "), want)
 		}
+		// Failed counts the strip's slots, and says so; Running now names
+		// the owner of a run that holds its lock, not of a stale one
+		mustContain(t, body, `title="1 of the 8 slots in the strip failed">1<`, "Failed and Missed count the slots in the strip (the latest 20 per job",
+			`<th title="failed runs among the slots of the strip`)
+		if !regexp.MustCompile(`(?s)>live-job<.*?<td class="now"><a href="job\?name=live-job#s\d+" title="running for [^"]+">replica-live</a>`).MatchString(body) {
+			t.Errorf("the overview does not name replica-live as running live-job now")
+		}
+		if !regexp.MustCompile(`(?s)>nightly-report<.*?<td class="now"><span class="empty">-</span></td>`).MatchString(body) {
+			t.Errorf("the overview names a runner of nightly-report, whose running row is stale")
+		}
 
 		code, body, _ = get(t, srv, "/job?name=nightly-report&tz=America/New_York")
 		if code != http.StatusOK {
 			t.Fatalf("GET /job: %d\n%s", code, body)
 		}
 		mustContain(t, body, `<svg class="plot"`, `class="bar failed"`, `class="bar missed"`, "connection reset by peer",
-			"replica-b/2", "replica-c/3", "left running", "its lock is free", `class="bar stale"`, "EST", "UTC")
+			"replica-b/2", "replica-c/3", "left running", "its lock is free", `class="bar stale"`, "EST", "UTC",
+			"A later trigger of this slot takes it over (a catch-up run, a retry within the slot)", "leaves it until Prune deletes it")
 		if n := strings.Count(body, `<tr id="s`); n != 8 {
 			t.Errorf("%d run rows, want 8 (7 runs + 1 missed)", n)
 		}
@@ -150,4 +163,59 @@ func TestMounted(t *testing.T) {
 			t.Errorf("GET %s under the prefix: %d", rel, resp.StatusCode)
 		}
 	}
+}
+
+// TestOddJobNames: every job the ledger holds can be reached and paged
+// past, whatever its name, RunOnce's or written by hand: a trailing space
+// (which RunOnce refuses, since MySQL/MariaDB compare it equal to the name
+// without), a leading space, spaces only, non-ASCII, '/', '?', '%', '&',
+// '#', '+'. Each one's link from the overview shows its run; ?after= with
+// each lists exactly the jobs after it, in the overview's order.
+func TestOddJobNames(t *testing.T) {
+	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+		db := testdb.Open(t, k)
+		t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
+		table := ledger(t, k, db)
+		names := []string{"ends-with-space ", " leading-space", "   ", "naïve-日本-🙂", "a/b/../c", "what?x=1", "100%25%", "a&b=c#d", "x+y", "zz-last"}
+		for i, name := range names {
+			ledgertest.InsertRun(t, k, table, "", name, slot(1), "failed", "o", slot(1), time.Second, "err-"+strconv.Itoa(i))
+		}
+		srv := serve(t, db, webui.WithLedgerTable(table))
+		// the overview's jobs, in its order, as their links name them
+		listed := func(path string) []string {
+			t.Helper()
+			code, body, _ := get(t, srv, path)
+			if code != http.StatusOK {
+				t.Fatalf("GET %s: %d\n%s", path, code, body)
+			}
+			var out []string
+			for _, m := range regexp.MustCompile(`<td class="name"><a href="(job\?[^"]*)">`).FindAllStringSubmatch(body, -1) {
+				u, err := url.Parse(html.UnescapeString(m[1]))
+				if err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, u.Query().Get("name"))
+			}
+			return out
+		}
+		all := listed("/")
+		if len(all) != len(names) {
+			t.Fatalf("the overview lists %d jobs %q, want all %d", len(all), all, len(names))
+		}
+		for _, name := range names {
+			if !slices.Contains(all, name) {
+				t.Errorf("%q is not listed: %q", name, all)
+			}
+		}
+		for i, name := range all {
+			code, body, _ := get(t, srv, "/job?name="+url.QueryEscape(name))
+			want := "err-" + strconv.Itoa(slices.Index(names, name))
+			if code != http.StatusOK || !strings.Contains(body, ">"+want+"<") {
+				t.Errorf("the page of %q: %d, want 200 with its run (%s)\n%s", name, code, want, body)
+			}
+			if after := listed("/?after=" + url.QueryEscape(name)); !slices.Equal(after, all[i+1:]) {
+				t.Errorf("?after=%q lists %q, want %q", name, after, all[i+1:])
+			}
+		}
+	})
 }

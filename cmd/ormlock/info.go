@@ -40,8 +40,10 @@ A job run with ormlock run --once-per (or gormlock.RunOnce) holds the lock of
 its run, (JOB, slot), not JOB's own: when KEY is free, holder reads the
 ledger (--ledger-table) for runs of the job KEY that are still running and
 shows the holder of each such run's lock, with run=SLOT in front. A running
-row whose lock nobody holds is a run whose owner died before it recorded its
-end; the next trigger of that slot takes it over.
+row whose lock nobody holds is stale: its owner died or lost the lock before
+recording the end. A later trigger of that same slot takes it over (a
+--catch-up run, ormlock run --once-per again within the slot); a schedule
+that never fires that slot again leaves it until gormlock.Prune deletes it.
 
 Examples:
   ormlock holder --dsn "$DSN" backup
@@ -95,7 +97,8 @@ func holderCmd(args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(stderr, "ormlock: %q is free %s, and ledger table %s has no run of it holding its lock (ormlock run --once-per)\n", arg, c.where(), c.ledger)
 		for _, r := range stale {
-			fmt.Fprintf(stderr, "ormlock: the run of slot %s is recorded running (owner %s, started %s) but nobody holds its lock: its owner died before recording the end; the next trigger of that slot takes it over\n",
+			fmt.Fprintf(stderr, "ormlock: the run of slot %s is recorded running (owner %s, started %s) but nobody holds its lock: stale, its owner died or lost the lock before recording the end; "+
+				"a later trigger of that slot (--catch-up, a retry within the slot) takes it over, and gormlock.Prune deletes it once older than its window\n",
 				r.Slot.UTC().Format(time.RFC3339), quoteField(r.Owner), r.Started.UTC().Format(time.RFC3339))
 		}
 		return nil
@@ -104,7 +107,8 @@ func holderCmd(args []string, stdout, stderr io.Writer) error {
 
 // runHolders prints the holder of each of job's runs that the ledger shows
 // running and whose lock is held, as "run=SLOT <holder>", and reports
-// whether there was one; stale are the running rows whose lock is free. A
+// whether there was one; stale are the running rows whose lock is free
+// (Run.Stale). A
 // missing ledger table is no runs; ledgerErr is why the ledger could not
 // be read otherwise (no database selected, no privilege), and err the
 // failure of a holder lookup.
@@ -117,15 +121,17 @@ func (c *common) runHolders(db *gorm.DB, job string, opts []ormlock.Option, stdo
 		return false, nil, rerr, nil
 	}
 	for _, r := range runs {
-		if r.Status != "running" {
+		if r.Stale {
+			stale = append(stale, r)
+		}
+		if r.Status != "running" || r.Stale {
 			continue
 		}
 		h, err := gormlock.Holder(db, ormlock.RunKey(job, r.Slot), opts...)
 		if err != nil {
 			return false, nil, nil, err
 		}
-		if !h.Held {
-			stale = append(stale, r)
+		if !h.Held { // it ended after Runs read it
 			continue
 		}
 		found = true
@@ -147,8 +153,9 @@ const runsUsage = `Usage: ormlock runs [flags] JOB
 
 Shows the last runs of JOB from the ledger (gormlock.Runs): the runs of
 ormlock run --once-per and of gormlock.RunOnce / entlock.RunOnce, newest slot
-first, with their status (running, done, failed), owner, start, duration and
-error.
+first, with their status (running, done, failed, or stale: recorded running
+but nobody holds its lock, so its owner died or lost the lock before recording
+the end), owner, start, duration and error.
 
 Examples:
   ormlock runs --dsn "$DSN" nightly-report
@@ -182,12 +189,15 @@ func runsCmd(args []string, stdout, stderr io.Writer) error {
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "SLOT\tSTATUS\tOWNER\tSTARTED\tDURATION\tERROR")
 		for _, r := range runs {
-			dur := "-"
+			dur, status := "-", r.Status
 			if r.Status != "running" {
 				dur = r.Duration.Round(time.Millisecond).String()
 			}
+			if r.Stale {
+				status = "stale"
+			}
 			errText := strings.Join(strings.Fields(r.Error), " ")
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Slot.UTC().Format(time.RFC3339), r.Status, r.Owner,
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Slot.UTC().Format(time.RFC3339), status, r.Owner,
 				r.Started.UTC().Format(time.RFC3339), dur, errText)
 		}
 		return tw.Flush()

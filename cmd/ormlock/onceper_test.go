@@ -238,7 +238,8 @@ func TestOncePerCatchUp(t *testing.T) {
 
 // ormlock holder JOB finds a --once-per run of JOB, whose lock is the run's
 // (JOB, slot) lock, from the ledger's running row; once its ormlock is
-// killed, the row still says running and holder says that nobody holds it.
+// killed, the row still says running, holder says that nobody holds it and
+// runs shows it stale.
 func TestHolderFindsOncePerRun(t *testing.T) {
 	forEachKind(t, func(t *testing.T, k testdb.Kind) {
 		t.Parallel() // one server each
@@ -279,6 +280,12 @@ func TestHolderFindsOncePerRun(t *testing.T) {
 		want(t, code, stderr, 0, "the run of slot "+slot+" is recorded running", "nobody holds its lock")
 		if out != "free\n" {
 			t.Errorf("holder after the kill: %q", out)
+		}
+		// runs lists it as stale
+		code, out, stderr = runBin(t, k, "runs", "--ledger-table", table, job)
+		want(t, code, stderr, 0)
+		if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 2 || !strings.HasPrefix(strings.Join(strings.Fields(lines[1]), " "), slot+" stale ") {
+			t.Errorf("runs after the kill:\n%s\nwant the slot stale", out)
 		}
 	})
 }

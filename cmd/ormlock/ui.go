@@ -22,8 +22,8 @@ const uiUsage = `Usage: ormlock ui [flags]
 
 Serves the read-only web view of the ledger, the locks and the leaders
 (package webui) on --listen, 127.0.0.1:8080 by default: per job its latest
-runs as a strip of slots (done, failed, running, missed where --schedule
-gives the job's schedule), each job's history with a plot of durations,
+runs as a strip of slots (done, failed, running, stale, missed where
+--schedule gives the job's schedule) and who runs it now, each job's history with a plot of durations,
 the holders of the --lock keys, the leaders of the --leader keys with their
 fencing token, and the fence counters. Times are shown in --tz and UTC;
 each page is a URL to paste. Stop it with Ctrl-C (or SIGTERM).

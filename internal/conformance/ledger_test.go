@@ -420,6 +420,185 @@ func TestPrune(t *testing.T) {
 	})
 }
 
+// A claim-mode run whose lock is gone while its row still says running is
+// stale: here its lock connection is killed while fn goes on (as when the
+// run's process dies, which chaos.TestKillClaimedRun does with kill -9).
+// Runs reports it stale on every adapter and server, Prune deletes it once
+// its slot is older than Prune's window and keeps a recent one, and a
+// running row whose lock is held is never stale and never pruned, however
+// old its slot. The run that lost its row gets ErrLockLost when it ends.
+func TestRunsStale(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		ctx := context.Background()
+		r, tbl := openWithLedger(t, a, k)
+		opt := ormlock.WithLedgerTable(tbl)
+		opts := []ormlock.Option{opt, ormlock.WithClaim(), ormlock.WithKeepalive(100 * time.Millisecond)}
+		job := "stale-" + a.name
+		old := time.Now().Add(-30 * 24 * time.Hour).UTC().Truncate(time.Hour)
+		liveSlot, lostSlot := old, old.Add(time.Hour)
+		recent := time.Now().Add(-time.Hour).UTC().Truncate(time.Hour)
+
+		// fn of each run waits for its release, whatever its context says
+		start := func(slot time.Time) (end func() error) {
+			t.Helper()
+			started, release := make(chan struct{}), make(chan struct{})
+			ended := make(chan error, 1)
+			go func() {
+				ended <- r.RunOnce(ctx, job, slot, func(txn) error { close(started); <-release; return nil }, opts...)
+			}()
+			select {
+			case <-started:
+			case err := <-ended:
+				t.Fatalf("RunOnce of %v: %v", slot, err)
+			}
+			var once sync.Once
+			var err error
+			end = func() error {
+				once.Do(func() { close(release); err = <-ended })
+				return err
+			}
+			t.Cleanup(func() { _ = end() })
+			return end
+		}
+		endLive, endLost := start(liveSlot), start(lostSlot)
+		h, err := r.Holder(ctx, ormlock.RunKey(job, lostSlot))
+		if err != nil || !h.Held {
+			t.Fatalf("Holder of the run's lock: %+v, %v", h, err)
+		}
+		testdb.Kill(t, k, h.PID)
+		insertRunning(t, k, tbl, job, recent, "dead/1")
+
+		// Runs: the killed run's row and the dead owner's are stale (the
+		// server frees the lock as it ends the session: polled), the live
+		// one never
+		bySlot := func() map[time.Time]ormlock.Run {
+			t.Helper()
+			m := map[time.Time]ormlock.Run{}
+			for _, run := range runsOf(t, r, tbl, job) {
+				m[run.Slot] = run
+			}
+			return m
+		}
+		var rs map[time.Time]ormlock.Run
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			rs = bySlot()
+			if rs[liveSlot].Stale {
+				t.Fatalf("a run whose lock is held reported stale: %+v", rs[liveSlot])
+			}
+			if rs[lostSlot].Stale || time.Now().After(deadline) {
+				break
+			}
+		}
+		for _, slot := range []time.Time{lostSlot, recent} {
+			if run := rs[slot]; !run.Stale || run.Status != "running" || !run.Finished.IsZero() {
+				t.Fatalf("run of %v: %+v; want running and stale", slot, run)
+			}
+		}
+		if run := rs[liveSlot]; run.Stale || run.Status != "running" {
+			t.Fatalf("the live run: %+v; want running, not stale", run)
+		}
+
+		// Prune: the old stale row goes, the recent one and the live one stay
+		if n, err := r.Prune(ctx, 24*time.Hour, opt); err != nil || n != 1 {
+			t.Fatalf("Prune: %d, %v; want the old stale row deleted", n, err)
+		}
+		rs = bySlot()
+		if _, ok := rs[lostSlot]; ok || len(rs) != 2 || !rs[recent].Stale || rs[liveSlot].Stale || rs[liveSlot].Status != "running" {
+			t.Fatalf("after Prune: %+v; want the live run and the recent stale row", rs)
+		}
+		if err := endLost(); !errors.Is(err, ormlock.ErrLockLost) {
+			t.Fatalf("the run whose lock was killed: %v, want ErrLockLost", err)
+		}
+		if err := endLive(); err != nil {
+			t.Fatalf("the live run: %v", err)
+		}
+		// the recent stale slot is taken over by a later trigger of it
+		if err := r.RunOnce(ctx, job, recent, func(txn) error { return nil }, opts...); err != nil {
+			t.Fatalf("take the stale row over: %v", err)
+		}
+		rs = bySlot()
+		for slot, run := range rs {
+			if run.Stale || run.Status != "done" {
+				t.Errorf("run of %v at the end: %+v; want done", slot, run)
+			}
+		}
+		if n, err := r.Prune(ctx, 24*time.Hour, opt); err != nil || n != 1 {
+			t.Fatalf("Prune of the live run, done: %d, %v; want 1", n, err)
+		}
+	})
+}
+
+// Runs read while claim-mode runs start and end back to back never report
+// one stale: each run records its end before it releases its lock, and
+// Runs reads a row again when it finds its lock free (the deterministic
+// case is internal/ledger's TestStaleRunEndsBetweenReads). One adapter
+// carries it: the reads are the adapters' shared internal/ledger.
+func TestRunsNeverStaleWhileRunning(t *testing.T) {
+	a := adapters[0]
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
+		ctx := context.Background()
+		r, tbl := openWithLedger(t, a, k)
+		opt := ormlock.WithLedgerTable(tbl)
+		job := "never-stale"
+		const runs = 40
+		var wrote sync.WaitGroup
+		wrote.Add(1)
+		stop := make(chan struct{})
+		go func() {
+			defer wrote.Done()
+			defer close(stop)
+			for i := range runs {
+				if err := r.RunOnce(ctx, job, testdb.Slot(i), func(txn) error { return nil }, opt, ormlock.WithClaim()); err != nil {
+					t.Errorf("RunOnce %d: %v", i, err)
+					return
+				}
+			}
+		}()
+		reads, running := 0, 0
+		var failure error
+		for done := false; !done && failure == nil; reads++ {
+			select {
+			case <-stop:
+				done = true
+			default:
+			}
+			rs, err := r.Runs(ctx, job, 3, opt)
+			if err != nil {
+				failure = fmt.Errorf("Runs: %w", err)
+			}
+			for _, run := range rs {
+				if run.Stale {
+					failure = fmt.Errorf("a run reported stale while runs start and end: %+v", run)
+				}
+				if run.Status == "running" {
+					running++
+				}
+			}
+		}
+		wrote.Wait()
+		if failure != nil {
+			t.Fatal(failure)
+		}
+		t.Logf("%d reads during %d runs; %d saw a run going on", reads, runs, running)
+	})
+}
+
+// insertRunning writes a 'running' row of (job, slot) by owner into tbl, as
+// a run whose process died leaves it: nobody holds its lock.
+func insertRunning(t *testing.T, k testdb.Kind, tbl, job string, slot time.Time, owner string) {
+	t.Helper()
+	q := "INSERT INTO " + tbl + " (job, slot, status, owner, started_at) VALUES ($1, $2, 'running', $3, $2)"
+	args := []any{job, slot, owner}
+	if k.Dialect() == "mysql" {
+		q = "INSERT INTO " + tbl + " (job, slot, status, owner, started_at) VALUES (?, ?, 'running', ?, ?)"
+		ts := slot.UTC().Format("2006-01-02 15:04:05")
+		args = []any{job, ts, owner, ts}
+	}
+	if _, err := testdb.AdminDB(t, k).Exec(q, args...); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Bad input every adapter can get; the adapters test their own (a nil
 // handle, a transaction).
 func TestPruneBadInput(t *testing.T) {

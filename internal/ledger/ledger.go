@@ -60,6 +60,16 @@
 // error text) by an UPDATE that matches only this claim (status 'running',
 // this owner and started_at), so a run that lost its lock can never
 // overwrite the row of an instance that took over.
+//
+// # Stale rows
+//
+// A 'running' row whose run's (job, slot) lock nobody holds is stale: its
+// owner died or lost the lock before it recorded the end (stale.go says
+// why, and in which order the row and the lock are read so that a run that
+// recorded its end and then released its lock is never taken for one).
+// Runs reports it (Row.Stale, Table.MarkStale), Prune deletes it once its
+// slot is older than its window (prune.go), and a later claim of the slot
+// takes it over as above; nothing writes 'stale' into the table.
 package ledger
 
 import (
@@ -462,65 +472,82 @@ func ErrorText(s string) string {
 }
 
 // Runs returns the last limit rows of job in namespace ns, newest slot
-// first.
-func (t *Table) Runs(ctx context.Context, q interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-}, ns, job string, limit int) ([]Row, error) {
-	var query string
-	if t.pg() {
-		query = `SELECT namespace, job, slot, status, owner, started_at, finished_at, error FROM ` + t.q +
-			` WHERE namespace = $1 AND job = $2 ORDER BY slot DESC LIMIT $3`
-	} else {
-		query = "SELECT namespace, job, DATE_FORMAT(slot, " + mysqlFormat + "), status, owner, DATE_FORMAT(started_at, " + mysqlFormat +
-			"), DATE_FORMAT(finished_at, " + mysqlFormat + "), error FROM " + t.q + " WHERE namespace = ? AND job = ? ORDER BY slot DESC LIMIT ?"
+// first, as the ledger holds them (Stale false: see [Table.MarkStale]).
+func (t *Table) Runs(ctx context.Context, q Querier, ns, job string, limit int) ([]Row, error) {
+	query := t.selectRows() + ` WHERE namespace = $1 AND job = $2 ORDER BY slot DESC LIMIT $3`
+	if !t.pg() {
+		query = t.selectRows() + " WHERE namespace = ? AND job = ? ORDER BY slot DESC LIMIT ?"
 	}
-	rows, err := q.QueryContext(ctx, query, ns, job, limit)
+	rs, err := t.query(ctx, q, query, ns, job, limit)
 	if err != nil {
 		return nil, t.wrap("read runs", err)
+	}
+	return rs, nil
+}
+
+// query runs query, a selectRows with its WHERE, on q and reads its rows.
+func (t *Table) query(ctx context.Context, q Querier, query string, args ...any) ([]Row, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
 	}
 	defer rows.Close()
 	var out []Row
 	for rows.Next() {
-		var r Row
-		var status string
-		var errText sql.NullString
-		if t.pg() {
-			var finished sql.NullTime
-			if err := rows.Scan(&r.Namespace, &r.Job, &r.Slot, &status, &r.Owner, &r.Started, &finished, &errText); err != nil {
-				return nil, t.wrap("read runs", err)
-			}
-			r.Finished = finished.Time
-		} else {
-			var slot, started string
-			var finished sql.NullString
-			if err := rows.Scan(&r.Namespace, &r.Job, &slot, &status, &r.Owner, &started, &finished, &errText); err != nil {
-				return nil, t.wrap("read runs", err)
-			}
-			if r.Slot, err = parseMySQLTime(slot); err != nil {
-				return nil, err
-			}
-			if r.Started, err = parseMySQLTime(started); err != nil {
-				return nil, err
-			}
-			if finished.Valid {
-				if r.Finished, err = parseMySQLTime(finished.String); err != nil {
-					return nil, err
-				}
-			}
-		}
-		r.Status = status
-		r.Error = errText.String
-		r.Slot, r.Started = r.Slot.UTC(), r.Started.UTC()
-		if !r.Finished.IsZero() {
-			r.Finished = r.Finished.UTC()
-			r.Duration = r.Finished.Sub(r.Started)
+		r, err := t.scanRow(rows.Scan)
+		if err != nil {
+			return nil, err
 		}
 		out = append(out, r)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, t.wrap("read runs", err)
+	return out, rows.Err()
+}
+
+// selectRows is the SELECT of every column of a [Row], before its WHERE:
+// MySQL DATETIME values as text in UTC (see the package doc).
+func (t *Table) selectRows() string {
+	if t.pg() {
+		return `SELECT namespace, job, slot, status, owner, started_at, finished_at, error FROM ` + t.q
 	}
-	return out, nil
+	return "SELECT namespace, job, DATE_FORMAT(slot, " + mysqlFormat + "), status, owner, DATE_FORMAT(started_at, " + mysqlFormat +
+		"), DATE_FORMAT(finished_at, " + mysqlFormat + "), error FROM " + t.q
+}
+
+// scanRow reads one row of selectRows with scan (a *sql.Rows' or a
+// *sql.Row's Scan).
+func (t *Table) scanRow(scan func(dest ...any) error) (Row, error) {
+	var r Row
+	var errText sql.NullString
+	if t.pg() {
+		var finished sql.NullTime
+		if err := scan(&r.Namespace, &r.Job, &r.Slot, &r.Status, &r.Owner, &r.Started, &finished, &errText); err != nil {
+			return Row{}, err
+		}
+		r.Finished = finished.Time
+	} else {
+		var slot, started string
+		var finished sql.NullString
+		err := scan(&r.Namespace, &r.Job, &slot, &r.Status, &r.Owner, &started, &finished, &errText)
+		if err == nil {
+			r.Slot, err = parseMySQLTime(slot)
+		}
+		if err == nil {
+			r.Started, err = parseMySQLTime(started)
+		}
+		if err == nil && finished.Valid {
+			r.Finished, err = parseMySQLTime(finished.String)
+		}
+		if err != nil {
+			return Row{}, err
+		}
+	}
+	r.Error = errText.String
+	r.Slot, r.Started = r.Slot.UTC(), r.Started.UTC()
+	if !r.Finished.IsZero() {
+		r.Finished = r.Finished.UTC()
+		r.Duration = r.Finished.Sub(r.Started)
+	}
+	return r, nil
 }
 
 // Row is one row of the ledger as [Table.Runs] reads it: the fields of
@@ -537,6 +564,7 @@ type row = struct {
 	Finished  time.Time
 	Duration  time.Duration
 	Error     string
+	Stale     bool
 }
 
 // RunType is the constraint of ormlock.Run: a type defined over [Row]'s

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
@@ -177,16 +178,35 @@ func testLedgerPlans(t *testing.T, k testdb.Kind) {
 	}
 	runsSt := last("Runs", "SELECT")
 	checks = append(checks, check{what: "Runs", st: runsSt, sort: true})
+	if _, ok, err := tbl.row(ctx, rec, "", job, slot); err != nil || !ok {
+		t.Fatalf("read a run again: %v, %v", ok, err)
+	}
+	checks = append(checks, check{what: "a run read again (MarkStale)", st: last("read a run again", "SELECT")})
 	// the catch-up's read: the server's clock and a day of one job's rows
 	if _, taken, err := tbl.taken(ctx, rec, "", job, planEpoch.Add(100*time.Hour), planEpoch.Add(124*time.Hour)); err != nil || len(taken) == 0 {
 		t.Fatalf("catch-up read: %d slots, err %v", len(taken), err)
 	}
 	checks = append(checks, check{what: "catch-up read (SELECT ... LEFT JOIN)", st: last("catch-up read", "SELECT")})
-	// Prune the oldest day of the empty namespace: under a thousand rows.
-	if _, err := tbl.Prune(ctx, rec, "", planEpoch.Add(24*time.Hour), PruneBatch); err != nil {
-		t.Fatalf("Prune: %v", err)
+	// Prune the oldest day of the empty namespace: under a thousand rows,
+	// one of them 'running' with its lock free (stale).
+	if n, err := tbl.Prune(ctx, rec, config.New(), planEpoch.Add(24*time.Hour), PruneBatch); err != nil || n == 0 {
+		t.Fatalf("Prune: %d rows, %v", n, err)
 	}
-	checks = append(checks, check{what: "Prune batch (DELETE)", st: last("Prune", "DELETE"), index: tbl.IndexName()})
+	pruned := take()
+	find := func(what, prefix, part string) statement {
+		t.Helper()
+		for i := len(pruned) - 1; i >= 0; i-- {
+			if q := strings.TrimSpace(pruned[i].query); strings.HasPrefix(q, prefix) && strings.Contains(q, part) {
+				return pruned[i]
+			}
+		}
+		t.Fatalf("%s: no statement starting with %q and containing %q recorded among %d", what, prefix, part, len(pruned))
+		return statement{}
+	}
+	checks = append(checks,
+		check{what: "Prune batch (DELETE)", st: find("Prune", "DELETE", "status <> 'running'"), index: tbl.IndexName()},
+		check{what: "Prune's read of running rows (SELECT)", st: find("Prune", "SELECT", "status = 'running'"), index: tbl.IndexName()},
+		check{what: "Prune of a stale row (DELETE)", st: find("Prune", "DELETE", "owner = ")})
 
 	for _, c := range checks {
 		plan := explain(t, db, tbl, c.st, "")

@@ -32,7 +32,7 @@ func CheckCatchUp(verb string, olderThan time.Duration, cfg config.Config) error
 // PruneOlderThan is Prune with its cutoff olderThan before the database
 // server's clock, read first (ServerNow): the clock that catch-up judges
 // its window by, so that no pruner's clock can cut into a catch-up window.
-func (t *Table) PruneOlderThan(ctx context.Context, db *sql.DB, ns string, olderThan time.Duration, batch int) (int64, error) {
+func (t *Table) PruneOlderThan(ctx context.Context, db *sql.DB, cfg config.Config, olderThan time.Duration, batch int) (int64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -40,22 +40,42 @@ func (t *Table) PruneOlderThan(ctx context.Context, db *sql.DB, ns string, older
 	if err != nil {
 		return 0, err
 	}
-	return t.Prune(ctx, db, ns, now.Add(-olderThan), batch)
+	return t.Prune(ctx, db, cfg, now.Add(-olderThan), batch)
 }
 
-// Prune deletes the finished rows ('done' or 'failed') of namespace ns whose
-// slot is before cutoff, never a 'running' claim and never a row of another
-// namespace, and returns how many it deleted. It works
-// in batches of at most batch rows, each its own short READ COMMITTED
-// transaction (so InnoDB keeps no lock on the rows a batch only looked at,
-// and no batch holds row locks for long), until a batch finds fewer rows
-// than batch or ctx ends. On PostgreSQL a batch is DELETE ... WHERE
-// (namespace, job, slot) IN (SELECT ... LIMIT n); on MySQL/MariaDB, DELETE
-// ... LIMIT n.
-func (t *Table) Prune(ctx context.Context, db *sql.DB, ns string, cutoff time.Time, batch int) (int64, error) {
+// Prune deletes the rows of cfg's namespace whose slot is before cutoff
+// and whose run is over: the finished rows ('done' or 'failed'), then the
+// stale ones ('running' while the run's lock is free: see MarkStale),
+// never a 'running' row whose lock is held and never a row of another
+// namespace; it returns how many it deleted.
+//
+// The finished rows go in batches of at most batch rows, each its own
+// short READ COMMITTED transaction (so InnoDB keeps no lock on the rows a
+// batch only looked at, and no batch holds row locks for long), until a
+// batch finds fewer rows than batch or ctx ends. On PostgreSQL a batch is
+// DELETE ... WHERE (namespace, job, slot) IN (SELECT ... LIMIT n); on
+// MySQL/MariaDB, DELETE ... LIMIT n.
+//
+// The 'running' rows before cutoff are then read, batch at a time, and
+// each one's lock is looked up (on db); one whose lock is free is deleted
+// by a statement that matches only that claim (status 'running', its
+// owner and started_at), in a transaction of its own: a run that recorded
+// its end, or a new claim of the slot, after the row was read no longer
+// matches (the DELETE reads the latest committed row), so neither a
+// finished run's row nor a live claim is ever taken for a stale one.
+func (t *Table) Prune(ctx context.Context, db *sql.DB, cfg config.Config, cutoff time.Time, batch int) (int64, error) {
 	if batch < 1 {
 		batch = PruneBatch
 	}
+	n, err := t.pruneFinished(ctx, db, cfg.Namespace, cutoff, batch)
+	if err != nil {
+		return n, err
+	}
+	m, err := t.pruneStale(ctx, db, cfg, cutoff, batch)
+	return n + m, err
+}
+
+func (t *Table) pruneFinished(ctx context.Context, db *sql.DB, ns string, cutoff time.Time, batch int) (int64, error) {
 	var query string
 	if t.pg() {
 		// the outer status test is re-checked on a row claimed meanwhile
@@ -70,7 +90,7 @@ func (t *Table) Prune(ctx context.Context, db *sql.DB, ns string, cutoff time.Ti
 		if err := ctx.Err(); err != nil {
 			return total, err
 		}
-		n, err := t.pruneBatch(ctx, db, query, ns, cutoff, batch)
+		n, err := t.execCommitted(ctx, db, query, ns, t.slotArg(cutoff), batch)
 		total += n
 		if err != nil {
 			return total, t.wrap("prune", err)
@@ -81,12 +101,58 @@ func (t *Table) Prune(ctx context.Context, db *sql.DB, ns string, cutoff time.Ti
 	}
 }
 
-func (t *Table) pruneBatch(ctx context.Context, db *sql.DB, query, ns string, cutoff time.Time, batch int) (int64, error) {
+// staleFloor is below every slot (ValidateSlot: years 1000 to 9999): the
+// first key of pruneStale's walk.
+var staleFloor = time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// pruneStale deletes the stale rows of cfg's namespace before cutoff (see
+// Prune), walking the 'running' rows in (slot, job) order.
+func (t *Table) pruneStale(ctx context.Context, db *sql.DB, cfg config.Config, cutoff time.Time, batch int) (int64, error) {
+	next := t.selectRows() + ` WHERE namespace = $1 AND status = 'running' AND slot < $2 AND (slot, job) > ($3, $4) ORDER BY slot, job LIMIT $5`
+	del := `DELETE FROM ` + t.q + ` WHERE namespace = $1 AND job = $2 AND slot = $3 AND status = 'running' AND owner = $4 AND started_at = $5`
+	if !t.pg() {
+		next = t.selectRows() + " WHERE namespace = ? AND status = 'running' AND slot < ? AND (slot, job) > (?, ?) ORDER BY slot, job LIMIT ?"
+		del = "DELETE FROM " + t.q + " WHERE namespace = ? AND job = ? AND slot = ? AND status = 'running' AND owner = ? AND started_at = ?"
+	}
+	var total int64
+	after, afterJob := staleFloor, ""
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		rs, err := t.query(ctx, db, next, cfg.Namespace, t.slotArg(cutoff), t.slotArg(after), afterJob, batch)
+		if err != nil {
+			return total, t.wrap("prune stale runs", err)
+		}
+		for _, r := range rs {
+			held, err := t.runLockHeld(ctx, db, cfg, r.Job, r.Slot)
+			if err != nil {
+				return total, err
+			}
+			if held {
+				continue
+			}
+			n, err := t.execCommitted(ctx, db, del, r.Namespace, r.Job, t.slotArg(r.Slot), r.Owner, t.slotArg(r.Started))
+			total += n
+			if err != nil {
+				return total, t.wrap("prune a stale run", err)
+			}
+		}
+		if len(rs) < batch {
+			return total, nil
+		}
+		after, afterJob = rs[len(rs)-1].Slot, rs[len(rs)-1].Job
+	}
+}
+
+// execCommitted runs query in a READ COMMITTED transaction of its own on
+// db and returns the rows it affected.
+func (t *Table) execCommitted(ctx context.Context, db *sql.DB, query string, args ...any) (int64, error) {
 	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return 0, err
 	}
-	res, err := tx.ExecContext(ctx, query, ns, t.slotArg(cutoff), batch)
+	res, err := tx.ExecContext(ctx, query, args...)
 	if err != nil {
 		_ = tx.Rollback()
 		return 0, err

@@ -550,7 +550,8 @@ func Holders[B Binder](ctx context.Context, b B, pkg string, k keys.Key, opts []
 	return hs, p.mend(err)
 }
 
-// Runs reads the last limit runs of job from the ledger.
+// Runs reads the last limit runs of job from the ledger, its stale runs
+// marked (ledger.Table.MarkStale).
 func Runs[B Binder](ctx context.Context, b B, pkg, job string, limit int, opts []config.Option) ([]ledger.Row, error) {
 	p, err := Open(ctx, b, pkg, "Runs", opts, Args{Err: ledger.CheckRuns(pkg+".Runs", job, limit)})
 	defer p.release()
@@ -565,10 +566,20 @@ func Runs[B Binder](ctx context.Context, b B, pkg, job string, limit int, opts [
 		return nil, p.mend(err)
 	}
 	rs, err := t.Runs(ctx, p.reader(), p.Cfg.Namespace, job, limit)
+	if err == nil {
+		// a row that looks stale is read again in a transaction of its
+		// own on the pool, or in the caller's transaction (which holds a
+		// connection the pool may not have a second of)
+		fresh := p.DB
+		if p.Tx != nil {
+			fresh = nil
+		}
+		_, err = t.MarkStale(ctx, p.reader(), fresh, p.Cfg, rs, 0)
+	}
 	return rs, p.mend(err)
 }
 
-// Prune deletes the ledger's finished rows older than olderThan.
+// Prune deletes the ledger's finished and stale rows older than olderThan.
 func Prune[B Binder](ctx context.Context, b B, pkg string, olderThan time.Duration, opts []config.Option) (int64, error) {
 	p, err := Open(ctx, b, pkg, "Prune", opts, Args{Err: ledger.CheckPrune(pkg+".Prune", olderThan)})
 	defer p.release()
@@ -588,7 +599,7 @@ func Prune[B Binder](ctx context.Context, b B, pkg string, olderThan time.Durati
 	if err != nil {
 		return 0, p.mend(err)
 	}
-	n, err := t.PruneOlderThan(ctx, p.DB, p.Cfg.Namespace, olderThan, ledger.PruneBatch)
+	n, err := t.PruneOlderThan(ctx, p.DB, p.Cfg, olderThan, ledger.PruneBatch)
 	return n, p.mend(err)
 }
 

@@ -145,13 +145,18 @@ func TestBrowser(t *testing.T) {
 			table, hourly := fill(t, k, db)
 			release := testdb.RawHold(t, k, "", "nightly-backup")
 			defer release()
-			ledgertest.Leading(t, db, table, ormlock.Name("queue-consumer"), "replica-c")
+			// names as long as real ones: they must wrap, not widen the page
+			const longKey = "billing_eu_west_1.nightly_settlement_export_to_the_data_warehouse_v2"
+			releaseLong := testdb.RawHold(t, k, "", longKey)
+			defer releaseLong()
+			const leaderOwner = "ip_10_12_34_56.eu_west_1.compute.internal.settlement_exp_31337" // < 64: PostgreSQL's application_name
+			ledgertest.Leading(t, db, table, ormlock.Name("queue-consumer"), leaderOwner)
 			berlin, err := time.LoadLocation("Europe/Berlin")
 			if err != nil {
 				t.Fatal(err)
 			}
 			h, err := webui.Handler(db, webui.WithLedgerTable(table), webui.WithSchedule("nightly-settlement", hourly),
-				webui.WithLocks(ormlock.Name("nightly-backup"), ormlock.Name("report-export")),
+				webui.WithLocks(ormlock.Name("nightly-backup"), ormlock.Name("report-export"), ormlock.Name(longKey)),
 				webui.WithLeaders(ormlock.Name("queue-consumer")), webui.WithTimeZone(berlin))
 			if err != nil {
 				t.Fatal(err)
@@ -213,10 +218,26 @@ func TestBrowser(t *testing.T) {
 				}
 			}
 			leaders := text("#leaders")
-			for _, want := range []string{"queue-consumer", "leading", "replica-c"} {
+			for _, want := range []string{"queue-consumer", "leading", leaderOwner} {
 				if !strings.Contains(leaders, want) {
 					t.Errorf("leaders table lacks %q: %s", want, leaders)
 				}
+			}
+			// at 1280 px every table fits the page: nothing wider than the
+			// window, no horizontal scrolling
+			if wide := eval(`[...document.querySelectorAll("table")].filter(e => e.getBoundingClientRect().right > document.documentElement.clientWidth + 0.5).map(e => (e.id || e.className) + ":" + Math.round(e.getBoundingClientRect().right)).join(" ")`); wide != "" {
+				t.Errorf("tables wider than the %v px page: %v", eval(`document.documentElement.clientWidth`), wide)
+			}
+			if w := eval(`document.documentElement.scrollWidth - document.documentElement.clientWidth`); w != float64(0) {
+				t.Errorf("the overview scrolls %v px sideways at 1280 px", w)
+			}
+			// who runs a job now: the owner of nightly-settlement's running
+			// slot, not cache-warmup's stale one
+			if got := text(`tr.job:has(a[href*="nightly-settlement"]) td.now`); !strings.Contains(got, "replica-b/412") {
+				t.Errorf("nightly-settlement's Running now reads %q, want replica-b/412", got)
+			}
+			if got := text(`tr.job:has(a[href*="cache-warmup"]) td.now`); got != "-" {
+				t.Errorf("cache-warmup's Running now reads %q, want -", got)
 			}
 			if xss := eval(`window.__xss !== undefined`); xss != false {
 				t.Error("a job name ran script")

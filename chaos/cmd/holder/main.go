@@ -4,7 +4,8 @@
 //
 // It opens a GORM pool on -dsn (-dialect postgres or mysql), calls
 // gormlock.Transaction, gormlock.Session or gormlock.RunOnce (-verb) with the
-// lock -key (or the job -job and slot -slot for RunOnce), writes one row into
+// lock -key (or the job -job and slot -slot for RunOnce, in claim mode with
+// -claim), writes one row into
 // the work table -table inside fn when one is given, prints "holding" on
 // standard output and sleeps inside fn for -hold (default 5m) or until it is
 // killed. Exit status: 0 after a full hold, 2 when the lock is held
@@ -48,6 +49,7 @@ func run() int {
 		job     = flag.String("job", "", "RunOnce job name")
 		slot    = flag.String("slot", "", "RunOnce slot, RFC 3339")
 		hold    = flag.Duration("hold", 5*time.Minute, "how long to hold the lock before exiting normally")
+		claim   = flag.Bool("claim", false, "RunOnce in claim mode (ormlock.WithClaim): the ledger row is committed 'running' before fn")
 	)
 	flag.Parse()
 	fail := func(format string, args ...any) int {
@@ -125,7 +127,7 @@ func run() int {
 			}
 			wait(ctx)
 			return nil
-		}, ormlock.WithLedgerTable(*ledger))
+		}, ormlock.WithLedgerTable(*ledger), claimOpt(*claim))
 	default:
 		return fail("-verb must be transaction, session or runonce, got %q", *verb)
 	}
@@ -137,4 +139,12 @@ func run() int {
 		return fail("%v", err)
 	}
 	return 0
+}
+
+// claimOpt is ormlock.WithClaim when claim is set, else no option.
+func claimOpt(claim bool) ormlock.Option {
+	if claim {
+		return ormlock.WithClaim()
+	}
+	return nil
 }
