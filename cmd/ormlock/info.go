@@ -51,6 +51,10 @@ Examples:
   ormlock holder --dsn "$DSN" nightly-report     # a --once-per job
   # run=2026-12-01T02:00:00Z held pid=4243 user=app owner=host-a ...
 
+With --max-holders N, KEY is a semaphore of N slots (ormlock run
+--max-holders N KEY): holder prints the holder of each held slot, one line
+each (slot=S), or "free" when none is.
+
 A free lock prints "free", and stderr says which namespace was looked in:
 a lock taken under another namespace (--namespace, $ORMLOCK_NAMESPACE) is
 another lock.
@@ -64,13 +68,20 @@ func holderCmd(args []string, stdout, stderr io.Writer) error {
 	var c common
 	fs := newFlagSet("holder", holderUsage, stdout)
 	c.register(fs, true) // on MySQL/MariaDB the owners table is the ledger's
+	maxHolders := fs.Int("max-holders", 0, "KEY is a semaphore of `N` slots (ormlock run --max-holders N): list the holder of each held slot")
 	arg, key, err := parseKeyArg(fs, args, "KEY")
 	if err != nil {
 		return err
 	}
+	if *maxHolders != 0 && (*maxHolders < 1 || *maxHolders > keys.MaxSemaphore) {
+		return usagef("--max-holders must be 1-%d, got %d", keys.MaxSemaphore, *maxHolders)
+	}
 	opts, err := c.options()
 	if err != nil {
 		return err
+	}
+	if *maxHolders > 0 {
+		return withDB(&c, func(db *gorm.DB) error { return semaphoreHolders(db, arg, key, *maxHolders, &c, opts, stdout, stderr) })
 	}
 	return withDB(&c, func(db *gorm.DB) error {
 		h, err := gormlock.Holder(db, key, opts...)
@@ -103,6 +114,23 @@ func holderCmd(args []string, stdout, stderr io.Writer) error {
 		}
 		return nil
 	})
+}
+
+// semaphoreHolders prints the holder of each held slot of the semaphore of
+// n slots on key, or "free" when none is held.
+func semaphoreHolders(db *gorm.DB, arg string, key ormlock.Key, n int, c *common, opts []ormlock.Option, stdout, stderr io.Writer) error {
+	hs, err := gormlock.Holders(db, ormlock.Semaphore(key, n), opts...)
+	if err != nil {
+		return err
+	}
+	for _, h := range hs {
+		fmt.Fprintln(stdout, h.String())
+	}
+	if len(hs) == 0 {
+		fmt.Fprintln(stdout, ormlock.HolderInfo{}.String())
+		fmt.Fprintf(stderr, "ormlock: no slot of the semaphore %q (%d slots) is held %s\n", arg, n, c.where())
+	}
+	return nil
 }
 
 // runHolders prints the holder of each of job's runs that the ledger shows

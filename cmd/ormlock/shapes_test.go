@@ -44,6 +44,13 @@ func TestRunShapes(t *testing.T) {
 		r2.waitOutput(t, "started", time.Minute)
 		code, _, stderr = runBin(t, k, "run", "--max-holders", "2", sem, "--", "echo", "ran")
 		want(t, code, stderr, 75, "lock not acquired")
+		// holder --max-holders lists both slots' holders; without it the
+		// semaphore's own name is not a held lock
+		code, out, stderr = runBin(t, k, "holder", "--max-holders", "2", sem)
+		want(t, code, stderr, 0)
+		if n := strings.Count(out, "held "); n != 2 || !strings.Contains(out, "slot=1") || !strings.Contains(out, "slot=2") {
+			t.Errorf("holder --max-holders 2 while two runs hold: %d held lines, want 2 with slot=1 and slot=2:\n%s", n, out)
+		}
 		letGo(t, g2)
 		want(t, r1.wait(t, time.Minute), r1.stderr.String(), 0)
 		want(t, r2.wait(t, time.Minute), r2.stderr.String(), 0)
@@ -73,6 +80,7 @@ func TestRunShapeUsage(t *testing.T) {
 		{[]string{"run", "--max-holders=-1", "a", "--", "true"}, "--max-holders must be 1-128, got -1"},
 		{[]string{"run", "--max-holders", "129", "a", "--", "true"}, "--max-holders must be 1-128, got 129"},
 		{[]string{"run", "--shared", "--max-holders", "2", "a", "--", "true"}, "do not combine"},
+		{[]string{"holder", "--max-holders", "129", "a"}, "--max-holders must be 1-128, got 129"},
 		{[]string{"run", "--once-per", "1h", "a", "b", "--", "true"}, "--once-per takes one KEY"},
 		{[]string{"run", "--once-per", "1h", "--shared", "a", "--", "true"}, "do not combine with it"},
 		{[]string{"run", "a", "a", "--", "true"}, "one server lock"},
