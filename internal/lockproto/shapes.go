@@ -344,11 +344,14 @@ type localLock struct {
 	shared bool
 }
 
+// local is the one identity of it's server lock in the reservation table
+// (MySQLLockIdentity on MySQL/MariaDB), whichever path names the lock: a
+// plain key (Op.lockKey), an item of All, a semaphore slot.
 func (it lockItem) local(d Dialect) localLock {
 	if d == Postgres {
 		return localLock{key: it.pg, shared: it.shared}
 	}
-	return localLock{key: mysqlFold(it.mysql)}
+	return localLock{key: MySQLLockIdentity(it.mysql)}
 }
 
 // reservations are what each try of o on a shared lock connection

@@ -14,12 +14,10 @@ import (
 // Session on a shared lock connection: the try-lock with backoff, the
 // release and the fencing token (the connections themselves: sharedconn.go).
 
-// lockKey is o's key as the server names it, for the process's set.
+// lockKey is the identity of o's one exclusive key in the process's set,
+// the same as a shape's item of that lock has (lockItem.local).
 func (o *Op) lockKey() any {
-	if o.Dialect == Postgres {
-		return o.target.pg
-	}
-	return o.target.mysql
+	return lockItem{pg: o.target.pg, mysql: o.target.mysql}.local(o.Dialect).key
 }
 
 // sharedSession is Session on a shared lock connection (see above).
