@@ -39,17 +39,28 @@ const (
 	semRetryMax = 500 * time.Millisecond
 )
 
+// errPhaseOver ends a set's take that the end of its lock phase cut short
+// (lockPhase): the keys not tried yet were never asked for.
+var errPhaseOver = errors.New("the wait ended before every key of the set was taken")
+
 // takeRound takes o's shape once: every item in order (All, Shared), or
 // the first free slot from a random one (Semaphore), with try, or for a
-// bounded wait on one item with waitFor (nil: try only) until deadline.
-// When an All is refused, undo (nil: nothing to do, the transaction's end
-// gives them back) releases the items taken. o.held is what is held.
-func (o *Op) takeRound(deadline time.Time, try func(lockItem) (bool, error), waitFor func(lockItem, time.Duration) (bool, error), undo func([]lockItem) error) (bool, error) {
+// wait on one item with waitFor (nil: try only; non-nil exactly when the
+// phase has an end) for what is left of the phase. No item is tried once
+// the phase is over (lockPhase.over): a semaphore's round then ends
+// unacquired with a nil error, a set's with errPhaseOver (alone: a failed
+// undo replaces it). When an All is refused or cut short, undo (nil:
+// nothing to do, the transaction's end gives them back) releases the items
+// taken. o.held is what is held.
+func (o *Op) takeRound(ph lockPhase, try func(lockItem) (bool, error), waitFor func(lockItem, time.Duration) (bool, error), undo func([]lockItem) error) (bool, error) {
 	t := o.target
 	o.held = o.held[:0]
 	if t.kind == kindSemaphore {
 		start := rand.IntN(len(t.items))
 		for j := range t.items {
+			if ph.over() {
+				return false, nil
+			}
 			it := t.items[(start+j)%len(t.items)]
 			ok, err := try(it)
 			if err != nil || ok {
@@ -64,45 +75,72 @@ func (o *Op) takeRound(deadline time.Time, try func(lockItem) (bool, error), wai
 	for _, it := range t.items {
 		var ok bool
 		var err error
-		if left := time.Until(deadline); waitFor != nil && left > 0 {
-			ok, err = waitFor(it, left)
-		} else {
+		switch {
+		case ph.over():
+			err = errPhaseOver // nothing more is sent; what was taken is given back below
+		case waitFor != nil:
+			ok, err = waitFor(it, time.Until(ph.end))
+		default:
 			ok, err = try(it)
 		}
 		if err == nil && ok {
 			o.held = append(o.held, it)
 			continue
 		}
-		if undo != nil && len(o.held) > 0 {
-			if uerr := undo(o.held); uerr != nil {
-				err = errs.Join(err, uerr) // not a clean refusal: the caller destroys the connection
-			}
-		}
-		o.held = o.held[:0]
-		return false, err
+		return false, o.giveBack(err, undo)
 	}
 	return true, nil
 }
 
+// giveBack releases with undo (nil: nothing to do) what a set took before
+// it ended with err (nil: refused; errPhaseOver: cut short). A failed
+// undo is not a clean refusal: its error, which the caller answers by
+// destroying the connection, replaces errPhaseOver.
+func (o *Op) giveBack(err error, undo func([]lockItem) error) error {
+	if undo != nil && len(o.held) > 0 {
+		if uerr := undo(o.held); uerr != nil {
+			if errors.Is(err, errPhaseOver) {
+				err = nil
+			}
+			err = errs.Join(err, uerr)
+		}
+	}
+	o.held = o.held[:0]
+	return err
+}
+
 // takeShape is takeRound, repeated for a semaphore's wait with the
-// backoff above until deadline (cut by ctx).
-func (o *Op) takeShape(ctx context.Context, wait time.Duration, try func(lockItem) (bool, error), waitFor func(lockItem, time.Duration) (bool, error), undo func([]lockItem) error) (bool, error) {
-	deadline := o.start.Add(wait)
+// backoff above while the phase lasts.
+func (o *Op) takeShape(ph lockPhase, try func(lockItem) (bool, error), waitFor func(lockItem, time.Duration) (bool, error), undo func([]lockItem) error) (bool, error) {
 	pause := semRetryMin
 	for {
-		ok, err := o.takeRound(deadline, try, waitFor, undo)
-		if err != nil || ok || o.target.kind != kindSemaphore || wait <= 0 {
+		ok, err := o.takeRound(ph, try, waitFor, undo)
+		if err != nil || ok || o.target.kind != kindSemaphore || ph.end.IsZero() {
 			return ok, err
 		}
-		left := time.Until(deadline)
-		if left <= 0 {
+		left := time.Until(ph.end)
+		if left <= 0 || !sleepCtx(ph.ctx, min(pause, left)) {
 			return false, nil
-		}
-		if !sleepCtx(ctx, min(pause, left)) {
-			return false, ctx.Err()
 		}
 		pause = min(2*pause, semRetryMax)
 	}
+}
+
+// settleShape is settle for a shape: a take that ended unacquired once
+// ctx had ended (the phase cut short by it, or a refusal that came after
+// it) is ErrNotAcquired wrapping the context's error; a set cut short by
+// the end of the wait is ErrNotAcquired saying so.
+func (o *Op) settleShape(ctx context.Context, ok, bounded bool, err error) error {
+	cut := errors.Is(err, errPhaseOver)
+	if err == nil || cut {
+		if cerr := ctxErr(ctx); cerr != nil {
+			return o.notAcquired(ctx, cerr)
+		}
+		if cut {
+			return o.notAcquired(ctx, fmt.Errorf("%w (WithWait(%v))", errPhaseOver, o.Cfg.Wait))
+		}
+	}
+	return o.settle(ctx, ok, bounded, err)
 }
 
 // pgLockCall is the lock function and arguments of item it: xact or
@@ -222,25 +260,31 @@ func (o *Op) acquireShapeXact(ctx context.Context, q Querier, iso *string) error
 			return pgWaitItemXact(sctx, q, it, left, col, dest...)
 		}
 	}
-	ok, err := o.takeShape(ctx, wait, try, waitFor, nil)
+	ok, err := o.takeShape(o.phase(ctx, wait), try, waitFor, nil)
 	if errors.Is(err, errSnapshotTaken) {
 		return err
 	}
 	if err == nil && ok && ctx.Err() != nil {
-		ok, err = false, ctx.Err() // the caller's ROLLBACK gives the locks back
+		ok = false // the caller's ROLLBACK gives the locks back
 	}
-	return o.settle(ctx, ok, bounded, err)
+	return o.settleShape(ctx, ok, bounded, err)
 }
 
 // acquireShapeNamed is AcquireNamed for a shape (All, Semaphore): GET_LOCK
 // of each name on the pinned connection q, the first of which also reads
-// the session's settings. A refused All releases the names it
-// took before returning.
+// the session's settings. A refused All releases the names it took before
+// returning. The lock phase (lockPhase) bounds the whole call: no GET_LOCK
+// is sent once it is over, and the one under way then, and the releases of
+// the names taken, are cut endGrace after it ended (the caller then
+// destroys the connection, which frees its locks).
 func (o *Op) acquireShapeNamed(ctx context.Context, q Querier) error {
 	wait, bounded, err := o.attempt(ctx)
 	if err != nil {
 		return err
 	}
+	ph := o.phase(ctx, wait)
+	pctx, pdone := ph.graceCtx()
+	defer pdone()
 	// the first GET_LOCK also reads the session's settings, as one key's does
 	o.my = mysqlLockConnVars{autocommit: 1}
 	sess := &o.my
@@ -250,30 +294,30 @@ func (o *Op) acquireShapeNamed(ctx context.Context, q Querier) error {
 		return v
 	}
 	try := func(it lockItem) (bool, error) {
-		tctx, done := GraceCtx(ctx) // as AcquireNamed's try-once: let finish
-		defer done()
-		return mysqlGetLock(tctx, q, it.mysql, 0, first())
+		// as AcquireNamed's try-once: let finish, within the phase's grace
+		return mysqlGetLock(pctx, q, it.mysql, 0, first())
 	}
 	var waitFor func(lockItem, time.Duration) (bool, error)
 	if wait > 0 {
 		waitFor = func(it lockItem, left time.Duration) (bool, error) {
 			wctx, done := stmtCtx(ctx, true, o.cancel)
 			defer done()
+			wctx, stop := cutWith(wctx, pctx)
+			defer stop()
 			return mysqlGetLock(wctx, q, it.mysql, left, first())
 		}
 	}
 	undo := func(held []lockItem) error {
-		rctx, cancel := releaseCtx(ctx)
+		rctx, cancel := context.WithTimeout(pctx, releaseTimeout)
 		defer cancel()
-		return withinGrace(ctx, cancel, func() error { return mysqlReleaseItems(rctx, q, held) })
+		return mysqlReleaseItems(rctx, q, held)
 	}
-	ok, err := o.takeShape(ctx, wait, try, waitFor, undo)
+	ok, err := o.takeShape(ph, try, waitFor, undo)
 	if err == nil && ok && ctx.Err() != nil {
-		rerr := undo(o.held)
-		o.held = o.held[:0]
-		ok, err = false, errs.Join(ctx.Err(), rerr)
+		err = undo(o.held) // the locks came as the caller gave up
+		ok, o.held = false, o.held[:0]
 	}
-	return o.settle(ctx, ok, bounded, err)
+	return o.settleShape(ctx, ok, bounded, err)
 }
 
 // mysqlReleaseItems releases the named locks of items on q, last first.
@@ -371,20 +415,24 @@ func (o *Op) reservations() [][]localLock {
 	return out
 }
 
-// sharedTryItems tries items' session-level locks on c in order; when one
-// is refused, those taken are given back.
-func (o *Op) sharedTryItems(ctx context.Context, c *sharedConn, items []lockItem) (bool, error) {
+// sharedTryItems tries items' session-level locks on c in order while the
+// phase lasts; when one is refused, or the phase ends first, those taken
+// are given back.
+func (o *Op) sharedTryItems(ctx context.Context, c *sharedConn, items []lockItem, ph lockPhase) (bool, error) {
 	o.held = o.held[:0]
 	for _, it := range items {
 		var got bool
 		var err error
-		if o.Dialect == Postgres {
+		switch {
+		case ph.over():
+			err = errPhaseOver // nothing more is sent
+		case o.Dialect == Postgres:
 			got, err = pgTryItem(ctx, c.conn, it, false, "")
-		} else {
+		default:
 			got, err = mysqlGetLock(ctx, c.conn, it.mysql, 0, nil)
 		}
 		if err != nil || !got {
-			return false, errs.Join(err, o.sharedUndo(ctx, c))
+			return false, o.giveBack(err, func([]lockItem) error { return o.sharedUndo(ctx, c) })
 		}
 		o.held = append(o.held, it)
 	}
