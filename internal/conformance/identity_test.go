@@ -37,7 +37,7 @@ func TestSharedLockConnsOneIdentity(t *testing.T) {
 			{"Semaphore, then All of a slot", ormlock.Semaphore("Exp3-"+u, 1), ormlock.All("ormlock.semaphore:Exp3-"+u+"#1", "x-"+u), false},
 			// names a case-insensitive server (MySQL) takes for one lock are
 			// one in the process on every server (docs/PROTOCOL.md, Which
-			// keys meet on MySQL/MariaDB)
+			// keys meet on MySQL/MariaDB, and why they stay so)
 			{"name, then All of it in upper case", ormlock.Name("job4-" + u), ormlock.All("JOB4-"+u, "other4-"+u), true},
 			{"All, then its name in lower case", ormlock.All("ÉTÉ-"+u, "other5-"+u), ormlock.Name("été-" + u), true},
 		}

@@ -143,13 +143,14 @@ func mysqlFold(name string) string { return strings.ToLower(name) }
 // rule applied) on its shared lock connections (sharedconn.go), on every
 // path that takes it: a plain key, an item of All, a semaphore slot. It is
 // never less strict than any supported server's comparison of lock names
-// (docs/PROTOCOL.md, Which keys meet on MySQL/MariaDB): MariaDB compares
-// them byte for byte, MySQL 5.7 and later lower-case them first, so the
-// identity is each character lower-cased and then replaced by one
-// representative of its Unicode simple case folding class (K, k and the
-// Kelvin sign; S, s and ſ), which two names any of them takes for one lock
-// always share. Names the server keeps apart may share it too: a second
-// caller in the process is then refused (or waits), which is safe.
+// (docs/PROTOCOL.md, Which keys meet on MySQL/MariaDB, and why they stay
+// so): MariaDB compares them byte for byte, MySQL 5.7 and later lower-case
+// them first, so the identity is each character lower-cased and then
+// replaced by one representative of its Unicode simple case folding class
+// (K, k and the Kelvin sign; S, s and ſ), which two names any of them
+// takes for one lock always share. Names the server keeps apart may share
+// it too: a second caller in the process is then refused (or waits), which
+// is safe.
 func MySQLLockIdentity(name string) string {
 	return strings.Map(foldRune, name)
 }
