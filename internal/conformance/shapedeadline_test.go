@@ -3,6 +3,7 @@ package conformance_test
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"strings"
@@ -89,19 +90,36 @@ func semaphoreFull(t *testing.T, k testdb.Kind, u string) (ormlock.Key, []string
 	return ormlock.Semaphore(name, 10), nil
 }
 
-// holdOn holds the locks of names with hand-written SQL on one connection
-// of a pool of its own (not through a proxy) until the test ends.
+// holdOn holds the locks of names with hand-written SQL on one
+// connection (not through a proxy; for PgBouncer, straight to the
+// PostgreSQL database behind it, as testdb.RawHold does) until the test
+// ends.
 func holdOn(t *testing.T, k testdb.Kind, names []string) {
 	t.Helper()
 	ctx := context.Background()
-	conn, err := testdb.Open(t, k).Conn(ctx)
+	pg := k.Dialect() == "postgres"
+	pool := testdb.AdminDB(t, k)
+	if !pg {
+		pool = testdb.Open(t, k)
+	}
+	conn, err := pool.Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { conn.Close() }) // the session's end frees its locks
+	t.Cleanup(func() {
+		release := "DO RELEASE_ALL_LOCKS()"
+		if pg {
+			release = "SELECT pg_advisory_unlock_all()"
+		}
+		if _, err := conn.ExecContext(ctx, release); err != nil {
+			t.Errorf("release the locks held by hand: %v", err)
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn }) // destroyed, with its locks
+		}
+		conn.Close()
+	})
 	for _, n := range names {
 		var ok bool
-		if k.Dialect() == "postgres" {
+		if pg {
 			err = conn.QueryRowContext(ctx, "SELECT pg_try_advisory_lock($1)", keyhash.Int64NS("", n)).Scan(&ok)
 		} else {
 			err = conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0) = 1", keyhash.MySQLName("", n)).Scan(&ok)

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/errs"
 )
 
@@ -39,6 +40,37 @@ const (
 	semRetryMax = 500 * time.Millisecond
 )
 
+// slotProbe asks, in the statement that tries a semaphore's last slot of
+// an acquisition's first round (reached only when the other slots were
+// held), whether slot n+1 is held: only a caller that uses the key with a
+// larger n takes it, so two callers disagree on n (the semaphore admits
+// max(n) holders). The answer rides on that statement (MySQL/MariaDB:
+// IS_USED_LOCK; PostgreSQL: pg_locks), never a round trip of its own.
+type slotProbe struct {
+	it   lockItem // slot n+1
+	seen bool     // it is held
+}
+
+// probeFor is the probe of the j-th slot tried in round round, nil but for
+// the last slot of the first round.
+func (o *Op) probeFor(round, j int) *slotProbe {
+	if round != 0 || j != len(o.target.items)-1 {
+		return nil
+	}
+	return &slotProbe{it: o.target.above}
+}
+
+// reportProbe tells the observer when probe saw slot n+1 held
+// (EventSemaphoreMismatch).
+func (o *Op) reportProbe(ctx context.Context, probe *slotProbe) {
+	if probe == nil || !probe.seen {
+		return
+	}
+	n := len(o.target.items)
+	o.Emit(ctx, config.EventSemaphoreMismatch, fmt.Errorf("ormlock: %s: slot %d (%s) is held, so another caller uses this semaphore with n above %d: up to that many hold it at once (the largest n counts)",
+		o.Key.String(), n+1, probe.it.key.String(), n))
+}
+
 // errPhaseOver ends a set's take that the end of its lock phase cut short
 // (lockPhase): the keys not tried yet were never asked for.
 var errPhaseOver = errors.New("the wait ended before every key of the set was taken")
@@ -52,7 +84,7 @@ var errPhaseOver = errors.New("the wait ended before every key of the set was ta
 // undo replaces it). When an All is refused or cut short, undo (nil:
 // nothing to do, the transaction's end gives them back) releases the items
 // taken. o.held is what is held.
-func (o *Op) takeRound(ph lockPhase, try func(lockItem) (bool, error), waitFor func(lockItem, time.Duration) (bool, error), undo func([]lockItem) error) (bool, error) {
+func (o *Op) takeRound(ph lockPhase, round int, try func(lockItem, *slotProbe) (bool, error), waitFor func(lockItem, time.Duration) (bool, error), undo func([]lockItem) error) (bool, error) {
 	t := o.target
 	o.held = o.held[:0]
 	if t.kind == kindSemaphore {
@@ -62,7 +94,9 @@ func (o *Op) takeRound(ph lockPhase, try func(lockItem) (bool, error), waitFor f
 				return false, nil
 			}
 			it := t.items[(start+j)%len(t.items)]
-			ok, err := try(it)
+			probe := o.probeFor(round, j)
+			ok, err := try(it, probe)
+			o.reportProbe(ph.ctx, probe)
 			if err != nil || ok {
 				if ok {
 					o.held = append(o.held, it)
@@ -81,7 +115,7 @@ func (o *Op) takeRound(ph lockPhase, try func(lockItem) (bool, error), waitFor f
 		case waitFor != nil:
 			ok, err = waitFor(it, time.Until(ph.end))
 		default:
-			ok, err = try(it)
+			ok, err = try(it, nil)
 		}
 		if err == nil && ok {
 			o.held = append(o.held, it)
@@ -111,10 +145,10 @@ func (o *Op) giveBack(err error, undo func([]lockItem) error) error {
 
 // takeShape is takeRound, repeated for a semaphore's wait with the
 // backoff above while the phase lasts.
-func (o *Op) takeShape(ph lockPhase, try func(lockItem) (bool, error), waitFor func(lockItem, time.Duration) (bool, error), undo func([]lockItem) error) (bool, error) {
+func (o *Op) takeShape(ph lockPhase, try func(lockItem, *slotProbe) (bool, error), waitFor func(lockItem, time.Duration) (bool, error), undo func([]lockItem) error) (bool, error) {
 	pause := semRetryMin
-	for {
-		ok, err := o.takeRound(ph, try, waitFor, undo)
+	for round := 0; ; round++ {
+		ok, err := o.takeRound(ph, round, try, waitFor, undo)
 		if err != nil || ok || o.target.kind != kindSemaphore || ph.end.IsZero() {
 			return ok, err
 		}
@@ -166,17 +200,34 @@ func pgLockCall(it lockItem, xact, try bool) (string, []any) {
 
 // pgTryItem tries item it's lock on q (transaction or session level); the
 // statement also reads the columns cols into dest (the transaction's
-// isolation: see snapshotTaken, then errSnapshotTaken).
-func pgTryItem(ctx context.Context, q Querier, it lockItem, xact bool, cols string, dest ...any) (bool, error) {
+// isolation: see snapshotTaken, then errSnapshotTaken) and, with probe,
+// whether probe's lock is held.
+func pgTryItem(ctx context.Context, q Querier, it lockItem, xact bool, probe *slotProbe, cols string, dest ...any) (bool, error) {
 	call, args := pgLockCall(it, xact, true)
 	var ok bool
-	if err := q.QueryRowContext(ctx, "SELECT "+call+cols, args...).Scan(append([]any{&ok}, dest...)...); err != nil {
+	query, all := "SELECT "+call+cols, append([]any{&ok}, dest...)
+	if probe != nil {
+		c, o, sub := PGLockTag(probe.it.pg)
+		query += pgProbeCol(len(args))
+		args, all = append(args, int64(c), int64(o), sub), append(all, &probe.seen)
+	}
+	if err := q.QueryRowContext(ctx, query, args...).Scan(all...); err != nil {
 		return false, errs.Wrap(err, "%s", call)
 	}
 	if len(dest) > 0 && snapshotTaken(dest[0].(*string)) {
 		return false, errSnapshotTaken
 	}
 	return ok, nil
+}
+
+// pgProbeCol is the column that says whether an advisory lock of the
+// current database is granted to anyone (pg_locks), its classid, objid and
+// objsubid the parameters after the n-th.
+func pgProbeCol(n int) string {
+	p := func(i int) string { return "$" + strconv.Itoa(n+i) }
+	return ", EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted" +
+		" AND database = (SELECT oid FROM pg_database WHERE datname = current_database())" +
+		" AND classid::int8 = " + p(1) + "::int8 AND objid::int8 = " + p(2) + "::int8 AND objsubid = " + p(3) + "::int2)"
 }
 
 // pgWaitItemXact waits up to wait for item it's transaction-level lock on
@@ -245,11 +296,11 @@ func (o *Op) acquireShapeXact(ctx context.Context, q Querier, iso *string) error
 		iso = nil
 		return col, dest
 	}
-	try := func(it lockItem) (bool, error) {
+	try := func(it lockItem, probe *slotProbe) (bool, error) {
 		sctx, done := stmtCtx(ctx, false, o.cancel)
 		defer done()
 		col, dest := isoCol()
-		return pgTryItem(sctx, q, it, true, col, dest...)
+		return pgTryItem(sctx, q, it, true, probe, col, dest...)
 	}
 	var waitFor func(lockItem, time.Duration) (bool, error)
 	if wait > 0 {
@@ -293,9 +344,9 @@ func (o *Op) acquireShapeNamed(ctx context.Context, q Querier) error {
 		sess = nil
 		return v
 	}
-	try := func(it lockItem) (bool, error) {
+	try := func(it lockItem, probe *slotProbe) (bool, error) {
 		// as AcquireNamed's try-once: let finish, within the phase's grace
-		return mysqlGetLock(pctx, q, it.mysql, 0, first())
+		return mysqlGetLockProbe(pctx, q, it.mysql, 0, first(), probe)
 	}
 	var waitFor func(lockItem, time.Duration) (bool, error)
 	if wait > 0 {
@@ -418,7 +469,7 @@ func (o *Op) reservations() [][]localLock {
 // sharedTryItems tries items' session-level locks on c in order while the
 // phase lasts; when one is refused, or the phase ends first, those taken
 // are given back.
-func (o *Op) sharedTryItems(ctx context.Context, c *sharedConn, items []lockItem, ph lockPhase) (bool, error) {
+func (o *Op) sharedTryItems(ctx context.Context, c *sharedConn, items []lockItem, ph lockPhase, probe *slotProbe) (bool, error) {
 	o.held = o.held[:0]
 	for _, it := range items {
 		var got bool
@@ -427,9 +478,9 @@ func (o *Op) sharedTryItems(ctx context.Context, c *sharedConn, items []lockItem
 		case ph.over():
 			err = errPhaseOver // nothing more is sent
 		case o.Dialect == Postgres:
-			got, err = pgTryItem(ctx, c.conn, it, false, "")
+			got, err = pgTryItem(ctx, c.conn, it, false, probe, "")
 		default:
-			got, err = mysqlGetLock(ctx, c.conn, it.mysql, 0, nil)
+			got, err = mysqlGetLockProbe(ctx, c.conn, it.mysql, 0, nil, probe)
 		}
 		if err != nil || !got {
 			return false, o.giveBack(err, func([]lockItem) error { return o.sharedUndo(ctx, c) })

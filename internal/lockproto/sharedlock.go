@@ -79,8 +79,8 @@ func (o *Op) sharedAcquire(ctx context.Context, db *sql.DB, p *sharedPool) (*sha
 	ph := o.phase(ctx, wait)
 	deadline := o.start.Add(wait)
 	pause := sharedRetryMin
-	for {
-		c, ok, err := o.sharedTry(ctx, db, p, ph)
+	for round := 0; ; round++ {
+		c, ok, err := o.sharedTry(ctx, db, p, ph, round)
 		if err != nil || ok || ctxErr(ctx) != nil {
 			// a refusal once ctx ended (or a try cut short by it) wraps its error
 			return c, o.settleShape(ctx, ok, bounded, err)
@@ -96,18 +96,24 @@ func (o *Op) sharedAcquire(ctx context.Context, db *sql.DB, p *sharedPool) (*sha
 	}
 }
 
-// sharedTry tries o's lock once: busy in this process, or on the server.
-// A semaphore tries its slots one by one, from a random one, while the
-// phase lasts.
-func (o *Op) sharedTry(ctx context.Context, db *sql.DB, p *sharedPool, ph lockPhase) (*sharedConn, bool, error) {
-	for _, res := range o.reservations() {
+// sharedTry tries o's lock once (the round-th time): busy in this
+// process, or on the server. A semaphore tries its slots one by one, from
+// a random one, while the phase lasts; the last of the first round also
+// probes slot n+1 (slotProbe).
+func (o *Op) sharedTry(ctx context.Context, db *sql.DB, p *sharedPool, ph lockPhase, round int) (*sharedConn, bool, error) {
+	for j, res := range o.reservations() {
 		if ph.over() {
 			break
 		}
 		if !p.reserve(res) {
 			continue // held in this process
 		}
-		c, ok, err := o.sharedTryOn(ctx, db, p, res, ph)
+		var probe *slotProbe
+		if o.target.kind == kindSemaphore {
+			probe = o.probeFor(round, j)
+		}
+		c, ok, err := o.sharedTryOn(ctx, db, p, res, ph, probe)
+		o.reportProbe(ctx, probe)
 		if err != nil || ok {
 			return c, ok, err
 		}
@@ -117,7 +123,7 @@ func (o *Op) sharedTry(ctx context.Context, db *sql.DB, p *sharedPool, ph lockPh
 
 // sharedTryOn takes the locks res, reserved in this process, on one of
 // p's connections; on failure the reservation is given back.
-func (o *Op) sharedTryOn(ctx context.Context, db *sql.DB, p *sharedPool, res []localLock, ph lockPhase) (*sharedConn, bool, error) {
+func (o *Op) sharedTryOn(ctx context.Context, db *sql.DB, p *sharedPool, res []localLock, ph lockPhase, probe *slotProbe) (*sharedConn, bool, error) {
 	c, err := p.pick(ctx, db, o)
 	if err != nil {
 		p.unreserve(res)
@@ -136,7 +142,7 @@ func (o *Op) sharedTryOn(ctx context.Context, db *sql.DB, p *sharedPool, res []l
 	err = c.run(ctx, sctx, func(sctx context.Context) error {
 		return withinGrace(ctx, cancel, func() error {
 			var err error
-			ok, err = o.sharedLockOn(sctx, c, res, ph)
+			ok, err = o.sharedLockOn(sctx, c, res, ph, probe)
 			return err
 		})
 	})
@@ -154,9 +160,9 @@ func (o *Op) sharedTryOn(ctx context.Context, db *sql.DB, p *sharedPool, res []l
 // sharedLockOn sends the try-locks of res on c, while the phase lasts: o's
 // one key, or the items of its shape in order, given back when one is
 // refused or the phase ends first.
-func (o *Op) sharedLockOn(ctx context.Context, c *sharedConn, res []localLock, ph lockPhase) (bool, error) {
+func (o *Op) sharedLockOn(ctx context.Context, c *sharedConn, res []localLock, ph lockPhase, probe *slotProbe) (bool, error) {
 	if !o.target.Simple() {
-		return o.sharedTryItems(ctx, c, o.itemsOf(res), ph)
+		return o.sharedTryItems(ctx, c, o.itemsOf(res), ph, probe)
 	}
 	if ph.over() {
 		return false, nil

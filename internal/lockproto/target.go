@@ -35,6 +35,9 @@ type Target struct {
 	// items are the server locks of a shape, in the order they are taken
 	// (kindAll: canonical; kindSemaphore: the slots 1 to n)
 	items []lockItem
+	// above is a semaphore's slot n+1, which only a caller with a larger
+	// n takes (slotProbe)
+	above lockItem
 }
 
 // lockItem is one server lock of a shape.
@@ -81,6 +84,7 @@ func newTarget(d Dialect, k keys.Key, ns string) (Target, error) {
 		for i := 1; i <= keys.Count(k); i++ {
 			t.items = append(t.items, resolveItem(d, keys.SlotKey(plain, i), ns))
 		}
+		t.above = resolveItem(d, keys.SlotKey(plain, keys.Count(k)+1), ns)
 	case keys.IsShared(k):
 		t.kind = kindShared
 		t.items = []lockItem{resolveItem(d, k, ns)}
