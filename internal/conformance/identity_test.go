@@ -102,16 +102,16 @@ func oneHolder(t *testing.T, r runner, first, second ormlock.Key, opts []ormlock
 func TestMySQLLockNameIdentity(t *testing.T) {
 	db := testdb.Open(t, testdb.MariaDB)
 	ctx := context.Background()
-	c1, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
+	var conns [2]*sql.Conn
+	for i := range conns {
+		c, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		conns[i] = c
 	}
-	defer c1.Close()
-	c2, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c2.Close()
+	c1, c2 := conns[0], conns[1]
 	var version string
 	if err := c1.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
 		t.Fatal(err)

@@ -48,9 +48,9 @@ func delayedRunner(t *testing.T, a adapter, k testdb.Kind) (runner, *testdb.Prox
 
 // shapeRuns are the verbs a shape's deadline applies to: Transaction,
 // Session on a dedicated connection and on a shared one.
-func shapeRuns(r runner) map[string]func(ctx context.Context, key ormlock.Key, opts ...ormlock.Option) error {
+func shapeRuns(r runner) map[string]shapeVerb {
 	fn := func(context.Context) error { return errors.New("fn ran without the lock") }
-	return map[string]func(context.Context, ormlock.Key, ...ormlock.Option) error{
+	return map[string]shapeVerb{
 		"Transaction": func(ctx context.Context, key ormlock.Key, opts ...ormlock.Option) error {
 			return r.Transaction(ctx, key, func(tx txn) error { return fn(tx.Context()) }, opts...)
 		},
@@ -130,13 +130,15 @@ func holdOn(t *testing.T, k testdb.Kind, names []string) {
 	}
 }
 
-func TestShapeDeadlineBound(t *testing.T) {
-	const deadline = 300 * time.Millisecond
-	cases := []shapeCase{
-		{"All of 10 at 800ms", allFree, 800 * time.Millisecond},
-		{"All of 10 at 2.5s", allFree, 2500 * time.Millisecond}, // longer than the grace: cut
-		{"Semaphore of 10 held at 400ms", semaphoreFull, 400 * time.Millisecond},
-	}
+// shapeVerb is a verb of shapeRuns.
+type shapeVerb = func(ctx context.Context, key ormlock.Key, opts ...ormlock.Option) error
+
+// shapeBounds runs each case with every verb of shapeRuns, every adapter,
+// on PostgreSQL and MariaDB, through a proxy that holds the answers to
+// lock statements for the case's delay: call makes the verb's call, check
+// judges its error, how long it took and how many lock statements it
+// sent. Every name of the case is free afterwards.
+func shapeBounds(t *testing.T, cases []shapeCase, call func(run shapeVerb, key ormlock.Key) error, check func(t *testing.T, c shapeCase, err error, took time.Duration, sent int)) {
 	forKinds(t, []testdb.Kind{testdb.Postgres, testdb.MariaDB}, func(t *testing.T, a adapter, k testdb.Kind) {
 		r, px := delayedRunner(t, a, k)
 		for verb, run := range shapeRuns(r) {
@@ -146,24 +148,12 @@ func TestShapeDeadlineBound(t *testing.T) {
 					px.DelayReplies(lockStatement, c.delay)
 					defer px.DelayReplies(nil, 0)
 					before := len(px.Matched())
-					ctx, cancel := context.WithTimeout(context.Background(), deadline)
-					defer cancel()
 					start := time.Now()
-					err := run(ctx, key)
+					err := call(run, key)
 					took := time.Since(start)
 					sent := len(px.Matched()) - before
 					t.Logf("returned after %v, %d lock statements sent: %v", took.Round(time.Millisecond), sent, err)
-					if !errors.Is(err, ormlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
-						t.Errorf("error %v, want ErrNotAcquired and context.DeadlineExceeded", err)
-					}
-					if limit := deadline + shapeGrace + time.Second; took > limit {
-						t.Errorf("returned after %v, past the deadline %v + the grace %v (+1 s slack)", took, deadline, shapeGrace)
-					}
-					// each answer takes longer than the deadline: the first
-					// lock statement is the last
-					if sent > 1 {
-						t.Errorf("%d lock statements sent, want at most the one under way at the deadline", sent)
-					}
+					check(t, c, err, took, sent)
 					px.DelayReplies(nil, 0)
 					for _, n := range names {
 						if !waitFree(t, k, n) {
@@ -172,6 +162,32 @@ func TestShapeDeadlineBound(t *testing.T) {
 					}
 				})
 			}
+		}
+	})
+}
+
+func TestShapeDeadlineBound(t *testing.T) {
+	const deadline = 300 * time.Millisecond
+	cases := []shapeCase{
+		{"All of 10 at 800ms", allFree, 800 * time.Millisecond},
+		{"All of 10 at 2.5s", allFree, 2500 * time.Millisecond}, // longer than the grace: cut
+		{"Semaphore of 10 held at 400ms", semaphoreFull, 400 * time.Millisecond},
+	}
+	shapeBounds(t, cases, func(run shapeVerb, key ormlock.Key) error {
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
+		defer cancel()
+		return run(ctx, key)
+	}, func(t *testing.T, c shapeCase, err error, took time.Duration, sent int) {
+		if !errors.Is(err, ormlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("error %v, want ErrNotAcquired and context.DeadlineExceeded", err)
+		}
+		if limit := deadline + shapeGrace + time.Second; took > limit {
+			t.Errorf("returned after %v, past the deadline %v + the grace %v (+1 s slack)", took, deadline, shapeGrace)
+		}
+		// each answer takes longer than the deadline: the first lock
+		// statement is the last
+		if sent > 1 {
+			t.Errorf("%d lock statements sent, want at most the one under way at the deadline", sent)
 		}
 	})
 }
@@ -204,41 +220,21 @@ func TestShapeWaitBound(t *testing.T) {
 		{"All of 10 free", allFree, delay},
 		{"Semaphore of 10 held", semaphoreFull, delay},
 	}
-	forKinds(t, []testdb.Kind{testdb.Postgres, testdb.MariaDB}, func(t *testing.T, a adapter, k testdb.Kind) {
-		r, px := delayedRunner(t, a, k)
-		for verb, run := range shapeRuns(r) {
-			for _, c := range cases {
-				t.Run(verb+"/"+c.name, func(t *testing.T) {
-					key, names := c.key(t, k, fmt.Sprintf("w-%s-%s-%d", a.name, k, time.Now().UnixNano()))
-					px.DelayReplies(lockStatement, c.delay)
-					defer px.DelayReplies(nil, 0)
-					before := len(px.Matched())
-					ctx, cancel := context.WithCancel(context.Background())
-					defer cancel()
-					start := time.Now()
-					err := run(ctx, key, ormlock.WithWait(wait))
-					took := time.Since(start)
-					sent := len(px.Matched()) - before
-					t.Logf("returned after %v, %d lock statements sent: %v", took.Round(time.Millisecond), sent, err)
-					if !errors.Is(err, ormlock.ErrNotAcquired) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-						t.Errorf("error %v, want ErrNotAcquired without a context's error", err)
-					}
-					if limit := wait + shapeGrace + time.Second; took > limit {
-						t.Errorf("returned after %v, past the wait %v + the grace %v (+1 s slack)", took, wait, shapeGrace)
-					}
-					// each answer takes 400 ms: a statement starts at 0, 0.4
-					// and 0.8 s at the soonest, none after the 1 s wait
-					if most := int((wait + delay - 1) / delay); sent > most {
-						t.Errorf("%d lock statements sent, want at most %d within the wait", sent, most)
-					}
-					px.DelayReplies(nil, 0)
-					for _, n := range names {
-						if !waitFree(t, k, n) {
-							t.Errorf("%s left held", n)
-						}
-					}
-				})
-			}
+	shapeBounds(t, cases, func(run shapeVerb, key ormlock.Key) error {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		return run(ctx, key, ormlock.WithWait(wait))
+	}, func(t *testing.T, c shapeCase, err error, took time.Duration, sent int) {
+		if !errors.Is(err, ormlock.ErrNotAcquired) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			t.Errorf("error %v, want ErrNotAcquired without a context's error", err)
+		}
+		if limit := wait + shapeGrace + time.Second; took > limit {
+			t.Errorf("returned after %v, past the wait %v + the grace %v (+1 s slack)", took, wait, shapeGrace)
+		}
+		// each answer takes 400 ms: a statement starts at 0, 0.4 and 0.8 s
+		// at the soonest, none after the 1 s wait
+		if most := int((wait + c.delay - 1) / c.delay); sent > most {
+			t.Errorf("%d lock statements sent, want at most %d within the wait", sent, most)
 		}
 	})
 }
