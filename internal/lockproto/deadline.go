@@ -14,6 +14,8 @@ import (
 //     the server bounds it (lock_timeout, GET_LOCK's timeout); waitCtx
 //     cancels the statement at once on an explicit cancellation, and only
 //     deadlineGrace after a deadline;
+//   - a shape's several lock statements: one lock phase (lockPhase) that
+//     ctx and the wait end, after which none is sent;
 //   - the transaction: begun with txContext (ctx's values, not its
 //     cancellation), whose cancel bound arms around BEGIN and the lock;
 //     COMMIT and ROLLBACK are cut endGrace after ctx ended (withinGrace);

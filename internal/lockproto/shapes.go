@@ -26,6 +26,11 @@ import (
 //     released at once). A wait spends one budget: each key waits at most
 //     what is left of it (PostgreSQL: lock_timeout set to that before the
 //     key's lock statement; MySQL/MariaDB: GET_LOCK's timeout).
+//   - The lock phase (deadline.go's lockPhase): the caller's context and
+//     the wait bound the whole take, round trips included. No lock
+//     statement is sent once either has ended; the keys taken are given
+//     back, and on MySQL/MariaDB the statement under way and those
+//     releases are cut endGrace after it ended.
 //   - Shared: one key, pg_advisory_xact_lock_shared and its try and
 //     session-level forms.
 //   - Semaphore: one round tries every slot once, from a random one, and
@@ -170,7 +175,10 @@ func (o *Op) settleShape(ctx context.Context, ok, bounded bool, err error) error
 		if cerr := ctxErr(ctx); cerr != nil {
 			return o.notAcquired(ctx, cerr)
 		}
-		if cut {
+		switch {
+		case cut && bounded: // the wait was the deadline's, a moment before ctx's timer
+			return o.notAcquired(ctx, context.DeadlineExceeded)
+		case cut:
 			return o.notAcquired(ctx, fmt.Errorf("%w (WithWait(%v))", errPhaseOver, o.Cfg.Wait))
 		}
 	}
