@@ -27,6 +27,12 @@ const (
 	EventLockLost = EventKind(config.EventLockLost)
 	// EventAlreadyDone: RunOnce found the slot already done.
 	EventAlreadyDone = EventKind(config.EventAlreadyDone)
+	// EventSemaphoreMismatch: a Semaphore(k, n) acquisition saw slot n+1
+	// of k held, so another caller uses k with a larger n and up to that
+	// many hold k at once, not n (docs/PROTOCOL.md, Semaphore: at most n
+	// holders). Err says which slot. It comes before the acquisition's
+	// acquired or not_acquired, and changes nothing else.
+	EventSemaphoreMismatch = EventKind(config.EventSemaphoreMismatch)
 )
 
 // String returns the event's snake_case name, e.g. "not_acquired".
@@ -55,7 +61,8 @@ type Event struct {
 	// Held is how long the lock was held (EventReleased, EventReleaseFailed,
 	// EventLockLost).
 	Held time.Duration
-	// Err is the error behind EventReleaseFailed and EventLockLost.
+	// Err is the error behind EventReleaseFailed and EventLockLost, and
+	// what EventSemaphoreMismatch saw.
 	Err error
 
 	// ID names the acquisition: one value per lock use (a verb call; a

@@ -17,9 +17,10 @@ const (
 	EventReleaseFailed
 	EventLockLost
 	EventAlreadyDone
+	EventSemaphoreMismatch
 )
 
-var eventNames = [...]string{"", "attempt", "acquired", "not_acquired", "released", "release_failed", "lock_lost", "already_done"}
+var eventNames = [...]string{"", "attempt", "acquired", "not_acquired", "released", "release_failed", "lock_lost", "already_done", "semaphore_mismatch"}
 
 // EventName returns the snake_case name of an event kind, e.g.
 // "not_acquired" (ormlock.EventKind.String).

@@ -27,7 +27,9 @@ import (
 //     round trip on the shared connection, whose statements take turns.
 //     Both servers let a connection take a lock it holds again, so the
 //     process also keeps the set of keys it holds per pool, and a key held
-//     there is busy for its other callers.
+//     there is busy for its other callers. A key is there under the one
+//     identity of its server lock, whichever path names it (lockItem.local;
+//     MySQL/MariaDB: MySQLLockIdentity).
 //   - A wait is a try-lock repeated with a backoff that starts at
 //     sharedRetryMin and doubles up to the keepalive, never a server-side
 //     wait, which would stall the connection's other locks. Such a waiter
