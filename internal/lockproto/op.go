@@ -61,6 +61,9 @@ type Op struct {
 	token   int64             // the fencing token of this acquisition, once issued
 	lockPID uint32            // PostgreSQL with fencing: the pid of the backend that took the lock
 	my      mysqlLockConnVars // MySQL: the lock connection's session, read by GET_LOCK
+	// ownerRows: o wrote the owner rows of what it holds (MySQL, owner.go),
+	// which its release deletes
+	ownerRows bool
 	mysqlTx *LockedTx         // MySQL: the transaction BeginLocked gave, whose pinned connection MySQLImplicitCommit reads
 
 	// cancel asks the server to cancel the lock statement on the pinned

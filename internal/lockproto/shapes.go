@@ -391,6 +391,7 @@ func mysqlReleaseItems(ctx context.Context, q Querier, items []lockItem) error {
 // mysqlRelease releases what o holds on the pinned connection q: its one
 // name, or the names of its shape.
 func (o *Op) mysqlRelease(ctx context.Context, q Querier) error {
+	o.mysqlForgetOwner(ctx, q)
 	if o.target.Simple() {
 		return MySQLReleaseLock(ctx, q, o.target.mysql)
 	}

@@ -201,6 +201,7 @@ func pgTrySession(ctx context.Context, q Querier, o *Op) (bool, error) {
 // as long as ctx (a release context) allows.
 func (o *Op) sharedUnlock(ctx context.Context, c *sharedConn) error {
 	return c.run(ctx, ctx, func(ctx context.Context) error {
+		o.mysqlForgetOwner(ctx, c.conn)
 		if !o.target.Simple() {
 			return o.sharedUndo(ctx, c)
 		}
