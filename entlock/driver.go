@@ -207,7 +207,7 @@ func (d *Driver) begin(ctx context.Context, r *request, opts *sql.TxOptions) (*l
 	op := r.op // RunOnce prepared it (verbs.Pool.Run) and runs the hook
 	if op == nil {
 		var err error
-		if _, op, err = verbs.Prepare(ctx, driverBinder{d}, pkg, r.verb, r.key, r.opts, verbs.Args{}, true); err != nil {
+		if _, op, err = verbs.Prepare(ctx, driverBinder{d}, pkg, r.verb, r.key, r.opts, verbs.Args{}, true, lockproto.HeldForTx); err != nil {
 			return nil, err
 		}
 		ctx = op.StartHook(ctx)

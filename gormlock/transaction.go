@@ -42,7 +42,7 @@ type call struct {
 // c.
 func (c *call) init(db *gorm.DB, verb string, key keys.Key, opts []ormlock.Option, nilFn bool) error {
 	ctx := ctxOf(db)
-	p, op, err := verbs.Prepare(ctx, binder{db}, pkg, verb, key, opts, verbs.Args{NilFn: nilFn}, true)
+	p, op, err := verbs.Prepare(ctx, binder{db}, pkg, verb, key, opts, verbs.Args{NilFn: nilFn}, true, lockproto.HeldForTx)
 	if err != nil {
 		return err
 	}

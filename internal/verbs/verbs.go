@@ -166,17 +166,18 @@ func CheckHandle(ctx context.Context, pkg, verb, nilHandle string, a Args) error
 	return a.Err
 }
 
-// Prepare is Open, then steps 6 to 8 for the lock of verb on k: the Op is
-// built (a bad key fails here), an ended context returns (lock: the verb
-// takes the lock for its caller), and the server is checked. When only the
-// server check failed, the Op is returned with its error, so that Lead can
-// retry a connection error; the pool is released on every other error.
-func Prepare[B Binder](ctx context.Context, b B, pkg, verb string, k keys.Key, opts []config.Option, a Args, lock bool) (Pool, *lockproto.Op, error) {
+// Prepare is Open, then steps 6 to 8 for the lock of verb on k, held as h
+// declares: the Op is built (a bad key fails here), an ended context
+// returns (lock: the verb takes the lock for its caller), and the server
+// is checked. When only the server check failed, the Op is returned with
+// its error, so that Lead can retry a connection error; the pool is
+// released on every other error.
+func Prepare[B Binder](ctx context.Context, b B, pkg, verb string, k keys.Key, opts []config.Option, a Args, lock bool, h lockproto.Holding) (Pool, *lockproto.Op, error) {
 	p, err := Open(ctx, b, pkg, verb, opts, a)
 	if err != nil {
 		return Pool{}, nil, err
 	}
-	op, err := p.Op(ctx, verb, k, p.Cfg, lock)
+	op, err := p.Op(ctx, verb, k, p.Cfg, lock, h)
 	if err != nil && op == nil {
 		p.release()
 		return Pool{}, nil, err
@@ -184,11 +185,11 @@ func Prepare[B Binder](ctx context.Context, b B, pkg, verb string, k keys.Key, o
 	return p, op, err
 }
 
-// Op is steps 6 to 8 on an open pool: the Op of verb on k with cfg, the
-// ended-context check and the server check (whose failure returns the Op
-// with the error).
-func (p Pool) Op(ctx context.Context, verb string, k keys.Key, cfg config.Config, lock bool) (*lockproto.Op, error) {
-	op, err := lockproto.NewOp(p.Dialect, verb, k, cfg)
+// Op is steps 6 to 8 on an open pool: the Op of verb on k with cfg, held
+// as h declares, the ended-context check and the server check (whose
+// failure returns the Op with the error).
+func (p Pool) Op(ctx context.Context, verb string, k keys.Key, cfg config.Config, lock bool, h lockproto.Holding) (*lockproto.Op, error) {
+	op, err := lockproto.NewOpHeld(p.Dialect, verb, k, cfg, h)
 	if err != nil {
 		return nil, err
 	}
@@ -336,7 +337,7 @@ type Locked func(ctx context.Context, lt *lockproto.LockedTx) error
 // commits when fn returns nil and rolls back otherwise (a panic included),
 // then releases the lock: sqllock's and pgxlock's Transaction.
 func Transaction[B Binder](ctx context.Context, b B, pkg string, k keys.Key, fn Locked, nilFn bool, opts []config.Option) error {
-	p, op, err := Prepare(ctx, b, pkg, "Transaction", k, opts, Args{NilFn: nilFn}, true)
+	p, op, err := Prepare(ctx, b, pkg, "Transaction", k, opts, Args{NilFn: nilFn}, true, lockproto.HeldForTx)
 	defer p.release()
 	if err != nil {
 		return p.mend(err)
@@ -366,7 +367,7 @@ func Lock[B Binder](ctx context.Context, b B, pkg string, k keys.Key, opts []con
 	}
 	var op *lockproto.Op
 	if err == nil {
-		op, err = p.Op(ctx, "Lock", k, p.Cfg, true)
+		op, err = p.Op(ctx, "Lock", k, p.Cfg, true, lockproto.HeldForTx)
 	}
 	if err == nil {
 		err = op.CheckNested(ctx, p.Tx, pkg+".Lock")
@@ -398,7 +399,7 @@ func lockOptions(pkg string, c config.Config) error {
 
 // Session holds the lock of k on a connection of its own while fn runs.
 func Session[B Binder](ctx context.Context, b B, pkg string, k keys.Key, fn func(ctx context.Context) error, opts []config.Option) error {
-	p, op, err := Prepare(ctx, b, pkg, "Session", k, opts, Args{NilFn: fn == nil}, true)
+	p, op, err := Prepare(ctx, b, pkg, "Session", k, opts, Args{NilFn: fn == nil}, true, lockproto.HeldForSession)
 	defer p.release()
 	if err != nil {
 		return p.mend(err)
@@ -412,7 +413,7 @@ func Session[B Binder](ctx context.Context, b B, pkg string, k keys.Key, fn func
 // key or option, an ended context, or any other permanent error is
 // returned at once.
 func Lead[B Binder](ctx context.Context, b B, pkg string, k keys.Key, fn func(ctx context.Context) error, opts []config.Option) error {
-	p, op, err := Prepare(ctx, b, pkg, "Lead", k, opts, Args{NilFn: fn == nil}, true)
+	p, op, err := Prepare(ctx, b, pkg, "Lead", k, opts, Args{NilFn: fn == nil}, true, lockproto.HeldForLead)
 	defer p.release()
 	if err != nil && (op == nil || lockproto.Permanent(err)) {
 		return p.mend(err)
@@ -474,7 +475,11 @@ func (p Pool) Run(ctx context.Context, job string, slot time.Time) (*ledger.Run,
 	if p.Cfg.Claim && p.Tx != nil {
 		return nil, nil, fmt.Errorf("%w: %s: WithClaim with a db inside a transaction: claim mode commits its ledger rows itself and runs fn outside any transaction", errs.ErrInvalidArgument, verb)
 	}
-	op, err := p.Op(ctx, "RunOnce", keys.RunKey(job, slot), p.Cfg, true)
+	h := lockproto.HeldForTx
+	if p.Cfg.Claim { // held for the run, outside fn's transaction
+		h = lockproto.HeldForSession
+	}
+	op, err := p.Op(ctx, "RunOnce", keys.RunKey(job, slot), p.Cfg, true, h)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -518,7 +523,7 @@ func Migrate[B Binder](ctx context.Context, b B, pkg string, opts []config.Optio
 	}
 	cfg := p.Cfg
 	cfg.Wait, cfg.Namespace = max(cfg.Wait, ledger.MigrateWait), ""
-	op, err := p.Op(ctx, "Migrate", ledger.MigrateKey(cfg.LedgerTable), cfg, false)
+	op, err := p.Op(ctx, "Migrate", ledger.MigrateKey(cfg.LedgerTable), cfg, false, lockproto.HeldForTx)
 	if err != nil {
 		return p.mend(err)
 	}
@@ -530,7 +535,7 @@ func Holder[B Binder](ctx context.Context, b B, pkg string, k keys.Key, opts []c
 	if keys.IsShared(k) {
 		k = keys.Plain(k)
 	}
-	p, op, err := Prepare(ctx, b, pkg, "Holder", k, opts, Args{}, false)
+	p, op, err := Prepare(ctx, b, pkg, "Holder", k, opts, Args{}, false, lockproto.HeldForHolder)
 	defer p.release()
 	if err != nil {
 		return lockproto.HolderInfo{}, p.mend(err)
@@ -541,7 +546,7 @@ func Holder[B Binder](ctx context.Context, b B, pkg string, k keys.Key, opts []c
 
 // Holders asks the server for every holder of k, whatever its shape.
 func Holders[B Binder](ctx context.Context, b B, pkg string, k keys.Key, opts []config.Option) ([]lockproto.HolderInfo, error) {
-	p, op, err := Prepare(ctx, b, pkg, "Holders", k, opts, Args{}, false)
+	p, op, err := Prepare(ctx, b, pkg, "Holders", k, opts, Args{}, false, lockproto.HeldForTx)
 	defer p.release()
 	if err != nil {
 		return nil, p.mend(err)
