@@ -328,29 +328,16 @@ func (p Pool) ownTx(verb, why string) error {
 	return nil
 }
 
-// Locked is fn's side of a Transaction: it runs with ctx (carrying the
-// fencing token) on the transaction lt, begun with the lock held, and
-// hands fn the adapter's form of it.
-type Locked func(ctx context.Context, lt *lockproto.LockedTx) error
+// Locked is fn's side of sqllock's and pgxlock's Transaction: it calls
+// fn, of type F, with ctx (carrying the fencing token) and the adapter's
+// form of lt, the transaction begun with the lock held. It is a function
+// of the adapter's, fn its argument, so that no closure is made per call.
+type Locked[F any] func(ctx context.Context, fn F, lt *lockproto.LockedTx) error
 
-// Transaction runs fn in a transaction begun with the lock of k held,
-// commits when fn returns nil and rolls back otherwise (a panic included),
-// then releases the lock: sqllock's and pgxlock's Transaction.
-func Transaction[B Binder](ctx context.Context, b B, pkg string, k keys.Key, fn Locked, nilFn bool, opts []config.Option) error {
-	p, op, err := Prepare(ctx, b, pkg, "Transaction", k, opts, Args{NilFn: nilFn}, true, lockproto.HeldForTx)
-	defer p.release()
-	if err != nil {
-		return p.mend(err)
-	}
-	return op.Use(ctx, func(ctx context.Context) error { return p.mend(p.transaction(ctx, op, fn)) })
-}
-
-func (p Pool) transaction(ctx context.Context, op *lockproto.Op, fn Locked) error {
-	lt, err := op.BeginLocked(ctx, p.DB, op.Cfg.TxOptions)
-	if err != nil {
-		return err
-	}
-	return lockproto.RunTx(ctx, lt, p.Pkg+"."+op.Verb, func() error { return fn(op.TokenContext(ctx), lt) })
+// Transaction is TransactionOf for fn in its Locked form: sqllock's and
+// pgxlock's Transaction.
+func Transaction[B Binder, F any](ctx context.Context, b B, pkg string, k keys.Key, fn F, locked Locked[F], nilFn bool, opts []config.Option) error {
+	return TransactionOf[lockedCall](ctx, lockedDriver[B, F]{b: b, fn: fn, locked: locked}, pkg, k, nilFn, opts)
 }
 
 // Lock takes the lock of k in the caller's open transaction, the Pool's
@@ -437,34 +424,10 @@ func Lead[B Binder](ctx context.Context, b B, pkg string, k keys.Key, fn func(ct
 // and with cfg, the call's settings (WithTxOptions, ClaimNoTx).
 type Claimed func(ctx context.Context, p Pool) error
 
-// RunOnce runs fn at most once per (job, slot). In the ledger's default
-// mode fn (a Locked) runs in the transaction that holds the lock and
-// writes the ledger row; in claim mode (ormlock.WithClaim) claimed runs
-// instead, outside that transaction. sqllock's and pgxlock's RunOnce.
-func RunOnce[B Binder](ctx context.Context, b B, pkg, job string, slot time.Time, fn Locked, claimed Claimed, nilFn bool, opts []config.Option) error {
-	p, err := Open(ctx, b, pkg, "RunOnce", opts, Args{NilFn: nilFn, Err: ledger.CheckRunOnce(pkg+".RunOnce", false, job, slot)})
-	defer p.release()
-	if err != nil {
-		return err
-	}
-	return p.runOnce(ctx, job, slot, fn, claimed)
-}
-
-// runOnce is RunOnce on the open pool p; it returns its error mended.
-func (p Pool) runOnce(ctx context.Context, job string, slot time.Time, fn Locked, claimed Claimed) error {
-	r, op, err := p.Run(ctx, job, slot)
-	if err != nil {
-		return p.mend(err)
-	}
-	// fn reads the slot with ormlock.Slot
-	return op.Use(sched.WithSlot(ctx, keys.NormalizeSlot(slot)), func(ctx context.Context) error {
-		if p.Cfg.Claim {
-			return p.mend(r.Claimed(ctx, p.DB, func(ctx context.Context) error { return claimed(ctx, p) }))
-		}
-		return p.mend(p.transaction(ctx, op, func(tctx context.Context, lt *lockproto.LockedTx) error {
-			return r.InTx(ctx, lt.Tx, func() error { return fn(tctx, lt) })
-		}))
-	})
+// RunOnce is RunOnceOf for fn in its Locked form, and in claim mode its
+// Claimed form: sqllock's and pgxlock's RunOnce.
+func RunOnce[B Binder, F any](ctx context.Context, b B, pkg, job string, slot time.Time, fn F, locked Locked[F], claimed Claimed, nilFn bool, opts []config.Option) error {
+	return RunOnceOf[lockedCall](ctx, lockedDriver[B, F]{b: b, fn: fn, locked: locked, claimed: claimed}, pkg, job, slot, nilFn, opts)
 }
 
 // Run is steps 6 to 8 of RunOnce on an open pool and its ledger run: the

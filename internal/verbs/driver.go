@@ -1,0 +1,165 @@
+package verbs
+
+import (
+	"context"
+	"time"
+
+	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/keys"
+	"github.com/ormlock/ormlock/internal/ledger"
+	"github.com/ormlock/ormlock/internal/lockproto"
+	"github.com/ormlock/ormlock/internal/sched"
+)
+
+// A Driver is an adapter's binding of the verbs that hand fn a transaction
+// of its data layer, TTx (Transaction, and RunOnce in both modes): its
+// Binder, then how fn gets TTx, which docs/PROTOCOL.md documents per
+// adapter (GORM's session over the transaction, ent's *ent.Tx built
+// through its driver, sqllock's *sql.Tx, pgxlock's pgx.Tx; each adapter's
+// claim-mode handle). A Driver value is one call's: it holds fn, which
+// Call calls. The bodies of the verbs, written once over it, are
+// [TransactionOf] and [RunOnceOf]; a capability beyond these methods is an
+// optional interface ([Nester]).
+type Driver[TTx any] interface {
+	Binder
+	// Locked returns fn's handle over lt, the transaction begun with op's
+	// lock held, for ctx (fn's: it carries the fencing token, and RunOnce's
+	// slot), and what ends it when fn returns: lt, or a transaction over lt
+	// whose Commit and Rollback end lt. On error lt is rolled back.
+	Locked(ctx context.Context, op *lockproto.Op, lt *lockproto.LockedTx) (TTx, lockproto.Ender, error)
+	// Claimed returns fn's handle in RunOnce's claim mode, for ctx (the
+	// lock session's, carrying the slot and the token), outside the
+	// ledger's transaction, and what ends it when fn returns: nil when fn
+	// gets no transaction to end.
+	Claimed(ctx context.Context, p Pool, op *lockproto.Op) (TTx, lockproto.Ender, error)
+	// Call calls fn with tx, for ctx.
+	Call(ctx context.Context, tx TTx) error
+}
+
+// A Nester is a [Driver] whose handle may be inside the caller's open
+// transaction (Pool.Tx: gormlock's call on a *gorm.DB in db.Transaction):
+// Nested then takes op's lock in that transaction and runs body with fn's
+// handle and the transaction's querier, where RunOnce's ledger row is
+// written.
+type Nester[TTx any] interface {
+	Nested(ctx context.Context, p Pool, op *lockproto.Op, body func(ctx context.Context, tx TTx, q lockproto.Querier) error) error
+}
+
+// TransactionOf runs fn (d.Call) in a transaction begun with the lock of k
+// held, commits when fn returns nil and rolls back otherwise (a panic
+// included), then releases the lock: every adapter's Transaction.
+func TransactionOf[TTx any, D Driver[TTx]](ctx context.Context, d D, pkg string, k keys.Key, nilFn bool, opts []config.Option) error {
+	p, op, err := Prepare(ctx, d, pkg, "Transaction", k, opts, Args{NilFn: nilFn}, true, lockproto.HeldForTx)
+	defer p.release()
+	if err != nil {
+		return p.mend(err)
+	}
+	return op.Use(ctx, func(ctx context.Context) error { return p.mend(inLockTx[TTx](ctx, d, p, op, nil)) })
+}
+
+// RunOnceOf runs fn (d.Call) at most once per (job, slot): every adapter's
+// RunOnce. In the ledger's default mode fn runs in the transaction that
+// holds the lock and writes the ledger row; in claim mode
+// (ormlock.WithClaim) with the handle of d.Claimed, outside that
+// transaction, while the lock is held for the run.
+func RunOnceOf[TTx any, D Driver[TTx]](ctx context.Context, d D, pkg, job string, slot time.Time, nilFn bool, opts []config.Option) error {
+	p, err := Open(ctx, d, pkg, "RunOnce", opts, Args{NilFn: nilFn, Err: ledger.CheckRunOnce(pkg+".RunOnce", false, job, slot)})
+	defer p.release()
+	if err != nil {
+		return err
+	}
+	r, op, err := p.Run(ctx, job, slot)
+	if err != nil {
+		return p.mend(err)
+	}
+	// fn reads the slot with ormlock.Slot
+	return op.Use(sched.WithSlot(ctx, keys.NormalizeSlot(slot)), func(ctx context.Context) error {
+		if p.Cfg.Claim {
+			return p.mend(r.Claimed(ctx, p.DB, func(ctx context.Context) error { return claimed[TTx](ctx, d, p, op) }))
+		}
+		return p.mend(inLockTx[TTx](ctx, d, p, op, r))
+	})
+}
+
+// inLockTx runs fn in its transaction, begun with op's lock held and ended
+// when fn returns, or, when the handle is inside the caller's transaction
+// and d can nest, in that one (Nester); r, when set, is RunOnce's ledger
+// run, whose row is written in the same transaction around fn.
+func inLockTx[TTx any, D Driver[TTx]](ctx context.Context, d D, p Pool, op *lockproto.Op, r *ledger.Run) error {
+	if p.Tx != nil {
+		if n, ok := any(d).(Nester[TTx]); ok {
+			return n.Nested(ctx, p, op, func(tctx context.Context, tx TTx, q lockproto.Querier) error {
+				return call[TTx](ctx, tctx, d, tx, r, q)
+			})
+		}
+	}
+	lt, err := op.BeginLocked(ctx, p.DB, op.Cfg.TxOptions)
+	if err != nil {
+		return err
+	}
+	tctx := op.TokenContext(ctx)
+	tx, end, err := d.Locked(tctx, op, lt)
+	if err != nil {
+		_ = lt.Rollback()
+		return err
+	}
+	return lockproto.RunTx(ctx, end, p.Pkg+"."+op.Verb, func() error { return call[TTx](ctx, tctx, d, tx, r, lt.Tx) })
+}
+
+// call calls fn with tx for tctx, inside r's ledger statements on q when r
+// is set.
+func call[TTx any, D Driver[TTx]](ctx, tctx context.Context, d D, tx TTx, r *ledger.Run, q lockproto.Querier) error {
+	if r == nil {
+		return d.Call(tctx, tx)
+	}
+	return r.InTx(ctx, q, func() error { return d.Call(tctx, tx) })
+}
+
+// claimed runs fn for a claimed run, with the handle of d.Claimed, ended
+// when fn returns.
+func claimed[TTx any, D Driver[TTx]](ctx context.Context, d D, p Pool, op *lockproto.Op) error {
+	tx, end, err := d.Claimed(ctx, p, op)
+	if err != nil {
+		return err
+	}
+	if end == nil {
+		return d.Call(ctx, tx)
+	}
+	return lockproto.RunTx(ctx, end, p.Pkg+".RunOnce", func() error { return d.Call(ctx, tx) })
+}
+
+// lockedDriver is the Driver of sqllock's and pgxlock's fn, F, with the
+// Locked and Claimed functions that make its handle from the locked
+// transaction or, in claim mode, from the pool.
+type lockedDriver[B Binder, F any] struct {
+	b       B
+	fn      F
+	locked  Locked[F]
+	claimed Claimed
+}
+
+// lockedCall is a handle of lockedDriver: the *lockproto.LockedTx, or in
+// claim mode the *Pool; one pointer, which the verb's body keeps without
+// an allocation.
+type lockedCall = any
+
+func (d lockedDriver[B, F]) Nil() string { return d.b.Nil() }
+
+func (d lockedDriver[B, F]) Bind(ctx context.Context, verb string, opts []config.Option) (Pool, error) {
+	return d.b.Bind(ctx, verb, opts)
+}
+
+func (d lockedDriver[B, F]) Locked(_ context.Context, _ *lockproto.Op, lt *lockproto.LockedTx) (lockedCall, lockproto.Ender, error) {
+	return lt, lt, nil
+}
+
+func (d lockedDriver[B, F]) Claimed(_ context.Context, p Pool, _ *lockproto.Op) (lockedCall, lockproto.Ender, error) {
+	return &p, nil, nil
+}
+
+func (d lockedDriver[B, F]) Call(ctx context.Context, c lockedCall) error {
+	if lt, ok := c.(*lockproto.LockedTx); ok {
+		return d.locked(ctx, d.fn, lt)
+	}
+	return d.claimed(ctx, *c.(*Pool))
+}
