@@ -1,12 +1,14 @@
 package gormlock
 
 import (
+	"context"
 	"fmt"
 
 	"gorm.io/gorm"
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/errs"
+	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
 // FencingToken returns the fencing token of the lock under which tx was
@@ -26,15 +28,15 @@ func FencingToken(tx *gorm.DB) (int64, bool) {
 // transaction db is in (PostgreSQL): committed on another connection of the
 // primary pool, as for a top-level PostgreSQL Transaction; fn's tx then
 // carries it (lockproto.Op.TokenContext).
-func (c *call) nestedToken() error {
-	if !c.op.Fencing() {
+func (d driver) nestedToken(ctx context.Context, op *lockproto.Op) error {
+	if !op.Fencing() {
 		return nil
 	}
-	sqlDB, err := primarySQL(c.db) // the pool under db's transaction
+	sqlDB, err := primarySQL(d.db) // the pool under db's transaction
 	if err != nil {
 		return err
 	}
-	return c.op.IssueToken(c.ctx, sqlDB)
+	return op.IssueToken(ctx, sqlDB)
 }
 
 // CheckFenced is [ormlock.CheckFenced] for a GORM statement: it returns
