@@ -15,8 +15,8 @@ const pkg = "entlock"
 // transaction of ent (Session, Lead, Migrate, Holder, Runs, Prune,
 // AdvanceFences, RunScheduled's catch-up): the [Driver] under x (found by
 // a probe through x's Tx method, the only way ent's client exposes its
-// driver) and its defaults. Transaction and RunOnce reach the Driver
-// through x.Tx itself, which binds with driverBinder.
+// driver) and its defaults. Transaction and RunOnce bind with call, whose
+// request to x.Tx finds the Driver and builds ent's transaction at once.
 type binder[T TxLike] struct {
 	x interface {
 		Tx(context.Context) (T, error)

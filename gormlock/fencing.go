@@ -53,9 +53,14 @@ func CheckFenced(r *gorm.DB) error {
 	if r == nil {
 		return fmt.Errorf("%w: gormlock.CheckFenced: nil *gorm.DB", ormlock.ErrInvalidArgument)
 	}
-	dialect := ""
+	return errs.CheckFencedOn(dialectName(r), r.Error, func() (int64, error) { return r.RowsAffected, nil })
+}
+
+// dialectName is the name of r's dialector ("postgres", "mysql"), "" when
+// it has none.
+func dialectName(r *gorm.DB) string {
 	if r.Config != nil && r.Dialector != nil {
-		dialect = r.Dialector.Name() // "postgres", "mysql"
+		return r.Dialector.Name()
 	}
-	return errs.CheckFencedOn(dialect, r.Error, func() (int64, error) { return r.RowsAffected, nil })
+	return ""
 }

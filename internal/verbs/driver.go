@@ -45,18 +45,6 @@ type Nester[TTx any] interface {
 	Nested(ctx context.Context, p Pool, op *lockproto.Op, body func(ctx context.Context, tx TTx, q lockproto.Querier) error) error
 }
 
-// TransactionOf runs fn (d.Call) in a transaction begun with the lock of k
-// held, commits when fn returns nil and rolls back otherwise (a panic
-// included), then releases the lock: every adapter's Transaction.
-func TransactionOf[TTx any, D Driver[TTx]](ctx context.Context, d D, pkg string, k keys.Key, nilFn bool, opts []config.Option) error {
-	p, op, err := Prepare(ctx, d, pkg, "Transaction", k, opts, Args{NilFn: nilFn}, true, lockproto.HeldForTx)
-	defer p.release()
-	if err != nil {
-		return p.mend(err)
-	}
-	return op.Use(ctx, func(ctx context.Context) error { return p.mend(inLockTx[TTx](ctx, d, p, op, nil)) })
-}
-
 // RunOnceOf runs fn (d.Call) at most once per (job, slot): every adapter's
 // RunOnce. In the ledger's default mode fn runs in the transaction that
 // holds the lock and writes the ledger row; in claim mode
@@ -79,40 +67,6 @@ func RunOnceOf[TTx any, D Driver[TTx]](ctx context.Context, d D, pkg, job string
 		}
 		return p.mend(inLockTx[TTx](ctx, d, p, op, r))
 	})
-}
-
-// inLockTx runs fn in its transaction, begun with op's lock held and ended
-// when fn returns, or, when the handle is inside the caller's transaction
-// and d can nest, in that one (Nester); r, when set, is RunOnce's ledger
-// run, whose row is written in the same transaction around fn.
-func inLockTx[TTx any, D Driver[TTx]](ctx context.Context, d D, p Pool, op *lockproto.Op, r *ledger.Run) error {
-	if p.Tx != nil {
-		if n, ok := any(d).(Nester[TTx]); ok {
-			return n.Nested(ctx, p, op, func(tctx context.Context, tx TTx, q lockproto.Querier) error {
-				return call[TTx](ctx, tctx, d, tx, r, q)
-			})
-		}
-	}
-	lt, err := op.BeginLocked(ctx, p.DB, op.Cfg.TxOptions)
-	if err != nil {
-		return err
-	}
-	tctx := op.TokenContext(ctx)
-	tx, end, err := d.Locked(tctx, op, lt)
-	if err != nil {
-		_ = lt.Rollback()
-		return err
-	}
-	return lockproto.RunTx(ctx, end, p.Pkg+"."+op.Verb, func() error { return call[TTx](ctx, tctx, d, tx, r, lt.Tx) })
-}
-
-// call calls fn with tx for tctx, inside r's ledger statements on q when r
-// is set.
-func call[TTx any, D Driver[TTx]](ctx, tctx context.Context, d D, tx TTx, r *ledger.Run, q lockproto.Querier) error {
-	if r == nil {
-		return d.Call(tctx, tx)
-	}
-	return r.InTx(ctx, q, func() error { return d.Call(tctx, tx) })
 }
 
 // claimed runs fn for a claimed run, with the handle of d.Claimed, ended

@@ -5,8 +5,8 @@
 // supplies a [Binder], which finds what stands behind its handle for one
 // call (the dialect, the primary's *sql.DB, the defaults, the caller's
 // transaction if the handle is inside one), and, for Transaction and
-// RunOnce, how fn gets its transaction; its exported verbs forward here in
-// a few lines. The contracts are stated on the root's names and in
+// RunOnce, a [Driver]: how fn gets its transaction; its exported verbs
+// forward here in a few lines. The contracts are stated on the root's names and in
 // docs/PROTOCOL.md; this package says how they are kept.
 //
 // # Error precedence
@@ -110,8 +110,8 @@ type Pool struct {
 // handle's own (step 4), and the options' error stays in Pool.Cfg.Err()
 // for the core to return in its turn. Bind is called only once the
 // arguments are valid; it sends nothing to the server unless the dialect
-// cannot be told otherwise (sqllock's unknown drivers, entlock's probe of
-// the client for its Driver, which sends nothing either).
+// cannot be told otherwise (sqllock's unknown drivers, entlock's request
+// to the client for its Driver, which sends nothing either).
 type Binder interface {
 	Nil() string
 	Bind(ctx context.Context, verb string, opts []config.Option) (Pool, error)
@@ -151,9 +151,7 @@ func Open[B Binder](ctx context.Context, b B, pkg, verb string, opts []config.Op
 }
 
 // CheckHandle is steps 1 to 3: a nil context, a nil handle (nilHandle
-// names its type, "" when it is set), an invalid argument. entlock's
-// Transaction calls it itself: it reaches its Driver, and binds, through
-// ent's client.Tx.
+// names its type, "" when it is set), an invalid argument.
 func CheckHandle(ctx context.Context, pkg, verb, nilHandle string, a Args) error {
 	switch {
 	case ctx == nil:
@@ -333,6 +331,52 @@ func (p Pool) ownTx(verb, why string) error {
 // form of lt, the transaction begun with the lock held. It is a function
 // of the adapter's, fn its argument, so that no closure is made per call.
 type Locked[F any] func(ctx context.Context, fn F, lt *lockproto.LockedTx) error
+
+// TransactionOf runs fn (d.Call) in a transaction begun with the lock of k
+// held, commits when fn returns nil and rolls back otherwise (a panic
+// included), then releases the lock: every adapter's Transaction.
+func TransactionOf[TTx any, D Driver[TTx]](ctx context.Context, d D, pkg string, k keys.Key, nilFn bool, opts []config.Option) error {
+	p, op, err := Prepare(ctx, d, pkg, "Transaction", k, opts, Args{NilFn: nilFn}, true, lockproto.HeldForTx)
+	defer p.release()
+	if err != nil {
+		return p.mend(err)
+	}
+	return op.Use(ctx, func(ctx context.Context) error { return p.mend(inLockTx[TTx](ctx, d, p, op, nil)) })
+}
+
+// inLockTx runs fn in its transaction, begun with op's lock held and ended
+// when fn returns, or, when the handle is inside the caller's transaction
+// and d can nest, in that one (Nester); r, when set, is RunOnce's ledger
+// run, whose row is written in the same transaction around fn.
+func inLockTx[TTx any, D Driver[TTx]](ctx context.Context, d D, p Pool, op *lockproto.Op, r *ledger.Run) error {
+	if p.Tx != nil {
+		if n, ok := any(d).(Nester[TTx]); ok {
+			return n.Nested(ctx, p, op, func(tctx context.Context, tx TTx, q lockproto.Querier) error {
+				return call[TTx](ctx, tctx, d, tx, r, q)
+			})
+		}
+	}
+	lt, err := op.BeginLocked(ctx, p.DB, op.Cfg.TxOptions)
+	if err != nil {
+		return err
+	}
+	tctx := op.TokenContext(ctx)
+	tx, end, err := d.Locked(tctx, op, lt)
+	if err != nil {
+		_ = lt.Rollback()
+		return err
+	}
+	return lockproto.RunTx(ctx, end, p.Pkg+"."+op.Verb, func() error { return call[TTx](ctx, tctx, d, tx, r, lt.Tx) })
+}
+
+// call calls fn with tx for tctx, inside r's ledger statements on q when r
+// is set.
+func call[TTx any, D Driver[TTx]](ctx, tctx context.Context, d D, tx TTx, r *ledger.Run, q lockproto.Querier) error {
+	if r == nil {
+		return d.Call(tctx, tx)
+	}
+	return r.InTx(ctx, q, func() error { return d.Call(tctx, tx) })
+}
 
 // Transaction is TransactionOf for fn in its Locked form: sqllock's and
 // pgxlock's Transaction.
