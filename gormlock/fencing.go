@@ -1,14 +1,13 @@
 package gormlock
 
 import (
-	"context"
+	"database/sql"
 	"fmt"
 
 	"gorm.io/gorm"
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/errs"
-	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
 // FencingToken returns the fencing token of the lock under which tx was
@@ -24,20 +23,9 @@ func FencingToken(tx *gorm.DB) (int64, bool) {
 	return ormlock.FencingToken(tx.Statement.Context)
 }
 
-// nestedToken issues the token of a lock taken in a savepoint of the
-// transaction db is in (PostgreSQL): committed on another connection of the
-// primary pool, as for a top-level PostgreSQL Transaction; fn's tx then
-// carries it (lockproto.Op.TokenContext).
-func (d driver) nestedToken(ctx context.Context, op *lockproto.Op) error {
-	if !op.Fencing() {
-		return nil
-	}
-	sqlDB, err := primarySQL(d.db) // the pool under db's transaction
-	if err != nil {
-		return err
-	}
-	return op.IssueToken(ctx, sqlDB)
-}
+// TokenDB is the primary's pool under db's transaction, where the token of
+// a nested call's lock is committed (verbs.Nester).
+func (d driver) TokenDB() (*sql.DB, error) { return primarySQL(d.db) }
 
 // CheckFenced is [ormlock.CheckFenced] for a GORM statement: it returns
 // r.Error when the statement failed, an error wrapping

@@ -142,42 +142,19 @@ func prepared(db *gorm.DB) bool {
 	return ok
 }
 
-// Nested takes the lock inside a savepoint of the transaction db is
-// already in (a nested call), after the nested protocol's check
-// (lockproto.Op.CheckNested, which sqllock's and pgxlock's Lock make too):
-// above READ COMMITTED that transaction's snapshot predates the lock, so
-// fn could not see what the lock's earlier holders committed: refused
-// before the savepoint. The savepoint is the nested protocol's
-// (lockproto.Op.InSavepoint), as GORM's nested Transaction would make one,
-// except that it is rolled back to even when the context has ended; with
-// GORM's DisableNestedTransaction there is none. On MySQL/MariaDB a nested
-// call is refused (ErrNestedTransaction).
-func (d driver) Nested(ctx context.Context, p verbs.Pool, op *lockproto.Op, body func(ctx context.Context, tx *gorm.DB, q lockproto.Querier) error) error {
+// Nest refuses a nested call on MySQL/MariaDB (ErrNestedTransaction);
+// on PostgreSQL the lock and fn go in a savepoint of db's transaction, as
+// GORM's nested Transaction would make one (except that it is rolled back
+// to even when the context has ended), and with GORM's
+// DisableNestedTransaction in the transaction itself.
+func (d driver) Nest(op *lockproto.Op) (bool, error) {
 	if op.Dialect == lockproto.MySQL {
-		return fmt.Errorf("%w: %w: gormlock.%s on %q", ErrNestedTransaction, ormlock.ErrUnsupportedDialect, op.Verb, op.Key.String())
+		return false, fmt.Errorf("%w: %w: gormlock.%s on %q", ErrNestedTransaction, ormlock.ErrUnsupportedDialect, op.Verb, op.Key.String())
 	}
-	q := lockproto.Querier(p.Tx)
-	if err := op.CheckNested(ctx, q, "gormlock."+op.Verb); err != nil {
-		return err
-	}
-	if p.DB != nil { // the primary's pool, under db's transaction
-		if err := op.CheckFence(p.DB); err != nil {
-			return err
-		}
-	}
-	defer op.EndXact(ctx)
-	run := func() error {
-		if err := op.AcquireXact(ctx, q); err != nil {
-			return err
-		}
-		if err := d.nestedToken(ctx, op); err != nil {
-			return err
-		}
-		tctx := op.TokenContext(ctx)
-		return body(tctx, d.db.Session(&gorm.Session{Context: tctx}), q)
-	}
-	if d.db.DisableNestedTransaction {
-		return run()
-	}
-	return op.InSavepoint(ctx, q, run)
+	return !d.db.DisableNestedTransaction, nil
+}
+
+// InCallerTx hands fn a session of db, in db's transaction, bound to ctx.
+func (d driver) InCallerTx(ctx context.Context) *gorm.DB {
+	return d.db.Session(&gorm.Session{Context: ctx})
 }

@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"context"
+	"database/sql"
 	"time"
 
 	"github.com/ormlock/ormlock/internal/config"
@@ -38,11 +39,73 @@ type Driver[TTx any] interface {
 
 // A Nester is a [Driver] whose handle may be inside the caller's open
 // transaction (Pool.Tx: gormlock's call on a *gorm.DB in db.Transaction):
-// Nested then takes op's lock in that transaction and runs body with fn's
-// handle and the transaction's querier, where RunOnce's ledger row is
-// written.
+// the lock is then taken in that transaction by the nested protocol
+// (nested), and fn runs in it.
 type Nester[TTx any] interface {
-	Nested(ctx context.Context, p Pool, op *lockproto.Op, body func(ctx context.Context, tx TTx, q lockproto.Querier) error) error
+	// Nest says whether the lock and fn go in a savepoint of that
+	// transaction (GORM's DisableNestedTransaction: no), or refuses the
+	// nested call (on MySQL/MariaDB a named lock would outlive the
+	// transaction).
+	Nest(op *lockproto.Op) (savepoint bool, err error)
+	// InCallerTx returns fn's handle in the caller's transaction, for ctx.
+	InCallerTx(ctx context.Context) TTx
+	// TokenDB returns the pool where a fencing token is committed, in a
+	// transaction of its own: the primary's, under the caller's.
+	TokenDB() (*sql.DB, error)
+}
+
+// nested is inLockTx in the caller's open transaction p.Tx, which n's
+// handle is inside: after the nested protocol's check
+// (lockproto.Op.CheckNested, which sqllock's and pgxlock's Lock make too:
+// above READ COMMITTED that transaction's snapshot predates the lock, so
+// fn could not see what the lock's earlier holders committed), the lock
+// is taken, its token issued, and fn run, in a savepoint of that
+// transaction (lockproto.Op.InSavepoint, rolled back to even when the
+// context has ended) unless n says otherwise. The lock is the
+// transaction's: it is held until the transaction ends.
+func nested[TTx any, D Driver[TTx]](ctx context.Context, d D, n Nester[TTx], p Pool, op *lockproto.Op, r *ledger.Run) error {
+	savepoint, err := n.Nest(op)
+	if err != nil {
+		return err
+	}
+	q := lockproto.Querier(p.Tx)
+	if err := op.CheckNested(ctx, q, p.Pkg+"."+op.Verb); err != nil {
+		return err
+	}
+	if p.DB != nil { // the primary's pool, under the caller's transaction
+		if err := op.CheckFence(p.DB); err != nil {
+			return err
+		}
+	}
+	defer op.EndXact(ctx)
+	body := func() error {
+		if err := op.AcquireXact(ctx, q); err != nil {
+			return err
+		}
+		if err := issueToken(ctx, n, op); err != nil {
+			return err
+		}
+		tctx := op.TokenContext(ctx)
+		return call[TTx](ctx, tctx, d, n.InCallerTx(tctx), r, q)
+	}
+	if !savepoint {
+		return body()
+	}
+	return op.InSavepoint(ctx, q, body)
+}
+
+// issueToken issues the fencing token of a lock taken in the caller's
+// transaction: committed on another connection of the primary's pool, as
+// for a top-level Transaction on PostgreSQL.
+func issueToken[TTx any](ctx context.Context, n Nester[TTx], op *lockproto.Op) error {
+	if !op.Fencing() {
+		return nil
+	}
+	db, err := n.TokenDB()
+	if err != nil {
+		return err
+	}
+	return op.IssueToken(ctx, db)
 }
 
 // RunOnceOf runs fn (d.Call) at most once per (job, slot): every adapter's

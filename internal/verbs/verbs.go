@@ -351,9 +351,7 @@ func TransactionOf[TTx any, D Driver[TTx]](ctx context.Context, d D, pkg string,
 func inLockTx[TTx any, D Driver[TTx]](ctx context.Context, d D, p Pool, op *lockproto.Op, r *ledger.Run) error {
 	if p.Tx != nil {
 		if n, ok := any(d).(Nester[TTx]); ok {
-			return n.Nested(ctx, p, op, func(tctx context.Context, tx TTx, q lockproto.Querier) error {
-				return call[TTx](ctx, tctx, d, tx, r, q)
-			})
+			return nested(ctx, d, n, p, op, r)
 		}
 	}
 	lt, err := op.BeginLocked(ctx, p.DB, op.Cfg.TxOptions)
