@@ -26,7 +26,7 @@ type Driver[TTx any] interface {
 	// Locked returns fn's handle over lt, the transaction begun with op's
 	// lock held, for ctx (fn's: it carries the fencing token, and RunOnce's
 	// slot), and what ends it when fn returns: lt, or a transaction over lt
-	// whose Commit and Rollback end lt. On error lt is rolled back.
+	// whose Commit and Rollback end lt. On error the core rolls lt back.
 	Locked(ctx context.Context, op *lockproto.Op, lt *lockproto.LockedTx) (TTx, lockproto.Ender, error)
 	// Claimed returns fn's handle in RunOnce's claim mode, for ctx (the
 	// lock session's, carrying the slot and the token), outside the
