@@ -228,7 +228,7 @@ func (r *reader) runs(ctx context.Context, tx *sql.Tx, d lockproto.Dialect, job 
 
 // holder looks k up as the verbs' Holder does.
 func (r *reader) holder(ctx context.Context, tx *sql.Tx, d lockproto.Dialect, k ormlock.Key) (ormlock.HolderInfo, error) {
-	op, err := lockproto.NewOp(d, "Holder", keys.Key(k), r.cfg())
+	op, err := lockproto.NewOpHeld(d, "Holder", keys.Key(k), r.cfg(), lockproto.HeldForHolder)
 	if err != nil {
 		return ormlock.HolderInfo{}, err
 	}

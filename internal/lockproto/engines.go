@@ -104,19 +104,11 @@ func ServerProduct(d Dialect, version string) string {
 	return "mysql"
 }
 
-// keepsAlive reports whether o's verb runs the MySQL keepalive, which
-// checks that IS_USED_LOCK names the lock connection: Session, Lead, a
-// claim-mode RunOnce or RunScheduled, and shared lock connections.
-func (o *Op) keepsAlive() bool {
-	v := o.Verb[strings.LastIndexByte(o.Verb, '.')+1:]
-	switch v {
-	case "Session", "Lead":
-		return true
-	case "RunOnce", "RunScheduled":
-		return o.Cfg.Claim
-	}
-	return o.Cfg.SharedConns > 0
-}
+// keepsAlive reports whether o's lock runs the MySQL keepalive, which
+// checks that IS_USED_LOCK names the lock connection: a lock held for a
+// session (Holding.Session: Session, Lead, RunOnce's claim mode), and
+// shared lock connections.
+func (o *Op) keepsAlive() bool { return o.hold.Session || o.Cfg.SharedConns > 0 }
 
 // PostgresEngineVerdict judges the PostgreSQL-protocol engines of the
 // comment above by version() and, on YugabyteDB, the value of

@@ -109,7 +109,7 @@ func (o *Op) Campaign(ctx context.Context, session func(ctx context.Context, ter
 func (o *Op) term() (*Op, error) {
 	cfg := o.Cfg
 	cfg.Wait = leadWait
-	t, err := NewOp(o.Dialect, o.Verb, o.Key, cfg)
+	t, err := NewOpHeld(o.Dialect, o.Verb, o.Key, cfg, o.hold)
 	if err != nil {
 		return nil, err
 	}

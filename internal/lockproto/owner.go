@@ -106,12 +106,13 @@ const OwnersTableSuffix = "_owners"
 
 func mysqlOwnersTable(ledger string) string { return "`" + ledger + OwnersTableSuffix + "`" }
 
-// mysqlRecordOwner writes the owner rows of a Lead's term (or of a Session
-// with config.OwnerRow) on its lock connection conn, one per lock it holds
-// (a set's keys, a semaphore's slot), creating the table when it is
-// missing; errors are ignored (see above).
+// mysqlRecordOwner writes the owner rows of a lock that names its owner
+// (Holding.Owner: a Lead's term), or of a Session with config.OwnerRow,
+// on its lock connection conn, one per lock it holds (a set's keys, a
+// semaphore's slot), creating the table when it is missing; errors are
+// ignored (see above).
 func (o *Op) mysqlRecordOwner(ctx context.Context, conn *sql.Conn) {
-	if o.Cfg.Owner == "" || (o.Verb != "Lead" && !o.Cfg.OwnerRow) || validIdent(o.Cfg.LedgerTable+OwnersTableSuffix) != nil {
+	if o.Cfg.Owner == "" || (!o.hold.Owner && !o.Cfg.OwnerRow) || validIdent(o.Cfg.LedgerTable+OwnersTableSuffix) != nil {
 		return
 	}
 	t := mysqlOwnersTable(o.Cfg.LedgerTable)

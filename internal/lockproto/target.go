@@ -214,18 +214,19 @@ func (t Target) Postgres() keys.PostgresKey { return t.pg }
 func (t Target) MySQLName() string { return t.mysql }
 
 // shapeCombines refuses, before anything is taken, a lock shape with a
-// verb or option it does not combine with this release (docs/PROTOCOL.md,
-// Lock shapes): fencing, Lead, and Holder of a set or a semaphore.
-func shapeCombines(verb string, k keys.Key, cfg config.Config) error {
+// use or option it does not combine with this release (docs/PROTOCOL.md,
+// Lock shapes): fencing, one exclusive key (Lead), and one holder (Holder)
+// of a set or a semaphore.
+func shapeCombines(verb string, h Holding, k keys.Key, cfg config.Config) error {
 	switch {
 	case !keys.IsShape(k):
 		return nil
 	case cfg.Fencing:
 		return fmt.Errorf("%w: %s of %s: WithFencing does not combine with a lock shape (All, Shared, Semaphore)", errs.ErrInvalidArgument, verb, k.String())
-	case verb == "Lead":
-		return fmt.Errorf("%w: Lead of %s: Lead takes one exclusive key, not a lock shape", errs.ErrInvalidArgument, k.String())
-	case verb == "Holder" && !keys.IsShared(k):
-		return fmt.Errorf("%w: Holder of %s: a set or a semaphore has several holders; use Holders", errs.ErrInvalidArgument, k.String())
+	case h.OneKey:
+		return fmt.Errorf("%w: %s of %s: %s takes one exclusive key, not a lock shape", errs.ErrInvalidArgument, verb, k.String(), verb)
+	case h.OneHolder && !keys.IsShared(k):
+		return fmt.Errorf("%w: %s of %s: a set or a semaphore has several holders; use Holders", errs.ErrInvalidArgument, verb, k.String())
 	}
 	return nil
 }
