@@ -38,7 +38,7 @@ import (
 // learned of the pool's server (whether its locks are real), for the
 // pool's life (weakly: a pool that is garbage collected leaves the map);
 // and, only while Sessions or Leads with shared lock connections run on
-// the pool, the *sql.DB they share (sharedDB). No goroutine and no
+// the pool, the *sql.DB they share (takeShared). No goroutine and no
 // connection of its own.
 
 // poolKeys holds, per pool, the *sql.DB under which the protocol caches what
@@ -85,8 +85,7 @@ type callDBs struct {
 	pool   *pgxpool.Pool
 	mu     sync.Mutex
 	db     *sql.DB
-	shared func() // gives the shared *sql.DB back; nil until taken
-	sdb    *sql.DB
+	shared *shared // the pool's shared *sql.DB, once taken
 }
 
 func (c *callDBs) DB() *sql.DB {
@@ -104,9 +103,9 @@ func (c *callDBs) SharedDB() *sql.DB {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.shared == nil {
-		c.sdb, c.shared = sharedDB(c.pool)
+		c.shared = takeShared(c.pool)
 	}
-	return c.sdb
+	return c.shared.db
 }
 
 func (c *callDBs) Close() {
@@ -116,7 +115,7 @@ func (c *callDBs) Close() {
 		_ = c.db.Close()
 	}
 	if c.shared != nil {
-		c.shared()
+		giveShared(c.pool, c.shared)
 	}
 }
 
@@ -152,9 +151,9 @@ type shared struct {
 	users int
 }
 
-// sharedDB returns pool's shared *sql.DB and the function that gives it
-// back.
-func sharedDB(pool *pgxpool.Pool) (*sql.DB, func()) {
+// takeShared returns pool's shared *sql.DB, which the caller gives back
+// with giveShared.
+func takeShared(pool *pgxpool.Pool) *shared {
 	sharedMu.Lock()
 	defer sharedMu.Unlock()
 	s := sharedDBs[pool]
@@ -163,13 +162,16 @@ func sharedDB(pool *pgxpool.Pool) (*sql.DB, func()) {
 		sharedDBs[pool] = s
 	}
 	s.users++
-	return s.db, func() {
-		sharedMu.Lock()
-		defer sharedMu.Unlock()
-		if s.users--; s.users == 0 {
-			delete(sharedDBs, pool)
-			_ = s.db.Close()
-		}
+	return s
+}
+
+// giveShared gives s back: the last user closes it.
+func giveShared(pool *pgxpool.Pool, s *shared) {
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	if s.users--; s.users == 0 {
+		delete(sharedDBs, pool)
+		_ = s.db.Close()
 	}
 }
 
