@@ -15,12 +15,14 @@
 //
 // A warm gormlock.Transaction on PostgreSQL (pgx driver, READ COMMITTED,
 // no fencing, no hook, the server check cached) runs the functions of
-// these 17 files, in this order, from the call to its COMMIT (measured by
+// these 19 files, in this order, from the call to its COMMIT (measured by
 // scripts/files-crossed: the non-test files with a statement whose
-// coverage count a second call raises over a first; 21 by the same
-// measure before the verb core, at a0a7364, and 22 before the one-message
-// path, the lock shapes' predicates, the refusal of a cached server and
-// Held's context value each moved into a file the path crosses anyway).
+// coverage count a second call raises over a first; 17 before pgx's side
+// moved out of this package into internal/pgxdriver, which the path now
+// crosses with this package's pgdriver.go; 21 before the verb core, at
+// a0a7364, and 22 before the one-message path, the lock shapes'
+// predicates, the refusal of a cached server and Held's context value
+// each moved into a file the path crosses anyway).
 // entlock's, sqllock's and pgxlock's Transaction differ only in steps 1
 // and 2 (their bindings), and then in how fn gets its transaction.
 //
