@@ -98,7 +98,7 @@ func (c *callDBs) DB() *sql.DB {
 }
 
 // SharedDB is the pool's *sql.DB of shared lock connections, taken for
-// the call (lockproto.Op's sharedDB).
+// the call (lockproto's sharedDB).
 func (c *callDBs) SharedDB() *sql.DB {
 	c.mu.Lock()
 	defer c.mu.Unlock()

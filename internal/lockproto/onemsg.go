@@ -200,11 +200,11 @@ func (o *Op) sqlDB(db *sql.DB) *sql.DB {
 	return db
 }
 
-// sharedDB is sqlDB for the shared lock connections, which live under a
-// *sql.DB as long as it is open: when db is nil, the one o.LazyDB shares
+// sharedDB is Op.sqlDB for the shared lock connections, which live under
+// a *sql.DB as long as it is open: when db is nil, the one o.LazyDB shares
 // between the calls on its pool, if it has one (pgxlock's, per pool while
 // any call uses it).
-func (o *Op) sharedDB(db *sql.DB) *sql.DB {
+func sharedDB(o *Op, db *sql.DB) *sql.DB {
 	if s, ok := o.LazyDB.(interface{ SharedDB() *sql.DB }); ok && db == nil {
 		return s.SharedDB()
 	}

@@ -81,7 +81,7 @@ type sessionHold struct {
 // The pinned connection counts against db's MaxOpenConns while fn runs.
 func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Context) error) (err error) {
 	if o.Cfg.SharedConns > 0 {
-		return o.sharedSession(ctx, o.sharedDB(db), fn) // sharedlock.go
+		return o.sharedSession(ctx, sharedDB(o, db), fn) // sharedlock.go
 	}
 	native := o.poolNative(db)
 	if o.Cfg.Fencing || !native {
