@@ -113,7 +113,7 @@ func (o *Op) term() (*Op, error) {
 	if err != nil {
 		return nil, err
 	}
-	t.Job, t.fenceID, t.Pgx, t.LazyDB = o.Job, o.fenceID, o.Pgx, o.LazyDB
+	t.Job, t.fenceID, t.LockConns, t.LazyDB = o.Job, o.fenceID, o.LockConns, o.LazyDB
 	o.newTerm(t) // event.go
 	return t, nil
 }

@@ -13,8 +13,6 @@ import (
 	"time"
 	"weak"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/keys"
@@ -37,15 +35,16 @@ type Op struct {
 	// SplitTx, when set, begins fn's transaction of the split protocol
 	// in place of db.BeginTx (see split.go).
 	SplitTx func(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (Tx, error)
-	// Pgx, when set (pgxlock), is the pool the *sql.DB of BeginLocked and
-	// Session stands over: their lock connection is then acquired from it
-	// and driven by pgx, with no database/sql layer, wherever the lock
-	// travels in one message (see pgxNative, onemsg.go); the *sql.DB still
-	// serves the server check, the fencing counter and the other paths.
-	Pgx *pgxpool.Pool
+	// LockConns, when set (pgxlock: its pgx pool, through pgxdriver), is
+	// a PostgreSQL pool that BeginLocked and Session, given no *sql.DB, pin
+	// their lock connection from, driven by its driver with no
+	// database/sql layer, wherever the lock travels in one message (see
+	// poolNative, pgdriver.go); a *sql.DB (LazyDB) still serves the server
+	// check, the fencing counter and the other paths.
+	LockConns LockConnPool
 	// LazyDB, when set, opens the *sql.DB that BeginLocked and Session
-	// were given as nil, on first use (see sqlDB): with Pgx, most calls
-	// never need one.
+	// were given as nil, on first use (see sqlDB): with LockConns, most
+	// calls never need one.
 	LazyDB LazyDB
 	// Job is the RunOnce job the lock is for ("" for other verbs); events
 	// carry it, so that an observer can label them by job rather than by

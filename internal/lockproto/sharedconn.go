@@ -11,8 +11,6 @@ import (
 	"time"
 	"weak"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/errs"
 )
@@ -305,7 +303,7 @@ func (o *Op) openShared(ctx context.Context, db *sql.DB) (*sharedConn, error) {
 // errs.ErrUnsupportedDialect.
 func pgDirect(ctx context.Context, conn *sql.Conn) (uint32, error) {
 	var announced uint32
-	if withPgConn(conn, func(pc *pgconn.PgConn) error { announced = pc.PID(); return nil }) != nil {
+	if withWire(conn, func(w PgWire) error { announced = w.PID(); return nil }) != nil {
 		return 0, fmt.Errorf("%w: WithSharedLockConns on PostgreSQL needs the pgx driver, which tells a direct connection from a transaction-mode pooler's", errs.ErrUnsupportedDialect)
 	}
 	var pid int64

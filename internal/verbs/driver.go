@@ -126,7 +126,7 @@ func RunOnceOf[TTx any, D Driver[TTx]](ctx context.Context, d D, pkg, job string
 	// fn reads the slot with ormlock.Slot
 	return op.Use(sched.WithSlot(ctx, keys.NormalizeSlot(slot)), func(ctx context.Context) error {
 		if p.Cfg.Claim {
-			return p.mend(r.Claimed(ctx, p.DB, func(ctx context.Context) error { return claimed[TTx](ctx, d, p, op) }))
+			return p.mend(r.Claimed(ctx, p.sqlDB(), func(ctx context.Context) error { return claimed[TTx](ctx, d, p, op) }))
 		}
 		return p.mend(inLockTx[TTx](ctx, d, p, op, r))
 	})

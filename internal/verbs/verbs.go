@@ -42,16 +42,14 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"sync"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/ledger"
 	"github.com/ormlock/ormlock/internal/lockproto"
+	_ "github.com/ormlock/ormlock/internal/pgxdriver" // pgx's connections, for every adapter (lockproto.RegisterPgDriver)
 	"github.com/ormlock/ormlock/internal/sched"
 )
 
@@ -61,7 +59,8 @@ type Pool struct {
 	Pkg string
 	// Dialect is the server's.
 	Dialect lockproto.Dialect
-	// DB is the primary's pool, where the protocol runs.
+	// DB is the primary's pool, where the protocol runs; nil when Lazy
+	// stands for it.
 	DB *sql.DB
 	// CacheKey, when set, is the *sql.DB under which what the protocol
 	// learns of the server is cached, when DB lives for one call only
@@ -86,15 +85,17 @@ type Pool struct {
 	// SplitTx, when set, begins fn's transaction of the split protocol
 	// (see lockproto.Op.SplitTx).
 	SplitTx func(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (lockproto.Tx, error)
-	// Pgx, when set, is the pgx pool the call's *sql.DB stands over: the
-	// lock connection then comes from it, driven by pgx
-	// (lockproto.Op.Pgx). pgxlock sets it for Transaction, Session and
-	// Lead only (RunOnce's ledger statements run on database/sql).
-	Pgx *pgxpool.Pool
+	// LockConns, when set, is the pool the call's *sql.DB stands over, as
+	// a pool of lock connections (lockproto.Op.LockConns: pgxlock's, by
+	// internal/pgxdriver): the protocol pins the lock connection of
+	// Transaction, Session and Lead from it where the lock travels in one
+	// message, and the paths that need database/sql (RunOnce's ledger,
+	// the split protocol, fencing, the other verbs) use DB or Lazy.
+	LockConns lockproto.LockConnPool
 	// Lazy, when set, stands for DB, which is then nil: it opens the
-	// *sql.DB on first use, if the call needs it at all (pgxlock's
-	// Transaction, Session and Lead, whose lock connection comes from
-	// Pgx), and closes it when the verb returns.
+	// *sql.DB on first use, if the call needs it at all (pgxlock's,
+	// whose lock connection comes from LockConns), and closes it when the
+	// verb returns.
 	Lazy LazyDB
 	// Close, when set, is called when the verb returns (pgxlock closes
 	// the call's *sql.DB).
@@ -193,7 +194,7 @@ func (p Pool) Op(ctx context.Context, verb string, k keys.Key, cfg config.Config
 	}
 	op.NeedSQLTx = p.NeedSQLTx
 	op.SplitTx = p.SplitTx
-	op.Pgx, op.LazyDB = p.Pgx, p.Lazy // Lead's terms take them over
+	op.LockConns, op.LazyDB = p.LockConns, p.Lazy // Lead's terms take them over
 	if lock {
 		err = op.EndedLock(ctx)
 	} else {
@@ -243,49 +244,21 @@ func (p Pool) checkQuerier() lockproto.CheckQuerier {
 }
 
 // LazyDB is a *sql.DB opened on first use (Pool.Lazy): DB opens it, the
-// queries of the server check run on it, and Close closes it if it was
-// opened.
+// queries of the server check run on it, and Close gives back what it
+// opened. A LazyDB whose pool keeps its shared lock connections under a
+// *sql.DB of their own also has SharedDB (see lockproto.Op.LazyDB).
 type LazyDB interface {
 	DB() *sql.DB
 	Close()
 	lockproto.CheckQuerier
 }
 
-// OpenLazily returns the LazyDB that opens open(arg) on first use.
-func OpenLazily[A any](arg A, open func(A) *sql.DB) LazyDB {
-	return &lazyDB[A]{arg: arg, open: open}
-}
-
-type lazyDB[A any] struct {
-	arg  A
-	open func(A) *sql.DB
-	mu   sync.Mutex
-	db   *sql.DB
-}
-
-func (l *lazyDB[A]) DB() *sql.DB {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.db == nil {
-		l.db = l.open(l.arg)
+// sqlDB is the primary's *sql.DB: DB, or Lazy's, opened now.
+func (p Pool) sqlDB() *sql.DB {
+	if p.DB == nil && p.Lazy != nil {
+		return p.Lazy.DB()
 	}
-	return l.db
-}
-
-func (l *lazyDB[A]) Close() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.db != nil {
-		_ = l.db.Close()
-	}
-}
-
-func (l *lazyDB[A]) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	return l.DB().QueryContext(ctx, query, args...)
-}
-
-func (l *lazyDB[A]) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	return l.DB().QueryRowContext(ctx, query, args...)
+	return p.DB
 }
 
 // reader is where the ledger reads run: the caller's transaction, or the
@@ -297,7 +270,7 @@ func (p Pool) reader() interface {
 	if p.Tx != nil {
 		return p.Tx
 	}
-	return p.DB
+	return p.sqlDB()
 }
 
 func (p Pool) release() {
@@ -354,7 +327,15 @@ func inLockTx[TTx any, D Driver[TTx]](ctx context.Context, d D, p Pool, op *lock
 			return nested(ctx, d, n, p, op, r)
 		}
 	}
-	lt, err := op.BeginLocked(ctx, p.DB, op.Cfg.TxOptions)
+	// db nil: the lock connection comes from the pool's own (its LockConns
+	// where the lock travels in one message: lockproto.Op.BeginLocked);
+	// RunOnce's ledger statements run in fn's transaction through
+	// database/sql, on a connection of the *sql.DB
+	db := p.DB
+	if r != nil {
+		db = p.sqlDB()
+	}
+	lt, err := op.BeginLocked(ctx, db, op.Cfg.TxOptions)
 	if err != nil {
 		return err
 	}
@@ -532,7 +513,7 @@ func Migrate[B Binder](ctx context.Context, b B, pkg string, opts []config.Optio
 	if err != nil {
 		return p.mend(err)
 	}
-	return p.mend(ledger.Migrate(ctx, p.DB, op))
+	return p.mend(ledger.Migrate(ctx, p.sqlDB(), op))
 }
 
 // Holder asks the server who holds k (Shared(k): as for k).
@@ -580,7 +561,7 @@ func Runs[B Binder](ctx context.Context, b B, pkg, job string, limit int, opts [
 		// a row that looks stale is read again in a transaction of its
 		// own on the pool, or in the caller's transaction (which holds a
 		// connection the pool may not have a second of)
-		fresh := p.DB
+		fresh := p.sqlDB()
 		if p.Tx != nil {
 			fresh = nil
 		}
@@ -609,7 +590,7 @@ func Prune[B Binder](ctx context.Context, b B, pkg string, olderThan time.Durati
 	if err != nil {
 		return 0, p.mend(err)
 	}
-	n, err := t.PruneOlderThan(ctx, p.DB, p.Cfg, olderThan, ledger.PruneBatch)
+	n, err := t.PruneOlderThan(ctx, p.sqlDB(), p.Cfg, olderThan, ledger.PruneBatch)
 	return n, p.mend(err)
 }
 
@@ -628,6 +609,6 @@ func AdvanceFences[B Binder](ctx context.Context, b B, pkg string, by int64, opt
 	if err != nil {
 		return 0, p.mend(err)
 	}
-	n, err := ledger.AdvanceFences(ctx, p.DB, p.Dialect, pkg+".AdvanceFences", by, p.Cfg)
+	n, err := ledger.AdvanceFences(ctx, p.sqlDB(), p.Dialect, pkg+".AdvanceFences", by, p.Cfg)
 	return n, p.mend(err)
 }
