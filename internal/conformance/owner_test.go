@@ -82,7 +82,7 @@ func TestHolderOwner(t *testing.T) {
 			// the release deleted the rows: a later holder on the same
 			// connection that writes none is not shown with this owner
 			var left int
-			if err := testdb.AdminDB(t, k).QueryRow("SELECT COUNT(*) FROM "+tbl+lockproto.OwnersTableSuffix).Scan(&left); err != nil {
+			if err := testdb.AdminDB(t, k).QueryRow("SELECT COUNT(*) FROM " + tbl + lockproto.OwnersTableSuffix).Scan(&left); err != nil {
 				t.Fatal(err)
 			}
 			if left != 0 {

@@ -65,7 +65,7 @@ type Op struct {
 	// ownerRows: o wrote the owner rows of what it holds (MySQL, owner.go),
 	// which its release deletes
 	ownerRows bool
-	mysqlTx *LockedTx         // MySQL: the transaction BeginLocked gave, whose pinned connection MySQLImplicitCommit reads
+	mysqlTx   *LockedTx // MySQL: the transaction BeginLocked gave, whose pinned connection MySQLImplicitCommit reads
 
 	// cancel asks the server to cancel the lock statement on the pinned
 	// connection it is about to run on (stmtCtx), when the caller knows how
