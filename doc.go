@@ -73,14 +73,9 @@
 //     when its db is already in a transaction (docs/PROTOCOL.md, Nested
 //     calls).
 //
-// Before anything is sent, a call with several faults returns the first
-// of: a nil context, a nil handle, an invalid argument (nil fn, schedule,
-// a bad job, slot, limit or duration; [ErrInvalidArgument]), the handle's
-// own error (a failed plugin or wrapper registration, an unsupported
-// database), an invalid option, an invalid key ([ErrInvalidKey]), an
-// ended context (for a verb that takes a lock, ErrNotAcquired wrapping the
-// context's error), a server whose locks exclude nobody
-// ([ErrUnsupportedDialect]). [WithObserver] and [WithHook] see each lock
+// Before anything is sent, a call with several faults returns one error,
+// the first in the order docs/PROTOCOL.md (The verbs on each server, Error
+// precedence) lists. [WithObserver] and [WithHook] see each lock
 // use. The protocol on each server, deadlines, cancellation, isolation
 // levels and pool sizing: docs/PROTOCOL.md.
 //

@@ -12,30 +12,10 @@
 // # Error precedence
 //
 // When several things are wrong with one call, every verb of every adapter
-// returns the first of, in this order:
-//
-//  1. a nil context: [errs.ErrInvalidArgument];
-//  2. a nil handle (*gorm.DB, ent client, *sql.DB, *pgxpool.Pool):
-//     ErrInvalidArgument;
-//  3. an invalid argument of the verb: a nil fn or schedule, a bad job,
-//     slot, limit, duration or count (ErrInvalidArgument), all checked
-//     before the handle is looked into;
-//  4. the handle's own error, from its Binder: a failed registration (the
-//     GORM plugin's or the ent wrapper's error, which every verb on that
-//     handle returns), a client not built on entlock.Wrap
-//     (entlock.ErrNotWrapped), a database that is neither PostgreSQL nor
-//     MySQL/MariaDB (ErrUnsupportedDialect);
-//  5. an invalid option (ErrInvalidArgument or ErrInvalidKey, naming it);
-//  6. a bad key ([errs.ErrInvalidKey]);
-//  7. a context that has already ended, with nothing sent: an error
-//     wrapping ErrNotAcquired and the context's error for a verb that takes
-//     a lock for its caller (Transaction, Session, Lead, RunOnce,
-//     RunScheduled), the context's error for the others;
-//  8. a server whose locks exclude nobody (ErrUnsupportedDialect, naming
-//     the reason), asked once per pool.
-//
-// [Prepare] and [Open] are where that order is written; precedence_test.go
-// checks it.
+// returns the first in the order docs/PROTOCOL.md (The verbs on each
+// server, Error precedence) states, the one place it is written; the steps
+// this package's docs number (step 4, steps 6 to 8) are that list's.
+// [Prepare] and [Open] keep the order; precedence_test.go checks it.
 package verbs
 
 import (
