@@ -19,7 +19,21 @@ import "github.com/ormlock/ormlock/internal/keys"
 // Namespaces are not a security boundary (see [WithNamespace]). See
 // docs/PROTOCOL.md (Keys on each server; Which keys meet on MySQL/MariaDB,
 // and why they stay so).
-type Key keys.Key
+//
+// It is defined once, in internal/keys, and named here. Its methods:
+//
+//	// Validate returns an error wrapping ErrInvalidKey when k cannot name a
+//	// lock: the zero Key, or a name that is empty, longer than 1,024 bytes,
+//	// not valid UTF-8 or holding a NUL byte. The verbs check it themselves;
+//	// it is exported so that a program can reject a configured name at
+//	// start-up, as the scheduler module does.
+//	func (k Key) Validate() error
+//
+//	// String returns a readable form of k: the name, "id:N" or "pair:C,O";
+//	// for a lock shape "all(K1,K2,...)", "shared(K)" or "semaphore(K,N)",
+//	// at most about 256 bytes (a long set ends in "…+N more").
+//	func (k Key) String() string
+type Key = keys.Key
 
 // KeyType is the set of types the verbs accept as a key: a name (string), an
 // id (int64 or int) or a [Key].
@@ -40,18 +54,6 @@ func ID(id int64) Key { return Key(keys.ID(id)) }
 // Pair returns the key for PostgreSQL's two-int form,
 // pg_advisory_xact_lock(classID, objID).
 func Pair(classID, objID int32) Key { return Key(keys.Pair(classID, objID)) }
-
-// Validate returns an error wrapping [ErrInvalidKey] when k cannot name a
-// lock: the zero Key, or a name that is empty, longer than 1,024 bytes, not
-// valid UTF-8 or holding a NUL byte. The verbs check it themselves; it is
-// exported so that a program can reject a configured name at start-up, as
-// the scheduler module does.
-func (k Key) Validate() error { return keys.Key(k).Validate() }
-
-// String returns a readable form of k: the name, "id:N" or "pair:C,O"; for
-// a lock shape "all(K1,K2,...)", "shared(K)" or "semaphore(K,N)", at most
-// about 256 bytes (a long set ends in "…+N more").
-func (k Key) String() string { return keys.Key(k).String() }
 
 // All returns the key of every key in ks at once, all or none: a lock
 // shape, accepted as the key of Transaction and Session by every adapter
