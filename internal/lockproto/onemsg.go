@@ -323,8 +323,14 @@ func (o *Op) pgxNative() bool {
 	return o.Pgx != nil && o.Dialect == Postgres && o.target.oneMessage() && o.Cfg.SharedConns == 0
 }
 
-// LazyDB is a *sql.DB opened on first use (Op.LazyDB).
-type LazyDB interface{ DB() *sql.DB }
+// LazyDB is a *sql.DB opened on first use (Op.LazyDB; pgxlock's, made by
+// verbs.OpenLazily): DB opens it, the queries of the server check run on
+// it, and Close closes it if it was opened.
+type LazyDB interface {
+	DB() *sql.DB
+	Close()
+	CheckQuerier
+}
 
 // sqlDB is db, or when db is nil the *sql.DB o.LazyDB opens (pgxlock's
 // Transaction, Session and Lead are given none: their lock connection

@@ -211,6 +211,13 @@ type countingDB struct {
 }
 
 func (c *countingDB) DB() *sql.DB { c.opened++; return c.db }
+func (c *countingDB) Close()      {}
+func (c *countingDB) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	return c.DB().QueryContext(ctx, q, args...)
+}
+func (c *countingDB) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	return c.DB().QueryRowContext(ctx, q, args...)
+}
 
 // lazyCheckDB is a LazyDB that is also the server check's querier, as
 // pgxlock's is: the check must run on its *sql.DB, on a connection of its
@@ -288,6 +295,7 @@ type lazyQuerierDB struct {
 }
 
 func (l lazyQuerierDB) DB() *sql.DB { l.open(); return l.db }
+func (l lazyQuerierDB) Close()      {}
 func (l lazyQuerierDB) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
 	return l.DB().QueryContext(ctx, q, args...)
 }

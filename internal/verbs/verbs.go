@@ -75,7 +75,7 @@ type Pool struct {
 	// *sql.DB on first use, if the call needs it at all (pgxlock's
 	// Transaction, Session and Lead, whose lock connection comes from
 	// Pgx), and closes it when the verb returns.
-	Lazy LazyDB
+	Lazy lockproto.LazyDB
 	// Close, when set, is called when the verb returns (pgxlock closes
 	// the call's *sql.DB).
 	Close func()
@@ -223,17 +223,9 @@ func (p Pool) checkQuerier() lockproto.CheckQuerier {
 	return p.DB
 }
 
-// LazyDB is a *sql.DB opened on first use (Pool.Lazy): DB opens it, the
-// queries of the server check run on it, and Close closes it if it was
-// opened.
-type LazyDB interface {
-	DB() *sql.DB
-	Close()
-	lockproto.CheckQuerier
-}
-
-// OpenLazily returns the LazyDB that opens open(arg) on first use.
-func OpenLazily[A any](arg A, open func(A) *sql.DB) LazyDB {
+// OpenLazily returns the lockproto.LazyDB that opens open(arg) on first
+// use (Pool.Lazy).
+func OpenLazily[A any](arg A, open func(A) *sql.DB) lockproto.LazyDB {
 	return &lazyDB[A]{arg: arg, open: open}
 }
 
