@@ -237,8 +237,9 @@ type keyStruct = struct {
 	n      int32
 }
 
-// Root is the constraint of ormlock.Key: a type defined over [Key]'s
-// struct, so that [Of] converts it without importing package ormlock.
+// Root is the constraint of [Of]'s first type argument, ormlock.Key:
+// [Key] itself since ormlock.Key is an alias of it (any type defined over
+// Key's struct converts as well).
 type Root interface{ ~keyStruct }
 
 // Type holds every type the verbs accept as a key (ormlock.KeyType: a
