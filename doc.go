@@ -160,8 +160,10 @@
 //
 // An [Observer], set with [WithObserver], receives an [Event] for each step
 // of a lock's use: attempt, acquired (with the wait), not_acquired,
-// released (with the hold time), release_failed, lock_lost and, for
-// RunOnce, already_done. Nothing is built when no observer is set.
+// released (with the hold time), release_failed, lock_lost, for RunOnce
+// already_done, and semaphore_mismatch when a Semaphore sees another
+// caller use its key with a larger n. Nothing is built when no observer is
+// set.
 // [SlogObserver] writes the events to a log/slog logger (docs/PROTOCOL.md,
 // Events and SlogObserver). A [Hook], set with [WithHook], is told when each
 // lock use starts and ends and carries a context of its own through it

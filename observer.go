@@ -24,6 +24,12 @@ const (
 	EventLockLost = config.EventLockLost
 	// EventAlreadyDone: RunOnce found the slot already done.
 	EventAlreadyDone = config.EventAlreadyDone
+	// EventSemaphoreMismatch: a Semaphore(k, n) acquisition saw slot n+1
+	// of k held, so another caller uses k with a larger n and up to that
+	// many hold k at once, not n (docs/PROTOCOL.md, Semaphore: at most n
+	// holders). Err says which slot. It comes before the acquisition's
+	// acquired or not_acquired, and changes nothing else.
+	EventSemaphoreMismatch = config.EventSemaphoreMismatch
 )
 
 // Event describes one thing that happened to a lock. It is defined once,
@@ -51,7 +57,8 @@ const (
 //		// Held is how long the lock was held (EventReleased, EventReleaseFailed,
 //		// EventLockLost).
 //		Held time.Duration
-//		// Err is the error behind EventReleaseFailed and EventLockLost.
+//		// Err is the error behind EventReleaseFailed and EventLockLost, and
+//		// what EventSemaphoreMismatch saw.
 //		Err error
 //
 //		// ID names the acquisition: one value per lock use (a verb call; a

@@ -19,7 +19,7 @@ type slogObserver struct{ l *slog.Logger }
 
 // slogMessages are the record messages per EventKind, "ormlock: " + its
 // name, built once so that logging an event allocates no message.
-var slogMessages = func() (m [EventAlreadyDone + 1]string) {
+var slogMessages = func() (m [EventSemaphoreMismatch + 1]string) {
 	for i := range m {
 		m[i] = "ormlock: " + EventKind(i).String()
 	}
@@ -42,7 +42,7 @@ func slogLevel(e Event) slog.Level {
 	case EventReleaseFailed, EventLockLost:
 		return slog.LevelError
 	}
-	return slog.LevelWarn
+	return slog.LevelWarn // EventSemaphoreMismatch, and any kind added later
 }
 
 // Observe implements Observer.

@@ -51,6 +51,7 @@ func TestSlogObserverLevelsAndAttrs(t *testing.T) {
 		{with(ormlock.EventReleaseFailed, func(e *ormlock.Event) { e.Err = boom }), slog.LevelError, "ormlock: release_failed", []string{"verb", "dialect", "key", "held", "err"}, boom},
 		{with(ormlock.EventLockLost, func(e *ormlock.Event) { e.Err = boom; e.Verb = "Session"; e.Namespace = "ns" }), slog.LevelError, "ormlock: lock_lost", []string{"verb", "dialect", "key", "namespace", "held", "err"}, boom},
 		{with(ormlock.EventAlreadyDone, func(e *ormlock.Event) { e.Verb = "RunOnce" }), slog.LevelInfo, "ormlock: already_done", []string{"verb", "dialect", "key"}, nil},
+		{with(ormlock.EventSemaphoreMismatch, func(e *ormlock.Event) { e.Err = boom }), slog.LevelWarn, "ormlock: semaphore_mismatch", []string{"verb", "dialect", "key", "err"}, boom},
 	}
 	h := &testdb.LogRecorder{}
 	obs := ormlock.SlogObserver(slog.New(h))

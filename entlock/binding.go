@@ -15,8 +15,8 @@ const pkg = "entlock"
 // transaction of ent (Session, Lead, Migrate, Holder, Runs, Prune,
 // AdvanceFences, RunScheduled's catch-up): the [Driver] under x (found by
 // a probe through x's Tx method, the only way ent's client exposes its
-// driver) and its defaults. Transaction and RunOnce reach the Driver
-// through x.Tx itself, which binds with driverBinder.
+// driver) and its defaults. Transaction and RunOnce bind with call, whose
+// request to x.Tx finds the Driver and builds ent's transaction at once.
 type binder[T TxLike] struct {
 	x interface {
 		Tx(context.Context) (T, error)
@@ -26,7 +26,7 @@ type binder[T TxLike] struct {
 func (b binder[T]) Nil() string { return verbs.NilIf(isNil(b.x), "client") }
 
 func (b binder[T]) Bind(ctx context.Context, verb string, opts []config.Option) (verbs.Pool, error) {
-	d, err := driverOf(ctx, verb, b.x)
+	_, d, err := driverOf(ctx, b.x, &request{verb: verb, probe: true})
 	if err != nil {
 		return verbs.Pool{}, err
 	}
@@ -47,25 +47,31 @@ func (b driverBinder) Bind(_ context.Context, _ string, opts []config.Option) (v
 	return verbs.Pool{Pkg: pkg, Dialect: b.d.dial, DB: b.d.db, Cfg: b.d.cfg.With(opts...)}, nil
 }
 
-// driverOf returns x itself when it is a *Driver, else asks x's Tx method for
-// the Driver under it with a probe.
-func driverOf[T TxLike](ctx context.Context, verb string, x interface {
+// driverOf asks x's Tx method, the only way ent's client exposes its
+// driver, for the Driver under x with the request r: a probe (r.probe),
+// which starts no transaction, or the request of a verb's transaction,
+// answered with ent's transaction over the lockedTx that the lock's
+// transaction will fill in (call.Locked). A probe of a *Driver is answered
+// at once.
+func driverOf[T TxLike](ctx context.Context, x interface {
 	Tx(context.Context) (T, error)
-}) (*Driver, error) {
-	if d, ok := any(x).(*Driver); ok {
-		return d, nil
+}, r *request) (T, *Driver, error) {
+	var zero T
+	if d, ok := any(x).(*Driver); ok && r.probe {
+		return zero, d, nil
 	}
-	r := &request{verb: verb, probe: true}
 	tx, err := x.Tx(r.with(ctx))
-	if r.drv != nil {
+	switch {
+	case r.drv != nil && !r.probe && err == nil:
+		return tx, r.drv, nil
+	case r.drv != nil && r.probe:
 		if err == nil { // a layer between client and Driver ignored the probe's error
 			_ = tx.Rollback()
 		}
-		return r.drv, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%w: entlock.%s: cannot reach the driver of %T through its Tx method: %w", ormlock.ErrInvalidArgument, verb, x, err)
+		return zero, r.drv, nil
+	case err != nil:
+		return zero, nil, fmt.Errorf("%w: entlock.%s: cannot reach the driver of %T through its Tx method: %w", ormlock.ErrInvalidArgument, r.verb, x, err)
 	}
 	_ = tx.Rollback()
-	return nil, fmt.Errorf("%w: entlock.%s: %T: build the client with ent.Driver(entlock.Wrap(drv))", ErrNotWrapped, verb, x)
+	return zero, nil, fmt.Errorf("%w: entlock.%s: %T: build the client with ent.Driver(entlock.Wrap(drv))", ErrNotWrapped, r.verb, x)
 }

@@ -34,13 +34,3 @@ func Held(tx any) bool { return ormlock.Held(Context(tx)) }
 
 // contexts maps the tx values handed to fn to fn's context while fn runs.
 var contexts sync.Map
-
-// recordContext records ctx as tx's while fn runs; the returned func
-// forgets it.
-func recordContext(tx any, ctx context.Context) (forget func()) {
-	if ctx == nil || !comparable(tx) {
-		return func() {}
-	}
-	contexts.Store(tx, ctx)
-	return func() { contexts.Delete(tx) }
-}

@@ -11,7 +11,6 @@ import (
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/lockproto"
-	"github.com/ormlock/ormlock/internal/verbs"
 )
 
 // Driver is an ent dialect.Driver that can take ormlock's locks. It wraps the
@@ -152,8 +151,8 @@ func (d *Driver) Close() error {
 }
 
 // Tx starts a transaction. Called by ent's client.Tx, it passes the call to
-// the wrapped driver, unless the call comes from [Transaction]: then the
-// transaction starts with the lock held.
+// the wrapped driver, unless the call comes from this package's verbs: then
+// the transaction is the one fn gets, begun with the lock held.
 func (d *Driver) Tx(ctx context.Context) (dialect.Tx, error) {
 	if r := claim(ctx); r != nil {
 		return d.serve(ctx, r, nil)
@@ -184,50 +183,24 @@ func (d *Driver) BeginTx(ctx context.Context, opts *sql.TxOptions) (dialect.Tx, 
 
 // serve answers a request of this package's verbs that reached d.
 func (d *Driver) serve(ctx context.Context, r *request, opts *sql.TxOptions) (dialect.Tx, error) {
-	if r.probe {
-		r.drv = d
+	r.drv = d
+	switch {
+	case r.probe:
 		return nil, errProbe
-	}
-	if r.work {
+	case r.work:
 		tx := d.workTx(ctx, r, opts)
 		r.tx = tx
 		return tx, nil
 	}
-	tx, err := d.begin(ctx, r, opts)
-	if err != nil {
-		r.err = err
-		return nil, err
-	}
-	r.tx = tx
-	return tx, nil
-}
-
-// begin starts a transaction with the lock of r held.
-func (d *Driver) begin(ctx context.Context, r *request, opts *sql.TxOptions) (*lockedTx, error) {
-	op := r.op // RunOnce prepared it (verbs.Pool.Run) and runs the hook
-	if op == nil {
-		var err error
-		if _, op, err = verbs.Prepare(ctx, driverBinder{d}, pkg, r.verb, r.key, r.opts, verbs.Args{}, true); err != nil {
-			return nil, err
-		}
-		ctx = op.StartHook(ctx)
-		r.op, r.hctx = op, ctx // Transaction calls EndHook, on every path out
-	}
-	if opts == nil {
-		opts = op.Cfg.TxOptions
-	}
-	lt, err := op.BeginLocked(ctx, d.db, opts)
-	if err != nil {
-		return nil, err
-	}
-	t := &lockedTx{Conn: d.conn, lt: lt}
-	t.ExecQuerier = lt.Tx
+	t := &lockedTx{Conn: d.conn} // its transaction begins with the lock held (call.Locked)
+	r.tx = t
 	return t, nil
 }
 
 // lockedTx is the ent transaction of a verb: a transaction begun with the
 // lock held, whose Commit and Rollback end the lock after the transaction
-// (see lockproto.LockedTx).
+// (see lockproto.LockedTx). ent builds its transaction over it before the
+// lock is taken; lt is set once it is (call.Locked), before fn runs.
 type lockedTx struct {
 	entsql.Conn // over the *sql.Tx: Exec, Query, ExecContext and QueryContext run in it
 	lt          *lockproto.LockedTx

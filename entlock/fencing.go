@@ -1,9 +1,13 @@
 package entlock
 
 import (
+	"context"
 	"reflect"
 	"sync"
 	"time"
+
+	"github.com/ormlock/ormlock/internal/lockproto"
+	"github.com/ormlock/ormlock/internal/sched"
 )
 
 // FencingToken returns the fencing token of the lock under which tx was
@@ -14,17 +18,10 @@ import (
 // Session's fn reads it with [ormlock.FencingToken] on its ctx. See
 // docs/PROTOCOL.md (Fencing, Fenced writes).
 func FencingToken(tx any) (int64, bool) {
-	if t, ok := tx.(*lockedTx); ok {
+	if t, ok := tx.(*lockedTx); ok && t.lt != nil {
 		return t.lt.Token()
 	}
-	if !comparable(tx) {
-		return 0, false
-	}
-	v, ok := tokens.Load(tx)
-	if !ok {
-		return 0, false
-	}
-	return v.(int64), true
+	return load[int64](&tokens, tx)
 }
 
 // tokens maps the tx values handed to fn to their token while fn runs.
@@ -37,42 +34,62 @@ func comparable(v any) bool {
 	return reflect.TypeOf(v).Comparable()
 }
 
-// recordToken records tok for tx while fn runs; the returned func forgets
-// it. It does nothing when there is no token.
-func recordToken(tx any, src interface{ Token() (int64, bool) }) (forget func()) {
-	tok, ok := src.Token()
-	if !ok || !comparable(tx) {
-		return func() {}
+// load returns what m records for tx, if anything.
+func load[V any](m *sync.Map, tx any) (V, bool) {
+	var zero V
+	if !comparable(tx) {
+		return zero, false
 	}
-	tokens.Store(tx, tok)
-	return func() { tokens.Delete(tx) }
+	v, ok := m.Load(tx)
+	if !ok {
+		return zero, false
+	}
+	return v.(V), true
 }
 
 // Slot returns the slot of the [RunOnce] or [RunScheduled] run under which
 // tx was handed to fn, while fn runs: a run caught up by
 // [ormlock.WithCatchUp] learns here which slot it runs. tx must be the very
 // value fn was given, as for [FencingToken].
-func Slot(tx any) (time.Time, bool) {
-	if !comparable(tx) {
-		return time.Time{}, false
-	}
-	v, ok := slots.Load(tx)
-	if !ok {
-		return time.Time{}, false
-	}
-	return v.(time.Time), true
-}
+func Slot(tx any) (time.Time, bool) { return load[time.Time](&slots, tx) }
 
 // slots maps the tx values handed to a RunOnce fn to their slot while fn
 // runs.
 var slots sync.Map
 
-// recordSlot records slot for tx while fn runs; the returned func forgets
-// it.
-func recordSlot(tx any, slot time.Time) (forget func()) {
+// record records, while fn runs, what fn's tx stands for: op's fencing
+// token (FencingToken), the slot of a run's lock (op.Job set: Slot) and
+// fn's context ctx (Context). The Ender it returns ends tx, then forgets
+// them.
+func record[T TxLike](ctx context.Context, tx T, op *lockproto.Op) lockproto.Ender {
 	if !comparable(tx) {
-		return func() {}
+		return tx
 	}
-	slots.Store(tx, slot)
-	return func() { slots.Delete(tx) }
+	if tok, ok := op.Token(); ok {
+		tokens.Store(tx, tok)
+	}
+	if slot, ok := sched.SlotFrom(ctx); ok && op.Job != "" {
+		slots.Store(tx, slot)
+	}
+	contexts.Store(tx, ctx)
+	return recorded[T]{tx}
+}
+
+// recorded ends tx, then forgets what record recorded for it.
+type recorded[T TxLike] struct{ tx T }
+
+func (r recorded[T]) Commit() error {
+	defer forget(r.tx)
+	return r.tx.Commit()
+}
+
+func (r recorded[T]) Rollback() error {
+	defer forget(r.tx)
+	return r.tx.Rollback()
+}
+
+func forget(tx any) {
+	tokens.Delete(tx)
+	slots.Delete(tx)
+	contexts.Delete(tx)
 }

@@ -7,8 +7,6 @@ import (
 
 	"entgo.io/ent/dialect"
 
-	"github.com/ormlock/ormlock"
-	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
@@ -16,26 +14,24 @@ import (
 // generated client, so they talk to the wrapper through the context of the
 // client's Tx call: the verb puts a request in the context and calls
 // client.Tx(ctx); ent passes the context to its driver's Tx, where the
-// wrapper claims the request and answers it. A request is claimed once, by
-// the first wrapper that sees it, so a context that ent keeps (the generated
-// Tx stores it for its hooks) never starts a second locked transaction.
+// wrapper claims the request and answers it: a probe with the Driver alone,
+// a verb's transaction with a lockedTx that the lock's transaction fills
+// in once the lock is taken (call.Locked), claim mode's with a workTx. A
+// request is claimed once, by the first wrapper that sees it, so a context
+// that ent keeps (the generated Tx stores it for its hooks) never starts a
+// second transaction.
 type request struct {
 	claimed atomic.Bool
 
 	// set by the verb
 	verb  string
-	key   keys.Key
-	opts  []ormlock.Option
-	probe bool          // only find the driver (Session, RunOnce, ...)
-	op    *lockproto.Op // the lock, when the verb built it (RunOnce); else Driver.begin builds it from key and opts and sets it
+	probe bool          // only find the driver (Session, Holder, ...)
 	work  bool          // no lock: fn's own transaction in RunOnce's claim mode (see workTx)
+	op    *lockproto.Op // the lock of a work request, whose options fn's transaction takes
 
 	// set by the driver that claimed it
-	hctx context.Context // the hook's context, when Driver.begin started it
-
 	drv *Driver
 	tx  dialect.Tx // the transaction started for the request: a *lockedTx, or a *workTx
-	err error
 }
 
 type requestKey struct{}
@@ -57,12 +53,4 @@ func claim(ctx context.Context) *request {
 		return nil
 	}
 	return r
-}
-
-// Token returns the fencing token of the locked transaction started for r.
-func (r *request) Token() (int64, bool) {
-	if t, ok := r.tx.(*lockedTx); ok {
-		return t.lt.Token()
-	}
-	return 0, false
 }

@@ -11,9 +11,6 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/errs"
-	"github.com/ormlock/ormlock/internal/ledger"
-	"github.com/ormlock/ormlock/internal/lockproto"
-	"github.com/ormlock/ormlock/internal/sched"
 	"github.com/ormlock/ormlock/internal/verbs"
 )
 
@@ -31,49 +28,7 @@ import (
 func RunOnce[T TxLike](ctx context.Context, client interface {
 	Tx(context.Context) (T, error)
 }, job string, slot time.Time, fn func(tx T) error, opts ...ormlock.Option) error {
-	const verb = "RunOnce"
-	p, err := verbs.Open(ctx, binder[T]{client}, pkg, verb, opts, verbs.Args{NilFn: fn == nil, Err: ledger.CheckRunOnce(pkg+"."+verb, false, job, slot)})
-	if err != nil {
-		return err
-	}
-	r, op, err := p.Run(ctx, job, slot)
-	if err != nil {
-		return err
-	}
-	return op.Use(sched.WithSlot(ctx, r.Slot()), func(ctx context.Context) error {
-		return runOnce(ctx, p, client, r, op, fn)
-	})
-}
-
-// runOnce is RunOnce once its run is prepared.
-func runOnce[T TxLike](ctx context.Context, p verbs.Pool, client interface {
-	Tx(context.Context) (T, error)
-}, r *ledger.Run, op *lockproto.Op, fn func(tx T) error) error {
-	const verb = "RunOnce"
-	if p.Cfg.Claim {
-		return r.Claimed(ctx, p.DB, func(lctx context.Context) error {
-			tx, err := begin(lctx, client, &request{verb: verb, op: op, work: true})
-			if err != nil {
-				return err
-			}
-			defer recordToken(tx, op)()
-			defer recordSlot(tx, r.Slot())()
-			defer recordContext(tx, op.TokenContext(lctx))()
-			return run(ctx, verb, tx, fn)
-		})
-	}
-	lr := &request{verb: verb, op: op}
-	tx, err := begin(ctx, client, lr)
-	if err != nil {
-		return err
-	}
-	q := lr.tx.(*lockedTx).lt.Tx
-	defer recordToken(tx, op)()
-	defer recordSlot(tx, r.Slot())()
-	defer recordContext(tx, op.TokenContext(ctx))()
-	return run(ctx, verb, tx, func(tx T) error {
-		return r.InTx(ctx, q, func() error { return fn(tx) })
-	})
+	return verbs.RunOnceOf[T](ctx, &call[T]{x: client, fn: fn}, pkg, job, slot, fn == nil, opts)
 }
 
 // workTx answers a claim-mode request (r.work): fn's own transaction, an

@@ -6,6 +6,7 @@ import (
 	"reflect"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
@@ -29,34 +30,54 @@ type TxLike interface {
 func Transaction[T TxLike, K ormlock.KeyType](ctx context.Context, client interface {
 	Tx(context.Context) (T, error)
 }, key K, fn func(tx T) error, opts ...ormlock.Option) error {
-	if err := verbs.CheckHandle(ctx, pkg, "Transaction", binder[T]{client}.Nil(), verbs.Args{NilFn: fn == nil}); err != nil {
-		return err
-	}
-	r := &request{verb: "Transaction", key: keys.Of[ormlock.Key](key), opts: opts}
-	// the hook's Start is called in the driver (Driver.begin), its End
-	// here, on every path out (a panic in fn included)
-	return lockproto.Ending(func() error {
-		tx, err := begin(ctx, client, r)
-		if err != nil {
-			return err
-		}
-		return runRecorded(ctx, tx, r, fn)
-	}, func(err error) {
-		if r.hctx != nil {
-			r.op.EndHook(r.hctx, err)
-		}
-	})
+	return verbs.TransactionOf[T](ctx, &call[T]{x: client, fn: fn}, pkg, keys.Of[ormlock.Key](key), fn == nil, opts)
 }
 
-// runRecorded runs fn in tx with its fencing token recorded for
-// FencingToken(tx).
-func runRecorded[T TxLike](ctx context.Context, tx T, r *request, fn func(tx T) error) error {
-	defer recordToken(tx, r)()
-	if r.hctx != nil {
-		defer recordContext(tx, r.op.TokenContext(r.hctx))()
+// call is entlock's verbs.Driver for one call of Transaction or RunOnce
+// with fn through the client x. Its binding builds ent's transaction
+// through the Driver under x (x.Tx answers the call's request with a
+// lockedTx, whose transaction begins once the lock is taken: Locked); in
+// claim mode fn's transaction is one of its own (Claimed, workTx). fn's
+// fencing token, slot and context are recorded against the tx it is
+// given while fn runs (FencingToken, Slot, Context).
+type call[T TxLike] struct {
+	x interface {
+		Tx(context.Context) (T, error)
 	}
-	return run(ctx, "Transaction", tx, fn)
+	fn func(tx T) error
+	r  request // x.Tx's request, answered by the Driver
+	tx T       // ent's transaction over r.tx
 }
+
+func (c *call[T]) Nil() string { return verbs.NilIf(isNil(c.x), "client") }
+
+func (c *call[T]) Bind(ctx context.Context, verb string, opts []config.Option) (verbs.Pool, error) {
+	c.r.verb = verb
+	tx, d, err := driverOf(ctx, c.x, &c.r)
+	if err != nil {
+		return verbs.Pool{}, err
+	}
+	c.tx = tx
+	return driverBinder{d}.Bind(ctx, verb, opts)
+}
+
+// Locked begins ent's transaction, built at the binding, on lt.
+func (c *call[T]) Locked(ctx context.Context, op *lockproto.Op, lt *lockproto.LockedTx) (T, lockproto.Ender, error) {
+	t := c.r.tx.(*lockedTx)
+	t.lt, t.ExecQuerier = lt, lt.Tx
+	return c.tx, record(ctx, c.tx, op), nil
+}
+
+// Claimed begins fn's own transaction of claim mode (workTx), through x.
+func (c *call[T]) Claimed(ctx context.Context, _ verbs.Pool, op *lockproto.Op) (T, lockproto.Ender, error) {
+	tx, err := begin(ctx, c.x, &request{verb: c.r.verb, op: op, work: true})
+	if err != nil {
+		return tx, nil, err
+	}
+	return tx, record(op.TokenContext(ctx), tx, op), nil
+}
+
+func (c *call[T]) Call(_ context.Context, tx T) error { return c.fn(tx) }
 
 // begin has client.Tx start the transaction that r asks the Driver under
 // client for (see request), and returns ent's transaction over it.
@@ -66,18 +87,15 @@ func begin[T TxLike](ctx context.Context, client interface {
 	var zero T
 	done := false
 	defer func() {
-		if !done && r.tx != nil { // client.Tx panicked after the lock was taken
+		if !done && r.tx != nil { // client.Tx panicked after the transaction began
 			_ = r.tx.Rollback()
 		}
 	}()
 	tx, err := client.Tx(r.with(ctx))
 	done = true
 	if err != nil {
-		if r.tx != nil { // the lock was taken, but ent did not take the transaction
+		if r.tx != nil { // the transaction began, but ent did not take it
 			_ = r.tx.Rollback()
-		}
-		if r.err != nil {
-			return zero, r.err
 		}
 		return zero, errs.Wrap(err, "entlock.%s: start transaction", r.verb)
 	}
@@ -86,12 +104,6 @@ func begin[T TxLike](ctx context.Context, client interface {
 		return zero, fmt.Errorf("%w: entlock.%s: %T: build the client with ent.Driver(entlock.Wrap(drv))", ErrNotWrapped, r.verb, client)
 	}
 	return tx, nil
-}
-
-// run calls fn and ends tx: commit when fn returns nil, rollback when it
-// fails or panics. verb names the caller in a commit error.
-func run[T TxLike](ctx context.Context, verb string, tx T, fn func(tx T) error) error {
-	return lockproto.RunTx(ctx, tx, "entlock."+verb, func() error { return fn(tx) })
 }
 
 func isNil(v any) bool {

@@ -37,7 +37,7 @@ func (b binder) Bind(_ context.Context, verb string, opts []config.Option) (verb
 	if err != nil {
 		return verbs.Pool{}, err
 	}
-	p := verbs.Pool{Pkg: pkg, Dialect: d, Cfg: cfg}
+	p := verbs.Pool{Pkg: pkg, Dialect: d, Cfg: cfg, NeedSQLTx: prepared(db)}
 	p.DB, err = primarySQL(db)
 	if inTx(db) {
 		q, err := sqlTx(db)

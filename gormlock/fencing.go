@@ -1,6 +1,7 @@
 package gormlock
 
 import (
+	"database/sql"
 	"fmt"
 
 	"gorm.io/gorm"
@@ -22,20 +23,9 @@ func FencingToken(tx *gorm.DB) (int64, bool) {
 	return ormlock.FencingToken(tx.Statement.Context)
 }
 
-// nestedToken issues the token of a lock taken in a savepoint of the
-// transaction db is in (PostgreSQL): committed on another connection of the
-// primary pool, as for a top-level PostgreSQL Transaction; fn's tx then
-// carries it (lockproto.Op.TokenContext).
-func (c *call) nestedToken() error {
-	if !c.op.Fencing() {
-		return nil
-	}
-	sqlDB, err := primarySQL(c.db) // the pool under db's transaction
-	if err != nil {
-		return err
-	}
-	return c.op.IssueToken(c.ctx, sqlDB)
-}
+// TokenDB is the primary's pool under db's transaction, where the token of
+// a nested call's lock is committed (verbs.Nester).
+func (d driver) TokenDB() (*sql.DB, error) { return primarySQL(d.db) }
 
 // CheckFenced is [ormlock.CheckFenced] for a GORM statement: it returns
 // r.Error when the statement failed, an error wrapping
@@ -51,9 +41,14 @@ func CheckFenced(r *gorm.DB) error {
 	if r == nil {
 		return fmt.Errorf("%w: gormlock.CheckFenced: nil *gorm.DB", ormlock.ErrInvalidArgument)
 	}
-	dialect := ""
+	return errs.CheckFencedOn(dialectName(r), r.Error, func() (int64, error) { return r.RowsAffected, nil })
+}
+
+// dialectName is the name of r's dialector ("postgres", "mysql"), "" when
+// it has none.
+func dialectName(r *gorm.DB) string {
 	if r.Config != nil && r.Dialector != nil {
-		dialect = r.Dialector.Name() // "postgres", "mysql"
+		return r.Dialector.Name()
 	}
-	return errs.CheckFencedOn(dialect, r.Error, func() (int64, error) { return r.RowsAffected, nil })
+	return ""
 }

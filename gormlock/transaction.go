@@ -22,44 +22,39 @@ import (
 // GORM's (db.WithContext). Protocol per dialect, cancellation, nesting and
 // dbresolver: docs/PROTOCOL.md.
 func Transaction[K ormlock.KeyType](db *gorm.DB, key K, fn func(tx *gorm.DB) error, opts ...ormlock.Option) error {
-	var c call // on the stack
-	if err := c.init(db, "Transaction", keys.Of[ormlock.Key](key), opts, fn == nil); err != nil {
+	return verbs.TransactionOf[*gorm.DB](ctxOf(db), driver{binder{db}, fn}, pkg, keys.Of[ormlock.Key](key), fn == nil, opts)
+}
+
+// driver is gormlock's verbs.Driver for one call of Transaction or
+// RunOnce with fn: in the lock's transaction fn gets a session of db over
+// it (or, nested in db's own transaction, a savepoint of that one:
+// Nested); in claim mode db bound to the lock session's context, outside
+// any transaction.
+type driver struct {
+	binder
+	fn func(tx *gorm.DB) error
+}
+
+// Locked hands fn a session of db over lt (see session).
+func (d driver) Locked(ctx context.Context, _ *lockproto.Op, lt *lockproto.LockedTx) (*gorm.DB, lockproto.Ender, error) {
+	return d.session(ctx, lt.Tx), lt, nil
+}
+
+// Claimed hands fn db bound to ctx, outside any transaction: nothing to
+// end.
+func (d driver) Claimed(ctx context.Context, _ verbs.Pool, _ *lockproto.Op) (*gorm.DB, lockproto.Ender, error) {
+	return d.db.WithContext(ctx), nil, nil
+}
+
+// Call calls fn on tx, so that fn's statements observe ctx's
+// cancellation. In a transaction, a context that ended while fn ran rolls
+// it back (fn's error, or else the context's, is returned), as GORM's own
+// context-bound transactions do, only not before fn returns.
+func (d driver) Call(ctx context.Context, tx *gorm.DB) error {
+	if err := d.fn(tx); err != nil || !inTx(tx) {
 		return err
 	}
-	return c.use(func() error { return c.transaction(fn) })
-}
-
-// call is one Transaction or RunOnce call on a *gorm.DB: what the verb
-// core found behind db, and the lock.
-type call struct {
-	db  *gorm.DB
-	ctx context.Context
-	p   verbs.Pool
-	op  *lockproto.Op
-}
-
-// init runs the verb core's checks of a call (verbs.Prepare) and fills in
-// c.
-func (c *call) init(db *gorm.DB, verb string, key keys.Key, opts []ormlock.Option, nilFn bool) error {
-	ctx := ctxOf(db)
-	p, op, err := verbs.Prepare(ctx, binder{db}, pkg, verb, key, opts, verbs.Args{NilFn: nilFn}, true)
-	if err != nil {
-		return err
-	}
-	*c = call{db: db, ctx: ctx, p: p, op: op}
-	return nil
-}
-
-// use runs body as the call's use of the lock (lockproto.Op.Use: the
-// hook's Start before it, End after it on every path out): under Start's
-// context, which fn's tx carries.
-func (c *call) use(body func() error) error {
-	return c.op.Use(c.ctx, func(ctx context.Context) error {
-		if ctx != c.ctx {
-			c.ctx, c.db = ctx, c.db.WithContext(ctx)
-		}
-		return body()
-	})
+	return ctx.Err()
 }
 
 // ctxOf returns db's context, or context.Background() (db may be nil).
@@ -120,29 +115,12 @@ func primarySQL(db *gorm.DB) (*sql.DB, error) {
 	return sqlDB, nil
 }
 
-func (c *call) transaction(fn func(tx *gorm.DB) error) error {
-	if inTx(c.db) {
-		if c.op.Dialect == lockproto.MySQL {
-			return fmt.Errorf("%w: %w: gormlock.%s on %q", ErrNestedTransaction, ormlock.ErrUnsupportedDialect, c.op.Verb, c.op.Key.String())
-		}
-		return c.pgNested(fn)
-	}
-	// GORM's PrepareStmt caches statements per *sql.Tx: it gets one (BEGIN,
-	// then the lock); otherwise with pgx BEGIN and the lock are one message
-	c.op.NeedSQLTx = c.prepared()
-	lt, err := c.op.BeginLocked(c.ctx, c.p.DB, c.op.Cfg.TxOptions)
-	if err != nil {
-		return err
-	}
-	return lockproto.RunTx(c.ctx, lt, "gormlock."+c.op.Verb, func() error { return c.run(fn, c.session(lt.Tx)) })
-}
-
-// session returns a session of c.db over the transaction tx, as GORM's own
-// Begin builds one: same statement settings, the caller's context, and the
+// session returns a session of d.db over the transaction tx, as GORM's
+// own Begin builds one: same statement settings, ctx, and the
 // prepared-statement wrapper when db uses PrepareStmt (the lock statements
 // themselves ran on tx directly, never prepared).
-func (c *call) session(tx lockproto.Tx) *gorm.DB {
-	s := c.db.Session(&gorm.Session{Context: c.op.TokenContext(c.ctx)})
+func (d driver) session(ctx context.Context, tx lockproto.Tx) *gorm.DB {
+	s := d.db.Session(&gorm.Session{Context: ctx})
 	var pool gorm.ConnPool = tx
 	if p, ok := s.Statement.ConnPool.(*gorm.PreparedStmtDB); ok {
 		if stx, ok := tx.(*sql.Tx); ok {
@@ -153,60 +131,30 @@ func (c *call) session(tx lockproto.Tx) *gorm.DB {
 	return s
 }
 
-// prepared reports whether c.db uses GORM's PrepareStmt.
-func (c *call) prepared() bool {
-	if c.db.Statement == nil {
+// prepared reports whether db uses GORM's PrepareStmt: its statements are
+// cached per *sql.Tx, which BeginLocked then gives (BEGIN, then the lock;
+// otherwise with pgx BEGIN and the lock are one message).
+func prepared(db *gorm.DB) bool {
+	if db.Statement == nil {
 		return false
 	}
-	_, ok := c.db.Statement.ConnPool.(*gorm.PreparedStmtDB)
+	_, ok := db.Statement.ConnPool.(*gorm.PreparedStmtDB)
 	return ok
 }
 
-// pgNested takes the lock inside a savepoint of the transaction db is
-// already in (a nested call), after the nested protocol's check
-// (lockproto.Op.CheckNested, which sqllock's and pgxlock's Lock make too):
-// above READ COMMITTED that transaction's snapshot predates the lock, so
-// fn could not see what the lock's earlier holders committed: refused
-// before the savepoint. The savepoint is the nested protocol's
-// (lockproto.Op.InSavepoint), as GORM's nested Transaction would make one,
-// except that it is rolled back to even when the context has ended; with
-// GORM's DisableNestedTransaction there is none.
-func (c *call) pgNested(fn func(tx *gorm.DB) error) error {
-	q, err := sqlTx(c.db)
-	if err != nil {
-		return err
+// Nest refuses a nested call on MySQL/MariaDB (ErrNestedTransaction);
+// on PostgreSQL the lock and fn go in a savepoint of db's transaction, as
+// GORM's nested Transaction would make one (except that it is rolled back
+// to even when the context has ended), and with GORM's
+// DisableNestedTransaction in the transaction itself.
+func (d driver) Nest(op *lockproto.Op) (bool, error) {
+	if op.Dialect == lockproto.MySQL {
+		return false, fmt.Errorf("%w: %w: gormlock.%s on %q", ErrNestedTransaction, ormlock.ErrUnsupportedDialect, op.Verb, op.Key.String())
 	}
-	if err := c.op.CheckNested(c.ctx, q, "gormlock."+c.op.Verb); err != nil {
-		return err
-	}
-	if sqlDB, err := primarySQL(c.db); err == nil {
-		if err := c.op.CheckFence(sqlDB); err != nil {
-			return err
-		}
-	}
-	defer c.op.EndXact(c.ctx)
-	body := func() error {
-		if err := c.op.AcquireXact(c.ctx, q); err != nil {
-			return err
-		}
-		if err := c.nestedToken(); err != nil {
-			return err
-		}
-		return c.run(fn, c.db.Session(&gorm.Session{Context: c.op.TokenContext(c.ctx)}))
-	}
-	if c.db.DisableNestedTransaction {
-		return body()
-	}
-	return c.op.InSavepoint(c.ctx, q, body)
+	return !d.db.DisableNestedTransaction, nil
 }
 
-// run calls fn with the caller's context on tx, so fn's statements observe
-// cancellation. A context that ended while fn ran rolls the transaction back
-// (fn's error, or else the context's, is returned), as GORM's own
-// context-bound transactions do, only not before fn returns.
-func (c *call) run(fn func(tx *gorm.DB) error, tx *gorm.DB) error {
-	if err := fn(tx); err != nil {
-		return err
-	}
-	return c.ctx.Err()
+// InCallerTx hands fn a session of db, in db's transaction, bound to ctx.
+func (d driver) InCallerTx(ctx context.Context) *gorm.DB {
+	return d.db.Session(&gorm.Session{Context: ctx})
 }

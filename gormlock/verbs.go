@@ -10,7 +10,6 @@ import (
 	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/ledger"
 	"github.com/ormlock/ormlock/internal/lockproto"
-	"github.com/ormlock/ormlock/internal/sched"
 	"github.com/ormlock/ormlock/internal/verbs"
 )
 
@@ -141,29 +140,5 @@ func AdvanceFences(db *gorm.DB, by int64, opts ...ormlock.Option) (int64, error)
 // Protocol, claim mode and nesting: docs/PROTOCOL.md (The verbs on each
 // server, RunOnce).
 func RunOnce(db *gorm.DB, job string, slot time.Time, fn func(tx *gorm.DB) error, opts ...ormlock.Option) error {
-	if db != nil { // fn's context carries the slot (ormlock.Slot)
-		db = db.WithContext(sched.WithSlot(ctxOf(db), keys.NormalizeSlot(slot)))
-	}
-	ctx := ctxOf(db)
-	p, err := verbs.Open(ctx, binder{db}, pkg, "RunOnce", opts, verbs.Args{NilFn: fn == nil, Err: ledger.CheckRunOnce(pkg+".RunOnce", false, job, slot)})
-	if err != nil {
-		return err
-	}
-	r, op, err := p.Run(ctx, job, slot)
-	if err != nil {
-		return err
-	}
-	c := call{db: db, ctx: ctx, p: p, op: op}
-	return c.use(func() error {
-		if p.Cfg.Claim {
-			return r.Claimed(c.ctx, p.DB, func(ctx context.Context) error { return fn(db.WithContext(ctx)) })
-		}
-		return c.transaction(func(tx *gorm.DB) error {
-			q, err := sqlTx(tx)
-			if err != nil {
-				return err
-			}
-			return r.InTx(c.ctx, q, func() error { return fn(tx) })
-		})
-	})
+	return verbs.RunOnceOf[*gorm.DB](ctxOf(db), driver{binder{db}, fn}, pkg, job, slot, fn == nil, opts)
 }

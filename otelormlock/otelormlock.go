@@ -51,10 +51,14 @@
 //   - ormlock.lock.attempts (counter): one per acquisition, by its final
 //     ormlock.outcome;
 //   - ormlock.lock.acquire.duration (histogram): the wait, acquired or not;
-//   - ormlock.lock.hold.duration (histogram): how long the lock was held;
+//   - ormlock.lock.hold.duration (histogram): how long the lock was held
+//     (not recorded for sqllock.Lock and pgxlock.Lock, whose lock the
+//     caller's COMMIT or ROLLBACK ends, out of sight);
 //   - ormlock.lock.held and ormlock.lock.waiting (up-down counters): the
 //     locks held and the callers waiting now, added and subtracted with the
-//     same attributes;
+//     same attributes (a Lock's counts until its call returns);
+//   - a span event ormlock.semaphore_mismatch when a Semaphore's caller saw
+//     a holder of a larger n (ormlock.EventSemaphoreMismatch);
 //   - ormlock.lock.lost and ormlock.lock.release_failures (counters).
 //
 // The lock statements' own durations are left to otelsql or otelpgx
@@ -322,6 +326,8 @@ func (h *hook) Event(ctx context.Context, e ormlock.Event) {
 			u.span.SetAttributes(term...)
 		}
 		u.span.AddEvent(name, trace.WithAttributes(a...))
+	case ormlock.EventSemaphoreMismatch:
+		u.span.AddEvent("ormlock.semaphore_mismatch")
 	case ormlock.EventNotAcquired:
 		if e.Term > 0 {
 			return // the campaign goes on
@@ -433,7 +439,11 @@ func (h *hook) End(ctx context.Context, e ormlock.Event) {
 	}
 	if u.held {
 		h.inst.held.Add(ctx, -1, u.metric)
-		h.inst.hold.Record(ctx, e.Held.Seconds(), u.metric)
+		// a lock that outlives its verb (sqllock.Lock, pgxlock.Lock: the
+		// caller's COMMIT ends it, unseen) has no hold to record
+		if e.Kind != ormlock.EventAcquired {
+			h.inst.hold.Record(ctx, e.Held.Seconds(), u.metric)
+		}
 	}
 	outcome := outcomeOf(e, u)
 	h.inst.attempts.Add(ctx, 1, u.metric, metric.WithAttributes(attribute.String("ormlock.outcome", outcome)))

@@ -99,11 +99,15 @@
 // idle outside any transaction is destroyed instead). Everything else (the
 // server check, the fencing counter, the ledger of RunOnce, Holder, the
 // split protocol at REPEATABLE READ and SERIALIZABLE, lock sets and
-// semaphores, shared lock connections) runs on a *sql.DB over the pool
-// made by pgx's own database/sql driver (stdlib.OpenDBFromPool) for the
-// length of the call, whose connections are the pool's too. Lock's
-// statements run on the caller's pgx.Tx itself, through a database/sql
-// view of it for the call, which begins and closes nothing. So a program
-// on pgxlock links database/sql and pgx's stdlib, and no other driver, and
-// pgxlock keeps no goroutine or connection of its own between calls.
+// semaphores) runs on a *sql.DB over the pool made by pgx's own
+// database/sql driver (stdlib.OpenDBFromPool) for the length of the call,
+// opened only if the call needs it, whose connections are the pool's too;
+// shared lock connections live under one such *sql.DB per pool, open
+// while Sessions or Leads use them. Lock's statements run on the caller's
+// pgx.Tx itself, through a database/sql view of it for the call, which
+// begins and closes nothing. So a program on pgxlock links database/sql
+// and pgx's stdlib, and no other driver. Between calls pgxlock keeps no
+// goroutine or connection of its own: only, per pool, a stand-in *sql.DB
+// (never opened) under which what the server check learned is cached for
+// the pool's life, dropped when the pool is garbage collected.
 package pgxlock

@@ -83,7 +83,8 @@ func (c txConn) Prepare(string) (driver.Stmt, error) { return nil, errTxView }
 func (c txConn) Begin() (driver.Tx, error)           { return nil, errTxView }
 func (c txConn) Close() error                        { return nil }
 
-// Conn is tx's pgx connection (lockproto's pgxConner).
+// Conn is tx's pgx connection, which internal/pgxdriver finds behind a
+// *sql.Conn (the wire of the lock statements, their cancellation).
 func (c txConn) Conn() *pgx.Conn { return c.tx.Conn() }
 
 // CheckNamedValue hands every argument to pgx as it is.

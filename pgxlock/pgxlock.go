@@ -24,7 +24,7 @@ import (
 // carries the fencing token; fn may also end tx itself with tx.Commit or
 // tx.Rollback, which release the lock at once.
 func Transaction[K ormlock.KeyType](ctx context.Context, pool *pgxpool.Pool, key K, fn func(ctx context.Context, tx pgx.Tx) error, opts ...ormlock.Option) error {
-	return verbs.Transaction(ctx, binder{pool}, pkg, keys.Of[ormlock.Key](key), locked(fn), fn == nil, opts)
+	return verbs.Transaction(ctx, binder{pool}, pkg, keys.Of[ormlock.Key](key), fn, locked, fn == nil, opts)
 }
 
 // Session is ormlock's Session on a dedicated connection of pool; fn works
@@ -47,7 +47,7 @@ func Lead[K ormlock.KeyType](ctx context.Context, pool *pgxpool.Pool, key K, fn 
 // schedhook.ClaimNoTx). A job name is valid UTF-8 without NUL bytes or a
 // trailing space, at most 191 characters.
 func RunOnce(ctx context.Context, pool *pgxpool.Pool, job string, slot time.Time, fn func(ctx context.Context, tx pgx.Tx) error, opts ...ormlock.Option) error {
-	return verbs.RunOnce(ctx, binder{pool}, pkg, job, slot, locked(fn), claimed(pool, fn), fn == nil, opts)
+	return verbs.RunOnce(ctx, binder{pool}, pkg, job, slot, fn, locked, claimed(pool, fn), fn == nil, opts)
 }
 
 // RunScheduled is [RunOnce] for the slot of schedule at the current time,
@@ -101,23 +101,21 @@ func AdvanceFences(ctx context.Context, pool *pgxpool.Pool, by int64, opts ...or
 
 // locked hands fn the pgx.Tx over a locked transaction; fn may end it
 // itself (errEnded then tells the verb that nothing is left to commit).
-func locked(fn func(ctx context.Context, tx pgx.Tx) error) verbs.Locked {
-	return func(ctx context.Context, lt *lockproto.LockedTx) error {
-		t, err := txOf(lt)
-		if err != nil {
-			return err
-		}
-		err = fn(ctx, t)
-		switch {
-		case err != nil:
-			return err
-		case t.root.ended && t.root.endErr != nil:
-			return t.root.endErr
-		case t.root.ended:
-			return errEnded
-		}
-		return nil
+func locked(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error, lt *lockproto.LockedTx) error {
+	t, err := txOf(lt)
+	if err != nil {
+		return err
 	}
+	err = fn(ctx, t)
+	switch {
+	case err != nil:
+		return err
+	case t.root.ended && t.root.endErr != nil:
+		return t.root.endErr
+	case t.root.ended:
+		return errEnded
+	}
+	return nil
 }
 
 // mend is the last step of every verb (verbs.Pool.Mend): fn's own end of

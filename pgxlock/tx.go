@@ -11,6 +11,7 @@ import (
 
 	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/lockproto"
+	"github.com/ormlock/ormlock/internal/pgxdriver"
 )
 
 // lockedTx is what one locked transaction gives fn: its pgx connection and
@@ -176,7 +177,7 @@ func splitTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (lockproto.Tx
 	if err != nil {
 		return nil, err
 	}
-	pc, err := lockproto.PgxConnOf(conn)
+	pc, err := pgxdriver.ConnOf(conn)
 	if err != nil {
 		_ = conn.Close()
 		return nil, err
@@ -216,7 +217,7 @@ func txOf(lt *lockproto.LockedTx) (*tx, error) {
 		pc = p.pgx
 	} else {
 		var err error
-		if pc, err = lt.PgxConn(); err != nil {
+		if pc, err = pgxdriver.TxConn(lt); err != nil {
 			return nil, errs.Wrap(err, "pgxlock: the transaction's pgx connection")
 		}
 	}

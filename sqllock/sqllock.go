@@ -20,7 +20,7 @@ import (
 // taken as the transaction's first statement, and a ctx that carries the
 // fencing token; fn must not commit or roll tx back itself.
 func Transaction[K ormlock.KeyType](ctx context.Context, db *sql.DB, key K, fn func(ctx context.Context, tx *sql.Tx) error, opts ...ormlock.Option) error {
-	return verbs.Transaction(ctx, binder{db}, pkg, keys.Of[ormlock.Key](key), locked(fn), fn == nil, opts)
+	return verbs.Transaction(ctx, binder{db}, pkg, keys.Of[ormlock.Key](key), fn, locked, fn == nil, opts)
 }
 
 // Lock takes the lock named by key in tx, a transaction the caller began
@@ -63,7 +63,7 @@ func Lead[K ormlock.KeyType](ctx context.Context, db *sql.DB, key K, fn func(ctx
 // schedhook.ClaimNoTx). A job name is valid UTF-8 without NUL bytes or a
 // trailing space, at most 191 characters.
 func RunOnce(ctx context.Context, db *sql.DB, job string, slot time.Time, fn func(ctx context.Context, tx *sql.Tx) error, opts ...ormlock.Option) error {
-	return verbs.RunOnce(ctx, binder{db}, pkg, job, slot, locked(fn), claimed(fn), fn == nil, opts)
+	return verbs.RunOnce(ctx, binder{db}, pkg, job, slot, fn, locked, claimed(fn), fn == nil, opts)
 }
 
 // RunScheduled is [RunOnce] for the slot of schedule at the current time,
@@ -146,14 +146,12 @@ func (b txBinder) Bind(_ context.Context, _ string, opts []config.Option) (verbs
 }
 
 // locked hands fn the *sql.Tx of a locked transaction.
-func locked(fn func(ctx context.Context, tx *sql.Tx) error) verbs.Locked {
-	return func(ctx context.Context, lt *lockproto.LockedTx) error {
-		tx, ok := lt.Tx.(*sql.Tx)
-		if !ok { // BeginLocked gives a *sql.Tx when NeedSQLTx is set
-			return fmt.Errorf("ormlock: sqllock: transaction of type %T, want *sql.Tx", lt.Tx)
-		}
-		return fn(ctx, tx)
+func locked(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error, lt *lockproto.LockedTx) error {
+	tx, ok := lt.Tx.(*sql.Tx)
+	if !ok { // BeginLocked gives a *sql.Tx when NeedSQLTx is set
+		return fmt.Errorf("ormlock: sqllock: transaction of type %T, want *sql.Tx", lt.Tx)
 	}
+	return fn(ctx, tx)
 }
 
 // claimed runs fn in a transaction of its own on the pool (RunOnce's claim

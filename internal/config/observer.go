@@ -21,9 +21,10 @@ const (
 	EventReleaseFailed
 	EventLockLost
 	EventAlreadyDone
+	EventSemaphoreMismatch
 )
 
-var eventNames = [...]string{"", "attempt", "acquired", "not_acquired", "released", "release_failed", "lock_lost", "already_done"}
+var eventNames = [...]string{"", "attempt", "acquired", "not_acquired", "released", "release_failed", "lock_lost", "already_done", "semaphore_mismatch"}
 
 // String returns the event's snake_case name, e.g. "not_acquired".
 func (k EventKind) String() string {

@@ -79,6 +79,17 @@ func TestHolderOwner(t *testing.T) {
 			check("Session of a set with the owners row", ormlock.All(ks[1], ks[2]), false, owner, ownerRow)
 			check("Session of a semaphore with the owners row", ormlock.Semaphore(ks[3], 3), false, owner, ownerRow)
 			check("Session on shared connections with the owners row", ormlock.Name(ks[4]), false, owner, ownerRow, ormlock.WithSharedLockConns(1))
+			// the release deleted the rows: a later holder on the same
+			// connection that writes none is not shown with this owner
+			var left int
+			if err := testdb.AdminDB(t, k).QueryRow("SELECT COUNT(*) FROM "+tbl+lockproto.OwnersTableSuffix).Scan(&left); err != nil {
+				t.Fatal(err)
+			}
+			if left != 0 {
+				t.Errorf("%d owner rows left after every holder released its lock, want 0", left)
+			}
+			check("Session after the owners row's holder", ormlock.Name(ks[0]), false, "", ormlock.WithSharedLockConns(1))
+			check("Session of a set after the owners row's holder", ormlock.All(ks[1], ks[2]), false, "")
 		}
 	})
 }

@@ -14,6 +14,8 @@ import (
 //     the server bounds it (lock_timeout, GET_LOCK's timeout); waitCtx
 //     cancels the statement at once on an explicit cancellation, and only
 //     deadlineGrace after a deadline;
+//   - a shape's several lock statements: one lock phase (lockPhase) that
+//     ctx and the wait end, after which none is sent;
 //   - the transaction: begun with txContext (ctx's values, not its
 //     cancellation), whose cancel bound arms around BEGIN and the lock;
 //     COMMIT and ROLLBACK are cut endGrace after ctx ended (withinGrace);
@@ -21,6 +23,63 @@ import (
 //     caller's cancellation), also cut endGrace after ctx ended
 //     (releaseWithin); txReleaseCtx spares a context that never ends the
 //     bound.
+
+// The lock phase of a shape (All, Semaphore: several lock statements) is
+// bounded as a whole, not statement by statement: it ends when the
+// caller's context ends or, with a wait, when the wait's budget is spent.
+// From then on no lock statement is sent and the locks taken are given
+// back; on MySQL/MariaDB the statement under way and those releases share
+// one grace, cut endGrace after the phase ended (lockPhase.graceCtx).
+
+// lockPhase is the span in which a shape may send lock statements.
+type lockPhase struct {
+	ctx context.Context
+	end time.Time // the wait's end; zero: try-once, only ctx ends the phase
+}
+
+// phase is o's lock phase for a wait of wait (0: try-once), from o.start.
+func (o *Op) phase(ctx context.Context, wait time.Duration) lockPhase {
+	ph := lockPhase{ctx: ctx}
+	if wait > 0 {
+		ph.end = o.start.Add(wait)
+	}
+	return ph
+}
+
+// over reports whether the phase has ended: no lock statement may start.
+func (ph lockPhase) over() bool {
+	return ph.ctx.Err() != nil || (!ph.end.IsZero() && !time.Now().Before(ph.end))
+}
+
+// graceCtx is the context of the phase's statements on a connection that
+// must not be cut mid-statement lightly (a GET_LOCK under way, the
+// releases of the locks taken): the phase's values without its end, cut
+// endGrace after the phase ended (GraceCtx of the phase). done releases
+// it.
+func (ph lockPhase) graceCtx() (context.Context, func()) {
+	ctx, cancel := ph.ctx, context.CancelFunc(func() {})
+	if !ph.end.IsZero() {
+		ctx, cancel = context.WithDeadline(ctx, ph.end)
+	}
+	gctx, done := GraceCtx(ctx)
+	return gctx, func() {
+		done()
+		cancel()
+	}
+}
+
+// cutWith returns ctx, also cancelled when bound ends; stop releases it.
+func cutWith(ctx, bound context.Context) (context.Context, func()) {
+	if bound.Done() == nil {
+		return ctx, func() {}
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(bound, cancel)
+	return cctx, func() {
+		stop()
+		cancel()
+	}
+}
 
 // budget returns how long to wait for the lock: the configured wait, cut
 // short by the context's deadline (bounded reports whether it was). A context

@@ -15,53 +15,69 @@
 //
 // A warm gormlock.Transaction on PostgreSQL (pgx driver, READ COMMITTED,
 // no fencing, no hook, the server check cached) runs the functions of
-// these 17 files, in this order, from the call to its COMMIT (measured by
+// these 19 files, in this order, from the call to its COMMIT (measured by
 // scripts/files-crossed: the non-test files with a statement whose
-// coverage count a second call raises over a first; 21 by the same
-// measure before the verb core, at a0a7364, and 22 before the one-message
-// path, the lock shapes' predicates, the refusal of a cached server and
-// Held's context value each moved into a file the path crosses anyway).
+// coverage count a second call raises over a first; 17 before pgx's side
+// moved out of this package into internal/pgxdriver, which the path now
+// crosses with this package's pgdriver.go; 21 before the verb core, at
+// a0a7364, and 22 before the one-message path, the lock shapes'
+// predicates, the refusal of a cached server and Held's context value
+// each moved into a file the path crosses anyway).
 // entlock's, sqllock's and pgxlock's Transaction differ only in steps 1
-// and 2 (their bindings), and then in how fn gets its transaction.
+// and 2 (their bindings), and then in how fn gets its transaction (their
+// verbs.Driver's Locked and Call, steps 5 and 7).
 //
-//  1. gormlock/transaction.go: Transaction, call.init; ctxOf (GORM's
-//     context).
-//  2. internal/verbs/verbs.go: Prepare, Open and CheckHandle (the checks, in
-//     the precedence that verbs' package doc states), then
+//  1. gormlock/transaction.go: Transaction, which forwards to
+//     internal/verbs/verbs.go's TransactionOf with gormlock's Driver (fn
+//     and the binder); ctxOf (GORM's context).
+//  2. verbs.go: Prepare, Open and CheckHandle (the checks, in the
+//     precedence that verbs' package doc states), then
 //     gormlock/binding.go: binder.Nil, binder.Bind with dialectOf and
 //     configFor (the plugin's defaults, internal/config/config.go: New,
-//     With, Err), and transaction.go's inTx, primary, primarySQL.
-//  3. verbs.go: Pool.Op; op.go: NewOp, which validates the key and
+//     With, Err), and transaction.go's inTx, primary, primarySQL,
+//     prepared.
+//  3. verbs.go: Pool.Op; op.go: NewOpHeld, which validates the key and
 //     resolves its target (target.go: shapeCombines, newTarget;
 //     internal/keys/keys.go: Of, Name, Validate, ValidateName, IsShape,
 //     Postgres; keyhash/keyhash.go: Int64NS); lockproto.go: DialectOf.
 //  4. detect.go: Op.EndedLock (deadline.go: ctxErr), Op.CheckServerOn, a
 //     map look-up once the pool passed (serverFacts.refuse).
-//  5. transaction.go: call.use; op.go: Op.Use, StartHook (event.go:
+//  5. verbs.go: TransactionOf; op.go: Op.Use, StartHook (event.go:
 //     Op.begin, which leaves the Op in ctx for ormlock.Held, config.go:
 //     WithLock; then nothing more without WithHook), Ending, whose
 //     deferred call ends the use (EndHook) on every path out, a panic
-//     included; transaction.go: call.transaction, call.prepared.
+//     included; verbs.go: inLockTx.
 //  6. lockedtx.go: Op.BeginLocked, SnapshotIsolation; xact.go:
-//     beginInline, pin, beginOneMessage; onemsg.go: Op.pinLock (sqlPin,
-//     the pinned connection's kind), oneMessageOn, isPgx, withPgConn,
+//     beginInline, pin, beginOneMessage; pgdriver.go: Op.poolNative,
+//     Op.pinLock (sqlPin, the pinned connection's kind), oneMessageOn,
+//     isPgx, withWire (the registered driver's wire of the connection:
+//     internal/pgxdriver/pgxdriver.go, driver.Wire); onemsg.go:
 //     Op.lockOneMessage, lockSend, lockExchange.send: BEGIN and the lock in
-//     one message (pgmessage.go: pgBegin, snapshotLevel,
+//     one message, on pgx's pgconn (pgxdriver.go: wire.Exec, reply;
+//     pgmessage.go: pgBegin, snapshotLevel,
 //     pgTryMessage, readLockReply, parseLockRow; on a direct connection the
 //     prepared statement, prepared.go: pgConnStateOf, Op.lockPrepared);
 //     op.go: attempt (deadline.go: budget, stmtCtx, txContext), settle,
 //     Emit (event.go: hookEvent and Op.event, built for an observer or an
 //     ormlock.EventHook only).
-//  7. lockedtx.go: RunTx runs fn through transaction.go's call.session
-//     (the GORM session over the transaction, op.go: TokenContext) and
-//     call.run.
+//  7. verbs.go: inLockTx has the Driver make fn's handle (op.go:
+//     TokenContext; transaction.go: driver.Locked, driver.session, the
+//     GORM session over the transaction), then lockedtx.go: RunTx runs fn
+//     through verbs.go's call and transaction.go's driver.Call.
 //  8. lockedtx.go: LockedTx.Commit (deadline.go: withinGrace), which
 //     commits the OneMessageTx (onemsg.go: Commit, markDone, end) and
 //     ends the lock with it (LockedTx.end, op.go: EndXact, Emit).
 //
 // pgxlock's Transaction takes its lock connection from the pgx pool
-// itself in step 6 (onemsg.go: Op.pgxNative, Op.pinLock, pgxPin), with no
-// *sql.Conn between pgx and the protocol; Session and Lead do the same.
+// itself in step 6 (pgdriver.go: Op.poolNative, Op.pinLock, poolPin over
+// Op.LockConns; internal/pgxdriver/pool.go: pool.PinLock, lockConn), with
+// no *sql.Conn between pgx and the protocol; Session and Lead do the same.
+//
+// This package imports no database driver. What is pgx's own (the wire of
+// a connection, the pool-native lock connection, the multiplexer probe,
+// pgx's errors) is internal/pgxdriver's, behind the interfaces of
+// pgdriver.go (PgWire, PgReply, LockConn, LockConnPool, PgDriver); it
+// registers itself when linked (internal/verbs links it).
 //
 // The other protocols of step 6: split.go, PostgreSQL at REPEATABLE READ
 // and SERIALIZABLE (the lock in a lock-only transaction, lockonlytx.go,

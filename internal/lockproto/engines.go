@@ -3,16 +3,10 @@ package lockproto
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
-	"net"
 	"regexp"
 	"strconv"
 	"strings"
-	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ormlock/ormlock/internal/errs"
 )
@@ -48,8 +42,9 @@ import (
 //     announce one backend pid at start-up (BackendKeyData) are one server
 //     session. The check's connection (through pgx's database/sql driver)
 //     is compared with a second one opened with its settings, to the
-//     server it reached, outside the pool and closed at once (probePID:
-//     nothing else is dialed), on the pool's first check (not on a call
+//     server it reached, outside the pool and closed at once
+//     (PgDriver.ProbePIDs; pgx's, internal/pgxdriver's probePID: nothing
+//     else is dialed), on the pool's first check (not on a call
 //     nested in a transaction, which asks through that transaction). A
 //     direct server announces each backend's own pid, PgBouncer a key of
 //     its own per client, so neither matches; a probe that cannot connect
@@ -104,19 +99,11 @@ func ServerProduct(d Dialect, version string) string {
 	return "mysql"
 }
 
-// keepsAlive reports whether o's verb runs the MySQL keepalive, which
-// checks that IS_USED_LOCK names the lock connection: Session, Lead, a
-// claim-mode RunOnce or RunScheduled, and shared lock connections.
-func (o *Op) keepsAlive() bool {
-	v := o.Verb[strings.LastIndexByte(o.Verb, '.')+1:]
-	switch v {
-	case "Session", "Lead":
-		return true
-	case "RunOnce", "RunScheduled":
-		return o.Cfg.Claim
-	}
-	return o.Cfg.SharedConns > 0
-}
+// keepsAlive reports whether o's lock runs the MySQL keepalive, which
+// checks that IS_USED_LOCK names the lock connection: a lock held for a
+// session (Holding.Session: Session, Lead, RunOnce's claim mode), and
+// shared lock connections.
+func (o *Op) keepsAlive() bool { return o.hold.Session || o.Cfg.SharedConns > 0 }
 
 // PostgresEngineVerdict judges the PostgreSQL-protocol engines of the
 // comment above by version() and, on YugabyteDB, the value of
@@ -167,79 +154,17 @@ func MySQLKeepaliveVerdict(version string) error {
 	return nil
 }
 
-// multiplexerProbeTimeout bounds the probe's second connection.
-const multiplexerProbeTimeout = 5 * time.Second
-
-// multiplexerVerdict compares the backend pid conn (a pgx connection)
-// announced with the one a second connection, opened with conn's settings
-// to conn's server, announces: one pid means one server session behind
-// both, refused with an error wrapping errs.ErrUnsupportedDialect. nil when
-// they differ, and when the probe cannot run (another driver, the second
-// connection refused or slower than multiplexerProbeTimeout).
+// multiplexerVerdict compares the backend pid conn (a connection of the
+// registered driver) announced with the one a second connection, opened
+// with conn's settings to conn's server, announces (PgDriver.ProbePIDs):
+// one pid means one server session behind both, refused with an error
+// wrapping errs.ErrUnsupportedDialect. nil when they differ, and when the
+// probe cannot run (another driver, the second connection refused or
+// slower than the driver's bound).
 func multiplexerVerdict(ctx context.Context, conn *sql.Conn) error {
-	var (
-		pid    uint32
-		cfg    *pgx.ConnConfig
-		server net.Addr
-	)
-	err := conn.Raw(func(dc any) error {
-		c, ok := dc.(pgxConner)
-		if !ok {
-			return errNoOneMessage
-		}
-		pc := c.Conn().PgConn()
-		pid, cfg, server = pc.PID(), c.Conn().Config(), pc.Conn().RemoteAddr()
-		return nil
-	})
-	if err != nil || pid == 0 || cfg == nil {
-		return nil
-	}
-	other, err := probePID(ctx, &cfg.Config, server)
-	if err != nil || other != pid {
+	pid, other, err := pgDriver.ProbePIDs(ctx, conn)
+	if err != nil || pid == 0 || other != pid {
 		return nil
 	}
 	return fmt.Errorf("%w: two connections announced one backend (pid %d): a multiplexer (such as pglite-socket) serves one server session to several clients, which share its transactions and its locks", errs.ErrUnsupportedDialect, pid)
-}
-
-// probeDial marks the dials of one probe's start-up (probePID).
-type probeDial struct{}
-
-// errProbeDial refuses a dial made outside a probe's start-up.
-var errProbeDial = errors.New("multiplexer probe: no connection after the probe's own")
-
-// probePID opens one connection with cfg's settings to server (a TCP
-// address; another kind: where cfg says), reads the backend pid it
-// announces and closes it. It dials nothing else, then or later: pgx
-// answers a start-up cut short (a server at its connection limit closes
-// the socket) with a CancelRequest on a new connection from a goroutine
-// of its own, which would outlive the check and, on a server that takes
-// one client at a time, hold its only slot against the pool's next
-// connection (pglite-socket does not answer a CancelRequest without a
-// secret key, and keeps it until pgx gives up 15 s later). Only dials
-// under the probe's own context go out.
-func probePID(ctx context.Context, cfg *pgconn.Config, server net.Addr) (uint32, error) {
-	c := cfg.Copy()
-	dial := c.DialFunc
-	if dial == nil {
-		dial = (&net.Dialer{}).DialContext
-	}
-	c.DialFunc = func(dctx context.Context, network, addr string) (net.Conn, error) {
-		if dctx.Value(probeDial{}) == nil {
-			return nil, errProbeDial
-		}
-		if tcp, ok := server.(*net.TCPAddr); ok {
-			// conn's own server, whichever of a multi-host list it is
-			network, addr = tcp.Network(), tcp.String()
-		}
-		return dial(dctx, network, addr)
-	}
-	pctx, cancel := context.WithTimeout(context.WithValue(ctx, probeDial{}, true), multiplexerProbeTimeout)
-	defer cancel()
-	second, err := pgconn.ConnectConfig(pctx, c)
-	if err != nil {
-		return 0, err
-	}
-	other := second.PID()
-	_ = second.Close(pctx)
-	return other, nil
 }

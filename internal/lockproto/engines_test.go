@@ -109,34 +109,35 @@ func TestFakeEngines(t *testing.T) {
 		d       lockproto.Dialect
 		answers map[string][][]driver.Value
 		verb    string
+		hold    lockproto.Holding
 		opts    []ormlock.Option
 		refused string // "" when allowed
 	}{
-		{"CockroachDB 26.3 Transaction", lockproto.Postgres, pgAnswers(crdb263, nil), "Transaction", nil, ""},
-		{"CockroachDB 26.3 Session", lockproto.Postgres, pgAnswers(crdb263, nil), "Session", nil, ""},
-		{"CockroachDB 26.3 Session, shared connections", lockproto.Postgres, pgAnswers(crdb263, nil), "Session", []ormlock.Option{shared}, "session-level advisory lock functions are no-op stubs"},
-		{"CockroachDB 26.3 Lead, shared connections", lockproto.Postgres, pgAnswers(crdb263, nil), "Lead", []ormlock.Option{shared}, "no-op stubs"},
-		{"CockroachDB 25.2 Transaction", lockproto.Postgres, pgAnswers(crdb252, nil), "Transaction", nil, "CockroachDB v25.2"},
-		{"YugabyteDB 2.20", lockproto.Postgres, pgAnswers(yb220, "off"), "Transaction", nil, "YugabyteDB 2.20 has no advisory locks"},
-		{"YugabyteDB 2.20 silenced", lockproto.Postgres, pgAnswers(yb220, "on"), "Transaction", nil, lockproto.YBSilenceSetting},
-		{"YugabyteDB 2.25", lockproto.Postgres, pgAnswers(yb225, "off"), "Transaction", nil, ""},
-		{"YugabyteDB 2.25 silenced", lockproto.Postgres, pgAnswers(yb225, "on"), "Session", nil, lockproto.YBSilenceSetting},
-		{"YugabyteDB 2025.1", lockproto.Postgres, pgAnswers(yb2025, "off"), "Session", nil, ""},
-		{"YugabyteDB 2025.1 silenced", lockproto.Postgres, pgAnswers(yb2025, "on"), "Transaction", nil, lockproto.YBSilenceSetting},
-		{"TiDB Transaction", lockproto.MySQL, mysqlAnswers(tidb), "Transaction", nil, ""},
-		{"TiDB RunOnce", lockproto.MySQL, mysqlAnswers(tidb), "RunOnce", nil, ""},
-		{"TiDB Session", lockproto.MySQL, mysqlAnswers(tidb), "Session", nil, "IS_USED_LOCK"},
-		{"TiDB Lead", lockproto.MySQL, mysqlAnswers(tidb), "gormlock.Lead", nil, "IS_USED_LOCK"},
-		{"TiDB RunOnce claim", lockproto.MySQL, mysqlAnswers(tidb), "gormlock.RunOnce", []ormlock.Option{claim}, "IS_USED_LOCK"},
-		{"MariaDB Session", lockproto.MySQL, mysqlAnswers("10.11.19-MariaDB-0+deb12u1"), "Session", nil, ""},
-		{"PGlite Transaction", lockproto.Postgres, pgAnswers(pglite, nil), "Transaction", nil, "PGlite"},
-		{"PGlite Session", lockproto.Postgres, pgAnswers(pglite, nil), "Session", nil, "PGlite"},
+		{"CockroachDB 26.3 Transaction", lockproto.Postgres, pgAnswers(crdb263, nil), "Transaction", lockproto.HeldForTx, nil, ""},
+		{"CockroachDB 26.3 Session", lockproto.Postgres, pgAnswers(crdb263, nil), "Session", lockproto.HeldForSession, nil, ""},
+		{"CockroachDB 26.3 Session, shared connections", lockproto.Postgres, pgAnswers(crdb263, nil), "Session", lockproto.HeldForSession, []ormlock.Option{shared}, "session-level advisory lock functions are no-op stubs"},
+		{"CockroachDB 26.3 Lead, shared connections", lockproto.Postgres, pgAnswers(crdb263, nil), "Lead", lockproto.HeldForLead, []ormlock.Option{shared}, "no-op stubs"},
+		{"CockroachDB 25.2 Transaction", lockproto.Postgres, pgAnswers(crdb252, nil), "Transaction", lockproto.HeldForTx, nil, "CockroachDB v25.2"},
+		{"YugabyteDB 2.20", lockproto.Postgres, pgAnswers(yb220, "off"), "Transaction", lockproto.HeldForTx, nil, "YugabyteDB 2.20 has no advisory locks"},
+		{"YugabyteDB 2.20 silenced", lockproto.Postgres, pgAnswers(yb220, "on"), "Transaction", lockproto.HeldForTx, nil, lockproto.YBSilenceSetting},
+		{"YugabyteDB 2.25", lockproto.Postgres, pgAnswers(yb225, "off"), "Transaction", lockproto.HeldForTx, nil, ""},
+		{"YugabyteDB 2.25 silenced", lockproto.Postgres, pgAnswers(yb225, "on"), "Session", lockproto.HeldForSession, nil, lockproto.YBSilenceSetting},
+		{"YugabyteDB 2025.1", lockproto.Postgres, pgAnswers(yb2025, "off"), "Session", lockproto.HeldForSession, nil, ""},
+		{"YugabyteDB 2025.1 silenced", lockproto.Postgres, pgAnswers(yb2025, "on"), "Transaction", lockproto.HeldForTx, nil, lockproto.YBSilenceSetting},
+		{"TiDB Transaction", lockproto.MySQL, mysqlAnswers(tidb), "Transaction", lockproto.HeldForTx, nil, ""},
+		{"TiDB RunOnce", lockproto.MySQL, mysqlAnswers(tidb), "RunOnce", lockproto.HeldForTx, nil, ""},
+		{"TiDB Session", lockproto.MySQL, mysqlAnswers(tidb), "Session", lockproto.HeldForSession, nil, "IS_USED_LOCK"},
+		{"TiDB Lead", lockproto.MySQL, mysqlAnswers(tidb), "gormlock.Lead", lockproto.HeldForLead, nil, "IS_USED_LOCK"},
+		{"TiDB RunOnce claim", lockproto.MySQL, mysqlAnswers(tidb), "gormlock.RunOnce", lockproto.HeldForSession, []ormlock.Option{claim}, "IS_USED_LOCK"},
+		{"MariaDB Session", lockproto.MySQL, mysqlAnswers("10.11.19-MariaDB-0+deb12u1"), "Session", lockproto.HeldForSession, nil, ""},
+		{"PGlite Transaction", lockproto.Postgres, pgAnswers(pglite, nil), "Transaction", lockproto.HeldForTx, nil, "PGlite"},
+		{"PGlite Session", lockproto.Postgres, pgAnswers(pglite, nil), "Session", lockproto.HeldForSession, nil, "PGlite"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := &recorded{answers: c.answers}
 			db := sql.OpenDB(r)
 			defer db.Close()
-			op, err := lockproto.NewOp(c.d, c.verb, keys.Name("fake-engine"), config.New(c.opts...))
+			op, err := lockproto.NewOpHeld(c.d, c.verb, keys.Name("fake-engine"), config.New(c.opts...), c.hold)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -168,7 +169,7 @@ func TestCheckServerForgetsAfterLoss(t *testing.T) {
 		db := sql.OpenDB(r)
 		defer db.Close()
 		newOp := func() *lockproto.Op {
-			op, err := lockproto.NewOp(lockproto.Postgres, "Session", keys.Name("forget"), config.Config{})
+			op, err := lockproto.NewOpHeld(lockproto.Postgres, "Session", keys.Name("forget"), config.Config{}, lockproto.HeldForSession)
 			if err != nil {
 				t.Fatal(err)
 			}

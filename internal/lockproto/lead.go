@@ -109,11 +109,11 @@ func (o *Op) Campaign(ctx context.Context, session func(ctx context.Context, ter
 func (o *Op) term() (*Op, error) {
 	cfg := o.Cfg
 	cfg.Wait = leadWait
-	t, err := NewOp(o.Dialect, o.Verb, o.Key, cfg)
+	t, err := NewOpHeld(o.Dialect, o.Verb, o.Key, cfg, o.hold)
 	if err != nil {
 		return nil, err
 	}
-	t.Job, t.fenceID, t.Pgx, t.LazyDB = o.Job, o.fenceID, o.Pgx, o.LazyDB
+	t.Job, t.fenceID, t.LockConns, t.LazyDB = o.Job, o.fenceID, o.LockConns, o.LazyDB
 	o.newTerm(t) // event.go
 	return t, nil
 }

@@ -105,7 +105,7 @@ func (o *Op) BeginLocked(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (
 		if SnapshotIsolation(opts) {
 			return o.beginSplit(ctx, o.sqlDB(db), opts)
 		}
-		return o.beginInline(ctx, db, opts) // db may be nil with o.Pgx
+		return o.beginInline(ctx, db, opts) // db may be nil with o.LockConns
 	case MySQL:
 		return o.beginMySQL(ctx, o.sqlDB(db), opts)
 	}

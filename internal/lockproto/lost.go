@@ -6,9 +6,6 @@ import (
 	"errors"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/ormlock/ormlock/internal/errs"
 )
 
@@ -22,7 +19,7 @@ import (
 // idle_in_transaction_session_timeout's 25P03 or pgpool-II's XX000 for a
 // backend it lost; MariaDB/MySQL 1927 connection killed, 1053 shutdown).
 func connGone(err error) bool {
-	if err == nil || errors.Is(err, pgx.ErrTxCommitRollback) || errors.Is(err, sql.ErrTxDone) {
+	if err == nil || errors.Is(err, pgDriver.ErrCommitRollback()) || errors.Is(err, sql.ErrTxDone) {
 		return false
 	}
 	if sessionEnded(err) {
@@ -39,25 +36,23 @@ func connGone(err error) bool {
 
 // sessionEnded reports whether err is a PostgreSQL error whose severity,
 // FATAL or PANIC, means the server ended the session after sending it
-// (pgx's PgError; lib/pq's Error through its Fatal method).
+// (the registered driver's, PgDriver.SessionEnded: pgx's PgError; lib/pq's
+// Error through its Fatal method).
 func sessionEnded(err error) bool {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		sev := pe.SeverityUnlocalized
-		if sev == "" {
-			sev = pe.Severity
-		}
-		return sev == "FATAL" || sev == "PANIC"
+	if pgDriver.SessionEnded(err) {
+		return true
 	}
 	var pq interface{ Fatal() bool }
 	return errors.As(err, &pq) && pq.Fatal()
 }
 
-// unsent reports whether err says that the statement was never sent (pgx's
-// SafeToRetry; database/sql's driver.ErrBadConn, which drivers return only
-// before anything was written), so that the server cannot have run it.
+// unsent reports whether err says that the statement was never sent (an
+// error whose SafeToRetry method says so, as pgx's do; database/sql's
+// driver.ErrBadConn, which drivers return only before anything was
+// written), so that the server cannot have run it.
 func unsent(err error) bool {
-	return pgconn.SafeToRetry(err) || errors.Is(err, driver.ErrBadConn)
+	var r interface{ SafeToRetry() bool }
+	return errors.As(err, &r) && r.SafeToRetry() || errors.Is(err, driver.ErrBadConn)
 }
 
 // lockLost builds the error of a lock whose connection was found gone by

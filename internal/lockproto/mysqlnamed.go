@@ -40,15 +40,28 @@ type mysqlLockConnVars struct {
 // when it is 0: see fence.go) and @@completion_type (a Transaction sets it
 // to 0 for its transaction when it is not: see beginMySQL) into it.
 func mysqlGetLock(ctx context.Context, q Querier, name string, wait time.Duration, sess *mysqlLockConnVars) (bool, error) {
+	return mysqlGetLockProbe(ctx, q, name, wait, sess, nil)
+}
+
+// mysqlGetLockProbe is mysqlGetLock; with probe, the same statement also
+// asks whether probe's lock is held (IS_USED_LOCK: no round trip more).
+func mysqlGetLockProbe(ctx context.Context, q Querier, name string, wait time.Duration, sess *mysqlLockConnVars, probe *slotProbe) (bool, error) {
 	var res sql.NullInt64
 	var err error
 	dest, col := []any{&res}, ""
 	if sess != nil {
 		dest, col = append(dest, &sess.autocommit, &sess.completionType), ", @@autocommit, @@completion_type"
 	}
-	if wait <= 0 {
+	switch {
+	case probe != nil:
+		query, args := "SELECT GET_LOCK(?, 0)"+col, []any{name}
+		if wait > 0 {
+			query, args = "SELECT GET_LOCK(?, ?)"+col, append(args, wait.Seconds())
+		}
+		err = q.QueryRowContext(ctx, query+", IS_USED_LOCK(?) IS NOT NULL", append(args, probe.it.mysql)...).Scan(append(dest, &probe.seen)...)
+	case wait <= 0:
 		err = q.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0)"+col, name).Scan(dest...)
-	} else {
+	default:
 		err = q.QueryRowContext(ctx, "SELECT GET_LOCK(?, ?)"+col, name, wait.Seconds()).Scan(dest...)
 	}
 	if err != nil {

@@ -8,12 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ormlock/ormlock/internal/errs"
 )
@@ -32,7 +27,9 @@ import (
 // *sql.Conn itself (OneMessageTx, below): the caller's statements run
 // on that connection, and COMMIT and ROLLBACK are sent by OneMessageTx,
 // which checks the server's transaction status afterwards and destroys the
-// connection unless it is idle, outside any transaction. Other drivers (lib/pq, anything not pgx),
+// connection unless it is idle, outside any transaction. The pgx side of
+// it (the message on pgconn) is internal/pgxdriver's, behind PgWire
+// (pgdriver.go). Other drivers (lib/pq, anything not pgx),
 // GORM's PrepareStmt (its statement cache needs a *sql.Tx) and isolation
 // levels database/sql's pgx driver would refuse take the two-message path
 // (BEGIN through database/sql, then the lock).
@@ -40,27 +37,6 @@ import (
 // errNoOneMessage reports that the one-message path does not apply (not a
 // pgx connection); nothing was sent.
 var errNoOneMessage = errors.New("ormlock: not a pgx connection")
-
-// pgxConner is what pgx's database/sql driver connection (*stdlib.Conn)
-// exposes.
-type pgxConner interface{ Conn() *pgx.Conn }
-
-// withPgConn runs f on conn's pgx connection, or returns errNoOneMessage.
-func withPgConn(conn *sql.Conn, f func(pc *pgconn.PgConn) error) error {
-	return conn.Raw(func(dc any) error {
-		c, ok := dc.(pgxConner)
-		if !ok {
-			return errNoOneMessage
-		}
-		return f(c.Conn().PgConn())
-	})
-}
-
-// isPgx reports whether conn is a pgx connection, on which the lock can
-// travel with BEGIN (lockOneMessage).
-func isPgx(conn *sql.Conn) bool {
-	return withPgConn(conn, func(*pgconn.PgConn) error { return nil }) == nil
-}
 
 // lockTxFor says what the transaction that a lock message begins is for.
 type lockTxFor uint8
@@ -95,14 +71,14 @@ func (o *Op) lockOneMessage(ctx context.Context, db *sql.DB, conn pinned, begin 
 	wantIso := !strings.Contains(begin, "ISOLATION")
 	var x lockExchange
 	done := noop
-	pc, err := conn.pgConn()
+	w, err := conn.wire()
 	if err == nil {
-		x.pc = pc
+		x.pc = w
 		// a cancellation asks the server to end the statement, which
 		// leaves nothing waiting there (see stmtCtx)
 		var sc serverCancel
 		if ctx.Done() != nil {
-			sc = pc.CancelRequest
+			sc = w.CancelRequest
 		}
 		x.ctx, done = stmtCtx(ctx, wait > 0, sc)
 		err = o.lockSend(&x, begin, use, wait, long, wantIso)
@@ -181,18 +157,18 @@ func pgCancelOf(conn *sql.Conn) serverCancel { return pinCancel(sqlPin{conn}) }
 
 // pinCancel is pgCancelOf for a pinned connection of either kind.
 func pinCancel(conn pinned) serverCancel {
-	pc, err := conn.pgConn()
+	w, err := conn.wire()
 	if err != nil {
 		return nil
 	}
-	return pc.CancelRequest
+	return w.CancelRequest
 }
 
-// lockExchange sends lock messages on one pgx connection, keeping the reply
-// to the last one and the transaction status after it.
+// lockExchange sends lock messages on one connection's wire, keeping the
+// reply to the last one and the transaction status after it.
 type lockExchange struct {
 	ctx    context.Context
-	pc     *pgconn.PgConn
+	pc     PgWire
 	rep    lockReply
 	status byte
 }
@@ -208,124 +184,11 @@ func (x *lockExchange) send(msg string, l lockLayout) error {
 	return err
 }
 
-// The connection a PostgreSQL lock is taken on: pinned from a *sql.DB
-// (database/sql, any driver), or, for pgxlock, acquired from the
-// *pgxpool.Pool itself and driven by pgx with no database/sql layer
-// (Op.Pgx). The one-message paths (this file, lockonlytx.go,
-// Session) take either; everything else keeps its *sql.Conn.
-
-// pinned is a connection pinned for one lock use.
-type pinned interface {
-	// pgConn is the connection's pgconn, or errNoOneMessage (not a pgx
-	// connection; nothing was sent); valid while the connection is pinned.
-	pgConn() (*pgconn.PgConn, error)
-	// sqlConn is the *sql.Conn, nil for a pgx pool's connection.
-	sqlConn() *sql.Conn
-	// giveBack returns the connection to its pool; a connection the
-	// server does not report idle outside any transaction is destroyed
-	// by the caller instead (destroy).
-	giveBack()
-	// destroy closes the connection, which never goes back to its pool:
-	// the server frees what it held when it sees the socket close.
-	destroy()
-}
-
-// sqlPin is a connection pinned from a *sql.DB.
-type sqlPin struct{ c *sql.Conn }
-
-func (p sqlPin) pgConn() (*pgconn.PgConn, error) {
-	var pc *pgconn.PgConn
-	err := withPgConn(p.c, func(c *pgconn.PgConn) error { pc = c; return nil })
-	return pc, err
-}
-func (p sqlPin) sqlConn() *sql.Conn { return p.c }
-func (p sqlPin) giveBack()          { _ = p.c.Close() }
-func (p sqlPin) destroy()           { Destroy(p.c) }
-
-// pgxPin is a connection acquired from a pgx pool. Like a *sql.Conn's
-// Close, its giveBack and destroy act once: the first of them (the end of
-// the transaction that held the lock) decides, later calls do nothing.
-type pgxPin struct {
-	c    *pgxpool.Conn
-	done atomic.Bool
-}
-
-func (p *pgxPin) pgConn() (*pgconn.PgConn, error) {
-	if p.done.Load() {
-		return nil, sql.ErrConnDone
-	}
-	return p.c.Conn().PgConn(), nil
-}
-
-func (p *pgxPin) sqlConn() *sql.Conn { return nil }
-
-// giveBack releases the connection to the pool, which itself destroys a
-// connection that is closed, busy or inside a transaction.
-func (p *pgxPin) giveBack() {
-	if !p.done.Swap(true) {
-		p.c.Release()
-	}
-}
-
-// destroy takes the connection out of the pool and closes it at once: an
-// ended context makes pgconn close the socket without waiting on the
-// server.
-func (p *pgxPin) destroy() {
-	if p.done.Swap(true) {
-		return
-	}
-	conn := p.c.Hijack()
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	_ = conn.Close(ctx)
-}
-
-// pgxConnOfPin is the pgx connection under p, nil when p is not a pgx
-// pool's.
-func pgxConnOfPin(p pinned) *pgx.Conn {
-	if pp, ok := p.(*pgxPin); ok {
-		return pp.c.Conn()
-	}
-	return nil
-}
-
-// pinLock pins the connection o's lock is taken on, waiting no longer than
-// ctx allows: from o.Pgx when native (pgxNative), else from db (pin).
-func (o *Op) pinLock(ctx context.Context, db *sql.DB, native bool) (pinned, error) {
-	if !native {
-		c, err := o.pin(ctx, db)
-		if err != nil {
-			return nil, err
-		}
-		return sqlPin{c}, nil
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, o.notAcquired(ctx, err)
-	}
-	c, err := o.Pgx.Acquire(ctx)
-	if err != nil {
-		return nil, o.failed(ctx, errs.Wrap(err, "pin a connection"))
-	}
-	return &pgxPin{c: c}, nil
-}
-
-// oneMessageOn reports whether the lock can travel with BEGIN on conn:
-// a pgx pool's connection, or a *sql.Conn of pgx's driver (isPgx).
-func oneMessageOn(conn pinned) bool {
-	sc := conn.sqlConn()
-	return sc == nil || isPgx(sc)
-}
-
-// pgxNative reports whether o's lock connection comes from o.Pgx, driven
-// by pgx itself: PostgreSQL, a target that travels in one message, and no
-// shared lock connections (which live under the *sql.DB).
-func (o *Op) pgxNative() bool {
-	return o.Pgx != nil && o.Dialect == Postgres && o.target.oneMessage() && o.Cfg.SharedConns == 0
-}
-
-// LazyDB is a *sql.DB opened on first use (Op.LazyDB; pgxlock's, made by
-// verbs.OpenLazily): DB opens it, the queries of the server check run on
-// it, and Close closes it if it was opened.
+// LazyDB is a *sql.DB opened on first use (Op.LazyDB; pgxlock's, which
+// internal/verbs' Pool.Lazy hands over): DB opens it, the queries of the
+// server check run on it, and Close gives back what it opened. One that
+// also has a method SharedDB() *sql.DB gives with it the *sql.DB under
+// which its pool's shared lock connections live (sharedDB).
 type LazyDB interface {
 	DB() *sql.DB
 	Close()
@@ -334,12 +197,24 @@ type LazyDB interface {
 
 // sqlDB is db, or when db is nil the *sql.DB o.LazyDB opens (pgxlock's
 // Transaction, Session and Lead are given none: their lock connection
-// comes from o.Pgx, and only the paths that need database/sql open it).
+// comes from o.LockConns, and only the paths that need database/sql open
+// it).
 func (o *Op) sqlDB(db *sql.DB) *sql.DB {
 	if db == nil && o.LazyDB != nil {
 		return o.LazyDB.DB()
 	}
 	return db
+}
+
+// sharedDB is Op.sqlDB for the shared lock connections, which live under
+// a *sql.DB as long as it is open: when db is nil, the one o.LazyDB shares
+// between the calls on its pool, if it has one (pgxlock's, per pool while
+// any call uses it).
+func sharedDB(o *Op, db *sql.DB) *sql.DB {
+	if s, ok := o.LazyDB.(interface{ SharedDB() *sql.DB }); ok && db == nil {
+		return s.SharedDB()
+	}
+	return o.sqlDB(db)
 }
 
 // The transaction of a one-message BEGIN, which database/sql does not know
@@ -359,7 +234,7 @@ func (o *Op) sqlDB(db *sql.DB) *sql.DB {
 // savepoints) and what ent's dialect.Tx runs statements on.
 type OneMessageTx struct {
 	pin    pinned    // the connection, of either kind (pinned)
-	conn   *sql.Conn // pin's *sql.Conn; nil on a pgx pool's connection (see ExecContext)
+	conn   *sql.Conn // pin's *sql.Conn; nil on a connection of Op.LockConns (see ExecContext)
 	db     *sql.DB
 	ctx    context.Context // the transaction's own context: bounds COMMIT and ROLLBACK
 	cancel context.CancelFunc
@@ -399,31 +274,31 @@ func (t *OneMessageTx) usable(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// ExecContext runs a statement in the transaction. On a pgx pool's
-// connection (Op.Pgx) it runs through pgx: the protocol's own statements
-// on a Session's lock transaction (the keepalive, the owner); fn works on
-// the pgx connection itself (LockedTx.PgxConn).
+// ExecContext runs a statement in the transaction. On a connection of
+// Op.LockConns it runs through its driver (LockConn.Exec): the protocol's
+// own statements on a Session's lock transaction (the keepalive, the
+// owner); fn works on the driver's connection itself (LockedTx.Conn).
 func (t *OneMessageTx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	if err := t.usable(ctx); err != nil {
 		return nil, err
 	}
 	if t.conn == nil {
-		tag, err := pgxConnOfPin(t.pin).Exec(ctx, query, args...)
+		n, err := lockConnOf(t.pin).Exec(ctx, query, args...)
 		if err != nil {
 			return nil, err
 		}
-		return pgxResult(tag.RowsAffected()), nil
+		return rowsResult(n), nil
 	}
 	return t.conn.ExecContext(ctx, query, args...)
 }
 
-// pgxResult is the sql.Result of a statement run through pgx.
-type pgxResult int64
+// rowsResult is the sql.Result of a statement run by LockConn.Exec.
+type rowsResult int64
 
-func (pgxResult) LastInsertId() (int64, error) {
+func (rowsResult) LastInsertId() (int64, error) {
 	return 0, errors.New("ormlock: LastInsertId is not supported by PostgreSQL")
 }
-func (r pgxResult) RowsAffected() (int64, error) { return int64(r), nil }
+func (r rowsResult) RowsAffected() (int64, error) { return int64(r), nil }
 
 // errPgxConn refuses database/sql's rows on a pgx pool's connection.
 var errPgxConn = errors.New("ormlock: the transaction's connection is a pgx pool's: query it through pgx")
@@ -502,9 +377,9 @@ func (t *OneMessageTx) end(stmt string) error {
 		return sql.ErrTxDone
 	}
 	idle := false
-	pc, err := t.pin.pgConn()
+	w, err := t.pin.wire()
 	if err == nil {
-		idle, err = pgEnd(t.ctx, pc, stmt)
+		idle, err = pgEnd(t.ctx, w, stmt)
 	}
 	if idle {
 		t.pin.giveBack()
@@ -515,23 +390,25 @@ func (t *OneMessageTx) end(stmt string) error {
 	return err
 }
 
-// pgEnd sends stmt (COMMIT or ROLLBACK) on pc and reports whether the
-// server then says the connection is idle outside any transaction.
-func pgEnd(ctx context.Context, pc *pgconn.PgConn, stmt string) (idle bool, err error) {
-	mrr := pc.Exec(ctx, stmt)
+// pgEnd sends stmt (COMMIT or ROLLBACK) on w and reports whether the
+// server then says the connection is idle outside any transaction. A
+// COMMIT the server answered with ROLLBACK is the driver's
+// ErrCommitRollback, as from its own transactions.
+func pgEnd(ctx context.Context, w PgWire, stmt string) (idle bool, err error) {
+	r := w.Exec(ctx, stmt)
 	results, rolledBack := 0, false
-	for mrr.NextResult() {
-		tag, _ := mrr.ResultReader().Close()
+	for r.NextResult() {
+		tag, _ := r.CloseResult()
 		results++
-		rolledBack = tag.String() == "ROLLBACK"
+		rolledBack = tag == "ROLLBACK"
 	}
-	err = mrr.Close()
-	idle = err == nil && pc.TxStatus() == 'I'
+	err = r.Close()
+	idle = err == nil && w.TxStatus() == 'I'
 	if err != nil {
 		return idle, err
 	}
 	if stmt == "COMMIT" && results == 1 && rolledBack {
-		return idle, pgx.ErrTxCommitRollback
+		return idle, pgDriver.ErrCommitRollback()
 	}
 	return idle, nil
 }

@@ -13,8 +13,6 @@ import (
 	"time"
 	"weak"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/keys"
@@ -28,6 +26,8 @@ type Op struct {
 	Key     keys.Key
 	Cfg     config.Config
 	Verb    string
+	// hold is what the verb declared of its use of the lock (NewOpHeld).
+	hold Holding
 	// NeedSQLTx makes BeginLocked give a *sql.Tx on PostgreSQL, never a
 	// *OneMessageTx (BEGIN and the lock in one message): GORM's PrepareStmt
 	// caches statements per *sql.Tx.
@@ -35,15 +35,16 @@ type Op struct {
 	// SplitTx, when set, begins fn's transaction of the split protocol
 	// in place of db.BeginTx (see split.go).
 	SplitTx func(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (Tx, error)
-	// Pgx, when set (pgxlock), is the pool the *sql.DB of BeginLocked and
-	// Session stands over: their lock connection is then acquired from it
-	// and driven by pgx, with no database/sql layer, wherever the lock
-	// travels in one message (see pgxNative, onemsg.go); the *sql.DB still
-	// serves the server check, the fencing counter and the other paths.
-	Pgx *pgxpool.Pool
+	// LockConns, when set (pgxlock: its pgx pool, through pgxdriver), is
+	// a PostgreSQL pool that BeginLocked and Session, given no *sql.DB, pin
+	// their lock connection from, driven by its driver with no
+	// database/sql layer, wherever the lock travels in one message (see
+	// poolNative, pgdriver.go); a *sql.DB (LazyDB) still serves the server
+	// check, the fencing counter and the other paths.
+	LockConns LockConnPool
 	// LazyDB, when set, opens the *sql.DB that BeginLocked and Session
-	// were given as nil, on first use (see sqlDB): with Pgx, most calls
-	// never need one.
+	// were given as nil, on first use (see sqlDB): with LockConns, most
+	// calls never need one.
 	LazyDB LazyDB
 	// Job is the RunOnce job the lock is for ("" for other verbs); events
 	// carry it, so that an observer can label them by job rather than by
@@ -61,6 +62,9 @@ type Op struct {
 	token   int64             // the fencing token of this acquisition, once issued
 	lockPID uint32            // PostgreSQL with fencing: the pid of the backend that took the lock
 	my      mysqlLockConnVars // MySQL: the lock connection's session, read by GET_LOCK
+	// ownerRows: o wrote the owner rows of what it holds (MySQL, owner.go),
+	// which its release deletes
+	ownerRows bool
 	mysqlTx *LockedTx         // MySQL: the transaction BeginLocked gave, whose pinned connection MySQLImplicitCommit reads
 
 	// cancel asks the server to cancel the lock statement on the pinned
@@ -86,22 +90,65 @@ type Op struct {
 	checkedPool weak.Pointer[sql.DB]
 }
 
-// NewOp validates the key and settings and resolves the key for d.
+// Holding is what a verb declares about its use of a lock, which the
+// protocol asks in place of the verb's name (verb names the call in errors
+// and events only). The zero value is a lock held for one transaction,
+// recording no owner row, of any shape.
+type Holding struct {
+	// Session: the lock is held on its lock connection while fn runs
+	// outside the lock's transaction (Session, Lead's terms, RunOnce's
+	// claim mode), not for one transaction: on MySQL/MariaDB a keepalive
+	// checks it (IS_USED_LOCK), which an engine must answer.
+	Session bool
+	// Owner: the lock's owner row is written whenever config.Owner names
+	// one (Lead's terms); otherwise only with config.OwnerRow.
+	Owner bool
+	// OneKey: the lock is one exclusive key; a lock shape is refused
+	// (Lead).
+	OneKey bool
+	// OneHolder: the lock is looked up for its one holder (Holder); a set
+	// or a semaphore, which have several, is refused.
+	OneHolder bool
+}
+
+// The holdings of the verbs.
+var (
+	// HeldForTx is a lock held for one transaction: Transaction, RunOnce's
+	// default mode, Lock, Migrate.
+	HeldForTx = Holding{}
+	// HeldForSession is a lock held on its connection while fn runs:
+	// Session, RunOnce's claim mode.
+	HeldForSession = Holding{Session: true}
+	// HeldForLead is a term of Lead: a session's lock of one exclusive
+	// key, which names its owner.
+	HeldForLead = Holding{Session: true, Owner: true, OneKey: true}
+	// HeldForHolder is Holder's look-up of one holder.
+	HeldForHolder = Holding{OneHolder: true}
+)
+
+// NewOp is NewOpHeld for a lock held for one transaction (HeldForTx).
 func NewOp(d Dialect, verb string, k keys.Key, cfg config.Config) (*Op, error) {
+	return NewOpHeld(d, verb, k, cfg, HeldForTx)
+}
+
+// NewOpHeld validates the key and settings, refuses a shape that h does
+// not combine with, and resolves the key for d; verb names the call in
+// errors and events.
+func NewOpHeld(d Dialect, verb string, k keys.Key, cfg config.Config, h Holding) (*Op, error) {
 	if err := cfg.Err(); err != nil {
 		return nil, err
 	}
 	if err := k.Validate(); err != nil {
 		return nil, err
 	}
-	if err := shapeCombines(verb, k, cfg); err != nil {
+	if err := shapeCombines(verb, h, k, cfg); err != nil {
 		return nil, err
 	}
 	t, err := newTarget(d, k, cfg.Namespace)
 	if err != nil {
 		return nil, err
 	}
-	return &Op{Dialect: d, Key: k, Cfg: cfg, Verb: verb, target: t}, nil
+	return &Op{Dialect: d, Key: k, Cfg: cfg, Verb: verb, hold: h, target: t}, nil
 }
 
 // Target is what o takes, as its dialect resolved it.

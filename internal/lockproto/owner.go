@@ -106,12 +106,13 @@ const OwnersTableSuffix = "_owners"
 
 func mysqlOwnersTable(ledger string) string { return "`" + ledger + OwnersTableSuffix + "`" }
 
-// mysqlRecordOwner writes the owner rows of a Lead's term (or of a Session
-// with config.OwnerRow) on its lock connection conn, one per lock it holds
-// (a set's keys, a semaphore's slot), creating the table when it is
-// missing; errors are ignored (see above).
+// mysqlRecordOwner writes the owner rows of a lock that names its owner
+// (Holding.Owner: a Lead's term), or of a Session with config.OwnerRow,
+// on its lock connection conn, one per lock it holds (a set's keys, a
+// semaphore's slot), creating the table when it is missing; errors are
+// ignored (see above).
 func (o *Op) mysqlRecordOwner(ctx context.Context, conn *sql.Conn) {
-	if o.Cfg.Owner == "" || (o.Verb != "Lead" && !o.Cfg.OwnerRow) || validIdent(o.Cfg.LedgerTable+OwnersTableSuffix) != nil {
+	if o.Cfg.Owner == "" || (!o.hold.Owner && !o.Cfg.OwnerRow) || validIdent(o.Cfg.LedgerTable+OwnersTableSuffix) != nil {
 		return
 	}
 	t := mysqlOwnersTable(o.Cfg.LedgerTable)
@@ -134,15 +135,45 @@ func (o *Op) mysqlRecordOwner(ctx context.Context, conn *sql.Conn) {
 		}
 		return tx.Commit()
 	}
-	if err := write(); isMySQLErrno(err, 1146) {
-		if _, err := conn.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS "+t+` (
+	err := write()
+	if isMySQLErrno(err, 1146) {
+		if _, err = conn.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS "+t+` (
 	lock_name VARBINARY(192) NOT NULL PRIMARY KEY,
 	owner     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
 	conn_id   BIGINT UNSIGNED NOT NULL,
 	since     DATETIME(6) NOT NULL
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`); err == nil {
-			_ = write()
+			err = write()
 		}
+	}
+	o.ownerRows = err == nil
+}
+
+// mysqlForgetOwner deletes the owner rows o wrote (mysqlRecordOwner), as
+// its locks are released on q, their connection, so that a later holder of
+// the same lock on the same connection (a pooled or shared connection, an
+// id the server reuses) that writes no row is not shown with this owner.
+// It runs before RELEASE_LOCK, while the lock is still this connection's,
+// and commits whatever the session's autocommit (DELETE, then COMMIT: two
+// round trips, spent only by the verbs that wrote a row). Errors are
+// ignored, as the write's are: the row names this connection, and the next
+// writer overwrites it.
+func (o *Op) mysqlForgetOwner(ctx context.Context, q Querier) {
+	if !o.ownerRows {
+		return
+	}
+	o.ownerRows = false
+	names := o.heldNames()
+	query, args := "DELETE FROM "+mysqlOwnersTable(o.Cfg.LedgerTable)+" WHERE conn_id = CONNECTION_ID() AND lock_name IN (", make([]any, len(names))
+	for i, name := range names {
+		if i > 0 {
+			query += ", "
+		}
+		query += "?"
+		args[i] = name
+	}
+	if _, err := q.ExecContext(ctx, query+")", args...); err == nil {
+		_, _ = q.ExecContext(ctx, "COMMIT")
 	}
 }
 

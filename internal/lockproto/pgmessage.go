@@ -8,15 +8,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/ormlock/ormlock/internal/keys"
 )
 
 // The PostgreSQL lock message: the query strings that begin a transaction
 // and take the lock in one message (pgLockMessage, pgTryMessage), and the
 // parser of their reply (readLockReply, parseLockRow). Pure functions but
-// readLockReply, which reads pgconn's reply.
+// readLockReply, which reads the driver's reply (PgReply).
 
 // pgBegin returns the BEGIN statement for opts, as pgx's database/sql driver
 // writes it, and false for options it does not handle here.
@@ -181,7 +179,7 @@ type lockReply struct {
 // keeping it: the lock's row is the first row of the last result that has
 // rows (BEGIN and PREPARE have none; the wait's set_config has one, before
 // the lock's).
-func readLockReply(mrr *pgconn.MultiResultReader, l lockLayout) (lockReply, error) {
+func readLockReply(mrr PgReply, l lockLayout) (lockReply, error) {
 	var (
 		rep     lockReply
 		rowErr  error
@@ -190,15 +188,14 @@ func readLockReply(mrr *pgconn.MultiResultReader, l lockLayout) (lockReply, erro
 	)
 	for mrr.NextResult() {
 		results++
-		rr := mrr.ResultReader()
 		n := 0
-		for rr.NextRow() {
+		for mrr.NextRow() {
 			n++
 			if n == 1 {
-				rep, rowErr = parseLockRow(rr.Values(), l)
+				rep, rowErr = parseLockRow(mrr.Values(), l)
 			}
 		}
-		if _, err := rr.Close(); err != nil {
+		if _, err := mrr.CloseResult(); err != nil {
 			_ = mrr.Close()
 			return lockReply{}, err
 		}

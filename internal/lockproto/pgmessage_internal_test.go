@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
@@ -247,16 +245,15 @@ func runLockMessage(ctx context.Context, t *testing.T, db *sql.DB, msg string, l
 	}
 	defer conn.Close()
 	var rep lockReply
-	err = withPgConn(conn, func(pc *pgconn.PgConn) error {
+	err = withWire(conn, func(w PgWire) error {
 		var rerr error
-		rep, rerr = readLockReply(pc.Exec(ctx, msg), l)
+		rep, rerr = readLockReply(w.Exec(ctx, msg), l)
 		if replyErr != nil {
 			*replyErr = rerr
 		} else if rerr != nil {
 			return rerr
 		}
-		_, err := pc.Exec(ctx, "ROLLBACK").ReadAll()
-		return err
+		return w.Exec(ctx, "ROLLBACK").Close()
 	})
 	if err != nil {
 		t.Fatalf("%s: %v", msg, err)

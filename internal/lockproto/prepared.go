@@ -4,7 +4,6 @@ import (
 	"errors"
 	"math/rand/v2"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/ormlock/ormlock/internal/errs"
 )
 
@@ -50,13 +49,13 @@ var pgTryStmt = [2]struct{ name, prepare string }{
 		"PREPARE ormlock_pg_try_advisory_xact_lock_int4(int4, int4) AS SELECT pg_try_advisory_xact_lock($1, $2), current_setting('transaction_isolation'), "},
 }
 
-// pgConnStateKey is the key of a connection's pgConnState in pgconn's
-// CustomData.
+// pgConnStateKey is the key of a connection's pgConnState in its
+// PgWire.CustomData.
 const pgConnStateKey = "ormlock.session"
 
-// pgConnState is what the protocol knows of one pgx connection (direct or
-// behind a pooler, which statements it prepared), kept with it in pgconn's
-// CustomData.
+// pgConnState is what the protocol knows of one connection (direct or
+// behind a pooler, which statements it prepared), kept with it in its
+// PgWire.CustomData.
 type pgConnState struct {
 	known    bool    // direct was read
 	direct   bool    // the connection reaches its backend without a pooler
@@ -64,9 +63,9 @@ type pgConnState struct {
 	mark     int64   // random, written into the statements this connection prepares
 }
 
-// pgConnStateOf returns pc's pgConnState, created on first use; nil when pgconn
-// keeps no custom data.
-func pgConnStateOf(pc *pgconn.PgConn) *pgConnState {
+// pgConnStateOf returns pc's pgConnState, created on first use; nil when
+// the driver keeps no custom data.
+func pgConnStateOf(pc PgWire) *pgConnState {
 	m := pc.CustomData()
 	if m == nil {
 		return nil
@@ -111,7 +110,7 @@ func (o *Op) lockPrepared(x *lockExchange, ps *pgConnState, begin string) error 
 	foreign := func() bool { return !x.pc.IsClosed() && (x.status == 'T' || x.status == 'E') }
 	drop := func() bool {
 		ps.prepared[i] = false
-		_, rerr := x.pc.Exec(x.ctx, "ROLLBACK; DEALLOCATE "+pgTryStmt[i].name).ReadAll()
+		rerr := x.pc.Exec(x.ctx, "ROLLBACK; DEALLOCATE "+pgTryStmt[i].name).Close()
 		return (rerr == nil || SQLState(rerr) == sqlStateNoStatement) && x.pc.TxStatus() == 'I'
 	}
 	if ps.prepared[i] {

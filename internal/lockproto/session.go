@@ -81,11 +81,11 @@ type sessionHold struct {
 // The pinned connection counts against db's MaxOpenConns while fn runs.
 func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Context) error) (err error) {
 	if o.Cfg.SharedConns > 0 {
-		return o.sharedSession(ctx, o.sqlDB(db), fn) // sharedlock.go
+		return o.sharedSession(ctx, sharedDB(o, db), fn) // sharedlock.go
 	}
-	native := o.pgxNative()
+	native := o.poolNative(db)
 	if o.Cfg.Fencing || !native {
-		db = o.sqlDB(db) // else nil with o.Pgx: opened only if needed
+		db = o.sqlDB(db) // else nil with o.LockConns: opened only if needed
 	}
 	if err := o.CheckFence(db); err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/errs"
 )
 
@@ -25,6 +26,11 @@ import (
 //     released at once). A wait spends one budget: each key waits at most
 //     what is left of it (PostgreSQL: lock_timeout set to that before the
 //     key's lock statement; MySQL/MariaDB: GET_LOCK's timeout).
+//   - The lock phase (deadline.go's lockPhase): the caller's context and
+//     the wait bound the whole take, round trips included. No lock
+//     statement is sent once either has ended; the keys taken are given
+//     back, and on MySQL/MariaDB the statement under way and those
+//     releases are cut endGrace after it ended.
 //   - Shared: one key, pg_advisory_xact_lock_shared and its try and
 //     session-level forms.
 //   - Semaphore: one round tries every slot once, from a random one, and
@@ -39,19 +45,63 @@ const (
 	semRetryMax = 500 * time.Millisecond
 )
 
+// slotProbe asks, in the statement that tries a semaphore's last slot of
+// an acquisition's first round (reached only when the other slots were
+// held), whether slot n+1 is held: only a caller that uses the key with a
+// larger n takes it, so two callers disagree on n (the semaphore admits
+// max(n) holders). The answer rides on that statement (MySQL/MariaDB:
+// IS_USED_LOCK; PostgreSQL: pg_locks), never a round trip of its own.
+type slotProbe struct {
+	it   lockItem // slot n+1
+	seen bool     // it is held
+}
+
+// probeFor is the probe of the j-th slot tried in round round, nil but for
+// the last slot of the first round.
+func (o *Op) probeFor(round, j int) *slotProbe {
+	if round != 0 || j != len(o.target.items)-1 {
+		return nil
+	}
+	return &slotProbe{it: o.target.above}
+}
+
+// reportProbe tells the observer when probe saw slot n+1 held
+// (EventSemaphoreMismatch).
+func (o *Op) reportProbe(ctx context.Context, probe *slotProbe) {
+	if probe == nil || !probe.seen {
+		return
+	}
+	n := len(o.target.items)
+	o.Emit(ctx, config.EventSemaphoreMismatch, fmt.Errorf("ormlock: %s: slot %d (%s) is held, so another caller uses this semaphore with n above %d: up to that many hold it at once (the largest n counts)",
+		o.Key.String(), n+1, probe.it.key.String(), n))
+}
+
+// errPhaseOver ends a set's take that the end of its lock phase cut short
+// (lockPhase): the keys not tried yet were never asked for.
+var errPhaseOver = errors.New("the wait ended before every key of the set was taken")
+
 // takeRound takes o's shape once: every item in order (All, Shared), or
 // the first free slot from a random one (Semaphore), with try, or for a
-// bounded wait on one item with waitFor (nil: try only) until deadline.
-// When an All is refused, undo (nil: nothing to do, the transaction's end
-// gives them back) releases the items taken. o.held is what is held.
-func (o *Op) takeRound(deadline time.Time, try func(lockItem) (bool, error), waitFor func(lockItem, time.Duration) (bool, error), undo func([]lockItem) error) (bool, error) {
+// wait on one item with waitFor (nil: try only; non-nil exactly when the
+// phase has an end) for what is left of the phase. No item is tried once
+// the phase is over (lockPhase.over): a semaphore's round then ends
+// unacquired with a nil error, a set's with errPhaseOver (alone: a failed
+// undo replaces it). When an All is refused or cut short, undo (nil:
+// nothing to do, the transaction's end gives them back) releases the items
+// taken. o.held is what is held.
+func (o *Op) takeRound(ph lockPhase, round int, try func(lockItem, *slotProbe) (bool, error), waitFor func(lockItem, time.Duration) (bool, error), undo func([]lockItem) error) (bool, error) {
 	t := o.target
 	o.held = o.held[:0]
 	if t.kind == kindSemaphore {
 		start := rand.IntN(len(t.items))
 		for j := range t.items {
+			if ph.over() {
+				return false, nil
+			}
 			it := t.items[(start+j)%len(t.items)]
-			ok, err := try(it)
+			probe := o.probeFor(round, j)
+			ok, err := try(it, probe)
+			o.reportProbe(ph.ctx, probe)
 			if err != nil || ok {
 				if ok {
 					o.held = append(o.held, it)
@@ -64,45 +114,75 @@ func (o *Op) takeRound(deadline time.Time, try func(lockItem) (bool, error), wai
 	for _, it := range t.items {
 		var ok bool
 		var err error
-		if left := time.Until(deadline); waitFor != nil && left > 0 {
-			ok, err = waitFor(it, left)
-		} else {
-			ok, err = try(it)
+		switch {
+		case ph.over():
+			err = errPhaseOver // nothing more is sent; what was taken is given back below
+		case waitFor != nil:
+			ok, err = waitFor(it, time.Until(ph.end))
+		default:
+			ok, err = try(it, nil)
 		}
 		if err == nil && ok {
 			o.held = append(o.held, it)
 			continue
 		}
-		if undo != nil && len(o.held) > 0 {
-			if uerr := undo(o.held); uerr != nil {
-				err = errs.Join(err, uerr) // not a clean refusal: the caller destroys the connection
-			}
-		}
-		o.held = o.held[:0]
-		return false, err
+		return false, o.giveBack(err, undo)
 	}
 	return true, nil
 }
 
+// giveBack releases with undo (nil: nothing to do) what a set took before
+// it ended with err (nil: refused; errPhaseOver: cut short). A failed
+// undo is not a clean refusal: its error, which the caller answers by
+// destroying the connection, replaces errPhaseOver.
+func (o *Op) giveBack(err error, undo func([]lockItem) error) error {
+	if undo != nil && len(o.held) > 0 {
+		if uerr := undo(o.held); uerr != nil {
+			if errors.Is(err, errPhaseOver) {
+				err = nil
+			}
+			err = errs.Join(err, uerr)
+		}
+	}
+	o.held = o.held[:0]
+	return err
+}
+
 // takeShape is takeRound, repeated for a semaphore's wait with the
-// backoff above until deadline (cut by ctx).
-func (o *Op) takeShape(ctx context.Context, wait time.Duration, try func(lockItem) (bool, error), waitFor func(lockItem, time.Duration) (bool, error), undo func([]lockItem) error) (bool, error) {
-	deadline := o.start.Add(wait)
+// backoff above while the phase lasts.
+func (o *Op) takeShape(ph lockPhase, try func(lockItem, *slotProbe) (bool, error), waitFor func(lockItem, time.Duration) (bool, error), undo func([]lockItem) error) (bool, error) {
 	pause := semRetryMin
-	for {
-		ok, err := o.takeRound(deadline, try, waitFor, undo)
-		if err != nil || ok || o.target.kind != kindSemaphore || wait <= 0 {
+	for round := 0; ; round++ {
+		ok, err := o.takeRound(ph, round, try, waitFor, undo)
+		if err != nil || ok || o.target.kind != kindSemaphore || ph.end.IsZero() {
 			return ok, err
 		}
-		left := time.Until(deadline)
-		if left <= 0 {
+		left := time.Until(ph.end)
+		if left <= 0 || !sleepCtx(ph.ctx, min(pause, left)) {
 			return false, nil
-		}
-		if !sleepCtx(ctx, min(pause, left)) {
-			return false, ctx.Err()
 		}
 		pause = min(2*pause, semRetryMax)
 	}
+}
+
+// settleShape is settle for a shape: a take that ended unacquired once
+// ctx had ended (the phase cut short by it, or a refusal that came after
+// it) is ErrNotAcquired wrapping the context's error; a set cut short by
+// the end of the wait is ErrNotAcquired saying so.
+func (o *Op) settleShape(ctx context.Context, ok, bounded bool, err error) error {
+	cut := errors.Is(err, errPhaseOver)
+	if err == nil || cut {
+		if cerr := ctxErr(ctx); cerr != nil {
+			return o.notAcquired(ctx, cerr)
+		}
+		switch {
+		case cut && bounded: // the wait was the deadline's, a moment before ctx's timer
+			return o.notAcquired(ctx, context.DeadlineExceeded)
+		case cut:
+			return o.notAcquired(ctx, fmt.Errorf("%w (WithWait(%v))", errPhaseOver, o.Cfg.Wait))
+		}
+	}
+	return o.settle(ctx, ok, bounded, err)
 }
 
 // pgLockCall is the lock function and arguments of item it: xact or
@@ -128,17 +208,34 @@ func pgLockCall(it lockItem, xact, try bool) (string, []any) {
 
 // pgTryItem tries item it's lock on q (transaction or session level); the
 // statement also reads the columns cols into dest (the transaction's
-// isolation: see snapshotTaken, then errSnapshotTaken).
-func pgTryItem(ctx context.Context, q Querier, it lockItem, xact bool, cols string, dest ...any) (bool, error) {
+// isolation: see snapshotTaken, then errSnapshotTaken) and, with probe,
+// whether probe's lock is held.
+func pgTryItem(ctx context.Context, q Querier, it lockItem, xact bool, probe *slotProbe, cols string, dest ...any) (bool, error) {
 	call, args := pgLockCall(it, xact, true)
 	var ok bool
-	if err := q.QueryRowContext(ctx, "SELECT "+call+cols, args...).Scan(append([]any{&ok}, dest...)...); err != nil {
+	query, all := "SELECT "+call+cols, append([]any{&ok}, dest...)
+	if probe != nil {
+		c, o, sub := PGLockTag(probe.it.pg)
+		query += pgProbeCol(len(args))
+		args, all = append(args, int64(c), int64(o), sub), append(all, &probe.seen)
+	}
+	if err := q.QueryRowContext(ctx, query, args...).Scan(all...); err != nil {
 		return false, errs.Wrap(err, "%s", call)
 	}
 	if len(dest) > 0 && snapshotTaken(dest[0].(*string)) {
 		return false, errSnapshotTaken
 	}
 	return ok, nil
+}
+
+// pgProbeCol is the column that says whether an advisory lock of the
+// current database is granted to anyone (pg_locks), its classid, objid and
+// objsubid the parameters after the n-th.
+func pgProbeCol(n int) string {
+	p := func(i int) string { return "$" + strconv.Itoa(n+i) }
+	return ", EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted" +
+		" AND database = (SELECT oid FROM pg_database WHERE datname = current_database())" +
+		" AND classid::int8 = " + p(1) + "::int8 AND objid::int8 = " + p(2) + "::int8 AND objsubid = " + p(3) + "::int2)"
 }
 
 // pgWaitItemXact waits up to wait for item it's transaction-level lock on
@@ -207,11 +304,11 @@ func (o *Op) acquireShapeXact(ctx context.Context, q Querier, iso *string) error
 		iso = nil
 		return col, dest
 	}
-	try := func(it lockItem) (bool, error) {
+	try := func(it lockItem, probe *slotProbe) (bool, error) {
 		sctx, done := stmtCtx(ctx, false, o.cancel)
 		defer done()
 		col, dest := isoCol()
-		return pgTryItem(sctx, q, it, true, col, dest...)
+		return pgTryItem(sctx, q, it, true, probe, col, dest...)
 	}
 	var waitFor func(lockItem, time.Duration) (bool, error)
 	if wait > 0 {
@@ -222,25 +319,31 @@ func (o *Op) acquireShapeXact(ctx context.Context, q Querier, iso *string) error
 			return pgWaitItemXact(sctx, q, it, left, col, dest...)
 		}
 	}
-	ok, err := o.takeShape(ctx, wait, try, waitFor, nil)
+	ok, err := o.takeShape(o.phase(ctx, wait), try, waitFor, nil)
 	if errors.Is(err, errSnapshotTaken) {
 		return err
 	}
 	if err == nil && ok && ctx.Err() != nil {
-		ok, err = false, ctx.Err() // the caller's ROLLBACK gives the locks back
+		ok = false // the caller's ROLLBACK gives the locks back
 	}
-	return o.settle(ctx, ok, bounded, err)
+	return o.settleShape(ctx, ok, bounded, err)
 }
 
 // acquireShapeNamed is AcquireNamed for a shape (All, Semaphore): GET_LOCK
 // of each name on the pinned connection q, the first of which also reads
-// the session's settings. A refused All releases the names it
-// took before returning.
+// the session's settings. A refused All releases the names it took before
+// returning. The lock phase (lockPhase) bounds the whole call: no GET_LOCK
+// is sent once it is over, and the one under way then, and the releases of
+// the names taken, are cut endGrace after it ended (the caller then
+// destroys the connection, which frees its locks).
 func (o *Op) acquireShapeNamed(ctx context.Context, q Querier) error {
 	wait, bounded, err := o.attempt(ctx)
 	if err != nil {
 		return err
 	}
+	ph := o.phase(ctx, wait)
+	pctx, pdone := ph.graceCtx()
+	defer pdone()
 	// the first GET_LOCK also reads the session's settings, as one key's does
 	o.my = mysqlLockConnVars{autocommit: 1}
 	sess := &o.my
@@ -249,31 +352,31 @@ func (o *Op) acquireShapeNamed(ctx context.Context, q Querier) error {
 		sess = nil
 		return v
 	}
-	try := func(it lockItem) (bool, error) {
-		tctx, done := GraceCtx(ctx) // as AcquireNamed's try-once: let finish
-		defer done()
-		return mysqlGetLock(tctx, q, it.mysql, 0, first())
+	try := func(it lockItem, probe *slotProbe) (bool, error) {
+		// as AcquireNamed's try-once: let finish, within the phase's grace
+		return mysqlGetLockProbe(pctx, q, it.mysql, 0, first(), probe)
 	}
 	var waitFor func(lockItem, time.Duration) (bool, error)
 	if wait > 0 {
 		waitFor = func(it lockItem, left time.Duration) (bool, error) {
 			wctx, done := stmtCtx(ctx, true, o.cancel)
 			defer done()
+			wctx, stop := cutWith(wctx, pctx)
+			defer stop()
 			return mysqlGetLock(wctx, q, it.mysql, left, first())
 		}
 	}
 	undo := func(held []lockItem) error {
-		rctx, cancel := releaseCtx(ctx)
+		rctx, cancel := context.WithTimeout(pctx, releaseTimeout)
 		defer cancel()
-		return withinGrace(ctx, cancel, func() error { return mysqlReleaseItems(rctx, q, held) })
+		return mysqlReleaseItems(rctx, q, held)
 	}
-	ok, err := o.takeShape(ctx, wait, try, waitFor, undo)
+	ok, err := o.takeShape(ph, try, waitFor, undo)
 	if err == nil && ok && ctx.Err() != nil {
-		rerr := undo(o.held)
-		o.held = o.held[:0]
-		ok, err = false, errs.Join(ctx.Err(), rerr)
+		err = undo(o.held) // the locks came as the caller gave up
+		ok, o.held = false, o.held[:0]
 	}
-	return o.settle(ctx, ok, bounded, err)
+	return o.settleShape(ctx, ok, bounded, err)
 }
 
 // mysqlReleaseItems releases the named locks of items on q, last first.
@@ -288,6 +391,7 @@ func mysqlReleaseItems(ctx context.Context, q Querier, items []lockItem) error {
 // mysqlRelease releases what o holds on the pinned connection q: its one
 // name, or the names of its shape.
 func (o *Op) mysqlRelease(ctx context.Context, q Querier) error {
+	o.mysqlForgetOwner(ctx, q)
 	if o.target.Simple() {
 		return MySQLReleaseLock(ctx, q, o.target.mysql)
 	}
@@ -344,11 +448,14 @@ type localLock struct {
 	shared bool
 }
 
+// local is the one identity of it's server lock in the reservation table
+// (MySQLLockIdentity on MySQL/MariaDB), whichever path names the lock: a
+// plain key (Op.lockKey), an item of All, a semaphore slot.
 func (it lockItem) local(d Dialect) localLock {
 	if d == Postgres {
 		return localLock{key: it.pg, shared: it.shared}
 	}
-	return localLock{key: mysqlFold(it.mysql)}
+	return localLock{key: MySQLLockIdentity(it.mysql)}
 }
 
 // reservations are what each try of o on a shared lock connection
@@ -368,20 +475,24 @@ func (o *Op) reservations() [][]localLock {
 	return out
 }
 
-// sharedTryItems tries items' session-level locks on c in order; when one
-// is refused, those taken are given back.
-func (o *Op) sharedTryItems(ctx context.Context, c *sharedConn, items []lockItem) (bool, error) {
+// sharedTryItems tries items' session-level locks on c in order while the
+// phase lasts; when one is refused, or the phase ends first, those taken
+// are given back.
+func (o *Op) sharedTryItems(ctx context.Context, c *sharedConn, items []lockItem, ph lockPhase, probe *slotProbe) (bool, error) {
 	o.held = o.held[:0]
 	for _, it := range items {
 		var got bool
 		var err error
-		if o.Dialect == Postgres {
-			got, err = pgTryItem(ctx, c.conn, it, false, "")
-		} else {
-			got, err = mysqlGetLock(ctx, c.conn, it.mysql, 0, nil)
+		switch {
+		case ph.over():
+			err = errPhaseOver // nothing more is sent
+		case o.Dialect == Postgres:
+			got, err = pgTryItem(ctx, c.conn, it, false, probe, "")
+		default:
+			got, err = mysqlGetLockProbe(ctx, c.conn, it.mysql, 0, nil, probe)
 		}
 		if err != nil || !got {
-			return false, errs.Join(err, o.sharedUndo(ctx, c))
+			return false, o.giveBack(err, func([]lockItem) error { return o.sharedUndo(ctx, c) })
 		}
 		o.held = append(o.held, it)
 	}

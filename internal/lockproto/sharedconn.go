@@ -11,8 +11,6 @@ import (
 	"time"
 	"weak"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/errs"
 )
@@ -27,7 +25,9 @@ import (
 //     round trip on the shared connection, whose statements take turns.
 //     Both servers let a connection take a lock it holds again, so the
 //     process also keeps the set of keys it holds per pool, and a key held
-//     there is busy for its other callers.
+//     there is busy for its other callers. A key is there under the one
+//     identity of its server lock, whichever path names it (lockItem.local;
+//     MySQL/MariaDB: MySQLLockIdentity).
 //   - A wait is a try-lock repeated with a backoff that starts at
 //     sharedRetryMin and doubles up to the keepalive, never a server-side
 //     wait, which would stall the connection's other locks. Such a waiter
@@ -303,7 +303,7 @@ func (o *Op) openShared(ctx context.Context, db *sql.DB) (*sharedConn, error) {
 // errs.ErrUnsupportedDialect.
 func pgDirect(ctx context.Context, conn *sql.Conn) (uint32, error) {
 	var announced uint32
-	if withPgConn(conn, func(pc *pgconn.PgConn) error { announced = pc.PID(); return nil }) != nil {
+	if withWire(conn, func(w PgWire) error { announced = w.PID(); return nil }) != nil {
 		return 0, fmt.Errorf("%w: WithSharedLockConns on PostgreSQL needs the pgx driver, which tells a direct connection from a transaction-mode pooler's", errs.ErrUnsupportedDialect)
 	}
 	var pid int64

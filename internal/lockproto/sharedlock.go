@@ -14,12 +14,10 @@ import (
 // Session on a shared lock connection: the try-lock with backoff, the
 // release and the fencing token (the connections themselves: sharedconn.go).
 
-// lockKey is o's key as the server names it, for the process's set.
+// lockKey is the identity of o's one exclusive key in the process's set,
+// the same as a shape's item of that lock has (lockItem.local).
 func (o *Op) lockKey() any {
-	if o.Dialect == Postgres {
-		return o.target.pg
-	}
-	return o.target.mysql
+	return lockItem{pg: o.target.pg, mysql: o.target.mysql}.local(o.Dialect).key
 }
 
 // sharedSession is Session on a shared lock connection (see above).
@@ -71,18 +69,21 @@ func (o *Op) sharedSession(ctx context.Context, db *sql.DB, fn func(ctx context.
 
 // sharedAcquire takes o's lock on one of p's connections, trying again with
 // a backoff while it is held elsewhere, for as long as the configured wait
-// (cut by ctx) allows. On success the caller owns a use of c (p.leave).
+// (cut by ctx) allows: no lock statement is sent once that lock phase is
+// over (lockPhase). On success the caller owns a use of c (p.leave).
 func (o *Op) sharedAcquire(ctx context.Context, db *sql.DB, p *sharedPool) (*sharedConn, error) {
 	wait, bounded, err := o.attempt(ctx)
 	if err != nil {
 		return nil, err
 	}
+	ph := o.phase(ctx, wait)
 	deadline := o.start.Add(wait)
 	pause := sharedRetryMin
-	for {
-		c, ok, err := o.sharedTry(ctx, db, p)
-		if err != nil || ok {
-			return c, o.settle(ctx, ok, false, err)
+	for round := 0; ; round++ {
+		c, ok, err := o.sharedTry(ctx, db, p, ph, round)
+		if err != nil || ok || ctxErr(ctx) != nil {
+			// a refusal once ctx ended (or a try cut short by it) wraps its error
+			return c, o.settleShape(ctx, ok, bounded, err)
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
@@ -95,14 +96,24 @@ func (o *Op) sharedAcquire(ctx context.Context, db *sql.DB, p *sharedPool) (*sha
 	}
 }
 
-// sharedTry tries o's lock once: busy in this process, or on the server.
-// A semaphore tries its slots one by one, from a random one.
-func (o *Op) sharedTry(ctx context.Context, db *sql.DB, p *sharedPool) (*sharedConn, bool, error) {
-	for _, res := range o.reservations() {
+// sharedTry tries o's lock once (the round-th time): busy in this
+// process, or on the server. A semaphore tries its slots one by one, from
+// a random one, while the phase lasts; the last of the first round also
+// probes slot n+1 (slotProbe).
+func (o *Op) sharedTry(ctx context.Context, db *sql.DB, p *sharedPool, ph lockPhase, round int) (*sharedConn, bool, error) {
+	for j, res := range o.reservations() {
+		if ph.over() {
+			break
+		}
 		if !p.reserve(res) {
 			continue // held in this process
 		}
-		c, ok, err := o.sharedTryOn(ctx, db, p, res)
+		var probe *slotProbe
+		if o.target.kind == kindSemaphore {
+			probe = o.probeFor(round, j)
+		}
+		c, ok, err := o.sharedTryOn(ctx, db, p, res, ph, probe)
+		o.reportProbe(ctx, probe)
 		if err != nil || ok {
 			return c, ok, err
 		}
@@ -112,7 +123,7 @@ func (o *Op) sharedTry(ctx context.Context, db *sql.DB, p *sharedPool) (*sharedC
 
 // sharedTryOn takes the locks res, reserved in this process, on one of
 // p's connections; on failure the reservation is given back.
-func (o *Op) sharedTryOn(ctx context.Context, db *sql.DB, p *sharedPool, res []localLock) (*sharedConn, bool, error) {
+func (o *Op) sharedTryOn(ctx context.Context, db *sql.DB, p *sharedPool, res []localLock, ph lockPhase, probe *slotProbe) (*sharedConn, bool, error) {
 	c, err := p.pick(ctx, db, o)
 	if err != nil {
 		p.unreserve(res)
@@ -123,18 +134,19 @@ func (o *Op) sharedTryOn(ctx context.Context, db *sql.DB, p *sharedPool, res []l
 	// cancellation, which would break the connection under every other
 	// Session on it: it is bounded by sharedTryTimeout (and by the
 	// connection's keepalive, see keepalive), and by endGrace once ctx has
-	// ended (a server that stopped answering).
+	// ended (a server that stopped answering). No lock statement of it
+	// starts once the phase is over.
 	var ok bool
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sharedTryTimeout(o.Cfg.Keepalive))
 	defer cancel()
 	err = c.run(ctx, sctx, func(sctx context.Context) error {
 		return withinGrace(ctx, cancel, func() error {
 			var err error
-			ok, err = o.sharedLockOn(sctx, c, res)
+			ok, err = o.sharedLockOn(sctx, c, res, ph, probe)
 			return err
 		})
 	})
-	if err != nil && !errors.Is(err, errNoTurn) {
+	if err != nil && !errors.Is(err, errNoTurn) && !errors.Is(err, errPhaseOver) {
 		p.kill(c, err, nil)
 	}
 	if err != nil || !ok {
@@ -145,11 +157,15 @@ func (o *Op) sharedTryOn(ctx context.Context, db *sql.DB, p *sharedPool, res []l
 	return c, true, nil
 }
 
-// sharedLockOn sends the try-locks of res on c: o's one key, or the
-// items of its shape in order, given back when one is refused.
-func (o *Op) sharedLockOn(ctx context.Context, c *sharedConn, res []localLock) (bool, error) {
+// sharedLockOn sends the try-locks of res on c, while the phase lasts: o's
+// one key, or the items of its shape in order, given back when one is
+// refused or the phase ends first.
+func (o *Op) sharedLockOn(ctx context.Context, c *sharedConn, res []localLock, ph lockPhase, probe *slotProbe) (bool, error) {
 	if !o.target.Simple() {
-		return o.sharedTryItems(ctx, c, o.itemsOf(res))
+		return o.sharedTryItems(ctx, c, o.itemsOf(res), ph, probe)
+	}
+	if ph.over() {
+		return false, nil
 	}
 	if o.Dialect == Postgres {
 		return pgTrySession(ctx, c.conn, o)
@@ -185,6 +201,7 @@ func pgTrySession(ctx context.Context, q Querier, o *Op) (bool, error) {
 // as long as ctx (a release context) allows.
 func (o *Op) sharedUnlock(ctx context.Context, c *sharedConn) error {
 	return c.run(ctx, ctx, func(ctx context.Context) error {
+		o.mysqlForgetOwner(ctx, c.conn)
 		if !o.target.Simple() {
 			return o.sharedUndo(ctx, c)
 		}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/errs"
@@ -33,6 +35,9 @@ type Target struct {
 	// items are the server locks of a shape, in the order they are taken
 	// (kindAll: canonical; kindSemaphore: the slots 1 to n)
 	items []lockItem
+	// above is a semaphore's slot n+1, which only a caller with a larger
+	// n takes (slotProbe)
+	above lockItem
 }
 
 // lockItem is one server lock of a shape.
@@ -79,6 +84,7 @@ func newTarget(d Dialect, k keys.Key, ns string) (Target, error) {
 		for i := 1; i <= keys.Count(k); i++ {
 			t.items = append(t.items, resolveItem(d, keys.SlotKey(plain, i), ns))
 		}
+		t.above = resolveItem(d, keys.SlotKey(plain, keys.Count(k)+1), ns)
 	case keys.IsShared(k):
 		t.kind = kindShared
 		t.items = []lockItem{resolveItem(d, k, ns)}
@@ -108,7 +114,8 @@ func resolveItem(d Dialect, k keys.Key, ns string) lockItem {
 // server keys, and refuses a set two of whose keys are one server lock.
 // PostgreSQL: bigint keys (classid, objid as pg_locks has them, objsubid
 // 1) before pairs (objsubid 2), each by its lock tag. MySQL/MariaDB: by
-// name, compared as the server compares lock names (case-insensitively).
+// name, case-folded (mysqlFold), so that names a case-insensitive server
+// (MySQL) takes for one lock are refused as one.
 func (t *Target) order(d Dialect) error {
 	cmpItems := func(a, b lockItem) int {
 		if d == MySQL {
@@ -128,9 +135,46 @@ func (t *Target) order(d Dialect) error {
 	return nil
 }
 
-// mysqlFold is a lock name as MySQL and MariaDB compare it: lock names are
-// case-insensitive.
+// mysqlFold is a lock name as the canonical order of a set compares it
+// (case-folded by strings.ToLower). It is part of the protocol: two
+// versions that ordered a set differently could wait for each other in a
+// cycle, so it does not change; the process's reservations use
+// MySQLLockIdentity.
 func mysqlFold(name string) string { return strings.ToLower(name) }
+
+// MySQLLockIdentity is the identity under which this process reserves the
+// GET_LOCK name name (as the server receives it: namespace and the 64-byte
+// rule applied) on its shared lock connections (sharedconn.go), on every
+// path that takes it: a plain key, an item of All, a semaphore slot. It is
+// never less strict than any supported server's comparison of lock names
+// (docs/PROTOCOL.md, Which keys meet on MySQL/MariaDB, and why they stay
+// so): MariaDB compares them byte for byte, MySQL 5.7 and later lower-case
+// them first, so the identity is each character lower-cased and then
+// replaced by one representative of its Unicode simple case folding class
+// (K, k and the Kelvin sign; S, s and ſ), which two names any of them
+// takes for one lock always share. Names the server keeps apart may share
+// it too: a second caller in the process is then refused (or waits), which
+// is safe.
+func MySQLLockIdentity(name string) string {
+	return strings.Map(foldRune, name)
+}
+
+// foldRune is the representative of r's class: the lower case of the least
+// rune of the simple case folding orbit of r's lower case.
+func foldRune(r rune) rune {
+	if r < utf8.RuneSelf {
+		if 'A' <= r && r <= 'Z' {
+			r += 'a' - 'A'
+		}
+		return r
+	}
+	r = unicode.ToLower(r)
+	least := r
+	for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+		least = min(least, f)
+	}
+	return unicode.ToLower(least)
+}
 
 // serverName is the lock as the server names it, for messages.
 func (it lockItem) serverName(d Dialect) string {
@@ -170,18 +214,19 @@ func (t Target) Postgres() keys.PostgresKey { return t.pg }
 func (t Target) MySQLName() string { return t.mysql }
 
 // shapeCombines refuses, before anything is taken, a lock shape with a
-// verb or option it does not combine with this release (docs/PROTOCOL.md,
-// Lock shapes): fencing, Lead, and Holder of a set or a semaphore.
-func shapeCombines(verb string, k keys.Key, cfg config.Config) error {
+// use or option it does not combine with this release (docs/PROTOCOL.md,
+// Lock shapes): fencing, one exclusive key (Lead), and one holder (Holder)
+// of a set or a semaphore.
+func shapeCombines(verb string, h Holding, k keys.Key, cfg config.Config) error {
 	switch {
 	case !keys.IsShape(k):
 		return nil
 	case cfg.Fencing:
 		return fmt.Errorf("%w: %s of %s: WithFencing does not combine with a lock shape (All, Shared, Semaphore)", errs.ErrInvalidArgument, verb, k.String())
-	case verb == "Lead":
-		return fmt.Errorf("%w: Lead of %s: Lead takes one exclusive key, not a lock shape", errs.ErrInvalidArgument, k.String())
-	case verb == "Holder" && !keys.IsShared(k):
-		return fmt.Errorf("%w: Holder of %s: a set or a semaphore has several holders; use Holders", errs.ErrInvalidArgument, k.String())
+	case h.OneKey:
+		return fmt.Errorf("%w: %s of %s: %s takes one exclusive key, not a lock shape", errs.ErrInvalidArgument, verb, k.String(), verb)
+	case h.OneHolder && !keys.IsShared(k):
+		return fmt.Errorf("%w: %s of %s: a set or a semaphore has several holders; use Holders", errs.ErrInvalidArgument, verb, k.String())
 	}
 	return nil
 }

@@ -34,7 +34,7 @@ func (o *Op) beginInline(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (
 	)
 	begin, oneMsg := pgBegin(opts)
 	oneMsg = oneMsg && !o.NeedSQLTx && o.target.oneMessage()
-	native := oneMsg && o.pgxNative()
+	native := oneMsg && o.poolNative(db)
 	if !native {
 		db = o.sqlDB(db)
 	}

@@ -18,7 +18,8 @@
 // a streaming standby (StartPGReplication), a MariaDB primary with a replica
 // (StartMariaDBReplication), a Galera cluster (StartGalera), pglite-socket
 // (StartPGlite), and the TCP Proxy they put on links a test freezes or
-// cuts.
+// cuts (StartProtocolProxy and ProxyDSN make one that also holds the
+// replies to chosen statements: DelayReplies).
 // The helpers every test package would otherwise copy live here too, once:
 // the in-process exclusion counter (Holders), per-test slots and tables
 // (Slot, TableName, Table), connection killers (Kill, WaitGone) and the

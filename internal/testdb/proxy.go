@@ -16,16 +16,21 @@ import (
 // SetUpstream sends the connections made after it elsewhere (a virtual IP
 // or a DNS name moved to a promoted server). Replication topologies put
 // one on the standby's primary_conninfo; clients of a failover test reach
-// the primary through one.
+// the primary through one. A proxy that reads its clients' protocol
+// (StartProtocolProxy) can also hold the server's replies to chosen
+// statements (DelayReplies, in replydelay.go).
 type Proxy struct {
-	ln net.Listener
-	wg sync.WaitGroup
+	ln    net.Listener
+	wg    sync.WaitGroup
+	proto Kind // the protocol DelayReplies reads; "": bytes only
 
 	mu       sync.Mutex
 	upstream string
 	gate     chan struct{} // non-nil while frozen; closed by Thaw
 	pairs    map[*proxyPair]struct{}
 	closed   bool
+	delay    replyDelay  // DelayReplies' rule
+	matched  []time.Time // when each statement it matched went to the server
 }
 
 type proxyPair struct {
@@ -36,6 +41,8 @@ type proxyPair struct {
 	mu   sync.Mutex
 	b    net.Conn      // the upstream side, once dialled
 	gate chan struct{} // set by Freeze, closed by Thaw
+
+	wire *wireState // the client's protocol, read when the proxy has one
 }
 
 func (p *proxyPair) frozen() chan struct{} {
@@ -75,11 +82,17 @@ func (p *proxyPair) setUpstream(s net.Conn) bool {
 // to upstream (host:port). It is closed in tb.Cleanup.
 func StartProxy(tb testing.TB, upstream string) *Proxy {
 	tb.Helper()
+	return startProxy(tb, upstream, "")
+}
+
+// startProxy is StartProxy reading the protocol of kind proto ("": none).
+func startProxy(tb testing.TB, upstream string, proto Kind) *Proxy {
+	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatalf("testdb: proxy listen: %v", err)
 	}
-	p := &Proxy{ln: ln, upstream: upstream, pairs: map[*proxyPair]struct{}{}}
+	p := &Proxy{ln: ln, upstream: upstream, proto: proto, pairs: map[*proxyPair]struct{}{}}
 	p.wg.Go(p.accept)
 	tb.Cleanup(p.Close)
 	return p
@@ -167,6 +180,9 @@ func (p *Proxy) accept() {
 			return
 		}
 		pp := &proxyPair{a: c, done: make(chan struct{})}
+		if p.proto != "" {
+			pp.wire = newWireState(p.proto)
+		}
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
@@ -191,16 +207,18 @@ func (p *Proxy) accept() {
 				return
 			}
 			var both sync.WaitGroup
-			both.Go(func() { p.pipe(pp, s, c) })
-			both.Go(func() { p.pipe(pp, c, s) })
+			both.Go(func() { p.pipe(pp, s, c, true) })
+			both.Go(func() { p.pipe(pp, c, s, false) })
 			both.Wait()
 		})
 	}
 }
 
-// pipe copies from src to dst, each chunk waiting while the proxy is
-// frozen; it closes the pair when either side ends.
-func (p *Proxy) pipe(pp *proxyPair, dst, src net.Conn) {
+// pipe copies from src to dst (up: client to server), each chunk waiting
+// while the proxy is frozen, and, on a proxy that reads the protocol, a
+// server's reply held as DelayReplies says; it closes the pair when either
+// side ends.
+func (p *Proxy) pipe(pp *proxyPair, dst, src net.Conn, up bool) {
 	defer pp.close()
 	buf := make([]byte, 32<<10)
 	for {
@@ -212,6 +230,9 @@ func (p *Proxy) pipe(pp *proxyPair, dst, src net.Conn) {
 				case <-pp.done:
 					return
 				}
+			}
+			if pp.wire != nil && !p.relay(pp, buf[:n], up) {
+				return
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return

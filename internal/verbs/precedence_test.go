@@ -101,7 +101,7 @@ func TestErrorPrecedence(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			c := tc.call()
-			_, op, err := verbs.Prepare(c.ctx, c.b, "test", "Transaction", c.key, c.opts, c.args, true)
+			_, op, err := verbs.Prepare(c.ctx, c.b, "test", "Transaction", c.key, c.opts, c.args, true, lockproto.HeldForTx)
 			if op != nil || !tc.check(err) {
 				t.Fatalf("got op %v, error %v; want %s first", op, err, tc.name)
 			}
@@ -109,7 +109,7 @@ func TestErrorPrecedence(t *testing.T) {
 	}
 	// a verb that takes no lock for its caller returns the context's error
 	// alone
-	_, _, err := verbs.Prepare(ended, binder{}, "test", "Holder", keys.Name("k"), nil, verbs.Args{}, false)
+	_, _, err := verbs.Prepare(ended, binder{}, "test", "Holder", keys.Name("k"), nil, verbs.Args{}, false, lockproto.HeldForHolder)
 	if !errors.Is(err, context.Canceled) || errors.Is(err, errs.ErrNotAcquired) {
 		t.Fatalf("Holder on an ended context: %v", err)
 	}

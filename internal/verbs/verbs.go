@@ -5,8 +5,8 @@
 // supplies a [Binder], which finds what stands behind its handle for one
 // call (the dialect, the primary's *sql.DB, the defaults, the caller's
 // transaction if the handle is inside one), and, for Transaction and
-// RunOnce, how fn gets its transaction; its exported verbs forward here in
-// a few lines. The contracts are stated on the root's names and in
+// RunOnce, a [Driver]: how fn gets its transaction; its exported verbs
+// forward here in a few lines. The contracts are stated on the root's names and in
 // docs/PROTOCOL.md; this package says how they are kept.
 //
 // # Error precedence
@@ -22,16 +22,14 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"sync"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/ledger"
 	"github.com/ormlock/ormlock/internal/lockproto"
+	_ "github.com/ormlock/ormlock/internal/pgxdriver" // pgx's connections, for every adapter (lockproto.RegisterPgDriver)
 	"github.com/ormlock/ormlock/internal/sched"
 )
 
@@ -41,7 +39,8 @@ type Pool struct {
 	Pkg string
 	// Dialect is the server's.
 	Dialect lockproto.Dialect
-	// DB is the primary's pool, where the protocol runs.
+	// DB is the primary's pool, where the protocol runs; nil when Lazy
+	// stands for it.
 	DB *sql.DB
 	// CacheKey, when set, is the *sql.DB under which what the protocol
 	// learns of the server is cached, when DB lives for one call only
@@ -66,15 +65,17 @@ type Pool struct {
 	// SplitTx, when set, begins fn's transaction of the split protocol
 	// (see lockproto.Op.SplitTx).
 	SplitTx func(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (lockproto.Tx, error)
-	// Pgx, when set, is the pgx pool the call's *sql.DB stands over: the
-	// lock connection then comes from it, driven by pgx
-	// (lockproto.Op.Pgx). pgxlock sets it for Transaction, Session and
-	// Lead only (RunOnce's ledger statements run on database/sql).
-	Pgx *pgxpool.Pool
+	// LockConns, when set, is the pool the call's *sql.DB stands over, as
+	// a pool of lock connections (lockproto.Op.LockConns: pgxlock's, by
+	// internal/pgxdriver): the protocol pins the lock connection of
+	// Transaction, Session and Lead from it where the lock travels in one
+	// message, and the paths that need database/sql (RunOnce's ledger,
+	// the split protocol, fencing, the other verbs) use DB or Lazy.
+	LockConns lockproto.LockConnPool
 	// Lazy, when set, stands for DB, which is then nil: it opens the
-	// *sql.DB on first use, if the call needs it at all (pgxlock's
-	// Transaction, Session and Lead, whose lock connection comes from
-	// Pgx), and closes it when the verb returns.
+	// *sql.DB on first use, if the call needs it at all (pgxlock's,
+	// whose lock connection comes from LockConns), and closes it when the
+	// verb returns.
 	Lazy lockproto.LazyDB
 	// Close, when set, is called when the verb returns (pgxlock closes
 	// the call's *sql.DB).
@@ -90,8 +91,8 @@ type Pool struct {
 // handle's own (step 4), and the options' error stays in Pool.Cfg.Err()
 // for the core to return in its turn. Bind is called only once the
 // arguments are valid; it sends nothing to the server unless the dialect
-// cannot be told otherwise (sqllock's unknown drivers, entlock's probe of
-// the client for its Driver, which sends nothing either).
+// cannot be told otherwise (sqllock's unknown drivers, entlock's request
+// to the client for its Driver, which sends nothing either).
 type Binder interface {
 	Nil() string
 	Bind(ctx context.Context, verb string, opts []config.Option) (Pool, error)
@@ -131,9 +132,7 @@ func Open[B Binder](ctx context.Context, b B, pkg, verb string, opts []config.Op
 }
 
 // CheckHandle is steps 1 to 3: a nil context, a nil handle (nilHandle
-// names its type, "" when it is set), an invalid argument. entlock's
-// Transaction calls it itself: it reaches its Driver, and binds, through
-// ent's client.Tx.
+// names its type, "" when it is set), an invalid argument.
 func CheckHandle(ctx context.Context, pkg, verb, nilHandle string, a Args) error {
 	switch {
 	case ctx == nil:
@@ -146,17 +145,18 @@ func CheckHandle(ctx context.Context, pkg, verb, nilHandle string, a Args) error
 	return a.Err
 }
 
-// Prepare is Open, then steps 6 to 8 for the lock of verb on k: the Op is
-// built (a bad key fails here), an ended context returns (lock: the verb
-// takes the lock for its caller), and the server is checked. When only the
-// server check failed, the Op is returned with its error, so that Lead can
-// retry a connection error; the pool is released on every other error.
-func Prepare[B Binder](ctx context.Context, b B, pkg, verb string, k keys.Key, opts []config.Option, a Args, lock bool) (Pool, *lockproto.Op, error) {
+// Prepare is Open, then steps 6 to 8 for the lock of verb on k, held as h
+// declares: the Op is built (a bad key fails here), an ended context
+// returns (lock: the verb takes the lock for its caller), and the server
+// is checked. When only the server check failed, the Op is returned with
+// its error, so that Lead can retry a connection error; the pool is
+// released on every other error.
+func Prepare[B Binder](ctx context.Context, b B, pkg, verb string, k keys.Key, opts []config.Option, a Args, lock bool, h lockproto.Holding) (Pool, *lockproto.Op, error) {
 	p, err := Open(ctx, b, pkg, verb, opts, a)
 	if err != nil {
 		return Pool{}, nil, err
 	}
-	op, err := p.Op(ctx, verb, k, p.Cfg, lock)
+	op, err := p.Op(ctx, verb, k, p.Cfg, lock, h)
 	if err != nil && op == nil {
 		p.release()
 		return Pool{}, nil, err
@@ -164,17 +164,17 @@ func Prepare[B Binder](ctx context.Context, b B, pkg, verb string, k keys.Key, o
 	return p, op, err
 }
 
-// Op is steps 6 to 8 on an open pool: the Op of verb on k with cfg, the
-// ended-context check and the server check (whose failure returns the Op
-// with the error).
-func (p Pool) Op(ctx context.Context, verb string, k keys.Key, cfg config.Config, lock bool) (*lockproto.Op, error) {
-	op, err := lockproto.NewOp(p.Dialect, verb, k, cfg)
+// Op is steps 6 to 8 on an open pool: the Op of verb on k with cfg, held
+// as h declares, the ended-context check and the server check (whose
+// failure returns the Op with the error).
+func (p Pool) Op(ctx context.Context, verb string, k keys.Key, cfg config.Config, lock bool, h lockproto.Holding) (*lockproto.Op, error) {
+	op, err := lockproto.NewOpHeld(p.Dialect, verb, k, cfg, h)
 	if err != nil {
 		return nil, err
 	}
 	op.NeedSQLTx = p.NeedSQLTx
 	op.SplitTx = p.SplitTx
-	op.Pgx, op.LazyDB = p.Pgx, p.Lazy // Lead's terms take them over
+	op.LockConns, op.LazyDB = p.LockConns, p.Lazy // Lead's terms take them over
 	if lock {
 		err = op.EndedLock(ctx)
 	} else {
@@ -223,42 +223,12 @@ func (p Pool) checkQuerier() lockproto.CheckQuerier {
 	return p.DB
 }
 
-// OpenLazily returns the lockproto.LazyDB that opens open(arg) on first
-// use (Pool.Lazy).
-func OpenLazily[A any](arg A, open func(A) *sql.DB) lockproto.LazyDB {
-	return &lazyDB[A]{arg: arg, open: open}
-}
-
-type lazyDB[A any] struct {
-	arg  A
-	open func(A) *sql.DB
-	mu   sync.Mutex
-	db   *sql.DB
-}
-
-func (l *lazyDB[A]) DB() *sql.DB {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.db == nil {
-		l.db = l.open(l.arg)
+// sqlDB is the primary's *sql.DB: DB, or Lazy's, opened now.
+func (p Pool) sqlDB() *sql.DB {
+	if p.DB == nil && p.Lazy != nil {
+		return p.Lazy.DB()
 	}
-	return l.db
-}
-
-func (l *lazyDB[A]) Close() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.db != nil {
-		_ = l.db.Close()
-	}
-}
-
-func (l *lazyDB[A]) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	return l.DB().QueryContext(ctx, query, args...)
-}
-
-func (l *lazyDB[A]) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	return l.DB().QueryRowContext(ctx, query, args...)
+	return p.DB
 }
 
 // reader is where the ledger reads run: the caller's transaction, or the
@@ -270,7 +240,7 @@ func (p Pool) reader() interface {
 	if p.Tx != nil {
 		return p.Tx
 	}
-	return p.DB
+	return p.sqlDB()
 }
 
 func (p Pool) release() {
@@ -299,29 +269,68 @@ func (p Pool) ownTx(verb, why string) error {
 	return nil
 }
 
-// Locked is fn's side of a Transaction: it runs with ctx (carrying the
-// fencing token) on the transaction lt, begun with the lock held, and
-// hands fn the adapter's form of it.
-type Locked func(ctx context.Context, lt *lockproto.LockedTx) error
+// Locked is fn's side of sqllock's and pgxlock's Transaction: it calls
+// fn, of type F, with ctx (carrying the fencing token) and the adapter's
+// form of lt, the transaction begun with the lock held. It is a function
+// of the adapter's, fn its argument, so that no closure is made per call.
+type Locked[F any] func(ctx context.Context, fn F, lt *lockproto.LockedTx) error
 
-// Transaction runs fn in a transaction begun with the lock of k held,
-// commits when fn returns nil and rolls back otherwise (a panic included),
-// then releases the lock: sqllock's and pgxlock's Transaction.
-func Transaction[B Binder](ctx context.Context, b B, pkg string, k keys.Key, fn Locked, nilFn bool, opts []config.Option) error {
-	p, op, err := Prepare(ctx, b, pkg, "Transaction", k, opts, Args{NilFn: nilFn}, true)
+// TransactionOf runs fn (d.Call) in a transaction begun with the lock of k
+// held, commits when fn returns nil and rolls back otherwise (a panic
+// included), then releases the lock: every adapter's Transaction.
+func TransactionOf[TTx any, D Driver[TTx]](ctx context.Context, d D, pkg string, k keys.Key, nilFn bool, opts []config.Option) error {
+	p, op, err := Prepare(ctx, d, pkg, "Transaction", k, opts, Args{NilFn: nilFn}, true, lockproto.HeldForTx)
 	defer p.release()
 	if err != nil {
 		return p.mend(err)
 	}
-	return op.Use(ctx, func(ctx context.Context) error { return p.mend(p.transaction(ctx, op, fn)) })
+	return op.Use(ctx, func(ctx context.Context) error { return p.mend(inLockTx[TTx](ctx, d, p, op, nil)) })
 }
 
-func (p Pool) transaction(ctx context.Context, op *lockproto.Op, fn Locked) error {
-	lt, err := op.BeginLocked(ctx, p.DB, op.Cfg.TxOptions)
+// inLockTx runs fn in its transaction, begun with op's lock held and ended
+// when fn returns, or, when the handle is inside the caller's transaction
+// and d can nest, in that one (Nester); r, when set, is RunOnce's ledger
+// run, whose row is written in the same transaction around fn.
+func inLockTx[TTx any, D Driver[TTx]](ctx context.Context, d D, p Pool, op *lockproto.Op, r *ledger.Run) error {
+	if p.Tx != nil {
+		if n, ok := any(d).(Nester[TTx]); ok {
+			return nested(ctx, d, n, p, op, r)
+		}
+	}
+	// db nil: the lock connection comes from the pool's own (its LockConns
+	// where the lock travels in one message: lockproto.Op.BeginLocked);
+	// RunOnce's ledger statements run in fn's transaction through
+	// database/sql, on a connection of the *sql.DB
+	db := p.DB
+	if r != nil {
+		db = p.sqlDB()
+	}
+	lt, err := op.BeginLocked(ctx, db, op.Cfg.TxOptions)
 	if err != nil {
 		return err
 	}
-	return lockproto.RunTx(ctx, lt, p.Pkg+"."+op.Verb, func() error { return fn(op.TokenContext(ctx), lt) })
+	tctx := op.TokenContext(ctx)
+	tx, end, err := d.Locked(tctx, op, lt)
+	if err != nil {
+		_ = lt.Rollback()
+		return err
+	}
+	return lockproto.RunTx(ctx, end, p.Pkg+"."+op.Verb, func() error { return call[TTx](ctx, tctx, d, tx, r, lt.Tx) })
+}
+
+// call calls fn with tx for tctx, inside r's ledger statements on q when r
+// is set.
+func call[TTx any, D Driver[TTx]](ctx, tctx context.Context, d D, tx TTx, r *ledger.Run, q lockproto.Querier) error {
+	if r == nil {
+		return d.Call(tctx, tx)
+	}
+	return r.InTx(ctx, q, func() error { return d.Call(tctx, tx) })
+}
+
+// Transaction is TransactionOf for fn in its Locked form: sqllock's and
+// pgxlock's Transaction.
+func Transaction[B Binder, F any](ctx context.Context, b B, pkg string, k keys.Key, fn F, locked Locked[F], nilFn bool, opts []config.Option) error {
+	return TransactionOf[lockedCall](ctx, lockedDriver[B, F]{b: b, fn: fn, locked: locked}, pkg, k, nilFn, opts)
 }
 
 // Lock takes the lock of k in the caller's open transaction, the Pool's
@@ -338,7 +347,7 @@ func Lock[B Binder](ctx context.Context, b B, pkg string, k keys.Key, opts []con
 	}
 	var op *lockproto.Op
 	if err == nil {
-		op, err = p.Op(ctx, "Lock", k, p.Cfg, true)
+		op, err = p.Op(ctx, "Lock", k, p.Cfg, true, lockproto.HeldForTx)
 	}
 	if err == nil {
 		err = op.CheckNested(ctx, p.Tx, pkg+".Lock")
@@ -370,7 +379,7 @@ func lockOptions(pkg string, c config.Config) error {
 
 // Session holds the lock of k on a connection of its own while fn runs.
 func Session[B Binder](ctx context.Context, b B, pkg string, k keys.Key, fn func(ctx context.Context) error, opts []config.Option) error {
-	p, op, err := Prepare(ctx, b, pkg, "Session", k, opts, Args{NilFn: fn == nil}, true)
+	p, op, err := Prepare(ctx, b, pkg, "Session", k, opts, Args{NilFn: fn == nil}, true, lockproto.HeldForSession)
 	defer p.release()
 	if err != nil {
 		return p.mend(err)
@@ -384,7 +393,7 @@ func Session[B Binder](ctx context.Context, b B, pkg string, k keys.Key, fn func
 // key or option, an ended context, or any other permanent error is
 // returned at once.
 func Lead[B Binder](ctx context.Context, b B, pkg string, k keys.Key, fn func(ctx context.Context) error, opts []config.Option) error {
-	p, op, err := Prepare(ctx, b, pkg, "Lead", k, opts, Args{NilFn: fn == nil}, true)
+	p, op, err := Prepare(ctx, b, pkg, "Lead", k, opts, Args{NilFn: fn == nil}, true, lockproto.HeldForLead)
 	defer p.release()
 	if err != nil && (op == nil || lockproto.Permanent(err)) {
 		return p.mend(err)
@@ -408,34 +417,10 @@ func Lead[B Binder](ctx context.Context, b B, pkg string, k keys.Key, fn func(ct
 // and with cfg, the call's settings (WithTxOptions, ClaimNoTx).
 type Claimed func(ctx context.Context, p Pool) error
 
-// RunOnce runs fn at most once per (job, slot). In the ledger's default
-// mode fn (a Locked) runs in the transaction that holds the lock and
-// writes the ledger row; in claim mode (ormlock.WithClaim) claimed runs
-// instead, outside that transaction. sqllock's and pgxlock's RunOnce.
-func RunOnce[B Binder](ctx context.Context, b B, pkg, job string, slot time.Time, fn Locked, claimed Claimed, nilFn bool, opts []config.Option) error {
-	p, err := Open(ctx, b, pkg, "RunOnce", opts, Args{NilFn: nilFn, Err: ledger.CheckRunOnce(pkg+".RunOnce", false, job, slot)})
-	defer p.release()
-	if err != nil {
-		return err
-	}
-	return p.runOnce(ctx, job, slot, fn, claimed)
-}
-
-// runOnce is RunOnce on the open pool p; it returns its error mended.
-func (p Pool) runOnce(ctx context.Context, job string, slot time.Time, fn Locked, claimed Claimed) error {
-	r, op, err := p.Run(ctx, job, slot)
-	if err != nil {
-		return p.mend(err)
-	}
-	// fn reads the slot with ormlock.Slot
-	return op.Use(sched.WithSlot(ctx, keys.NormalizeSlot(slot)), func(ctx context.Context) error {
-		if p.Cfg.Claim {
-			return p.mend(r.Claimed(ctx, p.DB, func(ctx context.Context) error { return claimed(ctx, p) }))
-		}
-		return p.mend(p.transaction(ctx, op, func(tctx context.Context, lt *lockproto.LockedTx) error {
-			return r.InTx(ctx, lt.Tx, func() error { return fn(tctx, lt) })
-		}))
-	})
+// RunOnce is RunOnceOf for fn in its Locked form, and in claim mode its
+// Claimed form: sqllock's and pgxlock's RunOnce.
+func RunOnce[B Binder, F any](ctx context.Context, b B, pkg, job string, slot time.Time, fn F, locked Locked[F], claimed Claimed, nilFn bool, opts []config.Option) error {
+	return RunOnceOf[lockedCall](ctx, lockedDriver[B, F]{b: b, fn: fn, locked: locked, claimed: claimed}, pkg, job, slot, nilFn, opts)
 }
 
 // Run is steps 6 to 8 of RunOnce on an open pool and its ledger run: the
@@ -446,7 +431,11 @@ func (p Pool) Run(ctx context.Context, job string, slot time.Time) (*ledger.Run,
 	if p.Cfg.Claim && p.Tx != nil {
 		return nil, nil, fmt.Errorf("%w: %s: WithClaim with a db inside a transaction: claim mode commits its ledger rows itself and runs fn outside any transaction", errs.ErrInvalidArgument, verb)
 	}
-	op, err := p.Op(ctx, "RunOnce", keys.RunKey(job, slot), p.Cfg, true)
+	h := lockproto.HeldForTx
+	if p.Cfg.Claim { // held for the run, outside fn's transaction
+		h = lockproto.HeldForSession
+	}
+	op, err := p.Op(ctx, "RunOnce", keys.RunKey(job, slot), p.Cfg, true, h)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -490,11 +479,11 @@ func Migrate[B Binder](ctx context.Context, b B, pkg string, opts []config.Optio
 	}
 	cfg := p.Cfg
 	cfg.Wait, cfg.Namespace = max(cfg.Wait, ledger.MigrateWait), ""
-	op, err := p.Op(ctx, "Migrate", ledger.MigrateKey(cfg.LedgerTable), cfg, false)
+	op, err := p.Op(ctx, "Migrate", ledger.MigrateKey(cfg.LedgerTable), cfg, false, lockproto.HeldForTx)
 	if err != nil {
 		return p.mend(err)
 	}
-	return p.mend(ledger.Migrate(ctx, p.DB, op))
+	return p.mend(ledger.Migrate(ctx, p.sqlDB(), op))
 }
 
 // Holder asks the server who holds k (Shared(k): as for k).
@@ -502,7 +491,7 @@ func Holder[B Binder](ctx context.Context, b B, pkg string, k keys.Key, opts []c
 	if keys.IsShared(k) {
 		k = keys.Plain(k)
 	}
-	p, op, err := Prepare(ctx, b, pkg, "Holder", k, opts, Args{}, false)
+	p, op, err := Prepare(ctx, b, pkg, "Holder", k, opts, Args{}, false, lockproto.HeldForHolder)
 	defer p.release()
 	if err != nil {
 		return lockproto.HolderInfo{}, p.mend(err)
@@ -513,7 +502,7 @@ func Holder[B Binder](ctx context.Context, b B, pkg string, k keys.Key, opts []c
 
 // Holders asks the server for every holder of k, whatever its shape.
 func Holders[B Binder](ctx context.Context, b B, pkg string, k keys.Key, opts []config.Option) ([]lockproto.HolderInfo, error) {
-	p, op, err := Prepare(ctx, b, pkg, "Holders", k, opts, Args{}, false)
+	p, op, err := Prepare(ctx, b, pkg, "Holders", k, opts, Args{}, false, lockproto.HeldForTx)
 	defer p.release()
 	if err != nil {
 		return nil, p.mend(err)
@@ -542,7 +531,7 @@ func Runs[B Binder](ctx context.Context, b B, pkg, job string, limit int, opts [
 		// a row that looks stale is read again in a transaction of its
 		// own on the pool, or in the caller's transaction (which holds a
 		// connection the pool may not have a second of)
-		fresh := p.DB
+		fresh := p.sqlDB()
 		if p.Tx != nil {
 			fresh = nil
 		}
@@ -571,7 +560,7 @@ func Prune[B Binder](ctx context.Context, b B, pkg string, olderThan time.Durati
 	if err != nil {
 		return 0, p.mend(err)
 	}
-	n, err := t.PruneOlderThan(ctx, p.DB, p.Cfg, olderThan, ledger.PruneBatch)
+	n, err := t.PruneOlderThan(ctx, p.sqlDB(), p.Cfg, olderThan, ledger.PruneBatch)
 	return n, p.mend(err)
 }
 
@@ -590,6 +579,6 @@ func AdvanceFences[B Binder](ctx context.Context, b B, pkg string, by int64, opt
 	if err != nil {
 		return 0, p.mend(err)
 	}
-	n, err := ledger.AdvanceFences(ctx, p.DB, p.Dialect, pkg+".AdvanceFences", by, p.Cfg)
+	n, err := ledger.AdvanceFences(ctx, p.sqlDB(), p.Dialect, pkg+".AdvanceFences", by, p.Cfg)
 	return n, p.mend(err)
 }

@@ -1,4 +1,4 @@
-package lockproto
+package pgxdriver
 
 import (
 	"context"

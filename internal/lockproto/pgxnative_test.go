@@ -1,10 +1,9 @@
-package lockproto
+package lockproto_test
 
 import (
 	"context"
 	"database/sql"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,14 +13,18 @@ import (
 	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/keys"
+	"github.com/ormlock/ormlock/internal/lockproto"
+	"github.com/ormlock/ormlock/internal/pgxdriver"
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
-// With Op.Pgx (pgxlock), Transaction's and Session's lock connection is
-// the pgx pool's own, driven by pgx: the *sql.DB over the pool opens no
-// connection of its own, the pool's connection is released when the lock
-// ends, and a second caller is refused while it is held. On PostgreSQL and
-// behind PgBouncer.
+// With Op.LockConns (pgxlock's pgx pool, through pgxdriver), Transaction's
+// and Session's lock connection, given no *sql.DB, is the pgx pool's own,
+// driven by pgx: the *sql.DB over the pool (the LazyDB) is neither asked
+// for nor opens a connection, the pool's connection is released when the
+// lock ends, and a second caller is refused while it is held. A caller
+// that gives a *sql.DB (RunOnce's ledger, whose statements run through
+// database/sql) pins from it. On PostgreSQL and behind PgBouncer.
 
 func pgxPoolOf(t *testing.T, k testdb.Kind) (*pgxpool.Pool, *sql.DB) {
 	t.Helper()
@@ -48,15 +51,33 @@ func pgxPoolOf(t *testing.T, k testdb.Kind) (*pgxpool.Pool, *sql.DB) {
 	return pool, db
 }
 
-func pgxOp(t *testing.T, pool *pgxpool.Pool, verb string, k keys.Key) *Op {
+// pgxOp is an Op of verb on k whose lock connections come from pool, and
+// whose *sql.DB, asked for only where the protocol needs database/sql, is
+// db (counted).
+func pgxOp(t *testing.T, pool *pgxpool.Pool, db *lazyCount, verb string, k keys.Key) *lockproto.Op {
 	t.Helper()
-	o, err := NewOp(Postgres, verb, k, config.New())
+	o, err := lockproto.NewOp(lockproto.Postgres, verb, k, config.New())
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.Pgx = pool
+	o.LockConns, o.LazyDB = pgxdriver.Pool(pool), db
 	o.Cfg.Keepalive = 50 * time.Millisecond
 	return o
+}
+
+// lazyCount is a LazyDB over db that counts how often it was asked for it.
+type lazyCount struct {
+	db     *sql.DB
+	opened int
+}
+
+func (c *lazyCount) DB() *sql.DB { c.opened++; return c.db }
+func (c *lazyCount) Close()      {}
+func (c *lazyCount) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	return c.DB().QueryContext(ctx, q, args...)
+}
+func (c *lazyCount) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	return c.DB().QueryRowContext(ctx, q, args...)
 }
 
 func TestPgxNativeLockConnection(t *testing.T) {
@@ -64,20 +85,20 @@ func TestPgxNativeLockConnection(t *testing.T) {
 		t.Run(string(k), func(t *testing.T) {
 			ctx := context.Background()
 			pool, db := pgxPoolOf(t, k)
+			lazy := &lazyCount{db: db}
 			key := keys.Name(testdb.Table(t, k, "pgxnative"))
 
 			t.Run("Transaction", func(t *testing.T) {
-				o := pgxOp(t, pool, "Transaction", key)
-				lt, err := o.BeginLocked(ctx, db, nil)
+				o := pgxOp(t, pool, lazy, "Transaction", key)
+				lt, err := o.BeginLocked(ctx, nil, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
-				ct, ok := lt.Tx.(*OneMessageTx)
-				if !ok {
+				if _, ok := lt.Tx.(*lockproto.OneMessageTx); !ok {
 					t.Fatalf("Tx is %T, want the one-message transaction", lt.Tx)
 				}
-				if _, ok := ct.pin.(*pgxPin); !ok {
-					t.Fatalf("the lock connection is %T, want the pgx pool's", ct.pin)
+				if sc, lc, err := lt.Conn(); err != nil || sc != nil || lc == nil {
+					t.Fatalf("the lock connection: %v, %v, %v; want the pgx pool's", sc, lc, err)
 				}
 				if n := db.Stats().OpenConnections; n != 0 {
 					t.Errorf("database/sql opened %d connection(s)", n)
@@ -85,15 +106,19 @@ func TestPgxNativeLockConnection(t *testing.T) {
 				if n := pool.Stat().AcquiredConns(); n != 1 {
 					t.Errorf("%d connection(s) of the pool acquired while the lock is held, want 1", n)
 				}
-				pc, err := lt.PgxConn()
-				if err != nil || pc != ct.pin.(*pgxPin).c.Conn() {
-					t.Fatalf("PgxConn = %p, %v: not the pool's connection", pc, err)
+				pc, err := pgxdriver.TxConn(lt)
+				if err != nil {
+					t.Fatalf("TxConn: %v", err)
+				}
+				var pid uint32
+				if err := pc.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil || pid == 0 {
+					t.Fatalf("a statement on TxConn's connection: %v", err)
 				}
 				if _, err := pc.Exec(ctx, "SELECT 1"); err != nil {
 					t.Fatal(err)
 				}
-				other := pgxOp(t, pool, "Transaction", key)
-				if _, err := other.BeginLocked(ctx, db, nil); !errors.Is(err, errs.ErrNotAcquired) {
+				other := pgxOp(t, pool, lazy, "Transaction", key)
+				if _, err := other.BeginLocked(ctx, nil, nil); !errors.Is(err, errs.ErrNotAcquired) {
 					t.Fatalf("a second Transaction on the held key: %v, want ErrNotAcquired", err)
 				}
 				if err := lt.Commit(); err != nil {
@@ -102,8 +127,8 @@ func TestPgxNativeLockConnection(t *testing.T) {
 				if n := pool.Stat().AcquiredConns(); n != 0 {
 					t.Errorf("%d connection(s) still acquired after COMMIT", n)
 				}
-				again := pgxOp(t, pool, "Transaction", key)
-				lt, err = again.BeginLocked(ctx, db, nil)
+				again := pgxOp(t, pool, lazy, "Transaction", key)
+				lt, err = again.BeginLocked(ctx, nil, nil)
 				if err != nil {
 					t.Fatalf("the key after COMMIT: %v", err)
 				}
@@ -113,8 +138,8 @@ func TestPgxNativeLockConnection(t *testing.T) {
 			})
 
 			t.Run("Session", func(t *testing.T) {
-				o := pgxOp(t, pool, "Session", key)
-				err := o.Session(ctx, db, func(ctx context.Context) error {
+				o := pgxOp(t, pool, lazy, "Session", key)
+				err := o.Session(ctx, nil, func(ctx context.Context) error {
 					if n := db.Stats().OpenConnections; n != 0 {
 						t.Errorf("database/sql opened %d connection(s)", n)
 					}
@@ -122,8 +147,8 @@ func TestPgxNativeLockConnection(t *testing.T) {
 						t.Errorf("%d connection(s) of the pool acquired while the lock is held, want 1", n)
 					}
 					time.Sleep(200 * time.Millisecond) // keepalives on the pgx connection
-					other := pgxOp(t, pool, "Transaction", key)
-					if _, err := other.BeginLocked(ctx, db, nil); !errors.Is(err, errs.ErrNotAcquired) {
+					other := pgxOp(t, pool, lazy, "Transaction", key)
+					if _, err := other.BeginLocked(ctx, nil, nil); !errors.Is(err, errs.ErrNotAcquired) {
 						t.Errorf("a Transaction on the Session's key: %v, want ErrNotAcquired", err)
 					}
 					return ctx.Err()
@@ -137,9 +162,8 @@ func TestPgxNativeLockConnection(t *testing.T) {
 			})
 
 			t.Run("no *sql.DB unless needed", func(t *testing.T) {
-				open := &countingDB{db: db}
-				o := pgxOp(t, pool, "Transaction", key)
-				o.LazyDB = open
+				open := &lazyCount{db: db}
+				o := pgxOp(t, pool, open, "Transaction", key)
 				lt, err := o.BeginLocked(ctx, nil, nil)
 				if err != nil {
 					t.Fatal(err)
@@ -147,8 +171,7 @@ func TestPgxNativeLockConnection(t *testing.T) {
 				if err := lt.Commit(); err != nil {
 					t.Fatal(err)
 				}
-				s := pgxOp(t, pool, "Session", key)
-				s.LazyDB = open
+				s := pgxOp(t, pool, open, "Session", key)
 				if err := s.Session(ctx, nil, func(context.Context) error { return nil }); err != nil {
 					t.Fatal(err)
 				}
@@ -156,8 +179,7 @@ func TestPgxNativeLockConnection(t *testing.T) {
 					t.Errorf("the *sql.DB was opened %d time(s) by a Transaction and a Session on the pool's connection", open.opened)
 				}
 				// the split protocol runs on database/sql
-				rr := pgxOp(t, pool, "Transaction", key)
-				rr.LazyDB = open
+				rr := pgxOp(t, pool, open, "Transaction", key)
 				lt, err = rr.BeginLocked(ctx, nil, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
 				if err != nil {
 					t.Fatal(err)
@@ -170,9 +192,31 @@ func TestPgxNativeLockConnection(t *testing.T) {
 				}
 			})
 
+			// a caller whose statements need database/sql on fn's
+			// transaction (RunOnce's ledger) gives the *sql.DB: the lock
+			// connection is pinned from it, still in one message
+			t.Run("a *sql.DB given", func(t *testing.T) {
+				o := pgxOp(t, pool, lazy, "RunOnce", key)
+				lt, err := o.BeginLocked(ctx, db, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer lt.Rollback()
+				if _, ok := lt.Tx.(*lockproto.OneMessageTx); !ok {
+					t.Fatalf("Tx is %T, want the one-message transaction", lt.Tx)
+				}
+				if sc, lc, err := lt.Conn(); err != nil || sc == nil || lc != nil {
+					t.Fatalf("the lock connection: %v, %v, %v; want a *sql.Conn of db", sc, lc, err)
+				}
+				var one int
+				if err := lt.Tx.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil {
+					t.Fatalf("a query through database/sql in the transaction: %v", err)
+				}
+			})
+
 			t.Run("Session lost", func(t *testing.T) {
-				o := pgxOp(t, pool, "Session", key)
-				err := o.Session(ctx, db, func(fctx context.Context) error {
+				o := pgxOp(t, pool, lazy, "Session", key)
+				err := o.Session(ctx, nil, func(fctx context.Context) error {
 					var pid int
 					k := uint64(o.PostgresKey().Int64)
 					if err := pool.QueryRow(ctx, "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid = $1 AND objid = $2", int64(k>>32), int64(uint32(k))).Scan(&pid); err != nil {
@@ -202,103 +246,4 @@ func TestPgxNativeLockConnection(t *testing.T) {
 			})
 		})
 	}
-}
-
-// countingDB is a LazyDB that counts how often it was asked for the DB.
-type countingDB struct {
-	db     *sql.DB
-	opened int
-}
-
-func (c *countingDB) DB() *sql.DB { c.opened++; return c.db }
-func (c *countingDB) Close()      {}
-func (c *countingDB) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
-	return c.DB().QueryContext(ctx, q, args...)
-}
-func (c *countingDB) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
-	return c.DB().QueryRowContext(ctx, q, args...)
-}
-
-// lazyCheckDB is a LazyDB that is also the server check's querier, as
-// pgxlock's is: the check must run on its *sql.DB, on a connection of its
-// own, so that the multiplexer probe (two connections announcing one
-// backend) runs for pgxlock too; a query sent through the querier itself
-// fails the test.
-type lazyCheckDB struct {
-	*countingDB
-	t *testing.T
-}
-
-func (l lazyCheckDB) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
-	l.t.Errorf("%s ran on the LazyDB's querier, not on a connection of its own", q)
-	return l.DB().QueryContext(ctx, q, args...)
-}
-
-func (l lazyCheckDB) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
-	l.t.Errorf("%s ran on the LazyDB's querier, not on a connection of its own", q)
-	return l.DB().QueryRowContext(ctx, q, args...)
-}
-
-func TestCheckPostgresOnLazyDB(t *testing.T) {
-	_, db := pgxPoolOf(t, testdb.Postgres)
-	c := &countingDB{db: db}
-	verdict, err := checkPostgres(context.Background(), lazyCheckDB{c, t}, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := verdict(); err != nil {
-		t.Fatal(err)
-	}
-	if c.opened != 1 {
-		t.Errorf("the check asked the LazyDB for its *sql.DB %d time(s), want once", c.opened)
-	}
-}
-
-// pgxlock's first calls on a cold pool share one server check, as the
-// other adapters' do: of 200 callers at once, each with the lazily opened
-// *sql.DB of its own call, only one opens it.
-func TestCheckServerOnceOnLazyDBs(t *testing.T) {
-	_, db := pgxPoolOf(t, testdb.Postgres)
-	standIn := new(sql.DB) // the pool's cache key, as pgxlock's
-	var (
-		mu     sync.Mutex
-		opened int
-	)
-	start := make(chan struct{})
-	errc := make(chan error, 200)
-	for range 200 {
-		go func() {
-			o, err := NewOp(Postgres, "Transaction", keys.Name("check-once-lazy"), config.New())
-			if err != nil {
-				errc <- err
-				return
-			}
-			<-start
-			errc <- o.CheckServerOn(context.Background(), standIn, lazyQuerierDB{db: db, open: func() { mu.Lock(); opened++; mu.Unlock() }})
-		}()
-	}
-	close(start)
-	for range 200 {
-		if err := <-errc; err != nil {
-			t.Fatal(err)
-		}
-	}
-	if opened != 1 {
-		t.Errorf("%d of 200 concurrent first calls opened their *sql.DB for the check, want 1", opened)
-	}
-}
-
-// lazyQuerierDB is a LazyDB and check querier over db that counts its opens.
-type lazyQuerierDB struct {
-	db   *sql.DB
-	open func()
-}
-
-func (l lazyQuerierDB) DB() *sql.DB { l.open(); return l.db }
-func (l lazyQuerierDB) Close()      {}
-func (l lazyQuerierDB) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
-	return l.DB().QueryContext(ctx, q, args...)
-}
-func (l lazyQuerierDB) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
-	return l.DB().QueryRowContext(ctx, q, args...)
 }
