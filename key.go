@@ -45,15 +45,15 @@ type KeyType interface {
 // UTF-8 without NUL bytes, at most 1,024 bytes (room for every name ormlock
 // derives itself: a RunOnce lock name for the longest job name is 808
 // bytes); the verbs return [ErrInvalidKey] otherwise.
-func Name(name string) Key { return Key(keys.Name(name)) }
+func Name(name string) Key { return keys.Name(name) }
 
 // ID returns the key for a numeric lock id, used as-is as a PostgreSQL bigint
 // advisory lock key.
-func ID(id int64) Key { return Key(keys.ID(id)) }
+func ID(id int64) Key { return keys.ID(id) }
 
 // Pair returns the key for PostgreSQL's two-int form,
 // pg_advisory_xact_lock(classID, objID).
-func Pair(classID, objID int32) Key { return Key(keys.Pair(classID, objID)) }
+func Pair(classID, objID int32) Key { return keys.Pair(classID, objID) }
 
 // All returns the key of every key in ks at once, all or none: a lock
 // shape, accepted as the key of Transaction and Session by every adapter
@@ -77,7 +77,7 @@ func All[K KeyType](ks ...K) Key {
 	for i, k := range ks {
 		out[i] = keys.Of[Key](k)
 	}
-	return Key(keys.All(out...))
+	return keys.All(out...)
 }
 
 // Shared returns key taken in share mode: any number of Shared holders at
@@ -86,7 +86,7 @@ func All[K KeyType](ks ...K) Key {
 // either mode meets it). Shared of a set is every key of it shared.
 // MySQL/MariaDB have no shared named lock: every verb returns
 // [ErrUnsupportedDialect] there before anything is taken.
-func Shared[K KeyType](key K) Key { return Key(keys.Shared(keys.Of[Key](key))) }
+func Shared[K KeyType](key K) Key { return keys.Shared(keys.Of[Key](key)) }
 
 // Semaphore returns the key of at most n holders of key at once, on every
 // server: n slot locks, slot i (1 to n) the name
@@ -99,4 +99,4 @@ func Shared[K KeyType](key K) Key { return Key(keys.Shared(keys.Of[Key](key))) }
 // with a backoff (from 10 ms, doubling, at most 500 ms) until the wait's
 // budget ends. n must be 1 to 128 ([ErrInvalidKey]); key must be one plain
 // key.
-func Semaphore[K KeyType](key K, n int) Key { return Key(keys.Semaphore(keys.Of[Key](key), n)) }
+func Semaphore[K KeyType](key K, n int) Key { return keys.Semaphore(keys.Of[Key](key), n) }

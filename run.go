@@ -65,4 +65,4 @@ type Run = status.Run
 // ask who is running a slot right now. Its derivation is part of keyhash
 // spec v1 (docs/PROTOCOL.md): replicas running different versions lock the
 // same key.
-func RunKey(job string, slot time.Time) Key { return Key(keys.RunKey(job, slot)) }
+func RunKey(job string, slot time.Time) Key { return keys.RunKey(job, slot) }
