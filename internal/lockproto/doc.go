@@ -27,7 +27,7 @@
 //  1. gormlock/transaction.go: Transaction, call.init; ctxOf (GORM's
 //     context).
 //  2. internal/verbs/verbs.go: Prepare, Open and CheckHandle (the checks, in
-//     the precedence that verbs' package doc states), then
+//     the precedence that docs/PROTOCOL.md (Error precedence) states), then
 //     gormlock/binding.go: binder.Nil, binder.Bind with dialectOf and
 //     configFor (the plugin's defaults, internal/config/config.go: New,
 //     With, Err), and transaction.go's inTx, primary, primarySQL.
