@@ -47,7 +47,7 @@ type txBinder struct{ tx pgx.Tx }
 func (b txBinder) Nil() string { return verbs.NilIf(b.tx == nil, "pgx.Tx") }
 
 func (b txBinder) Bind(ctx context.Context, _ string, opts []config.Option) (verbs.Pool, error) {
-	db := sql.OpenDB(txConnector{b.tx})
+	db := sql.OpenDB(txConnector(b))
 	// the view's one connection sends nothing to open: a context that has
 	// ended is left to the verb core, which then sends nothing either
 	conn, err := db.Conn(context.WithoutCancel(ctx))
@@ -72,7 +72,7 @@ func (b txBinder) Bind(ctx context.Context, _ string, opts []config.Option) (ver
 
 type txConnector struct{ tx pgx.Tx }
 
-func (c txConnector) Connect(context.Context) (driver.Conn, error) { return txConn{c.tx}, nil }
+func (c txConnector) Connect(context.Context) (driver.Conn, error) { return txConn(c), nil }
 func (c txConnector) Driver() driver.Driver                        { return stdlib.GetDefaultDriver() }
 
 type txConn struct{ tx pgx.Tx }

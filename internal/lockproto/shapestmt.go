@@ -1,0 +1,356 @@
+// The statements of the lock shapes on each server (shapes.go takes them).
+
+package lockproto
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/ormlock/ormlock/internal/errs"
+)
+
+// pgLockCall is the lock function and arguments of item it: xact or
+// session level, try or wait, share mode or not.
+func pgLockCall(it lockItem, xact, try bool) (string, []any) {
+	fn := "pg_"
+	if try {
+		fn += "try_"
+	}
+	fn += "advisory_"
+	if xact {
+		fn += "xact_"
+	}
+	fn += "lock"
+	if it.shared {
+		fn += "_shared"
+	}
+	if it.pg.IsPair {
+		return fn + "($1::int4, $2::int4)", []any{it.pg.ClassID, it.pg.ObjID}
+	}
+	return fn + "($1::int8)", []any{it.pg.Int64}
+}
+
+// pgTryItem tries item it's lock on q (transaction or session level); the
+// statement also reads the columns cols into dest (the transaction's
+// isolation: see snapshotTaken, then errSnapshotTaken) and, with probe,
+// whether probe's lock is held.
+func pgTryItem(ctx context.Context, q Querier, it lockItem, xact bool, probe *slotProbe, cols string, dest ...any) (bool, error) {
+	call, args := pgLockCall(it, xact, true)
+	var ok bool
+	query, all := "SELECT "+call+cols, append([]any{&ok}, dest...)
+	if probe != nil {
+		c, o, sub := PGLockTag(probe.it.pg)
+		query += pgProbeCol(len(args))
+		args, all = append(args, int64(c), int64(o), sub), append(all, &probe.seen)
+	}
+	if err := q.QueryRowContext(ctx, query, args...).Scan(all...); err != nil {
+		return false, errs.Wrap(err, "%s", call)
+	}
+	if len(dest) > 0 && snapshotTaken(dest[0].(*string)) {
+		return false, errSnapshotTaken
+	}
+	return ok, nil
+}
+
+// pgProbeCol is the column that says whether an advisory lock of the
+// current database is granted to anyone (pg_locks), its classid, objid and
+// objsubid the parameters after the n-th.
+func pgProbeCol(n int) string {
+	p := func(i int) string { return "$" + strconv.Itoa(n+i) }
+	return ", EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted" +
+		" AND database = (SELECT oid FROM pg_database WHERE datname = current_database())" +
+		" AND classid::int8 = " + p(1) + "::int8 AND objid::int8 = " + p(2) + "::int8 AND objsubid = " + p(3) + "::int2)"
+}
+
+// pgWaitItemXact waits up to wait for item it's transaction-level lock on
+// the transaction q, bounded by lock_timeout (restored once the lock is
+// held), as PGWaitXact does for one key. A timeout returns false and
+// leaves the transaction aborted: the caller rolls it back.
+func pgWaitItemXact(ctx context.Context, q Querier, it lockItem, wait time.Duration, cols string, dest ...any) (bool, error) {
+	ms := min(max(wait.Milliseconds(), 1), pgMaxLockTimeout)
+	var prev string
+	if err := q.QueryRowContext(ctx, "SELECT current_setting('lock_timeout'), set_config('lock_timeout', $1, true)"+cols,
+		strconv.FormatInt(ms, 10)+"ms").Scan(append([]any{&prev, new(string)}, dest...)...); err != nil {
+		return false, errs.Wrap(err, "set lock_timeout")
+	}
+	if len(dest) > 0 && snapshotTaken(dest[0].(*string)) {
+		return false, errSnapshotTaken
+	}
+	call, args := pgLockCall(it, true, false)
+	args = append(args, prev)
+	_, err := q.ExecContext(ctx, "SELECT "+call+", set_config('lock_timeout', $"+strconv.Itoa(len(args))+", true)", args...)
+	if err != nil {
+		if SQLState(err) == sqlStateLockNotAvailable {
+			return false, nil
+		}
+		return false, errs.Wrap(err, "%s", call)
+	}
+	return true, nil
+}
+
+// pgUnlockItem releases item it's session-level lock on q.
+func pgUnlockItem(ctx context.Context, q Querier, it lockItem) error {
+	call := "pg_advisory_unlock"
+	if it.shared {
+		call += "_shared"
+	}
+	var args []any
+	if it.pg.IsPair {
+		call, args = call+"($1::int4, $2::int4)", []any{it.pg.ClassID, it.pg.ObjID}
+	} else {
+		call, args = call+"($1::int8)", []any{it.pg.Int64}
+	}
+	var ok bool
+	if err := q.QueryRowContext(ctx, "SELECT "+call, args...).Scan(&ok); err != nil {
+		return errs.Wrap(err, "pg_advisory_unlock")
+	}
+	if !ok {
+		return fmt.Errorf("%w: %s returned false", ErrNotHeld, call)
+	}
+	return nil
+}
+
+// acquireShapeXact is acquireXact for a shape: its transaction-level
+// locks on the open transaction q (iso as there: the isolation is read by
+// a statement of its own first). Locks taken before a refusal are given
+// back by the transaction's end, which the caller's failure path runs.
+func (o *Op) acquireShapeXact(ctx context.Context, q Querier, iso *string) error {
+	wait, bounded, err := o.attempt(ctx)
+	if err != nil {
+		return err
+	}
+	// the first statement also reads the transaction's isolation (iso)
+	isoCol := func() (string, []any) {
+		if iso == nil {
+			return "", nil
+		}
+		col, dest := ", current_setting('transaction_isolation')", []any{iso}
+		iso = nil
+		return col, dest
+	}
+	try := func(it lockItem, probe *slotProbe) (bool, error) {
+		sctx, done := stmtCtx(ctx, false, o.cancel)
+		defer done()
+		col, dest := isoCol()
+		return pgTryItem(sctx, q, it, true, probe, col, dest...)
+	}
+	var waitFor func(lockItem, time.Duration) (bool, error)
+	if wait > 0 {
+		waitFor = func(it lockItem, left time.Duration) (bool, error) {
+			sctx, done := stmtCtx(ctx, true, o.cancel)
+			defer done()
+			col, dest := isoCol()
+			return pgWaitItemXact(sctx, q, it, left, col, dest...)
+		}
+	}
+	ok, err := o.takeShape(o.phase(ctx, wait), try, waitFor, nil)
+	if errors.Is(err, errSnapshotTaken) {
+		return err
+	}
+	if err == nil && ok && ctx.Err() != nil {
+		ok = false // the caller's ROLLBACK gives the locks back
+	}
+	return o.settleShape(ctx, ok, bounded, err)
+}
+
+// acquireShapeNamed is AcquireNamed for a shape (All, Semaphore): GET_LOCK
+// of each name on the pinned connection q, the first of which also reads
+// the session's settings. A refused All releases the names it took before
+// returning. The lock phase (lockPhase) bounds the whole call: no GET_LOCK
+// is sent once it is over, and the one under way then, and the releases of
+// the names taken, are cut endGrace after it ended (the caller then
+// destroys the connection, which frees its locks).
+func (o *Op) acquireShapeNamed(ctx context.Context, q Querier) error {
+	wait, bounded, err := o.attempt(ctx)
+	if err != nil {
+		return err
+	}
+	ph := o.phase(ctx, wait)
+	pctx, pdone := ph.graceCtx()
+	defer pdone()
+	// the first GET_LOCK also reads the session's settings, as one key's does
+	o.my = mysqlLockConnVars{autocommit: 1}
+	sess := &o.my
+	first := func() *mysqlLockConnVars {
+		v := sess
+		sess = nil
+		return v
+	}
+	try := func(it lockItem, probe *slotProbe) (bool, error) {
+		// as AcquireNamed's try-once: let finish, within the phase's grace
+		return mysqlGetLockProbe(pctx, q, it.mysql, 0, first(), probe)
+	}
+	var waitFor func(lockItem, time.Duration) (bool, error)
+	if wait > 0 {
+		waitFor = func(it lockItem, left time.Duration) (bool, error) {
+			wctx, done := stmtCtx(ctx, true, o.cancel)
+			defer done()
+			wctx, stop := cutWith(wctx, pctx)
+			defer stop()
+			return mysqlGetLock(wctx, q, it.mysql, left, first())
+		}
+	}
+	undo := func(held []lockItem) error {
+		rctx, cancel := context.WithTimeout(pctx, releaseTimeout)
+		defer cancel()
+		return mysqlReleaseItems(rctx, q, held)
+	}
+	ok, err := o.takeShape(ph, try, waitFor, undo)
+	if err == nil && ok && ctx.Err() != nil {
+		err = undo(o.held) // the locks came as the caller gave up
+		ok, o.held = false, o.held[:0]
+	}
+	return o.settleShape(ctx, ok, bounded, err)
+}
+
+// mysqlReleaseItems releases the named locks of items on q, last first.
+func mysqlReleaseItems(ctx context.Context, q Querier, items []lockItem) error {
+	var err error
+	for i := len(items) - 1; i >= 0; i-- {
+		err = errs.Join(err, MySQLReleaseLock(ctx, q, items[i].mysql))
+	}
+	return err
+}
+
+// mysqlRelease releases what o holds on the pinned connection q: its one
+// name, or the names of its shape.
+func (o *Op) mysqlRelease(ctx context.Context, q Querier) error {
+	o.mysqlForgetOwner(ctx, q)
+	if o.target.Simple() {
+		return MySQLReleaseLock(ctx, q, o.target.mysql)
+	}
+	return mysqlReleaseItems(ctx, q, o.held)
+}
+
+// mysqlHeld is the keepalive of o's lock connection q: every name o holds
+// is still held by this very connection (one statement).
+func (o *Op) mysqlHeld(ctx context.Context, q Querier) error {
+	if o.target.Simple() {
+		return MySQLHeld(ctx, q, o.target.mysql)
+	}
+	query, args := "SELECT 0", make([]any, 0, len(o.held))
+	for _, it := range o.held {
+		query += " + (IS_USED_LOCK(?) <=> CONNECTION_ID())"
+		args = append(args, it.mysql)
+	}
+	var n int
+	if err := q.QueryRowContext(ctx, query, args...).Scan(&n); err != nil {
+		return errs.Wrap(err, "keepalive")
+	}
+	if n != len(o.held) {
+		return fmt.Errorf("%w: IS_USED_LOCK no longer names this connection for %d of %d locks", ErrNotHeld, len(o.held)-n, len(o.held))
+	}
+	return nil
+}
+
+// lockDeadlock reports whether err is the server's deadlock error for a
+// lock wait: PostgreSQL's deadlock_detected (40P01), MySQL's
+// ER_USER_LOCK_DEADLOCK (3058) or the deadlock MariaDB reports for
+// GET_LOCK (ER_LOCK_DEADLOCK, 1213). The lock was not taken.
+func lockDeadlock(err error) bool {
+	return SQLState(err) == "40P01" || isMySQLErrno(err, 3058, 1213)
+}
+
+// localLocks are the keys this process reserves for o on its shared lock
+// connections (sharedconn.go): its one key, or the items of its shape in
+// order (a semaphore's slots each on their own).
+func (o *Op) localLocks() []localLock {
+	if o.target.Simple() {
+		return []localLock{{key: o.lockKey()}}
+	}
+	out := make([]localLock, len(o.target.items))
+	for i, it := range o.target.items {
+		out[i] = it.local(o.Dialect)
+	}
+	return out
+}
+
+// localLock is one server lock as this process's set of held keys names
+// it, and its mode.
+type localLock struct {
+	key    any
+	shared bool
+}
+
+// local is the one identity of it's server lock in the reservation table
+// (MySQLLockIdentity on MySQL/MariaDB), whichever path names the lock: a
+// plain key (Op.lockKey), an item of All, a semaphore slot.
+func (it lockItem) local(d Dialect) localLock {
+	if d == Postgres {
+		return localLock{key: it.pg, shared: it.shared}
+	}
+	return localLock{key: MySQLLockIdentity(it.mysql)}
+}
+
+// reservations are what each try of o on a shared lock connection
+// reserves in this process, in the order tried: every key at once (one
+// key, All, Shared), or each slot of a semaphore on its own, from a random
+// one.
+func (o *Op) reservations() [][]localLock {
+	locks := o.localLocks()
+	if o.target.kind != kindSemaphore {
+		return [][]localLock{locks}
+	}
+	start := rand.IntN(len(locks))
+	out := make([][]localLock, len(locks))
+	for j := range locks {
+		out[j] = locks[(start+j)%len(locks) : (start+j)%len(locks)+1]
+	}
+	return out
+}
+
+// sharedTryItems tries items' session-level locks on c in order while the
+// phase lasts; when one is refused, or the phase ends first, those taken
+// are given back.
+func (o *Op) sharedTryItems(ctx context.Context, c *sharedConn, items []lockItem, ph lockPhase, probe *slotProbe) (bool, error) {
+	o.held = o.held[:0]
+	for _, it := range items {
+		var got bool
+		var err error
+		switch {
+		case ph.over():
+			err = errPhaseOver // nothing more is sent
+		case o.Dialect == Postgres:
+			got, err = pgTryItem(ctx, c.conn, it, false, probe, "")
+		default:
+			got, err = mysqlGetLockProbe(ctx, c.conn, it.mysql, 0, nil, probe)
+		}
+		if err != nil || !got {
+			return false, o.giveBack(err, func([]lockItem) error { return o.sharedUndo(ctx, c) })
+		}
+		o.held = append(o.held, it)
+	}
+	return true, nil
+}
+
+// itemsOf are the lock items of o whose local names are res.
+func (o *Op) itemsOf(res []localLock) []lockItem {
+	var out []lockItem
+	for _, it := range o.target.items {
+		for _, l := range res {
+			if it.local(o.Dialect) == l {
+				out = append(out, it)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// sharedUndo releases the session-level locks o took on c so far.
+func (o *Op) sharedUndo(ctx context.Context, c *sharedConn) error {
+	var err error
+	for i := len(o.held) - 1; i >= 0; i-- {
+		if o.Dialect == Postgres {
+			err = errs.Join(err, pgUnlockItem(ctx, c.conn, o.held[i]))
+		} else {
+			err = errs.Join(err, MySQLReleaseLock(ctx, c.conn, o.held[i].mysql))
+		}
+	}
+	o.held = o.held[:0]
+	return err
+}
