@@ -9,7 +9,8 @@ import (
 	"github.com/ormlock/ormlock/internal/sched"
 )
 
-// CatchUpPolicy says which missed slots [WithCatchUp] runs.
+// CatchUpPolicy says which missed slots [WithCatchUp] runs. Its String
+// method returns "latest" or "all".
 type CatchUpPolicy = config.CatchUpPolicy
 
 const (

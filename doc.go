@@ -73,14 +73,9 @@
 //     when its db is already in a transaction (docs/PROTOCOL.md, Nested
 //     calls).
 //
-// Before anything is sent, a call with several faults returns the first
-// of: a nil context, a nil handle, an invalid argument (nil fn, schedule,
-// a bad job, slot, limit or duration; [ErrInvalidArgument]), the handle's
-// own error (a failed plugin or wrapper registration, an unsupported
-// database), an invalid option, an invalid key ([ErrInvalidKey]), an
-// ended context (for a verb that takes a lock, ErrNotAcquired wrapping the
-// context's error), a server whose locks exclude nobody
-// ([ErrUnsupportedDialect]). [WithObserver] and [WithHook] see each lock
+// Before anything is sent, a call with several faults returns one error,
+// the first in the order docs/PROTOCOL.md (The verbs on each server, Error
+// precedence) lists. [WithObserver] and [WithHook] see each lock
 // use. The protocol on each server, deadlines, cancellation, isolation
 // levels and pool sizing: docs/PROTOCOL.md.
 //
@@ -138,19 +133,27 @@
 //
 // # Where the types live
 //
-// The documented types ([Key], [Event], [EventKind], [HolderInfo], [Run],
-// [Schedule]) are defined here, in the root, and the packages under
-// internal/ never import it: they take plain values (internal/keys' key,
-// internal/config's event and options, the protocol's holder and the
-// ledger's row, each of which the root or an adapter converts at the
-// boundary, a struct conversion that costs nothing), and they return the
-// root's very sentinels, which internal/errs defines and this package
-// names. The alternative, a public leaf package that the root aliases (as
-// River's rivertype), was rejected for two reasons: go doc shows an alias
-// without the methods and fields of the type it names, and an API diff
-// (golang.org/x/exp's apidiff) reports every type moved behind an alias as
-// an incompatible change, which would hide a real break among the false
-// ones. scripts/import-check (make lint) keeps the graph one way.
+// Each type is defined once. The documented types that the protocol and
+// the ledger build or read ([Key], [Event], [EventKind], [Observer],
+// [ObserverFunc], the hooks, [HolderInfo], [Run], [PanicError],
+// [CatchUpPolicy], [Option]) are defined under internal/ (internal/keys,
+// internal/config, internal/status, internal/errs) and named here by
+// alias, so the protocol builds an [Event] once and hands the observer that
+// very value, with no copy or wrapper between them; the packages under
+// internal/ never import this one, and they return the root's very
+// sentinels, which internal/errs defines and this package names. Since go
+// doc shows an alias with its own comment only, each alias's comment shows
+// its type's fields and methods (TestAliasDocs keeps them complete). An
+// API diff (golang.org/x/exp's apidiff) reports a type that moved behind
+// an alias, and each signature naming it, as changed: a false report, since
+// the type, its fields and methods are what they were and every use
+// compiles as before (only reflection and fmt's %T name the package that
+// defines it). [Schedule] and [KeyType] are defined here, as no
+// internal package needs more than their values. Two rules keep the import
+// graph one way, and scripts/import-check (make lint) checks them: no
+// package under internal/ that the library links imports the root, and no
+// other module (the scheduler, otelormlock, the examples, bench) imports a
+// package under internal/ but the test servers (internal/testdb).
 // Schedulers get their public hooks from package schedhook.
 //
 // # Observing locks

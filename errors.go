@@ -77,5 +77,17 @@ var ErrImplicitCommit = errs.ErrImplicitCommit
 // panic itself continues to the caller unchanged, its value the one fn
 // raised, and runtime.Goexit goes on ending the goroutine. Match it with
 // errors.As. (Under GODEBUG=panicnil=1 a panic(nil) cannot be told from
-// runtime.Goexit and is reported as one.)
+// runtime.Goexit and is reported as one.) Its Error method (on
+// *PanicError) reads "ormlock: fn panicked: " and the value, or "ormlock:
+// fn called runtime.Goexit". It is defined once, in internal/errs, and
+// named here:
+//
+//	type PanicError struct {
+//		// Value is the value the panic was raised with, as recover returned
+//		// it; nil for runtime.Goexit.
+//		Value any
+//		// Goexit is true when fn called runtime.Goexit (testing's t.FailNow,
+//		// say) rather than panicking.
+//		Goexit bool
+//	}
 type PanicError = errs.PanicError

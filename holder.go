@@ -1,11 +1,6 @@
 package ormlock
 
-import (
-	"strconv"
-	"strings"
-	"time"
-	"unicode/utf8"
-)
+import "github.com/ormlock/ormlock/internal/status"
 
 // HolderInfo says who holds a lock, as the database server sees it at the
 // moment of the lookup: the answer to "who holds this lock?" (see
@@ -36,211 +31,131 @@ import (
 //     setups use, or any hand-built SQL), up to 64 KiB on MySQL/MariaDB and
 //     track_activity_query_size (1 KiB by default) on PostgreSQL.
 //
-// So [HolderInfo.String], meant for logs, leaves the query out; use
-// [HolderInfo.StringWithQuery] where the reader may see the holder's SQL.
+// So its String method, meant for logs, leaves the query out; use
+// StringWithQuery where the reader may see the holder's SQL.
 // Every value is printed quoted and escaped (strconv.Quote) when it holds
 // anything but printable characters without spaces, so a holder's
 // application_name or query cannot forge or rewrite a log or terminal line.
-type HolderInfo struct {
-	// Held reports whether some session holds the lock.
-	Held bool
-	// Dialect is "postgres" or "mysql".
-	Dialect string
-	// Lock is the lock as the server names it: on PostgreSQL the pg_locks
-	// coordinates, "classid=C objid=O objsubid=S" (objsubid 1 for a bigint
-	// key, 2 for a pair), on MySQL/MariaDB the GET_LOCK name.
-	Lock string
-
-	// PID is the holder's PostgreSQL backend pid (pg_backend_pid(); 0 for
-	// a prepared transaction) or its MySQL/MariaDB connection id
-	// (CONNECTION_ID()): what pg_terminate_backend and KILL take.
-	PID int64
-	// User is the holder's database user.
-	User string
-	// Application is PostgreSQL's application_name; always "" on
-	// MySQL/MariaDB.
-	Application string
-	// Owner names the holder as it named itself with [WithOwner], where the
-	// server can record it without a round trip on the lock's path:
-	//
-	//   - PostgreSQL (direct or behind PgBouncer): the holder's
-	//     application_name. A Session (any shape, on shared lock
-	//     connections too), a RunOnce in claim mode and a Lead set it to
-	//     their owner (at most 63 bytes of it) for as long as they hold the
-	//     lock. A Transaction (and RunOnce in transaction mode) does not, so
-	//     its Owner is its connection's own application_name (the DSN's,
-	//     "" by default), as is any other holder's: name a process by its
-	//     DSN's application_name to see it here whatever the verb.
-	//   - MySQL/MariaDB, whose PROCESSLIST has no column a client can set:
-	//     the row that a Lead (and ormlock run --owner, ormlock lead)
-	//     writes in the owners table for its connection and lock (see
-	//     docs/PROTOCOL.md, Lead). "" for a Session, a Transaction, RunOnce
-	//     and any other holder: recording it would cost three round trips
-	//     and a write per lock (a claimed run's owner is in the ledger:
-	//     Runs).
-	Owner string
-	// ClientAddr is the holder's client address: PostgreSQL's
-	// client_addr:client_port ("" for a Unix socket), MySQL's HOST
-	// ("host:port"). Behind PgBouncer it is PgBouncer's address.
-	ClientAddr string
-	// Database is the holder's current database (PostgreSQL datname,
-	// MySQL DB; "" when none).
-	Database string
-	// State is what the holder's connection is doing: PostgreSQL's state
-	// ("active", "idle in transaction", "idle"...), MySQL's COMMAND
-	// ("Sleep", "Query"...) followed by its STATE in parentheses when set.
-	State string
-	// StateFor is how long the connection has been in State (PostgreSQL:
-	// since state_change; MySQL: PROCESSLIST.TIME, in whole seconds).
-	StateFor time.Duration
-	// Query is the holder's current statement, or on PostgreSQL its last
-	// one when idle (pg_stat_activity.query); MySQL's INFO is empty while
-	// the connection sleeps. It may contain secrets (see above) and
-	// arbitrary bytes: escape it before printing it.
-	Query string
-	// Mode is the lock mode on PostgreSQL: "ExclusiveLock", or
-	// "ShareLock" for a holder in share mode ([Shared], or raw
-	// pg_advisory_lock_shared); "" on MySQL/MariaDB, whose named locks are
-	// exclusive. [HolderInfo.Shared] says the same on every server.
-	Mode string
-
-	// TxStart is when the holder's current transaction began (PostgreSQL
-	// xact_start; zero when it is not in one, and always zero on MySQL).
-	TxStart time.Time
-	// ConnStart is when the holder's connection began (PostgreSQL
-	// backend_start; zero on MySQL).
-	ConnStart time.Time
-	// HeldFor is how long the lock has been held, as far as the server
-	// shows it; no server records when an advisory or named lock was
-	// taken. PostgreSQL: for a Session or a Lead (and ormlock run and
-	// lead), since the lock was granted, a wait before it (WithWait, a
-	// campaign) left out: the holder's keepalive says how far into its
-	// transaction the lock came, to within a round trip, and until its
-	// first keepalive it has been idle since the lock (state_change). For
-	// any other holder in a transaction, since TxStart: exact for an
-	// ormlock Transaction that took its lock at once, an upper bound when
-	// it waited; outside a transaction, since ConnStart (a session-level
-	// lock taken by other code). A session-level lock whose holder has
-	// since begun a transaction is underestimated. MySQL/MariaDB: 0,
-	// unknown.
-	HeldFor time.Duration
-
-	// Waiters is how many sessions are queued for the lock (PostgreSQL:
-	// ungranted pg_locks rows, e.g. ormlock calls with WithWait). Always 0
-	// on MySQL/MariaDB, which does not say who waits for a named lock.
-	Waiters int
-
-	// Key names the key this holder holds, as [Key.String] prints it: set
-	// by Holders (one row per holder of each key of a set, of each slot of
-	// a semaphore, the semaphore's key here); "" from Holder.
-	Key string
-	// Shared reports a holder in share mode ([Shared]; PostgreSQL only).
-	Shared bool
-	// Slot is the semaphore slot held (1 to n) in a row of Holders of a
-	// [Semaphore]; 0 otherwise.
-	Slot int
-}
-
-// String returns a one-line, key=value description without the query, e.g.
 //
-//	held pid=4242 user=app owner=billing client=10.0.0.7:51234 database=app state="idle in transaction" state_for=1.2s held_for=1.3s waiters=0
+// It is defined once, in internal/status, and named here. Its fields:
 //
-// or "free" (followed by waiters=N when some are queued). The owner is
-// owner=, and application= follows only when it says something else (on
-// PostgreSQL Owner is the application_name). A value is quoted
-// with strconv.Quote when it contains a space, '"', '=', a backslash or any
-// character strconv.Quote would escape (control characters, U+2028...), so
-// the line is always one line of printable text.
-func (h HolderInfo) String() string { return h.format(0) }
-
-// StringWithQuery is [HolderInfo.String] followed by query="..." with at most
-// limit bytes of the holder's query (cut at a character boundary and marked
-// "…" when longer; all of it when limit <= 0), quoted. The query may carry
-// secrets: see [HolderInfo].
-func (h HolderInfo) StringWithQuery(limit int) string {
-	if limit <= 0 {
-		limit = max(len(h.Query), 1)
-	}
-	return h.format(limit)
-}
-
-// maxField bounds any other field String prints (they come from the server
-// too: application_name is up to 64 bytes, a MySQL state or host short).
-const maxField = 256
-
-func (h HolderInfo) format(maxQuery int) string {
-	var b strings.Builder
-	if !h.Held {
-		b.WriteString("free")
-		if h.Waiters > 0 {
-			b.WriteString(" waiters=")
-			b.WriteString(strconv.Itoa(h.Waiters))
-		}
-		return b.String()
-	}
-	b.WriteString("held pid=")
-	b.WriteString(strconv.FormatInt(h.PID, 10))
-	field := func(name, v string) {
-		if v == "" {
-			return
-		}
-		b.WriteByte(' ')
-		b.WriteString(name)
-		b.WriteByte('=')
-		b.WriteString(quote(v))
-	}
-	dur := func(name string, d time.Duration) {
-		if d > 0 {
-			field(name, d.Round(time.Millisecond).String())
-		}
-	}
-	field("key", cut(h.Key, maxField))
-	if h.Slot > 0 {
-		field("slot", strconv.Itoa(h.Slot))
-	}
-	if h.Shared && h.Mode == "" {
-		field("mode", "shared")
-	}
-	field("user", cut(h.User, maxField))
-	field("owner", cut(h.Owner, maxField))
-	if h.Application != h.Owner {
-		field("application", cut(h.Application, maxField))
-	}
-	field("client", cut(h.ClientAddr, maxField))
-	field("database", cut(h.Database, maxField))
-	field("mode", cut(h.Mode, maxField))
-	field("state", cut(h.State, maxField))
-	dur("state_for", h.StateFor)
-	dur("held_for", h.HeldFor)
-	b.WriteString(" waiters=")
-	b.WriteString(strconv.Itoa(h.Waiters))
-	if maxQuery > 0 {
-		b.WriteString(" query=")
-		b.WriteString(strconv.Quote(cut(h.Query, maxQuery)))
-	}
-	return b.String()
-}
-
-// quote returns v as it is when it is made of printable characters other
-// than space, '"', '=' and '\' only, else strconv.Quote(v).
-func quote(v string) string {
-	for _, r := range v {
-		if r == ' ' || r == '"' || r == '=' || r == '\\' || r == utf8.RuneError || !strconv.IsPrint(r) {
-			return strconv.Quote(v)
-		}
-	}
-	return v
-}
-
-// cut returns at most limit bytes of s, cut at a character boundary and
-// marked "…" when shortened.
-func cut(s string, limit int) string {
-	if len(s) <= limit {
-		return s
-	}
-	n := limit
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
-}
+//	type HolderInfo struct {
+//		// Held reports whether some session holds the lock.
+//		Held bool
+//		// Dialect is "postgres" or "mysql".
+//		Dialect string
+//		// Lock is the lock as the server names it: on PostgreSQL the pg_locks
+//		// coordinates, "classid=C objid=O objsubid=S" (objsubid 1 for a bigint
+//		// key, 2 for a pair), on MySQL/MariaDB the GET_LOCK name.
+//		Lock string
+//
+//		// PID is the holder's PostgreSQL backend pid (pg_backend_pid(); 0 for
+//		// a prepared transaction) or its MySQL/MariaDB connection id
+//		// (CONNECTION_ID()): what pg_terminate_backend and KILL take.
+//		PID int64
+//		// User is the holder's database user.
+//		User string
+//		// Application is PostgreSQL's application_name; always "" on
+//		// MySQL/MariaDB.
+//		Application string
+//		// Owner names the holder as it named itself with WithOwner, where the
+//		// server can record it without a round trip on the lock's path:
+//		//
+//		//   - PostgreSQL (direct or behind PgBouncer): the holder's
+//		//     application_name. A Session (any shape, on shared lock
+//		//     connections too), a RunOnce in claim mode and a Lead set it to
+//		//     their owner (at most 63 bytes of it) for as long as they hold the
+//		//     lock. A Transaction (and RunOnce in transaction mode) does not, so
+//		//     its Owner is its connection's own application_name (the DSN's,
+//		//     "" by default), as is any other holder's: name a process by its
+//		//     DSN's application_name to see it here whatever the verb.
+//		//   - MySQL/MariaDB, whose PROCESSLIST has no column a client can set:
+//		//     the row that a Lead (and ormlock run --owner, ormlock lead)
+//		//     writes in the owners table for its connection and lock (see
+//		//     docs/PROTOCOL.md, Lead). "" for a Session, a Transaction, RunOnce
+//		//     and any other holder: recording it would cost three round trips
+//		//     and a write per lock (a claimed run's owner is in the ledger:
+//		//     Runs).
+//		Owner string
+//		// ClientAddr is the holder's client address: PostgreSQL's
+//		// client_addr:client_port ("" for a Unix socket), MySQL's HOST
+//		// ("host:port"). Behind PgBouncer it is PgBouncer's address.
+//		ClientAddr string
+//		// Database is the holder's current database (PostgreSQL datname,
+//		// MySQL DB; "" when none).
+//		Database string
+//		// State is what the holder's connection is doing: PostgreSQL's state
+//		// ("active", "idle in transaction", "idle"...), MySQL's COMMAND
+//		// ("Sleep", "Query"...) followed by its STATE in parentheses when set.
+//		State string
+//		// StateFor is how long the connection has been in State (PostgreSQL:
+//		// since state_change; MySQL: PROCESSLIST.TIME, in whole seconds).
+//		StateFor time.Duration
+//		// Query is the holder's current statement, or on PostgreSQL its last
+//		// one when idle (pg_stat_activity.query); MySQL's INFO is empty while
+//		// the connection sleeps. It may contain secrets (see above) and
+//		// arbitrary bytes: escape it before printing it.
+//		Query string
+//		// Mode is the lock mode on PostgreSQL: "ExclusiveLock", or
+//		// "ShareLock" for a holder in share mode (Shared, or raw
+//		// pg_advisory_lock_shared); "" on MySQL/MariaDB, whose named locks are
+//		// exclusive. HolderInfo.Shared says the same on every server.
+//		Mode string
+//
+//		// TxStart is when the holder's current transaction began (PostgreSQL
+//		// xact_start; zero when it is not in one, and always zero on MySQL).
+//		TxStart time.Time
+//		// ConnStart is when the holder's connection began (PostgreSQL
+//		// backend_start; zero on MySQL).
+//		ConnStart time.Time
+//		// HeldFor is how long the lock has been held, as far as the server
+//		// shows it; no server records when an advisory or named lock was
+//		// taken. PostgreSQL: for a Session or a Lead (and ormlock run and
+//		// lead), since the lock was granted, a wait before it (WithWait, a
+//		// campaign) left out: the holder's keepalive says how far into its
+//		// transaction the lock came, to within a round trip, and until its
+//		// first keepalive it has been idle since the lock (state_change). For
+//		// any other holder in a transaction, since TxStart: exact for an
+//		// ormlock Transaction that took its lock at once, an upper bound when
+//		// it waited; outside a transaction, since ConnStart (a session-level
+//		// lock taken by other code). A session-level lock whose holder has
+//		// since begun a transaction is underestimated. MySQL/MariaDB: 0,
+//		// unknown.
+//		HeldFor time.Duration
+//
+//		// Waiters is how many sessions are queued for the lock (PostgreSQL:
+//		// ungranted pg_locks rows, e.g. ormlock calls with WithWait). Always 0
+//		// on MySQL/MariaDB, which does not say who waits for a named lock.
+//		Waiters int
+//
+//		// Key names the key this holder holds, as Key.String prints it: set
+//		// by Holders (one row per holder of each key of a set, of each slot of
+//		// a semaphore, the semaphore's key here); "" from Holder.
+//		Key string
+//		// Shared reports a holder in share mode (Shared; PostgreSQL only).
+//		Shared bool
+//		// Slot is the semaphore slot held (1 to n) in a row of Holders of a
+//		// Semaphore; 0 otherwise.
+//		Slot int
+//	}
+//
+// Its methods:
+//
+//	// String returns a one-line, key=value description without the query, e.g.
+//	//
+//	//	held pid=4242 user=app owner=billing client=10.0.0.7:51234 database=app state="idle in transaction" state_for=1.2s held_for=1.3s waiters=0
+//	//
+//	// or "free" (followed by waiters=N when some are queued). The owner is
+//	// owner=, and application= follows only when it says something else (on
+//	// PostgreSQL Owner is the application_name). A value is quoted
+//	// with strconv.Quote when it contains a space, '"', '=', a backslash or any
+//	// character strconv.Quote would escape (control characters, U+2028...), so
+//	// the line is always one line of printable text.
+//	func (h HolderInfo) String() string
+//
+//	// StringWithQuery is String followed by query="..." with at most
+//	// limit bytes of the holder's query (cut at a character boundary and
+//	// marked "…" when longer; all of it when limit <= 0), quoted. The query
+//	// may carry secrets (see above).
+//	func (h HolderInfo) StringWithQuery(limit int) string
+type HolderInfo = status.HolderInfo

@@ -19,7 +19,21 @@ import "github.com/ormlock/ormlock/internal/keys"
 // Namespaces are not a security boundary (see [WithNamespace]). See
 // docs/PROTOCOL.md (Keys on each server; Which keys meet on MySQL/MariaDB,
 // and why they stay so).
-type Key keys.Key
+//
+// It is defined once, in internal/keys, and named here. Its methods:
+//
+//	// Validate returns an error wrapping ErrInvalidKey when k cannot name a
+//	// lock: the zero Key, or a name that is empty, longer than 1,024 bytes,
+//	// not valid UTF-8 or holding a NUL byte. The verbs check it themselves;
+//	// it is exported so that a program can reject a configured name at
+//	// start-up, as the scheduler module does.
+//	func (k Key) Validate() error
+//
+//	// String returns a readable form of k: the name, "id:N" or "pair:C,O";
+//	// for a lock shape "all(K1,K2,...)", "shared(K)" or "semaphore(K,N)",
+//	// at most about 256 bytes (a long set ends in "…+N more").
+//	func (k Key) String() string
+type Key = keys.Key
 
 // KeyType is the set of types the verbs accept as a key: a name (string), an
 // id (int64 or int) or a [Key].
@@ -31,27 +45,15 @@ type KeyType interface {
 // UTF-8 without NUL bytes, at most 1,024 bytes (room for every name ormlock
 // derives itself: a RunOnce lock name for the longest job name is 808
 // bytes); the verbs return [ErrInvalidKey] otherwise.
-func Name(name string) Key { return Key(keys.Name(name)) }
+func Name(name string) Key { return keys.Name(name) }
 
 // ID returns the key for a numeric lock id, used as-is as a PostgreSQL bigint
 // advisory lock key.
-func ID(id int64) Key { return Key(keys.ID(id)) }
+func ID(id int64) Key { return keys.ID(id) }
 
 // Pair returns the key for PostgreSQL's two-int form,
 // pg_advisory_xact_lock(classID, objID).
-func Pair(classID, objID int32) Key { return Key(keys.Pair(classID, objID)) }
-
-// Validate returns an error wrapping [ErrInvalidKey] when k cannot name a
-// lock: the zero Key, or a name that is empty, longer than 1,024 bytes, not
-// valid UTF-8 or holding a NUL byte. The verbs check it themselves; it is
-// exported so that a program can reject a configured name at start-up, as
-// the scheduler module does.
-func (k Key) Validate() error { return keys.Key(k).Validate() }
-
-// String returns a readable form of k: the name, "id:N" or "pair:C,O"; for
-// a lock shape "all(K1,K2,...)", "shared(K)" or "semaphore(K,N)", at most
-// about 256 bytes (a long set ends in "…+N more").
-func (k Key) String() string { return keys.Key(k).String() }
+func Pair(classID, objID int32) Key { return keys.Pair(classID, objID) }
 
 // All returns the key of every key in ks at once, all or none: a lock
 // shape, accepted as the key of Transaction and Session by every adapter
@@ -75,7 +77,7 @@ func All[K KeyType](ks ...K) Key {
 	for i, k := range ks {
 		out[i] = keys.Of[Key](k)
 	}
-	return Key(keys.All(out...))
+	return keys.All(out...)
 }
 
 // Shared returns key taken in share mode: any number of Shared holders at
@@ -84,7 +86,7 @@ func All[K KeyType](ks ...K) Key {
 // either mode meets it). Shared of a set is every key of it shared.
 // MySQL/MariaDB have no shared named lock: every verb returns
 // [ErrUnsupportedDialect] there before anything is taken.
-func Shared[K KeyType](key K) Key { return Key(keys.Shared(keys.Of[Key](key))) }
+func Shared[K KeyType](key K) Key { return keys.Shared(keys.Of[Key](key)) }
 
 // Semaphore returns the key of at most n holders of key at once, on every
 // server: n slot locks, slot i (1 to n) the name
@@ -97,4 +99,4 @@ func Shared[K KeyType](key K) Key { return Key(keys.Shared(keys.Of[Key](key))) }
 // with a backoff (from 10 ms, doubling, at most 500 ms) until the wait's
 // budget ends. n must be 1 to 128 ([ErrInvalidKey]); key must be one plain
 // key.
-func Semaphore[K KeyType](key K, n int) Key { return Key(keys.Semaphore(keys.Of[Key](key), n)) }
+func Semaphore[K KeyType](key K, n int) Key { return keys.Semaphore(keys.Of[Key](key), n) }

@@ -1,96 +1,93 @@
 package ormlock
 
-import (
-	"context"
-	"time"
+import "github.com/ormlock/ormlock/internal/config"
 
-	"github.com/ormlock/ormlock/internal/config"
-)
-
-// EventKind says what happened to a lock.
-type EventKind uint8
+// EventKind says what happened to a lock. Its String method returns the
+// event's snake_case name, e.g. "not_acquired". It is defined once, in
+// internal/config, and named here.
+type EventKind = config.EventKind
 
 // The events an [Observer] receives.
 const (
 	// EventAttempt: an acquisition is about to be tried.
-	EventAttempt = EventKind(config.EventAttempt)
+	EventAttempt = config.EventAttempt
 	// EventAcquired: the lock was taken; Event.Wait is the time it took.
-	EventAcquired = EventKind(config.EventAcquired)
+	EventAcquired = config.EventAcquired
 	// EventNotAcquired: another holder has the lock (or the wait ran out).
-	EventNotAcquired = EventKind(config.EventNotAcquired)
+	EventNotAcquired = config.EventNotAcquired
 	// EventReleased: the lock was released; Event.Held is the hold time.
-	EventReleased = EventKind(config.EventReleased)
+	EventReleased = config.EventReleased
 	// EventReleaseFailed: the release failed or reported the lock not held;
 	// the connection was destroyed so the server frees the lock.
-	EventReleaseFailed = EventKind(config.EventReleaseFailed)
+	EventReleaseFailed = config.EventReleaseFailed
 	// EventLockLost: a Session's lock connection failed while fn ran.
-	EventLockLost = EventKind(config.EventLockLost)
+	EventLockLost = config.EventLockLost
 	// EventAlreadyDone: RunOnce found the slot already done.
-	EventAlreadyDone = EventKind(config.EventAlreadyDone)
+	EventAlreadyDone = config.EventAlreadyDone
 	// EventSemaphoreMismatch: a Semaphore(k, n) acquisition saw slot n+1
 	// of k held, so another caller uses k with a larger n and up to that
 	// many hold k at once, not n (docs/PROTOCOL.md, Semaphore: at most n
 	// holders). Err says which slot. It comes before the acquisition's
 	// acquired or not_acquired, and changes nothing else.
-	EventSemaphoreMismatch = EventKind(config.EventSemaphoreMismatch)
+	EventSemaphoreMismatch = config.EventSemaphoreMismatch
 )
 
-// String returns the event's snake_case name, e.g. "not_acquired".
-func (k EventKind) String() string { return config.EventName(uint8(k)) }
-
-// Event describes one thing that happened to a lock.
-type Event struct {
-	Kind EventKind
-	// Verb is "Transaction", "Session", "RunOnce" or "Lead" (whose
-	// acquired is elected and lock_lost deposed), or "Lock" (sqllock's and
-	// pgxlock's, in the caller's transaction: its lock ends with that
-	// transaction, after Lock returned, so no released event follows, and
-	// a [Hook]'s End comes with EventAcquired).
-	Verb string
-	// Dialect is "postgres" or "mysql".
-	Dialect string
-	// Key is the lock's key and Namespace its namespace. A RunOnce key has
-	// the slot in it (see RunKey), so there is one per run.
-	Key       Key
-	Namespace string
-	// Job is the RunOnce job name ("" for the other verbs): a label with a
-	// value per job, not per run.
-	Job string
-	// Wait is how long acquisition took (EventAcquired, EventNotAcquired).
-	Wait time.Duration
-	// Held is how long the lock was held (EventReleased, EventReleaseFailed,
-	// EventLockLost).
-	Held time.Duration
-	// Err is the error behind EventReleaseFailed and EventLockLost, and
-	// what EventSemaphoreMismatch saw.
-	Err error
-
-	// ID names the acquisition: one value per lock use (a verb call; a
-	// RunScheduled run; a whole Lead, over all its terms), the same on
-	// all its events and its hook's Start and End, unique in the process.
-	ID uint64
-	// Server is what the server said it is at the server check, as
-	// OpenTelemetry's db.system.name: "postgresql", "mysql", "mariadb"
-	// (also "cockroachdb", "yugabytedb", "tidb"); "" when no check was
-	// made (a refused call). It costs no round trip: the check's own
-	// query names the server.
-	Server string
-	// Slot is the run's slot (RunOnce, RunScheduled); zero for the other
-	// verbs. Per run: never a metric label.
-	Slot time.Time
-	// Token is the fencing token of the acquisition once issued
-	// (WithFencing): Transaction and RunOnce issue it with the lock, so
-	// EventAcquired carries it; a Session or Lead term just after it, so
-	// its release (or loss) and the hook's End do. 0 without one.
-	Token int64
-	// Try is true when the acquisition tries once, false when it waits
-	// (WithWait).
-	Try bool
-	// Term is Lead's term: 1 for the first campaign attempt, counting up
-	// (a new election after a deposition is a new term); the hook's End
-	// of a Lead carries its last. 0 for the other verbs.
-	Term int64
-}
+// Event describes one thing that happened to a lock. It is defined once,
+// in internal/config, and named here; its fields:
+//
+//	type Event struct {
+//		Kind EventKind
+//		// Verb is "Transaction", "Session", "RunOnce" or "Lead" (whose
+//		// acquired is elected and lock_lost deposed), or "Lock" (sqllock's and
+//		// pgxlock's, in the caller's transaction: its lock ends with that
+//		// transaction, after Lock returned, so no released event follows, and
+//		// a Hook's End comes with EventAcquired).
+//		Verb string
+//		// Dialect is "postgres" or "mysql".
+//		Dialect string
+//		// Key is the lock's key and Namespace its namespace. A RunOnce key has
+//		// the slot in it (see RunKey), so there is one per run.
+//		Key       Key
+//		Namespace string
+//		// Job is the RunOnce job name ("" for the other verbs): a label with a
+//		// value per job, not per run.
+//		Job string
+//		// Wait is how long acquisition took (EventAcquired, EventNotAcquired).
+//		Wait time.Duration
+//		// Held is how long the lock was held (EventReleased, EventReleaseFailed,
+//		// EventLockLost).
+//		Held time.Duration
+//		// Err is the error behind EventReleaseFailed and EventLockLost, and
+//		// what EventSemaphoreMismatch saw.
+//		Err error
+//
+//		// ID names the acquisition: one value per lock use (a verb call; a
+//		// RunScheduled run; a whole Lead, over all its terms), the same on
+//		// all its events and its hook's Start and End, unique in the process.
+//		ID uint64
+//		// Server is what the server said it is at the server check, as
+//		// OpenTelemetry's db.system.name: "postgresql", "mysql", "mariadb"
+//		// (also "cockroachdb", "yugabytedb", "tidb"); "" when no check was
+//		// made (a refused call). It costs no round trip: the check's own
+//		// query names the server.
+//		Server string
+//		// Slot is the run's slot (RunOnce, RunScheduled); zero for the other
+//		// verbs. Per run: never a metric label.
+//		Slot time.Time
+//		// Token is the fencing token of the acquisition once issued
+//		// (WithFencing): Transaction and RunOnce issue it with the lock, so
+//		// EventAcquired carries it; a Session or Lead term just after it, so
+//		// its release (or loss) and the hook's End do. 0 without one.
+//		Token int64
+//		// Try is true when the acquisition tries once, false when it waits
+//		// (WithWait).
+//		Try bool
+//		// Term is Lead's term: 1 for the first campaign attempt, counting up
+//		// (a new election after a deposition is a new term); the hook's End
+//		// of a Lead carries its last. 0 for the other verbs.
+//		Term int64
+//	}
+type Event = config.Event
 
 // Observer receives lock events. Observe is called synchronously on the
 // locking goroutine (or the keepalive goroutine for EventLockLost) and must
@@ -103,24 +100,13 @@ type Event struct {
 // value and stack. The observer still receives the call's later events.
 // Observe must not call runtime.Goexit (testing's t.FailNow does), which
 // cannot be recovered.
-type Observer interface {
-	Observe(ctx context.Context, e Event)
-}
-
-// observerOf is the [config.Observer] that [WithObserver] sets: it hands
-// each event to an [Observer] as an [Event].
-type observerOf struct{ o Observer }
-
-func (a observerOf) Observe(ctx context.Context, e config.Event) { a.o.Observe(ctx, eventOf(e)) }
-
-// eventOf is the [Event] of the protocol's plain event.
-func eventOf(e config.Event) Event {
-	return Event{
-		Kind: EventKind(e.Kind), Verb: e.Verb, Dialect: e.Dialect, Key: Key(e.Key), Namespace: e.Namespace,
-		Job: e.Job, Wait: e.Wait, Held: e.Held, Err: e.Err,
-		ID: e.ID, Server: e.Server, Slot: e.Slot, Token: e.Token, Try: e.Try, Term: e.Term,
-	}
-}
+//
+// It is defined once, in internal/config, and named here:
+//
+//	type Observer interface {
+//		Observe(ctx context.Context, e Event)
+//	}
+type Observer = config.Observer
 
 // Hook is told when a verb's use of a lock starts and ends, and carries a
 // context of its own through it: what a tracer needs (a span per verb call,
@@ -155,10 +141,14 @@ func eventOf(e config.Event) Event {
 // Start and End) and [KeepaliveHook] (the context of a Session's
 // keepalive statements). The Event's ID is the same on Start, End and
 // every event of the use. otelormlock is such a hook.
-type Hook interface {
-	Start(ctx context.Context, e Event) context.Context
-	End(ctx context.Context, e Event)
-}
+//
+// It is defined once, in internal/config, and named here:
+//
+//	type Hook interface {
+//		Start(ctx context.Context, e Event) context.Context
+//		End(ctx context.Context, e Event)
+//	}
+type Hook = config.Hook
 
 // KeepaliveHook is a [Hook] that supplies the context of the keepalive
 // statements of a Session or a Lead term (the pings that check, every
@@ -175,10 +165,14 @@ type Hook interface {
 // values, whatever they are, and no deadline. Shared lock connections
 // ([WithSharedLockConns]) serve many callers and check on a context of
 // their own (context.Background()).
-type KeepaliveHook interface {
-	Hook
-	KeepaliveContext(ctx context.Context) context.Context
-}
+//
+// It is defined once, in internal/config, and named here:
+//
+//	type KeepaliveHook interface {
+//		Hook
+//		KeepaliveContext(ctx context.Context) context.Context
+//	}
+type KeepaliveHook = config.KeepaliveHook
 
 // EventHook is a [Hook] that is also told of each event of a use
 // between its Start and End: the acquisition (EventAcquired, with Wait
@@ -197,70 +191,18 @@ type KeepaliveHook interface {
 // tracer's span per term, parent of fn's work), or under ctx when it
 // returns nil or panics (contained as Event's panic). A hook with nothing
 // to add returns ctx.
-type EventHook interface {
-	Hook
-	Event(ctx context.Context, e Event)
-	Term(ctx context.Context, e Event) context.Context
-}
+//
+// It is defined once, in internal/config, and named here:
+//
+//	type EventHook interface {
+//		Hook
+//		Event(ctx context.Context, e Event)
+//		Term(ctx context.Context, e Event) context.Context
+//	}
+type EventHook = config.EventHook
 
-// hookOf is the [config.Hook] that [WithHook] sets; the others are the
-// ones for a hook that is also a [KeepaliveHook] or an [EventHook] (the
-// protocol asks which by the interfaces the config hook implements).
-type hookOf struct{ h Hook }
-
-type keepaliveOf struct{ k KeepaliveHook }
-
-func (a keepaliveOf) KeepaliveContext(ctx context.Context) context.Context {
-	return a.k.KeepaliveContext(ctx)
-}
-
-type eventsOf struct{ x EventHook }
-
-func (a eventsOf) Event(ctx context.Context, e config.Event) { a.x.Event(ctx, eventOf(e)) }
-
-func (a eventsOf) Term(ctx context.Context, e config.Event) context.Context {
-	return a.x.Term(ctx, eventOf(e))
-}
-
-type (
-	keepaliveHookOf struct {
-		hookOf
-		keepaliveOf
-	}
-	eventHookOf struct {
-		hookOf
-		eventsOf
-	}
-	fullHookOf struct {
-		hookOf
-		keepaliveOf
-		eventsOf
-	}
-)
-
-// configHook is the [config.Hook] of h.
-func configHook(h Hook) config.Hook {
-	k, kok := h.(KeepaliveHook)
-	x, xok := h.(EventHook)
-	switch {
-	case kok && xok:
-		return fullHookOf{hookOf{h}, keepaliveOf{k}, eventsOf{x}}
-	case kok:
-		return keepaliveHookOf{hookOf{h}, keepaliveOf{k}}
-	case xok:
-		return eventHookOf{hookOf{h}, eventsOf{x}}
-	}
-	return hookOf{h}
-}
-
-func (a hookOf) Start(ctx context.Context, e config.Event) context.Context {
-	return a.h.Start(ctx, eventOf(e))
-}
-
-func (a hookOf) End(ctx context.Context, e config.Event) { a.h.End(ctx, eventOf(e)) }
-
-// ObserverFunc adapts a function to [Observer].
-type ObserverFunc func(ctx context.Context, e Event)
-
-// Observe calls f(ctx, e).
-func (f ObserverFunc) Observe(ctx context.Context, e Event) { f(ctx, e) }
+// ObserverFunc adapts a function to [Observer]: its Observe method calls
+// f(ctx, e). It is defined once, in internal/config, and named here:
+//
+//	type ObserverFunc func(ctx context.Context, e Event)
+type ObserverFunc = config.ObserverFunc

@@ -80,10 +80,7 @@ func WithKeepalive(d time.Duration) Option {
 // none, which costs nothing on the lock path.
 func WithObserver(o Observer) Option {
 	return func(c *config.Config) {
-		c.Observer = nil
-		if o != nil {
-			c.Observer = observerOf{o}
-		}
+		c.Observer = o
 	}
 }
 
@@ -92,10 +89,7 @@ func WithObserver(o Observer) Option {
 // composes with [WithObserver].
 func WithHook(h Hook) Option {
 	return func(c *config.Config) {
-		c.Hook = nil
-		if h != nil {
-			c.Hook = configHook(h)
-		}
+		c.Hook = h
 	}
 }
 

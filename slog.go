@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-
-	"github.com/ormlock/ormlock/internal/config"
 )
 
 // SlogObserver returns an [Observer] that writes every event to logger as one
@@ -21,9 +19,9 @@ type slogObserver struct{ l *slog.Logger }
 
 // slogMessages are the record messages per EventKind, "ormlock: " + its
 // name, built once so that logging an event allocates no message.
-var slogMessages = func() (m [config.EventSemaphoreMismatch + 1]string) {
+var slogMessages = func() (m [EventSemaphoreMismatch + 1]string) {
 	for i := range m {
-		m[i] = "ormlock: " + config.EventName(uint8(i))
+		m[i] = "ormlock: " + EventKind(i).String()
 	}
 	m[0] = "ormlock: unknown"
 	return m

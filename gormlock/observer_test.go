@@ -107,7 +107,7 @@ func TestObserverEmitAllocs(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, kind := range []ormlock.EventKind{ormlock.EventAttempt, ormlock.EventAcquired, ormlock.EventReleased} {
-			if n := testing.AllocsPerRun(100, func() { op.Emit(ctx, uint8(kind), nil) }); n != 0 {
+			if n := testing.AllocsPerRun(100, func() { op.Emit(ctx, kind, nil) }); n != 0 {
 				t.Errorf("%s: Emit(%v) allocates %.1f", c.name, kind, n)
 			}
 		}

@@ -77,7 +77,7 @@ func (b binder) Bind(_ context.Context, _ string, opts []config.Option) (verbs.P
 	}, nil
 }
 
-// callDBs is one call's *sql.DBs over the pool (verbs.LazyDB), each opened
+// callDBs is one call's *sql.DBs over the pool (lockproto.LazyDB), each opened
 // the first time the protocol asks for it: the call's own (DB), closed when
 // the call returns, and the pool's shared one (SharedDB), under which
 // shared lock connections live, given back when the call returns.

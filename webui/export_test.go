@@ -1,6 +1,9 @@
 package webui
 
-import "github.com/ormlock/ormlock/internal/lockproto"
+import (
+	"github.com/ormlock/ormlock/internal/ledger"
+	"github.com/ormlock/ormlock/internal/lockproto"
+)
 
 // JobsSQL is the statement that lists a page of jobs, for the EXPLAIN test.
 func JobsSQL(dialect, table string) string {
@@ -8,5 +11,9 @@ func JobsSQL(dialect, table string) string {
 	if dialect == "mysql" {
 		d = lockproto.MySQL
 	}
-	return jobsSQL(d, table)
+	t, err := ledger.NewTable(d, table)
+	if err != nil {
+		panic(err)
+	}
+	return t.JobsSQL()
 }

@@ -148,10 +148,7 @@ func (h *handler) server(ctx context.Context, v *view) (lockproto.Dialect, bool,
 	if err != nil {
 		return 0, false, err
 	}
-	name := "PostgreSQL"
-	if d == lockproto.MySQL {
-		name = "MySQL/MariaDB"
-	}
+	name := d.Product()
 	err = h.r.ro(ctx, func(tx *sql.Tx) error { return h.r.checkServer(ctx, tx, d) })
 	switch {
 	case errors.Is(err, ormlock.ErrUnsupportedDialect):
@@ -213,7 +210,7 @@ func (h *handler) overview(ctx context.Context, p params) (*view, error) {
 		o.LocksError = h.problem(ctx, err)
 	}
 	err = h.r.ro(ctx, func(tx *sql.Tx) error {
-		if h.r.fenceTable(d) == "" {
+		if h.r.fenceTable(d) == nil {
 			o.FencesAbsent = true
 			return nil
 		}
@@ -225,7 +222,7 @@ func (h *handler) overview(ctx context.Context, p params) (*view, error) {
 			fs, o.FencesMore = fs[:fencesPerPage], true
 		}
 		for _, f := range fs {
-			o.Fences = append(o.Fences, fenceRow{Key: clean(f.key, 300), Token: f.token})
+			o.Fences = append(o.Fences, fenceRow{Key: clean(f.ID, 300), Token: f.Token})
 		}
 		return nil
 	})

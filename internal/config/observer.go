@@ -7,10 +7,14 @@ import (
 	"github.com/ormlock/ormlock/internal/keys"
 )
 
-// The kinds of [Event], the values of ormlock.EventKind's constants (see
-// their documentation there).
+// EventKind says what happened to a lock (ormlock.EventKind, an alias of
+// this type, documents it and its values).
+type EventKind uint8
+
+// The kinds of [Event] (ormlock.EventAttempt and the other constants name
+// these, and document them).
 const (
-	EventAttempt uint8 = iota + 1
+	EventAttempt EventKind = iota + 1
 	EventAcquired
 	EventNotAcquired
 	EventReleased
@@ -22,21 +26,20 @@ const (
 
 var eventNames = [...]string{"", "attempt", "acquired", "not_acquired", "released", "release_failed", "lock_lost", "already_done", "semaphore_mismatch"}
 
-// EventName returns the snake_case name of an event kind, e.g.
-// "not_acquired" (ormlock.EventKind.String).
-func EventName(kind uint8) string {
-	if int(kind) < len(eventNames) {
-		return eventNames[kind]
+// String returns the event's snake_case name, e.g. "not_acquired".
+func (k EventKind) String() string {
+	if int(k) < len(eventNames) {
+		return eventNames[k]
 	}
 	return "unknown"
 }
 
-// Event is one lock event as the lock protocol reports it, in plain values:
-// the fields of ormlock.Event, which package ormlock builds from it for
-// the user's observer (the root keeps its documented types, see its
-// doc.go, so internal code hands it plain values).
+// Event is one lock event: ormlock.Event, an alias of this type, whose
+// documentation shows each field and says what it means. The lock
+// protocol builds it once per event and hands it to the observer and the
+// hook as it is.
 type Event struct {
-	Kind      uint8 // an Event* kind
+	Kind      EventKind
 	Verb      string
 	Dialect   string
 	Key       keys.Key
@@ -46,17 +49,28 @@ type Event struct {
 	Held      time.Duration
 	Err       error
 
-	ID     uint64    // the acquisition: one per lock use, on all its events
-	Server string    // the server's product: "postgresql", "mysql", "mariadb", ... ("" before the server check)
-	Slot   time.Time // RunOnce and RunScheduled: the run's slot
-	Token  int64     // the fencing token, once issued (WithFencing)
-	Try    bool      // the acquisition tries once (no WithWait)
-	Term   int64     // Lead: the term, 1 for the first campaign attempt (0 for the other verbs)
+	ID     uint64
+	Server string
+	Slot   time.Time
+	Token  int64
+	Try    bool
+	Term   int64
 }
 
-// Hook is the hook of [Config.Hook]: Start at a lock use's attempt, whose
-// returned context the rest of the use runs under, and End at its end.
-// Package ormlock implements it for an ormlock.Hook (ormlock.WithHook).
+// Observer receives lock events ([Config.Observer]): ormlock.Observer, an
+// alias of this type, documents its contract.
+type Observer interface {
+	Observe(ctx context.Context, e Event)
+}
+
+// ObserverFunc adapts a function to [Observer] (ormlock.ObserverFunc).
+type ObserverFunc func(ctx context.Context, e Event)
+
+// Observe calls f(ctx, e).
+func (f ObserverFunc) Observe(ctx context.Context, e Event) { f(ctx, e) }
+
+// Hook is told of a lock use's start and end ([Config.Hook]):
+// ormlock.Hook, an alias of this type, documents its contract.
 type Hook interface {
 	Start(ctx context.Context, e Event) context.Context
 	End(ctx context.Context, e Event)
@@ -75,12 +89,6 @@ type EventHook interface {
 	Hook
 	Event(ctx context.Context, e Event)
 	Term(ctx context.Context, e Event) context.Context
-}
-
-// Observer receives the lock events of [Config.Observer]. Package ormlock
-// implements it for an ormlock.Observer (ormlock.WithObserver).
-type Observer interface {
-	Observe(ctx context.Context, e Event)
 }
 
 // Lock is what a verb's fn context says of the lock it runs under

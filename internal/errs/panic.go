@@ -4,11 +4,7 @@ import "fmt"
 
 // PanicError is ormlock.PanicError (its documentation is there).
 type PanicError struct {
-	// Value is the value the panic was raised with, as recover returned
-	// it; nil for runtime.Goexit.
-	Value any
-	// Goexit is true when fn called runtime.Goexit (testing's t.FailNow,
-	// say) rather than panicking.
+	Value  any
 	Goexit bool
 }
 

@@ -1,9 +1,10 @@
 // Package keys is the representation of ormlock's lock keys and their
 // resolution per dialect (keyhash spec v1): the plumbing behind
 // ormlock.Name, ormlock.ID and ormlock.Pair that the adapters, the lock
-// protocol, the ledger and the command share. Package ormlock defines its
-// Key on this one (type Key keys.Key), so the two convert freely; the key
-// derivation is documented on ormlock.Key and in docs/PROTOCOL.md.
+// protocol, the ledger and the command share. ormlock.Key is an alias of
+// [Key], so every exported method of Key is one of ormlock.Key (Validate
+// and String, no other: the rest are functions); the key derivation is
+// documented on ormlock.Key and in docs/PROTOCOL.md.
 package keys
 
 import (
@@ -16,7 +17,7 @@ import (
 	"github.com/ormlock/ormlock/keyhash"
 )
 
-// Key names a lock; see ormlock.Key.
+// Key names a lock: ormlock.Key, an alias of this type, documents it.
 type Key struct {
 	kind   keyKind
 	name   string // kindName: the name; kindAll: the elements (shapes.go); kindBad: why
@@ -67,11 +68,9 @@ func Count(k Key) int { return int(k.n) }
 // NameValue returns the name of a name key, or "".
 func NameValue(k Key) string { return k.name }
 
-// Validate returns an error wrapping ormlock.ErrInvalidKey when k cannot
-// name a lock: the zero Key, or a name that is empty, longer than
-// [MaxNameLen] bytes, not valid UTF-8 or holding a NUL byte. The verbs
-// check it themselves; it is exported so that a program can reject a
-// configured name at start-up, as the scheduler module does.
+// Validate returns an error wrapping errs.ErrInvalidKey when k cannot name
+// a lock (a name longer than [MaxNameLen] bytes among the reasons);
+// ormlock.Key documents it.
 func (k Key) Validate() error {
 	switch k.kind {
 	case kindNone:
@@ -238,8 +237,9 @@ type keyStruct = struct {
 	n      int32
 }
 
-// Root is the constraint of ormlock.Key: a type defined over [Key]'s
-// struct, so that [Of] converts it without importing package ormlock.
+// Root is the constraint of [Of]'s first type argument, ormlock.Key:
+// [Key] itself since ormlock.Key is an alias of it (any type defined over
+// Key's struct converts as well).
 type Root interface{ ~keyStruct }
 
 // Type holds every type the verbs accept as a key (ormlock.KeyType: a

@@ -65,7 +65,7 @@ func Shared(k Key) Key {
 	case k.n != 0:
 		return bad("a Semaphore cannot be Shared")
 	case k.kind == kindAll:
-		es := k.Elements()
+		es := Elements(k)
 		for i := range es {
 			es[i].shared = true
 		}
@@ -131,8 +131,9 @@ func slotText(k Key) string {
 }
 
 // Elements returns the keys of a set in the order given, each with its
-// share mode; nil for any other key.
-func (k Key) Elements() []Key {
+// share mode; nil for any other key. A function, not a method: a method of
+// Key would be one of ormlock.Key, an alias of it.
+func Elements(k Key) []Key {
 	if k.kind != kindAll {
 		return nil
 	}
@@ -187,7 +188,7 @@ func readElem(b []byte) (Key, []byte) {
 // validateSet checks a set's size and each element; duplicates are found
 // once the elements are resolved for a dialect (the lock protocol).
 func (k Key) validateSet() error {
-	es := k.Elements()
+	es := Elements(k)
 	switch {
 	case len(es) == 0:
 		return fmt.Errorf("%w: All of no keys (give at least one)", errs.ErrInvalidKey)
@@ -221,7 +222,7 @@ func (k Key) shapeString() string {
 	}
 	var s strings.Builder
 	s.WriteString("all(")
-	es := k.Elements()
+	es := Elements(k)
 	for i, e := range es {
 		if i > 0 {
 			s.WriteByte(',')

@@ -4,13 +4,13 @@ import "testing"
 
 func TestShapes(t *testing.T) {
 	a, b := Name("a"), ID(42)
-	if got := All(a, All(b)).Elements(); len(got) != 2 || got[0] != a || got[1] != b {
+	if got := Elements(All(a, All(b))); len(got) != 2 || got[0] != a || got[1] != b {
 		t.Errorf("All flattens: %v", got)
 	}
 	if x, y := All(a, b), All(a, b); x != y || x == All(b, a) {
 		t.Error("sets: equal when built alike, in the order given")
 	}
-	if es := Shared(All(a, b)).Elements(); !es[0].shared || !es[1].shared {
+	if es := Elements(Shared(All(a, b))); !es[0].shared || !es[1].shared {
 		t.Error("Shared of a set shares every key")
 	}
 	if s := SlotKey(Pair(7, 9), 2); s != Name("ormlock.semaphore:7:9#2") {

@@ -88,6 +88,7 @@ import (
 	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/lockproto"
+	"github.com/ormlock/ormlock/internal/status"
 )
 
 // maxErrorBytes bounds the error text written to the ledger.
@@ -550,26 +551,12 @@ func (t *Table) scanRow(scan func(dest ...any) error) (Row, error) {
 	return r, nil
 }
 
-// Row is one row of the ledger as [Table.Runs] reads it: the fields of
-// ormlock.Run, whose documentation says what each means.
-type Row row
+// Row is one row of the ledger as [Table.Runs] reads it: defined once in
+// internal/status, ormlock.Run is the same type.
+type Row = status.Run
 
-type row = struct {
-	Namespace string
-	Job       string
-	Slot      time.Time
-	Status    string
-	Owner     string
-	Started   time.Time
-	Finished  time.Time
-	Duration  time.Duration
-	Error     string
-	Stale     bool
-}
-
-// RunType is the constraint of ormlock.Run: a type defined over [Row]'s
-// fields, which [RunsAs] converts to without importing package ormlock.
-type RunType interface{ ~row }
+// RunType is the constraint of ormlock.Run: the one type.
+type RunType interface{ Row }
 
 // RunsAs returns rs as R values (ormlock.Run), with err.
 func RunsAs[R RunType](rs []Row, err error) ([]R, error) {

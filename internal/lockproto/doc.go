@@ -31,7 +31,7 @@
 //     internal/verbs/verbs.go's TransactionOf with gormlock's Driver (fn
 //     and the binder); ctxOf (GORM's context).
 //  2. verbs.go: Prepare, Open and CheckHandle (the checks, in the
-//     precedence that verbs' package doc states), then
+//     precedence that docs/PROTOCOL.md (Error precedence) states), then
 //     gormlock/binding.go: binder.Nil, binder.Bind with dialectOf and
 //     configFor (the plugin's defaults, internal/config/config.go: New,
 //     With, Err), and transaction.go's inTx, primary, primarySQL,

@@ -39,7 +39,7 @@ func TestEmitContainsObserverPanic(t *testing.T) {
 	for range 8 {
 		wg.Go(func() {
 			for _, k := range []ormlock.EventKind{ormlock.EventAttempt, ormlock.EventAcquired, ormlock.EventLockLost, ormlock.EventReleased} {
-				op.Emit(context.Background(), uint8(k), nil)
+				op.Emit(context.Background(), k, nil)
 			}
 		})
 	}

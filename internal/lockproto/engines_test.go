@@ -164,7 +164,7 @@ func TestFakeEngines(t *testing.T) {
 // an ordinary release keeps it. The end-to-end case, on a real primary and
 // standby, is failover.TestServerCheckAskedAgainAfterLoss.
 func TestCheckServerForgetsAfterLoss(t *testing.T) {
-	for _, kind := range []uint8{config.EventLockLost, config.EventReleaseFailed} {
+	for _, kind := range []config.EventKind{config.EventLockLost, config.EventReleaseFailed} {
 		r := &recorded{answers: pgAnswers("PostgreSQL 15.14 on x86_64-pc-linux-gnu", nil)}
 		db := sql.OpenDB(r)
 		defer db.Close()

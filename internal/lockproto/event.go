@@ -60,7 +60,7 @@ func (o *Op) serverProduct() string {
 }
 
 // event builds the event of kind for o.
-func (o *Op) event(kind uint8, err error) config.Event {
+func (o *Op) event(kind config.EventKind, err error) config.Event {
 	e := config.Event{
 		Kind: kind, Verb: o.Verb, Dialect: o.Dialect.String(), Key: o.Key, Namespace: o.Cfg.Namespace, Job: o.Job, Err: err,
 		ID: o.useID(), Server: o.serverProduct(), Slot: o.use.slot, Token: o.token, Try: o.Cfg.Wait <= 0, Term: max(o.use.term, o.use.terms.Load()),
@@ -142,7 +142,7 @@ func (o *Op) keepaliveContext(ctx context.Context) (kctx context.Context) {
 // hookEvent hands the event of kind to the hook when it takes events
 // (config.EventHook), between its Start and End; a panic there is
 // contained as an observer's is.
-func (o *Op) hookEvent(ctx context.Context, kind uint8, err error) {
+func (o *Op) hookEvent(ctx context.Context, kind config.EventKind, err error) {
 	h, ok := o.Cfg.Hook.(config.EventHook)
 	if !ok || !o.use.started || o.use.ended.Load() {
 		return

@@ -45,6 +45,7 @@ type FenceTable struct {
 	d    Dialect
 	name string
 	q    string
+	read fenceReads
 }
 
 // NewFenceTable returns the fence table that goes with the ledger table
@@ -59,8 +60,10 @@ func NewFenceTable(d Dialect, ledger string) (*FenceTable, error) {
 	switch d {
 	case Postgres:
 		t.q = `"` + name + `"`
+		t.read = pgFenceReads(t.q)
 	case MySQL:
 		t.q = "`" + name + "`"
+		t.read = myFenceReads(t.q)
 	default:
 		return nil, fmt.Errorf("%w: dialect %d", errs.ErrUnsupportedDialect, d)
 	}

@@ -10,40 +10,15 @@ import (
 
 	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/keys"
+	"github.com/ormlock/ormlock/internal/status"
 )
 
-// HolderInfo is who holds a lock, as [LookupHolder] reads it: the fields of
-// ormlock.HolderInfo, whose documentation says what each means per
-// dialect; an adapter converts it (ormlock.HolderInfo(h)).
-type HolderInfo holderStruct
+// HolderInfo is who holds a lock, as [LookupHolder] reads it: defined once
+// in internal/status, ormlock.HolderInfo is the same type.
+type HolderInfo = status.HolderInfo
 
-// holderStruct is the struct a [HolderInfo] is made of.
-type holderStruct = struct {
-	Held        bool
-	Dialect     string
-	Lock        string
-	PID         int64
-	User        string
-	Application string
-	Owner       string
-	ClientAddr  string
-	Database    string
-	State       string
-	StateFor    time.Duration
-	Query       string
-	Mode        string
-	TxStart     time.Time
-	ConnStart   time.Time
-	HeldFor     time.Duration
-	Waiters     int
-	Key         string
-	Shared      bool
-	Slot        int
-}
-
-// HolderType is the constraint of ormlock.HolderInfo, defined over
-// [HolderInfo]'s struct.
-type HolderType interface{ ~holderStruct }
+// HolderType is the constraint of ormlock.HolderInfo: the one type.
+type HolderType interface{ HolderInfo }
 
 // HoldersAs returns hs as H values (ormlock.HolderInfo), with err.
 func HoldersAs[H HolderType](hs []HolderInfo, err error) ([]H, error) {

@@ -11,13 +11,15 @@ import (
 	"github.com/ormlock/ormlock/internal/testdb"
 )
 
-// countingDB is a LazyDB that counts how often it was asked for the DB.
+// countingDB is a LazyDB, less the querier that lazyCheckDB adds, that
+// counts how often it was asked for the DB.
 type countingDB struct {
 	db     *sql.DB
 	opened int
 }
 
 func (c *countingDB) DB() *sql.DB { c.opened++; return c.db }
+func (c *countingDB) Close()      {}
 
 // lazyCheckDB is a LazyDB that is also the server check's querier, as
 // pgxlock's is: the check must run on its *sql.DB, on a connection of its
@@ -94,6 +96,7 @@ type lazyQuerierDB struct {
 }
 
 func (l lazyQuerierDB) DB() *sql.DB { l.open(); return l.db }
+func (l lazyQuerierDB) Close()      {}
 func (l lazyQuerierDB) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
 	return l.DB().QueryContext(ctx, q, args...)
 }

@@ -184,10 +184,16 @@ func (x *lockExchange) send(msg string, l lockLayout) error {
 	return err
 }
 
-// LazyDB is a *sql.DB opened on first use (Op.LazyDB). One that also has
-// a method SharedDB() *sql.DB gives with it the *sql.DB under which its
-// pool's shared lock connections live (sharedDB).
-type LazyDB interface{ DB() *sql.DB }
+// LazyDB is a *sql.DB opened on first use (Op.LazyDB; pgxlock's, which
+// internal/verbs' Pool.Lazy hands over): DB opens it, the queries of the
+// server check run on it, and Close gives back what it opened. One that
+// also has a method SharedDB() *sql.DB gives with it the *sql.DB under
+// which its pool's shared lock connections live (sharedDB).
+type LazyDB interface {
+	DB() *sql.DB
+	Close()
+	CheckQuerier
+}
 
 // sqlDB is db, or when db is nil the *sql.DB o.LazyDB opens (pgxlock's
 // Transaction, Session and Lead are given none: their lock connection

@@ -166,7 +166,7 @@ func (o *Op) PostgresKey() keys.PostgresKey { return o.target.pg }
 // Session keepalive goroutine (where it would end the process). The first
 // panic of an Op is reported once, as an error on slog.Default() (see
 // ormlock.Observer); the observer still gets the Op's later events.
-func (o *Op) Emit(ctx context.Context, kind uint8, err error) {
+func (o *Op) Emit(ctx context.Context, kind config.EventKind, err error) {
 	if kind == config.EventLockLost || kind == config.EventReleaseFailed {
 		o.serverMayHaveChanged()
 	}
@@ -264,7 +264,7 @@ func (o *Op) EndHook(ctx context.Context, err error) {
 	if h == nil {
 		return
 	}
-	e := o.event(uint8(o.last.Load()), err)
+	e := o.event(config.EventKind(o.last.Load()), err)
 	defer func() {
 		if p := recover(); p != nil {
 			o.observerPanic(ctx, e, p)
@@ -283,7 +283,7 @@ func (o *Op) observerPanic(ctx context.Context, e config.Event, p any) {
 		return
 	}
 	slog.Default().LogAttrs(context.WithoutCancel(ctx), slog.LevelError, ObserverPanicMessage,
-		slog.String("event", config.EventName(e.Kind)),
+		slog.String("event", e.Kind.String()),
 		slog.String("verb", e.Verb),
 		slog.String("key", e.Key.String()),
 		slog.Any("panic", p),

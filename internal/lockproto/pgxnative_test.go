@@ -72,6 +72,13 @@ type lazyCount struct {
 }
 
 func (c *lazyCount) DB() *sql.DB { c.opened++; return c.db }
+func (c *lazyCount) Close()      {}
+func (c *lazyCount) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	return c.DB().QueryContext(ctx, q, args...)
+}
+func (c *lazyCount) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	return c.DB().QueryRowContext(ctx, q, args...)
+}
 
 func TestPgxNativeLockConnection(t *testing.T) {
 	for _, k := range []testdb.Kind{testdb.Postgres, testdb.PgBouncer} {

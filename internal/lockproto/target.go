@@ -72,7 +72,7 @@ func newTarget(d Dialect, k keys.Key, ns string) (Target, error) {
 	switch {
 	case keys.IsSet(k):
 		t.kind = kindAll
-		for _, e := range k.Elements() {
+		for _, e := range keys.Elements(k) {
 			t.items = append(t.items, resolveItem(d, e, ns))
 		}
 		if err := t.order(d); err != nil {

@@ -12,30 +12,10 @@
 // # Error precedence
 //
 // When several things are wrong with one call, every verb of every adapter
-// returns the first of, in this order:
-//
-//  1. a nil context: [errs.ErrInvalidArgument];
-//  2. a nil handle (*gorm.DB, ent client, *sql.DB, *pgxpool.Pool):
-//     ErrInvalidArgument;
-//  3. an invalid argument of the verb: a nil fn or schedule, a bad job,
-//     slot, limit, duration or count (ErrInvalidArgument), all checked
-//     before the handle is looked into;
-//  4. the handle's own error, from its Binder: a failed registration (the
-//     GORM plugin's or the ent wrapper's error, which every verb on that
-//     handle returns), a client not built on entlock.Wrap
-//     (entlock.ErrNotWrapped), a database that is neither PostgreSQL nor
-//     MySQL/MariaDB (ErrUnsupportedDialect);
-//  5. an invalid option (ErrInvalidArgument or ErrInvalidKey, naming it);
-//  6. a bad key ([errs.ErrInvalidKey]);
-//  7. a context that has already ended, with nothing sent: an error
-//     wrapping ErrNotAcquired and the context's error for a verb that takes
-//     a lock for its caller (Transaction, Session, Lead, RunOnce,
-//     RunScheduled), the context's error for the others;
-//  8. a server whose locks exclude nobody (ErrUnsupportedDialect, naming
-//     the reason), asked once per pool.
-//
-// [Prepare] and [Open] are where that order is written; precedence_test.go
-// checks it.
+// returns the first in the order docs/PROTOCOL.md (The verbs on each
+// server, Error precedence) states, the one place it is written; the steps
+// this package's docs number (step 4, steps 6 to 8) are that list's.
+// [Prepare] and [Open] keep the order; precedence_test.go checks it.
 package verbs
 
 import (
@@ -96,7 +76,7 @@ type Pool struct {
 	// *sql.DB on first use, if the call needs it at all (pgxlock's,
 	// whose lock connection comes from LockConns), and closes it when the
 	// verb returns.
-	Lazy LazyDB
+	Lazy lockproto.LazyDB
 	// Close, when set, is called when the verb returns (pgxlock closes
 	// the call's *sql.DB).
 	Close func()
@@ -241,16 +221,6 @@ func (p Pool) checkQuerier() lockproto.CheckQuerier {
 		return p.Lazy
 	}
 	return p.DB
-}
-
-// LazyDB is a *sql.DB opened on first use (Pool.Lazy): DB opens it, the
-// queries of the server check run on it, and Close gives back what it
-// opened. A LazyDB whose pool keeps its shared lock connections under a
-// *sql.DB of their own also has SharedDB (see lockproto.Op.LazyDB).
-type LazyDB interface {
-	DB() *sql.DB
-	Close()
-	lockproto.CheckQuerier
 }
 
 // sqlDB is the primary's *sql.DB: DB, or Lazy's, opened now.
