@@ -157,7 +157,7 @@ const abandonTimeout = time.Second
 // run's own is marked failed, detached from ctx; a later call takes it over.
 // When the lock was lost, or the table or column is missing, it does nothing.
 func (r *Run) claimFailed(ctx, lctx context.Context, db *sql.DB, err error) error {
-	if missingTable(err) || missingColumn(err) || errors.Is(context.Cause(lctx), errs.ErrLockLost) {
+	if r.t.s.MissingTable(err) || r.t.s.MissingColumn(err) || errors.Is(context.Cause(lctx), errs.ErrLockLost) {
 		return err
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
