@@ -5,6 +5,12 @@
 // *sql.DB) and a lockproto.Dialect, never on an ORM's types; lock SQL stays
 // in lockproto.
 //
+// What differs per server is in postgres.go and mysql.go, the two
+// implementations of ledgerServer (server.go), which NewTable picks once
+// from the dialect's lockproto.Server; the table (table.go), the claim
+// (claim.go), the reads (reads.go), the catch-up, Prune, the stale rows and
+// the upgrades call it and never branch on the dialect.
+//
 // # The table
 //
 // One row per (namespace, job, slot), the primary key:
