@@ -26,6 +26,10 @@ type Server interface {
 	MissingTable(err error) bool
 	// MissingColumn reports whether err is the server's "no such column".
 	MissingColumn(err error) bool
+	// SerializationFailure reports whether err is a transaction's snapshot
+	// that cannot see a concurrent write (PostgreSQL's serialization_failure
+	// above READ COMMITTED; MySQL/MariaDB raise none such).
+	SerializationFailure(err error) bool
 
 	// index places the family in PerServer's arguments.
 	index() int
@@ -75,13 +79,14 @@ func (o *Op) server() Server {
 // postgresServer is PostgreSQL's, directly or behind PgBouncer.
 type postgresServer struct{}
 
-func (postgresServer) Name() string                  { return "postgres" }
-func (postgresServer) Quote(ident string) string     { return `"` + ident + `"` }
-func (postgresServer) MissingTable(err error) bool   { return SQLState(err) == "42P01" } // undefined_table
-func (postgresServer) MissingColumn(err error) bool  { return SQLState(err) == "42703" } // undefined_column
-func (postgresServer) index() int                    { return 0 }
-func (postgresServer) autocommitOff(*Op) bool        { return false }
-func (postgresServer) product(version string) string { return postgresProduct(version) }
+func (postgresServer) Name() string                        { return "postgres" }
+func (postgresServer) Quote(ident string) string           { return `"` + ident + `"` }
+func (postgresServer) MissingTable(err error) bool         { return SQLState(err) == "42P01" } // undefined_table
+func (postgresServer) MissingColumn(err error) bool        { return SQLState(err) == "42703" } // undefined_column
+func (postgresServer) SerializationFailure(err error) bool { return SQLState(err) == "40001" }
+func (postgresServer) index() int                          { return 0 }
+func (postgresServer) autocommitOff(*Op) bool              { return false }
+func (postgresServer) product(version string) string       { return postgresProduct(version) }
 
 func (postgresServer) check(ctx context.Context, q CheckQuerier) (func() (*serverFacts, error), error) {
 	return checkPostgres(ctx, q, "")
@@ -93,13 +98,14 @@ func (postgresServer) implicitCommit(context.Context, *sql.Conn, Querier) bool {
 // mysqlServer is MySQL's and MariaDB's.
 type mysqlServer struct{}
 
-func (mysqlServer) Name() string                  { return "mysql" }
-func (mysqlServer) Quote(ident string) string     { return "`" + ident + "`" }
-func (mysqlServer) MissingTable(err error) bool   { return MySQLErrno(err) == 1146 } // ER_NO_SUCH_TABLE
-func (mysqlServer) MissingColumn(err error) bool  { return MySQLErrno(err) == 1054 } // ER_BAD_FIELD_ERROR
-func (mysqlServer) index() int                    { return 1 }
-func (mysqlServer) autocommitOff(o *Op) bool      { return o.my.autocommit == 0 }
-func (mysqlServer) product(version string) string { return mysqlProduct(version) }
+func (mysqlServer) Name() string                    { return "mysql" }
+func (mysqlServer) Quote(ident string) string       { return "`" + ident + "`" }
+func (mysqlServer) MissingTable(err error) bool     { return MySQLErrno(err) == 1146 } // ER_NO_SUCH_TABLE
+func (mysqlServer) MissingColumn(err error) bool    { return MySQLErrno(err) == 1054 } // ER_BAD_FIELD_ERROR
+func (mysqlServer) SerializationFailure(error) bool { return false }
+func (mysqlServer) index() int                      { return 1 }
+func (mysqlServer) autocommitOff(o *Op) bool        { return o.my.autocommit == 0 }
+func (mysqlServer) product(version string) string   { return mysqlProduct(version) }
 
 func (mysqlServer) check(ctx context.Context, q CheckQuerier) (func() (*serverFacts, error), error) {
 	return checkMySQL(ctx, q)
