@@ -166,7 +166,7 @@ func (o *Op) Fencing() bool { return o.Cfg.Fencing }
 // connection: the token is committed on a second connection while the
 // lock's transaction stays open on the first.
 func (o *Op) checkFencePool(db *sql.DB) error {
-	if !o.Cfg.Fencing || !o.server().tokenOnPool() || db.Stats().MaxOpenConnections != 1 {
+	if !o.Cfg.Fencing || !o.Dialect.server().tokenOnPool() || db.Stats().MaxOpenConnections != 1 {
 		return nil
 	}
 	return fmt.Errorf("%w: %s on %q with WithFencing on PostgreSQL needs two connections (the lock's transaction stays open on one while the token is committed on another, so that it is durable before fn runs), and the pool's MaxOpenConns is 1",
@@ -230,7 +230,7 @@ func (o *Op) sessionToken(ctx context.Context, db *sql.DB, conn pinned, h *sessi
 		return nil
 	}
 	var q Querier = db
-	if !o.server().tokenOnPool() {
+	if !o.Dialect.server().tokenOnPool() {
 		q = conn.sqlConn()
 	}
 	err := o.IssueToken(ctx, q)
@@ -252,4 +252,4 @@ func (o *Op) sessionToken(ctx context.Context, db *sql.DB, conn pinned, h *sessi
 // with autocommit 0 (read by GET_LOCK's statement; false on PostgreSQL and
 // before the lock): the claim mode's ledger statements are then followed
 // by COMMIT.
-func (o *Op) AutocommitOff() bool { return o.Acquired() && o.server().autocommitOff(o) }
+func (o *Op) AutocommitOff() bool { return o.Acquired() && o.Dialect.server().autocommitOff(o) }

@@ -268,7 +268,7 @@ func LookupHolders(ctx context.Context, q Querier, op *Op) ([]HolderInfo, error)
 	if t.kind == kindKey {
 		items = []lockItem{{key: t.key, pg: t.pg, mysql: t.mysql}}
 	}
-	s := op.server()
+	s := op.Dialect.server()
 	var out []HolderInfo
 	for i, it := range items {
 		name, slot := it.key.String(), 0

@@ -68,7 +68,7 @@ func (o *Op) MySQLImplicitCommit(ctx context.Context, q Querier) bool {
 	if o.mysqlTx != nil && o.mysqlTx.Tx == q {
 		conn = o.mysqlTx.conn
 	}
-	return o.server().implicitCommit(ctx, conn, q)
+	return o.Dialect.server().implicitCommit(ctx, conn, q)
 }
 
 // implicitCommit reports whether t's MySQL/MariaDB transaction was
@@ -78,7 +78,7 @@ func (t *LockedTx) implicitCommit() bool {
 	if t.conn == nil {
 		return false
 	}
-	return t.op.server().implicitCommit(context.WithoutCancel(t.ctx), t.conn, t.Tx)
+	return t.op.Dialect.server().implicitCommit(context.WithoutCancel(t.ctx), t.conn, t.Tx)
 }
 
 // warnImplicitCommit reports on slog.Default() a transaction that fn

@@ -69,10 +69,10 @@ func PerServer[T any](s Server, postgres, mysql T) T {
 	return [...]T{postgres, mysql}[s.index()]
 }
 
-// server is o's Server. o's dialect was validated when o was made
-// (NewOp); an Op of an unknown dialect has none (nil).
-func (o *Op) server() Server {
-	s, _ := ServerOf(o.Dialect)
+// server is d's Server, for a dialect already validated (an Op's, by
+// NewOp); nil for an unknown one.
+func (d Dialect) server() Server {
+	s, _ := ServerOf(d)
 	return s
 }
 
