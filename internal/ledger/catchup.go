@@ -189,56 +189,30 @@ func (r Reader) window(ctx context.Context, verb, job string, s sched.Slotter, c
 // row is 'done' or 'running' (by UnixMicro), in one statement: the row of
 // the clock, left-joined to the ledger's rows.
 func (t *Table) taken(ctx context.Context, q Querier, ns, job string, from, to time.Time) (time.Time, map[int64]bool, error) {
-	var query string
-	if t.pg() {
-		query = `SELECT c.server_now, slot FROM (SELECT clock_timestamp() AS server_now) c LEFT JOIN ` + t.q +
-			` ON namespace = $1 AND job = $2 AND slot >= $3 AND slot <= $4 AND status <> 'failed'`
-	} else {
-		query = "SELECT DATE_FORMAT(c.server_now, " + mysqlFormat + "), DATE_FORMAT(slot, " + mysqlFormat + ") FROM (SELECT UTC_TIMESTAMP(6) AS server_now) c LEFT JOIN " + t.q +
-			" ON namespace = ? AND job = ? AND slot >= ? AND slot <= ? AND status <> 'failed'"
-	}
-	const what = "read the slots to catch up"
-	rows, err := q.QueryContext(ctx, query, ns, job, t.slotArg(from), t.slotArg(to))
+	rows, err := q.QueryContext(ctx, t.sql.takenSQL(t), ns, job, t.slotArg(from), t.slotArg(to))
 	if err != nil {
-		return time.Time{}, nil, t.wrap(what, err)
+		return time.Time{}, nil, t.wrap(takenWhat, err)
 	}
 	defer rows.Close()
 	var server time.Time
 	out := map[int64]bool{}
 	for rows.Next() {
-		var slot time.Time
-		if t.pg() {
-			var s sql.NullTime
-			if err := rows.Scan(&server, &s); err != nil {
-				return time.Time{}, nil, t.wrap(what, err)
-			}
-			if !s.Valid {
-				continue
-			}
-			slot = s.Time
-		} else {
-			var now string
-			var s sql.NullString
-			if err := rows.Scan(&now, &s); err != nil {
-				return time.Time{}, nil, t.wrap(what, err)
-			}
-			if server, err = parseMySQLTime(now); err != nil {
-				return time.Time{}, nil, err
-			}
-			if !s.Valid {
-				continue
-			}
-			if slot, err = parseMySQLTime(s.String); err != nil {
-				return time.Time{}, nil, err
-			}
+		slot, ok, err := t.sql.scanTaken(t, rows.Scan, &server)
+		if err != nil {
+			return time.Time{}, nil, err
 		}
-		out[slot.UnixMicro()] = true
+		if ok {
+			out[slot.UnixMicro()] = true
+		}
 	}
 	if err := rows.Err(); err != nil {
-		return time.Time{}, nil, t.wrap(what, err)
+		return time.Time{}, nil, t.wrap(takenWhat, err)
 	}
 	if server.IsZero() {
-		return time.Time{}, nil, fmt.Errorf("ormlock: ledger table %q: %s: the server's clock came back without a row", t.name, what)
+		return time.Time{}, nil, fmt.Errorf("ormlock: ledger table %q: %s: the server's clock came back without a row", t.name, takenWhat)
 	}
 	return server.UTC(), out, nil
 }
+
+// takenWhat names taken's statement in its errors.
+const takenWhat = "read the slots to catch up"

@@ -31,11 +31,7 @@ const (
 // ServerNow reads the database server's clock (clock_timestamp(),
 // UTC_TIMESTAMP(6)), the clock the ledger's times come from.
 func (t *Table) ServerNow(ctx context.Context, q Querier) (time.Time, error) {
-	query := "SELECT DATE_FORMAT(UTC_TIMESTAMP(6), " + mysqlFormat + ")"
-	if t.pg() {
-		query = "SELECT clock_timestamp()"
-	}
-	rows, err := q.QueryContext(ctx, query)
+	rows, err := q.QueryContext(ctx, t.sql.serverNowSQL())
 	if err != nil {
 		return time.Time{}, t.wrap("read the server's clock", err)
 	}
@@ -46,7 +42,7 @@ func (t *Table) ServerNow(ctx context.Context, q Querier) (time.Time, error) {
 		}
 		return time.Time{}, fmt.Errorf("ormlock: ledger table %q: read the server's clock: no row", t.name)
 	}
-	now, err := t.scanTime(rows)
+	now, err := t.sql.scanTime(t, rows.Scan)
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -54,23 +50,6 @@ func (t *Table) ServerNow(ctx context.Context, q Querier) (time.Time, error) {
 		return time.Time{}, t.wrap("read the server's clock", err)
 	}
 	return now, nil
-}
-
-// scanTime scans a row of one time column: timestamptz on PostgreSQL, the
-// text of mysqlFormat on MySQL/MariaDB.
-func (t *Table) scanTime(rows interface{ Scan(dest ...any) error }) (time.Time, error) {
-	if t.pg() {
-		var v time.Time
-		if err := rows.Scan(&v); err != nil {
-			return time.Time{}, t.wrap("read the server's clock", err)
-		}
-		return v.UTC(), nil
-	}
-	var s string
-	if err := rows.Scan(&s); err != nil {
-		return time.Time{}, t.wrap("read the server's clock", err)
-	}
-	return parseMySQLTime(s)
 }
 
 // skew returns how far server's clock is from the local readings before

@@ -44,32 +44,15 @@ func (t *Table) IndexName() string {
 }
 
 // quote quotes an identifier of the table (validated: plain characters).
-func (t *Table) quote(ident string) string {
-	if t.pg() {
-		return `"` + ident + `"`
-	}
-	return "`" + ident + "`"
-}
+func (t *Table) quote(ident string) string { return t.s.Quote(ident) }
 
 // hasIndex reports whether the table has a usable btree index whose
 // leading columns are (namespace, slot), whatever its name (one added by
 // hand serves as well).
 func (t *Table) hasIndex(ctx context.Context, q lockproto.Querier) (bool, error) {
+	query, arg := t.sql.hasIndexSQL(t)
 	var n int
-	var err error
-	if t.pg() {
-		err = q.QueryRowContext(ctx, `SELECT COUNT(*) FROM pg_index i
-JOIN pg_class c ON c.oid = i.indexrelid
-JOIN pg_am am ON am.oid = c.relam AND am.amname = 'btree'
-JOIN pg_attribute a0 ON a0.attrelid = i.indrelid AND a0.attnum = i.indkey[0] AND a0.attname = 'namespace'
-JOIN pg_attribute a1 ON a1.attrelid = i.indrelid AND a1.attnum = i.indkey[1] AND a1.attname = 'slot'
-WHERE i.indrelid = to_regclass($1) AND i.indisvalid AND i.indpred IS NULL`, t.q).Scan(&n)
-	} else {
-		err = q.QueryRowContext(ctx, `SELECT COUNT(*) FROM (SELECT INDEX_NAME FROM information_schema.STATISTICS
-WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND SUB_PART IS NULL
-AND ((SEQ_IN_INDEX = 1 AND COLUMN_NAME = 'namespace') OR (SEQ_IN_INDEX = 2 AND COLUMN_NAME = 'slot'))
-GROUP BY INDEX_NAME HAVING COUNT(*) = 2) ix`, t.name).Scan(&n)
-	}
+	err := q.QueryRowContext(ctx, query, arg).Scan(&n)
 	if err != nil {
 		return false, errs.Wrap(err, "ledger table %q: look for the index on (namespace, slot)", t.name)
 	}
@@ -91,11 +74,7 @@ func (t *Table) ensureIndex(ctx context.Context, q lockproto.Querier) error {
 	if err != nil || ok {
 		return err
 	}
-	query := "ALTER TABLE " + t.q + " ADD INDEX " + t.quote(t.IndexName()) + " (namespace, slot)"
-	if t.pg() {
-		query = "CREATE INDEX " + t.quote(t.IndexName()) + " ON " + t.q + " (namespace, slot)"
-	}
-	if _, err := q.ExecContext(ctx, query); err != nil {
+	if _, err := q.ExecContext(ctx, t.sql.addIndexSQL(t)); err != nil {
 		return errs.Wrap(err, "ledger table %q: add the index %q on (namespace, slot)", t.name, t.IndexName())
 	}
 	return nil

@@ -20,9 +20,11 @@ import (
 // row of each listed job; a lone step reads one index entry. q is a
 // transaction or a pool on the primary.
 func (t *Table) Jobs(ctx context.Context, q Querier, ns, after string, n int) ([]string, error) {
-	if !t.pg() {
-		return t.myJobs(ctx, q, ns, after, n)
-	}
+	return t.sql.jobs(ctx, t, q, ns, after, n)
+}
+
+// jobs is Table.Jobs on PostgreSQL: the one recursive query.
+func (pgLedger) jobs(ctx context.Context, t *Table, q Querier, ns, after string, n int) ([]string, error) {
 	rows, err := q.QueryContext(ctx, t.JobsSQL(), ns, after, n)
 	if err != nil {
 		return nil, err
@@ -42,10 +44,13 @@ func (t *Table) Jobs(ctx context.Context, q Querier, ns, after string, n int) ([
 // JobsSQL is the statement of Jobs (namespace, after, n): on PostgreSQL
 // the whole walk, on MySQL/MariaDB one step of it (namespace, after), sent
 // once per job.
-func (t *Table) JobsSQL() string {
-	if !t.pg() {
-		return "SELECT job FROM " + t.q + " WHERE namespace = ? AND job > ? ORDER BY job LIMIT 1"
-	}
+func (t *Table) JobsSQL() string { return t.sql.jobsSQL(t) }
+
+func (myLedger) jobsSQL(t *Table) string {
+	return "SELECT job FROM " + t.q + " WHERE namespace = ? AND job > ? ORDER BY job LIMIT 1"
+}
+
+func (pgLedger) jobsSQL(t *Table) string {
 	return `WITH RECURSIVE j(job, n) AS (
 	SELECT (SELECT r.job FROM ` + t.q + ` r WHERE r.namespace = $1 AND r.job > $2 ORDER BY r.job LIMIT 1), 1
 	UNION ALL
@@ -55,12 +60,12 @@ func (t *Table) JobsSQL() string {
 SELECT job FROM j WHERE job IS NOT NULL`
 }
 
-// myJobs is Jobs on MySQL/MariaDB, a statement per job. The first step
+// jobs is Table.Jobs on MySQL/MariaDB, a statement per job. The first step
 // from the start (after the empty name) reads job >= ? rather than job > ?,
 // since the job column's collation (utf8mb4_bin, PAD SPACE) compares a
 // name of spaces only, which RunOnce refuses but a hand may write, equal
 // to the empty string.
-func (t *Table) myJobs(ctx context.Context, q Querier, ns, after string, n int) ([]string, error) {
+func (myLedger) jobs(ctx context.Context, t *Table, q Querier, ns, after string, n int) ([]string, error) {
 	step := t.JobsSQL()
 	query := step
 	if after == "" {

@@ -76,15 +76,7 @@ func (t *Table) Prune(ctx context.Context, db *sql.DB, cfg config.Config, cutoff
 }
 
 func (t *Table) pruneFinished(ctx context.Context, db *sql.DB, ns string, cutoff time.Time, batch int) (int64, error) {
-	var query string
-	if t.pg() {
-		// the outer status test is re-checked on a row claimed meanwhile
-		query = `DELETE FROM ` + t.q + ` WHERE (namespace, job, slot) IN (
-	SELECT namespace, job, slot FROM ` + t.q + ` WHERE namespace = $1 AND slot < $2 AND status <> 'running' LIMIT $3
-) AND status <> 'running'`
-	} else {
-		query = "DELETE FROM " + t.q + " WHERE namespace = ? AND slot < ? AND status <> 'running' LIMIT ?"
-	}
+	query := t.sql.pruneFinishedSQL(t)
 	var total int64
 	for {
 		if err := ctx.Err(); err != nil {
@@ -108,12 +100,7 @@ var staleFloor = time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC)
 // pruneStale deletes the stale rows of cfg's namespace before cutoff (see
 // Prune), walking the 'running' rows in (slot, job) order.
 func (t *Table) pruneStale(ctx context.Context, db *sql.DB, cfg config.Config, cutoff time.Time, batch int) (int64, error) {
-	next := t.selectRows() + ` WHERE namespace = $1 AND status = 'running' AND slot < $2 AND (slot, job) > ($3, $4) ORDER BY slot, job LIMIT $5`
-	del := `DELETE FROM ` + t.q + ` WHERE namespace = $1 AND job = $2 AND slot = $3 AND status = 'running' AND owner = $4 AND started_at = $5`
-	if !t.pg() {
-		next = t.selectRows() + " WHERE namespace = ? AND status = 'running' AND slot < ? AND (slot, job) > (?, ?) ORDER BY slot, job LIMIT ?"
-		del = "DELETE FROM " + t.q + " WHERE namespace = ? AND job = ? AND slot = ? AND status = 'running' AND owner = ? AND started_at = ?"
-	}
+	next, del := t.sql.pruneStaleSQL(t)
 	var total int64
 	after, afterJob := staleFloor, ""
 	for {

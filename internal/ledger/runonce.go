@@ -13,9 +13,6 @@ import (
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
-// sqlStateSerialization is PostgreSQL's serialization_failure.
-const sqlStateSerialization = "40001"
-
 // Run is one RunOnce call: a validated (job, slot), the ledger table and the
 // lock Op (made with keys.RunKey(job, slot)) whose settings and observer
 // it uses.
@@ -75,7 +72,7 @@ func (r *Run) alreadyDone(ctx context.Context) error {
 func (r *Run) InTx(ctx context.Context, q lockproto.Querier, fn func() error) error {
 	started, ok, err := r.t.claim(ctx, q, r.ns, r.job, r.slot, r.owner)
 	if err != nil {
-		if lockproto.SQLState(err) == sqlStateSerialization {
+		if r.t.s.SerializationFailure(err) {
 			return fmt.Errorf("ormlock: job %q, slot %s: another instance ran this slot while this call waited for the lock, "+
 				"and the transaction's snapshot (REPEATABLE READ or SERIALIZABLE, taken before the wait) cannot see its outcome; "+
 				"call again (ErrAlreadyDone if that run succeeded), or use READ COMMITTED: %w",
@@ -157,7 +154,7 @@ const abandonTimeout = time.Second
 // run's own is marked failed, detached from ctx; a later call takes it over.
 // When the lock was lost, or the table or column is missing, it does nothing.
 func (r *Run) claimFailed(ctx, lctx context.Context, db *sql.DB, err error) error {
-	if missingTable(err) || missingColumn(err) || errors.Is(context.Cause(lctx), errs.ErrLockLost) {
+	if r.t.s.MissingTable(err) || r.t.s.MissingColumn(err) || errors.Is(context.Cause(lctx), errs.ErrLockLost) {
 		return err
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)

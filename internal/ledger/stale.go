@@ -122,11 +122,7 @@ func (t *Table) reread(ctx context.Context, q lockproto.Querier, db *sql.DB, r R
 
 // row reads the row (ns, job, slot): false when there is none.
 func (t *Table) row(ctx context.Context, q lockproto.Querier, ns, job string, slot time.Time) (Row, bool, error) {
-	query := t.selectRows() + ` WHERE namespace = $1 AND job = $2 AND slot = $3`
-	if !t.pg() {
-		query = t.selectRows() + " WHERE namespace = ? AND job = ? AND slot = ?"
-	}
-	r, err := t.scanRow(q.QueryRowContext(ctx, query, ns, job, t.slotArg(slot)).Scan)
+	r, err := t.scanRow(q.QueryRowContext(ctx, t.sql.rowSQL(t), ns, job, t.slotArg(slot)).Scan)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return Row{}, false, nil

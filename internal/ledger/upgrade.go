@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"context"
-	"strings"
 
 	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/lockproto"
@@ -23,17 +22,9 @@ import (
 
 // hasNamespace reports whether the table has the namespace column.
 func (t *Table) hasNamespace(ctx context.Context, q lockproto.Querier) (bool, error) {
+	query, arg := t.sql.hasNamespaceSQL(t)
 	var n int
-	var err error
-	if t.pg() {
-		// to_regclass resolves the quoted name through the search_path, as
-		// the ledger's own statements do
-		err = q.QueryRowContext(ctx, `SELECT COUNT(*) FROM pg_attribute
-WHERE attrelid = to_regclass($1) AND attname = 'namespace' AND NOT attisdropped`, t.q).Scan(&n)
-	} else {
-		err = q.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.COLUMNS
-WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'namespace'`, t.name).Scan(&n)
-	}
+	err := q.QueryRowContext(ctx, query, arg).Scan(&n)
 	if err != nil {
 		return false, errs.Wrap(err, "ledger table %q: look for the namespace column", t.name)
 	}
@@ -57,24 +48,5 @@ func (t *Table) upgradeNamespace(ctx context.Context, q lockproto.Querier) error
 	if err != nil || ok {
 		return err
 	}
-	if !t.pg() {
-		_, err := q.ExecContext(ctx, "ALTER TABLE "+t.q+
-			" ADD COLUMN namespace VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL DEFAULT '' FIRST,"+
-			" DROP PRIMARY KEY, ADD PRIMARY KEY (namespace, job, slot)")
-		if err != nil {
-			return errs.Wrap(err, "ledger table %q: add the namespace column", t.name)
-		}
-		return nil
-	}
-	var pkey string
-	err = q.QueryRowContext(ctx, `SELECT conname FROM pg_constraint WHERE conrelid = to_regclass($1) AND contype = 'p'`, t.q).Scan(&pkey)
-	if err != nil {
-		return errs.Wrap(err, "ledger table %q: find its primary key", t.name)
-	}
-	_, err = q.ExecContext(ctx, `ALTER TABLE `+t.q+` ADD COLUMN namespace varchar(128) NOT NULL DEFAULT '', `+
-		`DROP CONSTRAINT "`+strings.ReplaceAll(pkey, `"`, `""`)+`", ADD PRIMARY KEY (namespace, job, slot)`)
-	if err != nil {
-		return errs.Wrap(err, "ledger table %q: add the namespace column", t.name)
-	}
-	return nil
+	return t.sql.addNamespace(ctx, t, q)
 }

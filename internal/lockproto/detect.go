@@ -199,18 +199,11 @@ var checking sync.Map // weak.Pointer[sql.DB] -> *inflightCheck
 
 // checkServer asks db's server through q and caches a genuine answer.
 func (o *Op) checkServer(ctx context.Context, db *sql.DB, wp weak.Pointer[sql.DB], q CheckQuerier) error {
-	var (
-		verdict func() (*serverFacts, error)
-		err     error
-	)
-	switch o.Dialect {
-	case Postgres:
-		verdict, err = checkPostgres(ctx, q, "")
-	case MySQL:
-		verdict, err = checkMySQL(ctx, q)
-	default:
-		return nil
+	s, err := ServerOf(o.Dialect)
+	if err != nil {
+		return nil // nothing to check
 	}
+	verdict, err := s.check(ctx, q)
 	if err != nil {
 		return err
 	}
@@ -379,10 +372,12 @@ func (f *serverFacts) refuse(o *Op) error {
 	if f == nil {
 		return nil
 	}
-	if f.sessionLocks != nil && o.Dialect == Postgres && o.Cfg.SharedConns > 0 {
+	// each is set by its own server's check only (f is the facts of o's
+	// pool, whose server is of o's dialect)
+	if f.sessionLocks != nil && o.Cfg.SharedConns > 0 {
 		return fmt.Errorf("%w: %s with WithSharedLockConns: %w", errs.ErrUnsupportedDialect, o.Verb, f.sessionLocks)
 	}
-	if f.keepalive != nil && o.Dialect == MySQL && o.keepsAlive() {
+	if f.keepalive != nil && o.keepsAlive() {
 		return fmt.Errorf("%w: %s: %w", errs.ErrUnsupportedDialect, o.Verb, f.keepalive)
 	}
 	return nil

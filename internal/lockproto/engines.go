@@ -84,13 +84,27 @@ type serverFacts struct {
 // db.system.name does: "postgresql", "cockroachdb", "yugabytedb", "mysql",
 // "mariadb" or "tidb".
 func ServerProduct(d Dialect, version string) string {
+	s, err := ServerOf(d)
+	if err != nil {
+		return mysqlProduct(version)
+	}
+	return s.product(version)
+}
+
+// postgresProduct is ServerProduct of a PostgreSQL-protocol server.
+func postgresProduct(version string) string {
 	switch {
-	case d == Postgres && strings.Contains(version, "CockroachDB"):
+	case strings.Contains(version, "CockroachDB"):
 		return "cockroachdb"
-	case d == Postgres && IsYugabyte(version):
+	case IsYugabyte(version):
 		return "yugabytedb"
-	case d == Postgres:
-		return "postgresql"
+	}
+	return "postgresql"
+}
+
+// mysqlProduct is ServerProduct of a MySQL-protocol server.
+func mysqlProduct(version string) string {
+	switch {
 	case strings.Contains(version, "MariaDB"):
 		return "mariadb"
 	case strings.Contains(version, "TiDB"):

@@ -42,7 +42,7 @@ const FenceTableSuffix = "_fence"
 
 // FenceTable is the fence table of one dialect.
 type FenceTable struct {
-	d    Dialect
+	s    Server
 	name string
 	q    string
 	read fenceReads
@@ -56,18 +56,12 @@ func NewFenceTable(d Dialect, ledger string) (*FenceTable, error) {
 	if err := config.ValidIdentifier("fence table name (the ledger table's name + \""+FenceTableSuffix+"\")", name); err != nil {
 		return nil, err
 	}
-	t := &FenceTable{d: d, name: name}
-	switch d {
-	case Postgres:
-		t.q = `"` + name + `"`
-		t.read = pgFenceReads(t.q)
-	case MySQL:
-		t.q = "`" + name + "`"
-		t.read = myFenceReads(t.q)
-	default:
-		return nil, fmt.Errorf("%w: dialect %d", errs.ErrUnsupportedDialect, d)
+	s, err := ServerOf(d)
+	if err != nil {
+		return nil, err
 	}
-	return t, nil
+	q := s.Quote(name)
+	return &FenceTable{s: s, name: name, q: q, read: s.fenceReads(q)}, nil
 }
 
 // Name returns the table's (unquoted) name.
@@ -76,22 +70,7 @@ func (t *FenceTable) Name() string { return t.name }
 // CreateSQL returns the CREATE TABLE IF NOT EXISTS statement. The fence id
 // is at most keys.MaxNameLen bytes plus a short prefix; on MySQL it is
 // VARBINARY, compared byte for byte (no collation, no PAD SPACE).
-func (t *FenceTable) CreateSQL() string {
-	if t.d == Postgres {
-		return `CREATE TABLE IF NOT EXISTS ` + t.q + ` (
-	namespace varchar(128) NOT NULL DEFAULT '',
-	lock_key  text         NOT NULL,
-	token     bigint       NOT NULL,
-	PRIMARY KEY (namespace, lock_key)
-)`
-	}
-	return "CREATE TABLE IF NOT EXISTS " + t.q + ` (
-	namespace VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL DEFAULT '',
-	lock_key  VARBINARY(1100) NOT NULL,
-	token     BIGINT NOT NULL,
-	PRIMARY KEY (namespace, lock_key)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`
-}
+func (t *FenceTable) CreateSQL() string { return t.s.fenceCreateSQL(t.q) }
 
 // Create runs CreateSQL on q.
 func (t *FenceTable) Create(ctx context.Context, q Querier) error {
@@ -99,29 +78,6 @@ func (t *FenceTable) Create(ctx context.Context, q Querier) error {
 		return errs.Wrap(err, "create fence table %q", t.name)
 	}
 	return nil
-}
-
-// pgHeld is the condition, evaluated by the issuing statement, that the
-// backend $3 still holds the advisory lock ($4, $5, $6: pg_locks' classid,
-// objid and objsubid). pg_locks is read live, not from a snapshot.
-const pgHeld = `EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = $3 AND classid = $4::int8::oid AND objid = $5::int8::oid AND objsubid = $6)`
-
-func (t *FenceTable) issueSQL() string {
-	if t.d == Postgres {
-		// set_config is evaluated for the proposed row, before the
-		// conflict check, and returns the (non-NULL) new value: the
-		// literal 1 of a new row. The lock's backend must still hold the
-		// lock: for a new row when it is inserted, for an existing one
-		// once its row lock is taken (DO UPDATE's WHERE is evaluated
-		// then), so that every holder after a loss gets a greater token;
-		// otherwise the statement writes and returns nothing.
-		return `INSERT INTO ` + t.q + ` AS f (namespace, lock_key, token)
-SELECT $1, $2, (set_config('synchronous_commit', CASE current_setting('synchronous_commit') WHEN 'off' THEN 'local' ELSE current_setting('synchronous_commit') END, true) IS NOT NULL)::int
-WHERE ` + pgHeld + `
-ON CONFLICT (namespace, lock_key) DO UPDATE SET token = f.token + 1 WHERE ` + pgHeld + `
-RETURNING f.token`
-	}
-	return "INSERT INTO " + t.q + " (namespace, lock_key, token) VALUES (?, ?, LAST_INSERT_ID(1)) ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)"
 }
 
 // Holder is what the issuance of a token checks or needs of the lock it is
@@ -153,40 +109,11 @@ var errNotHeld = errors.New("the lock's backend no longer holds the lock")
 // wrapping errs.ErrLockLost otherwise); on MySQL/MariaDB q is the lock's
 // own connection, and h.Commit sends COMMIT after the INSERT.
 func (t *FenceTable) Issue(ctx context.Context, q Querier, ns, id string, h Holder) (int64, error) {
-	var tok int64
-	if t.d == Postgres {
-		classid, objid, sub := pgLockTag(h.Key)
-		err := q.QueryRowContext(ctx, t.issueSQL(), ns, id, int64(h.PID), classid, objid, sub).Scan(&tok)
-		if errors.Is(err, sql.ErrNoRows) {
-			return 0, fmt.Errorf("%w: %w (backend %d): no fencing token was issued", errs.ErrLockLost, errNotHeld, h.PID)
-		}
-		if err != nil {
-			return 0, t.wrap(err)
-		}
-		return tok, nil
-	}
-	res, err := q.ExecContext(ctx, t.issueSQL(), ns, []byte(id))
-	if err != nil {
-		return 0, t.wrap(err)
-	}
-	if tok, err = res.LastInsertId(); err != nil {
-		return 0, t.wrap(err)
-	}
-	if tok <= 0 {
-		return 0, t.wrap(fmt.Errorf("LAST_INSERT_ID returned %d", tok))
-	}
-	if h.Commit {
-		// explicit: completion_type must not chain a transaction or end
-		// the session (and its lock) here
-		if _, err := q.ExecContext(ctx, "COMMIT AND NO CHAIN NO RELEASE"); err != nil {
-			return 0, t.wrap(errs.Wrap(err, "COMMIT (autocommit is off)"))
-		}
-	}
-	return tok, nil
+	return t.s.issueToken(ctx, t, q, ns, id, h)
 }
 
 func (t *FenceTable) wrap(err error) error {
-	if SQLState(err) == "42P01" || MySQLErrno(err) == 1146 {
+	if t.s.MissingTable(err) {
 		return errs.Wrap(err, "fence table %q does not exist (create it with Migrate): issue a fencing token", t.name)
 	}
 	return errs.Wrap(err, "fence table %q: issue a fencing token", t.name)
@@ -201,15 +128,9 @@ func (t *FenceTable) wrap(err error) error {
 // A counter being issued waits for the UPDATE's row lock, and one created
 // after it starts from 1 as before: Advance moves the counters that exist.
 func (t *FenceTable) Advance(ctx context.Context, q Querier, ns string, by int64) (int64, error) {
-	var query string
-	if t.d == Postgres {
-		query = "UPDATE " + t.q + " SET token = token + $1 WHERE namespace = $2"
-	} else {
-		query = "UPDATE " + t.q + " SET token = token + ? WHERE namespace = ?"
-	}
-	res, err := q.ExecContext(ctx, query, by, ns)
+	res, err := q.ExecContext(ctx, t.s.fenceAdvanceSQL(t.q), by, ns)
 	if err != nil {
-		if SQLState(err) == "42P01" || MySQLErrno(err) == 1146 {
+		if t.s.MissingTable(err) {
 			return 0, errs.Wrap(err, "fence table %q does not exist (create it with Migrate): advance the fencing counters", t.name)
 		}
 		return 0, errs.Wrap(err, "fence table %q: advance the fencing counters by %d", t.name, by)
@@ -247,7 +168,7 @@ func (o *Op) Fencing() bool { return o.Cfg.Fencing }
 // connection: the token is committed on a second connection while the
 // lock's transaction stays open on the first.
 func (o *Op) checkFencePool(db *sql.DB) error {
-	if !o.Cfg.Fencing || o.Dialect != Postgres || db.Stats().MaxOpenConnections != 1 {
+	if !o.Cfg.Fencing || !o.Dialect.server().tokenOnPool() || db.Stats().MaxOpenConnections != 1 {
 		return nil
 	}
 	return fmt.Errorf("%w: %s on %q with WithFencing on PostgreSQL needs two connections (the lock's transaction stays open on one while the token is committed on another, so that it is durable before fn runs), and the pool's MaxOpenConns is 1",
@@ -283,9 +204,9 @@ func (o *Op) IssueToken(ctx context.Context, q Querier) error {
 	if id == "" {
 		id = FenceID(o.Key)
 	}
-	h := Holder{PID: o.lockPID, Key: o.target.pg, Commit: o.Dialect == MySQL && o.my.autocommit == 0}
-	if o.Dialect == Postgres && h.PID == 0 {
-		return fmt.Errorf("ormlock: %s on %q: the lock's backend is unknown: no fencing token was issued", o.Verb, o.Key.String())
+	h, err := t.s.tokenHolder(o)
+	if err != nil {
+		return err
 	}
 	tok, err := t.Issue(ctx, q, o.Cfg.Namespace, id, h)
 	if err != nil {
@@ -311,7 +232,7 @@ func (o *Op) sessionToken(ctx context.Context, db *sql.DB, conn pinned, h *sessi
 		return nil
 	}
 	var q Querier = db
-	if o.Dialect != Postgres {
+	if !o.Dialect.server().tokenOnPool() {
 		q = conn.sqlConn()
 	}
 	err := o.IssueToken(ctx, q)
@@ -333,4 +254,4 @@ func (o *Op) sessionToken(ctx context.Context, db *sql.DB, conn pinned, h *sessi
 // with autocommit 0 (read by GET_LOCK's statement; false on PostgreSQL and
 // before the lock): the claim mode's ledger statements are then followed
 // by COMMIT.
-func (o *Op) AutocommitOff() bool { return o.Dialect == MySQL && o.Acquired() && o.my.autocommit == 0 }
+func (o *Op) AutocommitOff() bool { return o.Acquired() && o.Dialect.server().autocommitOff(o) }

@@ -87,22 +87,49 @@ func LookupHolder(ctx context.Context, q Querier, op *Op) (HolderInfo, error) {
 	if op == nil {
 		return HolderInfo{}, fmt.Errorf("%w: lockproto.LookupHolder: nil Op", errs.ErrInvalidArgument)
 	}
-	switch op.Dialect {
-	case Postgres:
-		return pgHolder(ctx, q, op.target.pg)
-	case MySQL:
-		h, err := mysqlHolder(ctx, q, op.target.mysql)
-		if err == nil && h.Held {
-			h.Owner, err = op.mysqlOwner(ctx, q, h.PID)
-		}
-		return h, err
+	s, err := ServerOf(op.Dialect)
+	if err != nil {
+		return HolderInfo{}, err
 	}
-	return HolderInfo{}, fmt.Errorf("%w: dialect %d", errs.ErrUnsupportedDialect, op.Dialect)
+	return s.holder(ctx, q, op)
+}
+
+// holderServer is Holder's and Holders' queries on one server.
+type holderServer interface {
+	// holder reads the holder of op's lock (LookupHolder).
+	holder(ctx context.Context, q Querier, op *Op) (HolderInfo, error)
+	// holders reads every holder of it, an item of op's lock (LookupHolders).
+	holders(ctx context.Context, q Querier, op *Op, it lockItem) ([]HolderInfo, error)
+}
+
+func (postgresServer) holder(ctx context.Context, q Querier, op *Op) (HolderInfo, error) {
+	return pgHolder(ctx, q, op.target.pg)
+}
+
+func (postgresServer) holders(ctx context.Context, q Querier, _ *Op, it lockItem) ([]HolderInfo, error) {
+	return pgHolders(ctx, q, it.pg)
+}
+
+func (mysqlServer) holder(ctx context.Context, q Querier, op *Op) (HolderInfo, error) {
+	h, err := mysqlHolder(ctx, q, op.target.mysql)
+	if err == nil && h.Held {
+		h.Owner, err = op.mysqlOwner(ctx, q, h.PID)
+	}
+	return h, err
+}
+
+func (mysqlServer) holders(ctx context.Context, q Querier, op *Op, it lockItem) ([]HolderInfo, error) {
+	h, err := mysqlHolder(ctx, q, it.mysql)
+	if err != nil || !h.Held {
+		return nil, err
+	}
+	h.Owner, err = op.mysqlOwnerOf(ctx, q, it.mysql, h.PID)
+	return []HolderInfo{h}, err
 }
 
 func pgHolder(ctx context.Context, q Querier, k keys.PostgresKey) (HolderInfo, error) {
 	classid, objid, objsubid := PGLockTag(k)
-	h := HolderInfo{Dialect: Postgres.String(), Lock: pgLockName(k)}
+	h := HolderInfo{Dialect: postgresServer{}.Name(), Lock: pgLockName(k)}
 	var waiters int
 	row := q.QueryRowContext(ctx, pgHolderQuery, int64(classid), int64(objid), objsubid)
 	granted, err := scanPGHolder(row.Scan, &h, &waiters)
@@ -167,7 +194,7 @@ func scanPGHolder(scan func(dest ...any) error, h *HolderInfo, waiters *int) (bo
 }
 
 func mysqlHolder(ctx context.Context, q Querier, name string) (HolderInfo, error) {
-	h := HolderInfo{Dialect: MySQL.String(), Lock: name}
+	h := HolderInfo{Dialect: mysqlServer{}.Name(), Lock: name}
 	var (
 		id                                   sql.NullInt64
 		user, host, db, command, state, info sql.NullString
@@ -216,24 +243,14 @@ func LookupHolders(ctx context.Context, q Querier, op *Op) ([]HolderInfo, error)
 	if t.kind == kindKey {
 		items = []lockItem{{key: t.key, pg: t.pg, mysql: t.mysql}}
 	}
+	s := op.Dialect.server()
 	var out []HolderInfo
 	for i, it := range items {
 		name, slot := it.key.String(), 0
 		if t.kind == kindSemaphore {
 			name, slot = keys.Plain(t.key).String(), i+1
 		}
-		var hs []HolderInfo
-		var err error
-		if op.Dialect == Postgres {
-			hs, err = pgHolders(ctx, q, it.pg)
-		} else {
-			var h HolderInfo
-			h, err = mysqlHolder(ctx, q, it.mysql)
-			if err == nil && h.Held {
-				h.Owner, err = op.mysqlOwnerOf(ctx, q, it.mysql, h.PID)
-				hs = []HolderInfo{h}
-			}
-		}
+		hs, err := s.holders(ctx, q, op, it)
 		if err != nil {
 			return nil, err
 		}
@@ -265,7 +282,7 @@ func pgHolders(ctx context.Context, q Querier, k keys.PostgresKey) ([]HolderInfo
 	defer rows.Close()
 	var out []HolderInfo
 	for rows.Next() {
-		h := HolderInfo{Dialect: Postgres.String(), Lock: pgLockName(k)}
+		h := HolderInfo{Dialect: postgresServer{}.Name(), Lock: pgLockName(k)}
 		var waiters int
 		granted, err := scanPGHolder(rows.Scan, &h, &waiters)
 		if err != nil {

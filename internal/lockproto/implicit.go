@@ -64,26 +64,21 @@ func mysqlInTx(ctx context.Context, conn *sql.Conn, q Querier) (bool, error) {
 // round trip with go-sql-driver/mysql, and right on Oracle MySQL, which
 // has no @@in_transaction); otherwise it asks SELECT @@in_transaction.
 func (o *Op) MySQLImplicitCommit(ctx context.Context, q Querier) bool {
-	if o.Dialect != MySQL {
-		return false
-	}
 	var conn *sql.Conn
 	if o.mysqlTx != nil && o.mysqlTx.Tx == q {
 		conn = o.mysqlTx.conn
 	}
-	in, err := mysqlInTx(ctx, conn, q)
-	return err == nil && !in
+	return o.Dialect.server().implicitCommit(ctx, conn, q)
 }
 
 // implicitCommit reports whether t's MySQL/MariaDB transaction was
 // committed implicitly while fn ran (false on PostgreSQL, and when it
 // cannot be read: the connection broke, which the end then reports).
 func (t *LockedTx) implicitCommit() bool {
-	if t.op.Dialect != MySQL || t.conn == nil {
+	if t.conn == nil {
 		return false
 	}
-	in, err := mysqlInTx(context.WithoutCancel(t.ctx), t.conn, t.Tx)
-	return err == nil && !in
+	return t.op.Dialect.server().implicitCommit(context.WithoutCancel(t.ctx), t.conn, t.Tx)
 }
 
 // warnImplicitCommit reports on slog.Default() a transaction that fn

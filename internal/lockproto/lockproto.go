@@ -21,13 +21,11 @@ const (
 
 // String returns "postgres" or "mysql".
 func (d Dialect) String() string {
-	switch d {
-	case Postgres:
-		return "postgres"
-	case MySQL:
-		return "mysql"
+	s, err := ServerOf(d)
+	if err != nil {
+		return "unknown"
 	}
-	return "unknown"
+	return s.Name()
 }
 
 // DialectOf maps an ORM's dialect name to a Dialect. Names: "postgres",

@@ -1,0 +1,189 @@
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/ormlock/ormlock/internal/errs"
+	"github.com/ormlock/ormlock/internal/lockproto"
+)
+
+// pgLedger is the ledger on PostgreSQL: timestamptz columns, $n
+// placeholders, clock_timestamp().
+type pgLedger struct{}
+
+func (pgLedger) createSQL(t *Table) string {
+	return `CREATE TABLE IF NOT EXISTS ` + t.q + ` (
+	namespace   varchar(128) NOT NULL DEFAULT '',
+	job         varchar(191) NOT NULL,
+	slot        timestamptz  NOT NULL,
+	status      varchar(16)  NOT NULL CHECK (status IN ('running', 'done', 'failed')),
+	owner       varchar(255) NOT NULL DEFAULT '',
+	started_at  timestamptz  NOT NULL,
+	finished_at timestamptz,
+	error       text,
+	PRIMARY KEY (namespace, job, slot)
+)`
+}
+
+// migrate: the lock and the CREATE share one transaction, on a pinned
+// connection, so that a cancelled wait for the lock asks the server to
+// end it (lockproto.Op.AcquireXactOn).
+func (pgLedger) migrate(ctx context.Context, db *sql.DB, op *lockproto.Op, t *Table) error {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return op.Abandon(ctx, errs.Wrap(err, "pin a connection"))
+	}
+	defer conn.Close()
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return op.Abandon(ctx, errs.Wrap(err, "begin"))
+	}
+	defer op.EndXact(ctx)
+	if err := op.AcquireXactOn(ctx, conn, tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if err := t.Create(ctx, tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if err := t.upgrade(ctx, tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if err := createFence(ctx, tx, op); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return errs.Wrap(err, "commit ledger table %q", t.name)
+	}
+	return nil
+}
+
+func (pgLedger) timeArg(v time.Time) any { return v }
+
+// claim: INSERT ... ON CONFLICT DO UPDATE ... RETURNING, a row back exactly
+// when the slot was claimed (see the package doc).
+func (pgLedger) claim(ctx context.Context, t *Table, q lockproto.Querier, ns, job string, slot time.Time, owner string) (time.Time, bool, error) {
+	var started time.Time
+	err := q.QueryRowContext(ctx, `INSERT INTO `+t.q+` AS r (namespace, job, slot, status, owner, started_at)
+VALUES ($4, $1, $2, 'running', $3, clock_timestamp())
+ON CONFLICT (namespace, job, slot) DO UPDATE
+SET status = 'running', owner = EXCLUDED.owner, started_at = EXCLUDED.started_at, finished_at = NULL, error = NULL
+WHERE r.status <> 'done'
+RETURNING started_at`, job, slot, owner, ns).Scan(&started)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return time.Time{}, false, nil
+	case err != nil:
+		return time.Time{}, false, t.wrap("claim", err)
+	}
+	return started, true, nil
+}
+
+func (pgLedger) finishSQL(t *Table) string {
+	return `UPDATE ` + t.q + ` SET status = $1, finished_at = clock_timestamp(), error = $2
+WHERE job = $3 AND slot = $4 AND status = 'running' AND owner = $5 AND started_at = $6 AND namespace = $7`
+}
+
+func (pgLedger) abandonSQL(t *Table) string {
+	return `UPDATE ` + t.q + ` SET status = 'failed', finished_at = clock_timestamp(), error = $1
+WHERE namespace = $2 AND job = $3 AND slot = $4 AND status = 'running' AND owner = $5`
+}
+
+func (pgLedger) selectRows(t *Table) string {
+	return `SELECT namespace, job, slot, status, owner, started_at, finished_at, error FROM ` + t.q
+}
+
+func (pgLedger) scanRow(scan func(dest ...any) error, r *Row) error {
+	var finished sql.NullTime
+	var errText sql.NullString
+	if err := scan(&r.Namespace, &r.Job, &r.Slot, &r.Status, &r.Owner, &r.Started, &finished, &errText); err != nil {
+		return err
+	}
+	r.Finished, r.Error = finished.Time, errText.String
+	return nil
+}
+
+func (l pgLedger) runsSQL(t *Table) string {
+	return l.selectRows(t) + ` WHERE namespace = $1 AND job = $2 ORDER BY slot DESC LIMIT $3`
+}
+
+func (l pgLedger) rowSQL(t *Table) string {
+	return l.selectRows(t) + ` WHERE namespace = $1 AND job = $2 AND slot = $3`
+}
+
+func (pgLedger) serverNowSQL() string { return "SELECT clock_timestamp()" }
+
+func (pgLedger) scanTime(t *Table, scan func(dest ...any) error) (time.Time, error) {
+	var v time.Time
+	if err := scan(&v); err != nil {
+		return time.Time{}, t.wrap("read the server's clock", err)
+	}
+	return v.UTC(), nil
+}
+
+func (pgLedger) takenSQL(t *Table) string {
+	return `SELECT c.server_now, slot FROM (SELECT clock_timestamp() AS server_now) c LEFT JOIN ` + t.q +
+		` ON namespace = $1 AND job = $2 AND slot >= $3 AND slot <= $4 AND status <> 'failed'`
+}
+
+func (pgLedger) scanTaken(t *Table, scan func(dest ...any) error, server *time.Time) (time.Time, bool, error) {
+	var s sql.NullTime
+	if err := scan(server, &s); err != nil {
+		return time.Time{}, false, t.wrap(takenWhat, err)
+	}
+	return s.Time, s.Valid, nil
+}
+
+// pruneFinishedSQL: the outer status test is re-checked on a row claimed
+// meanwhile.
+func (pgLedger) pruneFinishedSQL(t *Table) string {
+	return `DELETE FROM ` + t.q + ` WHERE (namespace, job, slot) IN (
+	SELECT namespace, job, slot FROM ` + t.q + ` WHERE namespace = $1 AND slot < $2 AND status <> 'running' LIMIT $3
+) AND status <> 'running'`
+}
+
+func (l pgLedger) pruneStaleSQL(t *Table) (next, del string) {
+	return l.selectRows(t) + ` WHERE namespace = $1 AND status = 'running' AND slot < $2 AND (slot, job) > ($3, $4) ORDER BY slot, job LIMIT $5`,
+		`DELETE FROM ` + t.q + ` WHERE namespace = $1 AND job = $2 AND slot = $3 AND status = 'running' AND owner = $4 AND started_at = $5`
+}
+
+func (pgLedger) hasIndexSQL(t *Table) (string, any) {
+	return `SELECT COUNT(*) FROM pg_index i
+JOIN pg_class c ON c.oid = i.indexrelid
+JOIN pg_am am ON am.oid = c.relam AND am.amname = 'btree'
+JOIN pg_attribute a0 ON a0.attrelid = i.indrelid AND a0.attnum = i.indkey[0] AND a0.attname = 'namespace'
+JOIN pg_attribute a1 ON a1.attrelid = i.indrelid AND a1.attnum = i.indkey[1] AND a1.attname = 'slot'
+WHERE i.indrelid = to_regclass($1) AND i.indisvalid AND i.indpred IS NULL`, t.q
+}
+
+func (pgLedger) addIndexSQL(t *Table) string {
+	return "CREATE INDEX " + t.quote(t.IndexName()) + " ON " + t.q + " (namespace, slot)"
+}
+
+// hasNamespaceSQL: to_regclass resolves the quoted name through the
+// search_path, as the ledger's own statements do.
+func (pgLedger) hasNamespaceSQL(t *Table) (string, any) {
+	return `SELECT COUNT(*) FROM pg_attribute
+WHERE attrelid = to_regclass($1) AND attname = 'namespace' AND NOT attisdropped`, t.q
+}
+
+func (pgLedger) addNamespace(ctx context.Context, t *Table, q lockproto.Querier) error {
+	var pkey string
+	err := q.QueryRowContext(ctx, `SELECT conname FROM pg_constraint WHERE conrelid = to_regclass($1) AND contype = 'p'`, t.q).Scan(&pkey)
+	if err != nil {
+		return errs.Wrap(err, "ledger table %q: find its primary key", t.name)
+	}
+	_, err = q.ExecContext(ctx, `ALTER TABLE `+t.q+` ADD COLUMN namespace varchar(128) NOT NULL DEFAULT '', `+
+		`DROP CONSTRAINT "`+strings.ReplaceAll(pkey, `"`, `""`)+`", ADD PRIMARY KEY (namespace, job, slot)`)
+	if err != nil {
+		return errs.Wrap(err, "ledger table %q: add the namespace column", t.name)
+	}
+	return nil
+}
