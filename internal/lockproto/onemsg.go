@@ -131,7 +131,7 @@ func (o *Op) lockSend(x *lockExchange, begin string, use lockTxFor, wait time.Du
 		// with fencing the message reads the backend's pid, which the
 		// token's issuance checks (fence.go)
 		fence := o.Cfg.Fencing
-		err := x.send(pgLockMessage(begin, o.target.pg, o.target.kind == kindShared, wait, long, fence), lockLayout{wait: wait > 0, long: long, iso: wantIso, pid: fence})
+		err := x.send(pgLockMessage(begin, o.target.pg, o.target.sharedOne(), wait, long, fence), lockLayout{wait: wait > 0, long: long, iso: wantIso, pid: fence})
 		o.lockPID = x.rep.pid
 		return err
 	}

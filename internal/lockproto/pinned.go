@@ -47,7 +47,7 @@ func (o *Op) beginMySQL(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*
 		}
 		return nil, errs.Wrap(err, "begin transaction")
 	}
-	o.mysqlTx = &LockedTx{Tx: tx, ctx: ctx, op: o, conn: conn, txCancel: txCancel}
+	o.mysqlTx = &LockedTx{Tx: tx, ctx: ctx, op: o, conn: conn, txCancel: txCancel, named: true}
 	return o.mysqlTx, nil
 }
 

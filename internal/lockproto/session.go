@@ -3,7 +3,6 @@ package lockproto
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"sync"
 	"time"
 
@@ -94,16 +93,7 @@ func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Contex
 	if err != nil {
 		return err
 	}
-	var h *sessionHold
-	switch o.Dialect {
-	case Postgres:
-		h, err = o.holdPostgres(ctx, db, conn)
-	case MySQL:
-		h, err = o.holdMySQL(ctx, db, conn.sqlConn())
-	default:
-		conn.giveBack()
-		return fmt.Errorf("%w: dialect %d", errs.ErrUnsupportedDialect, o.Dialect)
-	}
+	h, err := o.target.mech.hold(ctx, o, db, conn)
 	if err != nil {
 		return err
 	}
@@ -190,7 +180,9 @@ func (o *Op) endSession(ctx context.Context, conn pinned, h *sessionHold, lost e
 	return lost
 }
 
-func (o *Op) holdPostgres(ctx context.Context, db *sql.DB, conn pinned) (*sessionHold, error) {
+// hold is Session's lock on PostgreSQL: a READ COMMITTED lock-only
+// transaction on conn, kept open while fn runs.
+func (pgAdvisory) hold(ctx context.Context, o *Op, db *sql.DB, conn pinned) (*sessionHold, error) {
 	// The lock transaction outlives ctx (database/sql rolls back a
 	// transaction whose context ends, which would drop the lock under a
 	// running fn), but BEGIN and the lock are bounded by ctx: see beginLockOnly.
@@ -232,7 +224,10 @@ func (o *Op) holdPostgres(ctx context.Context, db *sql.DB, conn pinned) (*sessio
 	}, nil
 }
 
-func (o *Op) holdMySQL(ctx context.Context, db *sql.DB, conn *sql.Conn) (*sessionHold, error) {
+// hold is Session's lock on MySQL/MariaDB: GET_LOCK on conn, its session
+// kept alive while fn runs.
+func (mysqlNamed) hold(ctx context.Context, o *Op, db *sql.DB, pin pinned) (*sessionHold, error) {
+	conn := pin.sqlConn()
 	prev, err := MySQLKeepSession(ctx, conn, 10*o.Cfg.Keepalive)
 	if err != nil {
 		Destroy(conn)

@@ -91,7 +91,7 @@ var errPhaseOver = errors.New("the wait ended before every key of the set was ta
 func (o *Op) takeRound(ph lockPhase, round int, try func(lockItem, *slotProbe) (bool, error), waitFor func(lockItem, time.Duration) (bool, error), undo func([]lockItem) error) (bool, error) {
 	t := o.target
 	o.held = o.held[:0]
-	if t.kind == kindSemaphore {
+	if t.anyOne() {
 		start := rand.IntN(len(t.items))
 		for j := range t.items {
 			if ph.over() {
@@ -153,7 +153,7 @@ func (o *Op) takeShape(ph lockPhase, try func(lockItem, *slotProbe) (bool, error
 	pause := semRetryMin
 	for round := 0; ; round++ {
 		ok, err := o.takeRound(ph, round, try, waitFor, undo)
-		if err != nil || ok || o.target.kind != kindSemaphore || ph.end.IsZero() {
+		if err != nil || ok || !o.target.anyOne() || ph.end.IsZero() {
 			return ok, err
 		}
 		left := time.Until(ph.end)

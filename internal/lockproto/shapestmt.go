@@ -264,7 +264,7 @@ func (o *Op) localLocks() []localLock {
 	}
 	out := make([]localLock, len(o.target.items))
 	for i, it := range o.target.items {
-		out[i] = it.local(o.Dialect)
+		out[i] = o.target.mech.local(it)
 	}
 	return out
 }
@@ -276,23 +276,13 @@ type localLock struct {
 	shared bool
 }
 
-// local is the one identity of it's server lock in the reservation table
-// (MySQLLockIdentity on MySQL/MariaDB), whichever path names the lock: a
-// plain key (Op.lockKey), an item of All, a semaphore slot.
-func (it lockItem) local(d Dialect) localLock {
-	if d == Postgres {
-		return localLock{key: it.pg, shared: it.shared}
-	}
-	return localLock{key: MySQLLockIdentity(it.mysql)}
-}
-
 // reservations are what each try of o on a shared lock connection
 // reserves in this process, in the order tried: every key at once (one
 // key, All, Shared), or each slot of a semaphore on its own, from a random
 // one.
 func (o *Op) reservations() [][]localLock {
 	locks := o.localLocks()
-	if o.target.kind != kindSemaphore {
+	if !o.target.anyOne() {
 		return [][]localLock{locks}
 	}
 	start := rand.IntN(len(locks))
@@ -314,10 +304,8 @@ func (o *Op) sharedTryItems(ctx context.Context, c *sharedConn, items []lockItem
 		switch {
 		case ph.over():
 			err = errPhaseOver // nothing more is sent
-		case o.Dialect == Postgres:
-			got, err = pgTryItem(ctx, c.conn, it, false, probe, "")
 		default:
-			got, err = mysqlGetLockProbe(ctx, c.conn, it.mysql, 0, nil, probe)
+			got, err = o.target.mech.tryItem(ctx, c.conn, it, probe)
 		}
 		if err != nil || !got {
 			return false, o.giveBack(err, func([]lockItem) error { return o.sharedUndo(ctx, c) })
@@ -332,7 +320,7 @@ func (o *Op) itemsOf(res []localLock) []lockItem {
 	var out []lockItem
 	for _, it := range o.target.items {
 		for _, l := range res {
-			if it.local(o.Dialect) == l {
+			if o.target.mech.local(it) == l {
 				out = append(out, it)
 				break
 			}
@@ -345,11 +333,7 @@ func (o *Op) itemsOf(res []localLock) []lockItem {
 func (o *Op) sharedUndo(ctx context.Context, c *sharedConn) error {
 	var err error
 	for i := len(o.held) - 1; i >= 0; i-- {
-		if o.Dialect == Postgres {
-			err = errs.Join(err, pgUnlockItem(ctx, c.conn, o.held[i]))
-		} else {
-			err = errs.Join(err, MySQLReleaseLock(ctx, c.conn, o.held[i].mysql))
-		}
+		err = errs.Join(err, o.target.mech.unlockItem(ctx, c.conn, o.held[i]))
 	}
 	o.held = o.held[:0]
 	return err

@@ -17,7 +17,7 @@ import (
 // lockKey is the identity of o's one exclusive key in the process's set,
 // the same as a shape's item of that lock has (lockItem.local).
 func (o *Op) lockKey() any {
-	return lockItem{pg: o.target.pg, mysql: o.target.mysql}.local(o.Dialect).key
+	return o.target.mech.local(lockItem{pg: o.target.pg, mysql: o.target.mysql}).key
 }
 
 // sharedSession is Session on a shared lock connection (see above).
@@ -109,7 +109,7 @@ func (o *Op) sharedTry(ctx context.Context, db *sql.DB, p *sharedPool, ph lockPh
 			continue // held in this process
 		}
 		var probe *slotProbe
-		if o.target.kind == kindSemaphore {
+		if o.target.anyOne() {
 			probe = o.probeFor(round, j)
 		}
 		c, ok, err := o.sharedTryOn(ctx, db, p, res, ph, probe)
@@ -167,12 +167,14 @@ func (o *Op) sharedLockOn(ctx context.Context, c *sharedConn, res []localLock, p
 	if ph.over() {
 		return false, nil
 	}
-	if o.Dialect == Postgres {
-		return pgTrySession(ctx, c.conn, o)
-	}
-	ok, err := MySQLGetLock(ctx, c.conn, o.target.mysql, 0)
+	return o.target.mech.tryKey(ctx, o, c.conn)
+}
+
+// tryKey on MySQL/MariaDB: GET_LOCK without a wait, and the owner row.
+func (mysqlNamed) tryKey(ctx context.Context, o *Op, q *sql.Conn) (bool, error) {
+	ok, err := MySQLGetLock(ctx, q, o.target.mysql, 0)
 	if ok && err == nil {
-		o.mysqlRecordOwner(ctx, c.conn)
+		o.mysqlRecordOwner(ctx, q)
 	}
 	return ok, err
 }
@@ -186,7 +188,8 @@ func sharedTryTimeout(keepalive time.Duration) time.Duration {
 	return max(2*keepalive, 2*time.Second)
 }
 
-func pgTrySession(ctx context.Context, q Querier, o *Op) (bool, error) {
+// tryKey on PostgreSQL: pg_try_advisory_lock.
+func (pgAdvisory) tryKey(ctx context.Context, o *Op, q *sql.Conn) (bool, error) {
 	var ok bool
 	var err error
 	if o.target.pg.IsPair {
@@ -205,24 +208,31 @@ func (o *Op) sharedUnlock(ctx context.Context, c *sharedConn) error {
 		if !o.target.Simple() {
 			return o.sharedUndo(ctx, c)
 		}
-		if o.Dialect == MySQL {
-			return MySQLReleaseLock(ctx, c.conn, o.target.mysql)
-		}
-		var ok bool
-		var err error
-		if o.target.pg.IsPair {
-			err = c.conn.QueryRowContext(ctx, "SELECT pg_advisory_unlock($1::int4, $2::int4)", o.target.pg.ClassID, o.target.pg.ObjID).Scan(&ok)
-		} else {
-			err = c.conn.QueryRowContext(ctx, "SELECT pg_advisory_unlock($1::int8)", o.target.pg.Int64).Scan(&ok)
-		}
-		if err != nil {
-			return errs.Wrap(err, "pg_advisory_unlock")
-		}
-		if !ok {
-			return fmt.Errorf("%w: pg_advisory_unlock returned false", ErrNotHeld)
-		}
-		return nil
+		return o.target.mech.unlockKey(ctx, o, c.conn)
 	})
+}
+
+// unlockKey on MySQL/MariaDB: RELEASE_LOCK.
+func (mysqlNamed) unlockKey(ctx context.Context, o *Op, q Querier) error {
+	return MySQLReleaseLock(ctx, q, o.target.mysql)
+}
+
+// unlockKey on PostgreSQL: pg_advisory_unlock.
+func (pgAdvisory) unlockKey(ctx context.Context, o *Op, q Querier) error {
+	var ok bool
+	var err error
+	if o.target.pg.IsPair {
+		err = q.QueryRowContext(ctx, "SELECT pg_advisory_unlock($1::int4, $2::int4)", o.target.pg.ClassID, o.target.pg.ObjID).Scan(&ok)
+	} else {
+		err = q.QueryRowContext(ctx, "SELECT pg_advisory_unlock($1::int8)", o.target.pg.Int64).Scan(&ok)
+	}
+	if err != nil {
+		return errs.Wrap(err, "pg_advisory_unlock")
+	}
+	if !ok {
+		return fmt.Errorf("%w: pg_advisory_unlock returned false", ErrNotHeld)
+	}
+	return nil
 }
 
 // sharedToken issues the fencing token of a lock held on c (a no-op
@@ -232,14 +242,7 @@ func (o *Op) sharedToken(ctx context.Context, db *sql.DB, p *sharedPool, c *shar
 	if !o.Cfg.Fencing {
 		return nil
 	}
-	var err error
-	if o.Dialect == Postgres {
-		o.lockPID = c.pid // the issuing statement checks this backend still holds the lock
-		err = o.IssueToken(ctx, db)
-	} else {
-		o.my = c.vars // COMMIT after the token's INSERT only where autocommit is off
-		err = c.run(ctx, ctx, func(ctx context.Context) error { return o.IssueToken(ctx, c.conn) })
-	}
+	err := o.target.mech.sharedToken(ctx, o, db, c)
 	if err == nil {
 		return nil
 	}
@@ -249,4 +252,17 @@ func (o *Op) sharedToken(ctx context.Context, db *sql.DB, p *sharedPool, c *shar
 	}
 	p.leave(c, o)
 	return err
+}
+
+// sharedToken on PostgreSQL: issued on the pool, checking that c's
+// backend still holds the lock.
+func (pgAdvisory) sharedToken(ctx context.Context, o *Op, db *sql.DB, c *sharedConn) error {
+	o.lockPID = c.pid // the issuing statement checks this backend still holds the lock
+	return o.IssueToken(ctx, db)
+}
+
+// sharedToken on MySQL/MariaDB: issued on c itself, in its turn.
+func (mysqlNamed) sharedToken(ctx context.Context, o *Op, db *sql.DB, c *sharedConn) error {
+	o.my = c.vars // COMMIT after the token's INSERT only where autocommit is off
+	return c.run(ctx, ctx, func(ctx context.Context) error { return o.IssueToken(ctx, c.conn) })
 }
