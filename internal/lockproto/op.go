@@ -55,7 +55,7 @@ type Op struct {
 	// held are the items of a shape o holds, in the order taken
 	// (shapes.go); reserved is what it reserved in this process on a
 	// shared lock connection (sharedconn.go)
-	held     []lockItem
+	held     heldItems
 	reserved []localLock
 
 	fenceID string            // the fencing counter, when not the key's (fence.go)
@@ -65,7 +65,7 @@ type Op struct {
 	// ownerRows: o wrote the owner rows of what it holds (MySQL, owner.go),
 	// which its release deletes
 	ownerRows bool
-	mysqlTx *LockedTx         // MySQL: the transaction BeginLocked gave, whose pinned connection MySQLImplicitCommit reads
+	mysqlTx   *LockedTx // MySQL: the transaction BeginLocked gave, whose pinned connection MySQLImplicitCommit reads
 
 	// cancel asks the server to cancel the lock statement on the pinned
 	// connection it is about to run on (stmtCtx), when the caller knows how
@@ -383,7 +383,7 @@ var errSnapshotTaken = errors.New("the transaction's snapshot was taken before t
 // released with the transaction the caller rolls back.
 func (o *Op) acquireXact(ctx context.Context, q Querier, iso *string) error {
 	if !o.target.Simple() {
-		return o.acquireShapeXact(ctx, q, iso)
+		return pgAdvisory{}.acquireShape(ctx, o, q, iso)
 	}
 	wait, bounded, err := o.attempt(ctx)
 	if err != nil {
@@ -441,7 +441,7 @@ func (o *Op) EndXact(ctx context.Context) {
 // AcquireNamed runs GET_LOCK on the pinned connection q.
 func (o *Op) AcquireNamed(ctx context.Context, q Querier) error {
 	if !o.target.Simple() {
-		return o.acquireShapeNamed(ctx, q)
+		return mysqlNamed{}.acquireShape(ctx, o, q)
 	}
 	wait, bounded, err := o.attempt(ctx)
 	if err != nil {

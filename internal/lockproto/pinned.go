@@ -107,7 +107,7 @@ func (o *Op) ReleaseNamed(ctx context.Context, conn *sql.Conn) error {
 	rctx, cancel := txReleaseCtx(ctx)
 	defer cancel()
 	if err := withinGrace(ctx, cancel, func() error {
-		if err := o.mysqlRelease(rctx, conn); err != nil {
+		if err := (mysqlNamed{}).release(rctx, o, conn); err != nil {
 			return err
 		}
 		return o.restoreCompletionType(rctx, conn)

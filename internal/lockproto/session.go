@@ -246,9 +246,9 @@ func (mysqlNamed) hold(ctx context.Context, o *Op, db *sql.DB, pin pinned) (*ses
 	}
 	o.mysqlRecordOwner(ctx, conn)
 	return &sessionHold{
-		ping: func(ctx context.Context) error { return o.mysqlHeld(ctx, conn) },
+		ping: func(ctx context.Context) error { return (mysqlNamed{}).check(ctx, o, conn) },
 		release: func(ctx context.Context) error {
-			if err := o.mysqlRelease(ctx, conn); err != nil {
+			if err := (mysqlNamed{}).release(ctx, o, conn); err != nil {
 				return err
 			}
 			// a failure here destroys the connection, like a failed release

@@ -14,10 +14,10 @@ import (
 // Session on a shared lock connection: the try-lock with backoff, the
 // release and the fencing token (the connections themselves: sharedconn.go).
 
-// lockKey is the identity of o's one exclusive key in the process's set,
-// the same as a shape's item of that lock has (lockItem.local).
-func (o *Op) lockKey() any {
-	return o.target.mech.local(lockItem{pg: o.target.pg, mysql: o.target.mysql}).key
+// lockKey is the identity of t's one exclusive key in the process's set,
+// the same as a shape's item of that lock has (Mechanism.local).
+func (t Target) lockKey() any {
+	return t.mech.local(lockItem{pg: t.pg, mysql: t.mysql}).key
 }
 
 // sharedSession is Session on a shared lock connection (see above).
@@ -101,7 +101,7 @@ func (o *Op) sharedAcquire(ctx context.Context, db *sql.DB, p *sharedPool) (*sha
 // a random one, while the phase lasts; the last of the first round also
 // probes slot n+1 (slotProbe).
 func (o *Op) sharedTry(ctx context.Context, db *sql.DB, p *sharedPool, ph lockPhase, round int) (*sharedConn, bool, error) {
-	for j, res := range o.reservations() {
+	for j, res := range o.target.reservations() {
 		if ph.over() {
 			break
 		}
@@ -110,7 +110,7 @@ func (o *Op) sharedTry(ctx context.Context, db *sql.DB, p *sharedPool, ph lockPh
 		}
 		var probe *slotProbe
 		if o.target.anyOne() {
-			probe = o.probeFor(round, j)
+			probe = o.target.probeFor(round, j)
 		}
 		c, ok, err := o.sharedTryOn(ctx, db, p, res, ph, probe)
 		o.reportProbe(ctx, probe)
@@ -162,7 +162,7 @@ func (o *Op) sharedTryOn(ctx context.Context, db *sql.DB, p *sharedPool, res []l
 // refused or the phase ends first.
 func (o *Op) sharedLockOn(ctx context.Context, c *sharedConn, res []localLock, ph lockPhase, probe *slotProbe) (bool, error) {
 	if !o.target.Simple() {
-		return o.sharedTryItems(ctx, c, o.itemsOf(res), ph, probe)
+		return o.held.sharedTry(ctx, o.target.mech, c, o.target.itemsOf(res), ph, probe)
 	}
 	if ph.over() {
 		return false, nil
@@ -206,7 +206,7 @@ func (o *Op) sharedUnlock(ctx context.Context, c *sharedConn) error {
 	return c.run(ctx, ctx, func(ctx context.Context) error {
 		o.mysqlForgetOwner(ctx, c.conn)
 		if !o.target.Simple() {
-			return o.sharedUndo(ctx, c)
+			return o.held.sharedUndo(ctx, o.target.mech, c)
 		}
 		return o.target.mech.unlockKey(ctx, o, c.conn)
 	})
