@@ -80,7 +80,11 @@ type sessionHold struct {
 // The pinned connection counts against db's MaxOpenConns while fn runs.
 func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Context) error) (err error) {
 	if o.Cfg.SharedConns > 0 {
-		return o.sharedSession(ctx, sharedDB(o, db), fn) // sharedlock.go
+		db := sharedDB(o, db)
+		if err := o.CheckFence(db); err != nil {
+			return err
+		}
+		return sharedPoolOf(db).session(ctx, o, db, fn) // sharedlock.go
 	}
 	native := o.poolNative(db)
 	if o.Cfg.Fencing || !native {
