@@ -110,15 +110,15 @@ func (o *Op) BeginLocked(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (
 // snapshot isolation, else the lock inline in fn's transaction.
 func (pgAdvisory) beginLocked(ctx context.Context, o *Op, db *sql.DB, opts *sql.TxOptions) (*LockedTx, error) {
 	if SnapshotIsolation(opts) {
-		return o.beginSplit(ctx, o.sqlDB(db), opts)
+		return pgMech.beginSplit(ctx, o, o.sqlDB(db), opts)
 	}
-	return o.beginInline(ctx, db, opts) // db may be nil with o.LockConns
+	return pgMech.beginInline(ctx, o, db, opts) // db may be nil with o.LockConns
 }
 
 // beginLocked is BeginLocked on MySQL/MariaDB: GET_LOCK on a pinned
 // connection, then fn's transaction on it.
 func (mysqlNamed) beginLocked(ctx context.Context, o *Op, db *sql.DB, opts *sql.TxOptions) (*LockedTx, error) {
-	return o.beginMySQL(ctx, o.sqlDB(db), opts)
+	return mysqlMech.beginMySQL(ctx, o, o.sqlDB(db), opts)
 }
 
 // SnapshotIsolation reports whether opts ask for an isolation level whose

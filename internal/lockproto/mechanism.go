@@ -76,8 +76,12 @@ type Mechanism interface {
 	sharedToken(ctx context.Context, o *Op, db *sql.DB, c *sharedConn) error
 }
 
-// mechanisms are the mechanisms by dialect (mechanismFor).
-var mechanisms = map[Dialect]Mechanism{Postgres: pgAdvisory{}, MySQL: mysqlNamed{}}
+// The mechanisms, and the mechanism of each dialect (mechanismFor).
+var (
+	pgMech     pgAdvisory
+	mysqlMech  mysqlNamed
+	mechanisms = map[Dialect]Mechanism{Postgres: pgMech, MySQL: mysqlMech}
+)
 
 // mechanismFor is the lock mechanism of dialect d: advisory locks on
 // PostgreSQL, named locks on MySQL/MariaDB.

@@ -358,7 +358,7 @@ func (o *Op) failed(ctx context.Context, err error) error {
 // must be rolled back. The lock is released by the transaction's end; call
 // EndXact then.
 func (o *Op) AcquireXact(ctx context.Context, q Querier) error {
-	return o.acquireXact(ctx, q, nil)
+	return pgMech.acquireXact(ctx, o, q, nil)
 }
 
 // AcquireXactOn is AcquireXact on a transaction q begun on the pinned
@@ -368,7 +368,7 @@ func (o *Op) AcquireXact(ctx context.Context, q Querier) error {
 func (o *Op) AcquireXactOn(ctx context.Context, conn *sql.Conn, q Querier) error {
 	o.cancel = pgCancelOf(conn)
 	defer func() { o.cancel = nil }()
-	return o.acquireXact(ctx, q, nil)
+	return pgMech.acquireXact(ctx, o, q, nil)
 }
 
 // errSnapshotTaken says that the lock's first statement ran in a
@@ -381,9 +381,9 @@ var errSnapshotTaken = errors.New("the transaction's snapshot was taken before t
 // the transaction's isolation into it, and a snapshot-once level returns
 // errSnapshotTaken (no event: the caller starts over), the lock, if taken,
 // released with the transaction the caller rolls back.
-func (o *Op) acquireXact(ctx context.Context, q Querier, iso *string) error {
+func (pgAdvisory) acquireXact(ctx context.Context, o *Op, q Querier, iso *string) error {
 	if !o.target.Simple() {
-		return pgAdvisory{}.acquireShape(ctx, o, q, iso)
+		return pgMech.acquireShape(ctx, o, q, iso)
 	}
 	wait, bounded, err := o.attempt(ctx)
 	if err != nil {
@@ -441,7 +441,7 @@ func (o *Op) EndXact(ctx context.Context) {
 // AcquireNamed runs GET_LOCK on the pinned connection q.
 func (o *Op) AcquireNamed(ctx context.Context, q Querier) error {
 	if !o.target.Simple() {
-		return mysqlNamed{}.acquireShape(ctx, o, q)
+		return mysqlMech.acquireShape(ctx, o, q)
 	}
 	wait, bounded, err := o.attempt(ctx)
 	if err != nil {
@@ -479,7 +479,7 @@ func (o *Op) AcquireNamed(ctx context.Context, q Querier) error {
 // stmtCtx): it costs a round trip (the connection's id) before the wait,
 // and nothing otherwise; nil when there is nothing to cancel or the id
 // could not be read.
-func (o *Op) mysqlCanceller(ctx context.Context, db *sql.DB, conn *sql.Conn) serverCancel {
+func (mysqlNamed) mysqlCanceller(ctx context.Context, o *Op, db *sql.DB, conn *sql.Conn) serverCancel {
 	if o.Cfg.Wait <= 0 || ctx.Done() == nil || db == nil || ctx.Err() != nil {
 		return nil
 	}

@@ -62,7 +62,7 @@ func pgOwnerSQL(owner string) string {
 
 // pgSetOwner names o's owner on the lock transaction q (nothing without
 // WithOwner).
-func (o *Op) pgSetOwner(ctx context.Context, q Querier) error {
+func (pgAdvisory) pgSetOwner(ctx context.Context, o *Op, q Querier) error {
 	if o.Cfg.Owner == "" {
 		return nil
 	}
@@ -111,13 +111,13 @@ func mysqlOwnersTable(ledger string) string { return "`" + ledger + OwnersTableS
 // on its lock connection conn, one per lock it holds (a set's keys, a
 // semaphore's slot), creating the table when it is missing; errors are
 // ignored (see above).
-func (o *Op) mysqlRecordOwner(ctx context.Context, conn *sql.Conn) {
+func (mysqlNamed) mysqlRecordOwner(ctx context.Context, o *Op, conn *sql.Conn) {
 	if o.Cfg.Owner == "" || (!o.hold.Owner && !o.Cfg.OwnerRow) || validIdent(o.Cfg.LedgerTable+OwnersTableSuffix) != nil {
 		return
 	}
 	t := mysqlOwnersTable(o.Cfg.LedgerTable)
 	query, args := "REPLACE INTO "+t+" (lock_name, owner, conn_id, since) VALUES ", []any(nil)
-	for i, name := range o.heldNames() {
+	for i, name := range mysqlMech.heldNames(o) {
 		if i > 0 {
 			query += ", "
 		}
@@ -163,7 +163,7 @@ func (o *Op) mysqlForgetOwner(ctx context.Context, q Querier) {
 		return
 	}
 	o.ownerRows = false
-	names := o.heldNames()
+	names := mysqlMech.heldNames(o)
 	query, args := "DELETE FROM "+mysqlOwnersTable(o.Cfg.LedgerTable)+" WHERE conn_id = CONNECTION_ID() AND lock_name IN (", make([]any, len(names))
 	for i, name := range names {
 		if i > 0 {
@@ -179,7 +179,7 @@ func (o *Op) mysqlForgetOwner(ctx context.Context, q Querier) {
 
 // heldNames are the GET_LOCK names o holds: a shape's items taken (o.held),
 // else its one key's.
-func (o *Op) heldNames() []string {
+func (mysqlNamed) heldNames(o *Op) []string {
 	if len(o.held) == 0 {
 		return []string{o.target.mysql}
 	}

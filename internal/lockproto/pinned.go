@@ -12,12 +12,12 @@ import (
 // MySQL/MariaDB: the named lock (GET_LOCK) on a pinned connection, and a
 // Transaction's transaction on that same connection.
 
-func (o *Op) beginMySQL(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*LockedTx, error) {
+func (mysqlNamed) beginMySQL(ctx context.Context, o *Op, db *sql.DB, opts *sql.TxOptions) (*LockedTx, error) {
 	conn, err := o.LockNamed(ctx, db)
 	if err != nil {
 		return nil, err
 	}
-	if err := o.keepCompletionType(ctx, conn); err != nil {
+	if err := mysqlMech.keepCompletionType(ctx, o, conn); err != nil {
 		_ = o.ReleaseNamed(ctx, conn)
 		return nil, err
 	}
@@ -78,11 +78,11 @@ func (o *Op) LockNamed(ctx context.Context, db *sql.DB) (*sql.Conn, error) {
 	if err != nil {
 		return nil, o.failed(ctx, errs.Wrap(err, "pin a connection"))
 	}
-	o.cancel = o.mysqlCanceller(ctx, db, conn) // a cancellation asks the server (stmtCtx)
+	o.cancel = mysqlMech.mysqlCanceller(ctx, o, db, conn) // a cancellation asks the server (stmtCtx)
 	err = o.AcquireNamed(ctx, conn)
 	o.cancel = nil
 	if err != nil {
-		o.dropUnlocked(conn, err)
+		mysqlMech.dropUnlocked(o, conn, err)
 		return nil, err
 	}
 	return conn, nil
@@ -91,7 +91,7 @@ func (o *Op) LockNamed(ctx context.Context, db *sql.DB) (*sql.Conn, error) {
 // dropUnlocked gives back a connection on which no lock was taken: to the
 // pool after a clean "held elsewhere", destroyed after any error, since its
 // state (a GET_LOCK still running server-side, a broken link) is unknown.
-func (o *Op) dropUnlocked(conn *sql.Conn, err error) {
+func (mysqlNamed) dropUnlocked(o *Op, conn *sql.Conn, err error) {
 	if errors.Is(err, errs.ErrNotAcquired) && !isCtxErr(err) {
 		_ = conn.Close()
 		return
@@ -107,10 +107,10 @@ func (o *Op) ReleaseNamed(ctx context.Context, conn *sql.Conn) error {
 	rctx, cancel := txReleaseCtx(ctx)
 	defer cancel()
 	if err := withinGrace(ctx, cancel, func() error {
-		if err := (mysqlNamed{}).release(rctx, o, conn); err != nil {
+		if err := mysqlMech.release(rctx, o, conn); err != nil {
 			return err
 		}
-		return o.restoreCompletionType(rctx, conn)
+		return mysqlMech.restoreCompletionType(rctx, o, conn)
 	}); err != nil {
 		Destroy(conn)
 		o.Emit(ctx, config.EventReleaseFailed, err)
@@ -128,7 +128,7 @@ func (o *Op) ReleaseNamed(ctx context.Context, conn *sql.Conn) error {
 // second COMMIT of a committed transaction. GET_LOCK's statement read the
 // setting; only a session where it is not 0 pays this round trip, and
 // another after the release to set it back (restoreCompletionType).
-func (o *Op) keepCompletionType(ctx context.Context, conn *sql.Conn) error {
+func (mysqlNamed) keepCompletionType(ctx context.Context, o *Op, conn *sql.Conn) error {
 	if ct := o.my.completionType; ct == "" || ct == "NO_CHAIN" || ct == "0" {
 		return nil
 	}
@@ -141,7 +141,7 @@ func (o *Op) keepCompletionType(ctx context.Context, conn *sql.Conn) error {
 
 // restoreCompletionType sets completion_type back after the release, when
 // keepCompletionType changed it.
-func (o *Op) restoreCompletionType(ctx context.Context, conn *sql.Conn) error {
+func (mysqlNamed) restoreCompletionType(ctx context.Context, o *Op, conn *sql.Conn) error {
 	if !o.my.restoreCT {
 		return nil
 	}

@@ -190,7 +190,7 @@ func (pgAdvisory) hold(ctx context.Context, o *Op, db *sql.DB, conn pinned) (*se
 	// The lock transaction outlives ctx (database/sql rolls back a
 	// transaction whose context ends, which would drop the lock under a
 	// running fn), but BEGIN and the lock are bounded by ctx: see beginLockOnly.
-	lk, err := o.beginLockOnly(ctx, db, conn, forSession)
+	lk, err := pgMech.beginLockOnly(ctx, o, db, conn, forSession)
 	if err != nil {
 		return nil, err
 	}
@@ -210,7 +210,7 @@ func (pgAdvisory) hold(ctx context.Context, o *Op, db *sql.DB, conn pinned) (*se
 		}
 	}
 	octx, done := stmtCtx(ctx, false, pinCancel(conn))
-	err = o.pgSetOwner(octx, lk.tx)
+	err = pgMech.pgSetOwner(octx, o, lk.tx)
 	done()
 	if err != nil {
 		err = o.failed(ctx, err)
@@ -237,7 +237,7 @@ func (mysqlNamed) hold(ctx context.Context, o *Op, db *sql.DB, pin pinned) (*ses
 		Destroy(conn)
 		return nil, o.failed(ctx, err)
 	}
-	o.cancel = o.mysqlCanceller(ctx, db, conn) // a cancellation asks the server (stmtCtx)
+	o.cancel = mysqlMech.mysqlCanceller(ctx, o, db, conn) // a cancellation asks the server (stmtCtx)
 	err = o.AcquireNamed(ctx, conn)
 	o.cancel = nil
 	if err != nil {
@@ -245,14 +245,14 @@ func (mysqlNamed) hold(ctx context.Context, o *Op, db *sql.DB, pin pinned) (*ses
 			Destroy(conn)
 			return nil, err
 		}
-		o.dropUnlocked(conn, err)
+		mysqlMech.dropUnlocked(o, conn, err)
 		return nil, err
 	}
-	o.mysqlRecordOwner(ctx, conn)
+	mysqlMech.mysqlRecordOwner(ctx, o, conn)
 	return &sessionHold{
-		ping: func(ctx context.Context) error { return (mysqlNamed{}).check(ctx, o, conn) },
+		ping: func(ctx context.Context) error { return mysqlMech.check(ctx, o, conn) },
 		release: func(ctx context.Context) error {
-			if err := (mysqlNamed{}).release(ctx, o, conn); err != nil {
+			if err := mysqlMech.release(ctx, o, conn); err != nil {
 				return err
 			}
 			// a failure here destroys the connection, like a failed release
