@@ -111,13 +111,13 @@ func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Contex
 		lost error // the failed check, if any: written by the keepalive, read after wg.Wait
 		wg   sync.WaitGroup
 	)
-	wg.Go(func() { lost = o.keepalive(ctx, h, stop, cancel) })
+	wg.Go(func() { lost = h.keepalive(ctx, o, stop, cancel) })
 
 	defer func() {
 		close(stop)
 		wg.Wait()
 		cancel(context.Canceled)
-		if lostErr := o.endSession(ctx, conn, h, lost); lostErr != nil {
+		if lostErr := h.end(ctx, o, conn, lost); lostErr != nil {
 			lerr := errs.Mark(errs.ErrLockLost, lostErr, "%q", o.Key.String())
 			if err != nil {
 				err = errs.Join(lerr, err)
@@ -129,10 +129,10 @@ func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Contex
 	return fn(fctx)
 }
 
-// keepalive checks h every interval until stop is closed. A failed check
-// cancels fn's context (cancel) with cause errs.ErrLockLost, then tells
-// the observer, and is returned; nil once stopped.
-func (o *Op) keepalive(ctx context.Context, h *sessionHold, stop <-chan struct{}, cancel context.CancelCauseFunc) error {
+// keepalive checks h, o's lock, every interval until stop is closed. A
+// failed check cancels fn's context (cancel) with cause errs.ErrLockLost,
+// then tells the observer, and is returned; nil once stopped.
+func (h *sessionHold) keepalive(ctx context.Context, o *Op, stop <-chan struct{}, cancel context.CancelCauseFunc) error {
 	kctx := o.keepaliveContext(ctx) // the hook's, without the caller's span (event.go)
 	t := time.NewTicker(h.every)
 	defer t.Stop()
@@ -160,10 +160,10 @@ func (o *Op) keepalive(ctx context.Context, h *sessionHold, stop <-chan struct{}
 	}
 }
 
-// endSession releases h's lock once fn has returned and the keepalive has
+// end releases h, o's lock, once fn has returned and the keepalive has
 // stopped (lost: its failed check, if any), gives conn back or destroys it,
 // and returns what lost the lock: lost, or the failed release.
-func (o *Op) endSession(ctx context.Context, conn pinned, h *sessionHold, lost error) error {
+func (h *sessionHold) end(ctx context.Context, o *Op, conn pinned, lost error) error {
 	rerr := releaseWithin(ctx, h.release)
 	switch {
 	case rerr != nil:
