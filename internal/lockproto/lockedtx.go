@@ -257,7 +257,7 @@ func (t *LockedTx) end() (err error) {
 		t.txCancel()
 		switch {
 		case t.named:
-			err = t.op.ReleaseNamed(t.ctx, t.conn)
+			err = mysqlMech.releaseOn(t.ctx, t.op, t.conn)
 		case t.lock != nil:
 			err = t.lock.end(t.ctx)
 		case t.conn != nil:

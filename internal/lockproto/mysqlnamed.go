@@ -31,7 +31,7 @@ type mysqlLockConnVars struct {
 	autocommit     int64
 	completionType string // NO_CHAIN, CHAIN or RELEASE
 	// restoreCT: completion_type was set to 0 for a Transaction and is set
-	// back to completionType after the release (ReleaseNamed)
+	// back to completionType after the release (mysqlNamed.releaseOn)
 	restoreCT bool
 }
 

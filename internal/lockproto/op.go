@@ -154,12 +154,6 @@ func NewOpHeld(d Dialect, verb string, k keys.Key, cfg config.Config, h Holding)
 // Target is what o takes, as its dialect resolved it.
 func (o *Op) Target() Target { return o.target }
 
-// MySQLName is the resolved GET_LOCK name (MySQL only).
-func (o *Op) MySQLName() string { return o.target.mysql }
-
-// PostgresKey is the resolved advisory lock key (PostgreSQL only).
-func (o *Op) PostgresKey() keys.PostgresKey { return o.target.pg }
-
 // Emit sends an event to the observer, if any. A panic in the observer is
 // contained here, the one place every event goes through: it never reaches
 // the verb (whose lock and connection are then released as usual) nor the
@@ -438,8 +432,8 @@ func (o *Op) EndXact(ctx context.Context) {
 	}
 }
 
-// AcquireNamed runs GET_LOCK on the pinned connection q.
-func (o *Op) AcquireNamed(ctx context.Context, q Querier) error {
+// acquire runs GET_LOCK on the pinned connection q.
+func (mysqlNamed) acquire(ctx context.Context, o *Op, q Querier) error {
 	if !o.target.Simple() {
 		return mysqlMech.acquireShape(ctx, o, q)
 	}
@@ -474,12 +468,12 @@ func (o *Op) AcquireNamed(ctx context.Context, q Querier) error {
 	return o.settle(ctx, ok, bounded, err)
 }
 
-// mysqlCanceller returns the KILL QUERY of the lock statement about to run
+// canceller returns the KILL QUERY of the lock statement about to run
 // on conn, a connection of db, for a wait that ctx can cut short (see
 // stmtCtx): it costs a round trip (the connection's id) before the wait,
 // and nothing otherwise; nil when there is nothing to cancel or the id
 // could not be read.
-func (mysqlNamed) mysqlCanceller(ctx context.Context, o *Op, db *sql.DB, conn *sql.Conn) serverCancel {
+func (mysqlNamed) canceller(ctx context.Context, o *Op, db *sql.DB, conn *sql.Conn) serverCancel {
 	if o.Cfg.Wait <= 0 || ctx.Done() == nil || db == nil || ctx.Err() != nil {
 		return nil
 	}

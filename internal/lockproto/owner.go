@@ -60,9 +60,9 @@ func pgOwnerSQL(owner string) string {
 	return "SET LOCAL application_name = '" + strings.ReplaceAll(owner, "'", "''") + "'"
 }
 
-// pgSetOwner names o's owner on the lock transaction q (nothing without
+// setOwner names o's owner on the lock transaction q (nothing without
 // WithOwner).
-func (pgAdvisory) pgSetOwner(ctx context.Context, o *Op, q Querier) error {
+func (pgAdvisory) setOwner(ctx context.Context, o *Op, q Querier) error {
 	if o.Cfg.Owner == "" {
 		return nil
 	}
@@ -106,12 +106,12 @@ const OwnersTableSuffix = "_owners"
 
 func mysqlOwnersTable(ledger string) string { return "`" + ledger + OwnersTableSuffix + "`" }
 
-// mysqlRecordOwner writes the owner rows of a lock that names its owner
+// recordOwner writes the owner rows of a lock that names its owner
 // (Holding.Owner: a Lead's term), or of a Session with config.OwnerRow,
 // on its lock connection conn, one per lock it holds (a set's keys, a
 // semaphore's slot), creating the table when it is missing; errors are
 // ignored (see above).
-func (mysqlNamed) mysqlRecordOwner(ctx context.Context, o *Op, conn *sql.Conn) {
+func (mysqlNamed) recordOwner(ctx context.Context, o *Op, conn *sql.Conn) {
 	if o.Cfg.Owner == "" || (!o.hold.Owner && !o.Cfg.OwnerRow) || validIdent(o.Cfg.LedgerTable+OwnersTableSuffix) != nil {
 		return
 	}
@@ -149,7 +149,7 @@ func (mysqlNamed) mysqlRecordOwner(ctx context.Context, o *Op, conn *sql.Conn) {
 	o.ownerRows = err == nil
 }
 
-// mysqlForgetOwner deletes the owner rows o wrote (mysqlRecordOwner), as
+// mysqlForgetOwner deletes the owner rows o wrote (mysqlNamed.recordOwner), as
 // its locks are released on q, their connection, so that a later holder of
 // the same lock on the same connection (a pooled or shared connection, an
 // id the server reuses) that writes no row is not shown with this owner.

@@ -13,16 +13,16 @@ import (
 // Transaction's transaction on that same connection.
 
 func (mysqlNamed) beginMySQL(ctx context.Context, o *Op, db *sql.DB, opts *sql.TxOptions) (*LockedTx, error) {
-	conn, err := o.LockNamed(ctx, db)
+	conn, err := mysqlMech.lockOn(ctx, o, db)
 	if err != nil {
 		return nil, err
 	}
 	if err := mysqlMech.keepCompletionType(ctx, o, conn); err != nil {
-		_ = o.ReleaseNamed(ctx, conn)
+		_ = mysqlMech.releaseOn(ctx, o, conn)
 		return nil, err
 	}
 	if err := o.IssueToken(ctx, conn); err != nil { // fencing: committed before BEGIN
-		_ = o.ReleaseNamed(ctx, conn)
+		_ = mysqlMech.releaseOn(ctx, o, conn)
 		return nil, err
 	}
 	txCtx, txCancel := txContext(ctx)
@@ -34,8 +34,8 @@ func (mysqlNamed) beginMySQL(ctx context.Context, o *Op, db *sql.DB, opts *sql.T
 	if err != nil {
 		txCancel()
 		// a BEGIN cut short leaves the connection's state unknown:
-		// ReleaseNamed destroys it when the release is not confirmed
-		rerr := o.ReleaseNamed(ctx, conn)
+		// releaseOn destroys it when the release is not confirmed
+		rerr := mysqlMech.releaseOn(ctx, o, conn)
 		if cerr := ctxErr(ctx); cerr != nil && !errors.Is(err, cerr) {
 			err = errs.Join(cerr, err)
 		}
@@ -59,27 +59,27 @@ func (mysqlNamed) beginMySQL(ctx context.Context, o *Op, db *sql.DB, opts *sql.T
 // does not return 1 the connection is destroyed, so the server frees the lock
 // and no connection holding a lock goes back to the pool.
 func (o *Op) WithNamed(ctx context.Context, db *sql.DB, body func(conn *sql.Conn) error) error {
-	conn, err := o.LockNamed(ctx, db)
+	conn, err := mysqlMech.lockOn(ctx, o, db)
 	if err != nil {
 		return err
 	}
-	defer o.ReleaseNamed(ctx, conn)
+	defer mysqlMech.releaseOn(ctx, o, conn)
 	return body(conn)
 }
 
-// LockNamed is the first half of WithNamed, for callers whose body does not
+// lockOn is the first half of WithNamed, for callers whose body does not
 // fit in one function call (entlock hands the transaction to ent and releases
 // when ent commits or rolls back): it pins a connection from db and takes the
 // named lock on it. On success the caller owns conn and must call
-// ReleaseNamed exactly once, on every path; on failure the connection has
+// releaseOn exactly once, on every path; on failure the connection has
 // already been given back or destroyed.
-func (o *Op) LockNamed(ctx context.Context, db *sql.DB) (*sql.Conn, error) {
+func (mysqlNamed) lockOn(ctx context.Context, o *Op, db *sql.DB) (*sql.Conn, error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return nil, o.failed(ctx, errs.Wrap(err, "pin a connection"))
 	}
-	o.cancel = mysqlMech.mysqlCanceller(ctx, o, db, conn) // a cancellation asks the server (stmtCtx)
-	err = o.AcquireNamed(ctx, conn)
+	o.cancel = mysqlMech.canceller(ctx, o, db, conn) // a cancellation asks the server (stmtCtx)
+	err = mysqlMech.acquire(ctx, o, conn)
 	o.cancel = nil
 	if err != nil {
 		mysqlMech.dropUnlocked(o, conn, err)
@@ -99,11 +99,11 @@ func (mysqlNamed) dropUnlocked(o *Op, conn *sql.Conn, err error) {
 	Destroy(conn)
 }
 
-// ReleaseNamed is the second half of WithNamed: it releases the named lock
-// taken by LockNamed with a context that ignores ctx's cancellation, then
+// releaseOn is the second half of WithNamed: it releases the named lock
+// taken by lockOn with a context that ignores ctx's cancellation, then
 // returns conn to the pool, or destroys it when the release failed or was not
 // confirmed (the error says why; the lock is freed with the connection).
-func (o *Op) ReleaseNamed(ctx context.Context, conn *sql.Conn) error {
+func (mysqlNamed) releaseOn(ctx context.Context, o *Op, conn *sql.Conn) error {
 	rctx, cancel := txReleaseCtx(ctx)
 	defer cancel()
 	if err := withinGrace(ctx, cancel, func() error {

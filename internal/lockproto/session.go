@@ -210,7 +210,7 @@ func (pgAdvisory) hold(ctx context.Context, o *Op, db *sql.DB, conn pinned) (*se
 		}
 	}
 	octx, done := stmtCtx(ctx, false, pinCancel(conn))
-	err = pgMech.pgSetOwner(octx, o, lk.tx)
+	err = pgMech.setOwner(octx, o, lk.tx)
 	done()
 	if err != nil {
 		err = o.failed(ctx, err)
@@ -237,8 +237,8 @@ func (mysqlNamed) hold(ctx context.Context, o *Op, db *sql.DB, pin pinned) (*ses
 		Destroy(conn)
 		return nil, o.failed(ctx, err)
 	}
-	o.cancel = mysqlMech.mysqlCanceller(ctx, o, db, conn) // a cancellation asks the server (stmtCtx)
-	err = o.AcquireNamed(ctx, conn)
+	o.cancel = mysqlMech.canceller(ctx, o, db, conn) // a cancellation asks the server (stmtCtx)
+	err = mysqlMech.acquire(ctx, o, conn)
 	o.cancel = nil
 	if err != nil {
 		if MySQLRestoreSession(ctx, conn, prev) != nil {
@@ -248,7 +248,7 @@ func (mysqlNamed) hold(ctx context.Context, o *Op, db *sql.DB, pin pinned) (*ses
 		mysqlMech.dropUnlocked(o, conn, err)
 		return nil, err
 	}
-	mysqlMech.mysqlRecordOwner(ctx, o, conn)
+	mysqlMech.recordOwner(ctx, o, conn)
 	return &sessionHold{
 		ping: func(ctx context.Context) error { return mysqlMech.check(ctx, o, conn) },
 		release: func(ctx context.Context) error {

@@ -157,7 +157,7 @@ func (pgAdvisory) acquireShape(ctx context.Context, o *Op, q Querier, iso *strin
 	return o.settleShape(ctx, ok, bounded, err)
 }
 
-// acquireShape is AcquireNamed for a shape (All, Semaphore): GET_LOCK
+// acquireShape is acquire for a shape (All, Semaphore): GET_LOCK
 // of each name on the pinned connection q, the first of which also reads
 // the session's settings. A refused All releases the names it took before
 // returning. The lock phase (lockPhase) bounds the whole call: no GET_LOCK
@@ -181,7 +181,7 @@ func (mysqlNamed) acquireShape(ctx context.Context, o *Op, q Querier) error {
 		return v
 	}
 	try := func(it lockItem, probe *slotProbe) (bool, error) {
-		// as AcquireNamed's try-once: let finish, within the phase's grace
+		// as acquire's try-once: let finish, within the phase's grace
 		return mysqlGetLockProbe(pctx, q, it.mysql, 0, first(), probe)
 	}
 	var waitFor func(lockItem, time.Duration) (bool, error)

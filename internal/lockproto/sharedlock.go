@@ -171,7 +171,7 @@ func (c *sharedConn) lock(ctx context.Context, o *Op, res []localLock, ph lockPh
 func (mysqlNamed) tryKey(ctx context.Context, o *Op, q *sql.Conn) (bool, error) {
 	ok, err := MySQLGetLock(ctx, q, o.target.mysql, 0)
 	if ok && err == nil {
-		mysqlMech.mysqlRecordOwner(ctx, o, q)
+		mysqlMech.recordOwner(ctx, o, q)
 	}
 	return ok, err
 }
