@@ -93,6 +93,16 @@ func mechanismFor(d Dialect) (Mechanism, error) {
 	return m, nil
 }
 
+// plainItem is the item of k before its mechanism resolves it: the plain
+// key (a shape's mode and slot count taken off) and its mode. A plain key,
+// every fast path's, is itself.
+func plainItem(k keys.Key) lockItem {
+	if !keys.IsShape(k) {
+		return lockItem{key: k}
+	}
+	return lockItem{key: keys.Plain(k), shared: keys.IsShared(k)}
+}
+
 // pgAdvisory is PostgreSQL's advisory locks: transaction level for a
 // Transaction (pg_advisory_xact_lock and its forms), session level on a
 // shared lock connection.
@@ -106,7 +116,7 @@ func (pgAdvisory) XactLevel() bool    { return true }
 func (pgAdvisory) OneMessage() bool   { return true }
 
 func (pgAdvisory) resolve(k keys.Key, ns string) lockItem {
-	it := lockItem{key: keys.Plain(k), shared: keys.IsShared(k)}
+	it := plainItem(k)
 	it.pg = keys.Postgres(it.key, ns)
 	return it
 }
@@ -146,7 +156,7 @@ func (mysqlNamed) XactLevel() bool    { return false }
 func (mysqlNamed) OneMessage() bool   { return false }
 
 func (mysqlNamed) resolve(k keys.Key, ns string) lockItem {
-	it := lockItem{key: keys.Plain(k), shared: keys.IsShared(k)}
+	it := plainItem(k)
 	it.mysql = keys.MySQL(it.key, ns)
 	return it
 }
