@@ -149,7 +149,7 @@ func (mysqlNamed) recordOwner(ctx context.Context, o *Op, conn *sql.Conn) {
 	o.ownerRows = err == nil
 }
 
-// mysqlForgetOwner deletes the owner rows o wrote (mysqlNamed.recordOwner), as
+// forgetOwner deletes the owner rows o wrote (mysqlNamed.recordOwner), as
 // its locks are released on q, their connection, so that a later holder of
 // the same lock on the same connection (a pooled or shared connection, an
 // id the server reuses) that writes no row is not shown with this owner.
@@ -158,7 +158,7 @@ func (mysqlNamed) recordOwner(ctx context.Context, o *Op, conn *sql.Conn) {
 // round trips, spent only by the verbs that wrote a row). Errors are
 // ignored, as the write's are: the row names this connection, and the next
 // writer overwrites it.
-func (o *Op) mysqlForgetOwner(ctx context.Context, q Querier) {
+func (mysqlNamed) forgetOwner(ctx context.Context, o *Op, q Querier) {
 	if !o.ownerRows {
 		return
 	}

@@ -219,7 +219,7 @@ func mysqlReleaseItems(ctx context.Context, q Querier, items []lockItem) error {
 // release releases what o holds on the pinned connection q: its one name,
 // or the names of its shape.
 func (mysqlNamed) release(ctx context.Context, o *Op, q Querier) error {
-	o.mysqlForgetOwner(ctx, q)
+	mysqlMech.forgetOwner(ctx, o, q)
 	if o.target.Simple() {
 		return MySQLReleaseLock(ctx, q, o.target.mysql)
 	}
@@ -259,11 +259,9 @@ func lockDeadlock(err error) bool {
 // connections (sharedconn.go): its one key, or the items of its shape in
 // order (a semaphore's slots each on their own).
 func (t Target) localLocks() []localLock {
-	if t.Simple() {
-		return []localLock{{key: t.lockKey()}}
-	}
-	out := make([]localLock, len(t.items))
-	for i, it := range t.items {
+	items := t.each()
+	out := make([]localLock, len(items))
+	for i, it := range items {
 		out[i] = t.mech.local(it)
 	}
 	return out

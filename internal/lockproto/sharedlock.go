@@ -17,7 +17,7 @@ import (
 // lockKey is the identity of t's one exclusive key in the process's set,
 // the same as a shape's item of that lock has (Mechanism.local).
 func (t Target) lockKey() any {
-	return t.mech.local(lockItem{pg: t.pg, mysql: t.mysql}).key
+	return t.mech.local(t.each()[0]).key
 }
 
 // session is o's Session on one of p's shared lock connections (see
@@ -201,7 +201,6 @@ func (pgAdvisory) tryKey(ctx context.Context, o *Op, q *sql.Conn) (bool, error) 
 // as long as ctx (a release context) allows.
 func (c *sharedConn) unlock(ctx context.Context, o *Op) error {
 	return c.run(ctx, ctx, func(ctx context.Context) error {
-		o.mysqlForgetOwner(ctx, c.conn)
 		if !o.target.Simple() {
 			return o.held.sharedUndo(ctx, o.target.mech, c)
 		}
@@ -209,8 +208,10 @@ func (c *sharedConn) unlock(ctx context.Context, o *Op) error {
 	})
 }
 
-// unlockKey on MySQL/MariaDB: RELEASE_LOCK.
+// unlockKey on MySQL/MariaDB: RELEASE_LOCK, after the owner row tryKey
+// wrote, if any (a shape's items on a shared connection write none).
 func (mysqlNamed) unlockKey(ctx context.Context, o *Op, q Querier) error {
+	mysqlMech.forgetOwner(ctx, o, q)
 	return MySQLReleaseLock(ctx, q, o.target.mysql)
 }
 

@@ -199,6 +199,16 @@ func (t Target) sharedOne() bool { return kinds[t.kind].shared }
 // Mechanism is the kind of server lock t is taken with.
 func (t Target) Mechanism() Mechanism { return t.mech }
 
+// each are the server locks t takes: a shape's items, or its one
+// exclusive key as the one item, for the paths that render any target
+// alike (the fast paths of the one key use pg and mysql).
+func (t Target) each() []lockItem {
+	if t.Simple() {
+		return []lockItem{{key: t.key, pg: t.pg, mysql: t.mysql}}
+	}
+	return t.items
+}
+
 // Key is the key the target takes.
 func (t Target) Key() keys.Key { return t.key }
 
