@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ormlock/ormlock/internal/errs"
+	"github.com/ormlock/ormlock/internal/keys"
 )
 
 // pgLockCall is the lock function and arguments of item it: xact or
@@ -28,10 +29,17 @@ func pgLockCall(it lockItem, xact, try bool) (string, []any) {
 	if it.shared {
 		fn += "_shared"
 	}
-	if it.pg.IsPair {
-		return fn + "($1::int4, $2::int4)", []any{it.pg.ClassID, it.pg.ObjID}
+	params, args := pgKeyParams(it.pg)
+	return fn + params, args
+}
+
+// pgKeyParams are the parameters of an advisory lock function's call on
+// k, and their arguments: ($1::int8) or, for a pair, ($1::int4, $2::int4).
+func pgKeyParams(k keys.PostgresKey) (string, []any) {
+	if k.IsPair {
+		return "($1::int4, $2::int4)", []any{k.ClassID, k.ObjID}
 	}
-	return fn + "($1::int8)", []any{it.pg.Int64}
+	return "($1::int8)", []any{k.Int64}
 }
 
 // pgTryItem tries item it's lock on q (transaction or session level); the
@@ -98,12 +106,8 @@ func pgUnlockItem(ctx context.Context, q Querier, it lockItem) error {
 	if it.shared {
 		call += "_shared"
 	}
-	var args []any
-	if it.pg.IsPair {
-		call, args = call+"($1::int4, $2::int4)", []any{it.pg.ClassID, it.pg.ObjID}
-	} else {
-		call, args = call+"($1::int8)", []any{it.pg.Int64}
-	}
+	params, args := pgKeyParams(it.pg)
+	call += params
 	var ok bool
 	if err := q.QueryRowContext(ctx, "SELECT "+call, args...).Scan(&ok); err != nil {
 		return errs.Wrap(err, "pg_advisory_unlock")

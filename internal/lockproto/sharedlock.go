@@ -188,12 +188,8 @@ func sharedTryTimeout(keepalive time.Duration) time.Duration {
 // tryKey on PostgreSQL: pg_try_advisory_lock.
 func (pgAdvisory) tryKey(ctx context.Context, o *Op, q *sql.Conn) (bool, error) {
 	var ok bool
-	var err error
-	if o.target.pg.IsPair {
-		err = q.QueryRowContext(ctx, "SELECT pg_try_advisory_lock($1::int4, $2::int4)", o.target.pg.ClassID, o.target.pg.ObjID).Scan(&ok)
-	} else {
-		err = q.QueryRowContext(ctx, "SELECT pg_try_advisory_lock($1::int8)", o.target.pg.Int64).Scan(&ok)
-	}
+	params, args := pgKeyParams(o.target.pg)
+	err := q.QueryRowContext(ctx, "SELECT pg_try_advisory_lock"+params, args...).Scan(&ok)
 	return ok, errs.Wrap(err, "pg_try_advisory_lock")
 }
 
@@ -218,13 +214,8 @@ func (mysqlNamed) unlockKey(ctx context.Context, o *Op, q Querier) error {
 // unlockKey on PostgreSQL: pg_advisory_unlock.
 func (pgAdvisory) unlockKey(ctx context.Context, o *Op, q Querier) error {
 	var ok bool
-	var err error
-	if o.target.pg.IsPair {
-		err = q.QueryRowContext(ctx, "SELECT pg_advisory_unlock($1::int4, $2::int4)", o.target.pg.ClassID, o.target.pg.ObjID).Scan(&ok)
-	} else {
-		err = q.QueryRowContext(ctx, "SELECT pg_advisory_unlock($1::int8)", o.target.pg.Int64).Scan(&ok)
-	}
-	if err != nil {
+	params, args := pgKeyParams(o.target.pg)
+	if err := q.QueryRowContext(ctx, "SELECT pg_advisory_unlock"+params, args...).Scan(&ok); err != nil {
 		return errs.Wrap(err, "pg_advisory_unlock")
 	}
 	if !ok {
