@@ -21,7 +21,7 @@ func TestMechanismRendersTargets(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
-		tg                                  Target
+		tg                                 Target
 		shared, xact, oneMsg, server, sess bool
 	}{
 		{pg, true, true, true, true, true},
