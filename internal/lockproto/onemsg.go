@@ -150,20 +150,6 @@ func (pgAdvisory) lockSend(o *Op, x *lockExchange, begin string, use lockTxFor, 
 // noop is the release of a context that needs none.
 func noop() {}
 
-// pgCancelOf returns the CancelRequest of conn's pgx connection (see
-// stmtCtx), nil when conn is not pgx's. The caller keeps conn pinned while
-// it may call it.
-func pgCancelOf(conn *sql.Conn) serverCancel { return pinCancel(sqlPin{conn}) }
-
-// pinCancel is pgCancelOf for a pinned connection of either kind.
-func pinCancel(conn pinned) serverCancel {
-	w, err := conn.wire()
-	if err != nil {
-		return nil
-	}
-	return w.CancelRequest
-}
-
 // lockExchange sends lock messages on one connection's wire, keeping the
 // reply to the last one and the transaction status after it.
 type lockExchange struct {
