@@ -115,12 +115,6 @@ func (pgAdvisory) beginLocked(ctx context.Context, o *Op, db *sql.DB, opts *sql.
 	return pgMech.beginInline(ctx, o, db, opts) // db may be nil with o.LockConns
 }
 
-// beginLocked is BeginLocked on MySQL/MariaDB: GET_LOCK on a pinned
-// connection, then fn's transaction on it.
-func (mysqlNamed) beginLocked(ctx context.Context, o *Op, db *sql.DB, opts *sql.TxOptions) (*LockedTx, error) {
-	return mysqlMech.beginMySQL(ctx, o, o.sqlDB(db), opts)
-}
-
 // SnapshotIsolation reports whether opts ask for an isolation level whose
 // snapshot PostgreSQL takes once, at the transaction's first statement:
 // REPEATABLE READ, SNAPSHOT, SERIALIZABLE or LINEARIZABLE. LevelDefault is

@@ -40,7 +40,7 @@ func (pgAdvisory) beginLockOnly(ctx context.Context, o *Op, db *sql.DB, conn pin
 		}
 		return &lockOnlyTx{conn: conn, tx: ct, cancel: ct.cancel, idle: idle, taken: o.acquired.Sub(begun)}, nil
 	}
-	tx, cancel, err := pgMech.beginOn(ctx, o, conn.sqlConn(), &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	tx, cancel, err := beginOn(ctx, o, conn.sqlConn(), &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		conn.destroy()
 		return nil, err

@@ -117,7 +117,7 @@ func (mysqlNamed) recordOwner(ctx context.Context, o *Op, conn *sql.Conn) {
 	}
 	t := mysqlOwnersTable(o.Cfg.LedgerTable)
 	query, args := "REPLACE INTO "+t+" (lock_name, owner, conn_id, since) VALUES ", []any(nil)
-	for i, name := range mysqlMech.heldNames(o) {
+	for i, name := range o.held.names(o.target) {
 		if i > 0 {
 			query += ", "
 		}
@@ -163,7 +163,7 @@ func (mysqlNamed) forgetOwner(ctx context.Context, o *Op, q Querier) {
 		return
 	}
 	o.ownerRows = false
-	names := mysqlMech.heldNames(o)
+	names := o.held.names(o.target)
 	query, args := "DELETE FROM "+mysqlOwnersTable(o.Cfg.LedgerTable)+" WHERE conn_id = CONNECTION_ID() AND lock_name IN (", make([]any, len(names))
 	for i, name := range names {
 		if i > 0 {
@@ -177,14 +177,14 @@ func (mysqlNamed) forgetOwner(ctx context.Context, o *Op, q Querier) {
 	}
 }
 
-// heldNames are the GET_LOCK names o holds: a shape's items taken (o.held),
-// else its one key's.
-func (mysqlNamed) heldNames(o *Op) []string {
-	if len(o.held) == 0 {
-		return []string{o.target.mysql}
+// names are the GET_LOCK names held of t: a shape's items taken (h), else
+// its one key's.
+func (h heldItems) names(t Target) []string {
+	if len(h) == 0 {
+		return []string{t.mysql}
 	}
-	names := make([]string, len(o.held))
-	for i, it := range o.held {
+	names := make([]string, len(h))
+	for i, it := range h {
 		names[i] = it.mysql
 	}
 	return names

@@ -12,8 +12,10 @@ import (
 // MySQL/MariaDB: the named lock (GET_LOCK) on a pinned connection, and a
 // Transaction's transaction on that same connection.
 
-func (mysqlNamed) beginMySQL(ctx context.Context, o *Op, db *sql.DB, opts *sql.TxOptions) (*LockedTx, error) {
-	conn, err := mysqlMech.lockOn(ctx, o, db)
+// beginLocked is BeginLocked on MySQL/MariaDB: GET_LOCK on a pinned
+// connection, then fn's transaction on it.
+func (mysqlNamed) beginLocked(ctx context.Context, o *Op, db *sql.DB, opts *sql.TxOptions) (*LockedTx, error) {
+	conn, err := mysqlMech.lockOn(ctx, o, o.sqlDB(db))
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +84,7 @@ func (mysqlNamed) lockOn(ctx context.Context, o *Op, db *sql.DB) (*sql.Conn, err
 	err = mysqlMech.acquire(ctx, o, conn)
 	o.cancel = nil
 	if err != nil {
-		mysqlMech.dropUnlocked(o, conn, err)
+		dropUnlocked(conn, err)
 		return nil, err
 	}
 	return conn, nil
@@ -91,7 +93,7 @@ func (mysqlNamed) lockOn(ctx context.Context, o *Op, db *sql.DB) (*sql.Conn, err
 // dropUnlocked gives back a connection on which no lock was taken: to the
 // pool after a clean "held elsewhere", destroyed after any error, since its
 // state (a GET_LOCK still running server-side, a broken link) is unknown.
-func (mysqlNamed) dropUnlocked(o *Op, conn *sql.Conn, err error) {
+func dropUnlocked(conn *sql.Conn, err error) {
 	if errors.Is(err, errs.ErrNotAcquired) && !isCtxErr(err) {
 		_ = conn.Close()
 		return

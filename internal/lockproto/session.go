@@ -245,7 +245,7 @@ func (mysqlNamed) hold(ctx context.Context, o *Op, db *sql.DB, pin pinned) (*ses
 			Destroy(conn)
 			return nil, err
 		}
-		mysqlMech.dropUnlocked(o, conn, err)
+		dropUnlocked(conn, err)
 		return nil, err
 	}
 	mysqlMech.recordOwner(ctx, o, conn)

@@ -37,11 +37,11 @@ func (pgAdvisory) beginSplit(ctx context.Context, o *Op, db *sql.DB, opts *sql.T
 	// fn's, takes the snapshot, after the lock was granted.
 	txCtx, txCancel := txContext(ctx)
 	stop := bound(ctx, txCancel)
-	tx, err := pgMech.beginSplitTx(txCtx, o, db, opts)
+	tx, err := beginSplitTx(txCtx, o, db, opts)
 	if stopped := stop(); err == nil && !stopped {
 		// ctx ended as BEGIN returned: database/sql is rolling tx back
 		err = ctx.Err()
-		pgMech.dropSplitTx(o, tx)
+		dropSplitTx(o, tx)
 		tx = nil
 	}
 	if err != nil {
@@ -61,7 +61,7 @@ func (pgAdvisory) beginSplit(ctx context.Context, o *Op, db *sql.DB, opts *sql.T
 // transaction's connection (pgxlock hands fn a pgx.Tx on it). A
 // transaction that must be given up after a successful begin is rolled
 // back by the caller through Tx.Rollback.
-func (pgAdvisory) beginSplitTx(ctx context.Context, o *Op, db *sql.DB, opts *sql.TxOptions) (Tx, error) {
+func beginSplitTx(ctx context.Context, o *Op, db *sql.DB, opts *sql.TxOptions) (Tx, error) {
 	if o.SplitTx != nil {
 		return o.SplitTx(ctx, db, opts)
 	}
@@ -75,7 +75,7 @@ func (pgAdvisory) beginSplitTx(ctx context.Context, o *Op, db *sql.DB, opts *sql
 // dropSplitTx gives up a transaction of Op.SplitTx that database/sql is
 // rolling back already (its context ended as BEGIN returned), so that the
 // adapter frees what it holds with it (a pinned connection).
-func (pgAdvisory) dropSplitTx(o *Op, tx Tx) {
+func dropSplitTx(o *Op, tx Tx) {
 	if o.SplitTx != nil && tx != nil {
 		_ = tx.Rollback()
 	}

@@ -91,7 +91,7 @@ func (pgAdvisory) beginOneMessage(ctx context.Context, o *Op, db *sql.DB, conn p
 // the lock as its first statement; the snapshot level is returned as
 // beginOneMessage does.
 func (pgAdvisory) beginThenLock(ctx context.Context, o *Op, conn *sql.Conn, opts *sql.TxOptions) (*LockedTx, sql.IsolationLevel, error) {
-	tx, txCancel, err := pgMech.beginOn(ctx, o, conn, opts)
+	tx, txCancel, err := beginOn(ctx, o, conn, opts)
 	if err != nil {
 		Destroy(conn)
 		return nil, sql.LevelDefault, err
@@ -130,7 +130,7 @@ func (pgAdvisory) beginThenLock(ctx context.Context, o *Op, conn *sql.Conn, opts
 // beginOn begins a transaction on conn whose context outlives ctx, with the
 // BEGIN itself bounded by ctx. A failure has been classified (ctx ended:
 // not acquired); the caller disposes of conn.
-func (pgAdvisory) beginOn(ctx context.Context, o *Op, conn *sql.Conn, opts *sql.TxOptions) (*sql.Tx, context.CancelFunc, error) {
+func beginOn(ctx context.Context, o *Op, conn *sql.Conn, opts *sql.TxOptions) (*sql.Tx, context.CancelFunc, error) {
 	txCtx, txCancel := txContext(ctx)
 	stop := bound(ctx, txCancel)
 	tx, err := conn.BeginTx(txCtx, opts)
