@@ -47,12 +47,12 @@ func dialectOf(ctx context.Context, verb string, db *sql.DB) (lockproto.Dialect,
 	if d, ok := probed.Load(wp); ok {
 		return d.(lockproto.Dialect), nil
 	}
-	d, known, err := probe(ctx, db)
+	d, err := probe(ctx, db)
 	if err != nil {
 		return 0, errs.Join(fmt.Errorf("%w: sqllock.%s: driver %T is not one ormlock knows (pgx's stdlib, lib/pq, go-sql-driver/mysql), and asking the server which it is failed",
 			ormlock.ErrUnsupportedDialect, verb, drv), err)
 	}
-	if !known {
+	if d == 0 {
 		return 0, fmt.Errorf("%w: sqllock.%s: driver %T is not one ormlock knows (pgx's stdlib, lib/pq, go-sql-driver/mysql), and its server is neither PostgreSQL nor MySQL/MariaDB",
 			ormlock.ErrUnsupportedDialect, verb, drv)
 	}
@@ -64,18 +64,18 @@ func dialectOf(ctx context.Context, verb string, db *sql.DB) (lockproto.Dialect,
 
 // probe asks db's server for version(), which PostgreSQL (and CockroachDB)
 // answer with their name, and MySQL and MariaDB with a number first
-// ("8.0.36", "10.11.6-MariaDB"). known is false for any other answer.
-func probe(ctx context.Context, db *sql.DB) (d lockproto.Dialect, known bool, err error) {
+// ("8.0.36", "10.11.6-MariaDB"). It returns 0 for any other answer.
+func probe(ctx context.Context, db *sql.DB) (lockproto.Dialect, error) {
 	var v string
 	if err := db.QueryRowContext(ctx, "SELECT version()").Scan(&v); err != nil {
-		return 0, false, errs.Wrap(err, "SELECT version()")
+		return 0, errs.Wrap(err, "SELECT version()")
 	}
 	lv := strings.ToLower(v)
 	switch {
 	case strings.Contains(lv, "postgresql"), strings.Contains(lv, "cockroachdb"):
-		return lockproto.Postgres, true, nil
+		return lockproto.Postgres, nil
 	case v != "" && v[0] >= '0' && v[0] <= '9':
-		return lockproto.MySQL, true, nil
+		return lockproto.MySQL, nil
 	}
-	return 0, false, nil
+	return 0, nil
 }
