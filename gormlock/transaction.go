@@ -148,7 +148,9 @@ func prepared(db *gorm.DB) bool {
 // to even when the context has ended), and with GORM's
 // DisableNestedTransaction in the transaction itself.
 func (d driver) Nest(op *lockproto.Op) (bool, error) {
-	if op.Dialect == lockproto.MySQL {
+	// a savepoint holds only a lock the transaction holds (PostgreSQL's
+	// xact-level advisory lock); a named lock is its connection's
+	if !op.Target().Mechanism().XactLevel() {
 		return false, fmt.Errorf("%w: %w: gormlock.%s on %q", ErrNestedTransaction, ormlock.ErrUnsupportedDialect, op.Verb, op.Key.String())
 	}
 	return !d.db.DisableNestedTransaction, nil

@@ -15,9 +15,10 @@
 //
 // A warm gormlock.Transaction on PostgreSQL (pgx driver, READ COMMITTED,
 // no fencing, no hook, the server check cached) runs the functions of
-// these 19 files, in this order, from the call to its COMMIT (measured by
+// these 20 files, in this order, from the call to its COMMIT (measured by
 // scripts/files-crossed: the non-test files with a statement whose
-// coverage count a second call raises over a first; 17 before pgx's side
+// coverage count a second call raises over a first; 19 before the lock
+// mechanism, mechanism.go, was an interface of its own; 17 before pgx's side
 // moved out of this package into internal/pgxdriver, which the path now
 // crosses with this package's pgdriver.go; 21 before the verb core, at
 // a0a7364, and 22 before the one-message path, the lock shapes'
@@ -38,6 +39,7 @@
 //     prepared.
 //  3. verbs.go: Pool.Op; op.go: NewOpHeld, which validates the key and
 //     resolves its target (target.go: shapeCombines, newTarget;
+//     mechanism.go: mechanismFor, plainItem, pgAdvisory.resolve;
 //     internal/keys/keys.go: Of, Name, Validate, ValidateName, IsShape,
 //     Postgres; keyhash/keyhash.go: Int64NS); lockproto.go: DialectOf.
 //  4. detect.go: Op.EndedLock (deadline.go: ctxErr), Op.CheckServerOn, a
@@ -47,16 +49,17 @@
 //     WithLock; then nothing more without WithHook), Ending, whose
 //     deferred call ends the use (EndHook) on every path out, a panic
 //     included; verbs.go: inLockTx.
-//  6. lockedtx.go: Op.BeginLocked, SnapshotIsolation; xact.go:
-//     beginInline, pin, beginOneMessage; pgdriver.go: Op.poolNative,
+//  6. lockedtx.go: Op.BeginLocked, which asks the target's mechanism
+//     (pgAdvisory.beginLocked), SnapshotIsolation; xact.go:
+//     pgAdvisory.beginInline, pin, beginOneMessage; pgdriver.go: Op.poolNative,
 //     Op.pinLock (sqlPin, the pinned connection's kind), oneMessageOn,
 //     isPgx, withWire (the registered driver's wire of the connection:
 //     internal/pgxdriver/pgxdriver.go, driver.Wire); onemsg.go:
-//     Op.lockOneMessage, lockSend, lockExchange.send: BEGIN and the lock in
+//     pgAdvisory.lockOneMessage, lockSend, lockExchange.send: BEGIN and the lock in
 //     one message, on pgx's pgconn (pgxdriver.go: wire.Exec, reply;
 //     pgmessage.go: pgBegin, snapshotLevel,
 //     pgTryMessage, readLockReply, parseLockRow; on a direct connection the
-//     prepared statement, prepared.go: pgConnStateOf, Op.lockPrepared);
+//     prepared statement, prepared.go: pgConnStateOf, pgAdvisory.lockPrepared);
 //     op.go: attempt (deadline.go: budget, stmtCtx, txContext), settle,
 //     Emit (event.go: hookEvent and Op.event, built for an observer or an
 //     ormlock.EventHook only).
@@ -95,4 +98,29 @@
 // Campaign), holder.go (who holds a lock), owner.go (WithOwner), nested.go
 // (a lock in the caller's own open transaction: gormlock's nested call,
 // sqllock's and pgxlock's Lock).
+//
+// # How to add a lock mechanism
+//
+// A lock mechanism is the kind of server lock a target is taken with
+// (mechanism.go's Mechanism: today pgAdvisory, PostgreSQL's advisory
+// locks, and mysqlNamed, MySQL's and MariaDB's named locks). The protocol
+// asks the target's mechanism (Target.Mechanism) and compares no dialect
+// or target kind; a lock shape (All, Shared, Semaphore) is a target whose
+// items every mechanism resolves and takes one by one (shapes.go's
+// heldItems), the single key the one-item case with its fast paths. A new
+// mechanism (a lease table, say) takes these files:
+//
+//   - mechanism.go: a type implementing Mechanism: its capabilities
+//     (SharedMode, ServerWait, SessionLevel, XactLevel, OneMessage), its
+//     items' resolution, canonical order, names and local identity, and
+//     mechanismFor's choice of it (the one place that does);
+//   - a file of its own, as pinned.go, mysqlnamed.go and shapestmt.go are
+//     the named lock's and xact.go, split.go, lockonlytx.go, onemsg.go and
+//     prepared.go the advisory lock's: its Transaction (beginLocked), its
+//     Session hold (hold: the check and release the keepalive runs), its
+//     session-level try and release of a key and of an item (tryKey,
+//     unlockKey, tryItem, unlockItem), its shared lock connection's set-up
+//     (openShared) and fencing token (sharedToken);
+//   - holder.go: the query that lists a lock's holders;
+//   - docs/PROTOCOL.md: what it does on each server, and the statements.
 package lockproto

@@ -239,15 +239,11 @@ func LookupHolders(ctx context.Context, q Querier, op *Op) ([]HolderInfo, error)
 		return nil, fmt.Errorf("%w: lockproto.LookupHolders: nil Op", errs.ErrInvalidArgument)
 	}
 	t := op.target
-	items := t.items
-	if t.kind == kindKey {
-		items = []lockItem{{key: t.key, pg: t.pg, mysql: t.mysql}}
-	}
 	s := op.Dialect.server()
 	var out []HolderInfo
-	for i, it := range items {
+	for i, it := range t.each() {
 		name, slot := it.key.String(), 0
-		if t.kind == kindSemaphore {
+		if t.anyOne() { // a semaphore's slots
 			name, slot = keys.Plain(t.key).String(), i+1
 		}
 		hs, err := s.holders(ctx, q, op, it)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"sync"
 
 	"github.com/ormlock/ormlock/internal/config"
@@ -45,7 +44,11 @@ type LockedTx struct {
 	conn     *sql.Conn          // Tx's pinned connection; nil when Tx came from the pool (split)
 	txCancel context.CancelFunc // cancels Tx's own context, which bounds BEGIN, COMMIT and ROLLBACK
 	lock     *lockOnlyTx        // split protocol: the lock's own READ COMMITTED transaction
-	once     sync.Once
+	// named: the lock is a named lock held by conn, released after the
+	// transaction ends (MySQL/MariaDB), whose COMMIT and ROLLBACK go as
+	// statements when ctx can end (mysqlEnd)
+	named bool
+	once  sync.Once
 }
 
 // Tx is the transaction fn's statements run in, as the adapters use it:
@@ -100,16 +103,16 @@ func (o *Op) BeginLocked(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (
 			return nil, err
 		}
 	}
-	switch o.Dialect {
-	case Postgres:
-		if SnapshotIsolation(opts) {
-			return o.beginSplit(ctx, o.sqlDB(db), opts)
-		}
-		return o.beginInline(ctx, db, opts) // db may be nil with o.LockConns
-	case MySQL:
-		return o.beginMySQL(ctx, o.sqlDB(db), opts)
+	return o.target.mech.beginLocked(ctx, o, db, opts)
+}
+
+// beginLocked is BeginLocked on PostgreSQL: the split protocol for a
+// snapshot isolation, else the lock inline in fn's transaction.
+func (pgAdvisory) beginLocked(ctx context.Context, o *Op, db *sql.DB, opts *sql.TxOptions) (*LockedTx, error) {
+	if SnapshotIsolation(opts) {
+		return pgMech.beginSplit(ctx, o, o.sqlDB(db), opts)
 	}
-	return nil, fmt.Errorf("%w: dialect %d", errs.ErrUnsupportedDialect, o.Dialect)
+	return pgMech.beginInline(ctx, o, db, opts) // db may be nil with o.LockConns
 }
 
 // SnapshotIsolation reports whether opts ask for an isolation level whose
@@ -149,10 +152,10 @@ func (t *LockedTx) Commit() error {
 			err = t.lockLost("ROLLBACK", rerr)
 		}
 	} else {
-		if t.op.Dialect == MySQL && t.implicitCommit() {
+		if t.named && t.implicitCommit() {
 			t.warnImplicitCommit()
 		}
-		if t.op.Dialect == MySQL && t.ctx.Done() != nil {
+		if t.named && t.ctx.Done() != nil {
 			err = t.mysqlEnd("COMMIT", t.Tx.Commit)
 		} else {
 			err = withinGrace(t.ctx, t.txCancel, t.Tx.Commit)
@@ -206,7 +209,7 @@ func (t *LockedTx) mysqlEnd(stmt string, end func() error) error {
 // rollback ends the transaction with ROLLBACK, cut endGrace after t.ctx
 // ended (on MySQL/MariaDB by mysqlEnd).
 func (t *LockedTx) rollback() error {
-	if t.op.Dialect == MySQL && t.ctx.Done() != nil {
+	if t.named && t.ctx.Done() != nil {
 		return t.mysqlEnd("ROLLBACK", t.Tx.Rollback)
 	}
 	return withinGrace(t.ctx, t.txCancel, t.Tx.Rollback)
@@ -246,18 +249,17 @@ func (t *LockedTx) Rollback() error {
 func (t *LockedTx) end() (err error) {
 	t.once.Do(func() {
 		t.txCancel()
-		switch t.op.Dialect {
-		case Postgres:
-			switch {
-			case t.lock != nil:
-				err = t.lock.end(t.ctx)
-			case t.conn != nil:
-				_ = t.conn.Close()
-			}
+		switch {
+		case t.named:
+			err = mysqlMech.releaseOn(t.ctx, t.op, t.conn)
+		case t.lock != nil:
+			err = t.lock.end(t.ctx)
+		case t.conn != nil:
+			_ = t.conn.Close()
+		}
+		if !t.named {
 			// a *OneMessageTx gave its connection back or destroyed it as it ended
 			t.op.EndXact(t.ctx)
-		case MySQL:
-			err = t.op.ReleaseNamed(t.ctx, t.conn)
 		}
 	})
 	return err

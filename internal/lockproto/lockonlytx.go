@@ -28,19 +28,19 @@ type lockOnlyTx struct {
 // protocol's lock transaction lives no longer than fn's, which the timeout
 // bounds anyway. On failure conn has been given back (a clean "held
 // elsewhere") or destroyed.
-func (o *Op) beginLockOnly(ctx context.Context, db *sql.DB, conn pinned, use lockTxFor) (*lockOnlyTx, error) {
+func (pgAdvisory) beginLockOnly(ctx context.Context, o *Op, db *sql.DB, conn pinned, use lockTxFor) (*lockOnlyTx, error) {
 	begun := time.Now()
 	if o.target.oneMessage() && oneMessageOn(conn) {
 		// one message: BEGIN, transaction_timeout off (Session), the lock
 		// and (Session) the idle timeout, by the simple protocol, which leaves no
 		// portal open: the idle transaction holds no snapshot
-		ct, idle, err := o.lockOneMessage(ctx, db, conn, "BEGIN ISOLATION LEVEL READ COMMITTED", use)
+		ct, idle, err := pgMech.lockOneMessage(ctx, o, db, conn, "BEGIN ISOLATION LEVEL READ COMMITTED", use)
 		if err != nil {
 			return nil, err
 		}
 		return &lockOnlyTx{conn: conn, tx: ct, cancel: ct.cancel, idle: idle, taken: o.acquired.Sub(begun)}, nil
 	}
-	tx, cancel, err := o.beginOn(ctx, conn.sqlConn(), &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	tx, cancel, err := beginOn(ctx, o, conn.sqlConn(), &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		conn.destroy()
 		return nil, err

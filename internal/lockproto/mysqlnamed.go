@@ -31,14 +31,14 @@ type mysqlLockConnVars struct {
 	autocommit     int64
 	completionType string // NO_CHAIN, CHAIN or RELEASE
 	// restoreCT: completion_type was set to 0 for a Transaction and is set
-	// back to completionType after the release (ReleaseNamed)
+	// back to completionType after the release (mysqlNamed.releaseOn)
 	restoreCT bool
 }
 
 // mysqlGetLock is MySQLGetLock; with sess, the same statement reads the
 // session's @@autocommit (a fenced token's INSERT is committed explicitly
 // when it is 0: see fence.go) and @@completion_type (a Transaction sets it
-// to 0 for its transaction when it is not: see beginMySQL) into it.
+// to 0 for its transaction when it is not: see mysqlNamed.beginLocked) into it.
 func mysqlGetLock(ctx context.Context, q Querier, name string, wait time.Duration, sess *mysqlLockConnVars) (bool, error) {
 	return mysqlGetLockProbe(ctx, q, name, wait, sess, nil)
 }

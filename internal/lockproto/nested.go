@@ -118,5 +118,5 @@ func (o *Op) LockNested(ctx context.Context, q Querier) error {
 		o.cancel = pgCancelOf(c)
 		defer func() { o.cancel = nil }()
 	}
-	return o.InSavepoint(ctx, q, func() error { return o.acquireXact(ctx, q, nil) })
+	return o.InSavepoint(ctx, q, func() error { return pgMech.acquireXact(ctx, o, q, nil) })
 }

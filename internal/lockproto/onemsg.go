@@ -61,7 +61,7 @@ const (
 // idle_in_transaction_session_timeout; on failure conn has been given back
 // (its transaction ended: ROLLBACK confirmed by the server) or destroyed,
 // and the error is classified as AcquireXact's.
-func (o *Op) lockOneMessage(ctx context.Context, db *sql.DB, conn pinned, begin string, use lockTxFor) (*OneMessageTx, time.Duration, error) {
+func (pgAdvisory) lockOneMessage(ctx context.Context, o *Op, db *sql.DB, conn pinned, begin string, use lockTxFor) (*OneMessageTx, time.Duration, error) {
 	wait, bounded, err := o.attempt(ctx)
 	if err != nil {
 		conn.giveBack() // nothing was sent
@@ -81,7 +81,7 @@ func (o *Op) lockOneMessage(ctx context.Context, db *sql.DB, conn pinned, begin 
 			sc = w.CancelRequest
 		}
 		x.ctx, done = stmtCtx(ctx, wait > 0, sc)
-		err = o.lockSend(&x, begin, use, wait, long, wantIso)
+		err = pgMech.lockSend(o, &x, begin, use, wait, long, wantIso)
 	}
 	rep, status := x.rep, x.status
 	done()
@@ -122,7 +122,7 @@ func (o *Op) lockOneMessage(ctx context.Context, db *sql.DB, conn pinned, begin 
 
 // lockSend sends o's lock message on x's connection (see lockOneMessage):
 // as text, or on a direct connection as the prepared statement.
-func (o *Op) lockSend(x *lockExchange, begin string, use lockTxFor, wait time.Duration, long, wantIso bool) error {
+func (pgAdvisory) lockSend(o *Op, x *lockExchange, begin string, use lockTxFor, wait time.Duration, long, wantIso bool) error {
 	var ps *pgConnState
 	if use == forFn && wait == 0 && o.target.Simple() {
 		ps = pgConnStateOf(x.pc)
@@ -131,7 +131,7 @@ func (o *Op) lockSend(x *lockExchange, begin string, use lockTxFor, wait time.Du
 		// with fencing the message reads the backend's pid, which the
 		// token's issuance checks (fence.go)
 		fence := o.Cfg.Fencing
-		err := x.send(pgLockMessage(begin, o.target.pg, o.target.kind == kindShared, wait, long, fence), lockLayout{wait: wait > 0, long: long, iso: wantIso, pid: fence})
+		err := x.send(pgLockMessage(begin, o.target.pg, o.target.sharedOne(), wait, long, fence), lockLayout{wait: wait > 0, long: long, iso: wantIso, pid: fence})
 		o.lockPID = x.rep.pid
 		return err
 	}
@@ -144,25 +144,11 @@ func (o *Op) lockSend(x *lockExchange, begin string, use lockTxFor, wait time.Du
 		o.lockPID = x.rep.pid
 		return err
 	}
-	return o.lockPrepared(x, ps, begin)
+	return pgMech.lockPrepared(o, x, ps, begin)
 }
 
 // noop is the release of a context that needs none.
 func noop() {}
-
-// pgCancelOf returns the CancelRequest of conn's pgx connection (see
-// stmtCtx), nil when conn is not pgx's. The caller keeps conn pinned while
-// it may call it.
-func pgCancelOf(conn *sql.Conn) serverCancel { return pinCancel(sqlPin{conn}) }
-
-// pinCancel is pgCancelOf for a pinned connection of either kind.
-func pinCancel(conn pinned) serverCancel {
-	w, err := conn.wire()
-	if err != nil {
-		return nil
-	}
-	return w.CancelRequest
-}
 
 // lockExchange sends lock messages on one connection's wire, keeping the
 // reply to the last one and the transaction status after it.

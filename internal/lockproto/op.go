@@ -55,7 +55,7 @@ type Op struct {
 	// held are the items of a shape o holds, in the order taken
 	// (shapes.go); reserved is what it reserved in this process on a
 	// shared lock connection (sharedconn.go)
-	held     []lockItem
+	held     heldItems
 	reserved []localLock
 
 	fenceID string            // the fencing counter, when not the key's (fence.go)
@@ -153,12 +153,6 @@ func NewOpHeld(d Dialect, verb string, k keys.Key, cfg config.Config, h Holding)
 
 // Target is what o takes, as its dialect resolved it.
 func (o *Op) Target() Target { return o.target }
-
-// MySQLName is the resolved GET_LOCK name (MySQL only).
-func (o *Op) MySQLName() string { return o.target.mysql }
-
-// PostgresKey is the resolved advisory lock key (PostgreSQL only).
-func (o *Op) PostgresKey() keys.PostgresKey { return o.target.pg }
 
 // Emit sends an event to the observer, if any. A panic in the observer is
 // contained here, the one place every event goes through: it never reaches
@@ -358,7 +352,7 @@ func (o *Op) failed(ctx context.Context, err error) error {
 // must be rolled back. The lock is released by the transaction's end; call
 // EndXact then.
 func (o *Op) AcquireXact(ctx context.Context, q Querier) error {
-	return o.acquireXact(ctx, q, nil)
+	return pgMech.acquireXact(ctx, o, q, nil)
 }
 
 // AcquireXactOn is AcquireXact on a transaction q begun on the pinned
@@ -368,7 +362,7 @@ func (o *Op) AcquireXact(ctx context.Context, q Querier) error {
 func (o *Op) AcquireXactOn(ctx context.Context, conn *sql.Conn, q Querier) error {
 	o.cancel = pgCancelOf(conn)
 	defer func() { o.cancel = nil }()
-	return o.acquireXact(ctx, q, nil)
+	return pgMech.acquireXact(ctx, o, q, nil)
 }
 
 // errSnapshotTaken says that the lock's first statement ran in a
@@ -381,9 +375,9 @@ var errSnapshotTaken = errors.New("the transaction's snapshot was taken before t
 // the transaction's isolation into it, and a snapshot-once level returns
 // errSnapshotTaken (no event: the caller starts over), the lock, if taken,
 // released with the transaction the caller rolls back.
-func (o *Op) acquireXact(ctx context.Context, q Querier, iso *string) error {
+func (pgAdvisory) acquireXact(ctx context.Context, o *Op, q Querier, iso *string) error {
 	if !o.target.Simple() {
-		return o.acquireShapeXact(ctx, q, iso)
+		return pgMech.acquireShape(ctx, o, q, iso)
 	}
 	wait, bounded, err := o.attempt(ctx)
 	if err != nil {
@@ -438,10 +432,10 @@ func (o *Op) EndXact(ctx context.Context) {
 	}
 }
 
-// AcquireNamed runs GET_LOCK on the pinned connection q.
-func (o *Op) AcquireNamed(ctx context.Context, q Querier) error {
+// acquire runs GET_LOCK on the pinned connection q.
+func (mysqlNamed) acquire(ctx context.Context, o *Op, q Querier) error {
 	if !o.target.Simple() {
-		return o.acquireShapeNamed(ctx, q)
+		return mysqlMech.acquireShape(ctx, o, q)
 	}
 	wait, bounded, err := o.attempt(ctx)
 	if err != nil {
@@ -474,12 +468,12 @@ func (o *Op) AcquireNamed(ctx context.Context, q Querier) error {
 	return o.settle(ctx, ok, bounded, err)
 }
 
-// mysqlCanceller returns the KILL QUERY of the lock statement about to run
+// canceller returns the KILL QUERY of the lock statement about to run
 // on conn, a connection of db, for a wait that ctx can cut short (see
 // stmtCtx): it costs a round trip (the connection's id) before the wait,
 // and nothing otherwise; nil when there is nothing to cancel or the id
 // could not be read.
-func (o *Op) mysqlCanceller(ctx context.Context, db *sql.DB, conn *sql.Conn) serverCancel {
+func (mysqlNamed) canceller(ctx context.Context, o *Op, db *sql.DB, conn *sql.Conn) serverCancel {
 	if o.Cfg.Wait <= 0 || ctx.Done() == nil || db == nil || ctx.Err() != nil {
 		return nil
 	}

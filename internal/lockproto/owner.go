@@ -60,9 +60,9 @@ func pgOwnerSQL(owner string) string {
 	return "SET LOCAL application_name = '" + strings.ReplaceAll(owner, "'", "''") + "'"
 }
 
-// pgSetOwner names o's owner on the lock transaction q (nothing without
+// setOwner names o's owner on the lock transaction q (nothing without
 // WithOwner).
-func (o *Op) pgSetOwner(ctx context.Context, q Querier) error {
+func (pgAdvisory) setOwner(ctx context.Context, o *Op, q Querier) error {
 	if o.Cfg.Owner == "" {
 		return nil
 	}
@@ -106,18 +106,18 @@ const OwnersTableSuffix = "_owners"
 
 func mysqlOwnersTable(ledger string) string { return "`" + ledger + OwnersTableSuffix + "`" }
 
-// mysqlRecordOwner writes the owner rows of a lock that names its owner
+// recordOwner writes the owner rows of a lock that names its owner
 // (Holding.Owner: a Lead's term), or of a Session with config.OwnerRow,
 // on its lock connection conn, one per lock it holds (a set's keys, a
 // semaphore's slot), creating the table when it is missing; errors are
 // ignored (see above).
-func (o *Op) mysqlRecordOwner(ctx context.Context, conn *sql.Conn) {
+func (mysqlNamed) recordOwner(ctx context.Context, o *Op, conn *sql.Conn) {
 	if o.Cfg.Owner == "" || (!o.hold.Owner && !o.Cfg.OwnerRow) || validIdent(o.Cfg.LedgerTable+OwnersTableSuffix) != nil {
 		return
 	}
 	t := mysqlOwnersTable(o.Cfg.LedgerTable)
 	query, args := "REPLACE INTO "+t+" (lock_name, owner, conn_id, since) VALUES ", []any(nil)
-	for i, name := range o.heldNames() {
+	for i, name := range o.held.names(o.target) {
 		if i > 0 {
 			query += ", "
 		}
@@ -149,7 +149,7 @@ func (o *Op) mysqlRecordOwner(ctx context.Context, conn *sql.Conn) {
 	o.ownerRows = err == nil
 }
 
-// mysqlForgetOwner deletes the owner rows o wrote (mysqlRecordOwner), as
+// forgetOwner deletes the owner rows o wrote (mysqlNamed.recordOwner), as
 // its locks are released on q, their connection, so that a later holder of
 // the same lock on the same connection (a pooled or shared connection, an
 // id the server reuses) that writes no row is not shown with this owner.
@@ -158,12 +158,12 @@ func (o *Op) mysqlRecordOwner(ctx context.Context, conn *sql.Conn) {
 // round trips, spent only by the verbs that wrote a row). Errors are
 // ignored, as the write's are: the row names this connection, and the next
 // writer overwrites it.
-func (o *Op) mysqlForgetOwner(ctx context.Context, q Querier) {
+func (mysqlNamed) forgetOwner(ctx context.Context, o *Op, q Querier) {
 	if !o.ownerRows {
 		return
 	}
 	o.ownerRows = false
-	names := o.heldNames()
+	names := o.held.names(o.target)
 	query, args := "DELETE FROM "+mysqlOwnersTable(o.Cfg.LedgerTable)+" WHERE conn_id = CONNECTION_ID() AND lock_name IN (", make([]any, len(names))
 	for i, name := range names {
 		if i > 0 {
@@ -177,14 +177,14 @@ func (o *Op) mysqlForgetOwner(ctx context.Context, q Querier) {
 	}
 }
 
-// heldNames are the GET_LOCK names o holds: a shape's items taken (o.held),
-// else its one key's.
-func (o *Op) heldNames() []string {
-	if len(o.held) == 0 {
-		return []string{o.target.mysql}
+// names are the GET_LOCK names held of t: a shape's items taken (h), else
+// its one key's.
+func (h heldItems) names(t Target) []string {
+	if len(h) == 0 {
+		return []string{t.mysql}
 	}
-	names := make([]string, len(o.held))
-	for i, it := range o.held {
+	names := make([]string, len(h))
+	for i, it := range h {
 		names[i] = it.mysql
 	}
 	return names

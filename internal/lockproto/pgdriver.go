@@ -284,3 +284,17 @@ func (t *LockedTx) Conn() (*sql.Conn, LockConn, error) {
 	}
 	return nil, nil, errors.New("ormlock: the transaction's connection is not held by the protocol")
 }
+
+// pgCancelOf returns the CancelRequest of conn's pgx connection (see
+// stmtCtx), nil when conn is not pgx's. The caller keeps conn pinned while
+// it may call it.
+func pgCancelOf(conn *sql.Conn) serverCancel { return pinCancel(sqlPin{conn}) }
+
+// pinCancel is pgCancelOf for a pinned connection of either kind.
+func pinCancel(conn pinned) serverCancel {
+	w, err := conn.wire()
+	if err != nil {
+		return nil
+	}
+	return w.CancelRequest
+}

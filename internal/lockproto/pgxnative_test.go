@@ -218,7 +218,7 @@ func TestPgxNativeLockConnection(t *testing.T) {
 				o := pgxOp(t, pool, lazy, "Session", key)
 				err := o.Session(ctx, nil, func(fctx context.Context) error {
 					var pid int
-					k := uint64(o.PostgresKey().Int64)
+					k := uint64(o.Target().Postgres().Int64)
 					if err := pool.QueryRow(ctx, "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid = $1 AND objid = $2", int64(k>>32), int64(uint32(k))).Scan(&pid); err != nil {
 						return err
 					}

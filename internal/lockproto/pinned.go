@@ -12,17 +12,19 @@ import (
 // MySQL/MariaDB: the named lock (GET_LOCK) on a pinned connection, and a
 // Transaction's transaction on that same connection.
 
-func (o *Op) beginMySQL(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*LockedTx, error) {
-	conn, err := o.LockNamed(ctx, db)
+// beginLocked is BeginLocked on MySQL/MariaDB: GET_LOCK on a pinned
+// connection, then fn's transaction on it.
+func (mysqlNamed) beginLocked(ctx context.Context, o *Op, db *sql.DB, opts *sql.TxOptions) (*LockedTx, error) {
+	conn, err := mysqlMech.lockOn(ctx, o, o.sqlDB(db))
 	if err != nil {
 		return nil, err
 	}
-	if err := o.keepCompletionType(ctx, conn); err != nil {
-		_ = o.ReleaseNamed(ctx, conn)
+	if err := mysqlMech.keepCompletionType(ctx, o, conn); err != nil {
+		_ = mysqlMech.releaseOn(ctx, o, conn)
 		return nil, err
 	}
 	if err := o.IssueToken(ctx, conn); err != nil { // fencing: committed before BEGIN
-		_ = o.ReleaseNamed(ctx, conn)
+		_ = mysqlMech.releaseOn(ctx, o, conn)
 		return nil, err
 	}
 	txCtx, txCancel := txContext(ctx)
@@ -34,8 +36,8 @@ func (o *Op) beginMySQL(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*
 	if err != nil {
 		txCancel()
 		// a BEGIN cut short leaves the connection's state unknown:
-		// ReleaseNamed destroys it when the release is not confirmed
-		rerr := o.ReleaseNamed(ctx, conn)
+		// releaseOn destroys it when the release is not confirmed
+		rerr := mysqlMech.releaseOn(ctx, o, conn)
 		if cerr := ctxErr(ctx); cerr != nil && !errors.Is(err, cerr) {
 			err = errs.Join(cerr, err)
 		}
@@ -47,7 +49,7 @@ func (o *Op) beginMySQL(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*
 		}
 		return nil, errs.Wrap(err, "begin transaction")
 	}
-	o.mysqlTx = &LockedTx{Tx: tx, ctx: ctx, op: o, conn: conn, txCancel: txCancel}
+	o.mysqlTx = &LockedTx{Tx: tx, ctx: ctx, op: o, conn: conn, txCancel: txCancel, named: true}
 	return o.mysqlTx, nil
 }
 
@@ -59,30 +61,30 @@ func (o *Op) beginMySQL(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*
 // does not return 1 the connection is destroyed, so the server frees the lock
 // and no connection holding a lock goes back to the pool.
 func (o *Op) WithNamed(ctx context.Context, db *sql.DB, body func(conn *sql.Conn) error) error {
-	conn, err := o.LockNamed(ctx, db)
+	conn, err := mysqlMech.lockOn(ctx, o, db)
 	if err != nil {
 		return err
 	}
-	defer o.ReleaseNamed(ctx, conn)
+	defer mysqlMech.releaseOn(ctx, o, conn)
 	return body(conn)
 }
 
-// LockNamed is the first half of WithNamed, for callers whose body does not
+// lockOn is the first half of WithNamed, for callers whose body does not
 // fit in one function call (entlock hands the transaction to ent and releases
 // when ent commits or rolls back): it pins a connection from db and takes the
 // named lock on it. On success the caller owns conn and must call
-// ReleaseNamed exactly once, on every path; on failure the connection has
+// releaseOn exactly once, on every path; on failure the connection has
 // already been given back or destroyed.
-func (o *Op) LockNamed(ctx context.Context, db *sql.DB) (*sql.Conn, error) {
+func (mysqlNamed) lockOn(ctx context.Context, o *Op, db *sql.DB) (*sql.Conn, error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return nil, o.failed(ctx, errs.Wrap(err, "pin a connection"))
 	}
-	o.cancel = o.mysqlCanceller(ctx, db, conn) // a cancellation asks the server (stmtCtx)
-	err = o.AcquireNamed(ctx, conn)
+	o.cancel = mysqlMech.canceller(ctx, o, db, conn) // a cancellation asks the server (stmtCtx)
+	err = mysqlMech.acquire(ctx, o, conn)
 	o.cancel = nil
 	if err != nil {
-		o.dropUnlocked(conn, err)
+		dropUnlocked(conn, err)
 		return nil, err
 	}
 	return conn, nil
@@ -91,7 +93,7 @@ func (o *Op) LockNamed(ctx context.Context, db *sql.DB) (*sql.Conn, error) {
 // dropUnlocked gives back a connection on which no lock was taken: to the
 // pool after a clean "held elsewhere", destroyed after any error, since its
 // state (a GET_LOCK still running server-side, a broken link) is unknown.
-func (o *Op) dropUnlocked(conn *sql.Conn, err error) {
+func dropUnlocked(conn *sql.Conn, err error) {
 	if errors.Is(err, errs.ErrNotAcquired) && !isCtxErr(err) {
 		_ = conn.Close()
 		return
@@ -99,18 +101,18 @@ func (o *Op) dropUnlocked(conn *sql.Conn, err error) {
 	Destroy(conn)
 }
 
-// ReleaseNamed is the second half of WithNamed: it releases the named lock
-// taken by LockNamed with a context that ignores ctx's cancellation, then
+// releaseOn is the second half of WithNamed: it releases the named lock
+// taken by lockOn with a context that ignores ctx's cancellation, then
 // returns conn to the pool, or destroys it when the release failed or was not
 // confirmed (the error says why; the lock is freed with the connection).
-func (o *Op) ReleaseNamed(ctx context.Context, conn *sql.Conn) error {
+func (mysqlNamed) releaseOn(ctx context.Context, o *Op, conn *sql.Conn) error {
 	rctx, cancel := txReleaseCtx(ctx)
 	defer cancel()
 	if err := withinGrace(ctx, cancel, func() error {
-		if err := o.mysqlRelease(rctx, conn); err != nil {
+		if err := mysqlMech.release(rctx, o, conn); err != nil {
 			return err
 		}
-		return o.restoreCompletionType(rctx, conn)
+		return mysqlMech.restoreCompletionType(rctx, o, conn)
 	}); err != nil {
 		Destroy(conn)
 		o.Emit(ctx, config.EventReleaseFailed, err)
@@ -128,7 +130,7 @@ func (o *Op) ReleaseNamed(ctx context.Context, conn *sql.Conn) error {
 // second COMMIT of a committed transaction. GET_LOCK's statement read the
 // setting; only a session where it is not 0 pays this round trip, and
 // another after the release to set it back (restoreCompletionType).
-func (o *Op) keepCompletionType(ctx context.Context, conn *sql.Conn) error {
+func (mysqlNamed) keepCompletionType(ctx context.Context, o *Op, conn *sql.Conn) error {
 	if ct := o.my.completionType; ct == "" || ct == "NO_CHAIN" || ct == "0" {
 		return nil
 	}
@@ -141,7 +143,7 @@ func (o *Op) keepCompletionType(ctx context.Context, conn *sql.Conn) error {
 
 // restoreCompletionType sets completion_type back after the release, when
 // keepCompletionType changed it.
-func (o *Op) restoreCompletionType(ctx context.Context, conn *sql.Conn) error {
+func (mysqlNamed) restoreCompletionType(ctx context.Context, o *Op, conn *sql.Conn) error {
 	if !o.my.restoreCT {
 		return nil
 	}

@@ -95,7 +95,7 @@ var errNotOurStatement = errors.New("the prepared lock statement is not the libr
 // message that begins the transaction with begin, on the direct connection
 // x.pc whose record is ps; it prepares the statement in that message first
 // when it is not prepared yet, or not the library's.
-func (o *Op) lockPrepared(x *lockExchange, ps *pgConnState, begin string) error {
+func (pgAdvisory) lockPrepared(o *Op, x *lockExchange, ps *pgConnState, begin string) error {
 	// direct: the backend's pid is the one the connection announced
 	o.lockPID = x.pc.PID()
 	i := pgTryIndex(o.target.pg)

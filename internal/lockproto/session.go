@@ -3,7 +3,6 @@ package lockproto
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"sync"
 	"time"
 
@@ -81,7 +80,11 @@ type sessionHold struct {
 // The pinned connection counts against db's MaxOpenConns while fn runs.
 func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Context) error) (err error) {
 	if o.Cfg.SharedConns > 0 {
-		return o.sharedSession(ctx, sharedDB(o, db), fn) // sharedlock.go
+		db := sharedDB(o, db)
+		if err := o.CheckFence(db); err != nil {
+			return err
+		}
+		return sharedPoolOf(db).session(ctx, o, db, fn) // sharedlock.go
 	}
 	native := o.poolNative(db)
 	if o.Cfg.Fencing || !native {
@@ -94,16 +97,7 @@ func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Contex
 	if err != nil {
 		return err
 	}
-	var h *sessionHold
-	switch o.Dialect {
-	case Postgres:
-		h, err = o.holdPostgres(ctx, db, conn)
-	case MySQL:
-		h, err = o.holdMySQL(ctx, db, conn.sqlConn())
-	default:
-		conn.giveBack()
-		return fmt.Errorf("%w: dialect %d", errs.ErrUnsupportedDialect, o.Dialect)
-	}
+	h, err := o.target.mech.hold(ctx, o, db, conn)
 	if err != nil {
 		return err
 	}
@@ -117,13 +111,13 @@ func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Contex
 		lost error // the failed check, if any: written by the keepalive, read after wg.Wait
 		wg   sync.WaitGroup
 	)
-	wg.Go(func() { lost = o.keepalive(ctx, h, stop, cancel) })
+	wg.Go(func() { lost = h.keepalive(ctx, o, stop, cancel) })
 
 	defer func() {
 		close(stop)
 		wg.Wait()
 		cancel(context.Canceled)
-		if lostErr := o.endSession(ctx, conn, h, lost); lostErr != nil {
+		if lostErr := h.end(ctx, o, conn, lost); lostErr != nil {
 			lerr := errs.Mark(errs.ErrLockLost, lostErr, "%q", o.Key.String())
 			if err != nil {
 				err = errs.Join(lerr, err)
@@ -135,10 +129,10 @@ func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Contex
 	return fn(fctx)
 }
 
-// keepalive checks h every interval until stop is closed. A failed check
-// cancels fn's context (cancel) with cause errs.ErrLockLost, then tells
-// the observer, and is returned; nil once stopped.
-func (o *Op) keepalive(ctx context.Context, h *sessionHold, stop <-chan struct{}, cancel context.CancelCauseFunc) error {
+// keepalive checks h, o's lock, every interval until stop is closed. A
+// failed check cancels fn's context (cancel) with cause errs.ErrLockLost,
+// then tells the observer, and is returned; nil once stopped.
+func (h *sessionHold) keepalive(ctx context.Context, o *Op, stop <-chan struct{}, cancel context.CancelCauseFunc) error {
 	kctx := o.keepaliveContext(ctx) // the hook's, without the caller's span (event.go)
 	t := time.NewTicker(h.every)
 	defer t.Stop()
@@ -166,10 +160,10 @@ func (o *Op) keepalive(ctx context.Context, h *sessionHold, stop <-chan struct{}
 	}
 }
 
-// endSession releases h's lock once fn has returned and the keepalive has
+// end releases h, o's lock, once fn has returned and the keepalive has
 // stopped (lost: its failed check, if any), gives conn back or destroys it,
 // and returns what lost the lock: lost, or the failed release.
-func (o *Op) endSession(ctx context.Context, conn pinned, h *sessionHold, lost error) error {
+func (h *sessionHold) end(ctx context.Context, o *Op, conn pinned, lost error) error {
 	rerr := releaseWithin(ctx, h.release)
 	switch {
 	case rerr != nil:
@@ -190,11 +184,13 @@ func (o *Op) endSession(ctx context.Context, conn pinned, h *sessionHold, lost e
 	return lost
 }
 
-func (o *Op) holdPostgres(ctx context.Context, db *sql.DB, conn pinned) (*sessionHold, error) {
+// hold is Session's lock on PostgreSQL: a READ COMMITTED lock-only
+// transaction on conn, kept open while fn runs.
+func (pgAdvisory) hold(ctx context.Context, o *Op, db *sql.DB, conn pinned) (*sessionHold, error) {
 	// The lock transaction outlives ctx (database/sql rolls back a
 	// transaction whose context ends, which would drop the lock under a
 	// running fn), but BEGIN and the lock are bounded by ctx: see beginLockOnly.
-	lk, err := o.beginLockOnly(ctx, db, conn, forSession)
+	lk, err := pgMech.beginLockOnly(ctx, o, db, conn, forSession)
 	if err != nil {
 		return nil, err
 	}
@@ -214,7 +210,7 @@ func (o *Op) holdPostgres(ctx context.Context, db *sql.DB, conn pinned) (*sessio
 		}
 	}
 	octx, done := stmtCtx(ctx, false, pinCancel(conn))
-	err = o.pgSetOwner(octx, lk.tx)
+	err = pgMech.setOwner(octx, o, lk.tx)
 	done()
 	if err != nil {
 		err = o.failed(ctx, err)
@@ -232,28 +228,31 @@ func (o *Op) holdPostgres(ctx context.Context, db *sql.DB, conn pinned) (*sessio
 	}, nil
 }
 
-func (o *Op) holdMySQL(ctx context.Context, db *sql.DB, conn *sql.Conn) (*sessionHold, error) {
+// hold is Session's lock on MySQL/MariaDB: GET_LOCK on conn, its session
+// kept alive while fn runs.
+func (mysqlNamed) hold(ctx context.Context, o *Op, db *sql.DB, pin pinned) (*sessionHold, error) {
+	conn := pin.sqlConn()
 	prev, err := MySQLKeepSession(ctx, conn, 10*o.Cfg.Keepalive)
 	if err != nil {
 		Destroy(conn)
 		return nil, o.failed(ctx, err)
 	}
-	o.cancel = o.mysqlCanceller(ctx, db, conn) // a cancellation asks the server (stmtCtx)
-	err = o.AcquireNamed(ctx, conn)
+	o.cancel = mysqlMech.canceller(ctx, o, db, conn) // a cancellation asks the server (stmtCtx)
+	err = mysqlMech.acquire(ctx, o, conn)
 	o.cancel = nil
 	if err != nil {
 		if MySQLRestoreSession(ctx, conn, prev) != nil {
 			Destroy(conn)
 			return nil, err
 		}
-		o.dropUnlocked(conn, err)
+		dropUnlocked(conn, err)
 		return nil, err
 	}
-	o.mysqlRecordOwner(ctx, conn)
+	mysqlMech.recordOwner(ctx, o, conn)
 	return &sessionHold{
-		ping: func(ctx context.Context) error { return o.mysqlHeld(ctx, conn) },
+		ping: func(ctx context.Context) error { return mysqlMech.check(ctx, o, conn) },
 		release: func(ctx context.Context) error {
-			if err := o.mysqlRelease(ctx, conn); err != nil {
+			if err := mysqlMech.release(ctx, o, conn); err != nil {
 				return err
 			}
 			// a failure here destroys the connection, like a failed release

@@ -57,11 +57,11 @@ type slotProbe struct {
 
 // probeFor is the probe of the j-th slot tried in round round, nil but for
 // the last slot of the first round.
-func (o *Op) probeFor(round, j int) *slotProbe {
-	if round != 0 || j != len(o.target.items)-1 {
+func (t Target) probeFor(round, j int) *slotProbe {
+	if round != 0 || j != len(t.items)-1 {
 		return nil
 	}
-	return &slotProbe{it: o.target.above}
+	return &slotProbe{it: t.above}
 }
 
 // reportProbe tells the observer when probe saw slot n+1 held
@@ -79,31 +79,45 @@ func (o *Op) reportProbe(ctx context.Context, probe *slotProbe) {
 // (lockPhase): the keys not tried yet were never asked for.
 var errPhaseOver = errors.New("the wait ended before every key of the set was taken")
 
-// takeRound takes o's shape once: every item in order (All, Shared), or
-// the first free slot from a random one (Semaphore), with try, or for a
-// wait on one item with waitFor (nil: try only; non-nil exactly when the
-// phase has an end) for what is left of the phase. No item is tried once
-// the phase is over (lockPhase.over): a semaphore's round then ends
+// heldItems are the items of a shape an Op holds, in the order taken.
+type heldItems []lockItem
+
+// shapeSteps are how a take of a shape (heldItems.takeShape) tries an
+// item (try), waits for one (waitFor, nil: try only; non-nil exactly when
+// the lock phase has an end) for what is left of the phase, gives back
+// the items taken when a set is refused or cut short (undo, nil: nothing
+// to do, the transaction's end gives them back), and reports what a
+// semaphore's slot probe saw (report).
+type shapeSteps struct {
+	try     func(lockItem, *slotProbe) (bool, error)
+	waitFor func(lockItem, time.Duration) (bool, error)
+	undo    func([]lockItem) error
+	report  func(context.Context, *slotProbe)
+}
+
+// takeRound takes t once: every item in order (All, Shared), or the first
+// free slot from a random one (Semaphore), with s.try, or for a wait on
+// one item with s.waitFor for what is left of the phase. No item is tried
+// once the phase is over (lockPhase.over): a semaphore's round then ends
 // unacquired with a nil error, a set's with errPhaseOver (alone: a failed
-// undo replaces it). When an All is refused or cut short, undo (nil:
-// nothing to do, the transaction's end gives them back) releases the items
-// taken. o.held is what is held.
-func (o *Op) takeRound(ph lockPhase, round int, try func(lockItem, *slotProbe) (bool, error), waitFor func(lockItem, time.Duration) (bool, error), undo func([]lockItem) error) (bool, error) {
-	t := o.target
-	o.held = o.held[:0]
-	if t.kind == kindSemaphore {
+// undo replaces it). When an All is refused or cut short, s.undo releases
+// the items taken. h is what is held.
+func (h *heldItems) takeRound(t Target, ph lockPhase, round int, s shapeSteps) (bool, error) {
+	try, waitFor := s.try, s.waitFor
+	*h = (*h)[:0]
+	if t.anyOne() {
 		start := rand.IntN(len(t.items))
 		for j := range t.items {
 			if ph.over() {
 				return false, nil
 			}
 			it := t.items[(start+j)%len(t.items)]
-			probe := o.probeFor(round, j)
+			probe := t.probeFor(round, j)
 			ok, err := try(it, probe)
-			o.reportProbe(ph.ctx, probe)
+			s.report(ph.ctx, probe)
 			if err != nil || ok {
 				if ok {
-					o.held = append(o.held, it)
+					*h = append(*h, it)
 				}
 				return ok, err
 			}
@@ -122,10 +136,10 @@ func (o *Op) takeRound(ph lockPhase, round int, try func(lockItem, *slotProbe) (
 			ok, err = try(it, nil)
 		}
 		if err == nil && ok {
-			o.held = append(o.held, it)
+			*h = append(*h, it)
 			continue
 		}
-		return false, o.giveBack(err, undo)
+		return false, h.giveBack(err, s.undo)
 	}
 	return true, nil
 }
@@ -134,26 +148,26 @@ func (o *Op) takeRound(ph lockPhase, round int, try func(lockItem, *slotProbe) (
 // it ended with err (nil: refused; errPhaseOver: cut short). A failed
 // undo is not a clean refusal: its error, which the caller answers by
 // destroying the connection, replaces errPhaseOver.
-func (o *Op) giveBack(err error, undo func([]lockItem) error) error {
-	if undo != nil && len(o.held) > 0 {
-		if uerr := undo(o.held); uerr != nil {
+func (h *heldItems) giveBack(err error, undo func([]lockItem) error) error {
+	if undo != nil && len(*h) > 0 {
+		if uerr := undo(*h); uerr != nil {
 			if errors.Is(err, errPhaseOver) {
 				err = nil
 			}
 			err = errs.Join(err, uerr)
 		}
 	}
-	o.held = o.held[:0]
+	*h = (*h)[:0]
 	return err
 }
 
 // takeShape is takeRound, repeated for a semaphore's wait with the
 // backoff above while the phase lasts.
-func (o *Op) takeShape(ph lockPhase, try func(lockItem, *slotProbe) (bool, error), waitFor func(lockItem, time.Duration) (bool, error), undo func([]lockItem) error) (bool, error) {
+func (h *heldItems) takeShape(t Target, ph lockPhase, s shapeSteps) (bool, error) {
 	pause := semRetryMin
 	for round := 0; ; round++ {
-		ok, err := o.takeRound(ph, round, try, waitFor, undo)
-		if err != nil || ok || o.target.kind != kindSemaphore || ph.end.IsZero() {
+		ok, err := h.takeRound(t, ph, round, s)
+		if err != nil || ok || !t.anyOne() || ph.end.IsZero() {
 			return ok, err
 		}
 		left := time.Until(ph.end)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ormlock/ormlock/internal/errs"
+	"github.com/ormlock/ormlock/internal/keys"
 )
 
 // pgLockCall is the lock function and arguments of item it: xact or
@@ -28,10 +29,17 @@ func pgLockCall(it lockItem, xact, try bool) (string, []any) {
 	if it.shared {
 		fn += "_shared"
 	}
-	if it.pg.IsPair {
-		return fn + "($1::int4, $2::int4)", []any{it.pg.ClassID, it.pg.ObjID}
+	params, args := pgKeyParams(it.pg)
+	return fn + params, args
+}
+
+// pgKeyParams are the parameters of an advisory lock function's call on
+// k, and their arguments: ($1::int8) or, for a pair, ($1::int4, $2::int4).
+func pgKeyParams(k keys.PostgresKey) (string, []any) {
+	if k.IsPair {
+		return "($1::int4, $2::int4)", []any{k.ClassID, k.ObjID}
 	}
-	return fn + "($1::int8)", []any{it.pg.Int64}
+	return "($1::int8)", []any{k.Int64}
 }
 
 // pgTryItem tries item it's lock on q (transaction or session level); the
@@ -98,12 +106,8 @@ func pgUnlockItem(ctx context.Context, q Querier, it lockItem) error {
 	if it.shared {
 		call += "_shared"
 	}
-	var args []any
-	if it.pg.IsPair {
-		call, args = call+"($1::int4, $2::int4)", []any{it.pg.ClassID, it.pg.ObjID}
-	} else {
-		call, args = call+"($1::int8)", []any{it.pg.Int64}
-	}
+	params, args := pgKeyParams(it.pg)
+	call += params
 	var ok bool
 	if err := q.QueryRowContext(ctx, "SELECT "+call, args...).Scan(&ok); err != nil {
 		return errs.Wrap(err, "pg_advisory_unlock")
@@ -114,11 +118,11 @@ func pgUnlockItem(ctx context.Context, q Querier, it lockItem) error {
 	return nil
 }
 
-// acquireShapeXact is acquireXact for a shape: its transaction-level
-// locks on the open transaction q (iso as there: the isolation is read by
-// a statement of its own first). Locks taken before a refusal are given
-// back by the transaction's end, which the caller's failure path runs.
-func (o *Op) acquireShapeXact(ctx context.Context, q Querier, iso *string) error {
+// acquireShape is acquireXact for a shape: its transaction-level locks on
+// the open transaction q (iso as there: the isolation is read by a
+// statement of its own first). Locks taken before a refusal are given back
+// by the transaction's end, which the caller's failure path runs.
+func (pgAdvisory) acquireShape(ctx context.Context, o *Op, q Querier, iso *string) error {
 	wait, bounded, err := o.attempt(ctx)
 	if err != nil {
 		return err
@@ -147,7 +151,7 @@ func (o *Op) acquireShapeXact(ctx context.Context, q Querier, iso *string) error
 			return pgWaitItemXact(sctx, q, it, left, col, dest...)
 		}
 	}
-	ok, err := o.takeShape(o.phase(ctx, wait), try, waitFor, nil)
+	ok, err := o.held.takeShape(o.target, o.phase(ctx, wait), shapeSteps{try: try, waitFor: waitFor, report: o.reportProbe})
 	if errors.Is(err, errSnapshotTaken) {
 		return err
 	}
@@ -157,14 +161,14 @@ func (o *Op) acquireShapeXact(ctx context.Context, q Querier, iso *string) error
 	return o.settleShape(ctx, ok, bounded, err)
 }
 
-// acquireShapeNamed is AcquireNamed for a shape (All, Semaphore): GET_LOCK
+// acquireShape is acquire for a shape (All, Semaphore): GET_LOCK
 // of each name on the pinned connection q, the first of which also reads
 // the session's settings. A refused All releases the names it took before
 // returning. The lock phase (lockPhase) bounds the whole call: no GET_LOCK
 // is sent once it is over, and the one under way then, and the releases of
 // the names taken, are cut endGrace after it ended (the caller then
 // destroys the connection, which frees its locks).
-func (o *Op) acquireShapeNamed(ctx context.Context, q Querier) error {
+func (mysqlNamed) acquireShape(ctx context.Context, o *Op, q Querier) error {
 	wait, bounded, err := o.attempt(ctx)
 	if err != nil {
 		return err
@@ -181,7 +185,7 @@ func (o *Op) acquireShapeNamed(ctx context.Context, q Querier) error {
 		return v
 	}
 	try := func(it lockItem, probe *slotProbe) (bool, error) {
-		// as AcquireNamed's try-once: let finish, within the phase's grace
+		// as acquire's try-once: let finish, within the phase's grace
 		return mysqlGetLockProbe(pctx, q, it.mysql, 0, first(), probe)
 	}
 	var waitFor func(lockItem, time.Duration) (bool, error)
@@ -199,7 +203,7 @@ func (o *Op) acquireShapeNamed(ctx context.Context, q Querier) error {
 		defer cancel()
 		return mysqlReleaseItems(rctx, q, held)
 	}
-	ok, err := o.takeShape(ph, try, waitFor, undo)
+	ok, err := o.held.takeShape(o.target, ph, shapeSteps{try: try, waitFor: waitFor, undo: undo, report: o.reportProbe})
 	if err == nil && ok && ctx.Err() != nil {
 		err = undo(o.held) // the locks came as the caller gave up
 		ok, o.held = false, o.held[:0]
@@ -216,19 +220,19 @@ func mysqlReleaseItems(ctx context.Context, q Querier, items []lockItem) error {
 	return err
 }
 
-// mysqlRelease releases what o holds on the pinned connection q: its one
-// name, or the names of its shape.
-func (o *Op) mysqlRelease(ctx context.Context, q Querier) error {
-	o.mysqlForgetOwner(ctx, q)
+// release releases what o holds on the pinned connection q: its one name,
+// or the names of its shape.
+func (mysqlNamed) release(ctx context.Context, o *Op, q Querier) error {
+	mysqlMech.forgetOwner(ctx, o, q)
 	if o.target.Simple() {
 		return MySQLReleaseLock(ctx, q, o.target.mysql)
 	}
 	return mysqlReleaseItems(ctx, q, o.held)
 }
 
-// mysqlHeld is the keepalive of o's lock connection q: every name o holds
-// is still held by this very connection (one statement).
-func (o *Op) mysqlHeld(ctx context.Context, q Querier) error {
+// check is the keepalive of o's lock connection q: every name o holds is
+// still held by this very connection (one statement).
+func (mysqlNamed) check(ctx context.Context, o *Op, q Querier) error {
 	if o.target.Simple() {
 		return MySQLHeld(ctx, q, o.target.mysql)
 	}
@@ -255,16 +259,14 @@ func lockDeadlock(err error) bool {
 	return SQLState(err) == "40P01" || isMySQLErrno(err, 3058, 1213)
 }
 
-// localLocks are the keys this process reserves for o on its shared lock
+// localLocks are the keys this process reserves for t on its shared lock
 // connections (sharedconn.go): its one key, or the items of its shape in
 // order (a semaphore's slots each on their own).
-func (o *Op) localLocks() []localLock {
-	if o.target.Simple() {
-		return []localLock{{key: o.lockKey()}}
-	}
-	out := make([]localLock, len(o.target.items))
-	for i, it := range o.target.items {
-		out[i] = it.local(o.Dialect)
+func (t Target) localLocks() []localLock {
+	items := t.each()
+	out := make([]localLock, len(items))
+	for i, it := range items {
+		out[i] = t.mech.local(it)
 	}
 	return out
 }
@@ -276,23 +278,13 @@ type localLock struct {
 	shared bool
 }
 
-// local is the one identity of it's server lock in the reservation table
-// (MySQLLockIdentity on MySQL/MariaDB), whichever path names the lock: a
-// plain key (Op.lockKey), an item of All, a semaphore slot.
-func (it lockItem) local(d Dialect) localLock {
-	if d == Postgres {
-		return localLock{key: it.pg, shared: it.shared}
-	}
-	return localLock{key: MySQLLockIdentity(it.mysql)}
-}
-
-// reservations are what each try of o on a shared lock connection
+// reservations are what each try of t on a shared lock connection
 // reserves in this process, in the order tried: every key at once (one
 // key, All, Shared), or each slot of a semaphore on its own, from a random
 // one.
-func (o *Op) reservations() [][]localLock {
-	locks := o.localLocks()
-	if o.target.kind != kindSemaphore {
+func (t Target) reservations() [][]localLock {
+	locks := t.localLocks()
+	if !t.anyOne() {
 		return [][]localLock{locks}
 	}
 	start := rand.IntN(len(locks))
@@ -303,36 +295,34 @@ func (o *Op) reservations() [][]localLock {
 	return out
 }
 
-// sharedTryItems tries items' session-level locks on c in order while the
-// phase lasts; when one is refused, or the phase ends first, those taken
-// are given back.
-func (o *Op) sharedTryItems(ctx context.Context, c *sharedConn, items []lockItem, ph lockPhase, probe *slotProbe) (bool, error) {
-	o.held = o.held[:0]
+// sharedTry tries items' session-level locks (m's) on c in order while
+// the phase lasts; when one is refused, or the phase ends first, those
+// taken are given back.
+func (h *heldItems) sharedTry(ctx context.Context, m Mechanism, c *sharedConn, items []lockItem, ph lockPhase, probe *slotProbe) (bool, error) {
+	*h = (*h)[:0]
 	for _, it := range items {
 		var got bool
 		var err error
 		switch {
 		case ph.over():
 			err = errPhaseOver // nothing more is sent
-		case o.Dialect == Postgres:
-			got, err = pgTryItem(ctx, c.conn, it, false, probe, "")
 		default:
-			got, err = mysqlGetLockProbe(ctx, c.conn, it.mysql, 0, nil, probe)
+			got, err = m.tryItem(ctx, c.conn, it, probe)
 		}
 		if err != nil || !got {
-			return false, o.giveBack(err, func([]lockItem) error { return o.sharedUndo(ctx, c) })
+			return false, h.giveBack(err, func([]lockItem) error { return h.sharedUndo(ctx, m, c) })
 		}
-		o.held = append(o.held, it)
+		*h = append(*h, it)
 	}
 	return true, nil
 }
 
-// itemsOf are the lock items of o whose local names are res.
-func (o *Op) itemsOf(res []localLock) []lockItem {
+// itemsOf are the lock items of t whose local names are res.
+func (t Target) itemsOf(res []localLock) []lockItem {
 	var out []lockItem
-	for _, it := range o.target.items {
+	for _, it := range t.items {
 		for _, l := range res {
-			if it.local(o.Dialect) == l {
+			if t.mech.local(it) == l {
 				out = append(out, it)
 				break
 			}
@@ -341,16 +331,12 @@ func (o *Op) itemsOf(res []localLock) []lockItem {
 	return out
 }
 
-// sharedUndo releases the session-level locks o took on c so far.
-func (o *Op) sharedUndo(ctx context.Context, c *sharedConn) error {
+// sharedUndo releases the session-level locks (m's) taken on c so far.
+func (h *heldItems) sharedUndo(ctx context.Context, m Mechanism, c *sharedConn) error {
 	var err error
-	for i := len(o.held) - 1; i >= 0; i-- {
-		if o.Dialect == Postgres {
-			err = errs.Join(err, pgUnlockItem(ctx, c.conn, o.held[i]))
-		} else {
-			err = errs.Join(err, MySQLReleaseLock(ctx, c.conn, o.held[i].mysql))
-		}
+	for i := len(*h) - 1; i >= 0; i-- {
+		err = errs.Join(err, m.unlockItem(ctx, c.conn, (*h)[i]))
 	}
-	o.held = o.held[:0]
+	*h = (*h)[:0]
 	return err
 }

@@ -270,31 +270,41 @@ func (o *Op) openShared(ctx context.Context, db *sql.DB) (*sharedConn, error) {
 		conn: conn, sem: make(chan struct{}, 1), stop: make(chan struct{}), wake: make(chan struct{}, 1),
 		every: o.Cfg.Keepalive, interval: o.Cfg.Keepalive, held: map[*sharedHold]time.Time{}, alive: time.Now(),
 	}
-	if o.Dialect == Postgres {
-		c.pid, err = pgDirect(ctx, conn)
-		if err == nil && o.Cfg.Owner != "" {
-			// the connection's name is its opener's owner; RESET gives
-			// back the one it started with before it goes back to the pool
-			_, err = conn.ExecContext(ctx, strings.Replace(pgOwnerSQL(o.Cfg.Owner), "SET LOCAL ", "SET ", 1))
-			c.named = err == nil
-		}
-	} else {
-		c.prev, err = MySQLKeepSession(ctx, conn, 10*o.Cfg.Keepalive)
-		// wait_timeout is now at least 10 intervals and a minute: an
-		// interval up to a tenth of that keeps the session alive
-		c.most = max(o.Cfg.Keepalive, 6*time.Second)
-		if err == nil {
-			// a fencing token's INSERT is committed explicitly only where
-			// the session does not autocommit (fence.go)
-			err = conn.QueryRowContext(ctx, "SELECT @@autocommit").Scan(&c.vars.autocommit)
-			err = errs.Wrap(err, "read @@autocommit of a shared lock connection")
-		}
-	}
-	if err != nil {
+	if err := o.target.mech.openShared(ctx, o, c); err != nil {
 		Destroy(conn)
 		return nil, err
 	}
 	return c, nil
+}
+
+// openShared on PostgreSQL: only a direct connection (see above), named
+// after its opener's owner.
+func (pgAdvisory) openShared(ctx context.Context, o *Op, c *sharedConn) error {
+	var err error
+	c.pid, err = pgDirect(ctx, c.conn)
+	if err == nil && o.Cfg.Owner != "" {
+		// the connection's name is its opener's owner; RESET gives
+		// back the one it started with before it goes back to the pool
+		_, err = c.conn.ExecContext(ctx, strings.Replace(pgOwnerSQL(o.Cfg.Owner), "SET LOCAL ", "SET ", 1))
+		c.named = err == nil
+	}
+	return err
+}
+
+// openShared on MySQL/MariaDB: the connection's wait_timeout raised.
+func (mysqlNamed) openShared(ctx context.Context, o *Op, c *sharedConn) error {
+	var err error
+	c.prev, err = MySQLKeepSession(ctx, c.conn, 10*o.Cfg.Keepalive)
+	// wait_timeout is now at least 10 intervals and a minute: an
+	// interval up to a tenth of that keeps the session alive
+	c.most = max(o.Cfg.Keepalive, 6*time.Second)
+	if err == nil {
+		// a fencing token's INSERT is committed explicitly only where
+		// the session does not autocommit (fence.go)
+		err = c.conn.QueryRowContext(ctx, "SELECT @@autocommit").Scan(&c.vars.autocommit)
+		err = errs.Wrap(err, "read @@autocommit of a shared lock connection")
+	}
+	return err
 }
 
 // pgDirect returns conn's backend pid when conn reaches its PostgreSQL

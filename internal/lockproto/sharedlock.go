@@ -14,24 +14,21 @@ import (
 // Session on a shared lock connection: the try-lock with backoff, the
 // release and the fencing token (the connections themselves: sharedconn.go).
 
-// lockKey is the identity of o's one exclusive key in the process's set,
-// the same as a shape's item of that lock has (lockItem.local).
-func (o *Op) lockKey() any {
-	return lockItem{pg: o.target.pg, mysql: o.target.mysql}.local(o.Dialect).key
+// lockKey is the identity of t's one exclusive key in the process's set,
+// the same as a shape's item of that lock has (Mechanism.local).
+func (t Target) lockKey() any {
+	return t.mech.local(t.each()[0]).key
 }
 
-// sharedSession is Session on a shared lock connection (see above).
-func (o *Op) sharedSession(ctx context.Context, db *sql.DB, fn func(ctx context.Context) error) (err error) {
-	if err := o.CheckFence(db); err != nil {
-		return err
-	}
-	p := sharedPoolOf(db)
-	c, err := o.sharedAcquire(ctx, db, p)
+// session is o's Session on one of p's shared lock connections (see
+// above), p the pool of db, whose fencing counter was checked.
+func (p *sharedPool) session(ctx context.Context, o *Op, db *sql.DB, fn func(ctx context.Context) error) (err error) {
+	c, err := p.acquire(ctx, o, db)
 	if err != nil {
 		return err
 	}
 	h := &sharedHold{op: o, ctx: ctx, every: o.Cfg.Keepalive}
-	if err := o.sharedToken(ctx, db, p, c); err != nil {
+	if err := p.token(ctx, o, db, c); err != nil {
 		return err
 	}
 	fctx, cancel := context.WithCancelCause(o.tokenContext(ctx))
@@ -50,7 +47,7 @@ func (o *Op) sharedSession(ctx context.Context, db *sql.DB, fn func(ctx context.
 		lostErr := h.lost
 		p.mu.Unlock()
 		if lostErr == nil {
-			if rerr := releaseWithin(ctx, func(rctx context.Context) error { return o.sharedUnlock(rctx, c) }); rerr != nil {
+			if rerr := releaseWithin(ctx, func(rctx context.Context) error { return c.unlock(rctx, o) }); rerr != nil {
 				o.Emit(ctx, config.EventReleaseFailed, rerr)
 				p.kill(c, rerr, h)
 				lostErr = rerr
@@ -67,11 +64,11 @@ func (o *Op) sharedSession(ctx context.Context, db *sql.DB, fn func(ctx context.
 	return fn(fctx)
 }
 
-// sharedAcquire takes o's lock on one of p's connections, trying again with
+// acquire takes o's lock on one of p's connections, trying again with
 // a backoff while it is held elsewhere, for as long as the configured wait
 // (cut by ctx) allows: no lock statement is sent once that lock phase is
 // over (lockPhase). On success the caller owns a use of c (p.leave).
-func (o *Op) sharedAcquire(ctx context.Context, db *sql.DB, p *sharedPool) (*sharedConn, error) {
+func (p *sharedPool) acquire(ctx context.Context, o *Op, db *sql.DB) (*sharedConn, error) {
 	wait, bounded, err := o.attempt(ctx)
 	if err != nil {
 		return nil, err
@@ -80,7 +77,7 @@ func (o *Op) sharedAcquire(ctx context.Context, db *sql.DB, p *sharedPool) (*sha
 	deadline := o.start.Add(wait)
 	pause := sharedRetryMin
 	for round := 0; ; round++ {
-		c, ok, err := o.sharedTry(ctx, db, p, ph, round)
+		c, ok, err := p.try(ctx, o, db, ph, round)
 		if err != nil || ok || ctxErr(ctx) != nil {
 			// a refusal once ctx ended (or a try cut short by it) wraps its error
 			return c, o.settleShape(ctx, ok, bounded, err)
@@ -96,12 +93,12 @@ func (o *Op) sharedAcquire(ctx context.Context, db *sql.DB, p *sharedPool) (*sha
 	}
 }
 
-// sharedTry tries o's lock once (the round-th time): busy in this
+// try tries o's lock once (the round-th time): busy in this
 // process, or on the server. A semaphore tries its slots one by one, from
 // a random one, while the phase lasts; the last of the first round also
 // probes slot n+1 (slotProbe).
-func (o *Op) sharedTry(ctx context.Context, db *sql.DB, p *sharedPool, ph lockPhase, round int) (*sharedConn, bool, error) {
-	for j, res := range o.reservations() {
+func (p *sharedPool) try(ctx context.Context, o *Op, db *sql.DB, ph lockPhase, round int) (*sharedConn, bool, error) {
+	for j, res := range o.target.reservations() {
 		if ph.over() {
 			break
 		}
@@ -109,10 +106,10 @@ func (o *Op) sharedTry(ctx context.Context, db *sql.DB, p *sharedPool, ph lockPh
 			continue // held in this process
 		}
 		var probe *slotProbe
-		if o.target.kind == kindSemaphore {
-			probe = o.probeFor(round, j)
+		if o.target.anyOne() {
+			probe = o.target.probeFor(round, j)
 		}
-		c, ok, err := o.sharedTryOn(ctx, db, p, res, ph, probe)
+		c, ok, err := p.tryOn(ctx, o, db, res, ph, probe)
 		o.reportProbe(ctx, probe)
 		if err != nil || ok {
 			return c, ok, err
@@ -121,9 +118,9 @@ func (o *Op) sharedTry(ctx context.Context, db *sql.DB, p *sharedPool, ph lockPh
 	return nil, false, nil
 }
 
-// sharedTryOn takes the locks res, reserved in this process, on one of
+// tryOn takes o's locks res, reserved in this process, on one of
 // p's connections; on failure the reservation is given back.
-func (o *Op) sharedTryOn(ctx context.Context, db *sql.DB, p *sharedPool, res []localLock, ph lockPhase, probe *slotProbe) (*sharedConn, bool, error) {
+func (p *sharedPool) tryOn(ctx context.Context, o *Op, db *sql.DB, res []localLock, ph lockPhase, probe *slotProbe) (*sharedConn, bool, error) {
 	c, err := p.pick(ctx, db, o)
 	if err != nil {
 		p.unreserve(res)
@@ -142,7 +139,7 @@ func (o *Op) sharedTryOn(ctx context.Context, db *sql.DB, p *sharedPool, res []l
 	err = c.run(ctx, sctx, func(sctx context.Context) error {
 		return withinGrace(ctx, cancel, func() error {
 			var err error
-			ok, err = o.sharedLockOn(sctx, c, res, ph, probe)
+			ok, err = c.lock(sctx, o, res, ph, probe)
 			return err
 		})
 	})
@@ -157,22 +154,24 @@ func (o *Op) sharedTryOn(ctx context.Context, db *sql.DB, p *sharedPool, res []l
 	return c, true, nil
 }
 
-// sharedLockOn sends the try-locks of res on c, while the phase lasts: o's
+// lock sends o's try-locks of res on c, while the phase lasts: o's
 // one key, or the items of its shape in order, given back when one is
 // refused or the phase ends first.
-func (o *Op) sharedLockOn(ctx context.Context, c *sharedConn, res []localLock, ph lockPhase, probe *slotProbe) (bool, error) {
+func (c *sharedConn) lock(ctx context.Context, o *Op, res []localLock, ph lockPhase, probe *slotProbe) (bool, error) {
 	if !o.target.Simple() {
-		return o.sharedTryItems(ctx, c, o.itemsOf(res), ph, probe)
+		return o.held.sharedTry(ctx, o.target.mech, c, o.target.itemsOf(res), ph, probe)
 	}
 	if ph.over() {
 		return false, nil
 	}
-	if o.Dialect == Postgres {
-		return pgTrySession(ctx, c.conn, o)
-	}
-	ok, err := MySQLGetLock(ctx, c.conn, o.target.mysql, 0)
+	return o.target.mech.tryKey(ctx, o, c.conn)
+}
+
+// tryKey on MySQL/MariaDB: GET_LOCK without a wait, and the owner row.
+func (mysqlNamed) tryKey(ctx context.Context, o *Op, q *sql.Conn) (bool, error) {
+	ok, err := MySQLGetLock(ctx, q, o.target.mysql, 0)
 	if ok && err == nil {
-		o.mysqlRecordOwner(ctx, c.conn)
+		mysqlMech.recordOwner(ctx, o, q)
 	}
 	return ok, err
 }
@@ -186,67 +185,73 @@ func sharedTryTimeout(keepalive time.Duration) time.Duration {
 	return max(2*keepalive, 2*time.Second)
 }
 
-func pgTrySession(ctx context.Context, q Querier, o *Op) (bool, error) {
+// tryKey on PostgreSQL: pg_try_advisory_lock.
+func (pgAdvisory) tryKey(ctx context.Context, o *Op, q *sql.Conn) (bool, error) {
 	var ok bool
-	var err error
-	if o.target.pg.IsPair {
-		err = q.QueryRowContext(ctx, "SELECT pg_try_advisory_lock($1::int4, $2::int4)", o.target.pg.ClassID, o.target.pg.ObjID).Scan(&ok)
-	} else {
-		err = q.QueryRowContext(ctx, "SELECT pg_try_advisory_lock($1::int8)", o.target.pg.Int64).Scan(&ok)
-	}
+	params, args := pgKeyParams(o.target.pg)
+	err := q.QueryRowContext(ctx, "SELECT pg_try_advisory_lock"+params, args...).Scan(&ok)
 	return ok, errs.Wrap(err, "pg_try_advisory_lock")
 }
 
-// sharedUnlock releases o's session-level lock on c, waiting for its turn
+// unlock releases o's session-level lock on c, waiting for its turn
 // as long as ctx (a release context) allows.
-func (o *Op) sharedUnlock(ctx context.Context, c *sharedConn) error {
+func (c *sharedConn) unlock(ctx context.Context, o *Op) error {
 	return c.run(ctx, ctx, func(ctx context.Context) error {
-		o.mysqlForgetOwner(ctx, c.conn)
 		if !o.target.Simple() {
-			return o.sharedUndo(ctx, c)
+			return o.held.sharedUndo(ctx, o.target.mech, c)
 		}
-		if o.Dialect == MySQL {
-			return MySQLReleaseLock(ctx, c.conn, o.target.mysql)
-		}
-		var ok bool
-		var err error
-		if o.target.pg.IsPair {
-			err = c.conn.QueryRowContext(ctx, "SELECT pg_advisory_unlock($1::int4, $2::int4)", o.target.pg.ClassID, o.target.pg.ObjID).Scan(&ok)
-		} else {
-			err = c.conn.QueryRowContext(ctx, "SELECT pg_advisory_unlock($1::int8)", o.target.pg.Int64).Scan(&ok)
-		}
-		if err != nil {
-			return errs.Wrap(err, "pg_advisory_unlock")
-		}
-		if !ok {
-			return fmt.Errorf("%w: pg_advisory_unlock returned false", ErrNotHeld)
-		}
-		return nil
+		return o.target.mech.unlockKey(ctx, o, c.conn)
 	})
 }
 
-// sharedToken issues the fencing token of a lock held on c (a no-op
+// unlockKey on MySQL/MariaDB: RELEASE_LOCK, after the owner row tryKey
+// wrote, if any (a shape's items on a shared connection write none).
+func (mysqlNamed) unlockKey(ctx context.Context, o *Op, q Querier) error {
+	mysqlMech.forgetOwner(ctx, o, q)
+	return MySQLReleaseLock(ctx, q, o.target.mysql)
+}
+
+// unlockKey on PostgreSQL: pg_advisory_unlock.
+func (pgAdvisory) unlockKey(ctx context.Context, o *Op, q Querier) error {
+	var ok bool
+	params, args := pgKeyParams(o.target.pg)
+	if err := q.QueryRowContext(ctx, "SELECT pg_advisory_unlock"+params, args...).Scan(&ok); err != nil {
+		return errs.Wrap(err, "pg_advisory_unlock")
+	}
+	if !ok {
+		return fmt.Errorf("%w: pg_advisory_unlock returned false", ErrNotHeld)
+	}
+	return nil
+}
+
+// token issues o's fencing token of a lock held on c (a no-op
 // without WithFencing): on the pool on PostgreSQL, on c itself on
 // MySQL/MariaDB (as Session does). On failure the lock is released.
-func (o *Op) sharedToken(ctx context.Context, db *sql.DB, p *sharedPool, c *sharedConn) error {
+func (p *sharedPool) token(ctx context.Context, o *Op, db *sql.DB, c *sharedConn) error {
 	if !o.Cfg.Fencing {
 		return nil
 	}
-	var err error
-	if o.Dialect == Postgres {
-		o.lockPID = c.pid // the issuing statement checks this backend still holds the lock
-		err = o.IssueToken(ctx, db)
-	} else {
-		o.my = c.vars // COMMIT after the token's INSERT only where autocommit is off
-		err = c.run(ctx, ctx, func(ctx context.Context) error { return o.IssueToken(ctx, c.conn) })
-	}
+	err := o.target.mech.sharedToken(ctx, o, db, c)
 	if err == nil {
 		return nil
 	}
-	if rerr := releaseWithin(ctx, func(rctx context.Context) error { return o.sharedUnlock(rctx, c) }); rerr != nil {
+	if rerr := releaseWithin(ctx, func(rctx context.Context) error { return c.unlock(rctx, o) }); rerr != nil {
 		p.kill(c, rerr, nil)
 		err = errs.Join(err, rerr)
 	}
 	p.leave(c, o)
 	return err
+}
+
+// sharedToken on PostgreSQL: issued on the pool, checking that c's
+// backend still holds the lock.
+func (pgAdvisory) sharedToken(ctx context.Context, o *Op, db *sql.DB, c *sharedConn) error {
+	o.lockPID = c.pid // the issuing statement checks this backend still holds the lock
+	return o.IssueToken(ctx, db)
+}
+
+// sharedToken on MySQL/MariaDB: issued on c itself, in its turn.
+func (mysqlNamed) sharedToken(ctx context.Context, o *Op, db *sql.DB, c *sharedConn) error {
+	o.my = c.vars // COMMIT after the token's INSERT only where autocommit is off
+	return c.run(ctx, ctx, func(ctx context.Context) error { return o.IssueToken(ctx, c.conn) })
 }

@@ -15,7 +15,7 @@ import (
 
 // beginSplit is the PostgreSQL protocol for REPEATABLE READ and
 // SERIALIZABLE (see BeginLocked).
-func (o *Op) beginSplit(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*LockedTx, error) {
+func (pgAdvisory) beginSplit(ctx context.Context, o *Op, db *sql.DB, opts *sql.TxOptions) (*LockedTx, error) {
 	if db.Stats().MaxOpenConnections == 1 {
 		return nil, fmt.Errorf("%w: %s on %q at isolation %s needs two connections (the lock is held on one, in a READ COMMITTED transaction, so that the transaction on the other takes its snapshot after the lock is granted), and the pool's MaxOpenConns is 1",
 			errs.ErrInvalidArgument, o.Verb, o.Key.String(), opts.Isolation)
@@ -24,7 +24,7 @@ func (o *Op) beginSplit(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	lk, err := o.beginLockOnly(ctx, db, sqlPin{conn}, forSplit)
+	lk, err := pgMech.beginLockOnly(ctx, o, db, sqlPin{conn}, forSplit)
 	if err != nil {
 		return nil, err
 	}
@@ -37,11 +37,11 @@ func (o *Op) beginSplit(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*
 	// fn's, takes the snapshot, after the lock was granted.
 	txCtx, txCancel := txContext(ctx)
 	stop := bound(ctx, txCancel)
-	tx, err := o.beginSplitTx(txCtx, db, opts)
+	tx, err := beginSplitTx(txCtx, o, db, opts)
 	if stopped := stop(); err == nil && !stopped {
 		// ctx ended as BEGIN returned: database/sql is rolling tx back
 		err = ctx.Err()
-		o.dropSplitTx(tx)
+		dropSplitTx(o, tx)
 		tx = nil
 	}
 	if err != nil {
@@ -61,7 +61,7 @@ func (o *Op) beginSplit(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*
 // transaction's connection (pgxlock hands fn a pgx.Tx on it). A
 // transaction that must be given up after a successful begin is rolled
 // back by the caller through Tx.Rollback.
-func (o *Op) beginSplitTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (Tx, error) {
+func beginSplitTx(ctx context.Context, o *Op, db *sql.DB, opts *sql.TxOptions) (Tx, error) {
 	if o.SplitTx != nil {
 		return o.SplitTx(ctx, db, opts)
 	}
@@ -75,7 +75,7 @@ func (o *Op) beginSplitTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions) 
 // dropSplitTx gives up a transaction of Op.SplitTx that database/sql is
 // rolling back already (its context ended as BEGIN returned), so that the
 // adapter frees what it holds with it (a pinned connection).
-func (o *Op) dropSplitTx(tx Tx) {
+func dropSplitTx(o *Op, tx Tx) {
 	if o.SplitTx != nil && tx != nil {
 		_ = tx.Rollback()
 	}

@@ -1,7 +1,6 @@
 package lockproto
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -29,6 +28,7 @@ import (
 // kind.
 type Target struct {
 	kind  targetKind
+	mech  Mechanism // the kind of server lock that takes it
 	key   keys.Key
 	pg    keys.PostgresKey // kindKey, kindShared: the advisory lock key (PostgreSQL)
 	mysql string           // kindKey: the GET_LOCK name (MySQL/MariaDB)
@@ -62,74 +62,70 @@ const (
 	kindSemaphore
 )
 
+// kinds are what each kind of target is, which the protocol asks in
+// place of comparing kinds.
+var kinds = [...]struct {
+	simple     bool // one exclusive key: every fast path, one lock statement
+	oneMessage bool // travels with BEGIN in one message (onemsg.go)
+	anyOne     bool // any one of the items is taken (a semaphore's slots), not all of them
+	shared     bool // the one key is taken in share mode
+}{
+	kindKey:       {simple: true, oneMessage: true},
+	kindAll:       {},
+	kindShared:    {oneMessage: true, shared: true},
+	kindSemaphore: {anyOne: true},
+}
+
 // newTarget resolves k in namespace ns for dialect d (keys.Postgres,
-// keys.MySQL). k has been validated.
+// keys.MySQL), with d's mechanism (mechanismFor). k has been validated.
 func newTarget(d Dialect, k keys.Key, ns string) (Target, error) {
-	if d != Postgres && d != MySQL {
-		return Target{}, fmt.Errorf("%w: dialect %d", errs.ErrUnsupportedDialect, d)
+	m, err := mechanismFor(d)
+	if err != nil {
+		return Target{}, err
 	}
-	t := Target{kind: kindKey, key: k}
+	t := Target{kind: kindKey, key: k, mech: m}
 	switch {
 	case keys.IsSet(k):
 		t.kind = kindAll
 		for _, e := range keys.Elements(k) {
-			t.items = append(t.items, resolveItem(d, e, ns))
+			t.items = append(t.items, m.resolve(e, ns))
 		}
-		if err := t.order(d); err != nil {
+		if err := t.order(); err != nil {
 			return Target{}, err
 		}
 	case keys.Count(k) > 0:
 		t.kind = kindSemaphore
 		plain := keys.Plain(k)
 		for i := 1; i <= keys.Count(k); i++ {
-			t.items = append(t.items, resolveItem(d, keys.SlotKey(plain, i), ns))
+			t.items = append(t.items, m.resolve(keys.SlotKey(plain, i), ns))
 		}
-		t.above = resolveItem(d, keys.SlotKey(plain, keys.Count(k)+1), ns)
+		t.above = m.resolve(keys.SlotKey(plain, keys.Count(k)+1), ns)
 	case keys.IsShared(k):
 		t.kind = kindShared
-		t.items = []lockItem{resolveItem(d, k, ns)}
+		t.items = []lockItem{m.resolve(k, ns)}
 		t.pg = t.items[0].pg
-	case d == Postgres:
-		t.pg = keys.Postgres(k, ns)
 	default:
-		t.mysql = keys.MySQL(k, ns)
+		it := m.resolve(k, ns)
+		t.pg, t.mysql = it.pg, it.mysql
 	}
-	if t.kind != kindKey && d == MySQL && t.anyShared() {
+	if !t.Simple() && !m.SharedMode() && t.anyShared() {
 		return Target{}, fmt.Errorf("%w: %s: MySQL and MariaDB have no shared named lock (GET_LOCK is exclusive); Shared works on PostgreSQL only", errs.ErrUnsupportedDialect, k.String())
 	}
 	return t, nil
 }
 
-func resolveItem(d Dialect, k keys.Key, ns string) lockItem {
-	it := lockItem{key: keys.Plain(k), shared: keys.IsShared(k)}
-	if d == Postgres {
-		it.pg = keys.Postgres(it.key, ns)
-	} else {
-		it.mysql = keys.MySQL(it.key, ns)
-	}
-	return it
-}
-
 // order sorts a set's items into the canonical order over the resolved
-// server keys, and refuses a set two of whose keys are one server lock.
-// PostgreSQL: bigint keys (classid, objid as pg_locks has them, objsubid
-// 1) before pairs (objsubid 2), each by its lock tag. MySQL/MariaDB: by
-// name, case-folded (mysqlFold), so that names a case-insensitive server
-// (MySQL) takes for one lock are refused as one.
-func (t *Target) order(d Dialect) error {
-	cmpItems := func(a, b lockItem) int {
-		if d == MySQL {
-			return strings.Compare(mysqlFold(a.mysql), mysqlFold(b.mysql))
-		}
-		ac, ao, as := PGLockTag(a.pg)
-		bc, bo, bs := PGLockTag(b.pg)
-		return cmp.Or(cmp.Compare(as, bs), cmp.Compare(ac, bc), cmp.Compare(ao, bo))
-	}
-	slices.SortStableFunc(t.items, cmpItems)
+// server keys (the mechanism's compare), and refuses a set two of whose
+// keys are one server lock. PostgreSQL: bigint keys (classid, objid as
+// pg_locks has them, objsubid 1) before pairs (objsubid 2), each by its
+// lock tag. MySQL/MariaDB: by name, case-folded (mysqlFold), so that names
+// a case-insensitive server (MySQL) takes for one lock are refused as one.
+func (t *Target) order() error {
+	slices.SortStableFunc(t.items, t.mech.compare)
 	for i := 1; i < len(t.items); i++ {
-		if cmpItems(t.items[i-1], t.items[i]) == 0 {
+		if t.mech.compare(t.items[i-1], t.items[i]) == 0 {
 			return fmt.Errorf("%w: %s: %q and %q are one server lock (%s)", errs.ErrInvalidKey, t.key.String(),
-				t.items[i-1].key.String(), t.items[i].key.String(), t.items[i].serverName(d))
+				t.items[i-1].key.String(), t.items[i].key.String(), t.mech.serverName(t.items[i]))
 		}
 	}
 	return nil
@@ -176,15 +172,6 @@ func foldRune(r rune) rune {
 	return unicode.ToLower(least)
 }
 
-// serverName is the lock as the server names it, for messages.
-func (it lockItem) serverName(d Dialect) string {
-	if d == MySQL {
-		return "GET_LOCK name " + it.mysql
-	}
-	c, o, s := PGLockTag(it.pg)
-	return fmt.Sprintf("classid=%d objid=%d objsubid=%d", c, o, s)
-}
-
 func (t Target) anyShared() bool {
 	for _, it := range t.items {
 		if it.shared {
@@ -196,11 +183,31 @@ func (t Target) anyShared() bool {
 
 // Simple reports whether t is one exclusive key, which every fast path
 // takes with one statement.
-func (t Target) Simple() bool { return t.kind == kindKey }
+func (t Target) Simple() bool { return kinds[t.kind].simple }
 
 // oneMessage reports whether t travels with BEGIN in one message on
 // PostgreSQL (onemsg.go): one key, exclusive or shared.
-func (t Target) oneMessage() bool { return t.kind == kindKey || t.kind == kindShared }
+func (t Target) oneMessage() bool { return kinds[t.kind].oneMessage }
+
+// anyOne reports whether any one of t's items is taken (a semaphore's
+// slots), rather than all of them in order.
+func (t Target) anyOne() bool { return kinds[t.kind].anyOne }
+
+// sharedOne reports whether t is one key taken in share mode.
+func (t Target) sharedOne() bool { return kinds[t.kind].shared }
+
+// Mechanism is the kind of server lock t is taken with.
+func (t Target) Mechanism() Mechanism { return t.mech }
+
+// each are the server locks t takes: a shape's items, or its one
+// exclusive key as the one item, for the paths that render any target
+// alike (the fast paths of the one key use pg and mysql).
+func (t Target) each() []lockItem {
+	if t.Simple() {
+		return []lockItem{{key: t.key, pg: t.pg, mysql: t.mysql}}
+	}
+	return t.items
+}
 
 // Key is the key the target takes.
 func (t Target) Key() keys.Key { return t.key }

@@ -58,7 +58,7 @@ func TestReservationOneIdentity(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if a, b := plain.lockKey(), sem.items[0].local(d).key; a != b {
+		if a, b := plain.target.lockKey(), sem.mech.local(sem.items[0]).key; a != b {
 			t.Errorf("dialect %d: Name(slot) reserves %v, Semaphore's slot %v", d, a, b)
 		}
 	}

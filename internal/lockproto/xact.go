@@ -27,7 +27,7 @@ func (o *Op) pin(ctx context.Context, db *sql.DB) (*sql.Conn, error) {
 // beginInline is the PostgreSQL READ COMMITTED protocol: the lock is the
 // first statement of the caller's transaction. Keep it the one place where
 // that path is built, and as cheap as it is.
-func (o *Op) beginInline(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*LockedTx, error) {
+func (pgAdvisory) beginInline(ctx context.Context, o *Op, db *sql.DB, opts *sql.TxOptions) (*LockedTx, error) {
 	var (
 		lt   *LockedTx
 		snap sql.IsolationLevel
@@ -43,9 +43,9 @@ func (o *Op) beginInline(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (
 		return nil, err
 	}
 	if oneMsg && oneMessageOn(conn) {
-		lt, snap, err = o.beginOneMessage(ctx, db, conn, begin)
+		lt, snap, err = pgMech.beginOneMessage(ctx, o, db, conn, begin)
 	} else {
-		lt, snap, err = o.beginThenLock(ctx, conn.sqlConn(), opts)
+		lt, snap, err = pgMech.beginThenLock(ctx, o, conn.sqlConn(), opts)
 	}
 	if err != nil {
 		return nil, err
@@ -59,7 +59,7 @@ func (o *Op) beginInline(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (
 		if opts != nil {
 			split.ReadOnly = opts.ReadOnly
 		}
-		return o.beginSplit(ctx, o.sqlDB(db), split)
+		return pgMech.beginSplit(ctx, o, o.sqlDB(db), split)
 	}
 	if o.Cfg.Fencing {
 		if err := o.IssueToken(ctx, o.sqlDB(db)); err != nil { // committed on the pool
@@ -74,8 +74,8 @@ func (o *Op) beginInline(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (
 // on the pgx connection conn (onemsg.go). When the server's default level,
 // which BEGIN did not name, takes its snapshot once, the transaction has
 // been given back and that level is returned instead (see beginInline).
-func (o *Op) beginOneMessage(ctx context.Context, db *sql.DB, conn pinned, begin string) (*LockedTx, sql.IsolationLevel, error) {
-	ct, _, err := o.lockOneMessage(ctx, db, conn, begin, forFn)
+func (pgAdvisory) beginOneMessage(ctx context.Context, o *Op, db *sql.DB, conn pinned, begin string) (*LockedTx, sql.IsolationLevel, error) {
+	ct, _, err := pgMech.lockOneMessage(ctx, o, db, conn, begin, forFn)
 	if err != nil {
 		return nil, sql.LevelDefault, err
 	}
@@ -90,8 +90,8 @@ func (o *Op) beginOneMessage(ctx context.Context, db *sql.DB, conn pinned, begin
 // beginThenLock begins the transaction through database/sql, then takes
 // the lock as its first statement; the snapshot level is returned as
 // beginOneMessage does.
-func (o *Op) beginThenLock(ctx context.Context, conn *sql.Conn, opts *sql.TxOptions) (*LockedTx, sql.IsolationLevel, error) {
-	tx, txCancel, err := o.beginOn(ctx, conn, opts)
+func (pgAdvisory) beginThenLock(ctx context.Context, o *Op, conn *sql.Conn, opts *sql.TxOptions) (*LockedTx, sql.IsolationLevel, error) {
+	tx, txCancel, err := beginOn(ctx, o, conn, opts)
 	if err != nil {
 		Destroy(conn)
 		return nil, sql.LevelDefault, err
@@ -103,7 +103,7 @@ func (o *Op) beginThenLock(ctx context.Context, conn *sql.Conn, opts *sql.TxOpti
 		iso = new(string)
 	}
 	o.cancel = pgCancelOf(conn) // a cancellation asks the server (stmtCtx)
-	err = o.acquireXact(ctx, tx, iso)
+	err = pgMech.acquireXact(ctx, o, tx, iso)
 	o.cancel = nil
 	if err != nil {
 		if errors.Is(err, errSnapshotTaken) {
@@ -130,7 +130,7 @@ func (o *Op) beginThenLock(ctx context.Context, conn *sql.Conn, opts *sql.TxOpti
 // beginOn begins a transaction on conn whose context outlives ctx, with the
 // BEGIN itself bounded by ctx. A failure has been classified (ctx ended:
 // not acquired); the caller disposes of conn.
-func (o *Op) beginOn(ctx context.Context, conn *sql.Conn, opts *sql.TxOptions) (*sql.Tx, context.CancelFunc, error) {
+func beginOn(ctx context.Context, o *Op, conn *sql.Conn, opts *sql.TxOptions) (*sql.Tx, context.CancelFunc, error) {
 	txCtx, txCancel := txContext(ctx)
 	stop := bound(ctx, txCancel)
 	tx, err := conn.BeginTx(txCtx, opts)
