@@ -86,14 +86,14 @@ func cutWith(ctx, bound context.Context) (context.Context, func()) {
 // that has already ended yields an error.
 func (o *Op) budget(ctx context.Context) (wait time.Duration, bounded bool, err error) {
 	if err := ctx.Err(); err != nil {
-		return 0, false, o.notAcquired(ctx, err)
+		return 0, false, notAcquired(ctx, o, err)
 	}
 	wait = o.Cfg.Wait
 	if wait > 0 {
 		if dl, ok := ctx.Deadline(); ok {
 			if left := time.Until(dl); left < wait {
 				if left <= 0 {
-					return 0, false, o.notAcquired(ctx, context.DeadlineExceeded)
+					return 0, false, notAcquired(ctx, o, context.DeadlineExceeded)
 				}
 				wait, bounded = left, true
 			}

@@ -63,7 +63,7 @@ var genuine sync.Map // weak.Pointer[sql.DB] -> *serverFacts (engines.go)
 // pool and the server is not asked.
 func (o *Op) EndedLock(ctx context.Context) error {
 	if err := Ended(ctx); err != nil {
-		return o.notAcquired(ctx, err)
+		return notAcquired(ctx, o, err)
 	}
 	return nil
 }
@@ -88,7 +88,7 @@ func Ended(ctx context.Context) error {
 // the detection query; q is db, or the caller's transaction on it (see
 // CheckServerOn). The answer is cached as CheckServer's is.
 func CheckPool(ctx context.Context, d Dialect, db *sql.DB, q CheckQuerier) error {
-	return (&Op{Dialect: d}).checkPool(ctx, db, q)
+	return checkPool(ctx, &Op{Dialect: d}, db, q)
 }
 
 // CheckServer returns nil when db's server hands out locks that exclude
@@ -113,7 +113,7 @@ type CheckQuerier interface {
 // connection of db in use (MaxOpenConns 1) a query on db would wait for the
 // caller's own transaction to end. The answer is still cached for db.
 func (o *Op) CheckServerOn(ctx context.Context, db *sql.DB, q CheckQuerier) error {
-	err := o.checkPool(ctx, db, q)
+	err := checkPool(ctx, o, db, q)
 	if err != nil && !errors.Is(err, errs.ErrUnsupportedDialect) {
 		// the detection query failed: when ctx ended, it is not acquired
 		return o.Abandon(ctx, err)
@@ -122,7 +122,7 @@ func (o *Op) CheckServerOn(ctx context.Context, db *sql.DB, q CheckQuerier) erro
 }
 
 // checkPool is CheckServerOn without the classification of a failed query.
-func (o *Op) checkPool(ctx context.Context, db *sql.DB, q CheckQuerier) error {
+func checkPool(ctx context.Context, o *Op, db *sql.DB, q CheckQuerier) error {
 	if db == nil || q == nil {
 		return nil
 	}
@@ -136,7 +136,7 @@ func (o *Op) checkPool(ctx context.Context, db *sql.DB, q CheckQuerier) error {
 	if !poolQuerier(q) {
 		// q is the caller's own transaction or connection: waiting for a
 		// check on another connection of db could wait for q itself.
-		return o.checkServer(ctx, db, wp, q)
+		return checkServer(ctx, o, db, wp, q)
 	}
 	// One check at a time per pool: the first calls on a cold pool (a
 	// service that starts 1,000 Sessions at once) would otherwise each take
@@ -153,13 +153,13 @@ func (o *Op) checkPool(ctx context.Context, db *sql.DB, q CheckQuerier) error {
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
-		return o.checkServer(ctx, db, wp, q)
+		return checkServer(ctx, o, db, wp, q)
 	}
 	defer func() {
 		checking.Delete(wp)
 		close(c.done)
 	}()
-	c.err = o.checkServer(ctx, db, wp, q)
+	c.err = checkServer(ctx, o, db, wp, q)
 	return c.err
 }
 
@@ -178,7 +178,7 @@ func poolQuerier(q CheckQuerier) bool {
 // serverMayHaveChanged forgets the genuine verdict of the pool o checked:
 // o lost its lock or could not release it, so the connection broke under
 // it and the pool's next connection may reach another server.
-func (o *Op) serverMayHaveChanged() {
+func serverMayHaveChanged(o *Op) {
 	o.checkedMu.Lock()
 	wp := o.checkedPool
 	o.checkedMu.Unlock()
@@ -198,7 +198,7 @@ type inflightCheck struct {
 var checking sync.Map // weak.Pointer[sql.DB] -> *inflightCheck
 
 // checkServer asks db's server through q and caches a genuine answer.
-func (o *Op) checkServer(ctx context.Context, db *sql.DB, wp weak.Pointer[sql.DB], q CheckQuerier) error {
+func checkServer(ctx context.Context, o *Op, db *sql.DB, wp weak.Pointer[sql.DB], q CheckQuerier) error {
 	s, err := ServerOf(o.Dialect)
 	if err != nil {
 		return nil // nothing to check
@@ -377,7 +377,7 @@ func (f *serverFacts) refuse(o *Op) error {
 	if f.sessionLocks != nil && o.Cfg.SharedConns > 0 {
 		return fmt.Errorf("%w: %s with WithSharedLockConns: %w", errs.ErrUnsupportedDialect, o.Verb, f.sessionLocks)
 	}
-	if f.keepalive != nil && o.keepsAlive() {
+	if f.keepalive != nil && keepsAlive(o) {
 		return fmt.Errorf("%w: %s: %w", errs.ErrUnsupportedDialect, o.Verb, f.keepalive)
 	}
 	return nil

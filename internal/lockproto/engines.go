@@ -117,7 +117,7 @@ func mysqlProduct(version string) string {
 // checks that IS_USED_LOCK names the lock connection: a lock held for a
 // session (Holding.Session: Session, Lead, RunOnce's claim mode), and
 // shared lock connections.
-func (o *Op) keepsAlive() bool { return o.hold.Session || o.Cfg.SharedConns > 0 }
+func keepsAlive(o *Op) bool { return o.hold.Session || o.Cfg.SharedConns > 0 }
 
 // PostgresEngineVerdict judges the PostgreSQL-protocol engines of the
 // comment above by version() and, on YugabyteDB, the value of

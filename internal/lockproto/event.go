@@ -30,7 +30,7 @@ type use struct {
 var useIDs atomic.Uint64
 
 // useID returns o's acquisition id, drawing it on first use.
-func (o *Op) useID() uint64 {
+func useID(o *Op) uint64 {
 	if id := o.use.id.Load(); id != 0 {
 		return id
 	}
@@ -43,7 +43,7 @@ func (o *Op) useID() uint64 {
 
 // serverProduct is the product of the pool o checked (its cached server
 // facts), or "" before any check.
-func (o *Op) serverProduct() string {
+func serverProduct(o *Op) string {
 	if o.use.server != "" {
 		return o.use.server
 	}
@@ -59,11 +59,11 @@ func (o *Op) serverProduct() string {
 	return ""
 }
 
-// event builds the event of kind for o.
-func (o *Op) event(kind config.EventKind, err error) config.Event {
+// newEvent builds the event of kind for o.
+func newEvent(o *Op, kind config.EventKind, err error) config.Event {
 	e := config.Event{
 		Kind: kind, Verb: o.Verb, Dialect: o.Dialect.String(), Key: o.Key, Namespace: o.Cfg.Namespace, Job: o.Job, Err: err,
-		ID: o.useID(), Server: o.serverProduct(), Slot: o.use.slot, Token: o.token, Try: o.Cfg.Wait <= 0, Term: max(o.use.term, o.use.terms.Load()),
+		ID: useID(o), Server: serverProduct(o), Slot: o.use.slot, Token: o.token, Try: o.Cfg.Wait <= 0, Term: max(o.use.term, o.use.terms.Load()),
 	}
 	switch kind {
 	case config.EventAcquired, config.EventNotAcquired:
@@ -74,11 +74,11 @@ func (o *Op) event(kind config.EventKind, err error) config.Event {
 	return e
 }
 
-// begin starts o's use as StartHook is called: it records the server's
+// beginUse starts o's use as StartHook is called: it records the server's
 // product and the run's slot (ctx's) for the events, and returns ctx
 // carrying o as the lock fn runs under (ormlock.Held).
-func (o *Op) begin(ctx context.Context) context.Context {
-	o.use.server = o.serverProduct()
+func beginUse(ctx context.Context, o *Op) context.Context {
+	o.use.server = serverProduct(o)
 	o.use.started = true
 	if o.Job != "" { // RunOnce: its ctx carries the slot
 		if slot, ok := sched.SlotFrom(ctx); ok {
@@ -104,13 +104,13 @@ func (o *Op) TermContext(fctx context.Context) context.Context {
 	if !ok || !o.use.started {
 		return fctx
 	}
-	return o.hookContext(fctx, o.event(config.EventAcquired, nil), h.Term)
+	return hookContext(fctx, o, newEvent(o, config.EventAcquired, nil), h.Term)
 }
 
 // newTerm gives the Lead term t of campaign o its number and the
 // campaign's acquisition id and server: a Lead is one use over its terms.
-func (o *Op) newTerm(t *Op) {
-	t.use.id.Store(o.useID())
+func newTerm(o, t *Op) {
+	t.use.id.Store(useID(o))
 	t.use.server = o.use.server
 	t.use.started = o.use.started
 	t.use.term = o.use.terms.Add(1)
@@ -121,7 +121,7 @@ func (o *Op) newTerm(t *Op) {
 // there is contained, the default then used), else ctx's values without
 // its cancellation (context.WithoutCancel). It is never cancelled by ctx:
 // the keepalive stops with fn.
-func (o *Op) keepaliveContext(ctx context.Context) (kctx context.Context) {
+func keepaliveContext(ctx context.Context, o *Op) (kctx context.Context) {
 	kctx = context.WithoutCancel(ctx)
 	h, ok := o.Cfg.Hook.(config.KeepaliveHook)
 	if !ok {
@@ -129,7 +129,7 @@ func (o *Op) keepaliveContext(ctx context.Context) (kctx context.Context) {
 	}
 	defer func() {
 		if p := recover(); p != nil {
-			o.observerPanic(ctx, o.event(config.EventAttempt, nil), p)
+			observerPanic(ctx, o, newEvent(o, config.EventAttempt, nil), p)
 			kctx = context.WithoutCancel(ctx)
 		}
 	}()
@@ -142,15 +142,15 @@ func (o *Op) keepaliveContext(ctx context.Context) (kctx context.Context) {
 // hookEvent hands the event of kind to the hook when it takes events
 // (config.EventHook), between its Start and End; a panic there is
 // contained as an observer's is.
-func (o *Op) hookEvent(ctx context.Context, kind config.EventKind, err error) {
+func hookEvent(ctx context.Context, o *Op, kind config.EventKind, err error) {
 	h, ok := o.Cfg.Hook.(config.EventHook)
 	if !ok || !o.use.started || o.use.ended.Load() {
 		return
 	}
-	e := o.event(kind, err)
+	e := newEvent(o, kind, err)
 	defer func() {
 		if p := recover(); p != nil {
-			o.observerPanic(ctx, e, p)
+			observerPanic(ctx, o, e, p)
 		}
 	}()
 	h.Event(ctx, e)

@@ -167,7 +167,7 @@ func (o *Op) Fencing() bool { return o.Cfg.Fencing }
 // checkFencePool refuses fencing on PostgreSQL with a pool of one
 // connection: the token is committed on a second connection while the
 // lock's transaction stays open on the first.
-func (o *Op) checkFencePool(db *sql.DB) error {
+func checkFencePool(o *Op, db *sql.DB) error {
 	if !o.Cfg.Fencing || !o.Dialect.server().tokenOnPool() || db.Stats().MaxOpenConnections != 1 {
 		return nil
 	}
@@ -184,7 +184,7 @@ func (o *Op) CheckFence(db *sql.DB) error {
 	if _, err := NewFenceTable(o.Dialect, o.Cfg.LedgerTable); err != nil {
 		return err
 	}
-	return o.checkFencePool(db)
+	return checkFencePool(o, db)
 }
 
 // IssueToken draws o's token once the lock is held (a no-op without
@@ -227,7 +227,7 @@ func (o *Op) IssueToken(ctx context.Context, q Querier) error {
 // on the pool on PostgreSQL (the lock transaction stays open). On failure
 // the lock is released and conn given back, or destroyed when the release
 // failed.
-func (o *Op) sessionToken(ctx context.Context, db *sql.DB, conn pinned, h *sessionHold) error {
+func sessionToken(ctx context.Context, o *Op, db *sql.DB, conn pinned, h *sessionHold) error {
 	if !o.Cfg.Fencing {
 		return nil
 	}

@@ -113,7 +113,7 @@ func (postgresServer) holders(ctx context.Context, q Querier, _ *Op, it lockItem
 func (mysqlServer) holder(ctx context.Context, q Querier, op *Op) (HolderInfo, error) {
 	h, err := mysqlHolder(ctx, q, op.target.mysql)
 	if err == nil && h.Held {
-		h.Owner, err = op.mysqlOwner(ctx, q, h.PID)
+		h.Owner, err = mysqlOwner(ctx, op, q, h.PID)
 	}
 	return h, err
 }
@@ -123,7 +123,7 @@ func (mysqlServer) holders(ctx context.Context, q Querier, op *Op, it lockItem) 
 	if err != nil || !h.Held {
 		return nil, err
 	}
-	h.Owner, err = op.mysqlOwnerOf(ctx, q, it.mysql, h.PID)
+	h.Owner, err = mysqlOwnerOf(ctx, op, q, it.mysql, h.PID)
 	return []HolderInfo{h}, err
 }
 

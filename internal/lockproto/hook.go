@@ -19,18 +19,18 @@ import (
 // ormlock.Observer); the observer still gets the Op's later events.
 func (o *Op) Emit(ctx context.Context, kind config.EventKind, err error) {
 	if kind == config.EventLockLost || kind == config.EventReleaseFailed {
-		o.serverMayHaveChanged()
+		serverMayHaveChanged(o)
 	}
 	o.last.Store(uint32(kind))
-	o.hookEvent(ctx, kind, err) // event.go
+	hookEvent(ctx, o, kind, err) // event.go
 	obs := o.Cfg.Observer
 	if obs == nil {
 		return
 	}
-	e := o.event(kind, err)
+	e := newEvent(o, kind, err)
 	defer func() {
 		if p := recover(); p != nil {
-			o.observerPanic(ctx, e, p)
+			observerPanic(ctx, o, e, p)
 		}
 	}()
 	obs.Observe(ctx, e)
@@ -42,21 +42,21 @@ func (o *Op) Emit(ctx context.Context, kind config.EventKind, err error) {
 // itself when no hook is set, or when Start panicked (contained as an
 // observer's panic is).
 func (o *Op) StartHook(ctx context.Context) context.Context {
-	ctx = o.begin(ctx) // event.go
+	ctx = beginUse(ctx, o) // event.go
 	h := o.Cfg.Hook
 	if h == nil {
 		return ctx
 	}
-	return o.hookContext(ctx, o.event(config.EventAttempt, nil), h.Start)
+	return hookContext(ctx, o, newEvent(o, config.EventAttempt, nil), h.Start)
 }
 
 // hookContext is call (a hook's Start or Term) with ctx and e: the context
 // it returns, or ctx when it returned nil or panicked (contained as an
 // observer's panic is).
-func (o *Op) hookContext(ctx context.Context, e config.Event, call func(context.Context, config.Event) context.Context) (hctx context.Context) {
+func hookContext(ctx context.Context, o *Op, e config.Event, call func(context.Context, config.Event) context.Context) (hctx context.Context) {
 	defer func() {
 		if p := recover(); p != nil {
-			o.observerPanic(ctx, e, p)
+			observerPanic(ctx, o, e, p)
 			hctx = ctx
 		}
 	}()
@@ -115,10 +115,10 @@ func (o *Op) EndHook(ctx context.Context, err error) {
 	if h == nil {
 		return
 	}
-	e := o.event(config.EventKind(o.last.Load()), err)
+	e := newEvent(o, config.EventKind(o.last.Load()), err)
 	defer func() {
 		if p := recover(); p != nil {
-			o.observerPanic(ctx, e, p)
+			observerPanic(ctx, o, e, p)
 		}
 	}()
 	h.End(ctx, e)
@@ -129,7 +129,7 @@ func (o *Op) EndHook(ctx context.Context, err error) {
 const ObserverPanicMessage = "ormlock: observer panicked; the panic was contained and the lock handled as usual"
 
 // observerPanic reports the first observer panic of o on slog.Default().
-func (o *Op) observerPanic(ctx context.Context, e config.Event, p any) {
+func observerPanic(ctx context.Context, o *Op, e config.Event, p any) {
 	if o.observerPanicked.Swap(true) {
 		return
 	}

@@ -71,7 +71,7 @@ func (o *Op) Campaign(ctx context.Context, session func(ctx context.Context, ter
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
-		term, err := o.term()
+		term, err := nextTerm(o)
 		if err != nil {
 			return err
 		}
@@ -104,9 +104,9 @@ func (o *Op) Campaign(ctx context.Context, session func(ctx context.Context, ter
 	}
 }
 
-// term returns a fresh Op for one campaign attempt of o: its own timings
+// nextTerm returns a fresh Op for one campaign attempt of o: its own timings
 // and fencing token, and the campaign's wait.
-func (o *Op) term() (*Op, error) {
+func nextTerm(o *Op) (*Op, error) {
 	cfg := o.Cfg
 	cfg.Wait = leadWait
 	t, err := NewOpHeld(o.Dialect, o.Verb, o.Key, cfg, o.hold)
@@ -114,7 +114,7 @@ func (o *Op) term() (*Op, error) {
 		return nil, err
 	}
 	t.Job, t.fenceID, t.LockConns, t.LazyDB = o.Job, o.fenceID, o.LockConns, o.LazyDB
-	o.newTerm(t) // event.go
+	newTerm(o, t) // event.go
 	return t, nil
 }
 

@@ -98,7 +98,7 @@ var (
 // holder has the lock (and ctx's error when ctx ended the wait).
 func (o *Op) BeginLocked(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*LockedTx, error) {
 	if o.Cfg.Fencing {
-		db = o.sqlDB(db)
+		db = sqlDB(o, db)
 		if err := o.CheckFence(db); err != nil {
 			return nil, err
 		}
@@ -110,7 +110,7 @@ func (o *Op) BeginLocked(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (
 // snapshot isolation, else the lock inline in fn's transaction.
 func (pgAdvisory) beginLocked(ctx context.Context, o *Op, db *sql.DB, opts *sql.TxOptions) (*LockedTx, error) {
 	if SnapshotIsolation(opts) {
-		return pgMech.beginSplit(ctx, o, o.sqlDB(db), opts)
+		return pgMech.beginSplit(ctx, o, sqlDB(o, db), opts)
 	}
 	return pgMech.beginInline(ctx, o, db, opts) // db may be nil with o.LockConns
 }

@@ -48,7 +48,7 @@ func (pgAdvisory) beginLockOnly(ctx context.Context, o *Op, db *sql.DB, conn pin
 	lk := &lockOnlyTx{conn: conn, tx: tx, cancel: cancel}
 	if use == forSession {
 		if err := PGKeepTransaction(ctx, tx); err != nil {
-			err = o.failed(ctx, err)
+			err = failed(ctx, o, err)
 			lk.drop(ctx, err)
 			return nil, err
 		}

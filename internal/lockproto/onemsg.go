@@ -62,7 +62,7 @@ const (
 // (its transaction ended: ROLLBACK confirmed by the server) or destroyed,
 // and the error is classified as AcquireXact's.
 func (pgAdvisory) lockOneMessage(ctx context.Context, o *Op, db *sql.DB, conn pinned, begin string, use lockTxFor) (*OneMessageTx, time.Duration, error) {
-	wait, bounded, err := o.attempt(ctx)
+	wait, bounded, err := attempt(ctx, o)
 	if err != nil {
 		conn.giveBack() // nothing was sent
 		return nil, 0, err
@@ -105,7 +105,7 @@ func (pgAdvisory) lockOneMessage(ctx context.Context, o *Op, db *sql.DB, conn pi
 		tx.snapDefault = rep.level
 	}
 	if err == nil && ok {
-		return tx, rep.idle, o.settle(ctx, true, bounded, nil)
+		return tx, rep.idle, settle(ctx, o, true, bounded, nil)
 	}
 	// Not acquired, or failed: end the transaction the message began. The
 	// connection goes back to the pool only when the server confirms it is
@@ -117,7 +117,7 @@ func (pgAdvisory) lockOneMessage(ctx context.Context, o *Op, db *sql.DB, conn pi
 	} else {
 		_ = withinGrace(ctx, txCancel, tx.Rollback)
 	}
-	return nil, 0, o.settle(ctx, false, bounded, err)
+	return nil, 0, settle(ctx, o, false, bounded, err)
 }
 
 // lockSend sends o's lock message on x's connection (see lockOneMessage):
@@ -185,7 +185,7 @@ type LazyDB interface {
 // Transaction, Session and Lead are given none: their lock connection
 // comes from o.LockConns, and only the paths that need database/sql open
 // it).
-func (o *Op) sqlDB(db *sql.DB) *sql.DB {
+func sqlDB(o *Op, db *sql.DB) *sql.DB {
 	if db == nil && o.LazyDB != nil {
 		return o.LazyDB.DB()
 	}
@@ -200,7 +200,7 @@ func sharedDB(o *Op, db *sql.DB) *sql.DB {
 	if s, ok := o.LazyDB.(interface{ SharedDB() *sql.DB }); ok && db == nil {
 		return s.SharedDB()
 	}
-	return o.sqlDB(db)
+	return sqlDB(o, db)
 }
 
 // The transaction of a one-message BEGIN, which database/sql does not know

@@ -154,7 +154,7 @@ func (o *Op) Target() Target { return o.target }
 
 // attempt starts a lock call: its clock and EventAttempt; then it returns
 // how long the call may wait for the lock (budget).
-func (o *Op) attempt(ctx context.Context) (wait time.Duration, bounded bool, err error) {
+func attempt(ctx context.Context, o *Op) (wait time.Duration, bounded bool, err error) {
 	o.start = time.Now()
 	o.Emit(ctx, config.EventAttempt, nil)
 	return o.budget(ctx)
@@ -164,7 +164,7 @@ func (o *Op) attempt(ctx context.Context) (wait time.Duration, bounded bool, err
 // connection, no transaction) follows an EventAttempt and has a clock, so an
 // observer always sees attempt, then not_acquired, with a Wait measured from
 // the attempt rather than from the zero time.
-func (o *Op) attempted(ctx context.Context) {
+func attempted(ctx context.Context, o *Op) {
 	if o.start.IsZero() {
 		o.start = time.Now()
 		o.Emit(ctx, config.EventAttempt, nil)
@@ -182,13 +182,13 @@ func (o *Op) Abandon(ctx context.Context, err error) error {
 	if err == nil || !o.start.IsZero() {
 		return err
 	}
-	return o.failed(ctx, err)
+	return failed(ctx, o, err)
 }
 
 // notAcquired builds the ErrNotAcquired outcome. When cause is a context
 // error, the result matches both ErrNotAcquired and cause.
-func (o *Op) notAcquired(ctx context.Context, cause error) error {
-	o.attempted(ctx)
+func notAcquired(ctx context.Context, o *Op, cause error) error {
+	attempted(ctx, o)
 	o.Emit(ctx, config.EventNotAcquired, cause)
 	if cause == nil {
 		return fmt.Errorf("%w: %q is held by another holder", errs.ErrNotAcquired, o.Key.String())
@@ -198,16 +198,16 @@ func (o *Op) notAcquired(ctx context.Context, cause error) error {
 
 // failed classifies an error raised while acquiring: when the context ended
 // it is a not-acquired outcome that also matches the context error.
-func (o *Op) failed(ctx context.Context, err error) error {
+func failed(ctx context.Context, o *Op, err error) error {
 	if cerr := ctxErr(ctx); cerr != nil {
-		return o.notAcquired(ctx, errs.Join(cerr, err))
+		return notAcquired(ctx, o, errs.Join(cerr, err))
 	}
 	if statementTimeout(err) || lockDeadlock(err) {
 		// the server's own statement timeout ended the lock wait: the
 		// lock was not taken (the server error stays in the chain)
-		return o.notAcquired(ctx, err)
+		return notAcquired(ctx, o, err)
 	}
-	o.attempted(ctx)
+	attempted(ctx, o)
 	o.Emit(ctx, config.EventNotAcquired, err)
 	return err
 }
@@ -246,7 +246,7 @@ func (pgAdvisory) acquireXact(ctx context.Context, o *Op, q Querier, iso *string
 	if !o.target.Simple() {
 		return pgMech.acquireShape(ctx, o, q, iso)
 	}
-	wait, bounded, err := o.attempt(ctx)
+	wait, bounded, err := attempt(ctx, o)
 	if err != nil {
 		return err
 	}
@@ -270,18 +270,18 @@ func (pgAdvisory) acquireXact(ctx context.Context, o *Op, q Querier, iso *string
 		// gives it back
 		ok, err = false, ctx.Err()
 	}
-	return o.settle(ctx, ok, bounded, err)
+	return settle(ctx, o, ok, bounded, err)
 }
 
-func (o *Op) settle(ctx context.Context, ok, bounded bool, err error) error {
+func settle(ctx context.Context, o *Op, ok, bounded bool, err error) error {
 	if err != nil {
-		return o.failed(ctx, err)
+		return failed(ctx, o, err)
 	}
 	if !ok {
 		if bounded {
-			return o.notAcquired(ctx, context.DeadlineExceeded)
+			return notAcquired(ctx, o, context.DeadlineExceeded)
 		}
-		return o.notAcquired(ctx, nil)
+		return notAcquired(ctx, o, nil)
 	}
 	o.acquired = time.Now()
 	o.Emit(ctx, config.EventAcquired, nil)
@@ -304,7 +304,7 @@ func (mysqlNamed) acquire(ctx context.Context, o *Op, q Querier) error {
 	if !o.target.Simple() {
 		return mysqlMech.acquireShape(ctx, o, q)
 	}
-	wait, bounded, err := o.attempt(ctx)
+	wait, bounded, err := attempt(ctx, o)
 	if err != nil {
 		return err
 	}
@@ -332,7 +332,7 @@ func (mysqlNamed) acquire(ctx context.Context, o *Op, q Querier) error {
 		cancel()
 		ok, err = false, errs.Join(ctx.Err(), rerr)
 	}
-	return o.settle(ctx, ok, bounded, err)
+	return settle(ctx, o, ok, bounded, err)
 }
 
 // canceller returns the KILL QUERY of the lock statement about to run
@@ -359,7 +359,7 @@ func (mysqlNamed) canceller(ctx context.Context, o *Op, db *sql.DB, conn *sql.Co
 func (o *Op) Token() (int64, bool) { return o.token, o.token > 0 }
 
 // tokenContext returns ctx carrying o's token, when one was issued.
-func (o *Op) tokenContext(ctx context.Context) context.Context {
+func tokenContext(ctx context.Context, o *Op) context.Context {
 	if tok, ok := o.Token(); ok {
 		return config.WithToken(ctx, tok)
 	}
@@ -368,4 +368,4 @@ func (o *Op) tokenContext(ctx context.Context) context.Context {
 
 // TokenContext is tokenContext for the adapters: ctx carrying o's token
 // (ormlock.FencingToken reads it), or ctx itself without one.
-func (o *Op) TokenContext(ctx context.Context) context.Context { return o.tokenContext(ctx) }
+func (o *Op) TokenContext(ctx context.Context) context.Context { return tokenContext(ctx, o) }

@@ -196,12 +196,12 @@ func (h heldItems) names(t Target) []string {
 // privilege on the table): the owner is best effort, as its write is, and
 // must not cost Holder the answer it could give. Only an error of the
 // connection itself is returned.
-func (o *Op) mysqlOwner(ctx context.Context, q Querier, id int64) (string, error) {
-	return o.mysqlOwnerOf(ctx, q, o.target.mysql, id)
+func mysqlOwner(ctx context.Context, o *Op, q Querier, id int64) (string, error) {
+	return mysqlOwnerOf(ctx, o, q, o.target.mysql, id)
 }
 
 // mysqlOwnerOf is mysqlOwner for the lock name.
-func (o *Op) mysqlOwnerOf(ctx context.Context, q Querier, name string, id int64) (string, error) {
+func mysqlOwnerOf(ctx context.Context, o *Op, q Querier, name string, id int64) (string, error) {
 	if validIdent(o.Cfg.LedgerTable+OwnersTableSuffix) != nil {
 		return "", nil
 	}

@@ -229,20 +229,20 @@ func lockConnOf(p pinned) LockConn {
 // pinLock pins the connection o's lock is taken on, waiting no longer than
 // ctx allows: from o.LockConns when native (poolNative), else from db
 // (pin).
-func (o *Op) pinLock(ctx context.Context, db *sql.DB, native bool) (pinned, error) {
+func pinLock(ctx context.Context, o *Op, db *sql.DB, native bool) (pinned, error) {
 	if !native {
-		c, err := o.pin(ctx, db)
+		c, err := pinXact(ctx, o, db)
 		if err != nil {
 			return nil, err
 		}
 		return sqlPin{c}, nil
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, o.notAcquired(ctx, err)
+		return nil, notAcquired(ctx, o, err)
 	}
 	c, err := o.LockConns.PinLock(ctx)
 	if err != nil {
-		return nil, o.failed(ctx, errs.Wrap(err, "pin a connection"))
+		return nil, failed(ctx, o, errs.Wrap(err, "pin a connection"))
 	}
 	return &poolPin{c: c}, nil
 }
@@ -260,7 +260,7 @@ func oneMessageOn(conn pinned) bool {
 // such as RunOnce's ledger, gives one), o has a LockConnPool, the target
 // travels in one message, and there are no shared lock connections (which
 // live under a *sql.DB).
-func (o *Op) poolNative(db *sql.DB) bool {
+func poolNative(o *Op, db *sql.DB) bool {
 	return db == nil && o.LockConns != nil && o.target.oneMessage() && o.Cfg.SharedConns == 0
 }
 

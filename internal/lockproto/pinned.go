@@ -15,7 +15,7 @@ import (
 // beginLocked is BeginLocked on MySQL/MariaDB: GET_LOCK on a pinned
 // connection, then fn's transaction on it.
 func (mysqlNamed) beginLocked(ctx context.Context, o *Op, db *sql.DB, opts *sql.TxOptions) (*LockedTx, error) {
-	conn, err := mysqlMech.lockOn(ctx, o, o.sqlDB(db))
+	conn, err := mysqlMech.lockOn(ctx, o, sqlDB(o, db))
 	if err != nil {
 		return nil, err
 	}
@@ -78,7 +78,7 @@ func (o *Op) WithNamed(ctx context.Context, db *sql.DB, body func(conn *sql.Conn
 func (mysqlNamed) lockOn(ctx context.Context, o *Op, db *sql.DB) (*sql.Conn, error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {
-		return nil, o.failed(ctx, errs.Wrap(err, "pin a connection"))
+		return nil, failed(ctx, o, errs.Wrap(err, "pin a connection"))
 	}
 	o.cancel = mysqlMech.canceller(ctx, o, db, conn) // a cancellation asks the server (stmtCtx)
 	err = mysqlMech.acquire(ctx, o, conn)

@@ -86,14 +86,14 @@ func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Contex
 		}
 		return sharedPoolOf(db).session(ctx, o, db, fn) // sharedlock.go
 	}
-	native := o.poolNative(db)
+	native := poolNative(o, db)
 	if o.Cfg.Fencing || !native {
-		db = o.sqlDB(db) // else nil with o.LockConns: opened only if needed
+		db = sqlDB(o, db) // else nil with o.LockConns: opened only if needed
 	}
 	if err := o.CheckFence(db); err != nil {
 		return err
 	}
-	conn, err := o.pinLock(ctx, db, native)
+	conn, err := pinLock(ctx, o, db, native)
 	if err != nil {
 		return err
 	}
@@ -101,11 +101,11 @@ func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Contex
 	if err != nil {
 		return err
 	}
-	if err := o.sessionToken(ctx, db, conn, h); err != nil {
+	if err := sessionToken(ctx, o, db, conn, h); err != nil {
 		return err
 	}
 
-	fctx, cancel := context.WithCancelCause(o.tokenContext(ctx))
+	fctx, cancel := context.WithCancelCause(tokenContext(ctx, o))
 	stop := make(chan struct{})
 	var (
 		lost error // the failed check, if any: written by the keepalive, read after wg.Wait
@@ -133,7 +133,7 @@ func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Contex
 // failed check cancels fn's context (cancel) with cause errs.ErrLockLost,
 // then tells the observer, and is returned; nil once stopped.
 func (h *sessionHold) keepalive(ctx context.Context, o *Op, stop <-chan struct{}, cancel context.CancelCauseFunc) error {
-	kctx := o.keepaliveContext(ctx) // the hook's, without the caller's span (event.go)
+	kctx := keepaliveContext(ctx, o) // the hook's, without the caller's span (event.go)
 	t := time.NewTicker(h.every)
 	defer t.Stop()
 	for {
@@ -204,7 +204,7 @@ func (pgAdvisory) hold(ctx context.Context, o *Op, db *sql.DB, conn pinned) (*se
 			err = lk.confirm(ctx)
 		}
 		if err != nil {
-			err = o.failed(ctx, err)
+			err = failed(ctx, o, err)
 			lk.drop(ctx, err)
 			return nil, err
 		}
@@ -213,7 +213,7 @@ func (pgAdvisory) hold(ctx context.Context, o *Op, db *sql.DB, conn pinned) (*se
 	err = pgMech.setOwner(octx, o, lk.tx)
 	done()
 	if err != nil {
-		err = o.failed(ctx, err)
+		err = failed(ctx, o, err)
 		lk.drop(ctx, err)
 		return nil, err
 	}
@@ -235,7 +235,7 @@ func (mysqlNamed) hold(ctx context.Context, o *Op, db *sql.DB, pin pinned) (*ses
 	prev, err := MySQLKeepSession(ctx, conn, 10*o.Cfg.Keepalive)
 	if err != nil {
 		Destroy(conn)
-		return nil, o.failed(ctx, err)
+		return nil, failed(ctx, o, err)
 	}
 	o.cancel = mysqlMech.canceller(ctx, o, db, conn) // a cancellation asks the server (stmtCtx)
 	err = mysqlMech.acquire(ctx, o, conn)

@@ -186,14 +186,14 @@ func (o *Op) settleShape(ctx context.Context, ok, bounded bool, err error) error
 	cut := errors.Is(err, errPhaseOver)
 	if err == nil || cut {
 		if cerr := ctxErr(ctx); cerr != nil {
-			return o.notAcquired(ctx, cerr)
+			return notAcquired(ctx, o, cerr)
 		}
 		switch {
 		case cut && bounded: // the wait was the deadline's, a moment before ctx's timer
-			return o.notAcquired(ctx, context.DeadlineExceeded)
+			return notAcquired(ctx, o, context.DeadlineExceeded)
 		case cut:
-			return o.notAcquired(ctx, fmt.Errorf("%w (WithWait(%v))", errPhaseOver, o.Cfg.Wait))
+			return notAcquired(ctx, o, fmt.Errorf("%w (WithWait(%v))", errPhaseOver, o.Cfg.Wait))
 		}
 	}
-	return o.settle(ctx, ok, bounded, err)
+	return settle(ctx, o, ok, bounded, err)
 }

@@ -123,7 +123,7 @@ func pgUnlockItem(ctx context.Context, q Querier, it lockItem) error {
 // statement of its own first). Locks taken before a refusal are given back
 // by the transaction's end, which the caller's failure path runs.
 func (pgAdvisory) acquireShape(ctx context.Context, o *Op, q Querier, iso *string) error {
-	wait, bounded, err := o.attempt(ctx)
+	wait, bounded, err := attempt(ctx, o)
 	if err != nil {
 		return err
 	}
@@ -169,7 +169,7 @@ func (pgAdvisory) acquireShape(ctx context.Context, o *Op, q Querier, iso *strin
 // the names taken, are cut endGrace after it ended (the caller then
 // destroys the connection, which frees its locks).
 func (mysqlNamed) acquireShape(ctx context.Context, o *Op, q Querier) error {
-	wait, bounded, err := o.attempt(ctx)
+	wait, bounded, err := attempt(ctx, o)
 	if err != nil {
 		return err
 	}

@@ -31,7 +31,7 @@ func (p *sharedPool) session(ctx context.Context, o *Op, db *sql.DB, fn func(ctx
 	if err := p.token(ctx, o, db, c); err != nil {
 		return err
 	}
-	fctx, cancel := context.WithCancelCause(o.tokenContext(ctx))
+	fctx, cancel := context.WithCancelCause(tokenContext(ctx, o))
 	h.cancel = cancel
 	p.mu.Lock()
 	if !c.hold(h) {
@@ -69,7 +69,7 @@ func (p *sharedPool) session(ctx context.Context, o *Op, db *sql.DB, fn func(ctx
 // (cut by ctx) allows: no lock statement is sent once that lock phase is
 // over (lockPhase). On success the caller owns a use of c (p.leave).
 func (p *sharedPool) acquire(ctx context.Context, o *Op, db *sql.DB) (*sharedConn, error) {
-	wait, bounded, err := o.attempt(ctx)
+	wait, bounded, err := attempt(ctx, o)
 	if err != nil {
 		return nil, err
 	}
@@ -84,10 +84,10 @@ func (p *sharedPool) acquire(ctx context.Context, o *Op, db *sql.DB) (*sharedCon
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
-			return nil, o.settle(ctx, false, bounded, nil)
+			return nil, settle(ctx, o, false, bounded, nil)
 		}
 		if !sleepCtx(ctx, min(pause, left)) {
-			return nil, o.failed(ctx, ctx.Err())
+			return nil, failed(ctx, o, ctx.Err())
 		}
 		pause = min(2*pause, o.Cfg.Keepalive)
 	}

@@ -20,7 +20,7 @@ func (pgAdvisory) beginSplit(ctx context.Context, o *Op, db *sql.DB, opts *sql.T
 		return nil, fmt.Errorf("%w: %s on %q at isolation %s needs two connections (the lock is held on one, in a READ COMMITTED transaction, so that the transaction on the other takes its snapshot after the lock is granted), and the pool's MaxOpenConns is 1",
 			errs.ErrInvalidArgument, o.Verb, o.Key.String(), opts.Isolation)
 	}
-	conn, err := o.pin(ctx, db)
+	conn, err := pinXact(ctx, o, db)
 	if err != nil {
 		return nil, err
 	}

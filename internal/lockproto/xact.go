@@ -12,14 +12,14 @@ import (
 // statement of the caller's own transaction (with pgx, in one message with
 // BEGIN: onemsg.go), and the transaction's end releases it.
 
-// pin pins a connection from db, waiting no longer than ctx allows.
-func (o *Op) pin(ctx context.Context, db *sql.DB) (*sql.Conn, error) {
+// pinXact pins a connection from db, waiting no longer than ctx allows.
+func pinXact(ctx context.Context, o *Op, db *sql.DB) (*sql.Conn, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, o.notAcquired(ctx, err)
+		return nil, notAcquired(ctx, o, err)
 	}
 	conn, err := db.Conn(ctx)
 	if err != nil {
-		return nil, o.failed(ctx, errs.Wrap(err, "pin a connection"))
+		return nil, failed(ctx, o, errs.Wrap(err, "pin a connection"))
 	}
 	return conn, nil
 }
@@ -34,11 +34,11 @@ func (pgAdvisory) beginInline(ctx context.Context, o *Op, db *sql.DB, opts *sql.
 	)
 	begin, oneMsg := pgBegin(opts)
 	oneMsg = oneMsg && !o.NeedSQLTx && o.target.oneMessage()
-	native := oneMsg && o.poolNative(db)
+	native := oneMsg && poolNative(o, db)
 	if !native {
-		db = o.sqlDB(db)
+		db = sqlDB(o, db)
 	}
-	conn, err := o.pinLock(ctx, db, native)
+	conn, err := pinLock(ctx, o, db, native)
 	if err != nil {
 		return nil, err
 	}
@@ -59,10 +59,10 @@ func (pgAdvisory) beginInline(ctx context.Context, o *Op, db *sql.DB, opts *sql.
 		if opts != nil {
 			split.ReadOnly = opts.ReadOnly
 		}
-		return pgMech.beginSplit(ctx, o, o.sqlDB(db), split)
+		return pgMech.beginSplit(ctx, o, sqlDB(o, db), split)
 	}
 	if o.Cfg.Fencing {
-		if err := o.IssueToken(ctx, o.sqlDB(db)); err != nil { // committed on the pool
+		if err := o.IssueToken(ctx, sqlDB(o, db)); err != nil { // committed on the pool
 			_ = lt.Rollback()
 			return nil, err
 		}
@@ -139,7 +139,7 @@ func beginOn(ctx context.Context, o *Op, conn *sql.Conn, opts *sql.TxOptions) (*
 	}
 	if err != nil {
 		txCancel()
-		return nil, nil, o.failed(ctx, errs.Wrap(err, "begin transaction"))
+		return nil, nil, failed(ctx, o, errs.Wrap(err, "begin transaction"))
 	}
 	return tx, txCancel, nil
 }
