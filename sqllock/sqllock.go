@@ -136,7 +136,7 @@ func (b binder) Bind(ctx context.Context, verb string, opts []config.Option) (ve
 // and driver database/sql does not show. Its dialect is PostgreSQL's, the
 // only one Lock serves: the nested check's first statement, PostgreSQL's,
 // tells another server by its error and refuses it
-// (lockproto.Op.CheckNested), which also checks the server there.
+// (lockproto.CheckNested), which also checks the server there.
 type txBinder struct{ tx *sql.Tx }
 
 func (b txBinder) Nil() string { return verbs.NilIf(b.tx == nil, "*sql.Tx") }

@@ -41,7 +41,7 @@ func NewRun(verb string, op *lockproto.Op, job string, slot time.Time) (*Run, er
 		return nil, err
 	}
 	op.Job = job // events carry the job: a bounded label, unlike the key
-	op.SetFenceID(lockproto.JobFenceID(job))
+	lockproto.SetFenceID(op, lockproto.JobFenceID(job))
 	owner := op.Cfg.Owner
 	if owner == "" {
 		owner = DefaultOwner()
@@ -211,10 +211,10 @@ func (r *Run) finishDetached(ctx context.Context, db *sql.DB, started time.Time,
 // when f returns: as it is where the session autocommits; on a connection
 // pinned for it and followed by COMMIT where it does not (MySQL/MariaDB
 // with autocommit 0, which GET_LOCK's statement read: see
-// (*lockproto.Op).AutocommitOff), so that the row is never left
+// lockproto.AutocommitOff), so that the row is never left
 // uncommitted on a connection back in the pool.
 func (r *Run) autocommitted(ctx context.Context, db *sql.DB, f func(q lockproto.Querier) error) error {
-	if !r.op.AutocommitOff() {
+	if !lockproto.AutocommitOff(r.op) {
 		return f(db)
 	}
 	conn, err := db.Conn(ctx)
@@ -229,7 +229,7 @@ func (r *Run) autocommitted(ctx context.Context, db *sql.DB, f func(q lockproto.
 // connection is destroyed when that or the statement failed, so that no
 // transaction goes back to the pool); then conn goes back to the pool.
 func (r *Run) done(ctx context.Context, conn *sql.Conn, err error) error {
-	if !r.op.AutocommitOff() {
+	if !lockproto.AutocommitOff(r.op) {
 		_ = conn.Close()
 		return err
 	}

@@ -61,7 +61,7 @@ var genuine sync.Map // weak.Pointer[sql.DB] -> *serverFacts (engines.go)
 // its timer fires), an error wrapping errs.ErrNotAcquired and ctx's
 // error, so that the call sends nothing: no connection is taken from the
 // pool and the server is not asked.
-func (o *Op) EndedLock(ctx context.Context) error {
+func EndedLock(ctx context.Context, o *Op) error {
 	if err := Ended(ctx); err != nil {
 		return notAcquired(ctx, o, err)
 	}
@@ -97,8 +97,8 @@ func CheckPool(ctx context.Context, d Dialect, db *sql.DB, q CheckQuerier) error
 // comment above). An error of the detection query itself is returned as it
 // is, through Abandon, so that a context that ended matches
 // errs.ErrNotAcquired too. Nothing is checked for a nil db.
-func (o *Op) CheckServer(ctx context.Context, db *sql.DB) error {
-	return o.CheckServerOn(ctx, db, db)
+func CheckServer(ctx context.Context, o *Op, db *sql.DB) error {
+	return CheckServerOn(ctx, o, db, db)
 }
 
 // CheckQuerier runs the detection queries: a *sql.DB, *sql.Conn or *sql.Tx.
@@ -112,7 +112,7 @@ type CheckQuerier interface {
 // connection of db, for a call nested in a transaction: with every
 // connection of db in use (MaxOpenConns 1) a query on db would wait for the
 // caller's own transaction to end. The answer is still cached for db.
-func (o *Op) CheckServerOn(ctx context.Context, db *sql.DB, q CheckQuerier) error {
+func CheckServerOn(ctx context.Context, o *Op, db *sql.DB, q CheckQuerier) error {
 	err := checkPool(ctx, o, db, q)
 	if err != nil && !errors.Is(err, errs.ErrUnsupportedDialect) {
 		// the detection query failed: when ctx ended, it is not acquired

@@ -95,16 +95,16 @@ func TestCheckServer(t *testing.T) {
 			}
 			db := testdb.Open(t, k)
 			ctx := context.Background()
-			if err := op.CheckServer(ctx, db); err != nil {
+			if err := lockproto.CheckServer(ctx, op, db); err != nil {
 				t.Fatalf("CheckServer: %v", err)
 			}
 			db.Close()
-			if err := op.CheckServer(ctx, db); err != nil {
+			if err := lockproto.CheckServer(ctx, op, db); err != nil {
 				t.Fatalf("CheckServer on the closed pool (cached): %v", err)
 			}
 			other := testdb.Open(t, k)
 			other.Close()
-			if err := op.CheckServer(ctx, other); err == nil {
+			if err := lockproto.CheckServer(ctx, op, other); err == nil {
 				t.Fatal("CheckServer on a new, closed pool: nil; want the query's error (not cached)")
 			}
 		})
@@ -132,7 +132,7 @@ func TestCheckServerOncePerPool(t *testing.T) {
 			for range 200 {
 				go func() {
 					<-start
-					errc <- op.CheckServer(context.Background(), db)
+					errc <- lockproto.CheckServer(context.Background(), op, db)
 				}()
 			}
 			close(start)
@@ -160,12 +160,12 @@ func BenchmarkCheckServerCached(b *testing.B) {
 	}
 	db := testdb.Open(b, testdb.Postgres)
 	ctx := context.Background()
-	if err := op.CheckServer(ctx, db); err != nil {
+	if err := lockproto.CheckServer(ctx, op, db); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := op.CheckServer(ctx, db); err != nil {
+		if err := lockproto.CheckServer(ctx, op, db); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -44,17 +44,17 @@
 //     mechanism.go: mechanismFor, plainItem, pgAdvisory.resolve;
 //     internal/keys/keys.go: Of, Name, Validate, ValidateName, IsShape,
 //     Postgres; keyhash/keyhash.go: Int64NS); lockproto.go: DialectOf.
-//  4. detect.go: Op.EndedLock (deadline.go: ctxErr), Op.CheckServerOn, a
+//  4. detect.go: EndedLock (deadline.go: ctxErr), CheckServerOn, a
 //     map look-up once the pool passed (serverFacts.refuse).
 //  5. lockverbs.go: TransactionOf; hook.go: Op.Use, StartHook (event.go:
-//     Op.begin, which leaves the Op in ctx for ormlock.Held, config.go:
+//     beginUse, which leaves the Op in ctx for ormlock.Held, config.go:
 //     WithLock; then nothing more without WithHook), Ending, whose
 //     deferred call ends the use (EndHook) on every path out, a panic
 //     included; lockverbs.go: inLockTx.
 //  6. lockedtx.go: Op.BeginLocked, which asks the target's mechanism
 //     (pgAdvisory.beginLocked), SnapshotIsolation; xact.go:
-//     pgAdvisory.beginInline, pin, beginOneMessage; pgdriver.go: Op.poolNative,
-//     Op.pinLock (sqlPin, the pinned connection's kind), oneMessageOn,
+//     pgAdvisory.beginInline, pinXact, beginOneMessage; pgdriver.go: poolNative,
+//     pinLock (sqlPin, the pinned connection's kind), oneMessageOn,
 //     isPgx, withWire (the registered driver's wire of the connection:
 //     internal/pgxdriver/pgxdriver.go, driver.Wire); onemsg.go:
 //     pgAdvisory.lockOneMessage, lockSend, lockExchange.send: BEGIN and the lock in
@@ -63,7 +63,7 @@
 //     pgTryMessage, readLockReply, parseLockRow; on a direct connection the
 //     prepared statement, prepared.go: pgConnStateOf, pgAdvisory.lockPrepared);
 //     op.go: attempt (deadline.go: budget, stmtCtx, txContext), settle;
-//     hook.go: Emit (event.go: hookEvent and Op.event, built for an observer or an
+//     hook.go: Emit (event.go: hookEvent and newEvent, built for an observer or an
 //     ormlock.EventHook only).
 //  7. lockverbs.go: inLockTx has the Driver make fn's handle (op.go:
 //     TokenContext; transaction.go: driver.Locked, driver.session, the
@@ -74,7 +74,7 @@
 //     ends the lock with it (LockedTx.end, op.go: EndXact; hook.go: Emit).
 //
 // pgxlock's Transaction takes its lock connection from the pgx pool
-// itself in step 6 (pgdriver.go: Op.poolNative, Op.pinLock, poolPin over
+// itself in step 6 (pgdriver.go: poolNative, pinLock, poolPin over
 // Op.LockConns; internal/pgxdriver/pool.go: pool.PinLock, lockConn), with
 // no *sql.Conn between pgx and the protocol; Session and Lead do the same.
 //

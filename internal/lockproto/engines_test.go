@@ -142,7 +142,7 @@ func TestFakeEngines(t *testing.T) {
 				t.Fatal(err)
 			}
 			for round := range 2 { // asked, then from the cache
-				err = op.CheckServer(context.Background(), db)
+				err = lockproto.CheckServer(context.Background(), op, db)
 				if c.refused == "" {
 					if err != nil {
 						t.Errorf("round %d: %v, want nil", round, err)
@@ -176,16 +176,16 @@ func TestCheckServerForgetsAfterLoss(t *testing.T) {
 			return op
 		}
 		first := newOp()
-		if err := first.CheckServer(context.Background(), db); err != nil {
+		if err := lockproto.CheckServer(context.Background(), first, db); err != nil {
 			t.Fatal(err)
 		}
 		first.Emit(context.Background(), config.EventReleased, nil)
-		if err := newOp().CheckServer(context.Background(), db); err != nil || len(r.asked) != 1 {
+		if err := lockproto.CheckServer(context.Background(), newOp(), db); err != nil || len(r.asked) != 1 {
 			t.Fatalf("after a release: %v, %d questions; want the cached verdict", err, len(r.asked))
 		}
 		r.answers = map[string][][]driver.Value{"SELECT version(), pg_is_in_recovery()": {{"PostgreSQL 15.14 on x86_64-pc-linux-gnu", true}}}
 		first.Emit(context.Background(), kind, errors.New("connection gone"))
-		err := newOp().CheckServer(context.Background(), db)
+		err := lockproto.CheckServer(context.Background(), newOp(), db)
 		if !errors.Is(err, ormlock.ErrUnsupportedDialect) || !strings.Contains(err.Error(), "hot standby") {
 			t.Errorf("after event %d: %v, want the standby refused", kind, err)
 		}

@@ -159,7 +159,7 @@ func JobFenceID(job string) string { return "job:" + job }
 
 // SetFenceID makes o's tokens count on the counter id (JobFenceID, for
 // RunOnce) instead of its key's.
-func (o *Op) SetFenceID(id string) { o.fenceID = id }
+func SetFenceID(o *Op, id string) { o.fenceID = id }
 
 // Fencing reports whether o issues fencing tokens.
 func (o *Op) Fencing() bool { return o.Cfg.Fencing }
@@ -177,7 +177,7 @@ func checkFencePool(o *Op, db *sql.DB) error {
 
 // CheckFence refuses, before anything is taken, a fenced call that cannot
 // work: an invalid fence table name, or a PostgreSQL pool of one connection.
-func (o *Op) CheckFence(db *sql.DB) error {
+func CheckFence(o *Op, db *sql.DB) error {
 	if !o.Cfg.Fencing {
 		return nil
 	}
@@ -192,7 +192,7 @@ func (o *Op) CheckFence(db *sql.DB) error {
 // on MySQL/MariaDB, the pool on PostgreSQL. ctx bounds it. On failure the
 // caller releases the lock; the error says what failed (the context's
 // error included when ctx ended it).
-func (o *Op) IssueToken(ctx context.Context, q Querier) error {
+func IssueToken(ctx context.Context, o *Op, q Querier) error {
 	if !o.Cfg.Fencing {
 		return nil
 	}
@@ -235,7 +235,7 @@ func sessionToken(ctx context.Context, o *Op, db *sql.DB, conn pinned, h *sessio
 	if !o.Dialect.server().tokenOnPool() {
 		q = conn.sqlConn()
 	}
-	err := o.IssueToken(ctx, q)
+	err := IssueToken(ctx, o, q)
 	if err == nil {
 		return nil
 	}
@@ -254,4 +254,4 @@ func sessionToken(ctx context.Context, o *Op, db *sql.DB, conn pinned, h *sessio
 // with autocommit 0 (read by GET_LOCK's statement; false on PostgreSQL and
 // before the lock): the claim mode's ledger statements are then followed
 // by COMMIT.
-func (o *Op) AutocommitOff() bool { return o.Acquired() && o.Dialect.server().autocommitOff(o) }
+func AutocommitOff(o *Op) bool { return o.Acquired() && o.Dialect.server().autocommitOff(o) }

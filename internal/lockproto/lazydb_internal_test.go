@@ -75,7 +75,7 @@ func TestCheckServerOnceOnLazyDBs(t *testing.T) {
 				return
 			}
 			<-start
-			errc <- o.CheckServerOn(context.Background(), standIn, lazyQuerierDB{db: db, open: func() { mu.Lock(); opened++; mu.Unlock() }})
+			errc <- CheckServerOn(context.Background(), o, standIn, lazyQuerierDB{db: db, open: func() { mu.Lock(); opened++; mu.Unlock() }})
 		}()
 	}
 	close(start)

@@ -53,8 +53,8 @@ const (
 // by fn's return or ctx's end; a campaign's wait that ran out is
 // not_acquired.
 func (o *Op) Lead(ctx context.Context, db *sql.DB, fn func(ctx context.Context) error) error {
-	return o.Campaign(ctx, func(ctx context.Context, term *Op, fn func(ctx context.Context) error) error {
-		if err := term.CheckServer(ctx, db); err != nil {
+	return Campaign(ctx, o, func(ctx context.Context, term *Op, fn func(ctx context.Context) error) error {
+		if err := CheckServer(ctx, term, db); err != nil {
 			return err
 		}
 		return term.Session(ctx, db, fn)
@@ -65,7 +65,7 @@ func (o *Op) Lead(ctx context.Context, db *sql.DB, fn func(ctx context.Context) 
 // [Op.Session] on a *sql.DB (a pgx pool): session runs one term, a Session
 // of term (a fresh Op per term, carrying the campaign's wait) that calls fn
 // while the lock is held, after any per-attempt check.
-func (o *Op) Campaign(ctx context.Context, session func(ctx context.Context, term *Op, fn func(ctx context.Context) error) error, fn func(ctx context.Context) error) error {
+func Campaign(ctx context.Context, o *Op, session func(ctx context.Context, term *Op, fn func(ctx context.Context) error) error, fn func(ctx context.Context) error) error {
 	backoff := leadBackoffMin
 	for {
 		if ctx.Err() != nil {

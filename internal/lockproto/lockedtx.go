@@ -99,7 +99,7 @@ var (
 func (o *Op) BeginLocked(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*LockedTx, error) {
 	if o.Cfg.Fencing {
 		db = sqlDB(o, db)
-		if err := o.CheckFence(db); err != nil {
+		if err := CheckFence(o, db); err != nil {
 			return nil, err
 		}
 	}

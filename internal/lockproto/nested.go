@@ -41,7 +41,7 @@ type rowQuerier interface {
 //
 // Nothing is taken before a refusal. An error of the statement itself goes
 // through Abandon, as the server check's does.
-func (o *Op) CheckNested(ctx context.Context, q Querier, verb string) error {
+func CheckNested(ctx context.Context, o *Op, q Querier, verb string) error {
 	var iso string
 	verdict, err := checkPostgres(ctx, q, ", current_setting('transaction_isolation')", &iso)
 	switch {
@@ -77,7 +77,7 @@ const nestedSavepoint = "ormlock_lock"
 // with ctx still rolls back what it did. A savepoint of the same name
 // inside it (a nested call in body) is ended before it, as PostgreSQL
 // ends savepoints, by name, the latest first.
-func (o *Op) InSavepoint(ctx context.Context, q Querier, body func() error) (err error) {
+func InSavepoint(ctx context.Context, o *Op, q Querier, body func() error) (err error) {
 	if _, err := q.ExecContext(ctx, "SAVEPOINT "+nestedSavepoint); err != nil {
 		return o.Abandon(ctx, errs.Wrap(err, "savepoint before the lock"))
 	}
@@ -113,10 +113,10 @@ func (o *Op) InSavepoint(ctx context.Context, q Querier, body func() error) (err
 // *sql.Conn of pgx's driver (pgxlock's view of the caller's pgx.Tx), a
 // cancellation of ctx during a lock statement asks the server (stmtCtx),
 // so that the connection survives it.
-func (o *Op) LockNested(ctx context.Context, q Querier) error {
+func LockNested(ctx context.Context, o *Op, q Querier) error {
 	if c, ok := q.(*sql.Conn); ok {
 		o.cancel = pgCancelOf(c)
 		defer func() { o.cancel = nil }()
 	}
-	return o.InSavepoint(ctx, q, func() error { return pgMech.acquireXact(ctx, o, q, nil) })
+	return InSavepoint(ctx, o, q, func() error { return pgMech.acquireXact(ctx, o, q, nil) })
 }

@@ -192,7 +192,7 @@ func sqlDB(o *Op, db *sql.DB) *sql.DB {
 	return db
 }
 
-// sharedDB is Op.sqlDB for the shared lock connections, which live under
+// sharedDB is sqlDB for the shared lock connections, which live under
 // a *sql.DB as long as it is open: when db is nil, the one o.LazyDB shares
 // between the calls on its pool, if it has one (pgxlock's, per pool while
 // any call uses it).

@@ -23,7 +23,7 @@ func (mysqlNamed) beginLocked(ctx context.Context, o *Op, db *sql.DB, opts *sql.
 		_ = mysqlMech.releaseOn(ctx, o, conn)
 		return nil, err
 	}
-	if err := o.IssueToken(ctx, conn); err != nil { // fencing: committed before BEGIN
+	if err := IssueToken(ctx, o, conn); err != nil { // fencing: committed before BEGIN
 		_ = mysqlMech.releaseOn(ctx, o, conn)
 		return nil, err
 	}

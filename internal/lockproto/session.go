@@ -81,7 +81,7 @@ type sessionHold struct {
 func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Context) error) (err error) {
 	if o.Cfg.SharedConns > 0 {
 		db := sharedDB(o, db)
-		if err := o.CheckFence(db); err != nil {
+		if err := CheckFence(o, db); err != nil {
 			return err
 		}
 		return sharedPoolOf(db).session(ctx, o, db, fn) // sharedlock.go
@@ -90,7 +90,7 @@ func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Contex
 	if o.Cfg.Fencing || !native {
 		db = sqlDB(o, db) // else nil with o.LockConns: opened only if needed
 	}
-	if err := o.CheckFence(db); err != nil {
+	if err := CheckFence(o, db); err != nil {
 		return err
 	}
 	conn, err := pinLock(ctx, o, db, native)

@@ -247,11 +247,11 @@ func (p *sharedPool) token(ctx context.Context, o *Op, db *sql.DB, c *sharedConn
 // backend still holds the lock.
 func (pgAdvisory) sharedToken(ctx context.Context, o *Op, db *sql.DB, c *sharedConn) error {
 	o.lockPID = c.pid // the issuing statement checks this backend still holds the lock
-	return o.IssueToken(ctx, db)
+	return IssueToken(ctx, o, db)
 }
 
 // sharedToken on MySQL/MariaDB: issued on c itself, in its turn.
 func (mysqlNamed) sharedToken(ctx context.Context, o *Op, db *sql.DB, c *sharedConn) error {
 	o.my = c.vars // COMMIT after the token's INSERT only where autocommit is off
-	return c.run(ctx, ctx, func(ctx context.Context) error { return o.IssueToken(ctx, c.conn) })
+	return c.run(ctx, ctx, func(ctx context.Context) error { return IssueToken(ctx, o, c.conn) })
 }

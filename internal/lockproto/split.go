@@ -28,7 +28,7 @@ func (pgAdvisory) beginSplit(ctx context.Context, o *Op, db *sql.DB, opts *sql.T
 	if err != nil {
 		return nil, err
 	}
-	if err := o.IssueToken(ctx, db); err != nil { // fencing: committed on the pool
+	if err := IssueToken(ctx, o, db); err != nil { // fencing: committed on the pool
 		lk.end(ctx)
 		o.EndXact(ctx)
 		return nil, err

@@ -62,7 +62,7 @@ func (pgAdvisory) beginInline(ctx context.Context, o *Op, db *sql.DB, opts *sql.
 		return pgMech.beginSplit(ctx, o, sqlDB(o, db), split)
 	}
 	if o.Cfg.Fencing {
-		if err := o.IssueToken(ctx, sqlDB(o, db)); err != nil { // committed on the pool
+		if err := IssueToken(ctx, o, sqlDB(o, db)); err != nil { // committed on the pool
 			_ = lt.Rollback()
 			return nil, err
 		}

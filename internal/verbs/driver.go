@@ -56,11 +56,11 @@ type Nester[TTx any] interface {
 
 // nested is inLockTx in the caller's open transaction p.Tx, which n's
 // handle is inside: after the nested protocol's check
-// (lockproto.Op.CheckNested, which sqllock's and pgxlock's Lock make too:
+// (lockproto.CheckNested, which sqllock's and pgxlock's Lock make too:
 // above READ COMMITTED that transaction's snapshot predates the lock, so
 // fn could not see what the lock's earlier holders committed), the lock
 // is taken, its token issued, and fn run, in a savepoint of that
-// transaction (lockproto.Op.InSavepoint, rolled back to even when the
+// transaction (lockproto.InSavepoint, rolled back to even when the
 // context has ended) unless n says otherwise. The lock is the
 // transaction's: it is held until the transaction ends.
 func nested[TTx any, D Driver[TTx]](ctx context.Context, d D, n Nester[TTx], p Pool, op *lockproto.Op, r *ledger.Run) error {
@@ -69,11 +69,11 @@ func nested[TTx any, D Driver[TTx]](ctx context.Context, d D, n Nester[TTx], p P
 		return err
 	}
 	q := lockproto.Querier(p.Tx)
-	if err := op.CheckNested(ctx, q, p.Pkg+"."+op.Verb); err != nil {
+	if err := lockproto.CheckNested(ctx, op, q, p.Pkg+"."+op.Verb); err != nil {
 		return err
 	}
 	if p.DB != nil { // the primary's pool, under the caller's transaction
-		if err := op.CheckFence(p.DB); err != nil {
+		if err := lockproto.CheckFence(op, p.DB); err != nil {
 			return err
 		}
 	}
@@ -91,21 +91,21 @@ func nested[TTx any, D Driver[TTx]](ctx context.Context, d D, n Nester[TTx], p P
 	if !savepoint {
 		return body()
 	}
-	return op.InSavepoint(ctx, q, body)
+	return lockproto.InSavepoint(ctx, op, q, body)
 }
 
 // issueToken issues the fencing token of a lock taken in the caller's
 // transaction: committed on another connection of the primary's pool, as
 // for a top-level Transaction on PostgreSQL.
 func issueToken[TTx any](ctx context.Context, n Nester[TTx], op *lockproto.Op) error {
-	if !op.Fencing() {
+	if !op.Cfg.Fencing {
 		return nil
 	}
 	db, err := n.TokenDB()
 	if err != nil {
 		return err
 	}
-	return op.IssueToken(ctx, db)
+	return lockproto.IssueToken(ctx, op, db)
 }
 
 // RunOnceOf runs fn (d.Call) at most once per (job, slot): every adapter's

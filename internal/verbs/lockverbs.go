@@ -79,9 +79,9 @@ func Transaction[B Binder, F any](ctx context.Context, b B, pkg string, k keys.K
 // Lock takes the lock of k in the caller's open transaction, the Pool's
 // Tx (sqllock's and pgxlock's Lock), where it stays until that
 // transaction ends: the options it cannot honour there are refused (step
-// 5), the transaction is checked (lockproto.Op.CheckNested: the server,
+// 5), the transaction is checked (lockproto.CheckNested: the server,
 // which the Binder could not reach on its own, and the isolation), then
-// the lock is taken in a savepoint (lockproto.Op.LockNested).
+// the lock is taken in a savepoint (lockproto.LockNested).
 func Lock[B Binder](ctx context.Context, b B, pkg string, k keys.Key, opts []config.Option) error {
 	p, err := Open(ctx, b, pkg, "Lock", opts, Args{})
 	defer p.release()
@@ -93,12 +93,12 @@ func Lock[B Binder](ctx context.Context, b B, pkg string, k keys.Key, opts []con
 		op, err = p.Op(ctx, "Lock", k, p.Cfg, true, lockproto.HeldForTx)
 	}
 	if err == nil {
-		err = op.CheckNested(ctx, p.Tx, pkg+".Lock")
+		err = lockproto.CheckNested(ctx, op, p.Tx, pkg+".Lock")
 	}
 	if err != nil {
 		return p.mend(err)
 	}
-	return op.Use(ctx, func(ctx context.Context) error { return p.mend(op.LockNested(ctx, p.Tx)) })
+	return op.Use(ctx, func(ctx context.Context) error { return p.mend(lockproto.LockNested(ctx, op, p.Tx)) })
 }
 
 // lockOptions refuses the options Lock cannot honour inside the caller's
@@ -142,11 +142,11 @@ func Lead[B Binder](ctx context.Context, b B, pkg string, k keys.Key, fn func(ct
 		return p.mend(err)
 	}
 	return op.Use(ctx, func(ctx context.Context) error {
-		return p.mend(op.Campaign(ctx, func(ctx context.Context, term *lockproto.Op, fn func(ctx context.Context) error) error {
+		return p.mend(lockproto.Campaign(ctx, op, func(ctx context.Context, term *lockproto.Op, fn func(ctx context.Context) error) error {
 			// each term asks again, under the pool's cache key: once per
 			// pool for a server that passes
 			if !p.NoCheck {
-				if err := term.CheckServerOn(ctx, p.cacheKey(), p.checkQuerier()); err != nil {
+				if err := lockproto.CheckServerOn(ctx, term, p.cacheKey(), p.checkQuerier()); err != nil {
 					return err
 				}
 			}

@@ -174,7 +174,7 @@ func (p Pool) Op(ctx context.Context, verb string, k keys.Key, cfg config.Config
 	op.SplitTx = p.SplitTx
 	op.LockConns, op.LazyDB = p.LockConns, p.Lazy // Lead's terms take them over
 	if lock {
-		err = op.EndedLock(ctx)
+		err = lockproto.EndedLock(ctx, op)
 	} else {
 		err = lockproto.Ended(ctx)
 	}
@@ -184,7 +184,7 @@ func (p Pool) Op(ctx context.Context, verb string, k keys.Key, cfg config.Config
 	if p.NoCheck {
 		return op, nil
 	}
-	if err := op.CheckServerOn(ctx, p.cacheKey(), p.checkQuerier()); err != nil {
+	if err := lockproto.CheckServerOn(ctx, op, p.cacheKey(), p.checkQuerier()); err != nil {
 		return op, err // the Op is valid; Lead retries a connection error
 	}
 	return op, nil
