@@ -13,7 +13,8 @@ import (
 
 // use is what the events of one lock use carry beyond the Op's own
 // fields: its acquisition id, the server's product, the run's slot, the
-// Lead term, and whether the use has ended (ormlock.Held).
+// Lead term, whether the use has ended (ormlock.Held), its last event, and
+// whether an observer panicked.
 type use struct {
 	id     atomic.Uint64 // the acquisition id, drawn at the first event (nextUseID)
 	server string        // the server's product, read as the use starts (begin)
@@ -24,6 +25,12 @@ type use struct {
 	// started: StartHook ran (or the campaign's, for a term), so that
 	// events go to an EventHook only between its Start and End
 	started bool
+	// last is the kind of the last event emitted, which the hook's End
+	// reports.
+	last atomic.Uint32
+	// panicked is set by the first observer panic the use contained, so
+	// that it is reported once.
+	panicked atomic.Bool
 }
 
 // useIDs draws the acquisition ids: unique in the process.
@@ -63,7 +70,7 @@ func serverProduct(o *Op) string {
 func newEvent(o *Op, kind config.EventKind, err error) config.Event {
 	e := config.Event{
 		Kind: kind, Verb: o.Verb, Dialect: o.Dialect.String(), Key: o.Key, Namespace: o.Cfg.Namespace, Job: o.Job, Err: err,
-		ID: useID(o), Server: serverProduct(o), Slot: o.use.slot, Token: o.token, Try: o.Cfg.Wait <= 0, Term: max(o.use.term, o.use.terms.Load()),
+		ID: useID(o), Server: serverProduct(o), Slot: o.use.slot, Token: o.fence.token, Try: o.Cfg.Wait <= 0, Term: max(o.use.term, o.use.terms.Load()),
 	}
 	switch kind {
 	case config.EventAcquired, config.EventNotAcquired:
@@ -91,7 +98,7 @@ func beginUse(ctx context.Context, o *Op) context.Context {
 // HeldNow reports whether o's lock is held: its last event is
 // acquired and its use has not ended (config.Lock).
 func (o *Op) HeldNow() bool {
-	return !o.use.ended.Load() && o.last.Load() == uint32(config.EventAcquired)
+	return !o.use.ended.Load() && o.use.last.Load() == uint32(config.EventAcquired)
 }
 
 // TermContext returns fn's context fctx of a Lead term o carrying o as its

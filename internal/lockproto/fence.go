@@ -157,9 +157,19 @@ func FenceID(k keys.Key) string {
 // rather than one per slot.
 func JobFenceID(job string) string { return "job:" + job }
 
+// fencing is what an Op's fencing keeps: the counter its tokens count on,
+// the token of its acquisition, and the backend that took the lock.
+type fencing struct {
+	id    string // the fencing counter, when not the key's (FenceID)
+	token int64  // the fencing token of this acquisition, once issued
+	// pid: PostgreSQL with fencing, the pid of the backend that took the
+	// lock, which the token's issuance checks still holds it
+	pid uint32
+}
+
 // SetFenceID makes o's tokens count on the counter id (JobFenceID, for
 // RunOnce) instead of its key's.
-func SetFenceID(o *Op, id string) { o.fenceID = id }
+func SetFenceID(o *Op, id string) { o.fence.id = id }
 
 // Fencing reports whether o issues fencing tokens.
 func (o *Op) Fencing() bool { return o.Cfg.Fencing }
@@ -200,7 +210,7 @@ func IssueToken(ctx context.Context, o *Op, q Querier) error {
 	if err != nil {
 		return err
 	}
-	id := o.fenceID
+	id := o.fence.id
 	if id == "" {
 		id = FenceID(o.Key)
 	}
@@ -218,7 +228,7 @@ func IssueToken(ctx context.Context, o *Op, q Querier) error {
 		}
 		return errs.Wrap(err, "%s on %q", o.Verb, o.Key.String())
 	}
-	o.token = tok
+	o.fence.token = tok
 	return nil
 }
 

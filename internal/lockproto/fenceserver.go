@@ -63,14 +63,14 @@ func (postgresServer) tokenOnPool() bool { return true }
 func (mysqlServer) tokenOnPool() bool    { return false }
 
 func (postgresServer) tokenHolder(o *Op) (Holder, error) {
-	if o.lockPID == 0 {
+	if o.fence.pid == 0 {
 		return Holder{}, fmt.Errorf("ormlock: %s on %q: the lock's backend is unknown: no fencing token was issued", o.Verb, o.Key.String())
 	}
-	return Holder{PID: o.lockPID, Key: o.target.pg}, nil
+	return Holder{PID: o.fence.pid, Key: o.target.pg}, nil
 }
 
 func (mysqlServer) tokenHolder(o *Op) (Holder, error) {
-	return Holder{PID: o.lockPID, Key: o.target.pg, Commit: o.my.autocommit == 0}, nil
+	return Holder{PID: o.fence.pid, Key: o.target.pg, Commit: o.my.autocommit == 0}, nil
 }
 
 // pgHeld is the condition, evaluated by the issuing statement, that the

@@ -21,7 +21,7 @@ func (o *Op) Emit(ctx context.Context, kind config.EventKind, err error) {
 	if kind == config.EventLockLost || kind == config.EventReleaseFailed {
 		serverMayHaveChanged(o)
 	}
-	o.last.Store(uint32(kind))
+	o.use.last.Store(uint32(kind))
 	hookEvent(ctx, o, kind, err) // event.go
 	obs := o.Cfg.Observer
 	if obs == nil {
@@ -115,7 +115,7 @@ func (o *Op) EndHook(ctx context.Context, err error) {
 	if h == nil {
 		return
 	}
-	e := newEvent(o, config.EventKind(o.last.Load()), err)
+	e := newEvent(o, config.EventKind(o.use.last.Load()), err)
 	defer func() {
 		if p := recover(); p != nil {
 			observerPanic(ctx, o, e, p)
@@ -130,7 +130,7 @@ const ObserverPanicMessage = "ormlock: observer panicked; the panic was containe
 
 // observerPanic reports the first observer panic of o on slog.Default().
 func observerPanic(ctx context.Context, o *Op, e config.Event, p any) {
-	if o.observerPanicked.Swap(true) {
+	if o.use.panicked.Swap(true) {
 		return
 	}
 	slog.Default().LogAttrs(context.WithoutCancel(ctx), slog.LevelError, ObserverPanicMessage,

@@ -113,7 +113,7 @@ func nextTerm(o *Op) (*Op, error) {
 	if err != nil {
 		return nil, err
 	}
-	t.Job, t.fenceID, t.LockConns, t.LazyDB = o.Job, o.fenceID, o.LockConns, o.LazyDB
+	t.Job, t.fence.id, t.LockConns, t.LazyDB = o.Job, o.fence.id, o.LockConns, o.LazyDB
 	newTerm(o, t) // event.go
 	return t, nil
 }

@@ -132,7 +132,7 @@ func (pgAdvisory) lockSend(o *Op, x *lockExchange, begin string, use lockTxFor, 
 		// token's issuance checks (fence.go)
 		fence := o.Cfg.Fencing
 		err := x.send(pgLockMessage(begin, o.target.pg, o.target.sharedOne(), wait, long, fence), lockLayout{wait: wait > 0, long: long, iso: wantIso, pid: fence})
-		o.lockPID = x.rep.pid
+		o.fence.pid = x.rep.pid
 		return err
 	}
 	if !ps.known {
@@ -141,7 +141,7 @@ func (pgAdvisory) lockSend(o *Op, x *lockExchange, begin string, use lockTxFor, 
 		if err == nil {
 			ps.known, ps.direct = true, x.rep.pid != 0 && x.rep.pid == x.pc.PID()
 		}
-		o.lockPID = x.rep.pid
+		o.fence.pid = x.rep.pid
 		return err
 	}
 	return pgMech.lockPrepared(o, x, ps, begin)

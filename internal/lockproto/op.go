@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 	"weak"
 
@@ -56,10 +55,8 @@ type Op struct {
 	held     heldItems
 	reserved []localLock
 
-	fenceID string            // the fencing counter, when not the key's (fence.go)
-	token   int64             // the fencing token of this acquisition, once issued
-	lockPID uint32            // PostgreSQL with fencing: the pid of the backend that took the lock
-	my      mysqlLockConnVars // MySQL: the lock connection's session, read by GET_LOCK
+	fence fencing           // the counter, the token and the lock's backend (fence.go)
+	my    mysqlLockConnVars // MySQL: the lock connection's session, read by GET_LOCK
 	// ownerRows: o wrote the owner rows of what it holds (MySQL, owner.go),
 	// which its release deletes
 	ownerRows bool
@@ -72,15 +69,7 @@ type Op struct {
 	start    time.Time
 	acquired time.Time
 
-	// last is the kind of the last event emitted, which the hook's End
-	// reports.
-	last atomic.Uint32
-
 	use use // what the use's events carry, and its end (event.go)
-
-	// observerPanicked is set by the first observer panic this Op
-	// contained, so that it is reported once.
-	observerPanicked atomic.Bool
 
 	// checkedPool is the pool whose server check this Op consulted: a
 	// lost lock or a failed release forgets its verdict (detect.go).
@@ -253,7 +242,7 @@ func (pgAdvisory) acquireXact(ctx context.Context, o *Op, q Querier, iso *string
 	var ok bool
 	var pid *uint32
 	if o.Cfg.Fencing {
-		pid = &o.lockPID // the token's issuance checks this backend holds the lock
+		pid = &o.fence.pid // the token's issuance checks this backend holds the lock
 	}
 	sctx, done := stmtCtx(ctx, wait > 0, o.cancel)
 	if wait > 0 {
@@ -356,7 +345,7 @@ func (mysqlNamed) canceller(ctx context.Context, o *Op, db *sql.DB, conn *sql.Co
 
 // Token returns the fencing token of o's acquisition, once issued
 // (fence.go issues it).
-func (o *Op) Token() (int64, bool) { return o.token, o.token > 0 }
+func (o *Op) Token() (int64, bool) { return o.fence.token, o.fence.token > 0 }
 
 // tokenContext returns ctx carrying o's token, when one was issued.
 func tokenContext(ctx context.Context, o *Op) context.Context {

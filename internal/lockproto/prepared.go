@@ -97,7 +97,7 @@ var errNotOurStatement = errors.New("the prepared lock statement is not the libr
 // when it is not prepared yet, or not the library's.
 func (pgAdvisory) lockPrepared(o *Op, x *lockExchange, ps *pgConnState, begin string) error {
 	// direct: the backend's pid is the one the connection announced
-	o.lockPID = x.pc.PID()
+	o.fence.pid = x.pc.PID()
 	i := pgTryIndex(o.target.pg)
 	l := lockLayout{iso: true, mark: true}
 	// ours: the answer carries the connection's mark; otherwise, on a

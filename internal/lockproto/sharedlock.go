@@ -246,7 +246,7 @@ func (p *sharedPool) token(ctx context.Context, o *Op, db *sql.DB, c *sharedConn
 // sharedToken on PostgreSQL: issued on the pool, checking that c's
 // backend still holds the lock.
 func (pgAdvisory) sharedToken(ctx context.Context, o *Op, db *sql.DB, c *sharedConn) error {
-	o.lockPID = c.pid // the issuing statement checks this backend still holds the lock
+	o.fence.pid = c.pid // the issuing statement checks this backend still holds the lock
 	return IssueToken(ctx, o, db)
 }
 
