@@ -45,14 +45,14 @@ type common struct {
 }
 
 func (c *common) register(fs *flagSet, ledger bool) {
-	fs.StringVar(&c.dsn, "dsn", "", "database `DSN`: a PostgreSQL URL or key=value string, a mysql:// URL or a go-sql-driver MySQL DSN")
+	fs.fl.StringVar(&c.dsn, "dsn", "", "database `DSN`: a PostgreSQL URL or key=value string, a mysql:// URL or a go-sql-driver MySQL DSN")
 	fs.env("dsn", "ORMLOCK_DSN")
-	fs.StringVar(&c.namespace, "namespace", "", "key namespace (`NS`), as ormlock.WithNamespace")
+	fs.fl.StringVar(&c.namespace, "namespace", "", "key namespace (`NS`), as ormlock.WithNamespace")
 	fs.env("namespace", "ORMLOCK_NAMESPACE")
-	fs.DurationVar(&c.connectTimeout, "connect-timeout", defaultConnectTimeout, "give up reaching the server (connect, log in, first query) after `DURATION`")
+	fs.fl.DurationVar(&c.connectTimeout, "connect-timeout", defaultConnectTimeout, "give up reaching the server (connect, log in, first query) after `DURATION`")
 	fs.env("connect-timeout", "ORMLOCK_CONNECT_TIMEOUT")
 	if ledger {
-		fs.StringVar(&c.ledger, "ledger-table", config.DefaultLedgerTable, "ledger `table` of --once-per runs")
+		fs.fl.StringVar(&c.ledger, "ledger-table", config.DefaultLedgerTable, "ledger `table` of --once-per runs")
 		fs.env("ledger-table", "ORMLOCK_LEDGER_TABLE")
 	}
 }
@@ -324,7 +324,9 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 // flagSet is a flag set with its usage text and the environment variables
 // its flags default to.
 type flagSet struct {
-	*flag.FlagSet
+	// fl is the standard flag set (a named field: flagSet's own methods
+	// are few, and flag.FlagSet's are reached through it)
+	fl   *flag.FlagSet
 	help func()
 	envs [][2]string // flag name, variable
 }
@@ -332,7 +334,7 @@ type flagSet struct {
 // env makes the flag name default to the environment variable v when it
 // is not given; --help says so.
 func (fs *flagSet) env(name, v string) {
-	f := fs.Lookup(name)
+	f := fs.fl.Lookup(name)
 	f.Usage += "; or $" + v
 	fs.envs = append(fs.envs, [2]string{name, v})
 }
@@ -350,13 +352,13 @@ func newFlagSet(name, usage string, stdout io.Writer) *flagSet {
 		fs.PrintDefaults()
 		fs.SetOutput(io.Discard)
 	}
-	return &flagSet{FlagSet: fs, help: help}
+	return &flagSet{fl: fs, help: help}
 }
 
 // parseFlags wraps fs.Parse errors as usage errors; --help prints the usage
 // to stdout and returns flag.ErrHelp.
 func parseFlags(fs *flagSet, args []string) ([]string, error) {
-	pos, err := parseInterspersed(fs.FlagSet, args)
+	pos, err := parseInterspersed(fs.fl, args)
 	if errors.Is(err, flag.ErrHelp) {
 		fs.help()
 		return nil, err
@@ -365,10 +367,10 @@ func parseFlags(fs *flagSet, args []string) ([]string, error) {
 		return nil, &usageError{msg: err.Error()}
 	}
 	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	fs.fl.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	for _, e := range fs.envs {
 		if v := os.Getenv(e[1]); v != "" && !given[e[0]] {
-			if err := fs.Set(e[0], v); err != nil {
+			if err := fs.fl.Set(e[0], v); err != nil {
 				return nil, usagef("$%s: invalid value %q for --%s: %v", e[1], v, e[0], err)
 			}
 		}

@@ -34,7 +34,7 @@ func fenceCmd(args []string, stdout, stderr io.Writer) error {
 	var by int64
 	fs := newFlagSet("fence advance", fenceUsage, stdout)
 	c.register(fs, true)
-	fs.Int64Var(&by, "by", 0, "add `N` to every counter")
+	fs.fl.Int64Var(&by, "by", 0, "add `N` to every counter")
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return err

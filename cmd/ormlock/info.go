@@ -68,7 +68,7 @@ func holderCmd(args []string, stdout, stderr io.Writer) error {
 	var c common
 	fs := newFlagSet("holder", holderUsage, stdout)
 	c.register(fs, true) // on MySQL/MariaDB the owners table is the ledger's
-	maxHolders := fs.Int("max-holders", 0, "KEY is a semaphore of `N` slots (ormlock run --max-holders N): list the holder of each held slot")
+	maxHolders := fs.fl.Int("max-holders", 0, "KEY is a semaphore of `N` slots (ormlock run --max-holders N): list the holder of each held slot")
 	arg, key, err := parseKeyArg(fs, args, "KEY")
 	if err != nil {
 		return err
@@ -194,7 +194,7 @@ func runsCmd(args []string, stdout, stderr io.Writer) error {
 	var c common
 	fs := newFlagSet("runs", runsUsage, stdout)
 	c.register(fs, true)
-	limit := fs.Int("limit", 10, "show at most `N` runs")
+	limit := fs.fl.Int("limit", 10, "show at most `N` runs")
 	job, err := parseOneArg(fs, args, "JOB")
 	if err != nil {
 		return err
@@ -248,7 +248,7 @@ Examples:
 
 func keyCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("key", keyUsage, stdout)
-	ns := fs.String("namespace", "", "key namespace (`NS`), as ormlock.WithNamespace")
+	ns := fs.fl.String("namespace", "", "key namespace (`NS`), as ormlock.WithNamespace")
 	fs.env("namespace", "ORMLOCK_NAMESPACE")
 	_, key, err := parseKeyArg(fs, args, "NAME")
 	if err != nil {

@@ -68,8 +68,8 @@ func leadCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("lead", leadUsage, stdout)
 	f.register(fs, true) // the ledger table names the fence and owners tables
 	f.registerCommand(fs)
-	fs.StringVar(&f.owner, "owner", "", "`ID` naming this host to ormlock holder while it leads (default hostname/pid)")
-	fs.BoolVar(&fencing, "fencing", false, "give each term a fencing token, in COMMAND's $ORMLOCK_FENCING_TOKEN (needs ormlock migrate)")
+	fs.fl.StringVar(&f.owner, "owner", "", "`ID` naming this host to ormlock holder while it leads (default hostname/pid)")
+	fs.fl.BoolVar(&fencing, "fencing", false, "give each term a fencing token, in COMMAND's $ORMLOCK_FENCING_TOKEN (needs ormlock migrate)")
 
 	pos, command, opts, err := f.parseCommandLine(fs, "lead", args)
 	if err != nil {

@@ -134,17 +134,17 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("run", runUsage, stdout)
 	f.register(fs, true)
 	f.registerCommand(fs)
-	fs.DurationVar(&f.wait, "wait", 0, "wait up to `DURATION` for the lock (default: try once)")
-	fs.IntVar(&f.conflict, "conflict-exit-code", exitConflict, "exit status `N` when the lock is held elsewhere")
-	fs.IntVar(&f.done, "done-exit-code", exitAlreadyDone, "exit status `N` when the --once-per slot is already done")
-	fs.StringVar(&f.oncePer, "once-per", "", "run at most once per slot of `SCHEDULE` (cron expression or period); KEY is the job name")
-	fs.StringVar(&f.tz, "tz", "UTC", "time `ZONE` of --once-per (IANA name, or Local)")
-	fs.DurationVar(&f.catchUp, "catch-up", 0, "with --once-per, first run the slots missed within `DURATION` before now (default: none)")
-	fs.StringVar(&f.policy, "catch-up-policy", "latest", "`POLICY` of --catch-up: latest (the newest missed slot) or all (each, oldest first)")
-	fs.StringVar(&f.owner, "owner", "", "`ID` naming this run to ormlock holder while it holds the lock, and in the ledger's owner column with --once-per (default: none to holder, hostname/pid in the ledger)")
-	fs.BoolVar(&f.quiet, "quiet", false, "print nothing when COMMAND does not run because of a conflict or a done slot")
-	fs.BoolVar(&f.shared, "shared", false, "take the KEYs in share mode (PostgreSQL): shared runs hold them together, exclusive ones wait")
-	fs.IntVar(&f.holders, "max-holders", 0, "let up to `N` runs hold KEY at once, N 1-128 (a semaphore of N slots; one KEY)")
+	fs.fl.DurationVar(&f.wait, "wait", 0, "wait up to `DURATION` for the lock (default: try once)")
+	fs.fl.IntVar(&f.conflict, "conflict-exit-code", exitConflict, "exit status `N` when the lock is held elsewhere")
+	fs.fl.IntVar(&f.done, "done-exit-code", exitAlreadyDone, "exit status `N` when the --once-per slot is already done")
+	fs.fl.StringVar(&f.oncePer, "once-per", "", "run at most once per slot of `SCHEDULE` (cron expression or period); KEY is the job name")
+	fs.fl.StringVar(&f.tz, "tz", "UTC", "time `ZONE` of --once-per (IANA name, or Local)")
+	fs.fl.DurationVar(&f.catchUp, "catch-up", 0, "with --once-per, first run the slots missed within `DURATION` before now (default: none)")
+	fs.fl.StringVar(&f.policy, "catch-up-policy", "latest", "`POLICY` of --catch-up: latest (the newest missed slot) or all (each, oldest first)")
+	fs.fl.StringVar(&f.owner, "owner", "", "`ID` naming this run to ormlock holder while it holds the lock, and in the ledger's owner column with --once-per (default: none to holder, hostname/pid in the ledger)")
+	fs.fl.BoolVar(&f.quiet, "quiet", false, "print nothing when COMMAND does not run because of a conflict or a done slot")
+	fs.fl.BoolVar(&f.shared, "shared", false, "take the KEYs in share mode (PostgreSQL): shared runs hold them together, exclusive ones wait")
+	fs.fl.IntVar(&f.holders, "max-holders", 0, "let up to `N` runs hold KEY at once, N 1-128 (a semaphore of N slots; one KEY)")
 	f.many = true
 
 	pos, command, opts, err := f.parseCommandLine(fs, "run", args)
@@ -234,9 +234,9 @@ func (f *runFlags) prepare(ctx context.Context, key string, command []string, id
 // registerCommand registers the flags of COMMAND's lock and processes,
 // which ormlock run and ormlock lead share.
 func (f *runFlags) registerCommand(fs *flagSet) {
-	fs.DurationVar(&f.keepalive, "keepalive", config.DefaultKeepalive, "check the lock connection every `DURATION`; a loss is seen within two")
-	fs.DurationVar(&f.grace, "grace", 10*time.Second, "wait `DURATION` between SIGTERM and SIGKILL to COMMAND's processes (lock lost, or COMMAND exited before them)")
-	fs.BoolVar(&f.exportDSN, "export-dsn", false, "pass the DSN on to COMMAND as $ORMLOCK_DSN (by default COMMAND's environment has none)")
+	fs.fl.DurationVar(&f.keepalive, "keepalive", config.DefaultKeepalive, "check the lock connection every `DURATION`; a loss is seen within two")
+	fs.fl.DurationVar(&f.grace, "grace", 10*time.Second, "wait `DURATION` between SIGTERM and SIGKILL to COMMAND's processes (lock lost, or COMMAND exited before them)")
+	fs.fl.BoolVar(&f.exportDSN, "export-dsn", false, "pass the DSN on to COMMAND as $ORMLOCK_DSN (by default COMMAND's environment has none)")
 }
 
 // parseCommandLine parses "[flags] KEY -- COMMAND [ARGS...]" of the
@@ -247,7 +247,7 @@ func (f *runFlags) parseCommandLine(fs *flagSet, name string, args []string) (po
 	if pos, err = parseFlags(fs, left); err != nil {
 		return nil, nil, nil, err
 	}
-	fs.Visit(func(fl *flag.Flag) { f.holdersOn = f.holdersOn || fl.Name == "max-holders" })
+	fs.fl.Visit(func(fl *flag.Flag) { f.holdersOn = f.holdersOn || fl.Name == "max-holders" })
 	switch {
 	case len(pos) == 0:
 		return nil, nil, nil, usagef("missing KEY: ormlock %s [flags] KEY -- COMMAND [ARGS...]", name)

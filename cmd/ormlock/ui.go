@@ -57,14 +57,14 @@ func uiCmd(args []string, stdout, stderr io.Writer) error {
 	var c common
 	fs := newFlagSet("ui", uiUsage, stdout)
 	c.register(fs, true)
-	listen := fs.String("listen", "127.0.0.1:8080", "serve on `ADDR` (host:port; port 0 picks a free one)")
-	tz := fs.String("tz", "UTC", "show times in `ZONE` (and UTC) unless a page's ?tz= says otherwise; the zone of --schedule's cron expressions and days")
-	timeout := fs.Duration("timeout", 5*time.Second, "answer a page within `DURATION`, database reads included")
+	listen := fs.fl.String("listen", "127.0.0.1:8080", "serve on `ADDR` (host:port; port 0 picks a free one)")
+	tz := fs.fl.String("tz", "UTC", "show times in `ZONE` (and UTC) unless a page's ?tz= says otherwise; the zone of --schedule's cron expressions and days")
+	timeout := fs.fl.Duration("timeout", 5*time.Second, "answer a page within `DURATION`, database reads included")
 	var locks, leaders, schedules, hosts repeated
-	fs.Var(&locks, "lock", "show the holder of lock `KEY` (repeatable; read as in ormlock run)")
-	fs.Var(&leaders, "leader", "show the leader of Lead key `KEY`, with its fencing token (repeatable)")
-	fs.Var(&schedules, "schedule", "`JOB=SPEC`: JOB's schedule, a Go duration or a cron expression as --once-per takes, so that missed slots show (repeatable)")
-	fs.Var(&hosts, "allow-host", "answer requests for `HOST` too (host or host:port; repeatable)")
+	fs.fl.Var(&locks, "lock", "show the holder of lock `KEY` (repeatable; read as in ormlock run)")
+	fs.fl.Var(&leaders, "leader", "show the leader of Lead key `KEY`, with its fencing token (repeatable)")
+	fs.fl.Var(&schedules, "schedule", "`JOB=SPEC`: JOB's schedule, a Go duration or a cron expression as --once-per takes, so that missed slots show (repeatable)")
+	fs.fl.Var(&hosts, "allow-host", "answer requests for `HOST` too (host or host:port; repeatable)")
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return err

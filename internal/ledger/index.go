@@ -43,9 +43,6 @@ func (t *Table) IndexName() string {
 	return t.name[:maxIdentBytes-len(tag)-len(indexSuffix)] + tag + indexSuffix
 }
 
-// quote quotes an identifier of the table (validated: plain characters).
-func (t *Table) quote(ident string) string { return t.s.Quote(ident) }
-
 // hasIndex reports whether the table has a usable btree index whose
 // leading columns are (namespace, slot), whatever its name (one added by
 // hand serves as well).

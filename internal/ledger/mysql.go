@@ -39,7 +39,7 @@ func (myLedger) createSQL(t *Table) string {
 	finished_at DATETIME(6)  NULL,
 	error       TEXT         CHARACTER SET utf8mb4 NULL,
 	PRIMARY KEY (namespace, job, slot),
-	KEY ` + t.quote(t.IndexName()) + ` (namespace, slot),
+	KEY ` + t.s.Quote(t.IndexName()) + ` (namespace, slot),
 	CHECK (status IN ('running', 'done', 'failed'))
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`
 }
@@ -188,7 +188,7 @@ GROUP BY INDEX_NAME HAVING COUNT(*) = 2) ix`, t.name
 }
 
 func (myLedger) addIndexSQL(t *Table) string {
-	return "ALTER TABLE " + t.q + " ADD INDEX " + t.quote(t.IndexName()) + " (namespace, slot)"
+	return "ALTER TABLE " + t.q + " ADD INDEX " + t.s.Quote(t.IndexName()) + " (namespace, slot)"
 }
 
 func (myLedger) hasNamespaceSQL(t *Table) (string, any) {

@@ -164,7 +164,7 @@ WHERE i.indrelid = to_regclass($1) AND i.indisvalid AND i.indpred IS NULL`, t.q
 }
 
 func (pgLedger) addIndexSQL(t *Table) string {
-	return "CREATE INDEX " + t.quote(t.IndexName()) + " ON " + t.q + " (namespace, slot)"
+	return "CREATE INDEX " + t.s.Quote(t.IndexName()) + " ON " + t.q + " (namespace, slot)"
 }
 
 // hasNamespaceSQL: to_regclass resolves the quoted name through the

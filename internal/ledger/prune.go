@@ -82,7 +82,7 @@ func (t *Table) pruneFinished(ctx context.Context, db *sql.DB, ns string, cutoff
 		if err := ctx.Err(); err != nil {
 			return total, err
 		}
-		n, err := t.execCommitted(ctx, db, query, ns, t.slotArg(cutoff), batch)
+		n, err := execCommitted(ctx, db, query, ns, t.slotArg(cutoff), batch)
 		total += n
 		if err != nil {
 			return total, t.wrap("prune", err)
@@ -119,7 +119,7 @@ func (t *Table) pruneStale(ctx context.Context, db *sql.DB, cfg config.Config, c
 			if held {
 				continue
 			}
-			n, err := t.execCommitted(ctx, db, del, r.Namespace, r.Job, t.slotArg(r.Slot), r.Owner, t.slotArg(r.Started))
+			n, err := execCommitted(ctx, db, del, r.Namespace, r.Job, t.slotArg(r.Slot), r.Owner, t.slotArg(r.Started))
 			total += n
 			if err != nil {
 				return total, t.wrap("prune a stale run", err)
@@ -134,7 +134,7 @@ func (t *Table) pruneStale(ctx context.Context, db *sql.DB, cfg config.Config, c
 
 // execCommitted runs query in a READ COMMITTED transaction of its own on
 // db and returns the rows it affected.
-func (t *Table) execCommitted(ctx context.Context, db *sql.DB, query string, args ...any) (int64, error) {
+func execCommitted(ctx context.Context, db *sql.DB, query string, args ...any) (int64, error) {
 	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return 0, err

@@ -70,13 +70,20 @@ func (driver) SessionEnded(err error) bool {
 func (driver) ErrCommitRollback() error { return pgx.ErrTxCommitRollback }
 
 // wire is a pgconn connection as a lockproto.PgWire: pgconn's own methods
-// but Exec, whose reply it wraps. A struct of one pointer, stored in an
+// of that interface (a named field, not an embedded one, so that wire has
+// only these), Exec's reply wrapped. A struct of one pointer, stored in an
 // interface without an allocation.
-type wire struct{ *pgconn.PgConn }
+type wire struct{ c *pgconn.PgConn }
 
 func (w wire) Exec(ctx context.Context, query string) lockproto.PgReply {
-	return reply{w.PgConn.Exec(ctx, query)}
+	return reply{w.c.Exec(ctx, query)}
 }
+
+func (w wire) TxStatus() byte                          { return w.c.TxStatus() }
+func (w wire) IsClosed() bool                          { return w.c.IsClosed() }
+func (w wire) PID() uint32                             { return w.c.PID() }
+func (w wire) CustomData() map[string]any              { return w.c.CustomData() }
+func (w wire) CancelRequest(ctx context.Context) error { return w.c.CancelRequest(ctx) }
 
 // reply is pgconn's reader of one message's results as a
 // lockproto.PgReply (pgconn reuses it per connection: nothing is
