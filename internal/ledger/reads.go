@@ -34,12 +34,9 @@ func (t *Table) query(ctx context.Context, q Querier, query string, args ...any)
 	return out, rows.Err()
 }
 
-// selectRows is the SELECT of every column of a [Row], before its WHERE:
-// MySQL DATETIME values as text in UTC (see the package doc).
-func (t *Table) selectRows() string { return t.sql.selectRows(t) }
-
-// scanRow reads one row of selectRows with scan (a *sql.Rows' or a
-// *sql.Row's Scan).
+// scanRow reads one row of the ledger server's selectRows (every column
+// of a [Row]; MySQL DATETIME values as text in UTC, see the package doc)
+// with scan (a *sql.Rows' or a *sql.Row's Scan).
 func (t *Table) scanRow(scan func(dest ...any) error) (Row, error) {
 	var r Row
 	if err := t.sql.scanRow(scan, &r); err != nil {
