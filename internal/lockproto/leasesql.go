@@ -3,6 +3,7 @@ package lockproto
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"strconv"
 	"strings"
 
@@ -45,6 +46,15 @@ type leaseSQL interface {
 	// acquired runs acquireSQL and reads its answer: the epoch of each row
 	// taken, in rs's order, 0 for one not taken.
 	acquired(ctx context.Context, q leaseQuerier, query string, args []any, rs []leaseRow) error
+	// acquireShared takes rows (the key row, then the holder's reader row)
+	// in share mode on db: the key row inserted, taken over once expired,
+	// or joined while it is shared, and the reader row inserted, all or
+	// nothing; the rows' epochs are set when taken.
+	acquireShared(ctx context.Context, db *sql.DB, q, f string, ttl int64, owner string, rows []leaseRow) error
+	// releaseShared gives up the reader holder of the key row of (ns,
+	// key) at epoch: its reader row deleted, the key row's readers counted
+	// down and, with the last, the key row expired.
+	releaseShared(ctx context.Context, db *sql.DB, q, ns, key, holder string, epoch int64) error
 	// renewSQL extends n leases by (key, epoch, holder), rows locked in
 	// key order; its rows affected are the leases renewed.
 	renewSQL(q string, n int) string
@@ -72,10 +82,13 @@ type leaseQuerier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
-// leaseRow is one row a lease call writes: its key and the epoch it got.
+// leaseRow is one row a lease holds: its key, its reader ('' for the
+// key's own row), the holder id it carries ('' for a shared key row, which
+// its readers share) and the epoch it got.
 type leaseRow struct {
-	ns, key string
-	epoch   int64
+	ns, key        string
+	reader, holder string
+	epoch          int64
 }
 
 // LeaseTable is the lease table of one family of servers.
@@ -241,7 +254,7 @@ func (pgLease) acquired(ctx context.Context, q leaseQuerier, query string, args 
 // epoch, holder) per lease; the rows are locked in key order (the sort
 // below the locking) before any is written.
 func (s pgLease) renewSQL(q string, n int) string {
-	return `UPDATE ` + q + ` AS l SET expires_at = clock_timestamp() + $1::bigint * interval '1 microsecond', renewals = l.renewals + 1
+	return `UPDATE ` + q + ` AS l SET expires_at = GREATEST(l.expires_at, clock_timestamp() + $1::bigint * interval '1 microsecond'), renewals = l.renewals + 1
 FROM (SELECT namespace, lock_key, reader FROM ` + q + `
 	WHERE (namespace, lock_key, reader, epoch, holder) IN (` + tuples(s, n, 5, 1) + `) AND expires_at > clock_timestamp()
 	ORDER BY namespace, lock_key, reader FOR UPDATE) AS c
@@ -318,7 +331,7 @@ func (myLease) acquired(ctx context.Context, q leaseQuerier, query string, args 
 }
 
 func (s myLease) renewSQL(q string, n int) string {
-	return "UPDATE " + q + ` SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, renewals = renewals + 1
+	return "UPDATE " + q + ` SET expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), renewals = renewals + 1
 WHERE (namespace, lock_key, reader, epoch, holder) IN (` + tuples(s, n, 5, 0) + `) AND expires_at > UTC_TIMESTAMP(6)
 ORDER BY namespace, lock_key, reader`
 }
@@ -338,4 +351,103 @@ func (myLease) advanceSQL(q string) string {
 SELECT v.ns, '', '', COALESCE((SELECT MAX(epoch) FROM ` + q + ` m WHERE m.namespace = v.ns), 0) + v.n, UTC_TIMESTAMP(6), '1970-01-01'
 FROM (SELECT ? AS n, ? AS ns) AS v
 ON DUPLICATE KEY UPDATE epoch = VALUES(epoch)`
+}
+
+// acquireShared on PostgreSQL: one statement, the key row's upsert (taken
+// when expired or shared) feeding the reader row's insert.
+func (pgLease) acquireShared(ctx context.Context, db *sql.DB, q, f string, ttl int64, owner string, rows []leaseRow) error {
+	const expired = "l.expires_at <= clock_timestamp()"
+	query := `WITH k AS (
+INSERT INTO ` + q + ` AS l (namespace, lock_key, reader, epoch, mode, owner, holder, acquired_at, expires_at, readers)
+SELECT $4::text, $5::text, '', GREATEST(
+	(SELECT h.epoch FROM ` + q + ` h WHERE h.namespace = $4::text AND h.lock_key = '' AND h.reader = ''),
+	(SELECT t.token FROM ` + f + ` t WHERE t.namespace = $4::text AND t.lock_key = $5::text), 0) + 1,
+	'shared', $2::text, '', clock_timestamp(), clock_timestamp() + $1::bigint * interval '1 microsecond', 1
+WHERE ` + pgSyncLocal + `
+ON CONFLICT (namespace, lock_key, reader) DO UPDATE
+SET epoch = CASE WHEN ` + expired + ` THEN GREATEST(l.epoch + 1, EXCLUDED.epoch) ELSE l.epoch END,
+	owner = EXCLUDED.owner, holder = '', mode = 'shared',
+	acquired_at = CASE WHEN ` + expired + ` THEN clock_timestamp() ELSE l.acquired_at END,
+	readers = CASE WHEN ` + expired + ` THEN 1 ELSE l.readers + 1 END,
+	renewals = l.renewals + 1,
+	expires_at = GREATEST(l.expires_at, EXCLUDED.expires_at)
+WHERE ` + expired + ` OR l.mode = 'shared'
+RETURNING l.epoch)
+INSERT INTO ` + q + ` (namespace, lock_key, reader, epoch, mode, owner, holder, acquired_at, expires_at)
+SELECT $4::text, $5::text, $3::text, k.epoch, 'shared', $2::text, $3::text, clock_timestamp(), clock_timestamp() + $1::bigint * interval '1 microsecond' FROM k
+RETURNING epoch`
+	var epoch int64
+	err := db.QueryRowContext(ctx, query, ttl, owner, rows[1].holder, rows[0].ns, rows[0].key).Scan(&epoch)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil
+	}
+	if err == nil {
+		rows[0].epoch, rows[1].epoch = epoch, epoch
+	}
+	return err
+}
+
+func (pgLease) releaseShared(ctx context.Context, db *sql.DB, q, ns, key, holder string, epoch int64) error {
+	_, err := db.ExecContext(ctx, `WITH d AS (DELETE FROM ` + q + ` WHERE namespace = $1 AND lock_key = $2 AND reader = $3 AND holder = $3)
+UPDATE ` + q + ` SET expires_at = CASE WHEN readers <= 1 THEN LEAST(expires_at, clock_timestamp()) ELSE expires_at END,
+	readers = readers - 1, renewals = renewals + 1
+WHERE namespace = $1 AND lock_key = $2 AND reader = '' AND mode = 'shared' AND epoch = $4`, ns, key, holder, epoch)
+	return err
+}
+
+// acquireShared on MySQL/MariaDB: a short transaction, the key row's
+// upsert (its epoch back as LastInsertId, 0 when an exclusive lease holds
+// it), then the reader row's insert. Each assignment reads the columns
+// the ones before it left, so the conditions come before what they test
+// changes (mode, then expires_at, last).
+func (myLease) acquireShared(ctx context.Context, db *sql.DB, q, f string, ttl int64, owner string, rows []leaseRow) error {
+	const expired = "expires_at <= UTC_TIMESTAMP(6)"
+	const taken = "(" + expired + " OR mode = 'shared')"
+	key := "INSERT INTO " + q + ` (namespace, lock_key, reader, epoch, mode, owner, holder, acquired_at, expires_at, readers)
+SELECT v.ns, v.k, '', LAST_INSERT_ID(GREATEST(
+	COALESCE((SELECT h.epoch FROM ` + q + ` h WHERE h.namespace = v.ns AND h.lock_key = '' AND h.reader = ''), 0),
+	COALESCE((SELECT t.token FROM ` + f + ` t WHERE t.namespace = v.ns AND t.lock_key = v.k), 0)) + 1),
+	'shared', v.o, '', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL v.ttl MICROSECOND, 1
+FROM (SELECT ? AS ns, CAST(? AS BINARY) AS k, ? AS o, ? AS ttl) AS v
+ON DUPLICATE KEY UPDATE
+	epoch = IF(` + expired + `, LAST_INSERT_ID(GREATEST(epoch + 1, VALUES(epoch))), IF(mode = 'shared', LAST_INSERT_ID(epoch), epoch + LAST_INSERT_ID(0))),
+	owner = IF(` + taken + `, VALUES(owner), owner),
+	acquired_at = IF(` + expired + `, UTC_TIMESTAMP(6), acquired_at),
+	renewals = IF(` + taken + `, renewals + 1, renewals),
+	readers = IF(` + expired + `, 1, IF(mode = 'shared', readers + 1, readers)),
+	holder = IF(` + taken + `, '', holder),
+	mode = IF(` + expired + `, 'shared', mode),
+	expires_at = IF(` + taken + `, GREATEST(expires_at, VALUES(expires_at)), expires_at)`
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	res, err := tx.ExecContext(ctx, key, rows[0].ns, []byte(rows[0].key), owner, ttl)
+	var epoch int64
+	if err == nil {
+		epoch, err = res.LastInsertId()
+	}
+	if err == nil && epoch > 0 {
+		_, err = tx.ExecContext(ctx, "INSERT INTO "+q+` (namespace, lock_key, reader, epoch, mode, owner, holder, acquired_at, expires_at)
+VALUES (?, ?, ?, ?, 'shared', ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)`, rows[1].ns, []byte(rows[1].key), []byte(rows[1].holder), epoch, owner, []byte(rows[1].holder), ttl)
+	}
+	if err != nil || epoch == 0 {
+		_ = tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	rows[0].epoch, rows[1].epoch = epoch, epoch
+	return nil
+}
+
+func (myLease) releaseShared(ctx context.Context, db *sql.DB, q, ns, key, holder string, epoch int64) error {
+	if _, err := db.ExecContext(ctx, "DELETE FROM "+q+" WHERE namespace = ? AND lock_key = ? AND reader = ? AND holder = ?", ns, key, holder, holder); err != nil {
+		return err
+	}
+	_, err := db.ExecContext(ctx, "UPDATE "+q+` SET expires_at = IF(readers <= 1, LEAST(expires_at, UTC_TIMESTAMP(6)), expires_at),
+	readers = readers - 1, renewals = renewals + 1
+WHERE namespace = ? AND lock_key = ? AND reader = '' AND mode = 'shared' AND epoch = ?`, ns, key, epoch)
+	return err
 }
