@@ -82,8 +82,8 @@ type leaseQuerier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
-// leaseRow is one row a lease holds: its key, its reader ('' for the
-// key's own row), the holder id it carries ('' for a shared key row, which
+// leaseRow is one row a lease holds: its key, its reader (” for the
+// key's own row), the holder id it carries (” for a shared key row, which
 // its readers share) and the epoch it got.
 type leaseRow struct {
 	ns, key        string
@@ -388,8 +388,8 @@ RETURNING epoch`
 }
 
 func (pgLease) releaseShared(ctx context.Context, db *sql.DB, q, ns, key, holder string, epoch int64) error {
-	_, err := db.ExecContext(ctx, `WITH d AS (DELETE FROM ` + q + ` WHERE namespace = $1 AND lock_key = $2 AND reader = $3 AND holder = $3)
-UPDATE ` + q + ` SET expires_at = CASE WHEN readers <= 1 THEN LEAST(expires_at, clock_timestamp()) ELSE expires_at END,
+	_, err := db.ExecContext(ctx, `WITH d AS (DELETE FROM `+q+` WHERE namespace = $1 AND lock_key = $2 AND reader = $3 AND holder = $3)
+UPDATE `+q+` SET expires_at = CASE WHEN readers <= 1 THEN LEAST(expires_at, clock_timestamp()) ELSE expires_at END,
 	readers = readers - 1, renewals = renewals + 1
 WHERE namespace = $1 AND lock_key = $2 AND reader = '' AND mode = 'shared' AND epoch = $4`, ns, key, holder, epoch)
 	return err
