@@ -186,3 +186,29 @@ func multiplexerVerdict(ctx context.Context, conn *sql.Conn) error {
 	}
 	return fmt.Errorf("%w: two connections announced one backend (pid %d): a multiplexer (such as pglite-socket) serves one server session to several clients, which share its transactions and its locks", errs.ErrUnsupportedDialect, pid)
 }
+
+// fake refuses o's lock on a server whose own locks exclude nobody,
+// unless o's mechanism takes no server lock (a lease: serverLockFree).
+func (f *serverFacts) fake(o *Op) error {
+	if _, free := o.target.mech.(serverLockFree); free || f.fakeLocks == nil {
+		return nil
+	}
+	return f.fakeLocks
+}
+
+// serverLockFree is a Mechanism that takes no lock of the server's own
+// (a lease, a row of a table): the server check's fakeLocks does not
+// concern it.
+type serverLockFree interface{ takesNoServerLock() }
+
+// withoutCluster is vars without what makes a node one of a
+// multi-primary cluster, for the verdict on the rest (read-only).
+func withoutCluster(vars map[string]string) map[string]string {
+	out := make(map[string]string, len(vars))
+	for k, v := range vars {
+		out[k] = v
+	}
+	delete(out, "wsrep_on")
+	delete(out, "group_replication_single_primary_mode")
+	return out
+}
