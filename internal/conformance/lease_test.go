@@ -3,6 +3,7 @@ package conformance_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -318,6 +319,60 @@ func TestLeaseTransactionTakenOver(t *testing.T) {
 		}
 		if n := enttest.Count(t, k, owner); n != 0 {
 			t.Fatalf("%d rows of fn committed after the takeover", n)
+		}
+	})
+}
+
+// A key's first lease epoch starts above its advisory fencing counter, so
+// CheckFenced keeps working across a move from advisory locks to leases;
+// AdvanceFences moves the lease epochs as it moves the counters; a
+// transactional RunOnce takes its lock as a lease too.
+func TestLeaseEpochsAboveFences(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		r := openRunner(t, a, k)
+		opts := leaseOpts(t, k, r, 5*time.Second)
+		advisory := slices.Clip(opts[:2]) // the tables, no lease
+		ctx := context.Background()
+		key := "lease-fence-" + t.Name()
+		var last int64
+		for range 3 {
+			if err := r.Transaction(ctx, key, func(tx txn) error { last, _ = tx.FencingToken(); return nil }, append(advisory, ormlock.WithFencing())...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		epoch := func() int64 {
+			var e int64
+			if err := r.Session(ctx, key, func(ctx context.Context) error { e, _ = ormlock.FencingToken(ctx); return nil }, opts...); err != nil {
+				t.Fatal(err)
+			}
+			return e
+		}
+		if e := epoch(); e <= last {
+			t.Fatalf("first lease epoch %d, want above the advisory token %d", e, last)
+		}
+		e1 := epoch()
+		var rowEpoch int64
+		if err := testdb.AdminDB(t, k).QueryRow("SELECT epoch FROM " + leaseTableOf(t, k) + " WHERE lock_key = 'name:" + key + "' AND reader = ''").Scan(&rowEpoch); err != nil || rowEpoch != e1 {
+			t.Fatalf("lease row's epoch %d (%v), want the token %d", rowEpoch, err, e1)
+		}
+		if held, err := r.Holder(ctx, key, advisory...); err != nil || held.Held {
+			t.Fatalf("advisory Holder while no lease is held: %+v, %v", held, err)
+		}
+		if _, err := r.AdvanceFences(ctx, 1000, advisory...); err != nil {
+			t.Fatal(err)
+		}
+		if e2 := epoch(); e2 <= e1+1000 {
+			t.Fatalf("epoch after AdvanceFences(1000): %d, want above %d", e2, e1+1000)
+		}
+		slot := testdb.Slot(0)
+		if err := r.RunOnce(ctx, "lease-job", slot, func(txn) error { return nil }, opts...); err != nil {
+			t.Fatalf("RunOnce as a lease: %v", err)
+		}
+		if err := r.RunOnce(ctx, "lease-job", slot, func(txn) error { return errors.New("ran twice") }, opts...); !errors.Is(err, ormlock.ErrAlreadyDone) {
+			t.Fatalf("RunOnce again: %v, want ErrAlreadyDone", err)
+		}
+		if n := liveLeases(t, k, leaseTableOf(t, k)); n != 0 {
+			t.Fatalf("%d leases left unexpired", n)
 		}
 	})
 }
