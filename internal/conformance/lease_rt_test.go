@@ -84,4 +84,3 @@ func TestLeaseRoundTrips(t *testing.T) {
 		}
 	})
 }
-

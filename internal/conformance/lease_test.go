@@ -14,6 +14,7 @@ import (
 	"github.com/ormlock/ormlock/internal/lockproto"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/internal/testdb/enttest"
+	"github.com/ormlock/ormlock/internal/testdb/leakcheck"
 )
 
 // leaseOpts migrates the test's ledger (and fence) table and the test's
@@ -74,6 +75,7 @@ func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 // instant, someone wins every round, every holder's token (its epoch) is
 // greater than the one before, and nothing is left after the release.
 func TestLeaseExclusion(t *testing.T) {
+	leakcheck.Goroutines(t)
 	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
 		const instances, rounds = 3, 12
 		r := openRunner(t, a, k)

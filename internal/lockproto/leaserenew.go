@@ -36,6 +36,7 @@ type renewBatch struct {
 	key    renewKey
 	sql    leaseSQL
 	leases map[*leaseHeld]struct{} // guarded by renewMu
+	quit   chan struct{}           // closed when the last lease left
 }
 
 var (
@@ -55,11 +56,29 @@ func renewing(h *leaseHeld) {
 	defer renewMu.Unlock()
 	b, ok := batches[k]
 	if !ok {
-		b = &renewBatch{key: k, sql: h.m.sql, leases: map[*leaseHeld]struct{}{}}
+		b = &renewBatch{key: k, sql: h.m.sql, leases: map[*leaseHeld]struct{}{}, quit: make(chan struct{})}
 		batches[k] = b
 		go b.run()
 	}
 	b.leases[h] = struct{}{}
+	h.batch = b
+}
+
+// unrenew takes h out of its batch once it stopped; the batch's goroutine
+// ends with its last lease.
+func unrenew(h *leaseHeld) {
+	renewMu.Lock()
+	defer renewMu.Unlock()
+	b := h.batch
+	if b == nil {
+		return
+	}
+	h.batch = nil
+	delete(b.leases, h)
+	if len(b.leases) == 0 && batches[b.key] == b {
+		delete(batches, b.key)
+		close(b.quit)
+	}
 }
 
 // live returns the batch's active leases, dropping the stopped ones; when
@@ -76,7 +95,10 @@ func (b *renewBatch) live() []*leaseHeld {
 		out = append(out, h)
 	}
 	if len(b.leases) == 0 {
-		delete(batches, b.key)
+		if batches[b.key] == b {
+			delete(batches, b.key)
+			close(b.quit)
+		}
 		return nil
 	}
 	return out
@@ -87,7 +109,13 @@ func (b *renewBatch) run() {
 	every := leaseEvery(b.key.ttl)
 	for {
 		jitter := time.Duration(rand.Int64N(int64(every/5)+1)) - every/10
-		time.Sleep(every + jitter)
+		t := time.NewTimer(every + jitter)
+		select {
+		case <-b.quit:
+			t.Stop()
+			return
+		case <-t.C:
+		}
 		hs := b.live()
 		if hs == nil {
 			return
