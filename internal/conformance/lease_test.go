@@ -57,8 +57,6 @@ type tokens struct {
 	bad  []string
 }
 
-func (s *tokens) see(ctx context.Context) { s.seeToken(ormlock.FencingToken(ctx)) }
-
 func (s *tokens) seeToken(tok int64, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
