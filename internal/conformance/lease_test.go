@@ -420,3 +420,23 @@ func TestLeaseBatchPartialLoss(t *testing.T) {
 		}
 	})
 }
+
+// RunOnce's claim mode holds its (job, slot) lock as a lease too.
+func TestLeaseClaim(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		r := openRunner(t, a, k)
+		opts := leaseOpts(t, k, r, 5*time.Second)
+		ctx := context.Background()
+		slot := testdb.Slot(0)
+		copts := append(slices.Clip(opts), ormlock.WithClaim())
+		if err := r.RunOnce(ctx, "lease-claim", slot, func(txn) error { return nil }, copts...); err != nil {
+			t.Fatalf("claim-mode RunOnce as a lease: %v", err)
+		}
+		if err := r.RunOnce(ctx, "lease-claim", slot, func(txn) error { return errors.New("ran twice") }, copts...); !errors.Is(err, ormlock.ErrAlreadyDone) {
+			t.Fatalf("claim-mode RunOnce again: %v, want ErrAlreadyDone", err)
+		}
+		if n := liveLeases(t, k, leaseTableOf(t, k)); n != 0 {
+			t.Fatalf("%d leases left unexpired", n)
+		}
+	})
+}

@@ -26,6 +26,9 @@ func (m leaseMech) take(ctx context.Context, o *Op, db *sql.DB) (*leaseHeld, err
 		return nil, err
 	}
 	o.fence.token = h.token()
+	// no lock connection: nothing the ledger writes beside a lease waits
+	// for a COMMIT of its own (AutocommitOff)
+	o.my = mysqlLockConnVars{autocommit: 1}
 	return h, nil
 }
 
