@@ -15,6 +15,7 @@ import (
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/internal/testdb/enttest"
 	"github.com/ormlock/ormlock/internal/testdb/leakcheck"
+	"github.com/ormlock/ormlock/sqllock"
 )
 
 // leaseOpts migrates the test's ledger (and fence) table and the test's
@@ -437,6 +438,50 @@ func TestLeaseClaim(t *testing.T) {
 		}
 		if n := liveLeases(t, k, leaseTableOf(t, k)); n != 0 {
 			t.Fatalf("%d leases left unexpired", n)
+		}
+	})
+}
+
+// WithWait under a lease: a waiter gets the key once its holder releases
+// it, within its wait; a wait that runs out is ErrNotAcquired; Lock in the
+// caller's transaction is refused (a lease commits on its own).
+func TestLeaseWaitAndNested(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		r, r2 := openRunner(t, a, k), openRunner(t, a, k)
+		opts := leaseOpts(t, k, r, 5*time.Second)
+		ctx := context.Background()
+		key := "lease-wait-" + t.Name()
+		var werr, short error
+		done := make(chan struct{})
+		err := r.Session(ctx, key, func(context.Context) error {
+			short = r2.Session(ctx, key, func(context.Context) error { return errors.New("ran while held") }, append(slices.Clip(opts), ormlock.WithWait(100*time.Millisecond))...)
+			go func() {
+				defer close(done)
+				werr = r2.Session(ctx, key, func(context.Context) error { return nil }, append(slices.Clip(opts), ormlock.WithWait(10*time.Second))...)
+			}()
+			time.Sleep(300 * time.Millisecond)
+			return nil
+		}, opts...)
+		<-done
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !errors.Is(short, ormlock.ErrNotAcquired) {
+			t.Fatalf("a wait that ran out: %v, want ErrNotAcquired", short)
+		}
+		if werr != nil {
+			t.Fatalf("a waiter after the release: %v", werr)
+		}
+		if a.name != "sqllock" {
+			return
+		}
+		tx, err := r.Pool().BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		if err := sqllock.Lock(ctx, tx, ormlock.Name(key), opts...); !errors.Is(err, ormlock.ErrInvalidArgument) {
+			t.Fatalf("Lock in the caller's transaction with a lease: %v, want ErrInvalidArgument", err)
 		}
 	})
 }
