@@ -21,7 +21,7 @@ import (
 // its own deadline passes (leaseHeld.start).
 
 // renewChunk is the most rows one renewal statement carries.
-const renewChunk = 1000
+const renewChunk = 1024
 
 // renewKey is what the leases of one batch share.
 type renewKey struct {
@@ -184,7 +184,23 @@ func (b *renewBatch) exec(hs []*leaseHeld) (got, want int64, err error) {
 			args = append(args, r.ns, r.key, r.reader, r.epoch, r.holder)
 		}
 	}
-	res, err := b.key.db.ExecContext(ctx, b.sql.renewSQL(b.key.table, len(seen)), args...)
+	// the tuples padded to a power of two with the last one again (a row
+	// matches once however often it is named), so that a pool's
+	// statement cache holds a few texts, not one per number of leases
+	n := len(seen)
+	if n == 0 {
+		return 0, 0, nil
+	}
+	last := args[len(args)-5:]
+	for p := 1; ; p *= 2 {
+		if p >= n {
+			for ; n < p; n++ {
+				args = append(args, last...)
+			}
+			break
+		}
+	}
+	res, err := b.key.db.ExecContext(ctx, b.sql.renewSQL(b.key.table, n), args...)
 	if err != nil {
 		return 0, int64(len(seen)), err
 	}
