@@ -73,19 +73,35 @@ func holdLease(t *testing.T, db *sql.DB, key string, opts ...ormlock.Option) *le
 	return h
 }
 
-// waitLost waits for the holder's fn ctx to end, at most its TTL (its
-// deadline runs from its last renewal, at most a TTL before now), and
-// checks the cause and Session's error are ErrLockLost.
+// waitLost waits for the holder to learn of the loss (waitCancelled),
+// then for Session to return ErrLockLost (waitReturned).
 func (h *leaseHolder) waitLost(t *testing.T) {
 	t.Helper()
+	h.waitCancelled(t)
+	h.waitReturned(t)
+}
+
+// waitCancelled waits for the holder's fn ctx to end, at most its TTL
+// and a second (its deadline runs from its last renewal, at most a TTL
+// before now), and checks the cause is ErrLockLost.
+func (h *leaseHolder) waitCancelled(t *testing.T) {
+	t.Helper()
+	start := time.Now()
 	select {
 	case <-h.done:
 	case <-time.After(lossTTL + time.Second):
 		t.Fatalf("the holder's fn ctx was not cancelled within its TTL (%v) and a second", lossTTL)
 	}
+	t.Logf("figure: the holder learned of the loss %v after it", h.endedAt.Sub(start).Round(time.Millisecond))
 	if !errors.Is(h.cause, ormlock.ErrLockLost) {
 		t.Errorf("fn's ctx cause %v, want ErrLockLost", h.cause)
 	}
+}
+
+// waitReturned waits for Session to return after the loss and checks its
+// error is ErrLockLost.
+func (h *leaseHolder) waitReturned(t *testing.T) {
+	t.Helper()
 	select {
 	case err := <-h.err:
 		if !errors.Is(err, ormlock.ErrLockLost) {
@@ -184,7 +200,7 @@ func (h *leaseHolder) lost() bool {
 
 // leaseRow is the WHERE clause of key's lease row (its lock_key ends with
 // the name; the keys here are unique per test).
-func leaseRow(k testdb.Kind, key string) string {
+func leaseRow(key string) string {
 	return fmt.Sprintf("lock_key LIKE '%%%s' AND reader = ''", key)
 }
 
@@ -211,7 +227,7 @@ func TestLeaseLoss(t *testing.T) {
 			name := key(t)
 			f := newFenced(t, k, admin)
 			h := holdLease(t, db, name)
-			if _, err := admin.Exec("DELETE FROM ormlock_leases WHERE " + leaseRow(k, name)); err != nil {
+			if _, err := admin.Exec("DELETE FROM ormlock_leases WHERE " + leaseRow(name)); err != nil {
 				t.Fatal(err)
 			}
 			h.waitLost(t)
@@ -221,7 +237,7 @@ func TestLeaseLoss(t *testing.T) {
 			name := key(t)
 			f := newFenced(t, k, admin)
 			h := holdLease(t, db, name)
-			if _, err := admin.Exec("UPDATE ormlock_leases SET holder = 'someone-else' WHERE " + leaseRow(k, name)); err != nil {
+			if _, err := admin.Exec("UPDATE ormlock_leases SET holder = 'someone-else' WHERE " + leaseRow(name)); err != nil {
 				t.Fatal(err)
 			}
 			h.waitLost(t)
@@ -234,7 +250,7 @@ func TestLeaseLoss(t *testing.T) {
 			if err := f.write(h.epoch); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := admin.Exec("UPDATE ormlock_leases SET expires_at = " + leaseNow(k) + " WHERE " + leaseRow(k, name)); err != nil {
+			if _, err := admin.Exec("UPDATE ormlock_leases SET expires_at = " + leaseNow(k) + " WHERE " + leaseRow(name)); err != nil {
 				t.Fatal(err)
 			}
 			next, _ := takeLease(t, db, name, 0)
@@ -260,13 +276,16 @@ func TestLeaseLoss(t *testing.T) {
 				t.Fatal(err)
 			}
 			var n int
-			if err := blocker.QueryRowContext(ctx, "SELECT COUNT(*) FROM (SELECT epoch FROM ormlock_leases WHERE "+leaseRow(k, name)+" FOR UPDATE) x").Scan(&n); err != nil || n != 1 {
+			if err := blocker.QueryRowContext(ctx, "SELECT COUNT(*) FROM (SELECT epoch FROM ormlock_leases WHERE "+leaseRow(name)+" FOR UPDATE) x").Scan(&n); err != nil || n != 1 {
 				t.Fatalf("lock the lease row: %d rows, %v", n, err)
 			}
-			h.waitLost(t)
+			h.waitCancelled(t)
+			// the row lock also holds the holder's release back, until
+			// it ends (or the release's own timeout)
 			if err := blocker.Rollback(); err != nil {
 				t.Fatal(err)
 			}
+			h.waitReturned(t)
 			afterLoss(t, h, db, f, name, true)
 		})
 		t.Run("frozen server", func(t *testing.T) {
@@ -280,10 +299,12 @@ func TestLeaseLoss(t *testing.T) {
 			defer frozenDB.Close()
 			h := holdLease(t, frozenDB, name)
 			p.FreezeAll()
-			h.waitLost(t)
-			// the server is fine; only the holder's way to it froze
+			h.waitCancelled(t)
+			// the server is fine; only the holder's way to it froze: the
+			// key is taken over once the lease expired
 			afterLoss(t, h, db, f, name, true)
 			p.Thaw()
+			h.waitReturned(t)
 		})
 	})
 }
