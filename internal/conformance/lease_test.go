@@ -12,6 +12,7 @@ import (
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/lockproto"
 	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/internal/testdb/enttest"
 )
 
 // leaseOpts migrates the test's ledger (and fence) table and the test's
@@ -178,9 +179,134 @@ func TestLeaseBadTTL(t *testing.T) {
 	})
 }
 
+// stopped are the key parts whose leases' renewals the tests stopped.
+var (
+	stoppedMu sync.Mutex
+	stopped   = map[string]int{}
+	hookOnce  sync.Once
+)
+
 // stopRenewing stops the renewals of the leases whose key contains part,
-// until the test ends.
+// until the test ends, as a holder whose process froze.
 func stopRenewing(t *testing.T, part string) {
-	lockproto.SetLeaseRenewHook(func(_, key string) bool { return !strings.Contains(key, part) })
-	t.Cleanup(func() { lockproto.SetLeaseRenewHook(nil) })
+	hookOnce.Do(func() {
+		lockproto.SetLeaseRenewHook(func(_, key string) bool {
+			stoppedMu.Lock()
+			defer stoppedMu.Unlock()
+			for p := range stopped {
+				if strings.Contains(key, p) {
+					return false
+				}
+			}
+			return true
+		})
+	})
+	stoppedMu.Lock()
+	stopped[part]++
+	stoppedMu.Unlock()
+	t.Cleanup(func() {
+		stoppedMu.Lock()
+		defer stoppedMu.Unlock()
+		if stopped[part]--; stopped[part] == 0 {
+			delete(stopped, part)
+		}
+	})
+}
+
+// A holder that stops renewing (frozen) learns of the loss from its own
+// deadline, before the server lets anyone else take the key: fn's context
+// ends with cause ErrLockLost, Session's error wraps it, and the next
+// holder, waiting, gets the key once the lease expired, with a greater
+// epoch.
+func TestLeaseExpiryTakeover(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		r, r2 := openRunner(t, a, k), openRunner(t, a, k)
+		opts := leaseOpts(t, k, r, time.Second)
+		key := "lease-expiry-" + t.Name()
+		stopRenewing(t, key)
+		var lostAt, grantedAt time.Time
+		var tok1, tok2 int64
+		var cause error
+		acquired := make(chan struct{})
+		var wg sync.WaitGroup
+		var err2 error
+		wg.Go(func() {
+			<-acquired
+			err2 = r2.Session(context.Background(), key, func(ctx context.Context) error {
+				grantedAt = time.Now()
+				tok2, _ = ormlock.FencingToken(ctx)
+				return nil
+			}, append(opts, ormlock.WithWait(10*time.Second))...)
+		})
+		err := r.Session(context.Background(), key, func(ctx context.Context) error {
+			tok1, _ = ormlock.FencingToken(ctx)
+			close(acquired)
+			<-ctx.Done()
+			lostAt = time.Now()
+			cause = context.Cause(ctx)
+			return ctx.Err()
+		}, opts...)
+		wg.Wait()
+		if !errors.Is(err, ormlock.ErrLockLost) || !errors.Is(cause, ormlock.ErrLockLost) {
+			t.Fatalf("frozen holder: Session %v, fn's cause %v; want ErrLockLost", err, cause)
+		}
+		if err2 != nil {
+			t.Fatalf("next holder: %v", err2)
+		}
+		if !lostAt.Before(grantedAt) {
+			t.Fatalf("the frozen holder learnt of its loss at %v, after the next holder's grant at %v", lostAt, grantedAt)
+		}
+		if tok2 <= tok1 {
+			t.Fatalf("epochs %d then %d, want growing", tok1, tok2)
+		}
+	})
+}
+
+// A renewal that finds the row changed (here by hand: another holder id)
+// cancels fn's context with cause ErrLockLost.
+func TestLeaseRowChanged(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		r := openRunner(t, a, k)
+		opts := leaseOpts(t, k, r, time.Second)
+		key := "lease-changed-" + t.Name()
+		table := leaseTableOf(t, k)
+		var cause error
+		err := r.Session(context.Background(), key, func(ctx context.Context) error {
+			if _, err := testdb.AdminDB(t, k).Exec("UPDATE " + table + " SET holder = 'someone else' WHERE lock_key = 'name:" + key + "'"); err != nil {
+				return err
+			}
+			<-ctx.Done()
+			cause = context.Cause(ctx)
+			return ctx.Err()
+		}, opts...)
+		if !errors.Is(err, ormlock.ErrLockLost) || !errors.Is(cause, ormlock.ErrLockLost) {
+			t.Fatalf("Session %v, fn's cause %v; want ErrLockLost", err, cause)
+		}
+	})
+}
+
+// A Transaction whose lease expired and was taken over while fn ran (its
+// holder frozen) cannot commit: the check before COMMIT fails, fn's
+// writes are rolled back and the error wraps ErrLockLost.
+func TestLeaseTransactionTakenOver(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		r, r2 := openRunner(t, a, k), openRunner(t, a, k)
+		opts := leaseOpts(t, k, r, time.Second)
+		key := "lease-txover-" + t.Name()
+		owner := "lease-txover-" + a.name + "-" + string(k)
+		stopRenewing(t, key)
+		err := r.Transaction(context.Background(), key, func(tx txn) error {
+			if err := tx.Insert(owner, 1); err != nil {
+				return err
+			}
+			// another holder takes the key over once the lease expired
+			return r2.Session(context.Background(), key, func(context.Context) error { return nil }, append(opts, ormlock.WithWait(10*time.Second))...)
+		}, opts...)
+		if !errors.Is(err, ormlock.ErrLockLost) {
+			t.Fatalf("Transaction after a takeover: %v, want ErrLockLost", err)
+		}
+		if n := enttest.Count(t, k, owner); n != 0 {
+			t.Fatalf("%d rows of fn committed after the takeover", n)
+		}
+	})
 }

@@ -256,14 +256,16 @@ func checkPostgres(ctx context.Context, db rowQuerier, cols string, dest ...any)
 		if multiplexed != nil {
 			return nil, multiplexed
 		}
-		if err := PostgresVerdict(version, inRecovery); err != nil {
-			return nil, err
+		if err := PostgresVerdict("", inRecovery); err != nil {
+			return nil, err // a hot standby takes no write either
 		}
+		// CockroachDB's stub builtins: only a lease works
+		fake := PostgresVerdict(version, false)
 		session, err := PostgresEngineVerdict(version, ybSilence.String)
-		if err != nil {
+		if err != nil && fake == nil {
 			return nil, err
 		}
-		return &serverFacts{sessionLocks: session, product: ServerProduct(Postgres, version)}, nil
+		return &serverFacts{sessionLocks: session, fakeLocks: fake, product: ServerProduct(Postgres, version)}, nil
 	}, nil
 }
 
@@ -327,10 +329,15 @@ func checkMySQL(ctx context.Context, db CheckQuerier) (verdict func() (*serverFa
 		}
 	}
 	return func() (*serverFacts, error) {
+		f := &serverFacts{keepalive: MySQLKeepaliveVerdict(vars["version"]), product: ServerProduct(MySQL, vars["version"])}
 		if err := MySQLVerdict(vars, members); err != nil {
-			return nil, err
+			// a cluster's node whose tables take writes: a lease works
+			if MySQLVerdict(withoutCluster(vars), 0) != nil {
+				return nil, err
+			}
+			f.fakeLocks = err
 		}
-		return &serverFacts{keepalive: MySQLKeepaliveVerdict(vars["version"]), product: ServerProduct(MySQL, vars["version"])}, nil
+		return f, nil
 	}, nil
 }
 
@@ -355,6 +362,18 @@ func MySQLVerdict(vars map[string]string, onlineMembers int) error {
 	return nil
 }
 
+// withoutCluster is vars without what makes a node one of a
+// multi-primary cluster, for the verdict on the rest (read-only).
+func withoutCluster(vars map[string]string) map[string]string {
+	out := make(map[string]string, len(vars))
+	for k, v := range vars {
+		out[k] = v
+	}
+	delete(out, "wsrep_on")
+	delete(out, "group_replication_single_primary_mode")
+	return out
+}
+
 func isOn(v string) bool {
 	return strings.EqualFold(v, "ON") || v == "1" || strings.EqualFold(v, "TRUE")
 }
@@ -367,10 +386,27 @@ func isNone(v string) bool {
 	return v == "" || strings.EqualFold(v, "none")
 }
 
+// fake refuses o's lock on a server whose own locks exclude nobody,
+// unless o's mechanism takes no server lock (a lease: serverLockFree).
+func (f *serverFacts) fake(o *Op) error {
+	if _, free := o.target.mech.(serverLockFree); free || f.fakeLocks == nil {
+		return nil
+	}
+	return f.fakeLocks
+}
+
+// serverLockFree is a Mechanism that takes no lock of the server's own
+// (a lease, a row of a table): the server check's fakeLocks does not
+// concern it.
+type serverLockFree interface{ takesNoServerLock() }
+
 // refuse returns the refusal, if any, of o's path on a server with facts f.
 func (f *serverFacts) refuse(o *Op) error {
 	if f == nil {
 		return nil
+	}
+	if err := f.fake(o); err != nil {
+		return err
 	}
 	// each is set by its own server's check only (f is the facts of o's
 	// pool, whose server is of o's dialect)

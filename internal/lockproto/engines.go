@@ -75,6 +75,10 @@ func IsYugabyte(version string) bool { return strings.Contains(version, "-YB-") 
 // refusals of the paths the server fakes while its other locks are real.
 type serverFacts struct {
 	sessionLocks error  // PostgreSQL: session-level advisory locks are not real
+	// fakeLocks: the server's own locks exclude nobody (a Galera node, a
+	// multi-primary Group Replication member, CockroachDB's stubs), while
+	// its tables are written as anywhere: only a lease works there
+	fakeLocks error
 	keepalive    error  // MySQL: the Session keepalive's check cannot work
 	product      string // what the server is (ServerProduct), which events carry
 }

@@ -260,7 +260,7 @@ WHERE namespace = $1 AND lock_key = $2 AND reader = $3 AND epoch = $4 AND holder
 
 func (pgLease) advanceSQL(q string) string {
 	return `INSERT INTO ` + q + ` AS l (namespace, lock_key, reader, epoch, acquired_at, expires_at)
-SELECT $2, '', '', COALESCE(MAX(epoch), 0) + $1, clock_timestamp(), '-infinity' FROM ` + q + ` WHERE namespace = $2
+SELECT $2::text, '', '', COALESCE(MAX(epoch), 0) + $1::bigint, clock_timestamp(), '-infinity' FROM ` + q + ` WHERE namespace = $2::text
 ON CONFLICT (namespace, lock_key, reader) DO UPDATE SET epoch = EXCLUDED.epoch`
 }
 
