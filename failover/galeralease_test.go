@@ -17,7 +17,8 @@ import (
 )
 
 // galeraPools opens a pool on each node of g (clients on different nodes)
-// and creates the lease table through the first.
+// and creates the tables through the first with MigrateSQL's statements:
+// Migrate takes the server's named lock, which Galera refuses.
 func galeraPools(t *testing.T, g *testdb.Galera) []*sql.DB {
 	t.Helper()
 	var dbs []*sql.DB
@@ -26,8 +27,16 @@ func galeraPools(t *testing.T, g *testdb.Galera) []*sql.DB {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := sqllock.Migrate(ctx, dbs[0]); err != nil {
-		t.Fatalf("Migrate: %v", err)
+	err := sqllock.Migrate(ctx, dbs[0])
+	t.Logf("figure: Galera: Migrate: %v", err)
+	stmts, err := ormlock.MigrateSQL("mysql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range stmts {
+		if _, err := dbs[0].ExecContext(ctx, s); err != nil {
+			t.Fatalf("MigrateSQL statement on node 1: %v\n%s", err, s)
+		}
 	}
 	return dbs
 }
