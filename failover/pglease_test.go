@@ -113,12 +113,13 @@ func TestPGLeaseAsyncFailoverHazard(t *testing.T) {
 	if again != lost[0] {
 		t.Errorf("promoted standby granted epoch %d, want the first one lost in the lag (%d) again", again, lost[0])
 	}
-	n, err := sqllock.AdvanceFences(ctx, db, 1_000_000)
-	if err != nil || n < 1 {
-		t.Fatalf("AdvanceFences: %d, %v", n, err)
+	// its count is of fencing counters (none here); the namespace's lease
+	// epochs move with them
+	if _, err := sqllock.AdvanceFences(ctx, db, 1_000_000); err != nil {
+		t.Fatalf("AdvanceFences: %v", err)
 	}
 	next := epoch()
-	t.Logf("figure: PostgreSQL asynchronous, leases: after AdvanceFences(1000000) (%d moved) the next epoch is %d (greatest before the promotion %d)", n, next, maxBefore)
+	t.Logf("figure: PostgreSQL asynchronous, leases: after AdvanceFences(1000000) the next epoch is %d (greatest before the promotion %d)", next, maxBefore)
 	if next <= maxBefore {
 		t.Errorf("after AdvanceFences the epoch is %d, not above %d", next, maxBefore)
 	}
