@@ -188,7 +188,7 @@ var (
 
 // stopRenewing stops the renewals of the leases whose key contains part,
 // until the test ends, as a holder whose process froze.
-func stopRenewing(t *testing.T, part string) {
+func stopRenewing(t *testing.T, part string) (resume func()) {
 	hookOnce.Do(func() {
 		lockproto.SetLeaseRenewHook(func(_, key string) bool {
 			stoppedMu.Lock()
@@ -201,16 +201,27 @@ func stopRenewing(t *testing.T, part string) {
 			return true
 		})
 	})
+	resume = stoppedParts(part)
+	t.Cleanup(resume)
+	return resume
+}
+
+// stoppedParts stops the renewals of part's leases and returns what
+// starts them again (once).
+func stoppedParts(part string) func() {
 	stoppedMu.Lock()
 	stopped[part]++
 	stoppedMu.Unlock()
-	t.Cleanup(func() {
-		stoppedMu.Lock()
-		defer stoppedMu.Unlock()
-		if stopped[part]--; stopped[part] == 0 {
-			delete(stopped, part)
-		}
-	})
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			stoppedMu.Lock()
+			defer stoppedMu.Unlock()
+			if stopped[part]--; stopped[part] == 0 {
+				delete(stopped, part)
+			}
+		})
+	}
 }
 
 // A holder that stops renewing (frozen) learns of the loss from its own

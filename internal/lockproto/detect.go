@@ -362,18 +362,6 @@ func MySQLVerdict(vars map[string]string, onlineMembers int) error {
 	return nil
 }
 
-// withoutCluster is vars without what makes a node one of a
-// multi-primary cluster, for the verdict on the rest (read-only).
-func withoutCluster(vars map[string]string) map[string]string {
-	out := make(map[string]string, len(vars))
-	for k, v := range vars {
-		out[k] = v
-	}
-	delete(out, "wsrep_on")
-	delete(out, "group_replication_single_primary_mode")
-	return out
-}
-
 func isOn(v string) bool {
 	return strings.EqualFold(v, "ON") || v == "1" || strings.EqualFold(v, "TRUE")
 }
@@ -385,20 +373,6 @@ func isOff(v string) bool {
 func isNone(v string) bool {
 	return v == "" || strings.EqualFold(v, "none")
 }
-
-// fake refuses o's lock on a server whose own locks exclude nobody,
-// unless o's mechanism takes no server lock (a lease: serverLockFree).
-func (f *serverFacts) fake(o *Op) error {
-	if _, free := o.target.mech.(serverLockFree); free || f.fakeLocks == nil {
-		return nil
-	}
-	return f.fakeLocks
-}
-
-// serverLockFree is a Mechanism that takes no lock of the server's own
-// (a lease, a row of a table): the server check's fakeLocks does not
-// concern it.
-type serverLockFree interface{ takesNoServerLock() }
 
 // refuse returns the refusal, if any, of o's path on a server with facts f.
 func (f *serverFacts) refuse(o *Op) error {

@@ -59,7 +59,7 @@ func (leaseMech) takesNoServerLock() {}
 var errLeaseNoConn = errors.New("ormlock: a lease is held by no connection: this path does not take leases")
 
 func (leaseMech) Name() string       { return "lease" }
-func (leaseMech) SharedMode() bool   { return false }
+func (leaseMech) SharedMode() bool   { return true }
 func (leaseMech) ServerWait() bool   { return false }
 func (leaseMech) SessionLevel() bool { return false }
 func (leaseMech) XactLevel() bool    { return false }

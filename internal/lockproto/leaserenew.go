@@ -114,13 +114,13 @@ func (b *renewBatch) run() {
 }
 
 // renew renews hs (n rows) in one statement, or one by one when that
-// statement failed or renewed fewer rows.
+// statement failed or renewed fewer rows than it named.
 func (b *renewBatch) renew(hs []*leaseHeld, n int) {
 	if n == 0 {
 		return
 	}
 	sent := time.Now()
-	if got, err := b.exec(hs, n); err == nil && got == int64(n) {
+	if got, want, err := b.exec(hs); err == nil && got == want {
 		for _, h := range hs {
 			h.renewed(sent)
 		}
@@ -128,10 +128,10 @@ func (b *renewBatch) renew(hs []*leaseHeld, n int) {
 	}
 	for _, h := range hs {
 		sent := time.Now()
-		got, err := b.exec([]*leaseHeld{h}, len(h.rows))
+		got, want, err := b.exec([]*leaseHeld{h})
 		switch {
 		case err != nil: // not a loss until h's deadline
-		case got == int64(len(h.rows)):
+		case got == want:
 			h.renewed(sent)
 		default:
 			h.lose(errLeaseTaken)
@@ -139,23 +139,29 @@ func (b *renewBatch) renew(hs []*leaseHeld, n int) {
 	}
 }
 
-// exec sends one renewal statement for hs's n rows, bounded by the
-// interval, and returns the rows it renewed.
-func (b *renewBatch) exec(hs []*leaseHeld, n int) (int64, error) {
+// exec sends one renewal statement for hs's rows, bounded by the
+// interval, and returns the rows it renewed and the rows it named: the
+// distinct rows of hs (the readers of one shared key share its key row).
+func (b *renewBatch) exec(hs []*leaseHeld) (got, want int64, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), leaseEvery(b.key.ttl))
 	defer cancel()
-	args := make([]any, 0, 1+5*n)
-	args = append(args, b.key.ttl.Microseconds())
+	seen := make(map[leaseRow]struct{})
+	args := []any{b.key.ttl.Microseconds()}
 	for _, h := range hs {
 		for _, r := range h.rows {
-			args = append(args, r.ns, r.key, "", r.epoch, h.holder)
+			if _, dup := seen[r]; dup {
+				continue
+			}
+			seen[r] = struct{}{}
+			args = append(args, r.ns, r.key, r.reader, r.epoch, r.holder)
 		}
 	}
-	res, err := b.key.db.ExecContext(ctx, b.sql.renewSQL(b.key.table, n), args...)
+	res, err := b.key.db.ExecContext(ctx, b.sql.renewSQL(b.key.table, len(seen)), args...)
 	if err != nil {
-		return 0, err
+		return 0, int64(len(seen)), err
 	}
-	return res.RowsAffected()
+	got, err = res.RowsAffected()
+	return got, int64(len(seen)), err
 }
 
 // SetLeaseRenewHook sets, for tests, a function asked before each lease is
