@@ -3,18 +3,19 @@ package conformance_test
 // The move from advisory (named) locks to leases (docs/MIGRATING.md, From
 // advisory locks to leases): the two mechanisms do not exclude each other,
 // so a rolling deploy goes through a dual-lock phase in which the
-// replicas being moved take both, the advisory lock first and the lease
-// inside it:
+// replicas being moved take both, the advisory lock first (fenced, as
+// before) and the lease inside it, and write with the lease's epoch:
 //
 //	phase 1: every replica advisory              (old)
 //	phase 2: old replicas + dual replicas        (exclude by the advisory lock)
 //	phase 3: dual replicas + lease-only replicas (exclude by the lease)
 //	phase 4: every replica on the lease
 //
-// and fencing tokens keep growing across the move: a lease's epoch starts
-// above the key's advisory fence counter, so a resource fenced under the
-// advisory locks refuses the old holders' writes after the first lease
-// holder's.
+// and fencing tokens keep growing across the move: a lease's epoch is
+// drawn above the key's advisory fence counter and raises it (one
+// sequence), so a resource fenced under the advisory locks refuses the
+// old holders' writes after the first lease holder's, and an old
+// replica's token after a dual one's epoch is above it.
 
 import (
 	"context"
@@ -43,8 +44,12 @@ var (
 			return fn(tok)
 		}, ormlock.WithFencing())
 	}
-	// dualReplica is the code of the dual-lock phase: the advisory lock,
-	// fenced, and inside it the lease; it writes with the lease's epoch.
+	// dualReplica is the code of the dual-lock phase: the advisory lock
+	// first (fenced, as the old code), then the lease inside it; fn
+	// writes with the lease's epoch. While the advisory lock is held no
+	// old replica draws a token, so the epoch is drawn above every one of
+	// theirs, and the grant raises the key's counter to it before fn
+	// runs, so their next token is above it.
 	dualReplica replica = func(ctx context.Context, db *sql.DB, key string, fn func(int64) error) error {
 		return sqllock.Session(ctx, db, key, func(ctx context.Context) error {
 			return sqllock.Session(ctx, db, key, func(ctx context.Context) error {
