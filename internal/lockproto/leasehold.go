@@ -36,6 +36,7 @@ type leaseHeld struct {
 	done     bool        // released or lost: no more renewals
 	lostErr  error       // why it was lost, once it was
 	onLost   func(err error)
+	batch    *renewBatch // the renewals' batch, while in one (guarded by renewMu)
 }
 
 // leaseMargin is how much of a lease's TTL its holder gives up to the
@@ -320,6 +321,7 @@ func (h *leaseHeld) lose(err error) {
 // stop ends renewals and the deadline, once fn has returned, and returns
 // why the lease was lost, if it was.
 func (h *leaseHeld) stop() error {
+	unrenew(h)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.done = true

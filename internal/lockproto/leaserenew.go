@@ -21,7 +21,7 @@ import (
 // its own deadline passes (leaseHeld.start).
 
 // renewChunk is the most rows one renewal statement carries.
-const renewChunk = 1000
+const renewChunk = 1024
 
 // renewKey is what the leases of one batch share.
 type renewKey struct {
@@ -36,6 +36,7 @@ type renewBatch struct {
 	key    renewKey
 	sql    leaseSQL
 	leases map[*leaseHeld]struct{} // guarded by renewMu
+	quit   chan struct{}           // closed when the last lease left
 }
 
 var (
@@ -55,11 +56,29 @@ func renewing(h *leaseHeld) {
 	defer renewMu.Unlock()
 	b, ok := batches[k]
 	if !ok {
-		b = &renewBatch{key: k, sql: h.m.sql, leases: map[*leaseHeld]struct{}{}}
+		b = &renewBatch{key: k, sql: h.m.sql, leases: map[*leaseHeld]struct{}{}, quit: make(chan struct{})}
 		batches[k] = b
 		go b.run()
 	}
 	b.leases[h] = struct{}{}
+	h.batch = b
+}
+
+// unrenew takes h out of its batch once it stopped; the batch's goroutine
+// ends with its last lease.
+func unrenew(h *leaseHeld) {
+	renewMu.Lock()
+	defer renewMu.Unlock()
+	b := h.batch
+	if b == nil {
+		return
+	}
+	h.batch = nil
+	delete(b.leases, h)
+	if len(b.leases) == 0 && batches[b.key] == b {
+		delete(batches, b.key)
+		close(b.quit)
+	}
 }
 
 // live returns the batch's active leases, dropping the stopped ones; when
@@ -76,7 +95,10 @@ func (b *renewBatch) live() []*leaseHeld {
 		out = append(out, h)
 	}
 	if len(b.leases) == 0 {
-		delete(batches, b.key)
+		if batches[b.key] == b {
+			delete(batches, b.key)
+			close(b.quit)
+		}
 		return nil
 	}
 	return out
@@ -87,7 +109,13 @@ func (b *renewBatch) run() {
 	every := leaseEvery(b.key.ttl)
 	for {
 		jitter := time.Duration(rand.Int64N(int64(every/5)+1)) - every/10
-		time.Sleep(every + jitter)
+		t := time.NewTimer(every + jitter)
+		select {
+		case <-b.quit:
+			t.Stop()
+			return
+		case <-t.C:
+		}
 		hs := b.live()
 		if hs == nil {
 			return
@@ -156,7 +184,23 @@ func (b *renewBatch) exec(hs []*leaseHeld) (got, want int64, err error) {
 			args = append(args, r.ns, r.key, r.reader, r.epoch, r.holder)
 		}
 	}
-	res, err := b.key.db.ExecContext(ctx, b.sql.renewSQL(b.key.table, len(seen)), args...)
+	// the tuples padded to a power of two with the last one again (a row
+	// matches once however often it is named), so that a pool's
+	// statement cache holds a few texts, not one per number of leases
+	n := len(seen)
+	if n == 0 {
+		return 0, 0, nil
+	}
+	last := args[len(args)-5:]
+	for p := 1; ; p *= 2 {
+		if p >= n {
+			for ; n < p; n++ {
+				args = append(args, last...)
+			}
+			break
+		}
+	}
+	res, err := b.key.db.ExecContext(ctx, b.sql.renewSQL(b.key.table, n), args...)
 	if err != nil {
 		return 0, int64(len(seen)), err
 	}
