@@ -30,7 +30,8 @@ test-modules:
 
 ## deps: install the Debian packages the tests need, when missing (redis-server
 ## serves the bench module's Redis contender, whose smoke test runs in make test;
-## galera-4 and rsync make make compat's Galera cluster)
+## galera-4 and rsync make make compat's Galera cluster; faketime (libfaketime)
+## moves a private server's clock in the lease tests)
 deps:
 	@missing=""; \
 	ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || missing="$$missing postgresql"; \
@@ -40,6 +41,7 @@ deps:
 	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
 	[ -f /usr/lib/galera/libgalera_smm.so ] || missing="$$missing galera-4"; \
 	command -v rsync >/dev/null 2>&1 || missing="$$missing rsync"; \
+	ls /usr/lib/*/faketime/libfaketimeMT.so.1 >/dev/null 2>&1 || missing="$$missing faketime"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ]; then \
 			echo "==> installing:$$missing"; \

@@ -221,8 +221,10 @@ func (h *leaseHeld) took(ctx context.Context, rows []leaseRow, err error) (bool,
 		if !allTaken(rows) {
 			return false, nil
 		}
-		h.rows = rows
-		return true, nil
+		if err = h.raiseFence(ctx, rows); err == nil { // leasefence.go
+			h.rows = rows
+			return true, nil
+		}
 	}
 	h.rows = rows
 	_ = releaseWithin(ctx, h.release)

@@ -15,11 +15,16 @@
 // AssertNoDuplicateKeyLogged), an observer that records events (Recorder),
 // private servers for restart and kill tests (Start, StartOn, Server), and
 // the replication topologies of package failover: a PostgreSQL primary with
-// a streaming standby (StartPGReplication), a MariaDB primary with a replica
-// (StartMariaDBReplication), a Galera cluster (StartGalera), pglite-socket
+// a streaming standby (StartPGReplication, StartPGReplicationWith), a
+// MariaDB primary with a replica (StartMariaDBReplication), a Galera
+// cluster (StartGalera, StartGaleraWith: its nodes' DSNs, Kill of a node),
+// pglite-socket
 // (StartPGlite), and the TCP Proxy they put on links a test freezes or
 // cuts (StartProtocolProxy and ProxyDSN make one that also holds the
-// replies to chosen statements: DelayReplies).
+// replies to chosen statements: DelayReplies; FreezeAll stalls new
+// connections too), and servers whose clock a test moves while they run
+// (StartFaked and the topologies' fake-clock settings, under Debian's
+// libfaketime: Clock, Server.Skew).
 // The helpers every test package would otherwise copy live here too, once:
 // the in-process exclusion counter (Holders), per-test slots and tables
 // (Slot, TableName, Table), connection killers (Kill, WaitGone) and the

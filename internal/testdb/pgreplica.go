@@ -38,7 +38,28 @@ const standbyName = "standby"
 // under CI.
 func StartPGReplication(tb testing.TB, sync bool) *PGReplication {
 	tb.Helper()
+	return StartPGReplicationWith(tb, PGReplicationConfig{Sync: sync})
+}
+
+// PGReplicationConfig says how StartPGReplicationWith starts a primary and
+// its standby.
+type PGReplicationConfig struct {
+	// Sync makes the replication synchronous (see PGReplication).
+	Sync bool
+	// FakeStandbyClock starts the standby under libfaketime, so that a
+	// test sets its clock apart from the primary's (Standby.Clock()), for
+	// a promotion to a server whose clock differs.
+	FakeStandbyClock bool
+}
+
+// StartPGReplicationWith is StartPGReplication with the settings of c.
+func StartPGReplicationWith(tb testing.TB, c PGReplicationConfig) *PGReplication {
+	tb.Helper()
+	sync := c.Sync
 	b := findBinaries(Postgres, true)
+	if c.FakeStandbyClock && fakeTimeLib() == "" {
+		b.missing = append(b.missing, "libfaketime (faketime)")
+	}
 	if err := b.err(Postgres); err != nil {
 		skipOrFail(tb, err)
 	}
@@ -58,6 +79,9 @@ func StartPGReplication(tb testing.TB, sync bool) *PGReplication {
 	r.Primary = stopAtCleanup(tb, primary, err)
 	r.Link = StartProxy(tb, hostPort(r.Primary.Port()))
 	standby, err := newServer(Postgres, b, pgTarget{})
+	if err == nil && c.FakeStandbyClock {
+		err = standby.fakeClock()
+	}
 	if err == nil {
 		err = r.baseBackup(standby, basebackup)
 	}

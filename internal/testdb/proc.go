@@ -27,9 +27,9 @@ type proc struct {
 }
 
 // startProc starts path with args in dir, stdout and stderr appended to
-// logPath, as cred (nil: as ourselves). The child is SIGKILLed if the test
-// binary dies.
-func startProc(path string, args []string, dir, logPath string, cred *syscall.Credential) (*proc, error) {
+// logPath, as cred (nil: as ourselves), with env added to its environment.
+// The child is SIGKILLed if the test binary dies.
+func startProc(path string, args []string, dir, logPath string, cred *syscall.Credential, env ...string) (*proc, error) {
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
@@ -39,7 +39,7 @@ func startProc(path string, args []string, dir, logPath string, cred *syscall.Cr
 	cmd.Dir = dir
 	cmd.Stdout = f
 	cmd.Stderr = f
-	cmd.Env = childEnv()
+	cmd.Env = append(childEnv(), env...)
 	cmd.SysProcAttr = sysProcAttr(cred)
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", filepath.Base(path), err)

@@ -27,6 +27,7 @@ type Proxy struct {
 	mu       sync.Mutex
 	upstream string
 	gate     chan struct{} // non-nil while frozen; closed by Thaw
+	frozeAll bool          // FreezeAll: connections made while frozen wait too
 	pairs    map[*proxyPair]struct{}
 	closed   bool
 	delay    replyDelay  // DelayReplies' rule
@@ -129,10 +130,21 @@ func (p *Proxy) Freeze() {
 	}
 }
 
+// FreezeAll is Freeze for connections made while frozen too: the server
+// behind the proxy looks hung to every client, old and new, until Thaw
+// (a stalled server or host, not only a partition of some links).
+func (p *Proxy) FreezeAll() {
+	p.Freeze()
+	p.mu.Lock()
+	p.frozeAll = true
+	p.mu.Unlock()
+}
+
 // Thaw lets the bytes held by Freeze through, in order.
 func (p *Proxy) Thaw() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.frozeAll = false
 	if p.gate == nil {
 		return
 	}
@@ -190,6 +202,9 @@ func (p *Proxy) accept() {
 			continue
 		}
 		p.pairs[pp] = struct{}{}
+		if p.frozeAll {
+			pp.gate = p.gate
+		}
 		up := p.upstream
 		p.mu.Unlock()
 		p.wg.Go(func() {

@@ -44,6 +44,10 @@ type Server struct {
 	// extra: settings after the defaults (PostgreSQL: -c name=value
 	// each; MariaDB: options), for the replication topologies.
 	extra []string
+	// env: variables added to the server process's environment (the
+	// libfaketime preload of a server with a Clock).
+	env   []string
+	clock *Clock // nil unless started under libfaketime (faketime.go)
 
 	mu        sync.Mutex
 	p         *proc
@@ -464,7 +468,7 @@ func (s *Server) launch(logOff int64) error {
 	if err != nil {
 		return fmt.Errorf("testdb: %s: %w", s.kind, err)
 	}
-	p, err := startProc(bin, args, s.dir, s.logPath, s.cred)
+	p, err := startProc(bin, args, s.dir, s.logPath, s.cred, s.env...)
 	if err != nil {
 		return fmt.Errorf("testdb: %s: %w", s.kind, err)
 	}

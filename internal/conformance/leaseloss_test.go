@@ -1,0 +1,383 @@
+package conformance_test
+
+// Leases as they are lost (docs/RELIABILITY.md, Leases lost): on every
+// server, a holder whose lease row is taken over after expiry, deleted or
+// changed by hand, whose renewals are blocked (a frozen server, a row
+// lock held by another connection), or whose server's clock steps forward
+// learns of the loss within its deadline (fn's ctx cancelled with cause
+// ErrLockLost, before the key is granted again), and its fenced writes
+// are refused after the next holder's. The promoted server whose clock
+// differs is in package failover (TestPGLeasePromotedClockAhead).
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/sqllock"
+)
+
+// lossTTL is the leases' TTL here: short, so that a loss shows in seconds.
+const lossTTL = 2 * time.Second
+
+// leaseHolder is a Session holding a lease in the background.
+type leaseHolder struct {
+	epoch   int64
+	done    chan struct{} // closed when fn's ctx ended
+	cause   error         // context.Cause of fn's ctx, before done closes
+	endedAt time.Time
+	err     chan error // Session's result
+	release func()
+}
+
+// holdLease starts a Session of key on db under a lease of lossTTL and
+// waits until fn runs.
+func holdLease(t *testing.T, db *sql.DB, key string, opts ...ormlock.Option) *leaseHolder {
+	t.Helper()
+	h := &leaseHolder{done: make(chan struct{}), err: make(chan error, 1)}
+	stop := make(chan struct{})
+	var once sync.Once
+	h.release = func() { once.Do(func() { close(stop) }) }
+	in := make(chan struct{})
+	opts = append([]ormlock.Option{ormlock.WithLease(lossTTL)}, opts...)
+	go func() {
+		h.err <- sqllock.Session(context.Background(), db, key, func(ctx context.Context) error {
+			h.epoch, _ = ormlock.FencingToken(ctx)
+			close(in)
+			select {
+			case <-ctx.Done():
+				h.endedAt = time.Now()
+				h.cause = context.Cause(ctx)
+				close(h.done)
+				return ctx.Err()
+			case <-stop:
+				return nil
+			}
+		}, opts...)
+	}()
+	select {
+	case <-in:
+	case err := <-h.err:
+		t.Fatalf("Session %q with a lease: %v", key, err)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("Session %q with a lease: not held after 30s", key)
+	}
+	t.Cleanup(h.release)
+	return h
+}
+
+// waitLost waits for the holder to learn of the loss (waitCancelled),
+// then for Session to return ErrLockLost (waitReturned).
+func (h *leaseHolder) waitLost(t *testing.T) {
+	t.Helper()
+	h.waitCancelled(t)
+	h.waitReturned(t)
+}
+
+// waitCancelled waits for the holder's fn ctx to end, at most its TTL
+// and a second (its deadline runs from its last renewal, at most a TTL
+// before now), and checks the cause is ErrLockLost.
+func (h *leaseHolder) waitCancelled(t *testing.T) {
+	t.Helper()
+	start := time.Now()
+	select {
+	case <-h.done:
+	case <-time.After(lossTTL + time.Second):
+		t.Fatalf("the holder's fn ctx was not cancelled within its TTL (%v) and a second", lossTTL)
+	}
+	t.Logf("figure: the holder learned of the loss %v after it", h.endedAt.Sub(start).Round(time.Millisecond))
+	if !errors.Is(h.cause, ormlock.ErrLockLost) {
+		t.Errorf("fn's ctx cause %v, want ErrLockLost", h.cause)
+	}
+}
+
+// waitReturned waits for Session to return after the loss and checks its
+// error is ErrLockLost.
+func (h *leaseHolder) waitReturned(t *testing.T) {
+	t.Helper()
+	select {
+	case err := <-h.err:
+		if !errors.Is(err, ormlock.ErrLockLost) {
+			t.Errorf("Session returned %v, want ErrLockLost", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Errorf("Session did not return 30s after the loss")
+	}
+}
+
+// takeLease takes key once on db, waiting up to wait, and returns the
+// epoch and when fn ran.
+func takeLease(t *testing.T, db *sql.DB, key string, wait time.Duration) (int64, time.Time) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var (
+		tok int64
+		at  time.Time
+	)
+	err := sqllock.Session(ctx, db, key, func(ctx context.Context) error {
+		at = time.Now()
+		tok, _ = ormlock.FencingToken(ctx)
+		return nil
+	}, ormlock.WithLease(lossTTL), ormlock.WithWait(wait))
+	if err != nil {
+		t.Fatalf("taking %q after the loss: %v", key, err)
+	}
+	return tok, at
+}
+
+// fenced is a table with one fenced row on kind k's shared server.
+type fenced struct {
+	admin   *sql.DB
+	dialect string
+	table   string
+}
+
+func newFenced(t *testing.T, k testdb.Kind, admin *sql.DB) fenced {
+	t.Helper()
+	f := fenced{admin, k.Dialect(), testdb.TableName(t, "lease_fenced")}
+	t.Cleanup(func() { _, _ = admin.Exec("DROP TABLE IF EXISTS " + f.table) })
+	for _, q := range []string{
+		"DROP TABLE IF EXISTS " + f.table,
+		"CREATE TABLE " + f.table + " (id int PRIMARY KEY, fence bigint NOT NULL DEFAULT 0, v int NOT NULL DEFAULT 0)",
+		"INSERT INTO " + f.table + " (id) VALUES (1)",
+	} {
+		if _, err := admin.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return f
+}
+
+// write writes the row under token tok and returns CheckFenced's verdict.
+func (f fenced) write(tok int64) error {
+	if f.dialect == "postgres" {
+		return sqllock.CheckFenced(f.admin.Exec("UPDATE "+f.table+" SET v = v + 1, fence = $1 WHERE id = 1 AND fence <= $1", tok))
+	}
+	return sqllock.CheckFenced(f.admin.Exec("UPDATE "+f.table+" SET v = v + 1, fence = ? WHERE id = 1 AND fence <= ?", tok, tok))
+}
+
+// afterLoss checks what follows every loss: the next holder gets a greater
+// epoch, granted after the old holder learned (when learnedFirst), its
+// fenced write passes, and the old holder's is refused.
+func afterLoss(t *testing.T, h *leaseHolder, db *sql.DB, f fenced, key string, learnedFirst bool) {
+	t.Helper()
+	if err := f.write(h.epoch); err != nil {
+		t.Fatalf("the holder's fenced write before the takeover: %v", err)
+	}
+	next, at := takeLease(t, db, key, 3*lossTTL)
+	if next <= h.epoch {
+		t.Errorf("the next holder's epoch %d is not above the lost one's %d: fencing cannot tell them apart", next, h.epoch)
+	}
+	if learnedFirst && !h.lost() {
+		t.Errorf("the key was granted again (%v) before the holder learned of its loss", at)
+	} else if learnedFirst && !h.endedAt.Before(at) {
+		t.Errorf("the key was granted again (%v) before the holder learned of its loss (%v)", at, h.endedAt)
+	}
+	if err := f.write(next); err != nil {
+		t.Errorf("the next holder's fenced write: %v", err)
+	}
+	if err := f.write(h.epoch); !errors.Is(err, ormlock.ErrStaleToken) {
+		t.Errorf("the lost holder's fenced write after the takeover: %v, want ErrStaleToken", err)
+	}
+}
+
+func (h *leaseHolder) lost() bool {
+	select {
+	case <-h.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// leaseRow is the WHERE clause of key's lease row (its lock_key ends with
+// the name; the keys here are unique per test).
+func leaseRow(key string) string {
+	return fmt.Sprintf("lock_key LIKE '%%%s' AND reader = ''", key)
+}
+
+// leaseNow is the server's clock in the lease table's terms.
+func leaseNow(k testdb.Kind) string {
+	if k == testdb.MariaDB {
+		return "UTC_TIMESTAMP(6)"
+	}
+	return "clock_timestamp()"
+}
+
+// TestLeaseLoss: the ways a lease is lost, on every server.
+func TestLeaseLoss(t *testing.T) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
+		db := testdb.Open(t, k)
+		admin := testdb.AdminDB(t, k)
+		if err := sqllock.Migrate(context.Background(), db); err != nil {
+			t.Fatalf("Migrate: %v", err)
+		}
+		key := func(t *testing.T) string {
+			return "lease-loss-" + strings.ReplaceAll(t.Name()[strings.LastIndex(t.Name(), "/")+1:], " ", "-") + "-" + string(k)
+		}
+		t.Run("deleted by hand", func(t *testing.T) {
+			name := key(t)
+			f := newFenced(t, k, admin)
+			h := holdLease(t, db, name)
+			if _, err := admin.Exec("DELETE FROM ormlock_leases WHERE " + leaseRow(name)); err != nil {
+				t.Fatal(err)
+			}
+			h.waitLost(t)
+			afterLoss(t, h, db, f, name, true)
+		})
+		t.Run("changed by hand", func(t *testing.T) {
+			name := key(t)
+			f := newFenced(t, k, admin)
+			h := holdLease(t, db, name)
+			if _, err := admin.Exec("UPDATE ormlock_leases SET holder = 'someone-else' WHERE " + leaseRow(name)); err != nil {
+				t.Fatal(err)
+			}
+			h.waitLost(t)
+			afterLoss(t, h, db, f, name, true)
+		})
+		t.Run("expired by hand and taken over", func(t *testing.T) {
+			name := key(t)
+			f := newFenced(t, k, admin)
+			h := holdLease(t, db, name)
+			if err := f.write(h.epoch); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := admin.Exec("UPDATE ormlock_leases SET expires_at = " + leaseNow(k) + " WHERE " + leaseRow(name)); err != nil {
+				t.Fatal(err)
+			}
+			next, _ := takeLease(t, db, name, 0)
+			h.waitLost(t)
+			if next <= h.epoch {
+				t.Errorf("takeover epoch %d, want above %d", next, h.epoch)
+			}
+			if err := f.write(next); err != nil {
+				t.Errorf("the next holder's fenced write: %v", err)
+			}
+			if err := f.write(h.epoch); !errors.Is(err, ormlock.ErrStaleToken) {
+				t.Errorf("the lost holder's fenced write: %v, want ErrStaleToken", err)
+			}
+		})
+		t.Run("row lock held", func(t *testing.T) {
+			name := key(t)
+			db, admin := db, admin
+			if k == testdb.PgBouncer {
+				// The holder's renewal, blocked on the row lock, is
+				// cancelled at its deadline: pgx sends a cancel request,
+				// which crashes PgBouncer 1.18 at times ("FATAL
+				// disconnect_client(): bad client state: 0", pgbouncer
+				// #801, fixed in 1.19.1), so on a PgBouncer of its own.
+				db, admin = privateServer(t, k)
+			}
+			f := newFenced(t, k, admin)
+			h := holdLease(t, db, name)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			blocker, err := admin.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var n int
+			if err := blocker.QueryRowContext(ctx, "SELECT COUNT(*) FROM (SELECT epoch FROM ormlock_leases WHERE "+leaseRow(name)+" FOR UPDATE) x").Scan(&n); err != nil || n != 1 {
+				t.Fatalf("lock the lease row: %d rows, %v", n, err)
+			}
+			h.waitCancelled(t)
+			// the row lock also holds the holder's release back, until
+			// it ends (or the release's own timeout)
+			if err := blocker.Rollback(); err != nil {
+				t.Fatal(err)
+			}
+			h.waitReturned(t)
+			afterLoss(t, h, db, f, name, true)
+		})
+		t.Run("frozen server", func(t *testing.T) {
+			name := key(t)
+			f := newFenced(t, k, admin)
+			p, dsn := testdb.ProxyDSN(t, k)
+			frozenDB, err := sql.Open(k.Driver(), dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer frozenDB.Close()
+			h := holdLease(t, frozenDB, name)
+			p.FreezeAll()
+			h.waitCancelled(t)
+			// the server is fine; only the holder's way to it froze: the
+			// key is taken over once the lease expired
+			afterLoss(t, h, db, f, name, true)
+			p.Thaw()
+			h.waitReturned(t)
+		})
+	})
+}
+
+// privateServer starts a private server of kind k with the tables of
+// Migrate and returns a pool of its clients' DSN and an admin pool.
+func privateServer(t *testing.T, k testdb.Kind) (db, admin *sql.DB) {
+	t.Helper()
+	s := testdb.Start(t, k)
+	db, err := sql.Open(k.Driver(), s.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if admin, err = sql.Open(k.Driver(), s.AdminDSN()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close() })
+	if err := sqllock.Migrate(context.Background(), db); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	return db, admin
+}
+
+// TestLeaseLossClockStep: a private server's clock steps 10s forward
+// (libfaketime) under a holder of a 2s lease: by the server's clock the
+// lease has expired, another client takes it over at once with a greater
+// epoch, the holder learns at its next renewal (within its deadline), and
+// its fenced writes are refused.
+func TestLeaseLossClockStep(t *testing.T) {
+	testdb.ForEachKind(t, func(t *testing.T, k testdb.Kind) {
+		s := testdb.StartFaked(t, k)
+		db, err := sql.Open(k.Driver(), s.DSN())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		admin, err := sql.Open(k.Driver(), s.AdminDSN())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer admin.Close()
+		if err := sqllock.Migrate(context.Background(), db); err != nil {
+			t.Fatalf("Migrate: %v", err)
+		}
+		f := newFenced(t, k, admin)
+		h := holdLease(t, db, "lease-clock-step")
+		if err := f.write(h.epoch); err != nil {
+			t.Fatal(err)
+		}
+		s.Clock().Step(t, 10*time.Second)
+		next, at := takeLease(t, db, "lease-clock-step", 0)
+		h.waitLost(t)
+		t.Logf("figure: %s, clock stepped 10s forward under a %v lease: taken over with epoch %d (was %d); the holder learned %v after the takeover",
+			k, lossTTL, next, h.epoch, h.endedAt.Sub(at).Round(time.Millisecond))
+		if next <= h.epoch {
+			t.Errorf("takeover epoch %d, want above %d", next, h.epoch)
+		}
+		if err := f.write(next); err != nil {
+			t.Errorf("the next holder's fenced write: %v", err)
+		}
+		if err := f.write(h.epoch); !errors.Is(err, ormlock.ErrStaleToken) {
+			t.Errorf("the lost holder's fenced write: %v, want ErrStaleToken", err)
+		}
+		s.AssertNoLeaks(t, db)
+	})
+}
