@@ -86,6 +86,12 @@ const (
 //		// (a new election after a deposition is a new term); the hook's End
 //		// of a Lead carries its last. 0 for the other verbs.
 //		Term int64
+//
+//		// Mechanism is the kind of lock taken: "advisory" (PostgreSQL),
+//		// "named" (MySQL/MariaDB GET_LOCK) or "lease" (WithLease), as
+//		// HolderInfo.Mechanism names it. Under a lease, Token is the
+//		// lease's epoch (whether or not WithFencing was given).
+//		Mechanism string
 //	}
 type Event = config.Event
 

@@ -55,6 +55,8 @@ type Event struct {
 	Token  int64
 	Try    bool
 	Term   int64
+
+	Mechanism string
 }
 
 // Observer receives lock events ([Config.Observer]): ormlock.Observer, an

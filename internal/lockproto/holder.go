@@ -129,18 +129,18 @@ func (mysqlServer) holders(ctx context.Context, q Querier, op *Op, it lockItem) 
 
 func pgHolder(ctx context.Context, q Querier, k keys.PostgresKey) (HolderInfo, error) {
 	classid, objid, objsubid := PGLockTag(k)
-	h := HolderInfo{Dialect: postgresServer{}.Name(), Lock: pgLockName(k)}
+	h := HolderInfo{Dialect: postgresServer{}.Name(), Lock: pgLockName(k), Mechanism: status.MechAdvisory}
 	var waiters int
 	row := q.QueryRowContext(ctx, pgHolderQuery, int64(classid), int64(objid), objsubid)
 	granted, err := scanPGHolder(row.Scan, &h, &waiters)
 	if errors.Is(err, sql.ErrNoRows) {
-		return HolderInfo{Dialect: h.Dialect, Lock: h.Lock}, nil
+		return HolderInfo{Dialect: h.Dialect, Lock: h.Lock, Mechanism: h.Mechanism}, nil
 	}
 	if err != nil {
 		return HolderInfo{}, errs.Wrap(err, "look up lock holder in pg_locks")
 	}
 	if !granted { // only waiters: free this instant
-		return HolderInfo{Dialect: h.Dialect, Lock: h.Lock, Waiters: waiters}, nil
+		return HolderInfo{Dialect: h.Dialect, Lock: h.Lock, Mechanism: h.Mechanism, Waiters: waiters}, nil
 	}
 	return h, nil
 }
@@ -194,7 +194,7 @@ func scanPGHolder(scan func(dest ...any) error, h *HolderInfo, waiters *int) (bo
 }
 
 func mysqlHolder(ctx context.Context, q Querier, name string) (HolderInfo, error) {
-	h := HolderInfo{Dialect: mysqlServer{}.Name(), Lock: name}
+	h := HolderInfo{Dialect: mysqlServer{}.Name(), Lock: name, Mechanism: status.MechNamed}
 	var (
 		id                                   sql.NullInt64
 		user, host, db, command, state, info sql.NullString
@@ -278,7 +278,7 @@ func pgHolders(ctx context.Context, q Querier, k keys.PostgresKey) ([]HolderInfo
 	defer rows.Close()
 	var out []HolderInfo
 	for rows.Next() {
-		h := HolderInfo{Dialect: postgresServer{}.Name(), Lock: pgLockName(k)}
+		h := HolderInfo{Dialect: postgresServer{}.Name(), Lock: pgLockName(k), Mechanism: status.MechAdvisory}
 		var waiters int
 		granted, err := scanPGHolder(rows.Scan, &h, &waiters)
 		if err != nil {
