@@ -95,6 +95,9 @@ type holderRow struct {
 	Since                                             shownTime
 	Waiters                                           int
 	Error                                             string
+	// Mechanism is ormlock.HolderInfo.Mechanism ("advisory", "named",
+	// "lease"); a lease's Epoch and ExpiresIn ("" otherwise)
+	Mechanism, Epoch, ExpiresIn string
 }
 
 type leaderRow struct {
@@ -266,6 +269,11 @@ func (h *handler) locks(ctx context.Context, tx *sql.Tx, d lockproto.Dialect, o 
 		} else {
 			row.Status = "no leader"
 		}
+		if row.Epoch != "" { // a lease's term: its epoch is its token
+			row.Token = row.Epoch
+			o.Leaders = append(o.Leaders, row)
+			continue
+		}
 		tok, ok, err := h.r.token(ctx, tx, d, k)
 		if err != nil {
 			var mt *missingTableError
@@ -283,9 +291,15 @@ func (h *handler) locks(ctx context.Context, tx *sql.Tx, d lockproto.Dialect, o 
 
 // holderOf shows hi, never its Query: a statement can carry secrets.
 func holderOf(k ormlock.Key, hi ormlock.HolderInfo, now time.Time, loc *time.Location) holderRow {
-	r := holderRow{Key: clean(k.String(), 300), Lock: clean(hi.Lock, 300), Status: "free", StatusClass: "free", Waiters: hi.Waiters}
+	r := holderRow{Key: clean(k.String(), 300), Lock: clean(hi.Lock, 300), Status: "free", StatusClass: "free", Waiters: hi.Waiters, Mechanism: clean(hi.Mechanism, 16)}
 	if !hi.Held {
 		return r
+	}
+	if hi.Epoch > 0 {
+		r.Epoch = strconv.FormatInt(hi.Epoch, 10)
+	}
+	if hi.ExpiresIn > 0 {
+		r.ExpiresIn = showDuration(hi.ExpiresIn)
 	}
 	r.Status, r.StatusClass = "held", "held"
 	r.PID = hi.PID
