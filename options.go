@@ -158,3 +158,49 @@ func WithSharedLockConns(n int) Option {
 		c.SharedConns = n
 	}
 }
+
+// WithLease takes the lock as a lease: a row of the lease table (see
+// [WithLeaseTable]) that the call inserts, or takes over once it expired by
+// the database server's clock, in a statement committed on its own, and
+// that it renews every ttl/3 (with jitter) while fn runs. A lease pins no
+// connection between its statements, so it works behind a transaction
+// pooler (PgBouncer in transaction mode) and on servers whose advisory or
+// named locks exclude nobody (a Galera cluster). Its fencing token
+// ([FencingToken]) is the lease's epoch, which grows with every
+// acquisition of the key and never goes back. A holder that cannot renew
+// in time, or finds its lease taken over, sees fn's context cancelled with
+// cause [ErrLockLost] before the server could grant the key to anyone else;
+// a Transaction's COMMIT goes only with a check of the lease in fn's
+// transaction, so a holder paused past its lease cannot commit after a
+// takeover. A lease and an advisory or named lock of the same key are
+// different locks: they do not exclude each other. The table is created by
+// every adapter's Migrate ([MigrateSQL] prints its DDL).
+//
+// ttl 0 means the default, 30s; a ttl under 1s or over 24h is an error
+// wrapping [ErrInvalidArgument], which the verb returns without taking a
+// lock. The default is no lease (the server's own locks). See
+// docs/PROTOCOL.md (Leases).
+func WithLease(ttl time.Duration) Option {
+	return func(c *config.Config) {
+		if ttl == 0 {
+			ttl = config.DefaultLeaseTTL
+		}
+		if ttl < config.MinLeaseTTL || ttl > config.MaxLeaseTTL {
+			c.Fail(fmt.Errorf("%w: WithLease: ttl %v is outside %v..%v (0 means the default, %v)", ErrInvalidArgument, ttl, config.MinLeaseTTL, config.MaxLeaseTTL, config.DefaultLeaseTTL))
+			return
+		}
+		c.Lease = ttl
+	}
+}
+
+// WithLeaseTable sets the lease table's name ([WithLease]). It must be a
+// plain identifier. The default is "ormlock_leases".
+func WithLeaseTable(name string) Option {
+	return func(c *config.Config) {
+		if err := config.ValidIdentifier("WithLeaseTable: table name", name); err != nil {
+			c.Fail(err)
+			return
+		}
+		c.LeaseTable = name
+	}
+}

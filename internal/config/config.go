@@ -26,6 +26,14 @@ const (
 	MinKeepalive = 10 * time.Millisecond
 	// DefaultLedgerTable is the RunOnce ledger table name.
 	DefaultLedgerTable = "ormlock_runs"
+	// DefaultLeaseTable is the lease table name (ormlock.WithLeaseTable).
+	DefaultLeaseTable = "ormlock_leases"
+	// DefaultLeaseTTL is a lease's time to live when ormlock.WithLease is
+	// given 0.
+	DefaultLeaseTTL = 30 * time.Second
+	// MinLeaseTTL and MaxLeaseTTL bound ormlock.WithLease's ttl.
+	MinLeaseTTL = time.Second
+	MaxLeaseTTL = 24 * time.Hour
 )
 
 // MaxOwnerLen is the longest owner id ormlock.WithOwner accepts, in
@@ -81,6 +89,11 @@ type Config struct {
 	// Firing is how RunScheduled answers a scheduler's firing
 	// (schedhook.Firing): as configured, or with one run.
 	Firing Firing
+	// Lease, when positive, takes the lock as a lease of this time to
+	// live (ormlock.WithLease): a row of LeaseTable, not a server lock.
+	Lease time.Duration
+	// LeaseTable is the lease table (ormlock.WithLeaseTable).
+	LeaseTable string
 	// ClaimNoTx, with Claim, hands fn no transaction of its own
 	// (schedhook.ClaimNoTx): sqllock's and pgxlock's fn get a nil tx.
 	ClaimNoTx bool
@@ -93,7 +106,7 @@ type Option func(*Config)
 
 // New returns the defaults with opts applied in order.
 func New(opts ...Option) Config {
-	c := Config{Keepalive: DefaultKeepalive, LedgerTable: DefaultLedgerTable}
+	c := Config{Keepalive: DefaultKeepalive, LedgerTable: DefaultLedgerTable, LeaseTable: DefaultLeaseTable}
 	return c.With(opts...)
 }
 
@@ -138,6 +151,15 @@ func ValidIdentifier(what, s string) error {
 		return fmt.Errorf("%w: %s %q is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*, at most 63 bytes)", errs.ErrInvalidArgument, what, s)
 	}
 	return nil
+}
+
+// LeaseTableName is c.LeaseTable, or DefaultLeaseTable when it is unset
+// (a Config not made by New).
+func (c Config) LeaseTableName() string {
+	if c.LeaseTable == "" {
+		return DefaultLeaseTable
+	}
+	return c.LeaseTable
 }
 
 // Firing says how RunScheduled answers one firing of a scheduler.

@@ -20,12 +20,20 @@ import (
 // table whose name is too long for the suffix (over 57 bytes) gets no fence
 // table: Migrate succeeds as before, and a call WithFencing is refused with
 // errs.ErrInvalidArgument before it takes the lock.
+//
+// The lease table (ormlock.WithLease, config.Config.LeaseTableName) is
+// created with it, under the same lock.
 func createFence(ctx context.Context, q lockproto.Querier, op *lockproto.Op) error {
-	ft, err := lockproto.NewFenceTable(op.Dialect, op.Cfg.LedgerTable)
-	if err != nil {
-		return nil
+	if ft, err := lockproto.NewFenceTable(op.Dialect, op.Cfg.LedgerTable); err == nil {
+		if err := ft.Create(ctx, q); err != nil {
+			return err
+		}
 	}
-	return ft.Create(ctx, q)
+	lt, err := lockproto.NewLeaseTable(op.Dialect, op.Cfg.LeaseTableName())
+	if err != nil {
+		return err
+	}
+	return lt.Create(ctx, q)
 }
 
 // MaxFenceAdvance bounds AdvanceFences' by, so that a counter moved many
@@ -54,5 +62,16 @@ func AdvanceFences(ctx context.Context, q lockproto.Querier, d lockproto.Dialect
 	if err != nil {
 		return 0, err
 	}
-	return ft.Advance(ctx, q, cfg.Namespace, by)
+	n, err := ft.Advance(ctx, q, cfg.Namespace, by)
+	if err != nil {
+		return n, err
+	}
+	// the namespace's lease epochs: its high-water mark, which new epochs
+	// start above (not counted: the count is of fencing counters)
+	lt, err := lockproto.NewLeaseTable(d, cfg.LeaseTableName())
+	if err != nil {
+		return n, err
+	}
+	_, err = lt.Advance(ctx, q, cfg.Namespace, by)
+	return n, err
 }

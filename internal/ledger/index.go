@@ -2,11 +2,10 @@ package ledger
 
 import (
 	"context"
-	"fmt"
-	"hash/fnv"
 
 	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/lockproto"
+	"github.com/ormlock/ormlock/internal/schema"
 )
 
 // The prune index: a btree index on (namespace, slot), which serves Prune's
@@ -20,28 +19,10 @@ import (
 // Migrate then takes no lock on the table beyond what CREATE TABLE IF NOT
 // EXISTS takes.
 
-// indexSuffix ends the prune index's name.
-const indexSuffix = "_ns_slot"
-
-// maxIdentBytes is PostgreSQL's identifier limit (NAMEDATALEN-1); MySQL's
-// is 64.
-const maxIdentBytes = 63
-
-// IndexName returns the name of the prune index: the table's name with
-// "_ns_slot", or, when that would pass 63 bytes, the first 46 bytes of the
-// table's name, "_", 8 hex digits of a hash of the whole name and
-// "_ns_slot" (so two long names that share their first 46 bytes still get
-// distinct names; PostgreSQL's index names are unique per schema, not per
-// table).
-func (t *Table) IndexName() string {
-	if len(t.name)+len(indexSuffix) <= maxIdentBytes {
-		return t.name + indexSuffix
-	}
-	h := fnv.New32a()
-	h.Write([]byte(t.name))
-	tag := fmt.Sprintf("_%08x", h.Sum32())
-	return t.name[:maxIdentBytes-len(tag)-len(indexSuffix)] + tag + indexSuffix
-}
+// IndexName returns the name of the prune index (schema.IndexName): the
+// table's name with "_ns_slot", shortened with a hash of the whole name
+// when that would pass 63 bytes.
+func (t *Table) IndexName() string { return schema.IndexName(t.name) }
 
 // hasIndex reports whether the table has a usable btree index whose
 // leading columns are (namespace, slot), whatever its name (one added by

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/lockproto"
+	"github.com/ormlock/ormlock/internal/schema"
 )
 
 // myLedger is the ledger on MySQL/MariaDB: DATETIME(6) columns written and
@@ -29,19 +30,7 @@ func parseMySQLTime(s string) (time.Time, error) {
 }
 
 func (myLedger) createSQL(t *Table) string {
-	return "CREATE TABLE IF NOT EXISTS " + t.q + ` (
-	namespace   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL DEFAULT '',
-	job         VARCHAR(191) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
-	slot        DATETIME(6)  NOT NULL,
-	status      VARCHAR(16)  NOT NULL,
-	owner       VARCHAR(255) CHARACTER SET utf8mb4 NOT NULL DEFAULT '',
-	started_at  DATETIME(6)  NOT NULL,
-	finished_at DATETIME(6)  NULL,
-	error       TEXT         CHARACTER SET utf8mb4 NULL,
-	PRIMARY KEY (namespace, job, slot),
-	KEY ` + t.s.Quote(t.IndexName()) + ` (namespace, slot),
-	CHECK (status IN ('running', 'done', 'failed'))
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`
+	return schema.MySQL.Ledger(t.q, t.s.Quote(t.IndexName()))
 }
 
 // migrate: the lock is taken on the pinned connection that runs the

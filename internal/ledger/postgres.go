@@ -9,6 +9,7 @@ import (
 
 	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/lockproto"
+	"github.com/ormlock/ormlock/internal/schema"
 )
 
 // pgLedger is the ledger on PostgreSQL: timestamptz columns, $n
@@ -16,17 +17,7 @@ import (
 type pgLedger struct{}
 
 func (pgLedger) createSQL(t *Table) string {
-	return `CREATE TABLE IF NOT EXISTS ` + t.q + ` (
-	namespace   varchar(128) NOT NULL DEFAULT '',
-	job         varchar(191) NOT NULL,
-	slot        timestamptz  NOT NULL,
-	status      varchar(16)  NOT NULL CHECK (status IN ('running', 'done', 'failed')),
-	owner       varchar(255) NOT NULL DEFAULT '',
-	started_at  timestamptz  NOT NULL,
-	finished_at timestamptz,
-	error       text,
-	PRIMARY KEY (namespace, job, slot)
-)`
+	return schema.Postgres.Ledger(t.q, t.s.Quote(t.IndexName()))
 }
 
 // migrate: the lock and the CREATE share one transaction, on a pinned

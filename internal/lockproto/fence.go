@@ -9,6 +9,7 @@ import (
 	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/keys"
+	"github.com/ormlock/ormlock/internal/schema"
 )
 
 // Fencing tokens (ormlock.WithFencing; docs/PROTOCOL.md, Fencing).
@@ -38,7 +39,7 @@ import (
 
 // FenceTableSuffix is appended to the ledger table's name to name the fence
 // table.
-const FenceTableSuffix = "_fence"
+const FenceTableSuffix = schema.FenceSuffix
 
 // FenceTable is the fence table of one dialect.
 type FenceTable struct {

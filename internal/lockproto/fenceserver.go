@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/ormlock/ormlock/internal/errs"
+	"github.com/ormlock/ormlock/internal/schema"
 )
 
 // fenceServer is the fence table's SQL on one server (fence.go says how
@@ -33,23 +34,8 @@ type fenceServer interface {
 func (postgresServer) fenceReads(q string) fenceReads { return pgFenceReads(q) }
 func (mysqlServer) fenceReads(q string) fenceReads    { return myFenceReads(q) }
 
-func (postgresServer) fenceCreateSQL(q string) string {
-	return `CREATE TABLE IF NOT EXISTS ` + q + ` (
-	namespace varchar(128) NOT NULL DEFAULT '',
-	lock_key  text         NOT NULL,
-	token     bigint       NOT NULL,
-	PRIMARY KEY (namespace, lock_key)
-)`
-}
-
-func (mysqlServer) fenceCreateSQL(q string) string {
-	return "CREATE TABLE IF NOT EXISTS " + q + ` (
-	namespace VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL DEFAULT '',
-	lock_key  VARBINARY(1100) NOT NULL,
-	token     BIGINT NOT NULL,
-	PRIMARY KEY (namespace, lock_key)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`
-}
+func (postgresServer) fenceCreateSQL(q string) string { return schema.Postgres.Fence(q) }
+func (mysqlServer) fenceCreateSQL(q string) string    { return schema.MySQL.Fence(q) }
 
 func (postgresServer) fenceAdvanceSQL(q string) string {
 	return "UPDATE " + q + " SET token = token + $1 WHERE namespace = $2"
