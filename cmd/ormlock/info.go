@@ -292,19 +292,28 @@ func psqlExpr(ns, name string) string {
 
 const migrateUsage = `Usage: ormlock migrate [flags]
 
-Creates the ledger table of ormlock run --once-per (and of gormlock.RunOnce)
-if it does not exist: gormlock.Migrate. Harmless to run again, and safe to
+Creates the ledger table of ormlock run --once-per (and of gormlock.RunOnce),
+its fencing counters' table and the lease table of --lease (ormlock.WithLease)
+if they do not exist: gormlock.Migrate. Harmless to run again, and safe to
 run from several hosts at once.
+
+--print prints the CREATE statements instead (ormlock.MigrateSQL), one per
+line group, each ending with ";", for teams that run their own migrations:
+for --dialect (postgres, or mysql for MySQL and MariaDB), or else for the
+dialect of --dsn, read from the DSN alone. It never connects.
 
 Examples:
   ormlock migrate --dsn "$DSN"
-  ormlock migrate --ledger-table billing_runs
+  ormlock migrate --ledger-table billing_runs --lease-table billing_leases
+  ormlock migrate --print --dialect mysql > 0042_ormlock.sql
 `
 
 func migrateCmd(args []string, stdout, stderr io.Writer) error {
 	var c common
 	fs := newFlagSet("migrate", migrateUsage, stdout)
 	c.register(fs, true)
+	print := fs.fl.Bool("print", false, "print the CREATE statements instead of running them (never connects)")
+	dialect := fs.fl.String("dialect", "", "with --print, the `DIALECT` to print for: postgres or mysql (default: the DSN's)")
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -312,15 +321,21 @@ func migrateCmd(args []string, stdout, stderr io.Writer) error {
 	if len(pos) != 0 {
 		return usagef("migrate takes no arguments, got %q", pos)
 	}
+	if *dialect != "" && !*print {
+		return usagef("--dialect is the dialect of --print; give --print too")
+	}
 	opts, err := c.options()
 	if err != nil {
 		return err
+	}
+	if *print {
+		return printMigration(&c, *dialect, opts, stdout)
 	}
 	return withDB(&c, func(db *gorm.DB) error {
 		if err := gormlock.Migrate(db, opts...); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "ledger table %s is ready\n", c.ledger)
+		fmt.Fprintf(stdout, "ledger table %s and lease table %s are ready\n", c.ledger, c.leases)
 		return nil
 	})
 }

@@ -87,11 +87,10 @@ func LookupHolder(ctx context.Context, q Querier, op *Op) (HolderInfo, error) {
 	if op == nil {
 		return HolderInfo{}, fmt.Errorf("%w: lockproto.LookupHolder: nil Op", errs.ErrInvalidArgument)
 	}
-	s, err := ServerOf(op.Dialect)
-	if err != nil {
+	if _, err := ServerOf(op.Dialect); err != nil {
 		return HolderInfo{}, err
 	}
-	return s.holder(ctx, q, op)
+	return lookupHolder(ctx, q, op)
 }
 
 // holderServer is Holder's and Holders' queries on one server.
@@ -239,14 +238,13 @@ func LookupHolders(ctx context.Context, q Querier, op *Op) ([]HolderInfo, error)
 		return nil, fmt.Errorf("%w: lockproto.LookupHolders: nil Op", errs.ErrInvalidArgument)
 	}
 	t := op.target
-	s := op.Dialect.server()
 	var out []HolderInfo
 	for i, it := range t.each() {
 		name, slot := it.key.String(), 0
 		if t.anyOne() { // a semaphore's slots
 			name, slot = keys.Plain(t.key).String(), i+1
 		}
-		hs, err := s.holders(ctx, q, op, it)
+		hs, err := lookupHolders(ctx, q, op, it)
 		if err != nil {
 			return nil, err
 		}
