@@ -77,7 +77,7 @@ func readWrites(t *testing.T, k testdb.Kind, leases string) serverWrites {
 	admin := testdb.AdminDB(t, k)
 	var w serverWrites
 	if k.Dialect() == "postgres" {
-		err := admin.QueryRow(`SELECT (pg_current_wal_lsn() - '0/0')::int8, (SELECT coalesce(sum(renewals), 0)::int8 FROM ` + leases + `)`).Scan(&w.wal, &w.rows)
+		err := admin.QueryRow(`SELECT (pg_current_wal_lsn() - '0/0')::int8, (SELECT coalesce(sum(renewals), 0)::int8 FROM `+leases+`)`).Scan(&w.wal, &w.rows)
 		if err != nil {
 			t.Fatal(err)
 		}

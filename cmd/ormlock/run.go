@@ -139,9 +139,9 @@ type runFlags struct {
 	exportDSN bool
 	lease     time.Duration // --lease: the lease's TTL (0: no lease)
 	shared    bool          // run --shared
-	holders   int  // run --max-holders
-	holdersOn bool // --max-holders given, whatever its value
-	many      bool // run: several KEYs
+	holders   int           // run --max-holders
+	holdersOn bool          // --max-holders given, whatever its value
+	many      bool          // run: several KEYs
 }
 
 func runCmd(args []string, stdout, stderr io.Writer) error {
