@@ -55,6 +55,15 @@ With --max-holders N, KEY is a semaphore of N slots (ormlock run
 --max-holders N KEY): holder prints the holder of each held slot, one line
 each (slot=S), or "free" when none is.
 
+Leases (ormlock run --lease, ormlock lead --lease, WithLease): a lease is a
+row of the lease table (--lease-table), not a lock of the server, and a
+lease and a lock of the same KEY are different locks. Without --lease,
+holder shows the server's lock and, when that is free, KEY's live lease;
+with --lease, the lease only. A lease prints no pid (no connection holds
+it) but its epoch (its fencing token), owner, mode and time left, by the
+server's clock:
+  # held lease epoch=42 owner=host-a/4242 mode=exclusive held_for=1m2.5s expires_in=21.3s
+
 A free lock prints "free", and stderr says which namespace was looked in:
 a lock taken under another namespace (--namespace, $ORMLOCK_NAMESPACE) is
 another lock.
@@ -69,6 +78,7 @@ func holderCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("holder", holderUsage, stdout)
 	c.register(fs, true) // on MySQL/MariaDB the owners table is the ledger's
 	maxHolders := fs.fl.Int("max-holders", 0, "KEY is a semaphore of `N` slots (ormlock run --max-holders N): list the holder of each held slot")
+	lease := fs.fl.Bool("lease", false, "KEY is a lease (ormlock run --lease, WithLease): read the lease table only")
 	arg, key, err := parseKeyArg(fs, args, "KEY")
 	if err != nil {
 		return err
@@ -79,6 +89,9 @@ func holderCmd(args []string, stdout, stderr io.Writer) error {
 	opts, err := c.options()
 	if err != nil {
 		return err
+	}
+	if *lease {
+		opts = append(opts, ormlock.WithLease(0)) // the TTL is the holder's
 	}
 	if *maxHolders > 0 {
 		return withDB(&c, func(db *gorm.DB) error { return semaphoreHolders(db, arg, key, *maxHolders, &c, opts, stdout, stderr) })
