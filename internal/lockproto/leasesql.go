@@ -48,7 +48,9 @@ type leaseSQL interface {
 	// renewSQL extends n leases by (key, epoch, holder), rows locked in
 	// key order; its rows affected are the leases renewed.
 	renewSQL(q string, n int) string
-	// releaseSQL expires one lease by (key, epoch, holder).
+	// releaseSQL expires one lease row by (key, reader, holder): the
+	// holder id names one acquisition, whose epoch the holder may not know
+	// (an acquire cut short by its context).
 	releaseSQL(q string) string
 	// checkSQL touches one lease by (key, epoch, holder, not expired), in
 	// fn's transaction: no row means the lease is lost.
@@ -56,6 +58,9 @@ type leaseSQL interface {
 	// advanceSQL raises namespace $2's high-water mark to $1 above its
 	// greatest epoch.
 	advanceSQL(q string) string
+	// multiRow reports whether acquireSQL takes several rows at once
+	// (else a set's rows go one statement each).
+	multiRow() bool
 	// placeholder is the n-th (1-based) argument.
 	placeholder(n int) string
 }
@@ -169,6 +174,7 @@ func tuples(s leaseSQL, n, k, skip int) string {
 type pgLease struct{}
 
 func (pgLease) placeholder(n int) string { return "$" + strconv.Itoa(n) }
+func (pgLease) multiRow() bool           { return true }
 
 func (pgLease) createSQL(q string) string { return schema.Postgres.Lease(q) }
 
@@ -244,7 +250,7 @@ WHERE l.namespace = c.namespace AND l.lock_key = c.lock_key AND l.reader = c.rea
 
 func (pgLease) releaseSQL(q string) string {
 	return `UPDATE ` + q + ` SET expires_at = LEAST(expires_at, clock_timestamp()), renewals = renewals + 1
-WHERE namespace = $1 AND lock_key = $2 AND reader = $3 AND epoch = $4 AND holder = $5`
+WHERE namespace = $1 AND lock_key = $2 AND reader = $3 AND holder = $4`
 }
 
 func (pgLease) checkSQL(q string) string {
@@ -264,6 +270,7 @@ ON CONFLICT (namespace, lock_key, reader) DO UPDATE SET epoch = EXCLUDED.epoch`
 type myLease struct{}
 
 func (myLease) placeholder(int) string { return "?" }
+func (myLease) multiRow() bool         { return false }
 
 func (myLease) createSQL(q string) string { return schema.MySQL.Lease(q) }
 
@@ -318,7 +325,7 @@ ORDER BY namespace, lock_key, reader`
 
 func (myLease) releaseSQL(q string) string {
 	return "UPDATE " + q + ` SET expires_at = LEAST(expires_at, UTC_TIMESTAMP(6)), renewals = renewals + 1
-WHERE namespace = ? AND lock_key = ? AND reader = ? AND epoch = ? AND holder = ?`
+WHERE namespace = ? AND lock_key = ? AND reader = ? AND holder = ?`
 }
 
 func (myLease) checkSQL(q string) string {

@@ -43,12 +43,23 @@ type LockedTx struct {
 	op       *Op
 	conn     *sql.Conn          // Tx's pinned connection; nil when Tx came from the pool (split)
 	txCancel context.CancelFunc // cancels Tx's own context, which bounds BEGIN, COMMIT and ROLLBACK
-	lock     *lockOnlyTx        // split protocol: the lock's own READ COMMITTED transaction
+	lock     txLock             // split protocol: the lock's own READ COMMITTED transaction; a lease
 	// named: the lock is a named lock held by conn, released after the
 	// transaction ends (MySQL/MariaDB), whose COMMIT and ROLLBACK go as
 	// statements when ctx can end (mysqlEnd)
 	named bool
 	once  sync.Once
+}
+
+// txLock is a lock held apart from fn's transaction while it runs: the
+// split protocol's lock-only transaction, or a lease.
+type txLock interface {
+	// beforeCommit proves the lock still held just before fn's
+	// transaction tx commits (a lease: in tx, by a statement that locks
+	// its row until the COMMIT).
+	beforeCommit(ctx context.Context, tx Tx) error
+	// end releases the lock once fn's transaction has ended.
+	end(ctx context.Context) error
 }
 
 // Tx is the transaction fn's statements run in, as the adapters use it:
@@ -138,7 +149,7 @@ func SnapshotIsolation(opts *sql.TxOptions) bool {
 func (t *LockedTx) Commit() error {
 	var err error
 	if t.ctx.Err() == nil && t.lock != nil {
-		if lerr := t.lock.confirm(t.ctx); lerr != nil && t.ctx.Err() == nil {
+		if lerr := t.lock.beforeCommit(t.ctx, t.Tx); lerr != nil && t.ctx.Err() == nil {
 			_ = t.rollback()
 			t.op.Emit(t.ctx, config.EventLockLost, lerr)
 			t.end()

@@ -65,6 +65,10 @@ func (pgAdvisory) beginLockOnly(ctx context.Context, o *Op, db *sql.DB, conn pin
 // statement also says when the lock was taken (see heldfor.go).
 func (l *lockOnlyTx) confirm(ctx context.Context) error { return pgPingTaken(ctx, l.tx, l.taken) }
 
+// beforeCommit is confirm, before the COMMIT of fn's transaction on
+// another connection (the split protocol).
+func (l *lockOnlyTx) beforeCommit(ctx context.Context, _ Tx) error { return l.confirm(ctx) }
+
 // rollback ends the lock transaction, bounded by ctx (the release context),
 // which also cancels the transaction's own context should it end first.
 func (l *lockOnlyTx) rollback(ctx context.Context) error {

@@ -88,9 +88,14 @@ var (
 )
 
 // mechanismFor is the lock mechanism of dialect d: advisory locks on
-// PostgreSQL, named locks on MySQL/MariaDB.
-func mechanismFor(d Dialect) (Mechanism, error) {
-	m, ok := mechanisms[d]
+// PostgreSQL, named locks on MySQL/MariaDB; with lease (ormlock.WithLease),
+// the lease table's rows on either (lease.go).
+func mechanismFor(d Dialect, lease bool) (Mechanism, error) {
+	ms := mechanisms
+	if lease {
+		ms = leaseMechs
+	}
+	m, ok := ms[d]
 	if !ok {
 		return nil, fmt.Errorf("%w: dialect %d", errs.ErrUnsupportedDialect, d)
 	}

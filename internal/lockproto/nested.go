@@ -42,6 +42,9 @@ type rowQuerier interface {
 // Nothing is taken before a refusal. An error of the statement itself goes
 // through Abandon, as the server check's does.
 func CheckNested(ctx context.Context, o *Op, q Querier, verb string) error {
+	if r, ok := o.target.mech.(nestRefuser); ok {
+		return r.refuseNested(o, verb)
+	}
 	var iso string
 	verdict, err := checkPostgres(ctx, q, ", current_setting('transaction_isolation')", &iso)
 	switch {

@@ -131,7 +131,7 @@ func NewOpHeld(d Dialect, verb string, k keys.Key, cfg config.Config, h Holding)
 	if err := shapeCombines(verb, h, k, cfg); err != nil {
 		return nil, err
 	}
-	t, err := newTarget(d, k, cfg.Namespace)
+	t, err := newTargetOf(d, k, cfg.Namespace, cfg.Lease > 0)
 	if err != nil {
 		return nil, err
 	}

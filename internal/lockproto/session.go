@@ -79,6 +79,9 @@ type sessionHold struct {
 //
 // The pinned connection counts against db's MaxOpenConns while fn runs.
 func (o *Op) Session(ctx context.Context, db *sql.DB, fn func(ctx context.Context) error) (err error) {
+	if s, ok := o.target.mech.(ownSession); ok {
+		return s.session(ctx, o, db, fn) // a lease: no connection is held
+	}
 	if o.Cfg.SharedConns > 0 {
 		db := sharedDB(o, db)
 		if err := CheckFence(o, db); err != nil {

@@ -79,7 +79,12 @@ var kinds = [...]struct {
 // newTarget resolves k in namespace ns for dialect d (keys.Postgres,
 // keys.MySQL), with d's mechanism (mechanismFor). k has been validated.
 func newTarget(d Dialect, k keys.Key, ns string) (Target, error) {
-	m, err := mechanismFor(d)
+	return newTargetOf(d, k, ns, false)
+}
+
+// newTargetOf is newTarget, as a lease when lease is set.
+func newTargetOf(d Dialect, k keys.Key, ns string, lease bool) (Target, error) {
+	m, err := mechanismFor(d, lease)
 	if err != nil {
 		return Target{}, err
 	}

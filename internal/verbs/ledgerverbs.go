@@ -84,6 +84,7 @@ func Migrate[B Binder](ctx context.Context, b B, pkg string, opts []config.Optio
 	}
 	cfg := p.Cfg
 	cfg.Wait, cfg.Namespace = max(cfg.Wait, ledger.MigrateWait), ""
+	cfg.Lease = 0 // the migration lock is the server's, whatever the handle's mechanism
 	op, err := p.Op(ctx, "Migrate", ledger.MigrateKey(cfg.LedgerTable), cfg, false, lockproto.HeldForTx)
 	if err != nil {
 		return p.mend(err)

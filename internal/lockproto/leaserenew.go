@@ -1,0 +1,178 @@
+package lockproto
+
+import (
+	"context"
+	"database/sql"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Renewals, batched: the leases of one process on one pool, lease table
+// and TTL are renewed together, one statement per interval (a third of
+// the TTL, with a tenth of jitter) for all of them, in chunks of
+// renewChunk rows, their rows locked in key order. A batch that fails (a
+// certification conflict on Galera, a deadlock, a lock wait cut by its
+// timeout, a connection error) or renews fewer rows than it sent is no
+// loss by itself: its leases are then renewed one by one, and only a lease
+// whose own statement found its row taken or changed (no row renewed, no
+// error) is lost at once; one whose statement failed is lost only when
+// its own deadline passes (leaseHeld.start).
+
+// renewChunk is the most rows one renewal statement carries.
+const renewChunk = 1000
+
+// renewKey is what the leases of one batch share.
+type renewKey struct {
+	db    *sql.DB
+	table string
+	ttl   time.Duration
+}
+
+// renewBatch renews the leases of one renewKey on its own goroutine while
+// it has any.
+type renewBatch struct {
+	key    renewKey
+	sql    leaseSQL
+	leases map[*leaseHeld]struct{} // guarded by renewMu
+}
+
+var (
+	renewMu sync.Mutex
+	batches = map[renewKey]*renewBatch{}
+	// renewHookP, when set (tests: SetLeaseRenewHook), is called with each
+	// lease before it is renewed: false skips it (a holder whose renewals
+	// stopped).
+	renewHookP atomic.Pointer[func(h *leaseHeld) bool]
+)
+
+// renewing adds h to its batch, starting the batch's goroutine if it has
+// none; h leaves it once stopped.
+func renewing(h *leaseHeld) {
+	k := renewKey{db: h.db, table: h.table, ttl: h.ttl}
+	renewMu.Lock()
+	defer renewMu.Unlock()
+	b, ok := batches[k]
+	if !ok {
+		b = &renewBatch{key: k, sql: h.m.sql, leases: map[*leaseHeld]struct{}{}}
+		batches[k] = b
+		go b.run()
+	}
+	b.leases[h] = struct{}{}
+}
+
+// live returns the batch's active leases, dropping the stopped ones; when
+// none is left the batch is removed and live returns nil.
+func (b *renewBatch) live() []*leaseHeld {
+	renewMu.Lock()
+	defer renewMu.Unlock()
+	var out []*leaseHeld
+	for h := range b.leases {
+		if !h.active() {
+			delete(b.leases, h)
+			continue
+		}
+		out = append(out, h)
+	}
+	if len(b.leases) == 0 {
+		delete(batches, b.key)
+		return nil
+	}
+	return out
+}
+
+// run renews the batch every interval until it has no lease left.
+func (b *renewBatch) run() {
+	every := leaseEvery(b.key.ttl)
+	for {
+		jitter := time.Duration(rand.Int64N(int64(every/5)+1)) - every/10
+		time.Sleep(every + jitter)
+		hs := b.live()
+		if hs == nil {
+			return
+		}
+		if hook := renewHookP.Load(); hook != nil {
+			kept := hs[:0]
+			for _, h := range hs {
+				if (*hook)(h) {
+					kept = append(kept, h)
+				}
+			}
+			hs = kept
+		}
+		for i := 0; i < len(hs); {
+			j, n := i, 0
+			for j < len(hs) && (n == 0 || n+len(hs[j].rows) <= renewChunk) {
+				n += len(hs[j].rows)
+				j++
+			}
+			b.renew(hs[i:j], n)
+			i = j
+		}
+	}
+}
+
+// renew renews hs (n rows) in one statement, or one by one when that
+// statement failed or renewed fewer rows.
+func (b *renewBatch) renew(hs []*leaseHeld, n int) {
+	if n == 0 {
+		return
+	}
+	sent := time.Now()
+	if got, err := b.exec(hs, n); err == nil && got == int64(n) {
+		for _, h := range hs {
+			h.renewed(sent)
+		}
+		return
+	}
+	for _, h := range hs {
+		sent := time.Now()
+		got, err := b.exec([]*leaseHeld{h}, len(h.rows))
+		switch {
+		case err != nil: // not a loss until h's deadline
+		case got == int64(len(h.rows)):
+			h.renewed(sent)
+		default:
+			h.lose(errLeaseTaken)
+		}
+	}
+}
+
+// exec sends one renewal statement for hs's n rows, bounded by the
+// interval, and returns the rows it renewed.
+func (b *renewBatch) exec(hs []*leaseHeld, n int) (int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), leaseEvery(b.key.ttl))
+	defer cancel()
+	args := make([]any, 0, 1+5*n)
+	args = append(args, b.key.ttl.Microseconds())
+	for _, h := range hs {
+		for _, r := range h.rows {
+			args = append(args, r.ns, r.key, "", r.epoch, h.holder)
+		}
+	}
+	res, err := b.key.db.ExecContext(ctx, b.sql.renewSQL(b.key.table, n), args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// SetLeaseRenewHook sets, for tests, a function asked before each lease is
+// renewed, with the lease's key (its FenceID) and namespace: false skips
+// the renewal, as a holder whose process stopped renewing. nil removes it.
+func SetLeaseRenewHook(f func(ns, key string) bool) {
+	if f == nil {
+		renewHookP.Store(nil)
+		return
+	}
+	hook := func(h *leaseHeld) bool {
+		for _, r := range h.rows {
+			if !f(r.ns, r.key) {
+				return false
+			}
+		}
+		return true
+	}
+	renewHookP.Store(&hook)
+}
