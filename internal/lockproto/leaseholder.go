@@ -202,3 +202,6 @@ func leaseHolders(ctx context.Context, q Querier, op *Op, it lockItem) ([]Holder
 	}
 	return nil, nil
 }
+
+// Label names the lease in HolderInfo.Mechanism and Event.Mechanism.
+func (leaseMech) Label() string { return status.MechLease }
