@@ -1,8 +1,11 @@
 package main_test
 
 import (
+	"fmt"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/testdb"
@@ -82,6 +85,128 @@ VALUES ('', ?, '', 42, 'exclusive', 'host-a/4242', 'h1', UTC_TIMESTAMP(6) - INTE
 			if !strings.HasPrefix(out, "held lease epoch=42 owner=host-a/4242 mode=exclusive held_for=") || !strings.Contains(out, " expires_in=") || strings.Contains(out, "pid=") {
 				t.Errorf("%q: %q", args, out)
 			}
+		}
+		testdb.AssertNoLeaks(t, k)
+	})
+}
+
+// leaseTables returns the flags of a ledger table and a lease table of the
+// test's own (dropped at cleanup), created by ormlock migrate.
+func leaseTables(t *testing.T, k testdb.Kind) []string {
+	t.Helper()
+	ledger := ledgerTable(t, k)
+	leases := ledger + "_leases"
+	t.Cleanup(func() { _, _ = testdb.AdminDB(t, k).Exec("DROP TABLE IF EXISTS " + leases) })
+	tables := []string{"--ledger-table", ledger, "--lease-table", leases}
+	code, _, stderr := runBin(t, k, append([]string{"migrate"}, tables...)...)
+	want(t, code, stderr, 0)
+	return tables
+}
+
+// ormlock run --lease: COMMAND runs under a lease, not a lock of the
+// server (hand-written SQL can take the key's lock meanwhile), with the
+// lease's epoch in $ORMLOCK_FENCING_TOKEN; a second run of the key exits 75
+// while it runs, also after more than a TTL (the lease is renewed); holder
+// shows it; it is released when COMMAND exits. --once-per runs under a
+// lease too, once per slot.
+func TestRunLease(t *testing.T) {
+	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+		t.Parallel()
+		tables := leaseTables(t, k)
+		key := uniq(t, "lease")
+		g, waitFor := gate(t)
+		args := append(append([]string{"run", "--lease", "1s"}, tables...), key, "--", "sh", "-c", "echo started token=$ORMLOCK_FENCING_TOKEN; "+waitFor)
+		a := start(t, k, args...)
+		a.waitOutput(t, "started", time.Minute)
+		m := startedRE.FindStringSubmatch(a.stdout.String())
+		if m == nil || m[1] == "0" {
+			t.Fatalf("COMMAND's token: %q", a.stdout)
+		}
+		if !testdb.RawFree(t, k, "", key) {
+			t.Errorf("the server's lock of %q is held: a lease holds none", key)
+		}
+		for range 2 { // the second after more than a TTL: renewed
+			code, out, stderr := runBin(t, k, append(append([]string{"run", "--lease", "1s"}, tables...), key, "--", "echo", "ran")...)
+			want(t, code, stderr, 75, "not acquired")
+			if out != "" {
+				t.Errorf("a second run ran COMMAND: %q", out)
+			}
+			code, out, stderr = runBin(t, k, append(append([]string{"holder"}, tables...), key)...)
+			want(t, code, stderr, 0)
+			if !strings.HasPrefix(out, "held lease epoch="+m[1]+" ") {
+				t.Errorf("holder while the run holds its lease: %q, want epoch %s", out, m[1])
+			}
+			time.Sleep(1500 * time.Millisecond)
+		}
+		letGo(t, g)
+		want(t, a.wait(t, time.Minute), a.stderr.String(), 0)
+		code, out, stderr := runBin(t, k, append(append([]string{"holder", "--lease"}, tables...), key)...)
+		want(t, code, stderr, 0)
+		if out != "free\n" {
+			t.Errorf("holder after the run: %q", out)
+		}
+
+		job := uniq(t, "lease-job")
+		once := append(append([]string{"run", "--lease", "5s", "--once-per", "@daily"}, tables...), job, "--", "sh", "-c", "echo ran token=$ORMLOCK_FENCING_TOKEN")
+		code, out, stderr = runBin(t, k, once...)
+		want(t, code, stderr, 0)
+		if !strings.HasPrefix(out, "ran token=") || out == "ran token=\n" {
+			t.Errorf("--once-per --lease: %q", out)
+		}
+		code, out, stderr = runBin(t, k, once...)
+		want(t, code, stderr, 76, "already done")
+		if out != "" {
+			t.Errorf("a done slot ran: %q", out)
+		}
+		testdb.AssertNoLeaks(t, k)
+	})
+}
+
+// ormlock lead --lease: one of two leads; its ormlock killed with SIGKILL
+// (its COMMAND with it), its lease is no longer renewed and the other
+// leads once it has expired, with a greater epoch as its token; SIGTERM
+// ends that one and releases its lease.
+func TestLeadLease(t *testing.T) {
+	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+		t.Parallel()
+		tables := leaseTables(t, k)
+		key := uniq(t, "lead-lease")
+		dirs := [2]string{t.TempDir(), t.TempDir()}
+		var ps [2]*proc
+		for i, dir := range dirs {
+			args := append(append([]string{"lead", "--lease", "1s", "--grace", "500ms", "--owner", fmt.Sprintf("replica-%d", i)}, tables...), key, "--", "sh", "-c", leadScript(dir))
+			ps[i] = start(t, k, args...)
+		}
+		first := waitTerms(t, 1, ps[0], ps[1])
+		i := 0
+		if first == ps[1] {
+			i = 1
+		}
+		leader, other := ps[i], ps[1-i]
+		code, out, stderr := runBin(t, k, append(append([]string{"holder"}, tables...), key)...)
+		want(t, code, stderr, 0)
+		if w := fmt.Sprintf(" owner=replica-%d ", i); !strings.HasPrefix(out, "held lease epoch=") || !strings.Contains(out, w) {
+			t.Errorf("holder %q, want the lease of replica-%d", out, i)
+		}
+		if n := len(terms(other)); n != 0 {
+			t.Fatalf("both lead: %d terms on the other", n)
+		}
+		if err := leader.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		leader.wait(t, time.Minute)
+		waitTerms(t, 1, other)
+		if t1, t2 := terms(leader)[0], terms(other)[0]; t1 <= 0 || t2 <= t1 {
+			t.Errorf("epochs: first term %d, second %d", t1, t2)
+		}
+		if err := other.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		want(t, other.wait(t, time.Minute), other.stderr.String(), 128+int(syscall.SIGTERM))
+		code, out, stderr = runBin(t, k, append(append([]string{"holder", "--lease"}, tables...), key)...)
+		want(t, code, stderr, 0)
+		if out != "free\n" {
+			t.Errorf("holder after ormlock lead exited: %q", out)
 		}
 		testdb.AssertNoLeaks(t, k)
 	})
