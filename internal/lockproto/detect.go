@@ -256,14 +256,16 @@ func checkPostgres(ctx context.Context, db rowQuerier, cols string, dest ...any)
 		if multiplexed != nil {
 			return nil, multiplexed
 		}
-		if err := PostgresVerdict(version, inRecovery); err != nil {
-			return nil, err
+		if err := PostgresVerdict("", inRecovery); err != nil {
+			return nil, err // a hot standby takes no write either
 		}
+		// CockroachDB's stub builtins: only a lease works
+		fake := PostgresVerdict(version, false)
 		session, err := PostgresEngineVerdict(version, ybSilence.String)
-		if err != nil {
+		if err != nil && fake == nil {
 			return nil, err
 		}
-		return &serverFacts{sessionLocks: session, product: ServerProduct(Postgres, version)}, nil
+		return &serverFacts{sessionLocks: session, fakeLocks: fake, product: ServerProduct(Postgres, version)}, nil
 	}, nil
 }
 
@@ -327,10 +329,15 @@ func checkMySQL(ctx context.Context, db CheckQuerier) (verdict func() (*serverFa
 		}
 	}
 	return func() (*serverFacts, error) {
+		f := &serverFacts{keepalive: MySQLKeepaliveVerdict(vars["version"]), product: ServerProduct(MySQL, vars["version"])}
 		if err := MySQLVerdict(vars, members); err != nil {
-			return nil, err
+			// a cluster's node whose tables take writes: a lease works
+			if MySQLVerdict(withoutCluster(vars), 0) != nil {
+				return nil, err
+			}
+			f.fakeLocks = err
 		}
-		return &serverFacts{keepalive: MySQLKeepaliveVerdict(vars["version"]), product: ServerProduct(MySQL, vars["version"])}, nil
+		return f, nil
 	}, nil
 }
 
@@ -371,6 +378,9 @@ func isNone(v string) bool {
 func (f *serverFacts) refuse(o *Op) error {
 	if f == nil {
 		return nil
+	}
+	if err := f.fake(o); err != nil {
+		return err
 	}
 	// each is set by its own server's check only (f is the facts of o's
 	// pool, whose server is of o's dialect)

@@ -125,4 +125,18 @@
 //     (openShared) and fencing token (sharedToken);
 //   - holder.go: the query that lists a lock's holders;
 //   - docs/PROTOCOL.md: what it does on each server, and the statements.
+//
+// # Leases
+//
+// The lease (leaseMech, chosen by mechanismFor when the options carry
+// WithLease) is such a mechanism: a row of the lease table per key, held by
+// no connection. lease.go is the type and the interfaces it answers in
+// place of a pinned connection (ownSession: Op.Session hands it the whole
+// Session; nestRefuser: CheckNested refuses a nested lease; serverLockFree:
+// the server check's fake-lock verdict, a Galera node's, does not concern
+// it); leasesql.go and leaseshared.go its SQL per family (leaseSQL: pgLease,
+// myLease, picked with PerServer, the DDL in internal/schema); leasehold.go
+// one acquisition (its rows, holder id, deadline, loss); leaseverbs.go its
+// Session and its Transaction (the LockedTx's txLock: the check before
+// COMMIT in fn's transaction); leaserenew.go the batched renewals.
 package lockproto

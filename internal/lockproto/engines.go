@@ -88,9 +88,13 @@ func IsYugabyte(version string) bool { return strings.Contains(version, "-YB-") 
 // serverFacts is what a genuine answer leaves cached for a pool: the
 // refusals of the paths the server fakes while its other locks are real.
 type serverFacts struct {
-	sessionLocks error  // PostgreSQL: session-level advisory locks are not real
-	keepalive    error  // MySQL: the Session keepalive's check cannot work
-	product      string // what the server is (ServerProduct), which events carry
+	sessionLocks error // PostgreSQL: session-level advisory locks are not real
+	// fakeLocks: the server's own locks exclude nobody (a Galera node, a
+	// multi-primary Group Replication member, CockroachDB's stubs), while
+	// its tables are written as anywhere: only a lease works there
+	fakeLocks error
+	keepalive error  // MySQL: the Session keepalive's check cannot work
+	product   string // what the server is (ServerProduct), which events carry
 }
 
 // ServerProduct names a server by the version string its check read
@@ -195,4 +199,30 @@ func multiplexerVerdict(ctx context.Context, conn *sql.Conn) error {
 		return nil
 	}
 	return fmt.Errorf("%w: two connections announced one backend (pid %d): a multiplexer (such as pglite-socket) serves one server session to several clients, which share its transactions and its locks", errs.ErrUnsupportedDialect, pid)
+}
+
+// fake refuses o's lock on a server whose own locks exclude nobody,
+// unless o's mechanism takes no server lock (a lease: serverLockFree).
+func (f *serverFacts) fake(o *Op) error {
+	if _, free := o.target.mech.(serverLockFree); free || f.fakeLocks == nil {
+		return nil
+	}
+	return f.fakeLocks
+}
+
+// serverLockFree is a Mechanism that takes no lock of the server's own
+// (a lease, a row of a table): the server check's fakeLocks does not
+// concern it.
+type serverLockFree interface{ takesNoServerLock() }
+
+// withoutCluster is vars without what makes a node one of a
+// multi-primary cluster, for the verdict on the rest (read-only).
+func withoutCluster(vars map[string]string) map[string]string {
+	out := make(map[string]string, len(vars))
+	for k, v := range vars {
+		out[k] = v
+	}
+	delete(out, "wsrep_on")
+	delete(out, "group_replication_single_primary_mode")
+	return out
 }

@@ -44,16 +44,22 @@ type nestRefuser interface {
 }
 
 var (
-	_ ownSession  = leaseMech{}
-	_ nestRefuser = leaseMech{}
+	_ ownSession     = leaseMech{}
+	_ nestRefuser    = leaseMech{}
+	_ serverLockFree = leaseMech{}
 )
+
+// takesNoServerLock: a lease is a row, written on any node that takes
+// writes (a Galera node; CockroachDB), where the server's own locks
+// exclude nobody.
+func (leaseMech) takesNoServerLock() {}
 
 // errLeaseNoConn says that a lease is held by no connection, so a path
 // that holds a lock on one does not apply.
 var errLeaseNoConn = errors.New("ormlock: a lease is held by no connection: this path does not take leases")
 
 func (leaseMech) Name() string       { return "lease" }
-func (leaseMech) SharedMode() bool   { return false }
+func (leaseMech) SharedMode() bool   { return true }
 func (leaseMech) ServerWait() bool   { return false }
 func (leaseMech) SessionLevel() bool { return false }
 func (leaseMech) XactLevel() bool    { return false }

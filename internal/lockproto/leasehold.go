@@ -27,6 +27,7 @@ type leaseHeld struct {
 	holder string
 	owner  string
 	ttl    time.Duration
+	shared bool       // Shared(k): the key row, joined, and a reader row
 	rows   []leaseRow // the rows held, with their epochs
 
 	mu       sync.Mutex
@@ -35,6 +36,7 @@ type leaseHeld struct {
 	done     bool        // released or lost: no more renewals
 	lostErr  error       // why it was lost, once it was
 	onLost   func(err error)
+	batch    *renewBatch // the renewals' batch, while in one (guarded by renewMu)
 }
 
 // leaseMargin is how much of a lease's TTL its holder gives up to the
@@ -71,24 +73,31 @@ func newLeaseHeld(o *Op, m leaseMech, db *sql.DB) (*leaseHeld, error) {
 	if owner == "" {
 		owner = leaseOwner()
 	}
-	return &leaseHeld{o: o, m: m, db: db, table: t.q, fence: f.q, holder: hex.EncodeToString(id[:]), owner: owner, ttl: o.Cfg.Lease}, nil
+	return &leaseHeld{o: o, m: m, db: db, table: t.q, fence: f.q, holder: hex.EncodeToString(id[:]), owner: owner, ttl: o.Cfg.Lease,
+		shared: o.target.sharedOne()}, nil
 }
 
 // candidates are the row sets one try may take: every item at once (one
-// key, a set), or each slot of a semaphore on its own, in order.
+// key, a set), or each slot of a semaphore on its own, in order; in share
+// mode, the key row (shared by its readers: no holder) and the holder's
+// reader row.
 func (h *leaseHeld) candidates() [][]leaseRow {
 	ns := h.o.Cfg.Namespace
 	items := h.o.target.each()
+	if h.shared {
+		k := FenceID(items[0].key)
+		return [][]leaseRow{{{ns: ns, key: k}, {ns: ns, key: k, reader: h.holder, holder: h.holder}}}
+	}
 	if h.o.target.anyOne() {
 		out := make([][]leaseRow, len(items))
 		for i, it := range items {
-			out[i] = []leaseRow{{ns: ns, key: FenceID(it.key)}}
+			out[i] = []leaseRow{{ns: ns, key: FenceID(it.key), holder: h.holder}}
 		}
 		return out
 	}
 	rows := make([]leaseRow, len(items))
 	for i, it := range items {
-		rows[i] = leaseRow{ns: ns, key: FenceID(it.key)}
+		rows[i] = leaseRow{ns: ns, key: FenceID(it.key), holder: h.holder}
 	}
 	return [][]leaseRow{rows}
 }
@@ -145,6 +154,9 @@ func (h *leaseHeld) tryAll(ctx context.Context) (bool, error) {
 // holder's rows are then expired (release) before the error returns.
 func (h *leaseHeld) try(ctx context.Context, rows []leaseRow) (bool, error) {
 	ttl := h.ttl.Microseconds()
+	if h.shared {
+		return h.took(ctx, rows, h.m.sql.acquireShared(ctx, h.db, h.table, h.fence, ttl, h.owner, rows))
+	}
 	if len(rows) == 1 {
 		err := h.m.sql.acquired(ctx, h.db, h.m.sql.acquireSQL(h.table, h.fence, 1), h.m.sql.acquireArgs(ttl, h.owner, h.holder, rows), rows)
 		return h.took(ctx, rows, err)
@@ -220,21 +232,29 @@ func (h *leaseHeld) wrap(err error) error {
 }
 
 // token is the fencing token of the lease: the epoch of its one row (one
-// key, a semaphore's slot), none for a set.
+// key, a semaphore's slot), none for a set or a shared key.
 func (h *leaseHeld) token() int64 {
-	if len(h.rows) != 1 {
+	if len(h.rows) != 1 || h.shared {
 		return 0
 	}
 	return h.rows[0].epoch
 }
 
 // release expires the holder's rows, by holder id (which names one
-// acquisition), each in a statement of its own.
+// acquisition), each in a statement of its own; in share mode, gives up
+// its reader's place in the key row (releaseShared).
 func (h *leaseHeld) release(ctx context.Context) error {
+	if h.shared {
+		r := h.rows[0]
+		if err := h.m.sql.releaseShared(ctx, h.db, h.table, r.ns, r.key, h.holder, r.epoch); err != nil {
+			return errs.Wrap(err, "lease table %s: release %q", h.table, h.o.Key.String())
+		}
+		return nil
+	}
 	q := h.m.sql.releaseSQL(h.table)
 	var first error
 	for _, r := range h.rows {
-		if _, err := h.db.ExecContext(ctx, q, r.ns, r.key, "", h.holder); err != nil && first == nil {
+		if _, err := h.db.ExecContext(ctx, q, r.ns, r.key, r.reader, r.holder); err != nil && first == nil {
 			first = errs.Wrap(err, "lease table %s: release %q", h.table, h.o.Key.String())
 		}
 	}
@@ -248,7 +268,7 @@ func (h *leaseHeld) release(ctx context.Context) error {
 func (h *leaseHeld) check(ctx context.Context, tx Tx) error {
 	q := h.m.sql.checkSQL(h.table)
 	for _, r := range h.rows {
-		res, err := tx.ExecContext(ctx, q, r.ns, r.key, "", r.epoch, h.holder)
+		res, err := tx.ExecContext(ctx, q, r.ns, r.key, r.reader, r.epoch, r.holder)
 		if err != nil {
 			return errs.Wrap(err, "lease table %s: check the lease of %q before COMMIT", h.table, h.o.Key.String())
 		}
@@ -299,6 +319,7 @@ func (h *leaseHeld) lose(err error) {
 // stop ends renewals and the deadline, once fn has returned, and returns
 // why the lease was lost, if it was.
 func (h *leaseHeld) stop() error {
+	unrenew(h)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.done = true

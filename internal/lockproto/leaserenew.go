@@ -21,7 +21,7 @@ import (
 // its own deadline passes (leaseHeld.start).
 
 // renewChunk is the most rows one renewal statement carries.
-const renewChunk = 1000
+const renewChunk = 1024
 
 // renewKey is what the leases of one batch share.
 type renewKey struct {
@@ -36,6 +36,7 @@ type renewBatch struct {
 	key    renewKey
 	sql    leaseSQL
 	leases map[*leaseHeld]struct{} // guarded by renewMu
+	quit   chan struct{}           // closed when the last lease left
 }
 
 var (
@@ -55,11 +56,29 @@ func renewing(h *leaseHeld) {
 	defer renewMu.Unlock()
 	b, ok := batches[k]
 	if !ok {
-		b = &renewBatch{key: k, sql: h.m.sql, leases: map[*leaseHeld]struct{}{}}
+		b = &renewBatch{key: k, sql: h.m.sql, leases: map[*leaseHeld]struct{}{}, quit: make(chan struct{})}
 		batches[k] = b
 		go b.run()
 	}
 	b.leases[h] = struct{}{}
+	h.batch = b
+}
+
+// unrenew takes h out of its batch once it stopped; the batch's goroutine
+// ends with its last lease.
+func unrenew(h *leaseHeld) {
+	renewMu.Lock()
+	defer renewMu.Unlock()
+	b := h.batch
+	if b == nil {
+		return
+	}
+	h.batch = nil
+	delete(b.leases, h)
+	if len(b.leases) == 0 && batches[b.key] == b {
+		delete(batches, b.key)
+		close(b.quit)
+	}
 }
 
 // live returns the batch's active leases, dropping the stopped ones; when
@@ -76,7 +95,10 @@ func (b *renewBatch) live() []*leaseHeld {
 		out = append(out, h)
 	}
 	if len(b.leases) == 0 {
-		delete(batches, b.key)
+		if batches[b.key] == b {
+			delete(batches, b.key)
+			close(b.quit)
+		}
 		return nil
 	}
 	return out
@@ -87,7 +109,13 @@ func (b *renewBatch) run() {
 	every := leaseEvery(b.key.ttl)
 	for {
 		jitter := time.Duration(rand.Int64N(int64(every/5)+1)) - every/10
-		time.Sleep(every + jitter)
+		t := time.NewTimer(every + jitter)
+		select {
+		case <-b.quit:
+			t.Stop()
+			return
+		case <-t.C:
+		}
 		hs := b.live()
 		if hs == nil {
 			return
@@ -114,13 +142,13 @@ func (b *renewBatch) run() {
 }
 
 // renew renews hs (n rows) in one statement, or one by one when that
-// statement failed or renewed fewer rows.
+// statement failed or renewed fewer rows than it named.
 func (b *renewBatch) renew(hs []*leaseHeld, n int) {
 	if n == 0 {
 		return
 	}
 	sent := time.Now()
-	if got, err := b.exec(hs, n); err == nil && got == int64(n) {
+	if got, want, err := b.exec(hs); err == nil && got == want {
 		for _, h := range hs {
 			h.renewed(sent)
 		}
@@ -128,10 +156,10 @@ func (b *renewBatch) renew(hs []*leaseHeld, n int) {
 	}
 	for _, h := range hs {
 		sent := time.Now()
-		got, err := b.exec([]*leaseHeld{h}, len(h.rows))
+		got, want, err := b.exec([]*leaseHeld{h})
 		switch {
 		case err != nil: // not a loss until h's deadline
-		case got == int64(len(h.rows)):
+		case got == want:
 			h.renewed(sent)
 		default:
 			h.lose(errLeaseTaken)
@@ -139,23 +167,45 @@ func (b *renewBatch) renew(hs []*leaseHeld, n int) {
 	}
 }
 
-// exec sends one renewal statement for hs's n rows, bounded by the
-// interval, and returns the rows it renewed.
-func (b *renewBatch) exec(hs []*leaseHeld, n int) (int64, error) {
+// exec sends one renewal statement for hs's rows, bounded by the
+// interval, and returns the rows it renewed and the rows it named: the
+// distinct rows of hs (the readers of one shared key share its key row).
+func (b *renewBatch) exec(hs []*leaseHeld) (got, want int64, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), leaseEvery(b.key.ttl))
 	defer cancel()
-	args := make([]any, 0, 1+5*n)
-	args = append(args, b.key.ttl.Microseconds())
+	seen := make(map[leaseRow]struct{})
+	args := []any{b.key.ttl.Microseconds()}
 	for _, h := range hs {
 		for _, r := range h.rows {
-			args = append(args, r.ns, r.key, "", r.epoch, h.holder)
+			if _, dup := seen[r]; dup {
+				continue
+			}
+			seen[r] = struct{}{}
+			args = append(args, r.ns, r.key, r.reader, r.epoch, r.holder)
+		}
+	}
+	// the tuples padded to a power of two with the last one again (a row
+	// matches once however often it is named), so that a pool's
+	// statement cache holds a few texts, not one per number of leases
+	n := len(seen)
+	if n == 0 {
+		return 0, 0, nil
+	}
+	last := args[len(args)-5:]
+	for p := 1; ; p *= 2 {
+		if p >= n {
+			for ; n < p; n++ {
+				args = append(args, last...)
+			}
+			break
 		}
 	}
 	res, err := b.key.db.ExecContext(ctx, b.sql.renewSQL(b.key.table, n), args...)
 	if err != nil {
-		return 0, err
+		return 0, int64(len(seen)), err
 	}
-	return res.RowsAffected()
+	got, err = res.RowsAffected()
+	return got, int64(len(seen)), err
 }
 
 // SetLeaseRenewHook sets, for tests, a function asked before each lease is

@@ -45,6 +45,15 @@ type leaseSQL interface {
 	// acquired runs acquireSQL and reads its answer: the epoch of each row
 	// taken, in rs's order, 0 for one not taken.
 	acquired(ctx context.Context, q leaseQuerier, query string, args []any, rs []leaseRow) error
+	// acquireShared takes rows (the key row, then the holder's reader row)
+	// in share mode on db: the key row inserted, taken over once expired,
+	// or joined while it is shared, and the reader row inserted, all or
+	// nothing; the rows' epochs are set when taken.
+	acquireShared(ctx context.Context, db *sql.DB, q, f string, ttl int64, owner string, rows []leaseRow) error
+	// releaseShared gives up the reader holder of the key row of (ns,
+	// key) at epoch: its reader row deleted, the key row's readers counted
+	// down and, with the last, the key row expired.
+	releaseShared(ctx context.Context, db *sql.DB, q, ns, key, holder string, epoch int64) error
 	// renewSQL extends n leases by (key, epoch, holder), rows locked in
 	// key order; its rows affected are the leases renewed.
 	renewSQL(q string, n int) string
@@ -72,10 +81,13 @@ type leaseQuerier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
-// leaseRow is one row a lease call writes: its key and the epoch it got.
+// leaseRow is one row a lease holds: its key, its reader (” for the
+// key's own row), the holder id it carries (” for a shared key row, which
+// its readers share) and the epoch it got.
 type leaseRow struct {
-	ns, key string
-	epoch   int64
+	ns, key        string
+	reader, holder string
+	epoch          int64
 }
 
 // LeaseTable is the lease table of one family of servers.
@@ -241,7 +253,7 @@ func (pgLease) acquired(ctx context.Context, q leaseQuerier, query string, args 
 // epoch, holder) per lease; the rows are locked in key order (the sort
 // below the locking) before any is written.
 func (s pgLease) renewSQL(q string, n int) string {
-	return `UPDATE ` + q + ` AS l SET expires_at = clock_timestamp() + $1::bigint * interval '1 microsecond', renewals = l.renewals + 1
+	return `UPDATE ` + q + ` AS l SET expires_at = GREATEST(l.expires_at, clock_timestamp() + $1::bigint * interval '1 microsecond'), renewals = l.renewals + 1
 FROM (SELECT namespace, lock_key, reader FROM ` + q + `
 	WHERE (namespace, lock_key, reader, epoch, holder) IN (` + tuples(s, n, 5, 1) + `) AND expires_at > clock_timestamp()
 	ORDER BY namespace, lock_key, reader FOR UPDATE) AS c
@@ -260,7 +272,7 @@ WHERE namespace = $1 AND lock_key = $2 AND reader = $3 AND epoch = $4 AND holder
 
 func (pgLease) advanceSQL(q string) string {
 	return `INSERT INTO ` + q + ` AS l (namespace, lock_key, reader, epoch, acquired_at, expires_at)
-SELECT $2, '', '', COALESCE(MAX(epoch), 0) + $1, clock_timestamp(), '-infinity' FROM ` + q + ` WHERE namespace = $2
+SELECT $2::text, '', '', COALESCE(MAX(epoch), 0) + $1::bigint, clock_timestamp(), '-infinity' FROM ` + q + ` WHERE namespace = $2::text
 ON CONFLICT (namespace, lock_key, reader) DO UPDATE SET epoch = EXCLUDED.epoch`
 }
 
@@ -318,7 +330,7 @@ func (myLease) acquired(ctx context.Context, q leaseQuerier, query string, args 
 }
 
 func (s myLease) renewSQL(q string, n int) string {
-	return "UPDATE " + q + ` SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, renewals = renewals + 1
+	return "UPDATE " + q + ` SET expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), renewals = renewals + 1
 WHERE (namespace, lock_key, reader, epoch, holder) IN (` + tuples(s, n, 5, 0) + `) AND expires_at > UTC_TIMESTAMP(6)
 ORDER BY namespace, lock_key, reader`
 }

@@ -13,10 +13,11 @@ import (
 // Sessions) and Transaction (BeginLocked). docs/PROTOCOL.md (Leases) says
 // what each sends.
 
-// take acquires o's lease on db (sqlDB: pgxlock's lazily opened pool) and
+// take acquires o's lease on db (sharedDB: pgxlock's *sql.DB that the
+// calls on one pool share, so that their leases renew in one batch) and
 // issues its token: the epoch of its row.
 func (m leaseMech) take(ctx context.Context, o *Op, db *sql.DB) (*leaseHeld, error) {
-	db = sqlDB(o, db)
+	db = sharedDB(o, db)
 	h, err := newLeaseHeld(o, m, db)
 	if err != nil {
 		return nil, o.Abandon(ctx, err)
@@ -25,6 +26,9 @@ func (m leaseMech) take(ctx context.Context, o *Op, db *sql.DB) (*leaseHeld, err
 		return nil, err
 	}
 	o.fence.token = h.token()
+	// no lock connection: nothing the ledger writes beside a lease waits
+	// for a COMMIT of its own (AutocommitOff)
+	o.my = mysqlLockConnVars{autocommit: 1}
 	return h, nil
 }
 

@@ -55,6 +55,9 @@ func CheckNested(ctx context.Context, o *Op, q Querier, verb string) error {
 		return o.Abandon(ctx, err)
 	}
 	facts, err := verdict()
+	if err == nil {
+		err = facts.fake(o)
+	}
 	if err != nil {
 		return err
 	}

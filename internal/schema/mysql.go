@@ -40,6 +40,7 @@ var MySQL = Family{
 	acquired_at DATETIME(6) NOT NULL,
 	expires_at  DATETIME(6) NOT NULL,
 	renewals    BIGINT NOT NULL DEFAULT 0,
+	readers     BIGINT NOT NULL DEFAULT 0,
 	PRIMARY KEY (namespace, lock_key, reader)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`
 	},

@@ -39,6 +39,7 @@ var Postgres = Family{
 	acquired_at timestamptz  NOT NULL,
 	expires_at  timestamptz  NOT NULL,
 	renewals    bigint       NOT NULL DEFAULT 0,
+	readers     bigint       NOT NULL DEFAULT 0,
 	PRIMARY KEY (namespace, lock_key, reader)
 )`
 	},
