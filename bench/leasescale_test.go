@@ -46,7 +46,13 @@ func leasePool(t *testing.T, k testdb.Kind, delay time.Duration, conns int) (*sq
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := sql.Open(k.Driver(), rt.DSN)
+	dsn := rt.DSN
+	if mode := os.Getenv("ORMLOCK_BENCH_PG_EXEC_MODE"); mode != "" && k == testdb.Postgres {
+		// e.g. simple_protocol, as behind PgBouncer: no prepared statement
+		// (and so no generic plan) for the renewals
+		dsn = testdb.WithParams(dsn, "default_query_exec_mode="+mode)
+	}
+	db, err := sql.Open(k.Driver(), dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,8 +72,8 @@ func leasePool(t *testing.T, k testdb.Kind, delay time.Duration, conns int) (*sq
 // serverWrites is what the server has written so far: WAL bytes
 // (PostgreSQL: pg_current_wal_lsn()) or InnoDB redo bytes
 // (Innodb_os_log_written) and binlog bytes (Binlog_bytes_written, 0 when
-// the binlog is off), and rows updated (MariaDB's Innodb_rows_updated;
-// PostgreSQL's lease rows' renewals column, summed).
+// the binlog is off), and the lease rows' writes (their renewals column,
+// summed: one per renewal and per release of a row).
 type serverWrites struct {
 	wal, binlog, rows int64
 }
@@ -83,7 +89,10 @@ func readWrites(t *testing.T, k testdb.Kind, leases string) serverWrites {
 		}
 		return w
 	}
-	rows, err := admin.Query(`SHOW GLOBAL STATUS WHERE Variable_name IN ('Innodb_os_log_written', 'Binlog_bytes_written', 'Innodb_rows_updated')`)
+	if err := admin.QueryRow(`SELECT CAST(COALESCE(SUM(renewals), 0) AS SIGNED) FROM ` + leases).Scan(&w.rows); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := admin.Query(`SHOW GLOBAL STATUS WHERE Variable_name IN ('Innodb_os_log_written', 'Binlog_bytes_written')`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,8 +108,6 @@ func readWrites(t *testing.T, k testdb.Kind, leases string) serverWrites {
 			w.wal = n
 		case "binlog_bytes_written":
 			w.binlog = n
-		case "innodb_rows_updated":
-			w.rows = n
 		}
 	}
 	return w
@@ -111,43 +118,48 @@ func (w serverWrites) minus(o serverWrites) serverWrites {
 }
 
 // holdLeases starts n Sessions on distinct keys under opts, each holding
-// its lock until stop is called, and returns once all hold.
+// its lock until stop is called, and returns once all hold. stop makes
+// every fn return (the Sessions release on their own live context) and
+// returns the first error, a loss while held included.
 func holdLeases(t *testing.T, db *sql.DB, prefix string, n int, opts []ormlock.Option) (stop func() error) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
+	release := make(chan struct{})
 	held := make(chan error, n)
-	errs := make(chan error, n)
+	errs := make(chan error, 2*n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			err := sqllock.Session(ctx, db, fmt.Sprintf("%s-%d", prefix, i), func(ctx context.Context) error {
+			err := sqllock.Session(context.Background(), db, fmt.Sprintf("%s-%d", prefix, i), func(ctx context.Context) error {
 				held <- nil
-				<-ctx.Done()
+				select {
+				case <-release:
+				case <-ctx.Done():
+					errs <- fmt.Errorf("lease %d lost while held: %w", i, context.Cause(ctx))
+				}
 				return nil
 			}, opts...)
-			if err != nil && ctx.Err() == nil {
-				held <- err
+			if err != nil {
+				select {
+				case <-release:
+				default:
+					held <- err
+				}
+				errs <- err
 			}
-			errs <- err
 		})
 	}
 	for range n {
 		if err := <-held; err != nil {
-			cancel()
+			close(release)
 			wg.Wait()
 			t.Fatalf("holding Session: %v", err)
 		}
 	}
 	return func() error {
-		cancel()
+		close(release)
 		wg.Wait()
 		close(errs)
-		for err := range errs {
-			if err != nil && !strings.Contains(err.Error(), "context canceled") {
-				return err
-			}
-		}
-		return nil
+		return <-errs // nil when none
 	}
 }
 

@@ -196,7 +196,9 @@ Shows the last runs of JOB from the ledger (gormlock.Runs): the runs of
 ormlock run --once-per and of gormlock.RunOnce / entlock.RunOnce, newest slot
 first, with their status (running, done, failed, or stale: recorded running
 but nobody holds its lock, so its owner died or lost the lock before recording
-the end), owner, start, duration and error.
+the end), owner, start, duration and error. A run of ormlock run --once-per
+--lease that holds its live lease shows "running (lease)"; once its lease has
+expired without the end recorded, it is stale.
 
 Examples:
   ormlock runs --dsn "$DSN" nightly-report
@@ -236,6 +238,8 @@ func runsCmd(args []string, stdout, stderr io.Writer) error {
 			}
 			if r.Stale {
 				status = "stale"
+			} else if r.Mechanism == "lease" {
+				status += " (lease)" // a --lease run: its lease is live
 			}
 			errText := strings.Join(strings.Fields(r.Error), " ")
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Slot.UTC().Format(time.RFC3339), status, r.Owner,
