@@ -26,20 +26,52 @@ import (
 // go on; MySQL/MariaDB answer the look-up itself with "no such table",
 // which leaves a transaction as it was.
 
-// holderReader is how a mechanism's holders are read. The server's locks'
-// mechanisms (pgAdvisory, mysqlNamed) implement it; a mechanism that does
-// not is one of rows, the lease, whose holders the lease table names.
-type holderReader interface {
-	// readHolder is LookupHolder's answer for op.
-	readHolder(ctx context.Context, q Querier, op *Op) (HolderInfo, error)
-	// readHolders is LookupHolders' rows of op's item it.
-	readHolders(ctx context.Context, q Querier, op *Op, it lockItem) ([]HolderInfo, error)
+// serverLocked is a mechanism whose locks are the server's own (pgAdvisory,
+// mysqlNamed): lockServer is the server that names their holders. A
+// mechanism that is not one is of rows, the lease, whose holders the lease
+// table names.
+type serverLocked interface {
+	lockServer() lockServer
 }
 
-// lookupHolder is LookupHolder by op's mechanism.
+// lockServer reads the holders of a server's own locks and names them.
+type lockServer interface {
+	holderServer
+	// lockLabel is HolderInfo.Mechanism of the server's locks.
+	lockLabel() string
+}
+
+func (pgAdvisory) lockServer() lockServer { return postgresServer{} }
+func (mysqlNamed) lockServer() lockServer { return mysqlServer{} }
+
+func (postgresServer) lockLabel() string { return status.MechAdvisory }
+func (mysqlServer) lockLabel() string    { return status.MechNamed }
+
+// mechanismLabel is HolderInfo.Mechanism and Event.Mechanism of m's locks
+// ("" for none: an Op without a target).
+func mechanismLabel(m Mechanism) string {
+	if s, ok := m.(serverLocked); ok {
+		return s.lockServer().lockLabel()
+	}
+	if _, ok := m.(leaseMech); ok {
+		return status.MechLease
+	}
+	return ""
+}
+
+// lookupHolder is LookupHolder by op's mechanism: the server's lock, then
+// the key's live lease; or the lease only.
 func lookupHolder(ctx context.Context, q Querier, op *Op) (HolderInfo, error) {
-	if r, ok := op.target.mech.(holderReader); ok {
-		return r.readHolder(ctx, q, op)
+	if s, ok := op.target.mech.(serverLocked); ok {
+		h, err := s.lockServer().holder(ctx, q, op)
+		if err != nil || h.Held {
+			return h, err
+		}
+		hs, err := leaseHolders(ctx, q, op, op.target.each()[0])
+		if err != nil || len(hs) == 0 {
+			return h, err
+		}
+		return hs[0], nil
 	}
 	hs, err := leaseHolders(ctx, q, op, op.target.each()[0])
 	if err != nil || len(hs) == 0 {
@@ -48,49 +80,15 @@ func lookupHolder(ctx context.Context, q Querier, op *Op) (HolderInfo, error) {
 	return hs[0], nil
 }
 
-// lookupHolders is LookupHolders' rows of item it by op's mechanism.
+// lookupHolders is LookupHolders' rows of item it by op's mechanism: the
+// server's holders, then the lease's; or the lease's only.
 func lookupHolders(ctx context.Context, q Querier, op *Op, it lockItem) ([]HolderInfo, error) {
-	if r, ok := op.target.mech.(holderReader); ok {
-		return r.readHolders(ctx, q, op, it)
-	}
-	return leaseHolders(ctx, q, op, it)
-}
-
-func (pgAdvisory) readHolder(ctx context.Context, q Querier, op *Op) (HolderInfo, error) {
-	return serverThenLease(ctx, q, op, postgresServer{})
-}
-
-func (pgAdvisory) readHolders(ctx context.Context, q Querier, op *Op, it lockItem) ([]HolderInfo, error) {
-	return serverAndLease(ctx, q, op, it, postgresServer{})
-}
-
-func (mysqlNamed) readHolder(ctx context.Context, q Querier, op *Op) (HolderInfo, error) {
-	return serverThenLease(ctx, q, op, mysqlServer{})
-}
-
-func (mysqlNamed) readHolders(ctx context.Context, q Querier, op *Op, it lockItem) ([]HolderInfo, error) {
-	return serverAndLease(ctx, q, op, it, mysqlServer{})
-}
-
-// serverThenLease is s's holder of op's lock, or when that is free and a
-// lease of op's key is held, the lease's.
-func serverThenLease(ctx context.Context, q Querier, op *Op, s holderServer) (HolderInfo, error) {
-	h, err := s.holder(ctx, q, op)
-	if err != nil || h.Held {
-		return h, err
-	}
-	hs, err := leaseHolders(ctx, q, op, op.target.each()[0])
-	if err != nil || len(hs) == 0 {
-		return h, err
-	}
-	return hs[0], nil
-}
-
-// serverAndLease is s's holders of item it, then the lease's.
-func serverAndLease(ctx context.Context, q Querier, op *Op, it lockItem, s holderServer) ([]HolderInfo, error) {
-	hs, err := s.holders(ctx, q, op, it)
-	if err != nil {
-		return nil, err
+	var hs []HolderInfo
+	if s, ok := op.target.mech.(serverLocked); ok {
+		var err error
+		if hs, err = s.lockServer().holders(ctx, q, op, it); err != nil {
+			return nil, err
+		}
 	}
 	ls, err := leaseHolders(ctx, q, op, it)
 	return append(hs, ls...), err
@@ -202,6 +200,3 @@ func leaseHolders(ctx context.Context, q Querier, op *Op, it lockItem) ([]Holder
 	}
 	return nil, nil
 }
-
-// Label names the lease in HolderInfo.Mechanism and Event.Mechanism.
-func (leaseMech) Label() string { return status.MechLease }

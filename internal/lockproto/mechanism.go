@@ -9,7 +9,6 @@ import (
 
 	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/keys"
-	"github.com/ormlock/ormlock/internal/status"
 )
 
 // Mechanism is the kind of server lock a Target is taken with: today
@@ -28,9 +27,6 @@ import (
 type Mechanism interface {
 	// Name names the mechanism in messages.
 	Name() string
-	// Label names it in HolderInfo.Mechanism, Event.Mechanism and the
-	// ledger: one of status.MechAdvisory, MechNamed, MechLease.
-	Label() string
 	// SharedMode reports whether a key can be held in share mode
 	// (keys.Shared).
 	SharedMode() bool
@@ -118,7 +114,6 @@ func plainItem(k keys.Key) lockItem {
 type pgAdvisory struct{}
 
 func (pgAdvisory) Name() string       { return "PostgreSQL advisory lock" }
-func (pgAdvisory) Label() string      { return status.MechAdvisory }
 func (pgAdvisory) SharedMode() bool   { return true }
 func (pgAdvisory) ServerWait() bool   { return true }
 func (pgAdvisory) SessionLevel() bool { return true }
@@ -159,7 +154,6 @@ func (pgAdvisory) unlockItem(ctx context.Context, q Querier, it lockItem) error 
 type mysqlNamed struct{}
 
 func (mysqlNamed) Name() string       { return "MySQL/MariaDB named lock" }
-func (mysqlNamed) Label() string      { return status.MechNamed }
 func (mysqlNamed) SharedMode() bool   { return false }
 func (mysqlNamed) ServerWait() bool   { return true }
 func (mysqlNamed) SessionLevel() bool { return true }
