@@ -92,6 +92,10 @@ const (
 //		// HolderInfo.Mechanism names it. Under a lease, Token is the
 //		// lease's epoch (whether or not WithFencing was given).
 //		Mechanism string
+//		// LeaseTTL is the lease's TTL under WithLease (its default when
+//		// given 0), 0 otherwise: with the acquisition's time, when the lease
+//		// would expire unless renewed.
+//		LeaseTTL time.Duration
 //	}
 type Event = config.Event
 

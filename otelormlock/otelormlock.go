@@ -287,6 +287,9 @@ func (h *hook) Start(ctx context.Context, e ormlock.Event) context.Context {
 	if e.Mechanism != "" {
 		attrs = append(attrs, attribute.String("ormlock.mechanism", e.Mechanism))
 	}
+	if e.LeaseTTL > 0 {
+		attrs = append(attrs, attribute.Float64("ormlock.lease.ttl", e.LeaseTTL.Seconds()))
+	}
 	u := &use{start: time.Now(), metric: metric.WithAttributeSet(attribute.NewSet(labels...)), waiting: true}
 	ctx, u.span = h.tracer.Start(ctx, "ormlock."+verb, trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
 	h.inst.waiting.Add(ctx, 1, u.metric)

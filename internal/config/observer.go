@@ -57,6 +57,7 @@ type Event struct {
 	Term   int64
 
 	Mechanism string
+	LeaseTTL  time.Duration
 }
 
 // Observer receives lock events ([Config.Observer]): ormlock.Observer, an
