@@ -161,7 +161,9 @@ import "github.com/ormlock/ormlock/internal/status"
 //
 // Leases. For a lease (Mechanism "lease") the row of the lease table is
 // the whole truth, as no connection holds it: Held, Lock (the table and
-// the key's row name, "ormlock_leases name=billing:daily-settlement"),
+// the row's key, "ormlock_leases lock_key=name:daily-settlement", with
+// " reader=ID" for one reader of a shared key; the namespace is the row's
+// other key column),
 // Owner (the holder's WithOwner, or the host and process it defaulted
 // to), Epoch, ExpiresIn, Mode ("exclusive" or "shared"; Shared too) and
 // HeldFor (since the epoch was granted, by the server's clock) are set;
