@@ -80,6 +80,9 @@ type jobRow struct {
 // runningNow is a running run of a job, as the overview names it.
 type runningNow struct {
 	Owner, For, Href string
+	// Lease is " (lease)" for a run that holds a live lease (ormlock.Run's
+	// Mechanism), "" for one that holds a lock of the server
+	Lease string
 }
 
 type slotCell struct {
@@ -350,11 +353,15 @@ func (h *handler) jobRow(p params, name string, runs []ormlock.Run, limit int, n
 			row.NowMore++
 			continue
 		}
-		row.Now = append(row.Now, runningNow{
+		rn := runningNow{
 			Owner: clean(r.Owner, 255),
 			For:   showDuration(now.Sub(r.Started)),
 			Href:  p.link("job", "name", name) + "#" + cell{run: r}.id(),
-		})
+		}
+		if r.Mechanism == "lease" {
+			rn.Lease = " (lease)"
+		}
+		row.Now = append(row.Now, rn)
 	}
 	for i := len(cells) - 1; i >= 0; i-- {
 		c := cells[i]
