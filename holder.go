@@ -137,7 +137,44 @@ import "github.com/ormlock/ormlock/internal/status"
 //		// Slot is the semaphore slot held (1 to n) in a row of Holders of a
 //		// Semaphore; 0 otherwise.
 //		Slot int
+//
+//		// Mechanism is the kind of lock this row describes: "advisory" (a
+//		// PostgreSQL advisory lock), "named" (a MySQL/MariaDB named lock,
+//		// GET_LOCK) or "lease" (a row of the lease table, WithLease). A
+//		// lease and an advisory or named lock of the same key are different
+//		// locks that exclude nobody of the other kind, so Holders lists both
+//		// (see Leases below). Set on every answer, free ones included.
+//		Mechanism string
+//		// Epoch is a lease's epoch: the fencing token its holder's
+//		// FencingToken returns and CheckFenced compares, greater than every
+//		// earlier holder's of the key. 0 for an advisory or named lock
+//		// (their tokens live in the fence table: `ormlock fence`).
+//		Epoch int64
+//		// ExpiresIn is how long a lease has left before it expires unless its
+//		// holder renews it, by the server's clock at the lookup (the lease's
+//		// expiry minus clock_timestamp() / NOW(6)): a live holder renews every
+//		// third of its TTL, so it stays between about two thirds of the TTL
+//		// and the TTL. 0 for an advisory or named lock, and for a free lease
+//		// (an expired lease is free: Held false).
+//		ExpiresIn time.Duration
 //	}
+//
+// Leases. For a lease (Mechanism "lease") the row of the lease table is
+// the whole truth, as no connection holds it: Held, Lock (the table and
+// the row's key, "ormlock_leases lock_key=name:daily-settlement", with
+// " reader=ID" for one reader of a shared key; the namespace is the row's
+// other key column),
+// Owner (the holder's WithOwner, or the host and process it defaulted
+// to), Epoch, ExpiresIn, Mode ("exclusive" or "shared"; Shared too) and
+// HeldFor (since the epoch was granted, by the server's clock) are set;
+// PID, User, Application, ClientAddr, Database, State, StateFor, Query,
+// TxStart and ConnStart are empty, and Waiters is 0 (a lease's waiters
+// retry; none queue on the server). Holder and Holders with WithLease read
+// the lease table only; without it they read the advisory or named lock and
+// then the key's live lease, if any, as a row of its own (Holders), or
+// (Holder) when the advisory or named lock is free and a lease is held.
+// The lease table is read only where Migrate created it: on a server
+// without it the advisory or named answer stands alone.
 //
 // Its methods:
 //
@@ -145,7 +182,11 @@ import "github.com/ormlock/ormlock/internal/status"
 //	//
 //	//	held pid=4242 user=app owner=billing client=10.0.0.7:51234 database=app state="idle in transaction" state_for=1.2s held_for=1.3s waiters=0
 //	//
-//	// or "free" (followed by waiters=N when some are queued). The owner is
+//	// or "free" (followed by waiters=N when some are queued). A lease has
+//	// no pid and no waiters: it prints
+//	//
+//	//	held lease epoch=42 key=billing:nightly owner=replica-a mode=exclusive held_for=1m2.5s expires_in=21.3s
+//	// The owner is
 //	// owner=, and application= follows only when it says something else (on
 //	// PostgreSQL Owner is the application_name). A value is quoted
 //	// with strconv.Quote when it contains a space, '"', '=', a backslash or any

@@ -26,6 +26,13 @@ func TestHolderInfoString(t *testing.T) {
 		}, `held pid=4242 user=app application="billing worker" client=10.0.0.7:51234 database=app mode=ExclusiveLock state="idle in transaction" state_for=1.2s held_for=1.3s waiters=1`},
 		{ormlock.HolderInfo{Held: true, Dialect: "mysql", PID: 7, User: "root", ClientAddr: "127.0.0.1:40000", State: "Sleep", StateFor: 3 * time.Second},
 			"held pid=7 user=root client=127.0.0.1:40000 state=Sleep state_for=3s waiters=0"},
+		{ormlock.HolderInfo{Held: true, Dialect: "postgres", Mechanism: "lease", Epoch: 42, Key: "billing:nightly", Owner: "replica-a",
+			Mode: "exclusive", HeldFor: 62500 * time.Millisecond, ExpiresIn: 21300 * time.Millisecond},
+			"held lease epoch=42 key=billing:nightly owner=replica-a mode=exclusive held_for=1m2.5s expires_in=21.3s"},
+		{ormlock.HolderInfo{Held: true, Dialect: "mysql", Mechanism: "lease", Epoch: 3, Shared: true, Mode: "shared", ExpiresIn: time.Second},
+			"held lease epoch=3 mode=shared expires_in=1s"},
+		{ormlock.HolderInfo{Dialect: "mysql", Mechanism: "lease"}, "free"},
+		{ormlock.HolderInfo{Held: true, Dialect: "mysql", Mechanism: "named", PID: 9}, "held pid=9 waiters=0"},
 	} {
 		if got := c.h.String(); got != c.want {
 			t.Errorf("got  %s\nwant %s", got, c.want)

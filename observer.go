@@ -86,6 +86,16 @@ const (
 //		// (a new election after a deposition is a new term); the hook's End
 //		// of a Lead carries its last. 0 for the other verbs.
 //		Term int64
+//
+//		// Mechanism is the kind of lock taken: "advisory" (PostgreSQL),
+//		// "named" (MySQL/MariaDB GET_LOCK) or "lease" (WithLease), as
+//		// HolderInfo.Mechanism names it. Under a lease, Token is the
+//		// lease's epoch (whether or not WithFencing was given).
+//		Mechanism string
+//		// LeaseTTL is the lease's TTL under WithLease (its default when
+//		// given 0), 0 otherwise: with the acquisition's time, when the lease
+//		// would expire unless renewed.
+//		LeaseTTL time.Duration
 //	}
 type Event = config.Event
 

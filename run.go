@@ -56,7 +56,21 @@ import (
 //		// deletes it once its slot is older than Prune's window. A cron
 //		// schedule without catch-up never fires a past slot again: such a row
 //		// stays stale until Prune deletes it.
+//		//
+//		// Under a lease (RunOnce WithClaim and WithLease: the run's lock is
+//		// the lease of RunKey(job, slot), renewed while fn runs), "its lock
+//		// is free" means its lease has expired by the server's clock: a run
+//		// whose owner died is stale within the lease's TTL, as one whose
+//		// advisory or named lock is free. Runs looks for both locks, so
+//		// its options need not say which the run used.
 //		Stale bool
+//		// Mechanism is the lock a "running", not stale run holds, as
+//		// Runs found it: "advisory", "named" or "lease" (as
+//		// HolderInfo.Mechanism names them). "" for every other row: the
+//		// ledger records no mechanism (no column, so that a ledger table
+//		// needs no migration for leases), and a finished or stale run holds
+//		// none; nor for the 'running' rows beyond those Runs looks up.
+//		Mechanism string
 //	}
 type Run = status.Run
 

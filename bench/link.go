@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -33,6 +34,8 @@ type Link struct {
 	Delay    time.Duration
 	upstream string
 	ln       net.Listener
+
+	sent atomic.Int64 // chunks read from clients: the messages they flushed
 
 	mu      sync.Mutex
 	conns   map[net.Conn]struct{}
@@ -115,8 +118,8 @@ func (l *Link) accept() {
 			}
 			defer l.untrack(server)
 			var both sync.WaitGroup
-			both.Go(func() { l.pipe(server, client) })
-			both.Go(func() { l.pipe(client, server) })
+			both.Go(func() { l.pipe(server, client, &l.sent) })
+			both.Go(func() { l.pipe(client, server, nil) })
 			both.Wait()
 		})
 	}
@@ -131,9 +134,17 @@ type chunk struct {
 
 var chunkPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
-// pipe copies src to dst, each chunk Delay after it was read. When src ends,
-// dst's write side is shut once the chunks in flight are written.
-func (l *Link) pipe(dst, src net.Conn) {
+// Sent returns how many chunks the link has read from its clients so far:
+// the writes (flushes) they made, each of which a client that waits for
+// the answer pays a round trip for. A pipelined batch of messages written
+// at once is one; a message larger than the 32 KiB buffer, or one the
+// kernel splits, counts more.
+func (l *Link) Sent() int64 { return l.sent.Load() }
+
+// pipe copies src to dst, each chunk Delay after it was read, counting the
+// chunks in sent when it is not nil. When src ends, dst's write side is
+// shut once the chunks in flight are written.
+func (l *Link) pipe(dst, src net.Conn, sent *atomic.Int64) {
 	ch := make(chan chunk, 256)
 	done := make(chan struct{})
 	timer, terr := newPreciseTimer()
@@ -163,6 +174,9 @@ func (l *Link) pipe(dst, src net.Conn) {
 		buf := chunkPool.Get().(*[]byte)
 		n, err := src.Read(*buf)
 		if n > 0 {
+			if sent != nil {
+				sent.Add(1)
+			}
 			ch <- chunk{buf: buf, n: n, due: time.Now().Add(l.Delay)}
 		} else {
 			chunkPool.Put(buf)
@@ -308,6 +322,21 @@ func (ls *Links) Route(t Target) (Target, error) {
 	}
 	t.DSN = rewrite(l.Addr())
 	return t, nil
+}
+
+// Of returns the link that t, a target Route returned, goes through (nil
+// for one that goes through none).
+func (ls *Links) Of(t Target) *Link {
+	host, _, err := dsnHost(t)
+	if err != nil {
+		return nil
+	}
+	for _, l := range ls.links {
+		if l.Addr() == host {
+			return l
+		}
+	}
+	return nil
 }
 
 // Close closes every link.

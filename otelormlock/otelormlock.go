@@ -34,7 +34,11 @@
 // the server said it is at ormlock's server check), server.address and
 // server.port (WithServer), ormlock.verb, ormlock.namespace, ormlock.job and
 // ormlock.slot (RunOnce), ormlock.wait ("try" or "wait"),
-// ormlock.fencing_token (WithFencing), ormlock.term (Lead), ormlock.outcome
+// ormlock.fencing_token (WithFencing; a lease's epoch under WithLease),
+// ormlock.mechanism ("advisory", "named" or "lease", as
+// ormlock.HolderInfo.Mechanism names it), ormlock.lease.epoch (the lease's
+// epoch, once granted) and ormlock.lease.ttl (its TTL in seconds, under
+// WithLease), ormlock.term (Lead), ormlock.outcome
 // ("acquired", "not_acquired", "already_done", "lost", "error") and, by
 // WithKeyAttribute only, ormlock.key. The span's status is Error when the
 // verb returns an error other than ErrNotAcquired and ErrAlreadyDone, and
@@ -88,6 +92,9 @@ import (
 
 // ScopeName is the instrumentation scope of the tracer and the meter.
 const ScopeName = "github.com/ormlock/ormlock/otelormlock"
+
+// leaseMechanism is ormlock.Event.Mechanism of a lease.
+const leaseMechanism = "lease"
 
 // Option configures New.
 type Option func(*settings)
@@ -277,6 +284,12 @@ func (h *hook) Start(ctx context.Context, e ormlock.Event) context.Context {
 	if !e.Slot.IsZero() {
 		attrs = append(attrs, attribute.String("ormlock.slot", e.Slot.UTC().Format(time.RFC3339Nano)))
 	}
+	if e.Mechanism != "" {
+		attrs = append(attrs, attribute.String("ormlock.mechanism", e.Mechanism))
+	}
+	if e.LeaseTTL > 0 {
+		attrs = append(attrs, attribute.Float64("ormlock.lease.ttl", e.LeaseTTL.Seconds()))
+	}
 	u := &use{start: time.Now(), metric: metric.WithAttributeSet(attribute.NewSet(labels...)), waiting: true}
 	ctx, u.span = h.tracer.Start(ctx, "ormlock."+verb, trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
 	h.inst.waiting.Add(ctx, 1, u.metric)
@@ -297,6 +310,9 @@ func useOf(ctx context.Context, e ormlock.Event) *use {
 	}
 	if e.Token > 0 {
 		u.span.SetAttributes(attribute.Int64("ormlock.fencing_token", e.Token))
+		if e.Mechanism == leaseMechanism {
+			u.span.SetAttributes(attribute.Int64("ormlock.lease.epoch", e.Token))
+		}
 	}
 	return u
 }

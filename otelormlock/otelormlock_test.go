@@ -274,6 +274,13 @@ func checkVerbSpan(t *testing.T, tel *telemetry, k testdb.Kind, name string, par
 	if v, _ := attr(s, "db.system.name"); v.AsString() != product(k) {
 		t.Errorf("%s: db.system.name %q, want %q", name, v.AsString(), product(k))
 	}
+	mech := "advisory"
+	if k.Dialect() == "mysql" {
+		mech = "named"
+	}
+	if v, _ := attr(s, "ormlock.mechanism"); v.AsString() != mech {
+		t.Errorf("%s: ormlock.mechanism %q, want %q", name, v.AsString(), mech)
+	}
 	if v, _ := attr(s, "ormlock.outcome"); v.AsString() != outcome {
 		t.Errorf("%s: ormlock.outcome %q, want %q", name, v.AsString(), outcome)
 	}

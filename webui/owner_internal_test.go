@@ -28,3 +28,17 @@ func TestHolderOwner(t *testing.T) {
 		}
 	}
 }
+
+// TestHolderLease: a lease's row in the locks table names its mechanism,
+// epoch and time left, and no pid; an advisory lock's names its mechanism
+// only.
+func TestHolderLease(t *testing.T) {
+	r := holderOf(ormlock.Name("k"), ormlock.HolderInfo{Held: true, Dialect: "mysql", Mechanism: "lease", Epoch: 42, ExpiresIn: 21300 * time.Millisecond, Owner: "replica-a", Mode: "exclusive"}, time.Now(), time.UTC)
+	if r.Mechanism != "lease" || r.Epoch != "42" || r.ExpiresIn == "" || r.PID != 0 || r.Owner != "replica-a" {
+		t.Errorf("lease row %+v", r)
+	}
+	r = holderOf(ormlock.Name("k"), ormlock.HolderInfo{Held: true, Dialect: "postgres", Mechanism: "advisory", PID: 7}, time.Now(), time.UTC)
+	if r.Mechanism != "advisory" || r.Epoch != "" || r.ExpiresIn != "" || r.PID != 7 {
+		t.Errorf("advisory row %+v", r)
+	}
+}

@@ -80,6 +80,9 @@ type jobRow struct {
 // runningNow is a running run of a job, as the overview names it.
 type runningNow struct {
 	Owner, For, Href string
+	// Lease is " (lease)" for a run that holds a live lease (ormlock.Run's
+	// Mechanism), "" for one that holds a lock of the server
+	Lease string
 }
 
 type slotCell struct {
@@ -95,6 +98,9 @@ type holderRow struct {
 	Since                                             shownTime
 	Waiters                                           int
 	Error                                             string
+	// Mechanism is ormlock.HolderInfo.Mechanism ("advisory", "named",
+	// "lease"); a lease's Epoch and ExpiresIn ("" otherwise)
+	Mechanism, Epoch, ExpiresIn string
 }
 
 type leaderRow struct {
@@ -266,6 +272,11 @@ func (h *handler) locks(ctx context.Context, tx *sql.Tx, d lockproto.Dialect, o 
 		} else {
 			row.Status = "no leader"
 		}
+		if row.Epoch != "" { // a lease's term: its epoch is its token
+			row.Token = row.Epoch
+			o.Leaders = append(o.Leaders, row)
+			continue
+		}
 		tok, ok, err := h.r.token(ctx, tx, d, k)
 		if err != nil {
 			var mt *missingTableError
@@ -283,9 +294,15 @@ func (h *handler) locks(ctx context.Context, tx *sql.Tx, d lockproto.Dialect, o 
 
 // holderOf shows hi, never its Query: a statement can carry secrets.
 func holderOf(k ormlock.Key, hi ormlock.HolderInfo, now time.Time, loc *time.Location) holderRow {
-	r := holderRow{Key: clean(k.String(), 300), Lock: clean(hi.Lock, 300), Status: "free", StatusClass: "free", Waiters: hi.Waiters}
+	r := holderRow{Key: clean(k.String(), 300), Lock: clean(hi.Lock, 300), Status: "free", StatusClass: "free", Waiters: hi.Waiters, Mechanism: clean(hi.Mechanism, 16)}
 	if !hi.Held {
 		return r
+	}
+	if hi.Epoch > 0 {
+		r.Epoch = strconv.FormatInt(hi.Epoch, 10)
+	}
+	if hi.ExpiresIn > 0 {
+		r.ExpiresIn = showDuration(hi.ExpiresIn)
 	}
 	r.Status, r.StatusClass = "held", "held"
 	r.PID = hi.PID
@@ -336,11 +353,15 @@ func (h *handler) jobRow(p params, name string, runs []ormlock.Run, limit int, n
 			row.NowMore++
 			continue
 		}
-		row.Now = append(row.Now, runningNow{
+		rn := runningNow{
 			Owner: clean(r.Owner, 255),
 			For:   showDuration(now.Sub(r.Started)),
 			Href:  p.link("job", "name", name) + "#" + cell{run: r}.id(),
-		})
+		}
+		if r.Mechanism == "lease" {
+			rn.Lease = " (lease)"
+		}
+		row.Now = append(row.Now, rn)
 	}
 	for i := len(cells) - 1; i >= 0; i-- {
 		c := cells[i]

@@ -41,6 +41,7 @@ type common struct {
 	dsn            string
 	namespace      string
 	ledger         string
+	leases         string // --lease-table
 	connectTimeout time.Duration
 }
 
@@ -54,6 +55,8 @@ func (c *common) register(fs *flagSet, ledger bool) {
 	if ledger {
 		fs.fl.StringVar(&c.ledger, "ledger-table", config.DefaultLedgerTable, "ledger `table` of --once-per runs")
 		fs.env("ledger-table", "ORMLOCK_LEDGER_TABLE")
+		fs.fl.StringVar(&c.leases, "lease-table", config.DefaultLeaseTable, "lease `table` of --lease (ormlock.WithLeaseTable)")
+		fs.env("lease-table", "ORMLOCK_LEASE_TABLE")
 	}
 }
 
@@ -69,8 +72,11 @@ func (c *common) options() ([]ormlock.Option, error) {
 	if c.ledger != "" {
 		opts = append(opts, ormlock.WithLedgerTable(c.ledger))
 	}
+	if c.leases != "" {
+		opts = append(opts, ormlock.WithLeaseTable(c.leases))
+	}
 	if err := config.New(opts...).Err(); err != nil {
-		return nil, usagef("--namespace/--ledger-table: %s", bare(err))
+		return nil, usagef("--namespace/--ledger-table/--lease-table: %s", bare(err))
 	}
 	return opts, nil
 }

@@ -15,6 +15,7 @@
 //	ormlock runs JOB                               gormlock.Runs
 //	ormlock key NAME                               keyhash: bigint, pair, MySQL name, psql
 //	ormlock migrate                                gormlock.Migrate
+//	ormlock migrate --print [--dialect D]          ormlock.MigrateSQL, without connecting
 //	ormlock fence advance --by N                   gormlock.AdvanceFences, after promoting
 //	                                               an asynchronous replica
 //	ormlock --version                              the module version it was built from
@@ -29,7 +30,14 @@
 // exists", 42P05); a DSN that names a mode keeps it. --namespace, --ledger-table
 // and --connect-timeout (default 10s: a server that accepts the connection
 // and never answers fails then) default to $ORMLOCK_NAMESPACE,
-// $ORMLOCK_LEDGER_TABLE and $ORMLOCK_CONNECT_TIMEOUT.
+// $ORMLOCK_LEDGER_TABLE and $ORMLOCK_CONNECT_TIMEOUT, --lease-table to
+// $ORMLOCK_LEASE_TABLE.
+//
+// ormlock run --lease TTL and ormlock lead --lease TTL take KEY as a lease
+// (ormlock.WithLease): a row of the lease table renewed every TTL/3 on no
+// pinned connection, for PgBouncer in transaction mode and Galera clusters;
+// COMMAND's $ORMLOCK_FENCING_TOKEN is its epoch. ormlock holder shows a
+// key's lease when its server lock is free (--lease: the lease only).
 //
 // # Exit statuses of ormlock run
 //

@@ -55,6 +55,15 @@ With --max-holders N, KEY is a semaphore of N slots (ormlock run
 --max-holders N KEY): holder prints the holder of each held slot, one line
 each (slot=S), or "free" when none is.
 
+Leases (ormlock run --lease, ormlock lead --lease, WithLease): a lease is a
+row of the lease table (--lease-table), not a lock of the server, and a
+lease and a lock of the same KEY are different locks. Without --lease,
+holder shows the server's lock and, when that is free, KEY's live lease;
+with --lease, the lease only. A lease prints no pid (no connection holds
+it) but its epoch (its fencing token), owner, mode and time left, by the
+server's clock:
+  # held lease epoch=42 owner=host-a/4242 mode=exclusive held_for=1m2.5s expires_in=21.3s
+
 A free lock prints "free", and stderr says which namespace was looked in:
 a lock taken under another namespace (--namespace, $ORMLOCK_NAMESPACE) is
 another lock.
@@ -69,6 +78,7 @@ func holderCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("holder", holderUsage, stdout)
 	c.register(fs, true) // on MySQL/MariaDB the owners table is the ledger's
 	maxHolders := fs.fl.Int("max-holders", 0, "KEY is a semaphore of `N` slots (ormlock run --max-holders N): list the holder of each held slot")
+	lease := fs.fl.Bool("lease", false, "KEY is a lease (ormlock run --lease, WithLease): read the lease table only")
 	arg, key, err := parseKeyArg(fs, args, "KEY")
 	if err != nil {
 		return err
@@ -79,6 +89,9 @@ func holderCmd(args []string, stdout, stderr io.Writer) error {
 	opts, err := c.options()
 	if err != nil {
 		return err
+	}
+	if *lease {
+		opts = append(opts, ormlock.WithLease(0)) // the TTL is the holder's
 	}
 	if *maxHolders > 0 {
 		return withDB(&c, func(db *gorm.DB) error { return semaphoreHolders(db, arg, key, *maxHolders, &c, opts, stdout, stderr) })
@@ -183,7 +196,9 @@ Shows the last runs of JOB from the ledger (gormlock.Runs): the runs of
 ormlock run --once-per and of gormlock.RunOnce / entlock.RunOnce, newest slot
 first, with their status (running, done, failed, or stale: recorded running
 but nobody holds its lock, so its owner died or lost the lock before recording
-the end), owner, start, duration and error.
+the end), owner, start, duration and error. A run of ormlock run --once-per
+--lease that holds its live lease shows "running (lease)"; once its lease has
+expired without the end recorded, it is stale.
 
 Examples:
   ormlock runs --dsn "$DSN" nightly-report
@@ -223,6 +238,8 @@ func runsCmd(args []string, stdout, stderr io.Writer) error {
 			}
 			if r.Stale {
 				status = "stale"
+			} else if r.Mechanism == "lease" {
+				status += " (lease)" // a --lease run: its lease is live
 			}
 			errText := strings.Join(strings.Fields(r.Error), " ")
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Slot.UTC().Format(time.RFC3339), status, r.Owner,
@@ -292,19 +309,28 @@ func psqlExpr(ns, name string) string {
 
 const migrateUsage = `Usage: ormlock migrate [flags]
 
-Creates the ledger table of ormlock run --once-per (and of gormlock.RunOnce)
-if it does not exist: gormlock.Migrate. Harmless to run again, and safe to
+Creates the ledger table of ormlock run --once-per (and of gormlock.RunOnce),
+its fencing counters' table and the lease table of --lease (ormlock.WithLease)
+if they do not exist: gormlock.Migrate. Harmless to run again, and safe to
 run from several hosts at once.
+
+--print prints the CREATE statements instead (ormlock.MigrateSQL), one per
+line group, each ending with ";", for teams that run their own migrations:
+for --dialect (postgres, or mysql for MySQL and MariaDB), or else for the
+dialect of --dsn, read from the DSN alone. It never connects.
 
 Examples:
   ormlock migrate --dsn "$DSN"
-  ormlock migrate --ledger-table billing_runs
+  ormlock migrate --ledger-table billing_runs --lease-table billing_leases
+  ormlock migrate --print --dialect mysql > 0042_ormlock.sql
 `
 
 func migrateCmd(args []string, stdout, stderr io.Writer) error {
 	var c common
 	fs := newFlagSet("migrate", migrateUsage, stdout)
 	c.register(fs, true)
+	print := fs.fl.Bool("print", false, "print the CREATE statements instead of running them (never connects)")
+	dialect := fs.fl.String("dialect", "", "with --print, the `DIALECT` to print for: postgres or mysql (default: the DSN's)")
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -312,15 +338,21 @@ func migrateCmd(args []string, stdout, stderr io.Writer) error {
 	if len(pos) != 0 {
 		return usagef("migrate takes no arguments, got %q", pos)
 	}
+	if *dialect != "" && !*print {
+		return usagef("--dialect is the dialect of --print; give --print too")
+	}
 	opts, err := c.options()
 	if err != nil {
 		return err
+	}
+	if *print {
+		return printMigration(&c, *dialect, opts, stdout)
 	}
 	return withDB(&c, func(db *gorm.DB) error {
 		if err := gormlock.Migrate(db, opts...); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "ledger table %s is ready\n", c.ledger)
+		fmt.Fprintf(stdout, "ledger table %s and lease table %s are ready\n", c.ledger, c.leases)
 		return nil
 	})
 }

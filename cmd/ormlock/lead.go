@@ -40,6 +40,16 @@ connection, checked every --keepalive.
     ORMLOCK_NAMESPACE, no ORMLOCK_DSN without --export-dsn), plus, with
     --fencing, ORMLOCK_FENCING_TOKEN: the term's fencing token, greater than
     every earlier term's (needs the fence table: ormlock migrate).
+  - --lease TTL makes each term a lease (ormlock.WithLease): a row of the
+    lease table with an epoch, renewed every TTL/3, on no pinned
+    connection, so it works behind PgBouncer in transaction mode and on a
+    Galera cluster. ORMLOCK_FENCING_TOKEN is then always set: the term's
+    epoch, with or without --fencing. Leadership is lost when a renewal
+    fails past the lease's deadline or finds it taken over, before the
+    server could grant the lease to another host; another host takes over
+    within the TTL of a leader that died (kill -9, a lost host). A lease
+    and a lock of the same KEY do not exclude each other. --keepalive does
+    not apply.
   - --owner names this host (default hostname/pid); ormlock holder KEY
     shows it as owner= (PostgreSQL: the lock transaction's
     application_name; MySQL/MariaDB: a row of the owners table, the ledger
@@ -56,6 +66,9 @@ Examples:
   # one replica consumes the queue; another takes over within two
   # keepalives of its loss
   ormlock lead --dsn "$DSN" --keepalive 5s queue-consumer -- ./consume
+
+  # leadership as a lease of 15 s: a dead leader is replaced within 15 s
+  ormlock lead --lease 15s queue-consumer -- ./consume
 
   # the term's fencing token, for a resource that refuses older ones
   ormlock lead --fencing reconciler -- sh -c 'exec ./reconcile --token "$ORMLOCK_FENCING_TOKEN"'
@@ -79,7 +92,7 @@ func leadCmd(args []string, stdout, stderr io.Writer) error {
 		host, _ := os.Hostname()
 		f.owner = host + "/" + strconv.Itoa(os.Getpid())
 	}
-	opts = append(opts, ormlock.WithKeepalive(f.keepalive), ormlock.WithOwner(f.owner))
+	opts = append(append(opts, ormlock.WithKeepalive(f.keepalive), ormlock.WithOwner(f.owner)), f.leaseOptions()...)
 	if fencing {
 		opts = append(opts, ormlock.WithFencing())
 	}
@@ -98,11 +111,7 @@ func leadCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	defer done()
 	err = gormlock.Lead(db.WithContext(ctx), key, func(ctx context.Context) error {
-		term := env
-		if token, ok := ormlock.FencingToken(ctx); ok {
-			term = append(env[:len(env):len(env)], "ORMLOCK_FENCING_TOKEN="+strconv.FormatInt(token, 10))
-		}
-		err := ch.run(ctx, term)
+		err := ch.run(ctx, withToken(ctx, env))
 		lost := errors.Is(context.Cause(ctx), ormlock.ErrLockLost)
 		switch {
 		case errors.Is(err, errStoppedLost), lost && !ch.ran:

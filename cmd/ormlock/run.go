@@ -61,6 +61,17 @@ database connection (gormlock.Session), checked every --keepalive.
     application_name; MySQL/MariaDB: a row of the owners table, the ledger
     table's name plus _owners, ormlock_runs_owners by default, created on
     first use). With --once-per it is also the ledger's owner column.
+  - --lease TTL takes KEY as a lease instead (ormlock.WithLease): a row of
+    the lease table (--lease-table; ormlock migrate creates it) with an
+    epoch, renewed every TTL/3 while COMMAND runs, on no connection held in
+    between: it works behind PgBouncer in transaction mode and on a Galera
+    cluster, where the server's locks are refused. COMMAND's
+    $ORMLOCK_FENCING_TOKEN is the lease's epoch, greater than every earlier
+    holder's of KEY. A renewal that fails past the lease's deadline, or
+    finds it taken over, is a lost lock (exit 77, as above), reported before
+    the server could grant KEY to anyone else. A lease and a lock of the
+    same KEY do not exclude each other: a fleet uses one or the other.
+    --keepalive does not apply.
   - A flag whose description names $ORMLOCK_X takes that variable's value
     when it is not given.
 
@@ -104,6 +115,9 @@ Examples:
       --tz Europe/Berlin --done-exit-code 0 --conflict-exit-code 0 \
       nightly-report -- ./report.sh
 
+  # a lease of 30 s: nothing pinned while the backup runs, even on Galera
+  ormlock run --lease 30s backup -- /usr/local/bin/backup.sh
+
   # behind PgBouncer in transaction mode: a DSN without
   # default_query_exec_mode gets simple_protocol, which PgBouncer needs
   ormlock run --dsn 'postgres://app@pgbouncer:6432/app' job -- ./job
@@ -123,10 +137,11 @@ type runFlags struct {
 	owner     string
 	quiet     bool
 	exportDSN bool
-	shared    bool // run --shared
-	holders   int  // run --max-holders
-	holdersOn bool // --max-holders given, whatever its value
-	many      bool // run: several KEYs
+	lease     time.Duration // --lease: the lease's TTL (0: no lease)
+	shared    bool          // run --shared
+	holders   int           // run --max-holders
+	holdersOn bool          // --max-holders given, whatever its value
+	many      bool          // run: several KEYs
 }
 
 func runCmd(args []string, stdout, stderr io.Writer) error {
@@ -151,7 +166,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	opts = append(opts, ormlock.WithKeepalive(f.keepalive), ormlock.WithWait(f.wait))
+	opts = append(append(opts, ormlock.WithKeepalive(f.keepalive), ormlock.WithWait(f.wait)), f.leaseOptions()...)
 	if f.owner != "" {
 		// on MySQL/MariaDB the Session writes the owner row a Lead
 		// writes, where ormlock holder finds it
@@ -182,7 +197,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	if sched == nil {
 		err = gormlock.Session(db, key, func(ctx context.Context) error {
-			err := ch.run(ctx, env)
+			err := ch.run(ctx, withToken(ctx, env))
 			var cf *commandFailed
 			if errors.As(err, &cf) || errors.Is(err, errStoppedLost) {
 				return nil // no ledger to tell; Session reports a loss itself
@@ -196,7 +211,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	env = append(env, "ORMLOCK_JOB="+pos[0])
 	err = gormlock.RunScheduled(db, pos[0], sched, func(tx *gorm.DB) error {
 		slot, _ := ormlock.Slot(tx.Statement.Context)
-		return ch.run(tx.Statement.Context, append(env[:len(env):len(env)], "ORMLOCK_SLOT="+slot.UTC().Format(time.RFC3339Nano)))
+		return ch.run(tx.Statement.Context, withToken(tx.Statement.Context, append(env[:len(env):len(env)], "ORMLOCK_SLOT="+slot.UTC().Format(time.RFC3339Nano))))
 	}, append(append(opts, f.catchUpOptions()...), ormlock.WithClaim())...)
 	return f.outcome(ch, err, stderr)
 }
@@ -235,6 +250,7 @@ func (f *runFlags) prepare(ctx context.Context, key string, command []string, id
 // which ormlock run and ormlock lead share.
 func (f *runFlags) registerCommand(fs *flagSet) {
 	fs.fl.DurationVar(&f.keepalive, "keepalive", config.DefaultKeepalive, "check the lock connection every `DURATION`; a loss is seen within two")
+	fs.fl.DurationVar(&f.lease, "lease", 0, "take the lock as a lease of time to live `TTL` (1s-24h; ormlock.WithLease), renewed every TTL/3, on no pinned connection (default: the server's lock)")
 	fs.fl.DurationVar(&f.grace, "grace", 10*time.Second, "wait `DURATION` between SIGTERM and SIGKILL to COMMAND's processes (lock lost, or COMMAND exited before them)")
 	fs.fl.BoolVar(&f.exportDSN, "export-dsn", false, "pass the DSN on to COMMAND as $ORMLOCK_DSN (by default COMMAND's environment has none)")
 }
@@ -308,7 +324,18 @@ func (f *runFlags) check() error {
 	if f.policy != "latest" && f.policy != "all" {
 		return usagef("--catch-up-policy must be latest or all, got %q", f.policy)
 	}
+	if f.lease < 0 {
+		return usagef("--lease must be a TTL of 1s to 24h, got %v", f.lease)
+	}
 	return nil
+}
+
+// leaseOptions returns the option of --lease, if given.
+func (f *runFlags) leaseOptions() []ormlock.Option {
+	if f.lease == 0 {
+		return nil
+	}
+	return []ormlock.Option{ormlock.WithLease(f.lease)}
 }
 
 // catchUpOptions returns the option of --catch-up and --catch-up-policy.

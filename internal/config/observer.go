@@ -55,6 +55,9 @@ type Event struct {
 	Token  int64
 	Try    bool
 	Term   int64
+
+	Mechanism string
+	LeaseTTL  time.Duration
 }
 
 // Observer receives lock events ([Config.Observer]): ormlock.Observer, an

@@ -115,6 +115,9 @@ func TestHolderTransaction(t *testing.T) {
 		if h.User == "" || h.ClientAddr == "" || h.Database == "" || h.State == "" {
 			t.Errorf("holder details missing: %+v", h)
 		}
+		if want := map[string]string{"postgres": "advisory", "mysql": "named"}[k.Dialect()]; h.Mechanism != want || h.Epoch != 0 || h.ExpiresIn != 0 {
+			t.Errorf("Mechanism %q epoch %d expires in %v, want %q and no lease's", h.Mechanism, h.Epoch, h.ExpiresIn, want)
+		}
 		if k.Dialect() == "postgres" {
 			if h.State != "idle in transaction" || h.TxStart.IsZero() || h.ConnStart.IsZero() || h.Mode != "ExclusiveLock" {
 				t.Errorf("postgres details: %+v", h)

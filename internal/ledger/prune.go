@@ -112,11 +112,11 @@ func (t *Table) pruneStale(ctx context.Context, db *sql.DB, cfg config.Config, c
 			return total, t.wrap("prune stale runs", err)
 		}
 		for _, r := range rs {
-			held, err := t.runLockHeld(ctx, db, cfg, r.Job, r.Slot)
+			h, err := t.runLock(ctx, db, cfg, r.Job, r.Slot)
 			if err != nil {
 				return total, err
 			}
-			if held {
+			if h.Held {
 				continue
 			}
 			n, err := execCommitted(ctx, db, del, r.Namespace, r.Job, t.slotArg(r.Slot), r.Owner, t.slotArg(r.Started))

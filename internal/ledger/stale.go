@@ -11,7 +11,8 @@ import (
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
-// Stale rows. A claim-mode run takes its (job, slot) lock before it
+// Stale rows. A claim-mode run takes its (job, slot) lock (an advisory or
+// named lock, or under WithLease the run key's lease) before it
 // commits its 'running' claim and releases it only after it has recorded
 // the end ('done' or 'failed'), so a 'running' row whose lock nobody holds
 // is a run whose owner died (kill -9, a reboot, a lost connection) or lost
@@ -68,11 +69,12 @@ func (t *Table) MarkStale(ctx context.Context, q lockproto.Querier, db *sql.DB, 
 			break
 		}
 		looked++
-		held, err := t.runLockHeld(ctx, q, cfg, rs[i].Job, rs[i].Slot)
-		if err != nil || held {
-			if err != nil {
-				return looked, err
-			}
+		h, err := t.runLock(ctx, q, cfg, rs[i].Job, rs[i].Slot)
+		if err != nil {
+			return looked, err
+		}
+		if h.Held {
+			rs[i].Mechanism = h.Mechanism
 			continue
 		}
 		now, ok, err := t.reread(ctx, q, db, rs[i])
@@ -96,15 +98,17 @@ func sameClaim(now, r Row) bool {
 	return now.Status == StatusRunning && now.Owner == r.Owner && now.Started.Equal(r.Started)
 }
 
-// runLockHeld looks up the lock of the run (job, slot) in cfg's namespace,
-// as RunOnce takes it.
-func (t *Table) runLockHeld(ctx context.Context, q lockproto.Querier, cfg config.Config, job string, slot time.Time) (bool, error) {
+// runLock looks up the holder of the run (job, slot)'s lock in cfg's
+// namespace, as RunOnce takes it: the server's lock and, when that is
+// free, the run key's lease (LookupHolder), so that a claim under a lease
+// is stale once its lease has expired, as one under a lock once the lock
+// is free.
+func (t *Table) runLock(ctx context.Context, q lockproto.Querier, cfg config.Config, job string, slot time.Time) (lockproto.HolderInfo, error) {
 	op, err := lockproto.NewOp(t.d, "Runs", keys.RunKey(job, slot), cfg)
 	if err != nil {
-		return false, err
+		return lockproto.HolderInfo{}, err
 	}
-	h, err := lockproto.LookupHolder(ctx, q, op)
-	return h.Held, err
+	return lockproto.LookupHolder(ctx, q, op)
 }
 
 // reread reads r's row again (see MarkStale): false when it is gone.

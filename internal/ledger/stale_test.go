@@ -74,8 +74,8 @@ func TestStaleRunEndsBetweenReads(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if held, err := tbl.runLockHeld(ctx, db, cfg, job, slot); err != nil || held {
-				t.Fatalf("the run's lock after it ended: held %v, %v", held, err)
+			if h, err := tbl.runLock(ctx, db, cfg, job, slot); err != nil || h.Held {
+				t.Fatalf("the run's lock after it ended: %+v, %v", h, err)
 			}
 			if rs[0].Stale || rs[0].Status != StatusDone {
 				t.Fatalf("in a transaction %v: a run that recorded its end, then released its lock, between the reads: %+v; want done, not stale", inTx, rs[0])

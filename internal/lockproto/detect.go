@@ -284,12 +284,12 @@ func PostgresVerdict(version string, inRecovery bool) error {
 	if strings.Contains(version, "CockroachDB") {
 		m := crdbVersion.FindStringSubmatch(version)
 		if m == nil {
-			return fmt.Errorf("%w: CockroachDB of unknown version (%q): its advisory lock builtins are no-op stubs before v%d.%d", errs.ErrUnsupportedDialect, version, crdbAdvisory[0], crdbAdvisory[1])
+			return fmt.Errorf("%w: CockroachDB of unknown version (%q): its advisory lock builtins are no-op stubs before v%d.%d; %s", errs.ErrUnsupportedDialect, version, crdbAdvisory[0], crdbAdvisory[1], LeaseAdvice)
 		}
 		major, _ := strconv.Atoi(m[1])
 		minor, _ := strconv.Atoi(m[2])
 		if major < crdbAdvisory[0] || (major == crdbAdvisory[0] && minor < crdbAdvisory[1]) {
-			return fmt.Errorf("%w: CockroachDB v%d.%d: its advisory lock builtins are no-op stubs that exclude nobody (real transaction-level advisory locks from v%d.%d)", errs.ErrUnsupportedDialect, major, minor, crdbAdvisory[0], crdbAdvisory[1])
+			return fmt.Errorf("%w: CockroachDB v%d.%d: its advisory lock builtins are no-op stubs that exclude nobody (real transaction-level advisory locks from v%d.%d); %s", errs.ErrUnsupportedDialect, major, minor, crdbAdvisory[0], crdbAdvisory[1], LeaseAdvice)
 		}
 	}
 	if inRecovery {
@@ -349,10 +349,10 @@ func checkMySQL(ctx context.Context, db CheckQuerier) (verdict func() (*serverFa
 // error wrapping errs.ErrUnsupportedDialect.
 func MySQLVerdict(vars map[string]string, onlineMembers int) error {
 	if isOn(vars["wsrep_on"]) && !isNone(vars["wsrep_provider"]) {
-		return fmt.Errorf("%w: the server is a Galera cluster node (wsrep_on=ON): GET_LOCK is local to one node while every node accepts writes", errs.ErrUnsupportedDialect)
+		return fmt.Errorf("%w: the server is a Galera cluster node (wsrep_on=ON): GET_LOCK is local to one node while every node accepts writes; %s", errs.ErrUnsupportedDialect, LeaseAdvice)
 	}
 	if isOff(vars["group_replication_single_primary_mode"]) && onlineMembers > 1 {
-		return fmt.Errorf("%w: the server is a member of a multi-primary Group Replication group (%d members ONLINE): GET_LOCK is local to one member", errs.ErrUnsupportedDialect, onlineMembers)
+		return fmt.Errorf("%w: the server is a member of a multi-primary Group Replication group (%d members ONLINE): GET_LOCK is local to one member; %s", errs.ErrUnsupportedDialect, onlineMembers, LeaseAdvice)
 	}
 	for _, v := range []string{"read_only", "innodb_read_only"} {
 		if isOn(vars[v]) {

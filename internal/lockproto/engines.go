@@ -51,6 +51,20 @@ import (
 //     judges nothing. Every verb is refused (failover.TestPGliteRefused,
 //     on the real pglite-socket).
 
+// leaseAlternative names the lock that works where a server's advisory or
+// named locks are refused: a lease, a row per key with an epoch, which
+// needs only a table the server replicates and certifies like any other. LeaseAdvice is the sentence the refusals
+// end with.
+const leaseAlternative = "a lease (ormlock.WithLease(ttl); ormlock run or lead --lease TTL)"
+
+// LeaseAdvice ends the refusals of servers whose advisory or named locks
+// exclude nobody while a lease, a row per key, works there: a Galera node,
+// a multi-primary Group Replication member, CockroachDB's and YugabyteDB's
+// stubs. (A hot standby, a read-only replica and a multiplexed session are
+// refused without it: a lease needs a writable primary and a session of
+// its own too.)
+const LeaseAdvice = "use " + leaseAlternative + ", which works there"
+
 // crdbSessionAdvisory is the first CockroachDB release whose session-level
 // advisory lock functions (pg_advisory_lock, pg_advisory_unlock) take real
 // locks; {0, 0}: none yet, so session-level paths are refused on every
@@ -134,17 +148,17 @@ func PostgresEngineVerdict(version, ybSilence string) (sessionLocks, refused err
 	}
 	if IsYugabyte(version) {
 		if isOn(ybSilence) {
-			return nil, fmt.Errorf("%w: YugabyteDB with %s on: its advisory lock functions return without taking a lock where they are not supported", errs.ErrUnsupportedDialect, YBSilenceSetting)
+			return nil, fmt.Errorf("%w: YugabyteDB with %s on: its advisory lock functions return without taking a lock where they are not supported; %s", errs.ErrUnsupportedDialect, YBSilenceSetting, LeaseAdvice)
 		}
 		m := ybVersion.FindStringSubmatch(version)
 		if m == nil {
-			return nil, fmt.Errorf("%w: YugabyteDB of unknown version (%q): advisory locks exist from %d.%d", errs.ErrUnsupportedDialect, version, ybAdvisory[0], ybAdvisory[1])
+			return nil, fmt.Errorf("%w: YugabyteDB of unknown version (%q): advisory locks exist from %d.%d; %s", errs.ErrUnsupportedDialect, version, ybAdvisory[0], ybAdvisory[1], LeaseAdvice)
 		}
 		major, _ := strconv.Atoi(m[1])
 		minor, _ := strconv.Atoi(m[2])
 		// 2024.x and later number releases by year
 		if major < 2000 && (major < ybAdvisory[0] || (major == ybAdvisory[0] && minor < ybAdvisory[1])) {
-			return nil, fmt.Errorf("%w: YugabyteDB %d.%d has no advisory locks (from %d.%d, with ysql_yb_enable_advisory_locks)", errs.ErrUnsupportedDialect, major, minor, ybAdvisory[0], ybAdvisory[1])
+			return nil, fmt.Errorf("%w: YugabyteDB %d.%d has no advisory locks (from %d.%d, with ysql_yb_enable_advisory_locks); %s", errs.ErrUnsupportedDialect, major, minor, ybAdvisory[0], ybAdvisory[1], LeaseAdvice)
 		}
 	}
 	if strings.Contains(version, "CockroachDB") {
@@ -156,7 +170,7 @@ func PostgresEngineVerdict(version, ybSilence string) (sessionLocks, refused err
 			sessionReal = major > crdbSessionAdvisory[0] || (major == crdbSessionAdvisory[0] && minor >= crdbSessionAdvisory[1])
 		}
 		if !sessionReal {
-			sessionLocks = fmt.Errorf("CockroachDB's session-level advisory lock functions are no-op stubs (only its transaction-level ones are real, from v%d.%d): use a connection of its own per Session", crdbAdvisory[0], crdbAdvisory[1])
+			sessionLocks = fmt.Errorf("CockroachDB's session-level advisory lock functions are no-op stubs (only its transaction-level ones are real, from v%d.%d): use a connection of its own per Session, or %s", crdbAdvisory[0], crdbAdvisory[1], leaseAlternative)
 		}
 	}
 	return sessionLocks, nil
@@ -167,7 +181,7 @@ func PostgresEngineVerdict(version, ybSilence string) (sessionLocks, refused err
 // (MySQL, MariaDB), else why not (TiDB).
 func MySQLKeepaliveVerdict(version string) error {
 	if strings.Contains(version, "TiDB") {
-		return fmt.Errorf("TiDB (%s): IS_USED_LOCK may answer 1 instead of the holder's connection id, so the keepalive, which compares it with CONNECTION_ID(), cannot tell a held lock from a lost one; Transaction and RunOnce work there", version)
+		return fmt.Errorf("TiDB (%s): IS_USED_LOCK may answer 1 instead of the holder's connection id, so the keepalive, which compares it with CONNECTION_ID(), cannot tell a held lock from a lost one; Transaction and RunOnce work there, and so does %s", version, leaseAlternative)
 	}
 	return nil
 }

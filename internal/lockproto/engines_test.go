@@ -191,3 +191,44 @@ func TestCheckServerForgetsAfterLoss(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusalsNameLeases: where a server's advisory or named locks exclude
+// nobody but a lease row would (Galera, multi-primary Group Replication,
+// CockroachDB's and YugabyteDB's stubs, TiDB's keepalive), the refusal names
+// WithLease and the command's --lease; where a lease cannot help either (a
+// standby, a read-only replica, PGlite), it does not.
+func TestRefusalsNameLeases(t *testing.T) {
+	galera := map[string]string{"wsrep_on": "ON", "wsrep_provider": "/usr/lib/galera/libgalera_smm.so"}
+	multi := map[string]string{"group_replication_single_primary_mode": "OFF"}
+	_, yb := lockproto.PostgresEngineVerdict("PostgreSQL 11.2-YB-2.20.2.0-b0 on x86_64-pc-linux-gnu", "off")
+	_, ybSilenced := lockproto.PostgresEngineVerdict("PostgreSQL 15.2-YB-2.25.2.0-b0 on x86_64-pc-linux-gnu", "on")
+	crdbSession, _ := lockproto.PostgresEngineVerdict("CockroachDB CCL v26.3.0 (x86_64-pc-linux-gnu)", "")
+	_, pglite := lockproto.PostgresEngineVerdict("PostgreSQL 18.6 (PGlite 0.5.14) on wasm32-unknown-emscripten", "")
+	for _, c := range []struct {
+		name  string
+		err   error
+		lease bool
+	}{
+		{"Galera", lockproto.MySQLVerdict(galera, 0), true},
+		{"multi-primary Group Replication", lockproto.MySQLVerdict(multi, 3), true},
+		{"CockroachDB 25.2", lockproto.PostgresVerdict("CockroachDB CCL v25.2.1 (x86_64-pc-linux-gnu)", false), true},
+		{"CockroachDB of unknown version", lockproto.PostgresVerdict("CockroachDB", false), true},
+		{"CockroachDB session-level stubs", crdbSession, true},
+		{"YugabyteDB 2.20", yb, true},
+		{"YugabyteDB silenced", ybSilenced, true},
+		{"TiDB keepalive", lockproto.MySQLKeepaliveVerdict("8.0.11-TiDB-v7.5.1"), true},
+		{"hot standby", lockproto.PostgresVerdict("PostgreSQL 15.14", true), false},
+		{"read-only replica", lockproto.MySQLVerdict(map[string]string{"read_only": "ON"}, 0), false},
+		{"PGlite", pglite, false},
+	} {
+		if c.err == nil {
+			t.Errorf("%s: not refused", c.name)
+			continue
+		}
+		msg := c.err.Error()
+		named := strings.Contains(msg, "ormlock.WithLease(ttl)") && strings.Contains(msg, "--lease TTL")
+		if named != c.lease {
+			t.Errorf("%s: %q names a lease: %v, want %v", c.name, msg, named, c.lease)
+		}
+	}
+}

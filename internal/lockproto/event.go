@@ -72,6 +72,7 @@ func newEvent(o *Op, kind config.EventKind, err error) config.Event {
 		Kind: kind, Verb: o.Verb, Dialect: o.Dialect.String(), Key: o.Key, Namespace: o.Cfg.Namespace, Job: o.Job, Err: err,
 		ID: useID(o), Server: serverProduct(o), Slot: o.use.slot, Token: o.fence.token, Try: o.Cfg.Wait <= 0, Term: max(o.use.term, o.use.terms.Load()),
 	}
+	e.Mechanism, e.LeaseTTL = mechanismLabel(o.target.mech), o.Cfg.Lease
 	switch kind {
 	case config.EventAcquired, config.EventNotAcquired:
 		e.Wait = time.Since(o.start)

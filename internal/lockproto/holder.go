@@ -87,11 +87,10 @@ func LookupHolder(ctx context.Context, q Querier, op *Op) (HolderInfo, error) {
 	if op == nil {
 		return HolderInfo{}, fmt.Errorf("%w: lockproto.LookupHolder: nil Op", errs.ErrInvalidArgument)
 	}
-	s, err := ServerOf(op.Dialect)
-	if err != nil {
+	if _, err := ServerOf(op.Dialect); err != nil {
 		return HolderInfo{}, err
 	}
-	return s.holder(ctx, q, op)
+	return lookupHolder(ctx, q, op)
 }
 
 // holderServer is Holder's and Holders' queries on one server.
@@ -129,18 +128,18 @@ func (mysqlServer) holders(ctx context.Context, q Querier, op *Op, it lockItem) 
 
 func pgHolder(ctx context.Context, q Querier, k keys.PostgresKey) (HolderInfo, error) {
 	classid, objid, objsubid := PGLockTag(k)
-	h := HolderInfo{Dialect: postgresServer{}.Name(), Lock: pgLockName(k)}
+	h := HolderInfo{Dialect: postgresServer{}.Name(), Lock: pgLockName(k), Mechanism: status.MechAdvisory}
 	var waiters int
 	row := q.QueryRowContext(ctx, pgHolderQuery, int64(classid), int64(objid), objsubid)
 	granted, err := scanPGHolder(row.Scan, &h, &waiters)
 	if errors.Is(err, sql.ErrNoRows) {
-		return HolderInfo{Dialect: h.Dialect, Lock: h.Lock}, nil
+		return HolderInfo{Dialect: h.Dialect, Lock: h.Lock, Mechanism: h.Mechanism}, nil
 	}
 	if err != nil {
 		return HolderInfo{}, errs.Wrap(err, "look up lock holder in pg_locks")
 	}
 	if !granted { // only waiters: free this instant
-		return HolderInfo{Dialect: h.Dialect, Lock: h.Lock, Waiters: waiters}, nil
+		return HolderInfo{Dialect: h.Dialect, Lock: h.Lock, Mechanism: h.Mechanism, Waiters: waiters}, nil
 	}
 	return h, nil
 }
@@ -194,7 +193,7 @@ func scanPGHolder(scan func(dest ...any) error, h *HolderInfo, waiters *int) (bo
 }
 
 func mysqlHolder(ctx context.Context, q Querier, name string) (HolderInfo, error) {
-	h := HolderInfo{Dialect: mysqlServer{}.Name(), Lock: name}
+	h := HolderInfo{Dialect: mysqlServer{}.Name(), Lock: name, Mechanism: status.MechNamed}
 	var (
 		id                                   sql.NullInt64
 		user, host, db, command, state, info sql.NullString
@@ -239,14 +238,13 @@ func LookupHolders(ctx context.Context, q Querier, op *Op) ([]HolderInfo, error)
 		return nil, fmt.Errorf("%w: lockproto.LookupHolders: nil Op", errs.ErrInvalidArgument)
 	}
 	t := op.target
-	s := op.Dialect.server()
 	var out []HolderInfo
 	for i, it := range t.each() {
 		name, slot := it.key.String(), 0
 		if t.anyOne() { // a semaphore's slots
 			name, slot = keys.Plain(t.key).String(), i+1
 		}
-		hs, err := s.holders(ctx, q, op, it)
+		hs, err := lookupHolders(ctx, q, op, it)
 		if err != nil {
 			return nil, err
 		}
@@ -278,7 +276,7 @@ func pgHolders(ctx context.Context, q Querier, k keys.PostgresKey) ([]HolderInfo
 	defer rows.Close()
 	var out []HolderInfo
 	for rows.Next() {
-		h := HolderInfo{Dialect: postgresServer{}.Name(), Lock: pgLockName(k)}
+		h := HolderInfo{Dialect: postgresServer{}.Name(), Lock: pgLockName(k), Mechanism: status.MechAdvisory}
 		var waiters int
 		granted, err := scanPGHolder(rows.Scan, &h, &waiters)
 		if err != nil {

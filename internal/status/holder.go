@@ -42,7 +42,18 @@ type HolderInfo struct {
 	Key    string
 	Shared bool
 	Slot   int
+
+	Mechanism string
+	Epoch     int64
+	ExpiresIn time.Duration
 }
+
+// The values of HolderInfo.Mechanism.
+const (
+	MechAdvisory = "advisory" // a PostgreSQL advisory lock
+	MechNamed    = "named"    // a MySQL/MariaDB named lock (GET_LOCK)
+	MechLease    = "lease"    // a row of the lease table (WithLease)
+)
 
 // String returns the one-line key=value form, without the query, that
 // ormlock.HolderInfo's doc shows.
@@ -71,8 +82,14 @@ func (h HolderInfo) format(maxQuery int) string {
 		}
 		return b.String()
 	}
-	b.WriteString("held pid=")
-	b.WriteString(strconv.FormatInt(h.PID, 10))
+	lease := h.Mechanism == MechLease
+	if lease { // no connection holds it, nobody queues for it
+		b.WriteString("held lease epoch=")
+		b.WriteString(strconv.FormatInt(h.Epoch, 10))
+	} else {
+		b.WriteString("held pid=")
+		b.WriteString(strconv.FormatInt(h.PID, 10))
+	}
 	field := func(name, v string) {
 		if v == "" {
 			return
@@ -105,8 +122,12 @@ func (h HolderInfo) format(maxQuery int) string {
 	field("state", cut(h.State, maxField))
 	dur("state_for", h.StateFor)
 	dur("held_for", h.HeldFor)
-	b.WriteString(" waiters=")
-	b.WriteString(strconv.Itoa(h.Waiters))
+	if lease {
+		dur("expires_in", h.ExpiresIn)
+	} else {
+		b.WriteString(" waiters=")
+		b.WriteString(strconv.Itoa(h.Waiters))
+	}
 	if maxQuery > 0 {
 		b.WriteString(" query=")
 		b.WriteString(strconv.Quote(cut(h.Query, maxQuery)))

@@ -15,4 +15,5 @@ type Run struct {
 	Duration  time.Duration
 	Error     string
 	Stale     bool
+	Mechanism string
 }

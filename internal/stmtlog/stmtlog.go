@@ -82,6 +82,25 @@ func (sl *Log) Open(t *testing.T) *sql.DB {
 	return db
 }
 
+// OpenPool opens a pool of at most n connections whose statements the log
+// names, as Open does one of one.
+func (sl *Log) OpenPool(t *testing.T, n int) *sql.DB {
+	t.Helper()
+	db := sl.Open(t)
+	db.SetMaxOpenConns(n)
+	db.SetMaxIdleConns(n)
+	return db
+}
+
+// During runs f once and returns the statements the log's pools sent
+// while it ran.
+func (sl *Log) During(t *testing.T, f func()) []string {
+	t.Helper()
+	start := sl.mark(t)
+	f()
+	return sl.since(t, start, sl.mark(t))
+}
+
 // Count runs f twice (the first warms the driver's statement cache) and
 // returns the statements the second one sent, as logged by the server.
 func (sl *Log) Count(t *testing.T, f func() error) []string {
@@ -93,7 +112,13 @@ func (sl *Log) Count(t *testing.T, f func() error) []string {
 	if err := f(); err != nil {
 		t.Fatal(err)
 	}
-	end := sl.mark(t)
+	return sl.since(t, start, sl.mark(t))
+}
+
+// since returns the statements of the log's pools between the markers
+// start and end.
+func (sl *Log) since(t *testing.T, start, end string) []string {
+	t.Helper()
 	var out []string
 	in := false
 	for _, l := range sl.lines(t) {
