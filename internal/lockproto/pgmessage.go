@@ -164,6 +164,7 @@ type lockLayout struct {
 	iso  bool // transaction_isolation
 	pid  bool // pg_backend_pid()
 	mark bool // the prepared statement's mark (pgConnState.mark)
+	slot bool // the lock's result is a semaphore's slot number (pgShapeStmt), not a boolean
 }
 
 // lockReply is what a lock message answered.
@@ -173,6 +174,7 @@ type lockReply struct {
 	level sql.IsolationLevel // transaction_isolation when it takes its snapshot once (snapshotLevel), else LevelDefault
 	pid   uint32
 	mark  int64
+	slot  int // a semaphore's slot taken (1 to n), 0 when none, -1 when none and slot n+1 is held
 }
 
 // readLockReply reads the answer to a lock message to its end, without
@@ -228,6 +230,13 @@ func parseLockRow(row [][]byte, l lockLayout) (lockReply, error) {
 	}
 	var rep lockReply
 	rep.ok = string(row[0]) == "t"
+	if l.slot {
+		n, err := strconv.Atoi(string(row[0]))
+		if err != nil {
+			return lockReply{}, fmt.Errorf("unexpected result of the semaphore's statement: %q", row[0])
+		}
+		rep.ok, rep.slot = n > 0, n
+	}
 	if l.wait && !rep.ok {
 		return lockReply{}, fmt.Errorf("unexpected result of pg_advisory_xact_lock: %q", row[0])
 	}
