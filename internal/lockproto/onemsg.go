@@ -87,8 +87,8 @@ func (pgAdvisory) lockOneMessage(ctx context.Context, o *Op, db *sql.DB, conn pi
 	rep, status := x.rep, x.status
 	done()
 	ok := rep.ok
-	if err != nil && wait > 0 && SQLState(err) == sqlStateLockNotAvailable {
-		err = nil // lock_timeout expired: held elsewhere
+	if err != nil && lockRefused(err, wait > 0) {
+		err = nil // lock_timeout expired, or the try raised (pgthen.go): held elsewhere
 	}
 	if err == nil && ok && status != 'T' {
 		err = fmt.Errorf("transaction status %q after the lock", status)
@@ -126,6 +126,11 @@ func (pgAdvisory) lockOneMessage(ctx context.Context, o *Op, db *sql.DB, conn pi
 func (pgAdvisory) lockSend(o *Op, x *lockExchange, begin string, use lockTxFor, wait time.Duration, long, wantIso bool) error {
 	if o.target.several() {
 		return x.send(pgShapeMessage(begin, o.target, wait, long, wantIso))
+	}
+	if o.sendsThen(use) {
+		err := x.send(pgThenMessage(o, begin, wait, wantIso))
+		o.then = thenResult{ran: err == nil && x.rep.ok, rows: x.rep.then}
+		return err
 	}
 	var ps *pgConnState
 	if use == forFn && wait == 0 && o.target.Simple() {
@@ -197,6 +202,8 @@ type OneMessageTx struct {
 	// no level and that level takes its snapshot once (snapshotLevel);
 	// LevelDefault otherwise.
 	snapDefault sql.IsolationLevel
+
+	before string // sent before COMMIT in its message (CommitWith)
 
 	mu   sync.Mutex
 	done bool
@@ -333,7 +340,10 @@ func (t *OneMessageTx) end(stmt string) error {
 	idle := false
 	w, err := t.pin.wire()
 	if err == nil {
-		idle, err = pgEnd(t.ctx, w, stmt)
+		idle, err = pgEnd(t.ctx, w, t.endMessage(stmt))
+		if err != nil && stmt != t.endMessage(stmt) && !w.IsClosed() {
+			idle, err = endFailed(t.ctx, w, err)
+		}
 	}
 	if idle {
 		t.pin.giveBack()
@@ -344,24 +354,24 @@ func (t *OneMessageTx) end(stmt string) error {
 	return err
 }
 
-// pgEnd sends stmt (COMMIT or ROLLBACK) on w and reports whether the
+// pgEnd sends stmt (COMMIT or ROLLBACK, COMMIT maybe after a statement of
+// CommitWith's) on w and reports whether the
 // server then says the connection is idle outside any transaction. A
 // COMMIT the server answered with ROLLBACK is the driver's
 // ErrCommitRollback, as from its own transactions.
 func pgEnd(ctx context.Context, w PgWire, stmt string) (idle bool, err error) {
 	r := w.Exec(ctx, stmt)
-	results, rolledBack := 0, false
+	rolledBack := false
 	for r.NextResult() {
 		tag, _ := r.CloseResult()
-		results++
-		rolledBack = tag == "ROLLBACK"
+		rolledBack = tag == "ROLLBACK" // the last statement's: COMMIT's
 	}
 	err = r.Close()
 	idle = err == nil && w.TxStatus() == 'I'
 	if err != nil {
 		return idle, err
 	}
-	if stmt == "COMMIT" && results == 1 && rolledBack {
+	if strings.HasSuffix(stmt, "COMMIT") && rolledBack {
 		return idle, pgDriver.ErrCommitRollback()
 	}
 	return idle, nil

@@ -48,6 +48,13 @@ type Op struct {
 	// key, which differs per slot.
 	Job string
 
+	// Then, when set, is a statement, literals only, that travels after
+	// the lock statement in the message that begins fn's transaction on
+	// PostgreSQL (RunOnce's ledger claim: pgthen.go); then is what became
+	// of it (ThenRows).
+	Then string
+	then thenResult
+
 	target Target // what o takes, resolved for its dialect (target.go)
 	// held are the items of a shape o holds, in the order taken
 	// (shapes.go); reserved is what it reserved in this process on a

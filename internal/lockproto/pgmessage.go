@@ -165,6 +165,7 @@ type lockLayout struct {
 	pid  bool // pg_backend_pid()
 	mark bool // the prepared statement's mark (pgConnState.mark)
 	slot bool // the lock's result is a semaphore's slot number (pgShapeStmt), not a boolean
+	then bool // a statement without rows follows the lock's (Op.Then), whose rows affected are read
 }
 
 // lockReply is what a lock message answered.
@@ -174,7 +175,8 @@ type lockReply struct {
 	level sql.IsolationLevel // transaction_isolation when it takes its snapshot once (snapshotLevel), else LevelDefault
 	pid   uint32
 	mark  int64
-	slot  int // a semaphore's slot taken (1 to n), 0 when none, -1 when none and slot n+1 is held
+	slot  int   // a semaphore's slot taken (1 to n), 0 when none, -1 when none and slot n+1 is held
+	then  int64 // the rows the statement after the lock's affected (lockLayout.then)
 }
 
 // readLockReply reads the answer to a lock message to its end, without
@@ -187,6 +189,7 @@ func readLockReply(mrr PgReply, l lockLayout) (lockReply, error) {
 		rowErr  error
 		results int
 		rows    int
+		tag     string
 	)
 	for mrr.NextResult() {
 		results++
@@ -197,7 +200,8 @@ func readLockReply(mrr PgReply, l lockLayout) (lockReply, error) {
 				rep, rowErr = parseLockRow(mrr.Values(), l)
 			}
 		}
-		if _, err := mrr.CloseResult(); err != nil {
+		var err error
+		if tag, err = mrr.CloseResult(); err != nil {
 			_ = mrr.Close()
 			return lockReply{}, err
 		}
@@ -213,6 +217,9 @@ func readLockReply(mrr PgReply, l lockLayout) (lockReply, error) {
 		return lockReply{}, errors.New("no result")
 	case rows != 1:
 		return lockReply{}, fmt.Errorf("unexpected result of the lock statement: %d rows", rows)
+	}
+	if l.then {
+		rep.then = tagRows(tag)
 	}
 	return rep, rowErr
 }
