@@ -119,6 +119,16 @@ func canonical(names []string) []string {
 	return out
 }
 
+// canonicalOn is names in the canonical order of a set on kind k's server:
+// canonical on PostgreSQL; on MySQL/MariaDB by name, which for the short
+// lower-case ASCII names of the tests is the lower-cased name's order.
+func canonicalOn(k testdb.Kind, names []string) []string {
+	if k.Dialect() == "postgres" {
+		return canonical(names)
+	}
+	return slices.Sorted(slices.Values(names))
+}
+
 // sqlShapeRoundTrips sets sqllock's round trips in want: database/sql
 // begins fn's *sql.Tx with a BEGIN of its own; then each key of a shape is
 // a statement of its own (shapes.go), RunOnce's ledger claim and its mark

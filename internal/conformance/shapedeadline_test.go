@@ -272,10 +272,7 @@ func TestShapeWaitBound(t *testing.T) {
 // after.
 func lastHeld(t *testing.T, k testdb.Kind, u string) (ormlock.Key, []string) {
 	key, names := allFree(t, k, u)
-	order := canonical(names)
-	if k.Dialect() != "postgres" {
-		order = slices.Sorted(slices.Values(names)) // lower-case ASCII: by name
-	}
+	order := canonicalOn(k, names)
 	holdOn(t, k, order[len(order)-1:])
 	return key, order[:len(order)-1]
 }
