@@ -21,9 +21,9 @@ import (
 // shortNames are n lock names of the test, short enough for a MySQL lock
 // name as they are (so that canonicalOn orders them as the server does).
 func shortNames(a adapter, k testdb.Kind, tag string, n int) []string {
-	out := make([]string, n)
+	out, now := make([]string, n), time.Now().UnixNano()%1e9
 	for i := range out {
-		out[i] = fmt.Sprintf("%s-%s-%s-%d-%d", tag, a.name, k, time.Now().UnixNano()%1e9, i)
+		out[i] = fmt.Sprintf("%s-%s-%s-%d-%d", tag, a.name, k, now, i)
 	}
 	return out
 }

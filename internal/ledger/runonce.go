@@ -49,7 +49,9 @@ func NewRun(verb string, op *lockproto.Op, job string, slot time.Time) (*Run, er
 	r := &Run{op: op, t: t, ns: op.Cfg.Namespace, job: job, slot: keys.NormalizeSlot(slot), owner: owner}
 	if !op.Cfg.Claim {
 		// the claim travels with the lock where it can (InTx)
-		op.Then = t.sql.claimText(t, r.ns, job, r.slot, owner)
+		if claim := t.sql.claimText(t, r.ns, job, r.slot, owner); claim != "" {
+			op.SetThen(claim)
+		}
 	}
 	return r, nil
 }
@@ -108,7 +110,7 @@ func (r *Run) InTx(ctx context.Context, q lockproto.Querier, fn func() error) er
 }
 
 // claimIn is the claim of the transactional mode: made already when it
-// travelled with the lock (lockproto.Op.Then, set by NewRun), whose rows
+// travelled with the lock (lockproto.Op.SetThen, by NewRun), whose rows
 // say whether it claimed; otherwise a statement of its own in q.
 func (r *Run) claimIn(ctx context.Context, q lockproto.Querier) (time.Time, bool, error) {
 	if n, sent := r.op.ThenRows(); sent {
@@ -121,7 +123,7 @@ func (r *Run) claimIn(ctx context.Context, q lockproto.Querier) (time.Time, bool
 // that commits q (lockproto.CommitWith), or as a statement of its own.
 func (r *Run) doneIn(ctx context.Context, q lockproto.Querier) error {
 	done := r.t.sql.doneText(r.t, r.ns, r.job, r.slot, r.owner)
-	if lockproto.CommitWith(q, done) {
+	if lockproto.CommitWith(r.op, q, done) {
 		return nil
 	}
 	res, err := q.ExecContext(ctx, done)

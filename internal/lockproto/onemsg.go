@@ -129,7 +129,7 @@ func (pgAdvisory) lockSend(o *Op, x *lockExchange, begin string, use lockTxFor, 
 	}
 	if o.sendsThen(use) {
 		err := x.send(pgThenMessage(o, begin, wait, wantIso))
-		o.then = thenResult{ran: err == nil && x.rep.ok, rows: x.rep.then}
+		o.then.ran, o.then.rows = err == nil && x.rep.ok, x.rep.then
 		return err
 	}
 	var ps *pgConnState
@@ -202,8 +202,6 @@ type OneMessageTx struct {
 	// no level and that level takes its snapshot once (snapshotLevel);
 	// LevelDefault otherwise.
 	snapDefault sql.IsolationLevel
-
-	before string // sent before COMMIT in its message (CommitWith)
 
 	mu   sync.Mutex
 	done bool
@@ -340,9 +338,9 @@ func (t *OneMessageTx) end(stmt string) error {
 	idle := false
 	w, err := t.pin.wire()
 	if err == nil {
-		idle, err = pgEnd(t.ctx, w, t.endMessage(stmt))
-		if err != nil && stmt != t.endMessage(stmt) && !w.IsClosed() {
-			idle, err = endFailed(t.ctx, w, err)
+		idle, err = pgEnd(t.ctx, w, stmt)
+		if err != nil && stmt != "COMMIT" && stmt != "ROLLBACK" && !w.IsClosed() {
+			idle, err = endFailed(t.ctx, w, err) // CommitWith's statement failed
 		}
 	}
 	if idle {

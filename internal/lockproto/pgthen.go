@@ -10,7 +10,7 @@ import (
 )
 
 // PostgreSQL: a statement after the lock in the message that begins the
-// transaction, and one before COMMIT in the message that ends it: RunOnce's
+// transaction (Op.SetThen), and one before COMMIT in the message that ends it: RunOnce's
 // ledger claim and its mark done (internal/ledger), so that a transactional
 // RunOnce at the default isolation costs the round trips of the plain
 // transaction it guards (2):
@@ -47,32 +47,47 @@ const (
 	pgClaimLostSetting   = "ormlock.claim_lost"
 )
 
-// thenResult is what became of Op.Then.
-type thenResult struct {
-	ran  bool  // it ran in the message that began fn's transaction, which goes on
-	rows int64 // the rows it affected (its command tag's count)
+// thenStmt is Op's statement after the lock (SetThen), and what became of
+// it.
+type thenStmt struct {
+	stmt   string
+	ran    bool   // it ran in the message that began fn's transaction, which goes on
+	rows   int64  // the rows it affected (its command tag's count)
+	before string // sent before COMMIT in its message (CommitWith)
 }
 
-// ThenRows reports whether o.Then ran in the message that began fn's
-// transaction (the lock was taken and the transaction goes on) and, if so,
-// how many rows it affected. When it did not, the caller runs its own
-// statement in the transaction.
-func (o *Op) ThenRows() (int64, bool) { return o.then.rows, o.then.ran }
+// SetThen makes stmt, literals only, travel after the lock statement in
+// the message that begins fn's transaction, where that message applies
+// (see above); ThenRows says whether it did.
+func (o *Op) SetThen(stmt string) { o.then = &thenStmt{stmt: stmt} }
 
-// sendsThen reports whether o's lock message for use carries o.Then.
+// ThenRows reports whether the statement of SetThen ran in the message
+// that began fn's transaction (the lock was taken and the transaction goes
+// on) and, if so, how many rows it affected. When it did not, the caller
+// runs its own statement in the transaction.
+func (o *Op) ThenRows() (int64, bool) {
+	if o.then == nil {
+		return 0, false
+	}
+	return o.then.rows, o.then.ran
+}
+
+// sendsThen reports whether o's lock message for use carries the
+// statement of SetThen.
 func (o *Op) sendsThen(use lockTxFor) bool {
-	return o.Then != "" && use == forFn && o.target.Simple() && !o.Cfg.Fencing
+	return o.then != nil && use == forFn && o.target.Simple() && !o.Cfg.Fencing
 }
 
-// pgThenMessage is the lock message of o that carries o.Then (see above):
+// pgThenMessage is the lock message of o that carries its statement of
+// SetThen (see above):
 // the try-once lock raises when refused; the wait is pgLockMessage's.
 func pgThenMessage(o *Op, begin string, wait time.Duration, iso bool) (string, lockLayout) {
 	l := lockLayout{wait: wait > 0, iso: iso, then: true}
 	if wait > 0 {
-		return pgLockMessage(begin, o.target.pg, false, wait, false, false) + "; " + o.Then, l
+		return pgLockMessage(begin, o.target.pg, false, wait, false, false) + "; " + o.then.stmt, l
 	}
 	var b strings.Builder
-	b.Grow(160 + len(o.Then))
+	b.Grow(160 + len(o.then.stmt))
 	b.WriteString(begin)
 	b.WriteString("; SELECT CASE WHEN pg_try_advisory_xact_lock(")
 	pgKeyArgs(&b, o.target.pg)
@@ -81,7 +96,7 @@ func pgThenMessage(o *Op, begin string, wait time.Duration, iso bool) (string, l
 		b.WriteString(", current_setting('transaction_isolation')")
 	}
 	b.WriteString("; ")
-	b.WriteString(o.Then)
+	b.WriteString(o.then.stmt)
 	return b.String(), l
 }
 
@@ -111,31 +126,34 @@ func tagRows(tag string) int64 {
 	return n
 }
 
-// CommitWith makes q, fn's transaction, send update before its COMMIT in
-// the message that commits (a *OneMessageTx; reports false for any other
-// transaction, whose caller sends update itself). update must affect
-// exactly one row: it is sent as
+// CommitWith makes fn's transaction q, begun by BeginLocked for o, send
+// update before its COMMIT in the message that commits (where q is a
+// *OneMessageTx whose lock message carried o's statement of SetThen;
+// reports false otherwise, and the caller sends update itself). update
+// must affect exactly one row: it is sent as
 //
 //	WITH f AS (update RETURNING 1) SELECT CASE WHEN count(*) = 1 THEN true ELSE <raise> END FROM f; COMMIT
 //
 // so that any other count raises, the server skips the COMMIT, and Commit
 // rolls back and returns an error wrapping errs.ErrLockLost (the claim was
 // no longer this run's); Rollback sends no update.
-func CommitWith(q Querier, update string) bool {
-	t, ok := q.(*OneMessageTx)
-	if ok {
-		t.before = "WITH f AS (" + update + " RETURNING 1) SELECT CASE WHEN count(*) = 1 THEN true ELSE current_setting('" +
-			pgClaimLostSetting + "')::bool END FROM f; "
+func CommitWith(o *Op, q Querier, update string) bool {
+	if _, ok := q.(*OneMessageTx); !ok || o.then == nil || !o.then.ran {
+		return false
 	}
-	return ok
+	o.then.before = "WITH f AS (" + update + " RETURNING 1) SELECT CASE WHEN count(*) = 1 THEN true ELSE current_setting('" +
+		pgClaimLostSetting + "')::bool END FROM f; "
+	return true
 }
 
-// endMessage is the message that ends t with stmt: COMMIT carries t.before.
-func (t *OneMessageTx) endMessage(stmt string) string {
-	if stmt == "COMMIT" && t.before != "" {
-		return t.before + stmt
+// commitBefore is the transaction and the statement CommitWith put before
+// its COMMIT, if any.
+func (t *LockedTx) commitBefore() (*OneMessageTx, string) {
+	ct, ok := t.Tx.(*OneMessageTx)
+	if !ok || t.op.then == nil {
+		return nil, ""
 	}
-	return stmt
+	return ct, t.op.then.before
 }
 
 // endFailed answers a COMMIT message whose statement before COMMIT failed
