@@ -31,6 +31,8 @@ type Proxy struct {
 	closed   bool
 	delay    replyDelay  // DelayReplies' rule
 	matched  []time.Time // when each statement it matched went to the server
+	cmds     []Command   // the clients' commands (cmdcount.go)
+	conns    int         // client connections accepted
 }
 
 type proxyPair struct {
@@ -180,10 +182,12 @@ func (p *Proxy) accept() {
 			return
 		}
 		pp := &proxyPair{a: c, done: make(chan struct{})}
+		p.mu.Lock()
+		p.conns++
 		if p.proto != "" {
 			pp.wire = newWireState(p.proto)
+			pp.wire.conn = p.conns
 		}
-		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
 			c.Close()

@@ -132,7 +132,14 @@ func (p *Proxy) relay(pp *proxyPair, chunk []byte, up bool) bool {
 		if n > 0 {
 			w.hold = r.d
 		}
+		cmds := w.cmds
+		w.cmds = nil
 		pp.mu.Unlock()
+		if len(cmds) > 0 {
+			p.mu.Lock()
+			p.cmds = append(p.cmds, cmds...)
+			p.mu.Unlock()
+		}
 		if n > 0 {
 			now := time.Now()
 			p.mu.Lock()
@@ -166,6 +173,8 @@ type wireState struct {
 	kind Kind
 	buf  []byte        // client bytes not yet read as whole messages
 	hold time.Duration // the next reply is held this long
+	conn int           // the proxy's number for the connection
+	cmds []Command     // commands read and not yet handed to the proxy (MySQL)
 
 	// MySQL
 	prepared bool            // a matching COM_STMT_PREPARE awaits its statement id
@@ -227,6 +236,9 @@ func (w *wireState) nextMySQL(match func(string) bool) (int, bool, bool) {
 	if b[3] != 0 || len(payload) == 0 {
 		return size, false, true
 	}
+	c := mysqlCommand(payload)
+	c.Conn = w.conn
+	w.cmds = append(w.cmds, c)
 	switch payload[0] {
 	case 0x03: // COM_QUERY
 		return size, match != nil && match(string(payload[1:])), true
