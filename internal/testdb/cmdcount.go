@@ -90,3 +90,35 @@ func mysqlCommand(payload []byte) Command {
 	}
 	return c
 }
+
+// RefuseQueries makes the proxy (MariaDB's protocol) answer every
+// COM_QUERY whose text match accepts with an error packet (1105,
+// "testdb: statement refused by the proxy") instead of passing it to the
+// server: a statement that fails on a connection that stays alive, and
+// whose session keeps what it held (a release that fails, say). A nil
+// match stops refusing. While it is set, the proxy passes its clients'
+// bytes on by whole commands.
+func (p *Proxy) RefuseQueries(match func(sql string) bool) {
+	if p.proto != MariaDB {
+		panic("testdb: RefuseQueries on a proxy that does not read MariaDB's protocol")
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refuse = match
+}
+
+// refused reports whether the whole packet pkt is a command RefuseQueries
+// refuses, and queues its error packet.
+func (w *wireState) refused(pkt []byte) bool {
+	if len(pkt) < 5 || pkt[3] != 0 || pkt[4] != 0x03 || !w.refuse(string(pkt[5:])) {
+		return false
+	}
+	msg := "#HY000testdb: statement refused by the proxy"
+	size := 3 + len(msg)
+	w.answers = append(w.answers, byte(size), byte(size>>8), byte(size>>16), 1, 0xff, 0x51, 0x04)
+	w.answers = append(w.answers, msg...)
+	if n := len(w.cmds); n > 0 {
+		w.cmds[n-1].Name, w.cmds[n-1].Answered = "Query (refused by the proxy)", true
+	}
+	return true
+}

@@ -29,10 +29,11 @@ type Proxy struct {
 	gate     chan struct{} // non-nil while frozen; closed by Thaw
 	pairs    map[*proxyPair]struct{}
 	closed   bool
-	delay    replyDelay  // DelayReplies' rule
-	matched  []time.Time // when each statement it matched went to the server
-	cmds     []Command   // the clients' commands (cmdcount.go)
-	conns    int         // client connections accepted
+	delay    replyDelay            // DelayReplies' rule
+	matched  []time.Time           // when each statement it matched went to the server
+	cmds     []Command             // the clients' commands (cmdcount.go)
+	refuse   func(sql string) bool // RefuseQueries' rule
+	conns    int                   // client connections accepted
 }
 
 type proxyPair struct {
@@ -235,10 +236,14 @@ func (p *Proxy) pipe(pp *proxyPair, dst, src net.Conn, up bool) {
 					return
 				}
 			}
-			if pp.wire != nil && !p.relay(pp, buf[:n], up) {
-				return
+			out := buf[:n]
+			if pp.wire != nil {
+				var ok bool
+				if out, ok = p.relay(pp, out, up); !ok {
+					return
+				}
 			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
+			if _, werr := dst.Write(out); werr != nil {
 				return
 			}
 		}
