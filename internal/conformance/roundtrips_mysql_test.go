@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -115,6 +116,62 @@ func TestMySQLRoundTrips(t *testing.T) {
 						t.Errorf("%s: a %s command (want text statements only): %q", c, cmd.Name, cmds)
 						break
 					}
+				}
+			}
+		})
+	}
+}
+
+// When the one statement that tries every key of an All fails, which keys
+// it took is unknown: the connection is destroyed (the server frees what
+// it held), never handed back to the pool, even when the error is one that
+// means "not taken" for a single GET_LOCK (1969, max_statement_time).
+// The failure is made by a proxy that answers the statement with that
+// error on a connection that stays alive (testdb.Proxy.RefuseQueries).
+func TestMySQLAllTryFailureDestroysConnection(t *testing.T) {
+	k := testdb.MariaDB
+	for _, a := range adapters {
+		if a.name == "pgxlock" {
+			continue // PostgreSQL only
+		}
+		t.Run(a.name, func(t *testing.T) {
+			px, dsn := testdb.ProxyDSN(t, k)
+			db, err := sql.Open(k.Driver(), dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			db.SetMaxOpenConns(1)
+			db.SetMaxIdleConns(1)
+			t.Cleanup(func() { db.Close() })
+			t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
+			r := a.on(t, k.Dialect(), db)
+			ctx := context.Background()
+			name := "alltry-" + t.Name()
+			all := ormlock.All(ormlock.Name(name+"-a"), ormlock.Name(name+"-b"), ormlock.Name(name+"-c"))
+			noop := func(txn) error { return nil }
+			if err := r.Transaction(ctx, all, noop); err != nil { // warm: the pool's connection, the server check
+				t.Fatal(err)
+			}
+			px.ResetCommands()
+			px.RefuseQueries(func(q string) bool { return strings.Count(q, "GET_LOCK(") == 3 }, 1969)
+			called := false
+			err = r.Transaction(ctx, all, func(txn) error { called = true; return nil })
+			px.RefuseQueries(nil, 0)
+			if err == nil || called || errors.Is(err, ormlock.ErrNotAcquired) {
+				t.Fatalf("a failed try of the set: %v (fn called: %v), want an error that is not ErrNotAcquired and fn not called", err, called)
+			}
+			t.Logf("the set's try failed: %v", err)
+			if err := r.Transaction(ctx, all, noop); err != nil {
+				t.Fatal(err)
+			}
+			cmds := px.Commands()
+			first, last := cmds[0], cmds[len(cmds)-1]
+			if first.Conn == last.Conn {
+				t.Errorf("the connection whose set's try failed (%d) was used again: %q", first.Conn, cmds)
+			}
+			for _, key := range []string{name + "-a", name + "-b", name + "-c"} {
+				if !free(t, k, key) {
+					t.Errorf("%s held after the calls", key)
 				}
 			}
 		})

@@ -536,7 +536,7 @@ func TestSessionReleaseFailureDestroysConnection(t *testing.T) {
 			var ev testdb.Recorder
 			r := a.on(t, k.Dialect(), db)
 			key := "s-relfail-" + t.Name()
-			t.Cleanup(func() { px.RefuseQueries(nil) })
+			t.Cleanup(func() { px.RefuseQueries(nil, 0) })
 			var lockID int64
 			err = r.Session(context.Background(), key, func(ctx context.Context) error {
 				var err error
@@ -546,10 +546,10 @@ func TestSessionReleaseFailureDestroysConnection(t *testing.T) {
 				// From now on the release fails on a live connection that
 				// still holds the lock. Given back to the pool, that
 				// connection would keep the lock forever.
-				px.RefuseQueries(func(q string) bool { return strings.Contains(q, "RELEASE_LOCK") })
+				px.RefuseQueries(func(q string) bool { return strings.Contains(q, "RELEASE_LOCK") }, 1105)
 				return nil
 			}, ormlock.WithObserver(&ev))
-			px.RefuseQueries(nil)
+			px.RefuseQueries(nil, 0)
 			if !errors.Is(err, ormlock.ErrLockLost) {
 				t.Fatalf("Session error = %v, want ErrLockLost", err)
 			}

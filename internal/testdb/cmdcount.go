@@ -92,19 +92,19 @@ func mysqlCommand(payload []byte) Command {
 }
 
 // RefuseQueries makes the proxy (MariaDB's protocol) answer every
-// COM_QUERY whose text match accepts with an error packet (1105,
-// "testdb: statement refused by the proxy") instead of passing it to the
+// COM_QUERY whose text match accepts with an error packet (errno, SQLSTATE
+// HY000, "testdb: statement refused by the proxy") instead of passing it to the
 // server: a statement that fails on a connection that stays alive, and
 // whose session keeps what it held (a release that fails, say). A nil
 // match stops refusing. While it is set, the proxy passes its clients'
 // bytes on by whole commands.
-func (p *Proxy) RefuseQueries(match func(sql string) bool) {
+func (p *Proxy) RefuseQueries(match func(sql string) bool, errno uint16) {
 	if p.proto != MariaDB {
 		panic("testdb: RefuseQueries on a proxy that does not read MariaDB's protocol")
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.refuse = match
+	p.refuse, p.refuseErrno = match, errno
 }
 
 // refused reports whether the whole packet pkt is a command RefuseQueries
@@ -115,7 +115,7 @@ func (w *wireState) refused(pkt []byte) bool {
 	}
 	msg := "#HY000testdb: statement refused by the proxy"
 	size := 3 + len(msg)
-	w.answers = append(w.answers, byte(size), byte(size>>8), byte(size>>16), 1, 0xff, 0x51, 0x04)
+	w.answers = append(w.answers, byte(size), byte(size>>8), byte(size>>16), 1, 0xff, byte(w.errno), byte(w.errno>>8))
 	w.answers = append(w.answers, msg...)
 	if n := len(w.cmds); n > 0 {
 		w.cmds[n-1].Name, w.cmds[n-1].Answered = "Query (refused by the proxy)", true

@@ -57,7 +57,7 @@ func TestProxyCommandsAndRefuseQueries(t *testing.T) {
 	if err := conn.QueryRowContext(c, "SELECT GET_LOCK('testdb-refuse', 0)").Scan(&n); err != nil || n != 1 {
 		t.Fatalf("GET_LOCK: %d, %v", n, err)
 	}
-	px.RefuseQueries(func(q string) bool { return strings.Contains(q, "RELEASE_LOCK") })
+	px.RefuseQueries(func(q string) bool { return strings.Contains(q, "RELEASE_LOCK") }, 1105)
 	err = conn.QueryRowContext(c, "SELECT RELEASE_LOCK('testdb-refuse')").Scan(&n)
 	var me *mysql.MySQLError
 	if !errors.As(err, &me) || me.Number != 1105 {
@@ -67,7 +67,7 @@ func TestProxyCommandsAndRefuseQueries(t *testing.T) {
 	if err := conn.QueryRowContext(c, "SELECT IS_USED_LOCK('testdb-refuse') = CONNECTION_ID()").Scan(&held); err != nil || held.Int64 != 1 {
 		t.Fatalf("after the refused release: held %v, %v; want the lock still this connection's", held, err)
 	}
-	px.RefuseQueries(nil)
+	px.RefuseQueries(nil, 0)
 	if err := conn.QueryRowContext(c, "SELECT RELEASE_LOCK('testdb-refuse')").Scan(&n); err != nil || n != 1 {
 		t.Fatalf("release once refusing stopped: %d, %v", n, err)
 	}

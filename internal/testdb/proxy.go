@@ -24,16 +24,17 @@ type Proxy struct {
 	wg    sync.WaitGroup
 	proto Kind // the protocol DelayReplies reads; "": bytes only
 
-	mu       sync.Mutex
-	upstream string
-	gate     chan struct{} // non-nil while frozen; closed by Thaw
-	pairs    map[*proxyPair]struct{}
-	closed   bool
-	delay    replyDelay            // DelayReplies' rule
-	matched  []time.Time           // when each statement it matched went to the server
-	cmds     []Command             // the clients' commands (cmdcount.go)
-	refuse   func(sql string) bool // RefuseQueries' rule
-	conns    int                   // client connections accepted
+	mu          sync.Mutex
+	upstream    string
+	gate        chan struct{} // non-nil while frozen; closed by Thaw
+	pairs       map[*proxyPair]struct{}
+	closed      bool
+	delay       replyDelay            // DelayReplies' rule
+	matched     []time.Time           // when each statement it matched went to the server
+	cmds        []Command             // the clients' commands (cmdcount.go)
+	refuse      func(sql string) bool // RefuseQueries' rule
+	refuseErrno uint16
+	conns       int // client connections accepted
 }
 
 type proxyPair struct {

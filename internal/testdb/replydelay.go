@@ -129,7 +129,7 @@ func (p *Proxy) relay(pp *proxyPair, chunk []byte, up bool) ([]byte, bool) {
 	if up {
 		r := p.rule()
 		p.mu.Lock()
-		refuse := p.refuse
+		refuse, errno := p.refuse, p.refuseErrno
 		p.mu.Unlock()
 		pp.mu.Lock()
 		var held []byte // bytes read but not passed on, as refusing stops
@@ -139,7 +139,7 @@ func (p *Proxy) relay(pp *proxyPair, chunk []byte, up bool) ([]byte, bool) {
 		case refuse == nil && w.refuse != nil:
 			held = append(held, w.buf...)
 		}
-		w.refuse = refuse
+		w.refuse, w.errno = refuse, errno
 		n := w.read(chunk, r.match)
 		if n > 0 {
 			w.hold = r.d
@@ -199,6 +199,7 @@ type wireState struct {
 	refuse  func(sql string) bool
 	out     []byte
 	answers []byte
+	errno   uint16
 	skip    int // bytes at the head of buf passed on before refusing began
 
 	// MySQL
