@@ -148,10 +148,61 @@ func (s sqlTx) Context() context.Context { return s.ctx }
 
 func (s sqlTx) FencingToken() (int64, bool) { return ormlock.FencingToken(s.ctx) }
 
+// sqllock on a pool of sqllock.Open (sqllock.Wrap's connector): the same
+// verbs, with database/sql's BEGIN carrying the lock on PostgreSQL.
+
+func openSQLWrapped(t *testing.T, k testdb.Kind) locker {
+	t.Helper()
+	return sqlWrappedWith(t, k)
+}
+
+func sqlWrappedWith(t *testing.T, k testdb.Kind, opts ...ormlock.Option) runner {
+	t.Helper()
+	db, err := sqllock.Open(k.Driver(), testdb.DSN(t, k))
+	if err != nil {
+		t.Fatalf("sqllock.Open: %v", err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	enttest.Migrate(t, k)
+	t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
+	return sqlLocker{db, k.Dialect(), opts}
+}
+
+// sqlWrappedOnPool opens a wrapped pool with the settings of db's pgx
+// connections (its DSN, its pool size); a pool of another driver is used
+// as it is.
+func sqlWrappedOnPool(t *testing.T, dialect string, db *sql.DB) runner {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg *pgx.ConnConfig
+	_ = conn.Raw(func(dc any) error {
+		if c, ok := dc.(*stdlib.Conn); ok {
+			cfg = c.Conn().Config().Copy()
+		}
+		return nil
+	})
+	_ = conn.Close()
+	if cfg == nil {
+		return sqlLocker{db: db, dialect: dialect}
+	}
+	w := sqllock.OpenDB(stdlib.GetConnector(*cfg))
+	t.Cleanup(func() { _ = w.Close() })
+	st := db.Stats()
+	w.SetMaxOpenConns(st.MaxOpenConnections)
+	w.SetMaxIdleConns(max(st.MaxOpenConnections, 2))
+	return sqlLocker{db: w, dialect: dialect}
+}
+
 // sqlBeginRoundTrips sets sqllock's round trips in want: fn gets a *sql.Tx,
 // which database/sql begins with a BEGIN of its own, so the lock is a
 // statement of its own, as in the hand-written protocol (3 round trips);
-// the wait sets lock_timeout first (4, as a hand-written wait does).
+// the wait sets lock_timeout first (4, as a hand-written wait does). On a
+// pool of sqllock.Open ("sqllock-wrapped") that BEGIN carries the lock:
+// the plain transaction's 2, as every other adapter.
 func sqlBeginRoundTrips(a adapter, want map[string]int) {
 	if a.name != "sqllock" {
 		return
