@@ -105,4 +105,3 @@ func handwrittenPgx(ctx context.Context, pool *pgxpool.Pool, key int64) error {
 	}
 	return tx.Commit(ctx)
 }
-
