@@ -317,11 +317,13 @@ func beginArmed(ctx context.Context, o *Op, conn *sql.Conn, opts *sql.TxOptions,
 	ok, err := lockOutcome(ctx, &x, sendErr, wait)
 	if err == nil && ok {
 		lt := &LockedTx{Tx: tx, ctx: ctx, op: o, conn: conn, txCancel: txCancel}
+		err = settle(ctx, o, true, bounded, nil)
 		if level := x.rep.level; wantIso && level != sql.LevelDefault {
+			// as beginOneMessage: the snapshot predates the lock
 			_ = lt.Rollback()
 			return nil, level, nil
 		}
-		return lt, sql.LevelDefault, settle(ctx, o, true, bounded, nil)
+		return lt, sql.LevelDefault, err
 	}
 	if withinGrace(ctx, txCancel, tx.Rollback) != nil {
 		Destroy(conn)
