@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -168,32 +169,19 @@ func sqlWrappedWith(t *testing.T, k testdb.Kind, opts ...ormlock.Option) runner 
 	return sqlLocker{db, k.Dialect(), opts}
 }
 
-// sqlWrappedOnPool opens a wrapped pool with the settings of db's pgx
-// connections (its DSN, its pool size); a pool of another driver is used
-// as it is.
+// sqlWrappedOnPool opens a wrapped pool on db's own connector (read from
+// database/sql's unexported field: a test's shortcut, so that nothing
+// connects before the test does), with db's pool size.
 func sqlWrappedOnPool(t *testing.T, dialect string, db *sql.DB) runner {
 	t.Helper()
-	ctx := context.Background()
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
+	f := reflect.ValueOf(db).Elem().FieldByName("connector")
+	c, ok := reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Interface().(driver.Connector)
+	if !ok {
+		t.Fatal("database/sql's DB has no connector field")
 	}
-	var cfg *pgx.ConnConfig
-	_ = conn.Raw(func(dc any) error {
-		if c, ok := dc.(*stdlib.Conn); ok {
-			cfg = c.Conn().Config().Copy()
-		}
-		return nil
-	})
-	_ = conn.Close()
-	if cfg == nil {
-		return sqlLocker{db: db, dialect: dialect}
-	}
-	w := sqllock.OpenDB(stdlib.GetConnector(*cfg))
+	w := sqllock.OpenDB(c)
 	t.Cleanup(func() { _ = w.Close() })
-	st := db.Stats()
-	w.SetMaxOpenConns(st.MaxOpenConnections)
-	w.SetMaxIdleConns(max(st.MaxOpenConnections, 2))
+	w.SetMaxOpenConns(db.Stats().MaxOpenConnections)
 	return sqlLocker{db: w, dialect: dialect}
 }
 
