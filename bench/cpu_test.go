@@ -21,6 +21,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/bench"
 	"github.com/ormlock/ormlock/gormlock"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/keyhash"
@@ -40,34 +41,62 @@ import (
 // is the test process's user + system time (getrusage). Counts of CPU time,
 // not wall time, so that other load on the machine moves them less; each
 // ratio is taken within a round (interleaved), and the table gives its
-// minimum and median over the rounds (docs/BENCHMARKS.md, CPU per call):
+// minimum and median over the rounds, beside each variant's throughput
+// over a plain transaction of its stack (wall time). With
+// ORMLOCK_CPU_LINK=250us the variants run again through bench's delaying
+// proxy (a tenth of the calls), for their throughput over the link
+// (docs/BENCHMARKS.md, CPU per call):
 //
-//	cd bench && ORMLOCK_CPU=1 go test -count=1 -timeout 30m -v -run 'TestCPUPerCall' .
+//	cd bench && ORMLOCK_CPU=1 ORMLOCK_CPU_LINK=250us go test -count=1 -timeout 30m -v -run 'TestCPUPerCall' .
 func TestCPUPerCall(t *testing.T) {
 	if os.Getenv("ORMLOCK_CPU") == "" {
 		t.Skip("a measurement, not a test: run with ORMLOCK_CPU=1 (docs/BENCHMARKS.md, CPU per call)")
 	}
 	calls, rounds := scaleInt("ORMLOCK_CPU_CALLS", 3000), scaleInt("ORMLOCK_CPU_ROUNDS", 5)
 	var out strings.Builder
-	fmt.Fprintf(&out, "\n%d rounds of %d calls per variant; server / client CPU per call, and each ratio as min–median over the rounds\n\n", rounds, calls)
-	fmt.Fprintf(&out, "| stack | call | server µs | client µs | server ÷ key | client ÷ key | server ÷ hand-written | client ÷ hand-written |\n|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&out, "\nloopback: %d rounds of %d calls per variant; server and client CPU per call (median of the rounds), each ratio min–median over the rounds; \"÷ plain\" is throughput over the plain transaction's (wall time)\n\n", rounds, calls)
+	fmt.Fprintf(&out, "| stack | call | server µs | client µs | server ÷ key | client ÷ key | server ÷ hand-written | client ÷ hand-written | ÷ plain |\n|---|---|---|---|---|---|---|---|---|\n")
+	var link strings.Builder
+	delay, _ := time.ParseDuration(os.Getenv("ORMLOCK_CPU_LINK"))
+	linkCalls := max(calls/10, 50)
+	if delay > 0 {
+		fmt.Fprintf(&link, "\nover the link (%v each way): %d rounds of %d calls per variant; median µs per call, throughput ratios min–median over the rounds\n\n", delay, rounds, linkCalls)
+		fmt.Fprintf(&link, "| stack | call | µs per call | ÷ plain | ÷ key | ÷ hand-written |\n|---|---|---|---|---|---|\n")
+	}
 	for _, st := range []struct {
-		name string
-		k    testdb.Kind
-		open func(t *testing.T, k testdb.Kind) ([]cpuVariant, cpuServer)
+		name   string
+		target string
+		k      testdb.Kind
+		open   func(t *testing.T, k testdb.Kind, dsn string) ([]cpuVariant, cpuServer)
 	}{
-		{"pgxlock, PostgreSQL", testdb.Postgres, pgxCPUVariants},
-		{"gormlock, PostgreSQL", testdb.Postgres, gormCPUVariants},
-		{"gormlock, MariaDB", testdb.MariaDB, gormCPUVariants},
+		{"pgxlock, PostgreSQL", bench.NamePostgres, testdb.Postgres, pgxCPUVariants},
+		{"gormlock, PostgreSQL", bench.NamePostgres, testdb.Postgres, gormCPUVariants},
+		{"gormlock, MariaDB", bench.NameMariaDB, testdb.MariaDB, gormCPUVariants},
 	} {
 		t.Run(st.name, func(t *testing.T) {
-			vs, srv := st.open(t, st.k)
+			tgt := sqlTarget(st.target, st.k).make(t)
+			vs, srv := st.open(t, st.k, tgt.DSN)
 			res := measureCPU(t, vs, srv, calls, rounds)
 			for _, line := range cpuRows(st.name, vs, res) {
 				out.WriteString(line)
 			}
+			if delay <= 0 {
+				return
+			}
+			links := bench.NewLinks(delay)
+			t.Cleanup(func() { _ = links.Close() })
+			lt, err := links.Route(tgt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			vs, _ = st.open(t, st.k, lt.DSN)
+			res = measureCPU(t, vs, func() (time.Duration, error) { return 0, nil }, linkCalls, rounds)
+			for _, line := range linkRows(st.name, vs, res) {
+				link.WriteString(line)
+			}
 		})
 	}
+	out.WriteString(link.String())
 	t.Log(out.String())
 	if p := os.Getenv("ORMLOCK_CPU_OUT"); p != "" {
 		if err := os.WriteFile(p, []byte(out.String()), 0o644); err != nil {
@@ -85,8 +114,8 @@ type cpuVariant struct {
 // cpuServer reads the server's CPU time so far.
 type cpuServer func() (time.Duration, error)
 
-// cpuSample is one round's CPU per call of one variant.
-type cpuSample struct{ server, client float64 }
+// cpuSample is one round's CPU and wall time per call of one variant.
+type cpuSample struct{ server, client, wall float64 }
 
 func measureCPU(t *testing.T, vs []cpuVariant, srv cpuServer, calls, rounds int) [][]cpuSample {
 	t.Helper()
@@ -110,49 +139,82 @@ func measureCPU(t *testing.T, vs []cpuVariant, srv cpuServer, calls, rounds int)
 			if err != nil {
 				t.Fatal(err)
 			}
-			c0 := clientCPU(t)
+			c0, w0 := clientCPU(t), time.Now()
 			run(v, calls)
-			c1 := clientCPU(t)
+			c1, w1 := clientCPU(t), time.Now()
 			s1, err := srv()
 			if err != nil {
 				t.Fatal(err)
 			}
-			res[v] = append(res[v], cpuSample{float64(s1-s0) / float64(calls), float64(c1-c0) / float64(calls)})
+			res[v] = append(res[v], cpuSample{float64(s1-s0) / float64(calls), float64(c1-c0) / float64(calls), float64(w1.Sub(w0)) / float64(calls)})
 		}
 	}
 	return res
 }
 
-// cpuRows renders one stack's rows: each variant's median CPU per call,
-// and its ratios to the single key ("key") and to the hand-written
-// protocol ("hand-written"), per round, as min–median.
+// cpuStats are the ratios and medians of one stack's samples.
+type cpuStats struct {
+	vs  []cpuVariant
+	res [][]cpuSample
+}
+
+func (c cpuStats) idx(name string) int {
+	return slices.IndexFunc(c.vs, func(v cpuVariant) bool { return v.name == name })
+}
+
+// ratio is f(v) over f(base) per round, as min–median.
+func (c cpuStats) ratio(v, base int, f func(cpuSample) float64) string {
+	var rs []float64
+	for r := range c.res[v] {
+		rs = append(rs, f(c.res[v][r])/f(c.res[base][r]))
+	}
+	slices.Sort(rs)
+	return fmt.Sprintf("%.2f–%.2f", rs[0], rs[len(rs)/2])
+}
+
+// median is f's median over the rounds, in µs.
+func (c cpuStats) median(v int, f func(cpuSample) float64) float64 {
+	var xs []float64
+	for _, s := range c.res[v] {
+		xs = append(xs, f(s))
+	}
+	slices.Sort(xs)
+	return xs[len(xs)/2] / 1e3
+}
+
+func sampleServer(s cpuSample) float64 { return s.server }
+func sampleClient(s cpuSample) float64 { return s.client }
+
+// sampleSpeed is calls per ns: its ratios are throughput ratios.
+func sampleSpeed(s cpuSample) float64 { return 1 / s.wall }
+func sampleWall(s cpuSample) float64  { return s.wall }
+
+// cpuRows renders one stack's loopback rows: each variant's median CPU per
+// call, its ratios to the single key ("key") and to the hand-written
+// protocol ("hand-written"), and its throughput over the plain
+// transaction's.
 func cpuRows(stack string, vs []cpuVariant, res [][]cpuSample) []string {
-	idx := func(name string) int {
-		return slices.IndexFunc(vs, func(v cpuVariant) bool { return v.name == name })
-	}
-	key, hw := idx("key"), idx("hand-written")
-	ratio := func(v, base int, f func(cpuSample) float64) string {
-		var rs []float64
-		for r := range res[v] {
-			rs = append(rs, f(res[v][r])/f(res[base][r]))
-		}
-		slices.Sort(rs)
-		return fmt.Sprintf("%.2f–%.2f", rs[0], rs[len(rs)/2])
-	}
-	med := func(v int, f func(cpuSample) float64) float64 {
-		var xs []float64
-		for _, s := range res[v] {
-			xs = append(xs, f(s))
-		}
-		slices.Sort(xs)
-		return xs[len(xs)/2] / 1e3
-	}
-	server := func(s cpuSample) float64 { return s.server }
-	client := func(s cpuSample) float64 { return s.client }
+	c := cpuStats{vs, res}
+	key, hw, plain := c.idx("key"), c.idx("hand-written"), c.idx("plain transaction")
 	var rows []string
 	for v := range vs {
-		rows = append(rows, fmt.Sprintf("| %s | %s | %.1f | %.1f | %s | %s | %s | %s |\n", stack, vs[v].name,
-			med(v, server), med(v, client), ratio(v, key, server), ratio(v, key, client), ratio(v, hw, server), ratio(v, hw, client)))
+		rows = append(rows, fmt.Sprintf("| %s | %s | %.1f | %.1f | %s | %s | %s | %s | %s |\n", stack, vs[v].name,
+			c.median(v, sampleServer), c.median(v, sampleClient), c.ratio(v, key, sampleServer), c.ratio(v, key, sampleClient),
+			c.ratio(v, hw, sampleServer), c.ratio(v, hw, sampleClient), c.ratio(v, plain, sampleSpeed)))
+	}
+	return rows
+}
+
+// linkRows renders one stack's rows over the link: each variant's median
+// time per call and its throughput over the plain transaction's, the
+// single key's and the hand-written protocol's.
+func linkRows(stack string, vs []cpuVariant, res [][]cpuSample) []string {
+	c := cpuStats{vs, res}
+	key, hw, plain := c.idx("key"), c.idx("hand-written"), c.idx("plain transaction")
+	var rows []string
+	for v := range vs {
+		rows = append(rows, fmt.Sprintf("| %s | %s | %.0f | %s | %s | %s |\n", stack, vs[v].name,
+			c.median(v, sampleWall), c.ratio(v, plain, sampleSpeed), c.ratio(v, key, sampleSpeed), c.ratio(v, hw, sampleSpeed)))
 	}
 	return rows
 }
@@ -258,10 +320,10 @@ func cpuKeys(base string, pg bool) []struct {
 // cpuSlot is the i-th slot of RunOnce's variant: a fresh one per call.
 func cpuSlot(i int) time.Time { return time.Unix(1_700_000_000+int64(i)*60, 0).UTC() }
 
-func pgxCPUVariants(t *testing.T, k testdb.Kind) ([]cpuVariant, cpuServer) {
+func pgxCPUVariants(t *testing.T, k testdb.Kind, dsn string) ([]cpuVariant, cpuServer) {
 	t.Helper()
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(testdb.DSN(t, k))
+	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,10 +362,10 @@ func pgxCPUVariants(t *testing.T, k testdb.Kind) ([]cpuVariant, cpuServer) {
 	return vs, func() (time.Duration, error) { return schedNs(dir) }
 }
 
-func gormCPUVariants(t *testing.T, k testdb.Kind) ([]cpuVariant, cpuServer) {
+func gormCPUVariants(t *testing.T, k testdb.Kind, dsn string) ([]cpuVariant, cpuServer) {
 	t.Helper()
 	ctx := context.Background()
-	sdb, err := sql.Open(k.Driver(), testdb.DSN(t, k))
+	sdb, err := sql.Open(k.Driver(), dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
