@@ -151,7 +151,8 @@ func (c *armedConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.
 	if opts.Isolation != driver.IsolationLevel(sql.LevelDefault) || opts.ReadOnly {
 		return nil, errors.New("sql: driver does not support non-default isolation level or read-only transactions")
 	}
-	return c.Conn.Begin() //nolint:staticcheck // the driver's only way to begin
+	//lint:ignore SA1019 a driver without ConnBeginTx has no other way to begin
+	return c.Conn.Begin()
 }
 
 // beginArmed sends the armed message. The transaction is database/sql's
