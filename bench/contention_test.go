@@ -25,7 +25,7 @@ import (
 // 256 goroutines on one loopback PostgreSQL, every goroutine on a key of
 // its own (every attempt free), on a pool of 16 connections: what it
 // measures is the client's process-wide shared state, which mutex and
-// block profiles show (docs/BENCHMARKS.md, Contention):
+// block profiles show (docs/BENCHMARKS.md, Contention at 64, 128 and 256 goroutines):
 //
 //	cd bench && go test -run '^$' -bench 'BenchmarkContention/pgxlock/g=256' -benchtime 20000x \
 //	    -mutexprofile mutex.out -blockprofile block.out .
