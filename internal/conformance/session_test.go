@@ -513,46 +513,43 @@ func TestSessionLossSeenAtRelease(t *testing.T) {
 
 // On MariaDB, a release that fails on a live connection that still holds
 // the lock destroys that connection, so the server frees the lock, and
-// Session reports the lock as lost. The adapters run one after the other:
-// the failure is made with a server-wide setting.
+// Session reports the lock as lost. The release is made to fail by a proxy
+// that answers it with an error and never passes it to the server
+// (testdb.Proxy.RefuseQueries): the lock statements are text, which no
+// server setting makes fail on a live session.
 func TestSessionReleaseFailureDestroysConnection(t *testing.T) {
 	leakcheck.Goroutines(t, testdb.MariaDB)
 	k := testdb.MariaDB
-	admin := testdb.AdminDB(t, k)
 	for _, a := range adapters {
 		if a.name == "pgxlock" {
 			continue // PostgreSQL only
 		}
 		t.Run(a.name, func(t *testing.T) {
-			var ev testdb.Recorder
-			r := a.with(t, k, ormlock.WithObserver(&ev))
-			r.Pool().SetMaxIdleConns(4)
-			key := "s-relfail-" + t.Name()
-			var prev int64
-			if err := admin.QueryRow("SELECT @@GLOBAL.max_prepared_stmt_count").Scan(&prev); err != nil {
+			px, dsn := testdb.ProxyDSN(t, k)
+			db, err := sql.Open(k.Driver(), dsn)
+			if err != nil {
 				t.Fatal(err)
 			}
-			restore := func() {
-				if _, err := admin.Exec(fmt.Sprintf("SET GLOBAL max_prepared_stmt_count = %d", prev)); err != nil {
-					t.Errorf("restore max_prepared_stmt_count: %v", err)
-				}
-			}
-			t.Cleanup(restore)
+			t.Cleanup(func() { db.Close() })
+			t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
+			db.SetMaxIdleConns(4)
+			var ev testdb.Recorder
+			r := a.on(t, k.Dialect(), db)
+			key := "s-relfail-" + t.Name()
+			t.Cleanup(func() { px.RefuseQueries(nil, 0) })
 			var lockID int64
-			err := r.Session(context.Background(), key, func(ctx context.Context) error {
+			err = r.Session(context.Background(), key, func(ctx context.Context) error {
 				var err error
 				if lockID, err = lockHolder(ctx, r, key); err != nil {
 					return err
 				}
-				// From now on the server refuses to prepare statements, so
-				// the release (RELEASE_LOCK(?), a prepared statement) fails
-				// on a live connection that still holds the lock. Given
-				// back to the pool, that connection would keep the lock
-				// forever.
-				_, err = admin.Exec("SET GLOBAL max_prepared_stmt_count = 0")
-				return err
-			})
-			restore()
+				// From now on the release fails on a live connection that
+				// still holds the lock. Given back to the pool, that
+				// connection would keep the lock forever.
+				px.RefuseQueries(func(q string) bool { return strings.Contains(q, "RELEASE_LOCK") }, 1105)
+				return nil
+			}, ormlock.WithObserver(&ev))
+			px.RefuseQueries(nil, 0)
 			if !errors.Is(err, ormlock.ErrLockLost) {
 				t.Fatalf("Session error = %v, want ErrLockLost", err)
 			}
@@ -565,7 +562,7 @@ func TestSessionReleaseFailureDestroysConnection(t *testing.T) {
 			}
 			for range 3 {
 				var id int64
-				if err := r.Pool().QueryRow("SELECT CONNECTION_ID()").Scan(&id); err != nil {
+				if err := db.QueryRow("SELECT CONNECTION_ID()").Scan(&id); err != nil {
 					t.Fatal(err)
 				}
 				if id == lockID {

@@ -6,7 +6,9 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -136,24 +138,38 @@ type shapeVerb = func(ctx context.Context, key ormlock.Key, opts ...ormlock.Opti
 // shapeBounds runs each case with every verb of shapeRuns, every adapter,
 // on PostgreSQL and MariaDB, through a proxy that holds the answers to
 // lock statements for the case's delay: call makes the verb's call, check
-// judges its error, how long it took and how many lock statements it
-// sent. Every name of the case is free afterwards.
-func shapeBounds(t *testing.T, cases []shapeCase, call func(run shapeVerb, key ormlock.Key) error, check func(t *testing.T, c shapeCase, err error, took time.Duration, sent int)) {
+// judges its error, how long it took, how many lock statements it sent
+// and their texts.
+// Every name of the case is free afterwards.
+func shapeBounds(t *testing.T, cases []shapeCase, call func(run shapeVerb, key ormlock.Key) error, check func(t *testing.T, c shapeCase, err error, took time.Duration, sent int, texts []string)) {
 	forKinds(t, []testdb.Kind{testdb.Postgres, testdb.MariaDB}, func(t *testing.T, a adapter, k testdb.Kind) {
 		r, px := delayedRunner(t, a, k)
 		for verb, run := range shapeRuns(r) {
 			for _, c := range cases {
 				t.Run(verb+"/"+c.name, func(t *testing.T) {
 					key, names := c.key(t, k, fmt.Sprintf("%s-%s-%d", a.name, k, time.Now().UnixNano()))
-					px.DelayReplies(lockStatement, c.delay)
+					var mu sync.Mutex
+					var sent []string
+					px.DelayReplies(func(q string) bool {
+						if !lockStatement(q) {
+							return false
+						}
+						mu.Lock()
+						defer mu.Unlock()
+						sent = append(sent, q)
+						return true
+					}, c.delay)
 					defer px.DelayReplies(nil, 0)
 					before := len(px.Matched())
 					start := time.Now()
 					err := call(run, key)
 					took := time.Since(start)
-					sent := len(px.Matched()) - before
-					t.Logf("returned after %v, %d lock statements sent: %v", took.Round(time.Millisecond), sent, err)
-					check(t, c, err, took, sent)
+					n := len(px.Matched()) - before
+					mu.Lock()
+					stmts := slices.Clone(sent) // their texts (a prepared statement's once)
+					mu.Unlock()
+					t.Logf("returned after %v, %d lock statements sent: %v", took.Round(time.Millisecond), n, err)
+					check(t, c, err, took, n, stmts)
 					px.DelayReplies(nil, 0)
 					for _, n := range names {
 						if !waitFree(t, k, n) {
@@ -177,7 +193,7 @@ func TestShapeDeadlineBound(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), deadline)
 		defer cancel()
 		return run(ctx, key)
-	}, func(t *testing.T, c shapeCase, err error, took time.Duration, sent int) {
+	}, func(t *testing.T, c shapeCase, err error, took time.Duration, sent int, _ []string) {
 		if !errors.Is(err, ormlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("error %v, want ErrNotAcquired and context.DeadlineExceeded", err)
 		}
@@ -210,7 +226,11 @@ func waitFree(t *testing.T, k testdb.Kind, key string) bool {
 // WithWait bounds a shape's lock phase as a deadline would: no lock
 // statement is sent after the wait, and the call returns within it plus
 // the grace, however many keys it has; the error is ErrNotAcquired without
-// the context's (which has not ended).
+// the context's (which has not ended). Where the set travels in one
+// statement (PostgreSQL's one message: the Transaction and Session of
+// every adapter with it), All of 10 free keys is taken by that statement,
+// well within the wait; a set whose last key is held waits for it no
+// longer than what is left of the wait (lock_timeout, re-armed per key).
 func TestShapeWaitBound(t *testing.T) {
 	const (
 		wait  = time.Second
@@ -218,14 +238,22 @@ func TestShapeWaitBound(t *testing.T) {
 	)
 	cases := []shapeCase{
 		{"All of 10 free", allFree, delay},
+		{"All of 10, the last held", lastHeld, delay},
 		{"Semaphore of 10 held", semaphoreFull, delay},
 	}
 	shapeBounds(t, cases, func(run shapeVerb, key ormlock.Key) error {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		return run(ctx, key, ormlock.WithWait(wait))
-	}, func(t *testing.T, c shapeCase, err error, took time.Duration, sent int) {
-		if !errors.Is(err, ormlock.ErrNotAcquired) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+	}, func(t *testing.T, c shapeCase, err error, took time.Duration, sent int, texts []string) {
+		oneStatement := sent == 1 && len(texts) == 1 && strings.Count(texts[0], "advisory_xact_lock(") == 10
+		switch {
+		case oneStatement && c.name == "All of 10 free":
+			// shapeRuns' fn fails on purpose: that it ran says the set was taken
+			if err == nil || !strings.Contains(err.Error(), "fn ran without the lock") {
+				t.Errorf("error %v, want the set taken by its one statement (fn ran)", err)
+			}
+		case !errors.Is(err, ormlock.ErrNotAcquired) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
 			t.Errorf("error %v, want ErrNotAcquired without a context's error", err)
 		}
 		if limit := wait + shapeGrace + time.Second; took > limit {
@@ -237,4 +265,14 @@ func TestShapeWaitBound(t *testing.T) {
 			t.Errorf("%d lock statements sent, want at most %d within the wait", sent, most)
 		}
 	})
+}
+
+// lastHeld is All of 10 keys, the last of which in the set's canonical
+// order (on either server) is held elsewhere; the other nine must be free
+// after.
+func lastHeld(t *testing.T, k testdb.Kind, u string) (ormlock.Key, []string) {
+	key, names := allFree(t, k, u)
+	order := canonicalOn(k, names)
+	holdOn(t, k, order[len(order)-1:])
+	return key, order[:len(order)-1]
 }

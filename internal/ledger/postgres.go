@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"strings"
 	"time"
@@ -186,4 +187,45 @@ func (pgLedger) addNamespace(ctx context.Context, t *Table, q lockproto.Querier)
 		return errs.Wrap(err, "ledger table %q: add the namespace column", t.name)
 	}
 	return nil
+}
+
+// claimText is claim's statement with literals (pgText, pgTime), for the
+// message that begins the transaction and takes the lock (lockproto's
+// pgthen.go): a statement of its own after the lock's, so that at READ
+// COMMITTED its snapshot sees the previous holder's commit. It claims
+// nothing in a transaction whose snapshot was taken before the lock
+// (REPEATABLE READ or SERIALIZABLE as the server's default, which lockproto
+// then gives back and takes by the split protocol): there, taking over a
+// row changed since the snapshot would fail with a serialization error.
+// Its command tag says whether it claimed (INSERT 0 1) or found the slot
+// done (INSERT 0 0).
+func (pgLedger) claimText(t *Table, ns, job string, slot time.Time, owner string) string {
+	return `INSERT INTO ` + t.q + ` AS r (namespace, job, slot, status, owner, started_at)
+SELECT ` + pgText(ns) + `, ` + pgText(job) + `, ` + pgTime(slot) + `, 'running', ` + pgText(owner) + `, clock_timestamp()
+WHERE current_setting('transaction_isolation') NOT IN ('repeatable read', 'serializable')
+ON CONFLICT (namespace, job, slot) DO UPDATE
+SET status = 'running', owner = EXCLUDED.owner, started_at = EXCLUDED.started_at, finished_at = NULL, error = NULL
+WHERE r.status <> 'done'`
+}
+
+// doneText marks done the claim of claimText, made in this same
+// transaction (its row is locked by it until COMMIT, so no other run can
+// have taken it over: started_at need not be matched).
+func (pgLedger) doneText(t *Table, ns, job string, slot time.Time, owner string) string {
+	return `UPDATE ` + t.q + ` SET status = 'done', finished_at = clock_timestamp(), error = NULL
+WHERE namespace = ` + pgText(ns) + ` AND job = ` + pgText(job) + ` AND slot = ` + pgTime(slot) +
+		` AND status = 'running' AND owner = ` + pgText(owner)
+}
+
+// pgText is s as a text literal that reads the same whatever the session's
+// settings (standard_conforming_strings, the client encoding): its UTF-8
+// bytes in hex, converted to text.
+func pgText(s string) string {
+	return "convert_from(decode('" + hex.EncodeToString([]byte(s)) + "', 'hex'), 'UTF8')"
+}
+
+// pgTime is a slot (UTC, whole seconds, years 1000 to 9999: ValidateSlot)
+// as a timestamptz literal in ISO 8601, which every DateStyle reads alike.
+func pgTime(slot time.Time) string {
+	return "'" + slot.UTC().Format("2006-01-02 15:04:05.999999") + "+00'::timestamptz"
 }

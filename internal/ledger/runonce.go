@@ -46,7 +46,14 @@ func NewRun(verb string, op *lockproto.Op, job string, slot time.Time) (*Run, er
 	if owner == "" {
 		owner = DefaultOwner()
 	}
-	return &Run{op: op, t: t, ns: op.Cfg.Namespace, job: job, slot: keys.NormalizeSlot(slot), owner: owner}, nil
+	r := &Run{op: op, t: t, ns: op.Cfg.Namespace, job: job, slot: keys.NormalizeSlot(slot), owner: owner}
+	if !op.Cfg.Claim {
+		// the claim travels with the lock where it can (InTx)
+		if claim := t.sql.claimText(t, r.ns, job, r.slot, owner); claim != "" {
+			op.SetThen(claim)
+		}
+	}
+	return r, nil
 }
 
 // Slot is the normalized slot (UTC, whole microseconds).
@@ -70,7 +77,7 @@ func (r *Run) alreadyDone(ctx context.Context) error {
 // It returns an error wrapping errs.ErrAlreadyDone (fn not called) when
 // the slot is done, and fn's error unchanged when fn fails.
 func (r *Run) InTx(ctx context.Context, q lockproto.Querier, fn func() error) error {
-	started, ok, err := r.t.claim(ctx, q, r.ns, r.job, r.slot, r.owner)
+	started, ok, err := r.claimIn(ctx, q)
 	if err != nil {
 		if r.t.s.SerializationFailure(err) {
 			return fmt.Errorf("ormlock: job %q, slot %s: another instance ran this slot while this call waited for the lock, "+
@@ -96,7 +103,38 @@ func (r *Run) InTx(ctx context.Context, q lockproto.Querier, fn func() error) er
 		}
 		return err
 	}
+	if _, sent := r.op.ThenRows(); sent {
+		return r.doneIn(ctx, q)
+	}
 	return r.t.finish(ctx, q, r.ns, r.job, r.slot, r.owner, started, StatusDone, "")
+}
+
+// claimIn is the claim of the transactional mode: made already when it
+// travelled with the lock (lockproto.Op.SetThen, by NewRun), whose rows
+// say whether it claimed; otherwise a statement of its own in q.
+func (r *Run) claimIn(ctx context.Context, q lockproto.Querier) (time.Time, bool, error) {
+	if n, sent := r.op.ThenRows(); sent {
+		return time.Time{}, n == 1, nil
+	}
+	return r.t.claim(ctx, q, r.ns, r.job, r.slot, r.owner)
+}
+
+// doneIn marks done the claim that travelled with the lock: in the message
+// that commits q (lockproto.CommitWith), or as a statement of its own.
+func (r *Run) doneIn(ctx context.Context, q lockproto.Querier) error {
+	done := r.t.sql.doneText(r.t, r.ns, r.job, r.slot, r.owner)
+	if lockproto.CommitWith(r.op, q, done) {
+		return nil
+	}
+	res, err := q.ExecContext(ctx, done)
+	if err != nil {
+		return r.t.wrap("mark done", err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return fmt.Errorf("%w: ledger table %q: the claim of %q at %s by %q was no longer there to be marked done (%d rows, %v)",
+			errs.ErrLockLost, r.t.name, r.job, r.slot.Format(time.RFC3339Nano), r.owner, n, err)
+	}
+	return nil
 }
 
 // Claimed is the claim mode: it holds the (job, slot) lock with

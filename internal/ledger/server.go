@@ -22,6 +22,13 @@ type ledgerServer interface {
 	timeArg(v time.Time) any
 	// claim is Table.claim.
 	claim(ctx context.Context, t *Table, q lockproto.Querier, ns, job string, slot time.Time, owner string) (time.Time, bool, error)
+	// claimText is claim's statement for the message that begins the
+	// transaction and takes the lock (lockproto.Op.Then), literals only,
+	// affecting one row when the slot is claimed; doneText marks that
+	// claim done before COMMIT (lockproto.CommitWith). "" where the lock
+	// never travels with BEGIN.
+	claimText(t *Table, ns, job string, slot time.Time, owner string) string
+	doneText(t *Table, ns, job string, slot time.Time, owner string) string
 	// finishSQL marks a claim done or failed (status, error, job, slot,
 	// owner, started_at, namespace).
 	finishSQL(t *Table) string

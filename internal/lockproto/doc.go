@@ -88,7 +88,9 @@
 // and SERIALIZABLE (the lock in a lock-only transaction, lockonlytx.go,
 // then fn's transaction on a second connection); pinned.go,
 // MySQL/MariaDB (GET_LOCK on a pinned connection, mysqlnamed.go, then the
-// transaction on that same connection); fence.go with WithFencing
+// transaction on that same connection: 4 round trips, every lock statement
+// text with the name a hex literal, and a set tried once in one statement
+// each way, mysqlshape.go); fence.go with WithFencing
 // (IssueToken once the lock is held); lost.go tells a lost lock by a
 // connection that went away; implicit.go a MySQL/MariaDB transaction that
 // fn's DDL committed.
@@ -116,7 +118,7 @@
 //     (SharedMode, ServerWait, SessionLevel, XactLevel, OneMessage), its
 //     items' resolution, canonical order, names and local identity, and
 //     mechanismFor's choice of it (the one place that does);
-//   - a file of its own, as pinned.go, mysqlnamed.go and shapestmt.go are
+//   - a file of its own, as pinned.go, mysqlnamed.go and mysqlshape.go are
 //     the named lock's and xact.go, split.go, lockonlytx.go, onemsg.go and
 //     prepared.go the advisory lock's: its Transaction (beginLocked), its
 //     Session hold (hold: the check and release the keepalive runs), its

@@ -155,7 +155,9 @@ func (t *LockedTx) Commit() error {
 		if t.named && t.implicitCommit() {
 			t.warnImplicitCommit()
 		}
-		if t.named && t.ctx.Done() != nil {
+		if ct, before := t.commitBefore(); before != "" {
+			err = withinGrace(t.ctx, t.txCancel, func() error { return ct.end(before + "COMMIT") })
+		} else if t.named && t.ctx.Done() != nil {
 			err = t.mysqlEnd("COMMIT", t.Tx.Commit)
 		} else {
 			err = withinGrace(t.ctx, t.txCancel, t.Tx.Commit)

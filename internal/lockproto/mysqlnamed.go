@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ormlock/ormlock/internal/errs"
@@ -45,32 +46,100 @@ func mysqlGetLock(ctx context.Context, q Querier, name string, wait time.Duratio
 
 // mysqlGetLockProbe is mysqlGetLock; with probe, the same statement also
 // asks whether probe's lock is held (IS_USED_LOCK: no round trip more).
+// The statement is text without arguments (mysqlLockStmt): one COM_QUERY.
 func mysqlGetLockProbe(ctx context.Context, q Querier, name string, wait time.Duration, sess *mysqlLockConnVars, probe *slotProbe) (bool, error) {
 	var res sql.NullInt64
-	var err error
-	dest, col := []any{&res}, ""
+	dest := []any{&res}
+	var b strings.Builder
+	size := mysqlStmtSize(len("SELECT GET_LOCK(, )")+24+len(", @@autocommit, @@completion_type"), name)
+	if probe != nil {
+		size += mysqlStmtSize(len(", IS_USED_LOCK() IS NOT NULL"), probe.it.mysql)
+	}
+	b.Grow(size)
+	b.WriteString("SELECT GET_LOCK(")
+	writeMySQLName(&b, name)
+	b.WriteString(", ")
+	b.WriteString(mysqlTimeout(wait))
+	b.WriteByte(')')
 	if sess != nil {
-		dest, col = append(dest, &sess.autocommit, &sess.completionType), ", @@autocommit, @@completion_type"
+		b.WriteString(", @@autocommit, @@completion_type")
+		dest = append(dest, &sess.autocommit, &sess.completionType)
 	}
-	switch {
-	case probe != nil:
-		query, args := "SELECT GET_LOCK(?, 0)"+col, []any{name}
-		if wait > 0 {
-			query, args = "SELECT GET_LOCK(?, ?)"+col, append(args, wait.Seconds())
-		}
-		err = q.QueryRowContext(ctx, query+", IS_USED_LOCK(?) IS NOT NULL", append(args, probe.it.mysql)...).Scan(append(dest, &probe.seen)...)
-	case wait <= 0:
-		err = q.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0)"+col, name).Scan(dest...)
-	default:
-		err = q.QueryRowContext(ctx, "SELECT GET_LOCK(?, ?)"+col, name, wait.Seconds()).Scan(dest...)
+	if probe != nil {
+		b.WriteString(", IS_USED_LOCK(")
+		writeMySQLName(&b, probe.it.mysql)
+		b.WriteString(") IS NOT NULL")
+		dest = append(dest, &probe.seen)
 	}
-	if err != nil {
+	if err := q.QueryRowContext(ctx, b.String()).Scan(dest...); err != nil {
 		return false, errs.Wrap(err, "GET_LOCK")
 	}
 	if !res.Valid {
 		return false, errGetLockNull
 	}
 	return res.Int64 == 1, nil
+}
+
+// MySQL/MariaDB's lock functions are sent as text without arguments
+// (go-sql-driver/mysql then sends one COM_QUERY, where a statement with a
+// ? costs a COM_STMT_PREPARE and a COM_STMT_EXECUTE, two round trips,
+// unless the DSN has interpolateParams). The name is never quoted text: it
+// is written as the expression CAST(X'<its bytes in hex>' AS CHAR).
+//
+//   - A hexadecimal literal is a binary string whatever the session's
+//     sql_mode (NO_BACKSLASH_ESCAPES and ANSI_QUOTES change quoted strings
+//     only) and whatever the client character set (the statement is ASCII,
+//     which every client character set the servers accept reads alike).
+//   - CAST(binary AS CHAR) is a string of the connection's character set
+//     (character_set_connection) with the same bytes: a copy, no
+//     conversion. A bound parameter (today's COM_STMT_EXECUTE, and every
+//     released version's) arrives as a string of character_set_client
+//     converted to character_set_connection, which is a copy too when the
+//     two are one character set (they are after the handshake, SET NAMES,
+//     or the DSN's charset: utf8mb4, latin1, binary alike). So both reach
+//     GET_LOCK as the same bytes in the same character set: the same lock,
+//     on MariaDB (which compares names byte for byte) and on MySQL 5.7 and
+//     later (which converts the name from its character set to utf8 and
+//     lower-cases it). Tested both ways by TestMySQLNameLiteralIdentity.
+//   - Timeouts are numeric literals (mysqlTimeout), never text from a
+//     caller.
+
+// writeMySQLName writes name as the expression CAST(X'…' AS CHAR) (above).
+func writeMySQLName(b *strings.Builder, name string) {
+	const digits = "0123456789abcdef"
+	b.WriteString("CAST(X'")
+	for i := 0; i < len(name); i++ {
+		b.WriteByte(digits[name[i]>>4])
+		b.WriteByte(digits[name[i]&0x0f])
+	}
+	b.WriteString("' AS CHAR)")
+}
+
+// mysqlStmtSize is the size of a statement of fixed bytes of its own
+// text and the name literal of name (writeMySQLName).
+func mysqlStmtSize(fixed int, name string) int { return fixed + len("CAST(X'' AS CHAR)") + 2*len(name) }
+
+// mysqlTimeout is GET_LOCK's timeout for a wait: a numeric literal of
+// seconds, the float64 a bound parameter sent (wait.Seconds(), shortest
+// exact form, never an exponent), or 0 for a try.
+func mysqlTimeout(wait time.Duration) string {
+	if wait <= 0 {
+		return "0"
+	}
+	return strconv.FormatFloat(wait.Seconds(), 'f', -1, 64)
+}
+
+// mysqlNameStmt is the statement "SELECT <fn>(<name literal>)<tail>".
+func mysqlNameStmt(fn, name, tail string) string {
+	var b strings.Builder
+	b.Grow(mysqlStmtSize(len("SELECT ()")+len(fn)+len(tail), name))
+	b.WriteString("SELECT ")
+	b.WriteString(fn)
+	b.WriteByte('(')
+	writeMySQLName(&b, name)
+	b.WriteByte(')')
+	b.WriteString(tail)
+	return b.String()
 }
 
 // ErrNotHeld is returned by MySQLReleaseLock when the server says the lock
@@ -82,7 +151,7 @@ var ErrNotHeld = errors.New("ormlock: lock was not held by this connection")
 // lock) wrap ErrNotHeld.
 func MySQLReleaseLock(ctx context.Context, q Querier, name string) error {
 	var res sql.NullInt64
-	if err := q.QueryRowContext(ctx, "SELECT RELEASE_LOCK(?)", name).Scan(&res); err != nil {
+	if err := q.QueryRowContext(ctx, mysqlNameStmt("RELEASE_LOCK", name, "")).Scan(&res); err != nil {
 		return errs.Wrap(err, "RELEASE_LOCK")
 	}
 	if !res.Valid {
@@ -98,7 +167,7 @@ func MySQLReleaseLock(ctx context.Context, q Querier, name string) error {
 // named lock is still held by this very connection.
 func MySQLHeld(ctx context.Context, q Querier, name string) error {
 	var held sql.NullBool
-	if err := q.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?) = CONNECTION_ID()", name).Scan(&held); err != nil {
+	if err := q.QueryRowContext(ctx, mysqlNameStmt("IS_USED_LOCK", name, " = CONNECTION_ID()")).Scan(&held); err != nil {
 		return errs.Wrap(err, "keepalive")
 	}
 	if !held.Valid || !held.Bool {

@@ -74,20 +74,21 @@ func (pgAdvisory) lockOneMessage(ctx context.Context, o *Op, db *sql.DB, conn pi
 	w, err := conn.wire()
 	if err == nil {
 		x.pc = w
-		// a cancellation asks the server to end the statement, which
-		// leaves nothing waiting there (see stmtCtx)
 		var sc serverCancel
 		if ctx.Done() != nil {
 			sc = w.CancelRequest
 		}
-		x.ctx, done = stmtCtx(ctx, wait > 0, sc)
-		err = pgMech.lockSend(o, &x, begin, use, wait, long, wantIso)
+		// a cancellation asks the server to end the statement, which leaves
+		// nothing waiting there (see stmtCtx); a semaphore's statements
+		// only try (its wait is rounds of them: pgshape.go)
+		x.ctx, done = stmtCtx(ctx, wait > 0 && !o.target.anyOne(), sc)
+		err = pgShapeRounds(ctx, o, &x, wait, pgMech.lockSend(o, &x, begin, use, wait, long, wantIso))
 	}
 	rep, status := x.rep, x.status
 	done()
 	ok := rep.ok
-	if err != nil && wait > 0 && SQLState(err) == sqlStateLockNotAvailable {
-		err = nil // lock_timeout expired: held elsewhere
+	if err != nil && lockRefused(err, wait > 0) {
+		err = nil // lock_timeout expired, or the try raised (pgthen.go): held elsewhere
 	}
 	if err == nil && ok && status != 'T' {
 		err = fmt.Errorf("transaction status %q after the lock", status)
@@ -123,6 +124,14 @@ func (pgAdvisory) lockOneMessage(ctx context.Context, o *Op, db *sql.DB, conn pi
 // lockSend sends o's lock message on x's connection (see lockOneMessage):
 // as text, or on a direct connection as the prepared statement.
 func (pgAdvisory) lockSend(o *Op, x *lockExchange, begin string, use lockTxFor, wait time.Duration, long, wantIso bool) error {
+	if o.target.several() {
+		return x.send(pgShapeMessage(begin, o.target, wait, long, wantIso))
+	}
+	if o.sendsThen(use) {
+		err := x.send(pgThenMessage(o, begin, wait, wantIso))
+		o.then.ran, o.then.rows = err == nil && x.rep.ok, x.rep.then
+		return err
+	}
 	var ps *pgConnState
 	if use == forFn && wait == 0 && o.target.Simple() {
 		ps = pgConnStateOf(x.pc)
@@ -147,9 +156,6 @@ func (pgAdvisory) lockSend(o *Op, x *lockExchange, begin string, use lockTxFor, 
 	return pgMech.lockPrepared(o, x, ps, begin)
 }
 
-// noop is the release of a context that needs none.
-func noop() {}
-
 // lockExchange sends lock messages on one connection's wire, keeping the
 // reply to the last one and the transaction status after it.
 type lockExchange struct {
@@ -168,39 +174,6 @@ func (x *lockExchange) send(msg string, l lockLayout) error {
 		err = errors.New("connection closed")
 	}
 	return err
-}
-
-// LazyDB is a *sql.DB opened on first use (Op.LazyDB; pgxlock's, which
-// internal/verbs' Pool.Lazy hands over): DB opens it, the queries of the
-// server check run on it, and Close gives back what it opened. One that
-// also has a method SharedDB() *sql.DB gives with it the *sql.DB under
-// which its pool's shared lock connections live (sharedDB).
-type LazyDB interface {
-	DB() *sql.DB
-	Close()
-	CheckQuerier
-}
-
-// sqlDB is db, or when db is nil the *sql.DB o.LazyDB opens (pgxlock's
-// Transaction, Session and Lead are given none: their lock connection
-// comes from o.LockConns, and only the paths that need database/sql open
-// it).
-func sqlDB(o *Op, db *sql.DB) *sql.DB {
-	if db == nil && o.LazyDB != nil {
-		return o.LazyDB.DB()
-	}
-	return db
-}
-
-// sharedDB is sqlDB for the shared lock connections, which live under
-// a *sql.DB as long as it is open: when db is nil, the one o.LazyDB shares
-// between the calls on its pool, if it has one (pgxlock's, per pool while
-// any call uses it).
-func sharedDB(o *Op, db *sql.DB) *sql.DB {
-	if s, ok := o.LazyDB.(interface{ SharedDB() *sql.DB }); ok && db == nil {
-		return s.SharedDB()
-	}
-	return sqlDB(o, db)
 }
 
 // The transaction of a one-message BEGIN, which database/sql does not know
@@ -366,6 +339,9 @@ func (t *OneMessageTx) end(stmt string) error {
 	w, err := t.pin.wire()
 	if err == nil {
 		idle, err = pgEnd(t.ctx, w, stmt)
+		if err != nil && stmt != "COMMIT" && stmt != "ROLLBACK" && !w.IsClosed() {
+			idle, err = endFailed(t.ctx, w, err) // CommitWith's statement failed
+		}
 	}
 	if idle {
 		t.pin.giveBack()
@@ -376,24 +352,24 @@ func (t *OneMessageTx) end(stmt string) error {
 	return err
 }
 
-// pgEnd sends stmt (COMMIT or ROLLBACK) on w and reports whether the
+// pgEnd sends stmt (COMMIT or ROLLBACK, COMMIT maybe after a statement of
+// CommitWith's) on w and reports whether the
 // server then says the connection is idle outside any transaction. A
 // COMMIT the server answered with ROLLBACK is the driver's
 // ErrCommitRollback, as from its own transactions.
 func pgEnd(ctx context.Context, w PgWire, stmt string) (idle bool, err error) {
 	r := w.Exec(ctx, stmt)
-	results, rolledBack := 0, false
+	rolledBack := false
 	for r.NextResult() {
 		tag, _ := r.CloseResult()
-		results++
-		rolledBack = tag == "ROLLBACK"
+		rolledBack = tag == "ROLLBACK" // the last statement's: COMMIT's
 	}
 	err = r.Close()
 	idle = err == nil && w.TxStatus() == 'I'
 	if err != nil {
 		return idle, err
 	}
-	if stmt == "COMMIT" && results == 1 && rolledBack {
+	if strings.HasSuffix(stmt, "COMMIT") && rolledBack {
 		return idle, pgDriver.ErrCommitRollback()
 	}
 	return idle, nil

@@ -48,6 +48,11 @@ type Op struct {
 	// key, which differs per slot.
 	Job string
 
+	// then, when set (SetThen), is a statement that travels after the
+	// lock statement in the message that begins fn's transaction on
+	// PostgreSQL (RunOnce's ledger claim: pgthen.go), and what became of it
+	then *thenStmt
+
 	target Target // what o takes, resolved for its dialect (target.go)
 	// held are the items of a shape o holds, in the order taken
 	// (shapes.go); reserved is what it reserved in this process on a

@@ -164,6 +164,8 @@ type lockLayout struct {
 	iso  bool // transaction_isolation
 	pid  bool // pg_backend_pid()
 	mark bool // the prepared statement's mark (pgConnState.mark)
+	slot bool // the lock's result is a semaphore's slot number (pgShapeStmt), not a boolean
+	then bool // a statement without rows follows the lock's (Op.Then), whose rows affected are read
 }
 
 // lockReply is what a lock message answered.
@@ -173,6 +175,8 @@ type lockReply struct {
 	level sql.IsolationLevel // transaction_isolation when it takes its snapshot once (snapshotLevel), else LevelDefault
 	pid   uint32
 	mark  int64
+	slot  int   // a semaphore's slot taken (1 to n), 0 when none, -1 when none and slot n+1 is held
+	then  int64 // the rows the statement after the lock's affected (lockLayout.then)
 }
 
 // readLockReply reads the answer to a lock message to its end, without
@@ -185,6 +189,7 @@ func readLockReply(mrr PgReply, l lockLayout) (lockReply, error) {
 		rowErr  error
 		results int
 		rows    int
+		tag     string
 	)
 	for mrr.NextResult() {
 		results++
@@ -195,7 +200,8 @@ func readLockReply(mrr PgReply, l lockLayout) (lockReply, error) {
 				rep, rowErr = parseLockRow(mrr.Values(), l)
 			}
 		}
-		if _, err := mrr.CloseResult(); err != nil {
+		var err error
+		if tag, err = mrr.CloseResult(); err != nil {
 			_ = mrr.Close()
 			return lockReply{}, err
 		}
@@ -211,6 +217,9 @@ func readLockReply(mrr PgReply, l lockLayout) (lockReply, error) {
 		return lockReply{}, errors.New("no result")
 	case rows != 1:
 		return lockReply{}, fmt.Errorf("unexpected result of the lock statement: %d rows", rows)
+	}
+	if l.then {
+		rep.then = tagRows(tag)
 	}
 	return rep, rowErr
 }
@@ -228,6 +237,13 @@ func parseLockRow(row [][]byte, l lockLayout) (lockReply, error) {
 	}
 	var rep lockReply
 	rep.ok = string(row[0]) == "t"
+	if l.slot {
+		n, err := strconv.Atoi(string(row[0]))
+		if err != nil {
+			return lockReply{}, fmt.Errorf("unexpected result of the semaphore's statement: %q", row[0])
+		}
+		rep.ok, rep.slot = n > 0, n
+	}
 	if l.wait && !rep.ok {
 		return lockReply{}, fmt.Errorf("unexpected result of pg_advisory_xact_lock: %q", row[0])
 	}

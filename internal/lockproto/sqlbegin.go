@@ -300,9 +300,11 @@ func beginArmed(ctx context.Context, o *Op, conn *sql.Conn, opts *sql.TxOptions,
 		if ctx.Done() != nil {
 			sc = w.CancelRequest
 		}
+		// as lockOneMessage: a semaphore's statements only try, its wait
+		// is rounds of them (pgShapeRounds)
 		var done func()
-		x.ctx, done = stmtCtx(ctx, wait > 0, sc)
-		sendErr = pgMech.lockSend(o, &x, begin, forFn, wait, false, wantIso)
+		x.ctx, done = stmtCtx(ctx, wait > 0 && !o.target.anyOne(), sc)
+		sendErr = pgShapeRounds(ctx, o, &x, wait, pgMech.lockSend(o, &x, begin, forFn, wait, false, wantIso))
 		done()
 		return sendErr
 	})
@@ -334,14 +336,15 @@ func beginArmed(ctx context.Context, o *Op, conn *sql.Conn, opts *sql.TxOptions,
 	return nil, sql.LevelDefault, settle(ctx, o, false, bounded, err)
 }
 
-// lockOutcome reads a lock message's exchange x (its send error sendErr):
-// whether the lock was taken, or the error that kept the call from knowing.
-// A wait's lock_timeout is "held elsewhere"; a lock that came as ctx ended
-// is given up (its transaction is rolled back by the caller).
+// lockOutcome reads a lock message's exchange x (its send error sendErr)
+// as lockOneMessage does: whether the lock was taken, or the error that
+// kept the call from knowing. A wait's lock_timeout, or a try that raised,
+// is "held elsewhere"; a lock that came as ctx ended is given up (its
+// transaction is rolled back by the caller).
 func lockOutcome(ctx context.Context, x *lockExchange, sendErr error, wait time.Duration) (bool, error) {
 	ok, err := x.rep.ok, sendErr
-	if err != nil && wait > 0 && SQLState(err) == sqlStateLockNotAvailable {
-		err = nil // lock_timeout expired: held elsewhere
+	if err != nil && lockRefused(err, wait > 0) {
+		err = nil // lock_timeout expired, or the try raised (pgthen.go): held elsewhere
 	}
 	if err == nil && ok && x.status != 'T' {
 		err = fmt.Errorf("transaction status %q after the lock", x.status)

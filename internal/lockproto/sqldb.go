@@ -104,3 +104,36 @@ func (d Dialect) Product() string {
 func IsMissingTable(err error) bool {
 	return SQLState(err) == "42P01" || MySQLErrno(err) == 1146
 }
+
+// LazyDB is a *sql.DB opened on first use (Op.LazyDB; pgxlock's, which
+// internal/verbs' Pool.Lazy hands over): DB opens it, the queries of the
+// server check run on it, and Close gives back what it opened. One that
+// also has a method SharedDB() *sql.DB gives with it the *sql.DB under
+// which its pool's shared lock connections live (sharedDB).
+type LazyDB interface {
+	DB() *sql.DB
+	Close()
+	CheckQuerier
+}
+
+// sqlDB is db, or when db is nil the *sql.DB o.LazyDB opens (pgxlock's
+// Transaction, Session and Lead are given none: their lock connection
+// comes from o.LockConns, and only the paths that need database/sql open
+// it).
+func sqlDB(o *Op, db *sql.DB) *sql.DB {
+	if db == nil && o.LazyDB != nil {
+		return o.LazyDB.DB()
+	}
+	return db
+}
+
+// sharedDB is sqlDB for the shared lock connections, which live under
+// a *sql.DB as long as it is open: when db is nil, the one o.LazyDB shares
+// between the calls on its pool, if it has one (pgxlock's, per pool while
+// any call uses it).
+func sharedDB(o *Op, db *sql.DB) *sql.DB {
+	if s, ok := o.LazyDB.(interface{ SharedDB() *sql.DB }); ok && db == nil {
+		return s.SharedDB()
+	}
+	return sqlDB(o, db)
+}

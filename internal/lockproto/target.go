@@ -67,13 +67,14 @@ const (
 var kinds = [...]struct {
 	simple     bool // one exclusive key: every fast path, one lock statement
 	oneMessage bool // travels with BEGIN in one message (onemsg.go)
+	several    bool // several server locks, which that message takes in one statement (pgshape.go)
 	anyOne     bool // any one of the items is taken (a semaphore's slots), not all of them
 	shared     bool // the one key is taken in share mode
 }{
 	kindKey:       {simple: true, oneMessage: true},
-	kindAll:       {},
+	kindAll:       {oneMessage: true, several: true},
 	kindShared:    {oneMessage: true, shared: true},
-	kindSemaphore: {anyOne: true},
+	kindSemaphore: {oneMessage: true, several: true, anyOne: true},
 }
 
 // newTarget resolves k in namespace ns for dialect d (keys.Postgres,
@@ -186,8 +187,13 @@ func (t Target) anyShared() bool {
 func (t Target) Simple() bool { return kinds[t.kind].simple }
 
 // oneMessage reports whether t travels with BEGIN in one message on
-// PostgreSQL (onemsg.go): one key, exclusive or shared.
+// PostgreSQL (onemsg.go): every kind (a set's keys and a semaphore's slots
+// in one statement of that message: pgshape.go).
 func (t Target) oneMessage() bool { return kinds[t.kind].oneMessage }
+
+// several reports whether t is several server locks (All, Semaphore),
+// which the one message takes in one statement (pgShapeMessage).
+func (t Target) several() bool { return kinds[t.kind].several }
 
 // anyOne reports whether any one of t's items is taken (a semaphore's
 // slots), rather than all of them in order.

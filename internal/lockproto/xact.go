@@ -87,6 +87,9 @@ func (pgAdvisory) beginOneMessage(ctx context.Context, o *Op, db *sql.DB, conn p
 	lt := &LockedTx{Tx: ct, ctx: ctx, op: o, txCancel: ct.cancel}
 	if level := ct.snapDefault; level != sql.LevelDefault {
 		_ = lt.Rollback()
+		if o.then != nil {
+			o.then.ran = false // rolled back with the transaction
+		}
 		return nil, level, nil
 	}
 	return lt, sql.LevelDefault, nil

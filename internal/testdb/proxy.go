@@ -24,13 +24,17 @@ type Proxy struct {
 	wg    sync.WaitGroup
 	proto Kind // the protocol DelayReplies reads; "": bytes only
 
-	mu       sync.Mutex
-	upstream string
-	gate     chan struct{} // non-nil while frozen; closed by Thaw
-	pairs    map[*proxyPair]struct{}
-	closed   bool
-	delay    replyDelay  // DelayReplies' rule
-	matched  []time.Time // when each statement it matched went to the server
+	mu          sync.Mutex
+	upstream    string
+	gate        chan struct{} // non-nil while frozen; closed by Thaw
+	pairs       map[*proxyPair]struct{}
+	closed      bool
+	delay       replyDelay            // DelayReplies' rule
+	matched     []time.Time           // when each statement it matched went to the server
+	cmds        []Command             // the clients' commands (cmdcount.go)
+	refuse      func(sql string) bool // RefuseQueries' rule
+	refuseErrno uint16
+	conns       int // client connections accepted
 }
 
 type proxyPair struct {
@@ -180,10 +184,12 @@ func (p *Proxy) accept() {
 			return
 		}
 		pp := &proxyPair{a: c, done: make(chan struct{})}
+		p.mu.Lock()
+		p.conns++
 		if p.proto != "" {
 			pp.wire = newWireState(p.proto)
+			pp.wire.conn = p.conns
 		}
-		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
 			c.Close()
@@ -231,10 +237,14 @@ func (p *Proxy) pipe(pp *proxyPair, dst, src net.Conn, up bool) {
 					return
 				}
 			}
-			if pp.wire != nil && !p.relay(pp, buf[:n], up) {
-				return
+			out := buf[:n]
+			if pp.wire != nil {
+				var ok bool
+				if out, ok = p.relay(pp, out, up); !ok {
+					return
+				}
 			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
+			if _, werr := dst.Write(out); werr != nil {
 				return
 			}
 		}

@@ -121,27 +121,53 @@ func (p *Proxy) rule() replyDelay {
 }
 
 // relay reads a chunk on its way (up: from the client) and, going down,
-// holds it when it starts a reply DelayReplies holds. It returns false when
-// the pair closed while the reply was held.
-func (p *Proxy) relay(pp *proxyPair, chunk []byte, up bool) bool {
+// holds it when it starts a reply DelayReplies holds. It returns what to
+// pass on (the chunk, or up with RefuseQueries on, the whole commands not
+// refused) and false when the pair closed while the reply was held.
+func (p *Proxy) relay(pp *proxyPair, chunk []byte, up bool) ([]byte, bool) {
 	w := pp.wire
 	if up {
 		r := p.rule()
+		p.mu.Lock()
+		refuse, errno := p.refuse, p.refuseErrno
+		p.mu.Unlock()
 		pp.mu.Lock()
+		var held []byte // bytes read but not passed on, as refusing stops
+		switch {
+		case refuse != nil && w.refuse == nil:
+			w.skip = len(w.buf) // passed on already
+		case refuse == nil && w.refuse != nil:
+			held = append(held, w.buf...)
+		}
+		w.refuse, w.errno = refuse, errno
 		n := w.read(chunk, r.match)
 		if n > 0 {
 			w.hold = r.d
 		}
+		cmds, out, answers := w.cmds, chunk, w.answers
+		switch {
+		case refuse != nil:
+			out = w.out
+		case held != nil:
+			out = append(held, chunk...)
+		}
+		w.cmds, w.out, w.answers = nil, nil, nil
 		pp.mu.Unlock()
-		if n > 0 {
+		if len(cmds) > 0 || n > 0 {
 			now := time.Now()
 			p.mu.Lock()
+			p.cmds = append(p.cmds, cmds...)
 			for range n {
 				p.matched = append(p.matched, now)
 			}
 			p.mu.Unlock()
 		}
-		return true
+		if len(answers) > 0 {
+			if _, err := pp.a.Write(answers); err != nil {
+				return nil, false
+			}
+		}
+		return out, true
 	}
 	pp.mu.Lock()
 	w.reply(chunk)
@@ -149,15 +175,15 @@ func (p *Proxy) relay(pp *proxyPair, chunk []byte, up bool) bool {
 	w.hold = 0
 	pp.mu.Unlock()
 	if d <= 0 {
-		return true
+		return chunk, true
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
-		return true
+		return chunk, true
 	case <-pp.done:
-		return false
+		return nil, false
 	}
 }
 
@@ -166,6 +192,15 @@ type wireState struct {
 	kind Kind
 	buf  []byte        // client bytes not yet read as whole messages
 	hold time.Duration // the next reply is held this long
+	conn int           // the proxy's number for the connection
+	cmds []Command     // commands read and not yet handed to the proxy (MySQL)
+	// RefuseQueries (MySQL): the rule, the whole messages to pass on, and
+	// the error packets to answer the client with
+	refuse  func(sql string) bool
+	out     []byte
+	answers []byte
+	errno   uint16
+	skip    int // bytes at the head of buf passed on before refusing began
 
 	// MySQL
 	prepared bool            // a matching COM_STMT_PREPARE awaits its statement id
@@ -195,6 +230,10 @@ func (w *wireState) read(chunk []byte, match func(string) bool) int {
 		if held {
 			n++
 		}
+		if w.refuse != nil && (w.skip > 0 || !w.refused(w.buf[:size])) {
+			w.out = append(w.out, w.buf[min(w.skip, size):size]...)
+		}
+		w.skip = max(w.skip-size, 0)
 		w.buf = w.buf[size:]
 	}
 	if len(w.buf) == 0 {
@@ -227,6 +266,9 @@ func (w *wireState) nextMySQL(match func(string) bool) (int, bool, bool) {
 	if b[3] != 0 || len(payload) == 0 {
 		return size, false, true
 	}
+	c := mysqlCommand(payload)
+	c.Conn = w.conn
+	w.cmds = append(w.cmds, c)
 	switch payload[0] {
 	case 0x03: // COM_QUERY
 		return size, match != nil && match(string(payload[1:])), true
