@@ -324,6 +324,9 @@ func beginArmed(ctx context.Context, o *Op, conn *sql.Conn, opts *sql.TxOptions,
 		if level := x.rep.level; wantIso && level != sql.LevelDefault {
 			// as beginOneMessage: the snapshot predates the lock
 			_ = lt.Rollback()
+			if o.then != nil {
+				o.then.ran = false // rolled back with the transaction
+			}
 			return nil, level, nil
 		}
 		return lt, sql.LevelDefault, err
