@@ -37,7 +37,7 @@ func WrapConnector(c driver.Connector) driver.Connector {
 	if _, ok := c.(*wrappedConnector); ok {
 		return c
 	}
-	return &wrappedConnector{c}
+	return &wrappedConnector{c: c, drv: &wrappedDriver{c.Driver()}}
 }
 
 // OpenWrapped is sql.Open on a wrapped connector (WrapConnector) of the
@@ -68,7 +68,10 @@ type dsnConnector struct {
 func (c dsnConnector) Connect(context.Context) (driver.Conn, error) { return c.d.Open(c.dsn) }
 func (c dsnConnector) Driver() driver.Driver                        { return c.d }
 
-type wrappedConnector struct{ c driver.Connector }
+type wrappedConnector struct {
+	c   driver.Connector
+	drv *wrappedDriver
+}
 
 func (w *wrappedConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	dc, err := w.c.Connect(ctx)
@@ -78,7 +81,7 @@ func (w *wrappedConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	return &armedConn{Conn: dc}, nil
 }
 
-func (w *wrappedConnector) Driver() driver.Driver { return wrappedDriver{w.c.Driver()} }
+func (w *wrappedConnector) Driver() driver.Driver { return w.drv }
 
 // Close closes the wrapped connector when it is an io.Closer (database/sql
 // calls it from DB.Close).
@@ -93,7 +96,7 @@ func (w *wrappedConnector) Close() error {
 // one, whose type still tells the dialect (DialectOfDB).
 type wrappedDriver struct{ d driver.Driver }
 
-func (d wrappedDriver) Open(name string) (driver.Conn, error) {
+func (d *wrappedDriver) Open(name string) (driver.Conn, error) {
 	dc, err := d.d.Open(name)
 	if err != nil {
 		return nil, err
@@ -103,10 +106,20 @@ func (d wrappedDriver) Open(name string) (driver.Conn, error) {
 
 // unwrapDriver is the driver under a wrapped connector's, else d.
 func unwrapDriver(d driver.Driver) driver.Driver {
-	if w, ok := d.(wrappedDriver); ok {
+	if w, ok := d.(*wrappedDriver); ok {
 		return w.d
 	}
 	return d
+}
+
+// wrappedPool reports whether db was opened on a wrapped connector (a
+// type assertion: the protocol asks it on every sqllock call).
+func wrappedPool(db *sql.DB) bool {
+	if db == nil {
+		return false
+	}
+	_, ok := db.Driver().(*wrappedDriver)
+	return ok
 }
 
 // DriverConn returns the driver's own connection under dc, a connection as
@@ -251,10 +264,11 @@ func (t *wrappedTx) end(stmt string) error {
 	return err
 }
 
-// armable reports whether conn is a wrapped connector's connection of the
-// registered driver (pgx's), on which database/sql's BEGIN can carry the
-// lock.
-func armable(conn *sql.Conn) bool {
+// setSend arms conn with send, or with nil disarms it, and reports whether
+// conn is a wrapped connector's connection of the registered driver
+// (pgx's), whose BEGIN can carry the lock; only such a connection is
+// armed.
+func setSend(conn *sql.Conn, send func(w PgWire) error) bool {
 	return conn.Raw(func(dc any) error {
 		c, ok := dc.(*armedConn)
 		if !ok {
@@ -263,38 +277,25 @@ func armable(conn *sql.Conn) bool {
 		if _, ok := pgDriver.Wire(c.Conn); !ok {
 			return errNoOneMessage
 		}
+		c.send = send
 		return nil
 	}) == nil
 }
 
-// setSend arms (or, with nil, disarms) conn, a connection of a wrapped
-// connector (armable).
-func setSend(conn *sql.Conn, send func(w PgWire) error) {
-	_ = conn.Raw(func(dc any) error {
-		if c, ok := dc.(*armedConn); ok {
-			c.send = send
-		}
-		return nil
-	})
-}
-
 // beginArmed begins fn's transaction through database/sql on conn, a
-// wrapped connector's pgx connection (armable), with the lock in BEGIN's
-// message: the one-message protocol of lockOneMessage with a *sql.Tx. The
+// connection of a wrapped connector's pool, with the lock in BEGIN's
+// message: the one-message protocol of lockOneMessage with a *sql.Tx (on a
+// connection that is not pgx's under the wrapper, beginThenLock's). The
 // snapshot level is returned as beginOneMessage does. On failure conn has
 // been given back, after a ROLLBACK the server confirmed, or destroyed.
 func beginArmed(ctx context.Context, o *Op, conn *sql.Conn, opts *sql.TxOptions, begin string) (*LockedTx, sql.IsolationLevel, error) {
-	wait, bounded, err := attempt(ctx, o)
-	if err != nil {
-		_ = conn.Close() // nothing was sent
-		return nil, sql.LevelDefault, err
-	}
 	wantIso := !strings.Contains(begin, "ISOLATION")
 	var (
 		x       lockExchange
 		sendErr error
+		wait    time.Duration // attempt's, set before BEGIN is asked for
 	)
-	setSend(conn, func(w PgWire) error {
+	armed := setSend(conn, func(w PgWire) error {
 		x.pc = w
 		var sc serverCancel
 		if ctx.Done() != nil {
@@ -308,6 +309,15 @@ func beginArmed(ctx context.Context, o *Op, conn *sql.Conn, opts *sql.TxOptions,
 		done()
 		return sendErr
 	})
+	if !armed {
+		return pgMech.beginThenLock(ctx, o, conn, opts)
+	}
+	wait, bounded, err := attempt(ctx, o)
+	if err != nil {
+		setSend(conn, nil)
+		_ = conn.Close() // nothing was sent
+		return nil, sql.LevelDefault, err
+	}
 	tx, txCancel, berr := beginOn(ctx, o, conn, opts)
 	setSend(conn, nil)
 	if tx == nil {

@@ -45,7 +45,7 @@ func (pgAdvisory) beginInline(ctx context.Context, o *Op, db *sql.DB, opts *sql.
 	switch {
 	case oneMsg && !o.NeedSQLTx && oneMessageOn(conn):
 		lt, snap, err = pgMech.beginOneMessage(ctx, o, db, conn, begin)
-	case oneMsg && o.NeedSQLTx && armable(conn.sqlConn()):
+	case oneMsg && o.NeedSQLTx && wrappedPool(db):
 		// a *sql.Tx on a wrapped connector's connection: database/sql's
 		// BEGIN carries the lock (sqlbegin.go)
 		lt, snap, err = beginArmed(ctx, o, conn.sqlConn(), opts, begin)
