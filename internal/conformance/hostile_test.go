@@ -222,3 +222,31 @@ func TestRunOnceServerDefaultIsolation(t *testing.T) {
 		}
 	}
 }
+
+// A fn that changes its own run's ledger row (here: marks it failed) leaves
+// no claim to mark done: the run is not committed (the mark done, which on
+// PostgreSQL travels with COMMIT, refuses it), the error wraps
+// ErrLockLost, and neither fn's writes nor a 'done' row remain.
+func TestRunOnceFnChangesItsClaim(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		r, tbl := openWithLedger(t, a, k)
+		owner := enttest.Owner(t, k)
+		job := shortNames(a, k, "fc", 1)[0]
+		err := r.RunOnce(context.Background(), job, testdb.Slot(1), func(tx txn) error {
+			if err := tx.Insert(owner, 1); err != nil {
+				return err
+			}
+			return tx.Exec("UPDATE " + tbl + " SET status = 'failed' WHERE job = '" + job + "'") // job: letters, digits, '-'
+
+		}, ormlock.WithLedgerTable(tbl))
+		if !errors.Is(err, ormlock.ErrLockLost) {
+			t.Fatalf("%v, want ErrLockLost", err)
+		}
+		if n := enttest.Count(t, k, owner); n != 0 {
+			t.Errorf("%d rows of fn committed, want none", n)
+		}
+		if rs := runsOf(t, r, tbl, job); len(rs) != 0 {
+			t.Errorf("ledger rows %+v, want none", rs)
+		}
+	})
+}

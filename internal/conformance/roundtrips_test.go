@@ -3,6 +3,7 @@ package conformance_test
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
@@ -68,6 +69,18 @@ func TestShapeRoundTrips(t *testing.T) {
 			"Shared":                    sl.Count(t, winner(shared)),
 			"RunOnce, a fresh slot":     sl.Count(t, runOnce),
 			"ORM transaction, no lock":  sl.Count(t, func() error { return r.PlainTx(ctx) }),
+			"Session, All of 8": sl.Count(t, func() error {
+				return r.Session(ctx, set, func(context.Context) error { return nil })
+			}),
+		}
+		if a.name == "pgxlock" {
+			// the split protocol needs two connections: the others' counted
+			// pool has one (pgxlock's lock connection comes from its own)
+			counts["RunOnce, REPEATABLE READ"] = sl.Count(t, func() error {
+				slot++
+				return r.RunOnce(ctx, job, testdb.Slot(slot), fn, ormlock.WithLedgerTable(tbl),
+					ormlock.WithTxOptions(&sql.TxOptions{Isolation: sql.LevelRepeatableRead}))
+			})
 		}
 		// losers: the 5th key of the set, every slot, the key in
 		// exclusive mode, and the run's lock, held by hand-written SQL
@@ -95,6 +108,10 @@ func TestShapeRoundTrips(t *testing.T) {
 		for c := range counts {
 			want[c] = 2
 		}
+		// the split protocol (two connections, counted together): the lock
+		// transaction's BEGIN+lock and ROLLBACK; fn's BEGIN, claim, mark
+		// done, the lock's confirmation and COMMIT
+		want["RunOnce, REPEATABLE READ"] = 7
 		sqlShapeRoundTrips(a, want)
 		for c, lines := range counts {
 			t.Logf("%s: %d round trips: %q", c, len(lines), lines)

@@ -27,9 +27,11 @@ import (
 const shapeGrace = time.Second
 
 // lockStatement matches the statements that take a lock: GET_LOCK, the
-// pg_*advisory*_lock functions (not their unlock).
+// pg_*advisory_*lock functions (not their unlock, nor a look at pg_locks'
+// locktype 'advisory', such as a refused semaphore's probe before its
+// ROLLBACK).
 func lockStatement(q string) bool {
-	return strings.Contains(q, "GET_LOCK(") || strings.Contains(q, "advisory") && !strings.Contains(q, "unlock")
+	return strings.Contains(q, "GET_LOCK(") || strings.Contains(q, "advisory_") && !strings.Contains(q, "unlock")
 }
 
 // delayedRunner is a's runner on a pool that reaches kind k's server

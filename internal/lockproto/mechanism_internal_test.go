@@ -68,7 +68,7 @@ func TestMechanismRendersTargets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !sem.anyOne() || sem.oneMessage() || len(sem.items) != 3 || sem.probeFor(0, 2) == nil || sem.probeFor(0, 1) != nil || sem.probeFor(1, 2) != nil {
+	if !sem.anyOne() || !sem.oneMessage() || !sem.several() || len(sem.items) != 3 || sem.probeFor(0, 2) == nil || sem.probeFor(0, 1) != nil || sem.probeFor(1, 2) != nil {
 		t.Errorf("Semaphore: %+v", sem)
 	}
 	if got := sem.probeFor(0, 2).it.pg; got != keys.Postgres(keys.SlotKey(keys.Name("job"), 4), "") {

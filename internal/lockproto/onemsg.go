@@ -116,7 +116,7 @@ func (pgAdvisory) lockOneMessage(ctx context.Context, o *Op, db *sql.DB, conn pi
 		txCancel()
 		conn.giveBack()
 	} else {
-		_ = withinGrace(ctx, txCancel, tx.Rollback)
+		rollbackRefused(ctx, o, tx, txCancel, err == nil && status == 'T')
 	}
 	return nil, 0, settle(ctx, o, false, bounded, err)
 }
@@ -331,14 +331,18 @@ func (t *OneMessageTx) Commit() error { return t.end("COMMIT") }
 // Rollback sends ROLLBACK.
 func (t *OneMessageTx) Rollback() error { return t.end("ROLLBACK") }
 
-func (t *OneMessageTx) end(stmt string) error {
+func (t *OneMessageTx) end(stmt string) error { return t.endRead(stmt, nil) }
+
+// endRead is end, reading into seen (when set) the first column of the
+// first row of the message's answer (a statement before ROLLBACK).
+func (t *OneMessageTx) endRead(stmt string, seen *bool) error {
 	if t.markDone() {
 		return sql.ErrTxDone
 	}
 	idle := false
 	w, err := t.pin.wire()
 	if err == nil {
-		idle, err = pgEnd(t.ctx, w, stmt)
+		idle, err = pgEnd(t.ctx, w, stmt, seen)
 		if err != nil && stmt != "COMMIT" && stmt != "ROLLBACK" && !w.IsClosed() {
 			idle, err = endFailed(t.ctx, w, err) // CommitWith's statement failed
 		}
@@ -352,15 +356,19 @@ func (t *OneMessageTx) end(stmt string) error {
 	return err
 }
 
-// pgEnd sends stmt (COMMIT or ROLLBACK, COMMIT maybe after a statement of
-// CommitWith's) on w and reports whether the
+// pgEnd sends stmt (COMMIT or ROLLBACK, maybe after a statement: CommitWith,
+// rollbackRefused, whose first row's first column is read into seen) on w
+// and reports whether the
 // server then says the connection is idle outside any transaction. A
 // COMMIT the server answered with ROLLBACK is the driver's
 // ErrCommitRollback, as from its own transactions.
-func pgEnd(ctx context.Context, w PgWire, stmt string) (idle bool, err error) {
+func pgEnd(ctx context.Context, w PgWire, stmt string, seen *bool) (idle bool, err error) {
 	r := w.Exec(ctx, stmt)
 	rolledBack := false
 	for r.NextResult() {
+		for seen != nil && r.NextRow() {
+			*seen, seen = len(r.Values()) > 0 && string(r.Values()[0]) == "t", nil
+		}
 		tag, _ := r.CloseResult()
 		rolledBack = tag == "ROLLBACK" // the last statement's: COMMIT's
 	}

@@ -101,11 +101,13 @@ func pgThenMessage(o *Op, begin string, wait time.Duration, iso bool) (string, l
 }
 
 // lockRefused reports whether err is a lock message's "not acquired": the
-// wait's lock_timeout expired, or the try-once lock of pgThenMessage
-// raised.
+// wait's lock_timeout (or a set's statement_timeout) expired, or the
+// try-once lock of pgThenMessage raised.
 func lockRefused(err error, wait bool) bool {
 	if wait {
-		return SQLState(err) == sqlStateLockNotAvailable
+		// lock_timeout, or a set's statement_timeout (pgshape.go)
+		return SQLState(err) == sqlStateLockNotAvailable ||
+			SQLState(err) == "57014" && strings.Contains(err.Error(), "statement timeout")
 	}
 	return raised(err, pgNotAcquiredSetting)
 }
@@ -161,7 +163,7 @@ func (t *LockedTx) commitBefore() (*OneMessageTx, string) {
 // then the error, ErrLockLost when that statement refused the commit.
 func endFailed(ctx context.Context, w PgWire, err error) (idle bool, _ error) {
 	if w.TxStatus() == 'E' {
-		idle, _ = pgEnd(ctx, w, "ROLLBACK")
+		idle, _ = pgEnd(ctx, w, "ROLLBACK", nil)
 	}
 	if raised(err, pgClaimLostSetting) {
 		return idle, errs.Mark(errs.ErrLockLost, nil, "the ledger row was no longer this run's claim before COMMIT, which was not sent")

@@ -15,9 +15,14 @@ import (
 // path that takes a lock: PostgreSQL's transaction-level locks (a
 // Transaction's, a Session's lock-only transaction, the split protocol's,
 // gormlock's savepoint), PostgreSQL's session-level locks on shared lock
-// connections, and MySQL/MariaDB's GET_LOCK on a pinned connection. A
-// shape never takes the one-message or prepared-statement fast paths: its
-// statements go one lock call each, in the target's order.
+// connections, and MySQL/MariaDB's GET_LOCK on a pinned connection. Where
+// the lock travels with BEGIN in one message on PostgreSQL (onemsg.go:
+// pgx, a Transaction's or a Session's transaction), a set and a semaphore
+// are one statement of that message (pgshape.go); everywhere else (the
+// two-message fallback, a savepoint of the caller's transaction, shared
+// lock connections, MySQL/MariaDB) their statements go one lock call each,
+// in the target's order, as below. A shape never takes the
+// prepared-statement fast path.
 //
 //   - All: each key in the canonical order; a refusal ends the attempt, and
 //     the keys taken before it are given back (PostgreSQL xact locks with
@@ -32,8 +37,9 @@ import (
 //     releases are cut endGrace after it ended.
 //   - Shared: one key, pg_advisory_xact_lock_shared and its try and
 //     session-level forms.
-//   - Semaphore: one round tries every slot once, from a random one, and
-//     takes the first free one (one slot at most per attempt); a wait
+//   - Semaphore: one round tries every slot once, from a random one (in
+//     the one message: from slot 1, pgshape.go), and takes the first free
+//     one (one slot at most per attempt); a wait
 //     repeats the rounds with a backoff from semRetryMin, doubling, at most
 //     semRetryMax, until the wait's budget ends. A slot lock is never
 //     waited on: a free slot elsewhere would go unseen.

@@ -140,6 +140,8 @@ type armedConn struct {
 	// send, when set, sends BEGIN and the lock on the connection's wire;
 	// the next BeginTx runs it once, and ResetSession drops it
 	send func(w PgWire) error
+	// tx is the transaction the last armed BeginTx opened
+	tx *wrappedTx
 }
 
 var (
@@ -188,60 +190,8 @@ func (c *armedConn) beginArmed(ctx context.Context, send func(w PgWire) error) (
 		}
 		return nil, err
 	}
-	return &wrappedTx{ctx: ctx, w: w}, nil
-}
-
-func (c *armedConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
-	if p, ok := c.Conn.(driver.ConnPrepareContext); ok {
-		return p.PrepareContext(ctx, query)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	return c.Prepare(query)
-}
-
-func (c *armedConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
-	if e, ok := c.Conn.(driver.ExecerContext); ok {
-		return e.ExecContext(ctx, query, args)
-	}
-	return nil, driver.ErrSkip
-}
-
-func (c *armedConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
-	if q, ok := c.Conn.(driver.QueryerContext); ok {
-		return q.QueryContext(ctx, query, args)
-	}
-	return nil, driver.ErrSkip
-}
-
-func (c *armedConn) Ping(ctx context.Context) error {
-	if p, ok := c.Conn.(driver.Pinger); ok {
-		return p.Ping(ctx)
-	}
-	return nil
-}
-
-func (c *armedConn) CheckNamedValue(nv *driver.NamedValue) error {
-	if v, ok := c.Conn.(driver.NamedValueChecker); ok {
-		return v.CheckNamedValue(nv)
-	}
-	return driver.ErrSkip
-}
-
-func (c *armedConn) ResetSession(ctx context.Context) error {
-	c.send = nil
-	if r, ok := c.Conn.(driver.SessionResetter); ok {
-		return r.ResetSession(ctx)
-	}
-	return nil
-}
-
-func (c *armedConn) IsValid() bool {
-	if v, ok := c.Conn.(driver.Validator); ok {
-		return v.IsValid()
-	}
-	return true
+	c.tx = &wrappedTx{ctx: ctx, w: w}
+	return c.tx, nil
 }
 
 // wrappedTx is the transaction an armed BEGIN opened, ended on the same
@@ -251,13 +201,22 @@ func (c *armedConn) IsValid() bool {
 type wrappedTx struct {
 	ctx context.Context
 	w   PgWire
+	// beforeRollback, when set, travels before ROLLBACK in its message,
+	// its answer's first column read into seen (rollbackRefused's probe)
+	beforeRollback string
+	seen           *bool
 }
 
-func (t *wrappedTx) Commit() error   { return t.end("COMMIT") }
-func (t *wrappedTx) Rollback() error { return t.end("ROLLBACK") }
+func (t *wrappedTx) Commit() error { return t.end("COMMIT", nil) }
+func (t *wrappedTx) Rollback() error {
+	if t.beforeRollback != "" {
+		return t.end(t.beforeRollback+"ROLLBACK", t.seen)
+	}
+	return t.end("ROLLBACK", nil)
+}
 
-func (t *wrappedTx) end(stmt string) error {
-	idle, err := pgEnd(t.ctx, t.w, stmt)
+func (t *wrappedTx) end(stmt string, seen *bool) error {
+	idle, err := pgEnd(t.ctx, t.w, stmt, seen)
 	if err == nil && !idle {
 		err = fmt.Errorf("ormlock: transaction status %q after %s: %w", t.w.TxStatus(), stmt, driver.ErrBadConn)
 	}
@@ -341,11 +300,28 @@ func beginArmed(ctx context.Context, o *Op, conn *sql.Conn, opts *sql.TxOptions,
 		}
 		return lt, sql.LevelDefault, err
 	}
+	// as rollbackRefused: a semaphore refused cleanly asks about slot n+1
+	// in its ROLLBACK's message
+	var probe *slotProbe
+	if err == nil && x.status == 'T' && o.target.anyOne() {
+		probe = &slotProbe{it: o.target.above}
+		var b strings.Builder
+		b.WriteString("SELECT ")
+		pgHeldLiteral(&b, probe.it)
+		b.WriteString("; ")
+		_ = conn.Raw(func(dc any) error {
+			if c, ok := dc.(*armedConn); ok && c.tx != nil {
+				c.tx.beforeRollback, c.tx.seen = b.String(), &probe.seen
+			}
+			return nil
+		})
+	}
 	if withinGrace(ctx, txCancel, tx.Rollback) != nil {
 		Destroy(conn)
 	} else {
 		_ = conn.Close()
 	}
+	o.reportProbe(ctx, probe)
 	return nil, sql.LevelDefault, settle(ctx, o, false, bounded, err)
 }
 
