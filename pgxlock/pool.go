@@ -48,7 +48,7 @@ var poolKeys sync.Map // weak.Pointer[pgxpool.Pool] -> *sql.DB
 
 // keyOf returns pool's stand-in *sql.DB (never opened: a cache key).
 func keyOf(pool *pgxpool.Pool) *sql.DB {
-	wp := weak.Make(pool)
+	wp := lockproto.WeakOf(pool) // no runtime lock per call (see WeakOf)
 	if k, ok := poolKeys.Load(wp); ok {
 		return k.(*sql.DB)
 	}

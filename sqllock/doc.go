@@ -114,13 +114,44 @@
 //
 // fn gets a real *sql.Tx, which only database/sql can begin: it sends BEGIN
 // as a round trip of its own, and the lock follows as the transaction's
-// first statement. A locked Transaction therefore costs what the
-// hand-written protocol does, one round trip more than a plain transaction:
-// on PostgreSQL three (BEGIN, the lock, COMMIT), four with
-// [ormlock.WithWait] (lock_timeout is set first), a loser three (BEGIN,
-// the lock, ROLLBACK); on MySQL/MariaDB GET_LOCK and RELEASE_LOCK around
-// the transaction (docs/PROTOCOL.md, Round trips). gormlock, entlock and
-// pgxlock on pgx send BEGIN and the lock in one message instead.
+// first statement. On a pool opened the usual way (sql.Open) a locked
+// Transaction therefore costs what the hand-written protocol does, one
+// round trip more than a plain transaction: on PostgreSQL three (BEGIN,
+// the lock, COMMIT), four with [ormlock.WithWait] (lock_timeout is set
+// first), a loser three (BEGIN, the lock, ROLLBACK); on MySQL/MariaDB
+// GET_LOCK and RELEASE_LOCK around the transaction (docs/PROTOCOL.md,
+// Round trips). gormlock, entlock and pgxlock on pgx send BEGIN and the
+// lock in one message instead.
+//
+// # Two round trips: Open, OpenDB, Wrap
+//
+// A pool opened by [Open] (or [OpenDB], on a connector wrapped by [Wrap])
+// closes the gap on PostgreSQL with pgx's driver: database/sql's own BEGIN,
+// the one that begins fn's *sql.Tx, travels in one message with the lock,
+// so a Transaction costs the round trips of a plain transaction, two
+// (BEGIN with the lock, COMMIT; a loser BEGIN with the lock, ROLLBACK;
+// [ormlock.WithWait] too), directly and behind PgBouncer:
+//
+//	db, err := sqllock.Open("pgx", dsn) // in place of sql.Open("pgx", dsn)
+//
+// It is opt-in because it changes how the pool's connections begin a
+// transaction that ormlock asks for: the wrapper sends that BEGIN (with
+// the lock) itself and ends the transaction with COMMIT or ROLLBACK on the
+// same connection, the way pgx's driver does, and a connection the server
+// does not report idle afterwards is closed, never pooled. Every other use
+// of the pool, its BeginTx included, is the driver's own and unchanged:
+// the pool is an ordinary *sql.DB for sqlc, sqlx, bun and the rest of the
+// program, and gormlock and entlock on it keep their one message. What fn
+// gets is the same *sql.Tx, with the same isolation rules: READ COMMITTED
+// (the default) and READ UNCOMMITTED travel with the lock; REPEATABLE
+// READ and SERIALIZABLE keep the two-connection protocol. A lock shape
+// ([ormlock.All], [ormlock.Semaphore], [ormlock.Shared]) costs two round
+// trips too, and a transactional [RunOnce] three: its ledger claim travels
+// with BEGIN and the lock, its mark done is a statement of its own before
+// COMMIT (see docs/PROTOCOL.md, database/sql's BEGIN). On another driver (lib/pq,
+// go-sql-driver/mysql) the wrapper changes nothing. (*sql.Conn).Raw on
+// the pool hands the wrapper's connection; the driver's own is not
+// reachable through it.
 //
 // What happens on each server, on cancellation, at each isolation level
 // and deadline, and how to size the pool: docs/PROTOCOL.md.

@@ -125,3 +125,22 @@ func ExampleLock_bun() {
 		fmt.Println("another replica rebuilds the index")
 	}
 }
+
+// A pool whose Transactions cost a plain transaction's two round trips on
+// PostgreSQL: database/sql's BEGIN carries the lock. The pool is an
+// ordinary *sql.DB for the rest of the program.
+func ExampleOpen() {
+	pool, err := sqllock.Open("pgx", "postgres://app@db.internal/app") // in place of sql.Open("pgx", ...)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close()
+	err = sqllock.Transaction(context.Background(), pool, "daily-settlement", func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, "INSERT INTO settlements (day) VALUES (CURRENT_DATE)")
+		return err
+	})
+	if errors.Is(err, ormlock.ErrNotAcquired) {
+		fmt.Println("another replica settles today")
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -148,10 +149,48 @@ func (s sqlTx) Context() context.Context { return s.ctx }
 
 func (s sqlTx) FencingToken() (int64, bool) { return ormlock.FencingToken(s.ctx) }
 
+// sqllock on a pool of sqllock.Open (sqllock.Wrap's connector): the same
+// verbs, with database/sql's BEGIN carrying the lock on PostgreSQL.
+
+func openSQLWrapped(t *testing.T, k testdb.Kind) locker {
+	t.Helper()
+	return sqlWrappedWith(t, k)
+}
+
+func sqlWrappedWith(t *testing.T, k testdb.Kind, opts ...ormlock.Option) runner {
+	t.Helper()
+	db, err := sqllock.Open(k.Driver(), testdb.DSN(t, k))
+	if err != nil {
+		t.Fatalf("sqllock.Open: %v", err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	enttest.Migrate(t, k)
+	t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
+	return sqlLocker{db, k.Dialect(), opts}
+}
+
+// sqlWrappedOnPool opens a wrapped pool on db's own connector (read from
+// database/sql's unexported field: a test's shortcut, so that nothing
+// connects before the test does), with db's pool size.
+func sqlWrappedOnPool(t *testing.T, dialect string, db *sql.DB) runner {
+	t.Helper()
+	f := reflect.ValueOf(db).Elem().FieldByName("connector")
+	c, ok := reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Interface().(driver.Connector)
+	if !ok {
+		t.Fatal("database/sql's DB has no connector field")
+	}
+	w := sqllock.OpenDB(c)
+	t.Cleanup(func() { _ = w.Close() })
+	w.SetMaxOpenConns(db.Stats().MaxOpenConnections)
+	return sqlLocker{db: w, dialect: dialect}
+}
+
 // sqlBeginRoundTrips sets sqllock's round trips in want: fn gets a *sql.Tx,
 // which database/sql begins with a BEGIN of its own, so the lock is a
 // statement of its own, as in the hand-written protocol (3 round trips);
-// the wait sets lock_timeout first (4, as a hand-written wait does).
+// the wait sets lock_timeout first (4, as a hand-written wait does). On a
+// pool of sqllock.Open ("sqllock-wrapped") that BEGIN carries the lock:
+// the plain transaction's 2, as every other adapter.
 func sqlBeginRoundTrips(a adapter, want map[string]int) {
 	if a.name != "sqllock" {
 		return

@@ -202,6 +202,7 @@ func TestObserverTransaction(t *testing.T) {
 			closed := testdb.Open(t, k)
 			cr := a.on(t, k.Dialect(), closed)
 			closed.Close()
+			_ = cr.Pool().Close() // the runner's own pool, when it opened one on closed's connector
 			rec.Reset()
 			key := "obs-closed-" + t.Name()
 			if err := cr.Transaction(ctx, key, fnCalled, obs); err == nil {

@@ -78,6 +78,7 @@ var adapters = []adapter{
 	{"gormlock", openGorm, gormWith, gormOnPool},
 	{"entlock", openEnt, entWith, entOnPool},
 	{"sqllock", openSQL, sqlWith, sqlOnPool},
+	{"sqllock-wrapped", openSQLWrapped, sqlWrappedWith, sqlWrappedOnPool},
 	{"pgxlock", openPgx, pgxWith, pgxOnPool},
 }
 

@@ -126,7 +126,7 @@ func checkPool(ctx context.Context, o *Op, db *sql.DB, q CheckQuerier) error {
 	if db == nil || q == nil {
 		return nil
 	}
-	wp := weak.Make(db)
+	wp := WeakOf(db)
 	o.checkedMu.Lock()
 	o.checkedPool = wp
 	o.checkedMu.Unlock()

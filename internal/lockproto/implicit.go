@@ -34,7 +34,7 @@ func mysqlInTx(ctx context.Context, conn *sql.Conn, q Querier) (bool, error) {
 	if conn != nil {
 		var in bool
 		err := conn.Raw(func(dc any) error {
-			v := reflect.ValueOf(dc)
+			v := reflect.ValueOf(DriverConn(dc))
 			if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
 				return errNoStatus
 			}

@@ -139,7 +139,7 @@ func (noPgDriver) ErrCommitRollback() error { return errCommitRollback }
 // PostgreSQL driver (pgdriver.go), or returns errNoOneMessage.
 func withWire(conn *sql.Conn, f func(w PgWire) error) error {
 	return conn.Raw(func(dc any) error {
-		w, ok := pgDriver.Wire(dc)
+		w, ok := pgDriver.Wire(DriverConn(dc))
 		if !ok {
 			return errNoOneMessage
 		}

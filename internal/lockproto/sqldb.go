@@ -36,7 +36,7 @@ var probed sync.Map // weak.Pointer[sql.DB] -> Dialect
 // db. ok is false, with a nil error, when the server is neither
 // PostgreSQL nor MySQL/MariaDB; err is the error of asking.
 func DialectOfDB(ctx context.Context, db *sql.DB, ask func(query func(q CheckQuerier) error) error) (Dialect, bool, error) {
-	t := reflect.TypeOf(db.Driver())
+	t := reflect.TypeOf(unwrapDriver(db.Driver()))
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}

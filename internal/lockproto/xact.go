@@ -33,8 +33,8 @@ func (pgAdvisory) beginInline(ctx context.Context, o *Op, db *sql.DB, opts *sql.
 		snap sql.IsolationLevel
 	)
 	begin, oneMsg := pgBegin(opts)
-	oneMsg = oneMsg && !o.NeedSQLTx && o.target.oneMessage()
-	native := oneMsg && poolNative(o, db)
+	oneMsg = oneMsg && o.target.oneMessage()
+	native := oneMsg && !o.NeedSQLTx && poolNative(o, db)
 	if !native {
 		db = sqlDB(o, db)
 	}
@@ -42,9 +42,14 @@ func (pgAdvisory) beginInline(ctx context.Context, o *Op, db *sql.DB, opts *sql.
 	if err != nil {
 		return nil, err
 	}
-	if oneMsg && oneMessageOn(conn) {
+	switch {
+	case oneMsg && !o.NeedSQLTx && oneMessageOn(conn):
 		lt, snap, err = pgMech.beginOneMessage(ctx, o, db, conn, begin)
-	} else {
+	case oneMsg && o.NeedSQLTx && wrappedPool(db):
+		// a *sql.Tx on a wrapped connector's connection: database/sql's
+		// BEGIN carries the lock (sqlbegin.go)
+		lt, snap, err = beginArmed(ctx, o, conn.sqlConn(), opts, begin)
+	default:
 		lt, snap, err = pgMech.beginThenLock(ctx, o, conn.sqlConn(), opts)
 	}
 	if err != nil {

@@ -56,7 +56,7 @@ func (l lockConn) Destroy() {
 func ConnOf(conn *sql.Conn) (*pgx.Conn, error) {
 	var pc *pgx.Conn
 	err := conn.Raw(func(dc any) error {
-		c, ok := dc.(conner)
+		c, ok := lockproto.DriverConn(dc).(conner)
 		if !ok {
 			return errNotPgx
 		}

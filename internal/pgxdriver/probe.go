@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
 // The multiplexer probe of the server check (lockproto's engines.go: two
@@ -27,7 +29,7 @@ func (driver) ProbePIDs(ctx context.Context, conn *sql.Conn) (announced, second 
 		server net.Addr
 	)
 	err = conn.Raw(func(dc any) error {
-		c, ok := dc.(conner)
+		c, ok := lockproto.DriverConn(dc).(conner)
 		if !ok {
 			return errNotPgx
 		}
