@@ -26,6 +26,8 @@ const (
 	MinKeepalive = 10 * time.Millisecond
 	// DefaultLedgerTable is the RunOnce ledger table name.
 	DefaultLedgerTable = "ormlock_runs"
+	// DefaultRateTable is the rate limits' token table (ormlock.Rate).
+	DefaultRateTable = "ormlock_rate_tokens"
 )
 
 // MaxOwnerLen is the longest owner id ormlock.WithOwner accepts, in
@@ -51,6 +53,8 @@ type Config struct {
 	Hook Hook
 	// LedgerTable is the RunOnce ledger table.
 	LedgerTable string
+	// RateTable is the rate limits' token table (ormlock.WithRateTable).
+	RateTable string
 	// Owner identifies this instance in the ledger and in diagnostics.
 	Owner string
 	// OwnerRow makes a Session on MySQL/MariaDB write the owner row that
@@ -93,7 +97,7 @@ type Option func(*Config)
 
 // New returns the defaults with opts applied in order.
 func New(opts ...Option) Config {
-	c := Config{Keepalive: DefaultKeepalive, LedgerTable: DefaultLedgerTable}
+	c := Config{Keepalive: DefaultKeepalive, LedgerTable: DefaultLedgerTable, RateTable: DefaultRateTable}
 	return c.With(opts...)
 }
 

@@ -13,6 +13,7 @@ import (
 	"weak"
 
 	"github.com/ormlock/ormlock/internal/errs"
+	"github.com/ormlock/ormlock/internal/keys"
 )
 
 // Fake locks. Some servers accept the lock functions and exclude nobody:
@@ -330,7 +331,8 @@ func checkMySQL(ctx context.Context, db CheckQuerier) (verdict func() (*serverFa
 		if err := MySQLVerdict(vars, members); err != nil {
 			return nil, err
 		}
-		return &serverFacts{keepalive: MySQLKeepaliveVerdict(vars["version"]), product: ServerProduct(MySQL, vars["version"])}, nil
+		return &serverFacts{keepalive: MySQLKeepaliveVerdict(vars["version"]), product: ServerProduct(MySQL, vars["version"]),
+			rate: rateVersionVerdict(vars["version"], isOn(vars["wsrep_on"]) && !isNone(vars["wsrep_provider"]))}, nil
 	}, nil
 }
 
@@ -379,6 +381,9 @@ func (f *serverFacts) refuse(o *Op) error {
 	}
 	if f.keepalive != nil && keepsAlive(o) {
 		return fmt.Errorf("%w: %s: %w", errs.ErrUnsupportedDialect, o.Verb, f.keepalive)
+	}
+	if f.rate != nil && keys.IsRate(o.Key) {
+		return fmt.Errorf("%w: %s of %s: %w", errs.ErrUnsupportedDialect, o.Verb, o.Key.String(), f.rate)
 	}
 	return nil
 }

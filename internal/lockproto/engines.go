@@ -77,6 +77,7 @@ type serverFacts struct {
 	sessionLocks error  // PostgreSQL: session-level advisory locks are not real
 	keepalive    error  // MySQL: the Session keepalive's check cannot work
 	product      string // what the server is (ServerProduct), which events carry
+	rate         error  // MySQL: Rate's FOR UPDATE SKIP LOCKED is missing or not correct (ratetable.go)
 }
 
 // ServerProduct names a server by the version string its check read

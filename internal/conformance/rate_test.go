@@ -1,0 +1,209 @@
+package conformance_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/testdb"
+)
+
+// Rate limits (ormlock.Rate) on every adapter and server: never more than
+// n tokens per interval, counting open holders, across two pools (two
+// replicas); a rollback gives its token back; holders of one key never
+// wait for one another; every other verb refuses a Rate.
+
+var errRateFn = errors.New("fn failed on purpose")
+
+// rateRunners are two runners of adapter a on two pools of kind k (two
+// replicas), the rate table migrated.
+func rateRunners(t *testing.T, a adapter, k testdb.Kind) (runner, runner) {
+	t.Helper()
+	r1, r2 := a.with(t, k), a.with(t, k)
+	if err := r1.Migrate(context.Background()); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	return r1, r2
+}
+
+func TestConformanceRate(t *testing.T) {
+	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
+		r1, r2 := rateRunners(t, a, k)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+
+		t.Run("never above n", func(t *testing.T) {
+			// per is an hour: every take of the test falls in one interval
+			const n = 3
+			key := ormlock.Rate(uniq(t, "rate")[0], n, time.Hour)
+			var committed, refused atomic.Int32
+			var wg sync.WaitGroup
+			for g := range 8 {
+				r := []runner{r1, r2}[g%2]
+				wg.Go(func() {
+					for range 4 {
+						err := r.Transaction(ctx, key, func(tx txn) error {
+							time.Sleep(5 * time.Millisecond)
+							return nil
+						})
+						switch {
+						case err == nil:
+							committed.Add(1)
+						case errors.Is(err, ormlock.ErrNotAcquired):
+							refused.Add(1)
+						default:
+							t.Errorf("goroutine %d: %v", g, err)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if c := committed.Load(); c != n {
+				t.Fatalf("%d transactions committed in one interval of Rate(n=%d), want exactly %d", c, n, n)
+			}
+			if refused.Load() != 32-n {
+				t.Errorf("%d refused, want %d", refused.Load(), 32-n)
+			}
+		})
+
+		t.Run("open holders count", func(t *testing.T) {
+			// n=2: two holders inside fn at once (neither blocks the
+			// other), and a third refused while both are still open
+			key := ormlock.Rate(uniq(t, "open")[0], 2, time.Hour)
+			in1, in2, out := make(chan struct{}), make(chan struct{}), make(chan struct{})
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				if err := r1.Transaction(ctx, key, func(tx txn) error {
+					close(in1)
+					<-out
+					return nil
+				}); err != nil {
+					t.Errorf("holder 1: %v", err)
+				}
+			})
+			<-in1
+			wg.Go(func() {
+				if err := r2.Transaction(ctx, key, func(tx txn) error {
+					close(in2)
+					<-out
+					return nil
+				}); err != nil {
+					t.Errorf("holder 2: %v", err)
+				}
+			})
+			select {
+			case <-in2:
+			case <-time.After(20 * time.Second):
+				t.Error("the second holder did not get into fn while the first was inside")
+			}
+			err := r1.Transaction(ctx, key, func(tx txn) error {
+				t.Error("fn ran with both tokens held by open transactions")
+				return nil
+			})
+			if !errors.Is(err, ormlock.ErrNotAcquired) {
+				t.Errorf("third holder: %v, want ErrNotAcquired", err)
+			}
+			close(out)
+			wg.Wait()
+			err = r2.Transaction(ctx, key, func(tx txn) error { return nil })
+			if !errors.Is(err, ormlock.ErrNotAcquired) {
+				t.Errorf("after two commits: %v, want ErrNotAcquired", err)
+			}
+			if d, ok := ormlock.RetryAfter(err); !ok || d <= 50*time.Minute || d > time.Hour {
+				t.Errorf("RetryAfter = %v, %v; want about an hour", d, ok)
+			}
+		})
+
+		t.Run("rollback refunds", func(t *testing.T) {
+			key := ormlock.Rate(uniq(t, "refund")[0], 1, time.Hour)
+			err := r1.Transaction(ctx, key, func(tx txn) error { return errRateFn })
+			if !errors.Is(err, errRateFn) {
+				t.Fatalf("rolled-back holder: %v", err)
+			}
+			func() {
+				defer func() { _ = recover() }()
+				_ = r2.Transaction(ctx, key, func(tx txn) error { panic("fn panics") })
+			}()
+			ran := false
+			if err := r2.Transaction(ctx, key, func(tx txn) error { ran = true; return nil }); err != nil || !ran {
+				t.Fatalf("after a rollback and a panic the token should be free: %v (ran %v)", err, ran)
+			}
+			err = r1.Transaction(ctx, key, func(tx txn) error { return nil })
+			if !errors.Is(err, ormlock.ErrNotAcquired) {
+				t.Fatalf("second commit in one interval of n=1: %v, want ErrNotAcquired", err)
+			}
+		})
+
+		t.Run("wait", func(t *testing.T) {
+			// per = 1 s, n = 2, takes with a wait for 2.5 s: never more
+			// than n per started interval of per
+			const n = 2
+			key := ormlock.Rate(uniq(t, "wait")[0], n, time.Second)
+			start := time.Now()
+			var committed atomic.Int32
+			var wg sync.WaitGroup
+			for g := range 4 {
+				r := []runner{r1, r2}[g%2]
+				wg.Go(func() {
+					for time.Since(start) < 2500*time.Millisecond {
+						err := r.Transaction(ctx, key, func(tx txn) error { return nil }, ormlock.WithWait(time.Second))
+						switch {
+						case err == nil:
+							committed.Add(1)
+						case errors.Is(err, ormlock.ErrNotAcquired):
+						default:
+							t.Errorf("goroutine %d: %v", g, err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			elapsed := time.Since(start)
+			most := int32(n * (int(elapsed/time.Second) + 1))
+			if c := committed.Load(); c > most || c < 2*n {
+				t.Errorf("%d commits in %v with Rate(%d per 1s): want %d to %d", c, elapsed, n, 2*n, most)
+			}
+		})
+
+		t.Run("refused elsewhere", func(t *testing.T) {
+			key := ormlock.Rate(uniq(t, "verbs")[0], 5, time.Minute)
+			if err := r1.Session(ctx, key, func(context.Context) error { return nil }); !errors.Is(err, ormlock.ErrInvalidArgument) {
+				t.Errorf("Session: %v, want ErrInvalidArgument", err)
+			}
+			if _, err := r1.Holder(ctx, key); !errors.Is(err, ormlock.ErrInvalidArgument) {
+				t.Errorf("Holder: %v, want ErrInvalidArgument", err)
+			}
+			if err := lead(ctx, r1, key, func(context.Context) error { return nil }); !errors.Is(err, ormlock.ErrInvalidArgument) {
+				t.Errorf("Lead: %v, want ErrInvalidArgument", err)
+			}
+			if err := r1.Transaction(ctx, key, func(txn) error { return nil }, ormlock.WithFencing()); !errors.Is(err, ormlock.ErrInvalidArgument) {
+				t.Errorf("Transaction WithFencing: %v, want ErrInvalidArgument", err)
+			}
+			name := uniq(t, "bad")[0]
+			for _, bad := range []ormlock.Key{
+				ormlock.Rate(name, 0, time.Minute),
+				ormlock.Rate(name, 10001, time.Minute),
+				ormlock.Rate(name, 1, 999*time.Millisecond),
+				ormlock.Rate(name, 1, 8*24*time.Hour),
+				ormlock.Rate("", 1, time.Minute),
+				ormlock.All(ormlock.Name(name), ormlock.Rate(name+"2", 1, time.Minute)),
+				ormlock.Shared(ormlock.Rate(name, 1, time.Minute)),
+				ormlock.Semaphore(ormlock.Rate(name, 1, time.Minute), 2),
+				ormlock.Rate(ormlock.Semaphore(name, 2), 1, time.Minute),
+			} {
+				err := r1.Transaction(ctx, bad, func(txn) error {
+					t.Errorf("fn ran for %s", bad)
+					return nil
+				})
+				if !errors.Is(err, ormlock.ErrInvalidKey) {
+					t.Errorf("%s: %v, want ErrInvalidKey", bad, err)
+				}
+			}
+		})
+	})
+}
