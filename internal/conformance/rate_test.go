@@ -3,13 +3,19 @@ package conformance_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/entlock"
+	"github.com/ormlock/ormlock/gormlock"
 	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/keyhash"
+	"github.com/ormlock/ormlock/pgxlock"
+	"github.com/ormlock/ormlock/sqllock"
 )
 
 // Rate limits (ormlock.Rate) on every adapter and server: never more than
@@ -170,6 +176,55 @@ func TestConformanceRate(t *testing.T) {
 			}
 		})
 
+		t.Run("usage and prune", func(t *testing.T) {
+			name := uniq(t, "usage")[0]
+			key := ormlock.Rate(name, 3, time.Hour)
+			if err := r1.Transaction(ctx, key, func(tx txn) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+			u, err := usage(ctx, r2, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if u.N != 3 || u.Used != 1 || u.Free != 2 || u.Per != time.Hour || u.NextFree.Sub(u.Now) <= 50*time.Minute {
+				t.Errorf("Usage = %+v, want 1 of 3 used for about an hour", u)
+			}
+			rows := func() int64 {
+				var n int64
+				q := "SELECT count(*) FROM ormlock_rate_tokens WHERE rkey = $1"
+				if k.Dialect() == "mysql" {
+					q = "SELECT count(*) FROM ormlock_rate_tokens WHERE rkey = ?"
+				}
+				if err := r1.Pool().QueryRowContext(ctx, q, keyhash.MySQLName("", name)).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+			if n := rows(); n != 3 {
+				t.Fatalf("%d token rows, want 3", n)
+			}
+			// the two tokens never used have been free since the epoch:
+			// Prune deletes them, keeps the one in use
+			if _, err := r1.Prune(ctx, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			if n := rows(); n != 1 {
+				t.Fatalf("%d token rows after Prune, want 1 (the one in use)", n)
+			}
+			// a take refills them, and the limit still counts the use
+			for range 2 {
+				if err := r2.Transaction(ctx, key, func(tx txn) error { return nil }); err != nil {
+					t.Fatalf("after Prune: %v", err)
+				}
+			}
+			if err := r2.Transaction(ctx, key, func(tx txn) error { return nil }); !errors.Is(err, ormlock.ErrNotAcquired) {
+				t.Fatalf("fourth take of Rate(3 per 1h) after Prune: %v, want ErrNotAcquired", err)
+			}
+			if _, err := usage(ctx, r1, ormlock.Key(ormlock.Name(name))); !errors.Is(err, ormlock.ErrInvalidArgument) {
+				t.Errorf("Usage of a plain key: %v, want ErrInvalidArgument", err)
+			}
+		})
+
 		t.Run("refused elsewhere", func(t *testing.T) {
 			key := ormlock.Rate(uniq(t, "verbs")[0], 5, time.Minute)
 			if err := r1.Session(ctx, key, func(context.Context) error { return nil }); !errors.Is(err, ormlock.ErrInvalidArgument) {
@@ -206,4 +261,18 @@ func TestConformanceRate(t *testing.T) {
 			}
 		})
 	})
+}
+
+func usage(ctx context.Context, r runner, key ormlock.Key, opts ...ormlock.Option) (ormlock.RateUsage, error) {
+	switch l := r.(type) {
+	case gormLocker:
+		return gormlock.Usage(l.db.WithContext(ctx), key, opts...)
+	case entLocker:
+		return entlock.Usage(ctx, l.client, key, opts...)
+	case sqlLocker:
+		return sqllock.Usage(ctx, l.db, key, append(l.opts, opts...)...)
+	case pgxLocker:
+		return pgxlock.Usage(ctx, l.pools.pool(), key, append(l.opts, opts...)...)
+	}
+	panic(fmt.Sprintf("usage of %T", r))
 }

@@ -2,6 +2,10 @@ package ledger
 
 import (
 	"context"
+	"database/sql"
+	"time"
+
+	"github.com/ormlock/ormlock/internal/config"
 
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
@@ -27,4 +31,16 @@ func RateTableSQL(d lockproto.Dialect, name string) ([]string, error) {
 		return nil, err
 	}
 	return t.CreateSQL(), nil
+}
+
+// PruneRate deletes the token rows of cfg's rate table that have been free
+// for more than olderThan (lockproto.RateTable.Prune): Prune's second step,
+// in every namespace (a rate key's row names its namespace only through
+// keys.MySQL's form, and deleting a free token is always safe).
+func PruneRate(ctx context.Context, d lockproto.Dialect, db *sql.DB, cfg config.Config, olderThan time.Duration) (int64, error) {
+	t, err := lockproto.NewRateTable(d, cfg.RateTable)
+	if err != nil {
+		return 0, err
+	}
+	return t.Prune(ctx, db, olderThan, PruneBatch)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/keys"
+	"github.com/ormlock/ormlock/internal/status"
 )
 
 // Rate limits (keys.Rate, ormlock.Rate) as a Mechanism: a Transaction's
@@ -208,4 +209,26 @@ func rateCombines(verb string, h Holding, k keys.Key, cfg config.Config) error {
 		return fmt.Errorf("%w: %s of %s: WithFencing does not combine with a Rate (it holds no lock to fence)", errs.ErrInvalidArgument, verb, k.String())
 	}
 	return nil
+}
+
+// ReadRateUsage reads o's rate key's tokens on q without locking any
+// (status.RateUsage): the tokens used by committed transactions within
+// the last per, by the server's clock, and when the first is free again.
+// A token held by a transaction still open shows as it was before it
+// (free, or used by an earlier commit): no server lists row locks cheaply.
+func ReadRateUsage(ctx context.Context, q Querier, o *Op) (status.RateUsage, error) {
+	t, err := NewRateTable(o.Dialect, o.Cfg.RateTable)
+	if err != nil {
+		return status.RateUsage{}, err
+	}
+	n, per := keys.RateOf(o.Key)
+	r, err := t.sql.usage(ctx, t, q, o.target.rkey, n)
+	if err != nil {
+		return status.RateUsage{}, t.wrap("read the tokens of "+o.Key.String(), err)
+	}
+	u := status.RateUsage{N: n, Per: per, Used: int(r.tok), Free: n - int(r.tok), Now: time.UnixMicro(r.now).UTC()}
+	if r.due > 0 {
+		u.NextFree = time.UnixMicro(r.due).UTC()
+	}
+	return u, nil
 }

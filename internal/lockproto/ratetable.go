@@ -101,9 +101,10 @@ type rateServer interface {
 	// (autocommit: never in fn's transaction, whose end could keep
 	// another filler waiting).
 	fill(ctx context.Context, t *RateTable, q Querier, rkey string, n int) error
-	// prune deletes at most batch token rows free since before cutoff
-	// (microseconds) that no transaction holds, and returns how many.
-	prune(ctx context.Context, t *RateTable, db *sql.DB, cutoff int64, batch int) (int64, error)
+	// prune deletes at most batch token rows free for more than idle
+	// (microseconds, by the server's clock) that no transaction holds,
+	// and returns how many.
+	prune(ctx context.Context, t *RateTable, db *sql.DB, idle int64, batch int) (int64, error)
 	// usage reads rkey's tokens 1 to n without locking any.
 	usage(ctx context.Context, t *RateTable, q Querier, rkey string, n int) (rateTake, error)
 }
@@ -148,8 +149,8 @@ func (pgRate) fill(ctx context.Context, t *RateTable, q Querier, rkey string, n 
 	return err
 }
 
-func (pgRate) prune(ctx context.Context, t *RateTable, db *sql.DB, cutoff int64, batch int) (int64, error) {
-	res, err := db.ExecContext(ctx, `DELETE FROM `+t.q+` WHERE (rkey, tok) IN (SELECT rkey, tok FROM `+t.q+` WHERE free_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`, cutoff, batch)
+func (pgRate) prune(ctx context.Context, t *RateTable, db *sql.DB, idle int64, batch int) (int64, error) {
+	res, err := db.ExecContext(ctx, `DELETE FROM `+t.q+` WHERE (rkey, tok) IN (SELECT rkey, tok FROM `+t.q+` WHERE free_at < `+pgNowMicros+` - $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`, idle, batch)
 	if err != nil {
 		return 0, err
 	}
@@ -229,7 +230,7 @@ func (myRate) fill(ctx context.Context, t *RateTable, q Querier, rkey string, n 
 	return nil
 }
 
-func (myRate) prune(ctx context.Context, t *RateTable, db *sql.DB, cutoff int64, batch int) (int64, error) {
+func (myRate) prune(ctx context.Context, t *RateTable, db *sql.DB, idle int64, batch int) (int64, error) {
 	// InnoDB's DELETE takes no SKIP LOCKED: the rows are picked by a
 	// locking read that skips those an open transaction holds, in a short
 	// READ COMMITTED transaction of their own, and deleted by key
@@ -238,7 +239,7 @@ func (myRate) prune(ctx context.Context, t *RateTable, db *sql.DB, cutoff int64,
 		return 0, err
 	}
 	defer func() { _ = tx.Rollback() }()
-	rows, err := tx.QueryContext(ctx, `SELECT rkey, tok FROM `+t.q+` WHERE free_at < ? LIMIT `+strconv.Itoa(batch)+` FOR UPDATE SKIP LOCKED`, cutoff)
+	rows, err := tx.QueryContext(ctx, `SELECT rkey, tok FROM `+t.q+` WHERE free_at < `+myNowMicros+` - ? LIMIT `+strconv.Itoa(batch)+` FOR UPDATE SKIP LOCKED`, idle)
 	if err != nil {
 		return 0, err
 	}
@@ -304,4 +305,32 @@ func versionNumbers(v string) (major, minor int, ok bool) {
 	digits := strings.TrimRightFunc(parts[1], func(r rune) bool { return r < '0' || r > '9' })
 	minor, err2 := strconv.Atoi(digits)
 	return major, minor, err1 == nil && err2 == nil
+}
+
+// Prune deletes the token rows that have been free for more than olderThan
+// by the server's clock and that no open transaction holds, in batches of
+// at most batch rows (each its own statement or short transaction), and
+// returns how many it deleted; a missing table is no error (nothing to
+// prune). Deleting a free token never lets a take through that the limit
+// refuses: a key with fewer than n rows refills them (free) when a take
+// finds none free, as on its first use, so a pruned token costs its key
+// one more round trip then. The rows are not per window: a key keeps at
+// most n, so Prune is for the keys no longer used.
+func (t *RateTable) Prune(ctx context.Context, db *sql.DB, olderThan time.Duration, batch int) (int64, error) {
+	var total int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		n, err := t.sql.prune(ctx, t, db, olderThan.Microseconds(), batch)
+		total += n
+		switch {
+		case err != nil && t.s.MissingTable(err):
+			return total, nil
+		case err != nil:
+			return total, t.wrap("prune", err)
+		case n < int64(batch):
+			return total, nil
+		}
+	}
 }
