@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"gorm.io/gorm"
+
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/entlock"
 	"github.com/ormlock/ormlock/gormlock"
@@ -238,6 +240,18 @@ func TestConformanceRate(t *testing.T) {
 			}
 			if err := r1.Transaction(ctx, key, func(txn) error { return nil }, ormlock.WithFencing()); !errors.Is(err, ormlock.ErrInvalidArgument) {
 				t.Errorf("Transaction WithFencing: %v, want ErrInvalidArgument", err)
+			}
+			if g, ok := r1.(gormLocker); ok {
+				// inside the caller's transaction: refused, nothing taken
+				err := g.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+					return gormlock.Transaction(tx, key, func(*gorm.DB) error {
+						t.Error("fn ran inside the caller's transaction")
+						return nil
+					})
+				})
+				if !errors.Is(err, ormlock.ErrInvalidArgument) {
+					t.Errorf("nested Transaction of a Rate: %v, want ErrInvalidArgument", err)
+				}
 			}
 			name := uniq(t, "bad")[0]
 			for _, bad := range []ormlock.Key{

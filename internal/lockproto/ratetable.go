@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -21,10 +22,11 @@ import (
 //	free_at  when the token is free again, in microseconds since the Unix
 //	         epoch by the database server's clock (0: never used)
 //
-// primary key (rkey, tok), and an index on (rkey, free_at) by which a take
-// finds the token free the longest without reading the ones in use.
-// Migrate creates it beside the ledger (both servers); RateTable.CreateSQL
-// prints its DDL.
+// primary key (rkey, tok) and no other index: a take walks the key's
+// tokens in the primary key from a random one, and marking a token changes
+// no indexed column (on PostgreSQL a HOT update, in the room fillfactor 50
+// leaves; on InnoDB an update in place). Migrate creates it beside the
+// ledger (both servers); RateTable.CreateSQL prints its DDL.
 
 // RateTable is the rate table of one server.
 type RateTable struct {
@@ -49,9 +51,8 @@ func NewRateTable(d Dialect, name string) (*RateTable, error) {
 // Name returns the table's (unquoted) name.
 func (t *RateTable) Name() string { return t.name }
 
-// CreateSQL returns the statements that create the table and its index if
-// they do not exist (PostgreSQL: two; MySQL/MariaDB: one, the index
-// declared in the CREATE TABLE).
+// CreateSQL returns the statements that create the table if it does not
+// exist (one on each server).
 func (t *RateTable) CreateSQL() []string { return t.sql.createSQL(t) }
 
 // Create runs CreateSQL on q.
@@ -62,15 +63,6 @@ func (t *RateTable) Create(ctx context.Context, q Querier) error {
 		}
 	}
 	return nil
-}
-
-// indexName is the (rkey, free_at) index's name.
-func (t *RateTable) indexName() string {
-	const suffix = "_free"
-	if len(t.name)+len(suffix) > 63 {
-		return t.name[:63-len(suffix)] + suffix
-	}
-	return t.name + suffix
 }
 
 // wrap annotates an error of a statement on the table, with a hint when
@@ -123,24 +115,30 @@ func (pgRate) createSQL(t *RateTable) []string {
 	tok     integer     NOT NULL,
 	free_at bigint      NOT NULL DEFAULT 0,
 	PRIMARY KEY (rkey, tok)
-)`, `CREATE INDEX IF NOT EXISTS ` + t.s.Quote(t.indexName()) + ` ON ` + t.q + ` (rkey, free_at)`}
+) WITH (fillfactor = 50)`}
 }
 
-// take is one statement: the clock, the free token the longest free that
-// no open transaction holds (FOR UPDATE SKIP LOCKED), marked used until
-// now + per, and, only when none was, the refusal's figures.
+// take is one statement: the clock, the first free token from a random
+// one (from, wrapping around) that no open transaction holds (FOR UPDATE
+// SKIP LOCKED), marked used until now + per, and, only when none was, the
+// refusal's figures. The scan walks the primary key; free_at is in no
+// index, so marking a token is a HOT update (fillfactor 50 leaves the room
+// for it) and leaves no dead index entry for the next take to step over.
 func (pgRate) take(ctx context.Context, t *RateTable, q Querier, rkey string, n int, per time.Duration) (rateTake, error) {
 	query := `WITH c AS MATERIALIZED (SELECT ` + pgNowMicros + ` AS now),
-f AS (SELECT r.tok FROM ` + t.q + ` r, c WHERE r.rkey = $1 AND r.tok <= $2 AND r.free_at <= c.now
-	ORDER BY r.free_at LIMIT 1 FOR UPDATE OF r SKIP LOCKED),
-u AS (UPDATE ` + t.q + ` r SET free_at = c.now + $3 FROM f, c WHERE r.rkey = $1 AND r.tok = f.tok RETURNING r.tok)
+a AS (SELECT r.tok FROM ` + t.q + ` r, c WHERE r.rkey = $1 AND r.tok >= $4 AND r.tok <= $2 AND r.free_at <= c.now
+	ORDER BY r.tok LIMIT 1 FOR UPDATE OF r SKIP LOCKED),
+b AS (SELECT r.tok FROM ` + t.q + ` r, c WHERE r.rkey = $1 AND r.tok < $4 AND r.free_at <= c.now
+	ORDER BY r.tok LIMIT 1 FOR UPDATE OF r SKIP LOCKED),
+u AS (UPDATE ` + t.q + ` r SET free_at = c.now + $3 FROM c
+	WHERE r.rkey = $1 AND r.tok = COALESCE((SELECT tok FROM a), (SELECT tok FROM b)) RETURNING r.tok)
 SELECT c.now, COALESCE(u.tok, 0),
 	CASE WHEN u.tok IS NULL THEN (SELECT count(*) FROM ` + t.q + ` s WHERE s.rkey = $1 AND s.tok <= $2) ELSE 0 END,
 	CASE WHEN u.tok IS NULL THEN (SELECT count(*) FROM ` + t.q + ` s WHERE s.rkey = $1 AND s.tok <= $2 AND s.free_at <= c.now) ELSE 0 END,
 	CASE WHEN u.tok IS NULL THEN (SELECT COALESCE(min(s.free_at), 0) FROM ` + t.q + ` s WHERE s.rkey = $1 AND s.tok <= $2 AND s.free_at > c.now) ELSE 0 END
 FROM c LEFT JOIN u ON true`
 	var r rateTake
-	err := q.QueryRowContext(ctx, query, rkey, n, per.Microseconds()).Scan(&r.now, &r.tok, &r.rows, &r.open, &r.due)
+	err := q.QueryRowContext(ctx, query, rkey, n, per.Microseconds(), 1+rand.IntN(n)).Scan(&r.now, &r.tok, &r.rows, &r.open, &r.due)
 	return r, err
 }
 
@@ -178,17 +176,26 @@ func (myRate) createSQL(t *RateTable) []string {
 	rkey    VARBINARY(255) NOT NULL,
 	tok     INT            NOT NULL,
 	free_at BIGINT         NOT NULL DEFAULT 0,
-	PRIMARY KEY (rkey, tok),
-	KEY ` + t.s.Quote(t.indexName()) + ` (rkey, free_at)
+	PRIMARY KEY (rkey, tok)
 ) ENGINE=InnoDB`}
 }
 
-// take: the token, then its mark (two statements; MySQL and MariaDB have
-// no UPDATE … SKIP LOCKED), or on a refusal one read of the figures.
+// take: the first free token from a random one (a second statement
+// wraps around when none was free from there), then its mark (MySQL and
+// MariaDB have no UPDATE … SKIP LOCKED), or on a refusal one read of the
+// figures. At REPEATABLE READ InnoDB keeps locked every row a locking read
+// examined, so the tokens in use that the scan stepped over stay locked
+// until the transaction ends: another take skips them meanwhile (fewer
+// admitted, never more; READ COMMITTED releases them).
 func (myRate) take(ctx context.Context, t *RateTable, q Querier, rkey string, n int, per time.Duration) (rateTake, error) {
 	var r rateTake
-	err := q.QueryRowContext(ctx, `SELECT tok, `+myNowMicros+` FROM `+t.q+` WHERE rkey = ? AND tok <= ? AND free_at <= `+myNowMicros+
-		` ORDER BY free_at LIMIT 1 FOR UPDATE SKIP LOCKED`, rkey, n).Scan(&r.tok, &r.now)
+	from := 1 + rand.IntN(n)
+	err := q.QueryRowContext(ctx, `SELECT tok, `+myNowMicros+` FROM `+t.q+` WHERE rkey = ? AND tok >= ? AND tok <= ? AND free_at <= `+myNowMicros+
+		` ORDER BY tok LIMIT 1 FOR UPDATE SKIP LOCKED`, rkey, from, n).Scan(&r.tok, &r.now)
+	if errors.Is(err, sql.ErrNoRows) && from > 1 {
+		err = q.QueryRowContext(ctx, `SELECT tok, `+myNowMicros+` FROM `+t.q+` WHERE rkey = ? AND tok < ? AND free_at <= `+myNowMicros+
+			` ORDER BY tok LIMIT 1 FOR UPDATE SKIP LOCKED`, rkey, from).Scan(&r.tok, &r.now)
+	}
 	switch {
 	case err == nil:
 		_, err = q.ExecContext(ctx, `UPDATE `+t.q+` SET free_at = ? WHERE rkey = ? AND tok = ?`, r.now+per.Microseconds(), rkey, r.tok)
