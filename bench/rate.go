@@ -81,8 +81,8 @@ func (r *rateTx) Bind(key string, crit func()) Attempt {
 }
 
 func (r *rateTx) Hold(context.Context, string) (func() error, error) { return nil, errNoHold }
-func (r *rateTx) Pools() []*sql.DB                                    { return []*sql.DB{r.db} }
-func (r *rateTx) Close() error                                        { return r.db.Close() }
+func (r *rateTx) Pools() []*sql.DB                                   { return []*sql.DB{r.db} }
+func (r *rateTx) Close() error                                       { return r.db.Close() }
 
 // ratePlain is an empty database/sql transaction around crit: BEGIN,
 // COMMIT.
@@ -109,8 +109,8 @@ func (p ratePlain) Bind(_ string, crit func()) Attempt {
 }
 
 func (p ratePlain) Hold(context.Context, string) (func() error, error) { return nil, errNoHold }
-func (p ratePlain) Pools() []*sql.DB                                    { return []*sql.DB{p.db} }
-func (p ratePlain) Close() error                                        { return p.db.Close() }
+func (p ratePlain) Pools() []*sql.DB                                   { return []*sql.DB{p.db} }
+func (p ratePlain) Close() error                                       { return p.db.Close() }
 
 // gcraScript is a generic cell rate algorithm, one EVALSHA per attempt:
 // the key holds the theoretical arrival time (TAT) in microseconds by
@@ -152,5 +152,5 @@ func (r *redisGCRA) Bind(key string, crit func()) Attempt {
 }
 
 func (r *redisGCRA) Hold(context.Context, string) (func() error, error) { return nil, errNoHold }
-func (r *redisGCRA) Pools() []*sql.DB                                    { return nil }
-func (r *redisGCRA) Close() error                                        { return r.c.Close() }
+func (r *redisGCRA) Pools() []*sql.DB                                   { return nil }
+func (r *redisGCRA) Close() error                                       { return r.c.Close() }
