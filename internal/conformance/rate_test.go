@@ -2,8 +2,10 @@ package conformance_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -227,6 +229,60 @@ func TestConformanceRate(t *testing.T) {
 				t.Errorf("Usage of a plain key: %v, want ErrInvalidArgument", err)
 			}
 		})
+
+		for _, level := range []sql.IsolationLevel{sql.LevelRepeatableRead, sql.LevelSerializable} {
+			t.Run(level.String(), func(t *testing.T) {
+				txo := ormlock.WithTxOptions(&sql.TxOptions{Isolation: level})
+				// never above n, and no error but a refusal (PostgreSQL's
+				// SERIALIZABLE may fail a COMMIT with 40001, as it may any
+				// two transactions that touch one row)
+				const n = 2
+				key := ormlock.Rate(uniq(t, "iso")[0], n, time.Hour)
+				var committed atomic.Int32
+				var wg sync.WaitGroup
+				for g := range 6 {
+					r := []runner{r1, r2}[g%2]
+					wg.Go(func() {
+						for range 3 {
+							err := r.Transaction(ctx, key, func(tx txn) error { return nil }, txo)
+							switch {
+							case err == nil:
+								committed.Add(1)
+							case errors.Is(err, ormlock.ErrNotAcquired):
+							case level == sql.LevelSerializable && k.Dialect() == "postgres" && strings.Contains(err.Error(), "40001"):
+							default:
+								t.Errorf("goroutine %d: %v", g, err)
+							}
+						}
+					})
+				}
+				wg.Wait()
+				if c := committed.Load(); c > n || c == 0 {
+					t.Errorf("%d committed in one interval of Rate(n=%d) at %s", c, n, level)
+				}
+				// an open holder never makes another wait: refused at once
+				one := ormlock.Rate(uniq(t, "isoopen")[0], 1, time.Hour)
+				in, out := make(chan struct{}), make(chan struct{})
+				wg.Go(func() {
+					if err := r1.Transaction(ctx, one, func(tx txn) error {
+						close(in)
+						<-out
+						return nil
+					}, txo); err != nil {
+						t.Errorf("holder: %v", err)
+					}
+				})
+				<-in
+				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				err := r2.Transaction(cctx, one, func(tx txn) error { return nil }, txo)
+				cancel()
+				if !errors.Is(err, ormlock.ErrNotAcquired) || errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("second holder while the first is open: %v, want a refusal at once", err)
+				}
+				close(out)
+				wg.Wait()
+			})
+		}
 
 		t.Run("refused elsewhere", func(t *testing.T) {
 			key := ormlock.Rate(uniq(t, "verbs")[0], 5, time.Minute)

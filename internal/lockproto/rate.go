@@ -111,7 +111,7 @@ func (rateTokens) beginLocked(ctx context.Context, o *Op, db *sql.DB, opts *sql.
 	}
 	ph := o.phase(ctx, wait)
 	pause := semRetryMin
-	filled := false
+	filled, again := false, 0
 	for {
 		lt, r, err := rateMech.takeOnce(ctx, o, t, db, opts)
 		switch {
@@ -119,6 +119,11 @@ func (rateTokens) beginLocked(ctx context.Context, o *Op, db *sql.DB, opts *sql.
 			return nil, failed(ctx, o, err)
 		case lt != nil:
 			return lt, settle(ctx, o, true, bounded, nil)
+		case r.again && again < rateAgain && ctx.Err() == nil:
+			again++
+			continue
+		case r.again:
+			return nil, notAcquired(ctx, o, errs.Join(ctxErr(ctx), fmt.Errorf("the tokens free were marked after the transaction's snapshot %d times in a row (concurrent takes at REPEATABLE READ or SERIALIZABLE)", again)))
 		case r.rows < int64(rateN(o)) && !filled:
 			// missing rows: insert them on their own, then take again
 			if err := t.sql.fill(ctx, t, db, o.target.rkey, rateN(o)); err != nil {
@@ -150,6 +155,10 @@ func (rateTokens) beginLocked(ctx context.Context, o *Op, db *sql.DB, opts *sql.
 		filled = false
 	}
 }
+
+// rateAgain bounds the takes begun again at once after a snapshot that
+// could not lock a free token (takeOnce).
+const rateAgain = 10
 
 // rateN is the n of o's rate key.
 func rateN(o *Op) int {
@@ -191,8 +200,18 @@ func (rateTokens) takeOnce(ctx context.Context, o *Op, t *RateTable, db *sql.DB,
 	} else {
 		_ = conn.Close()
 	}
-	if err != nil {
+	switch {
+	case err != nil && t.s.SerializationFailure(err):
+		// PostgreSQL above READ COMMITTED: a token marked by a commit
+		// after this transaction's snapshot cannot be locked; take again
+		// in a new transaction, whose snapshot sees it
+		return nil, rateTake{again: true}, nil
+	case err != nil:
 		return nil, r, t.wrap("take a token of "+o.Key.String(), err)
+	case r.rows < 0:
+		if r, err = t.sql.figures(ctx, t, db, o.target.rkey, n); err != nil {
+			return nil, r, t.wrap("read the tokens of "+o.Key.String(), err)
+		}
 	}
 	return nil, r, nil
 }
@@ -222,11 +241,12 @@ func ReadRateUsage(ctx context.Context, q Querier, o *Op) (status.RateUsage, err
 		return status.RateUsage{}, err
 	}
 	n, per := keys.RateOf(o.Key)
-	r, err := t.sql.usage(ctx, t, q, o.target.rkey, n)
+	r, err := t.sql.figures(ctx, t, q, o.target.rkey, n)
 	if err != nil {
 		return status.RateUsage{}, t.wrap("read the tokens of "+o.Key.String(), err)
 	}
-	u := status.RateUsage{N: n, Per: per, Used: int(r.tok), Free: n - int(r.tok), Now: time.UnixMicro(r.now).UTC()}
+	used := int(r.rows - r.open) // a missing row is a token never used
+	u := status.RateUsage{N: n, Per: per, Used: used, Free: n - used, Now: time.UnixMicro(r.now).UTC()}
 	if r.due > 0 {
 		u.NextFree = time.UnixMicro(r.due).UTC()
 	}

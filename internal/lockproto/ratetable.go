@@ -81,6 +81,9 @@ func (t *RateTable) wrap(what string, err error) error {
 // a committed transaction is free again (0: none is).
 type rateTake struct {
 	now, tok, rows, open, due int64
+	// again: the take met a token marked after its snapshot (PostgreSQL
+	// above READ COMMITTED) and may be tried again at once
+	again bool
 }
 
 // rateServer is the rate table's SQL on one family of servers.
@@ -97,8 +100,10 @@ type rateServer interface {
 	// (microseconds, by the server's clock) that no transaction holds,
 	// and returns how many.
 	prune(ctx context.Context, t *RateTable, db *sql.DB, idle int64, batch int) (int64, error)
-	// usage reads rkey's tokens 1 to n without locking any.
-	usage(ctx context.Context, t *RateTable, q Querier, rkey string, n int) (rateTake, error)
+	// figures reads rkey's tokens 1 to n without locking any: the clock,
+	// the rows, how many are free by their committed mark (open), and the
+	// first free_at to come (due); tok is 0.
+	figures(ctx context.Context, t *RateTable, q Querier, rkey string, n int) (rateTake, error)
 }
 
 // pgRate is the rate table on PostgreSQL (directly or behind PgBouncer in
@@ -155,11 +160,11 @@ func (pgRate) prune(ctx context.Context, t *RateTable, db *sql.DB, idle int64, b
 	return res.RowsAffected()
 }
 
-func (pgRate) usage(ctx context.Context, t *RateTable, q Querier, rkey string, n int) (rateTake, error) {
+func (pgRate) figures(ctx context.Context, t *RateTable, q Querier, rkey string, n int) (rateTake, error) {
 	var r rateTake
 	err := q.QueryRowContext(ctx, `WITH c AS MATERIALIZED (SELECT `+pgNowMicros+` AS now)
-SELECT c.now, count(s.tok), count(s.tok) FILTER (WHERE s.free_at > c.now), COALESCE(min(s.free_at) FILTER (WHERE s.free_at > c.now), 0)
-FROM c LEFT JOIN `+t.q+` s ON s.rkey = $1 AND s.tok <= $2 GROUP BY c.now`, rkey, n).Scan(&r.now, &r.rows, &r.tok, &r.due)
+SELECT c.now, count(s.tok), count(s.tok) FILTER (WHERE s.free_at <= c.now), COALESCE(min(s.free_at) FILTER (WHERE s.free_at > c.now), 0)
+FROM c LEFT JOIN `+t.q+` s ON s.rkey = $1 AND s.tok <= $2 GROUP BY c.now`, rkey, n).Scan(&r.now, &r.rows, &r.open, &r.due)
 	return r, err
 }
 
@@ -200,21 +205,19 @@ func (myRate) take(ctx context.Context, t *RateTable, q Querier, rkey string, n 
 	case err == nil:
 		_, err = q.ExecContext(ctx, `UPDATE `+t.q+` SET free_at = ? WHERE rkey = ? AND tok = ?`, r.now+per.Microseconds(), rkey, r.tok)
 		return r, err
-	case !errors.Is(err, sql.ErrNoRows):
-		return r, err
+	case errors.Is(err, sql.ErrNoRows):
+		// none: the figures are read after the ROLLBACK, outside the
+		// transaction (at SERIALIZABLE InnoDB would make a plain read of
+		// the rows a locking one, waiting for the open holders)
+		return rateTake{rows: -1}, nil
 	}
-	r, err = myRate{}.figures(ctx, t, q, rkey, n)
-	r.open, r.tok = r.tok, 0
 	return r, err
 }
 
-// figures reads, without locking, the clock, rkey's rows among 1 to n, how
-// many the server shows free, and the first free_at to come (tok carries
-// the free count).
 func (myRate) figures(ctx context.Context, t *RateTable, q Querier, rkey string, n int) (rateTake, error) {
 	var r rateTake
 	err := q.QueryRowContext(ctx, `SELECT c.now, COUNT(s.tok), COALESCE(SUM(s.free_at <= c.now), 0), COALESCE(MIN(CASE WHEN s.free_at > c.now THEN s.free_at END), 0)
-FROM (SELECT `+myNowMicros+` AS now) c LEFT JOIN `+t.q+` s ON s.rkey = ? AND s.tok <= ? GROUP BY c.now`, rkey, n).Scan(&r.now, &r.rows, &r.tok, &r.due)
+FROM (SELECT `+myNowMicros+` AS now) c LEFT JOIN `+t.q+` s ON s.rkey = ? AND s.tok <= ? GROUP BY c.now`, rkey, n).Scan(&r.now, &r.rows, &r.open, &r.due)
 	return r, err
 }
 
@@ -274,12 +277,6 @@ func (myRate) prune(ctx context.Context, t *RateTable, db *sql.DB, idle int64, b
 	}
 	n, _ := res.RowsAffected()
 	return n, tx.Commit()
-}
-
-func (m myRate) usage(ctx context.Context, t *RateTable, q Querier, rkey string, n int) (rateTake, error) {
-	r, err := m.figures(ctx, t, q, rkey, n)
-	r.tok = r.rows - r.tok // in use: the rows not free
-	return r, err
 }
 
 // rateVersionVerdict refuses, for Rate, a MySQL-protocol server without a
