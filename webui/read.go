@@ -53,9 +53,19 @@ func (r *reader) dialectOf(ctx context.Context) (lockproto.Dialect, error) {
 }
 
 // ro runs f in a read-only transaction, rolled back when f returns (it
-// wrote nothing to commit).
+// wrote nothing to commit). The transaction runs on a connection taken
+// for it, closed last: when the request's deadline ends the transaction,
+// database/sql rolls it back in a goroutine of its own, and closing the
+// connection waits for that, so the connection is back in the pool before
+// the page gives up its turn at the database (at most maxConcurrent in
+// use, not one more while a cancelled one is still being rolled back).
 func (r *reader) ro(ctx context.Context, f func(tx *sql.Tx) error) error {
-	tx, err := r.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true, Isolation: sql.LevelReadCommitted})
+	conn, err := r.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	tx, err := conn.BeginTx(ctx, &sql.TxOptions{ReadOnly: true, Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return err
 	}
