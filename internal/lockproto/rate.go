@@ -115,8 +115,8 @@ func (rateTokens) beginLocked(ctx context.Context, o *Op, db *sql.DB, opts *sql.
 	for {
 		lt, r, err := rateMech.takeOnce(ctx, o, t, db, opts)
 		switch {
-		case err != nil:
-			return nil, failed(ctx, o, err)
+		case err != nil: // classified (failed) and reported already
+			return nil, err
 		case lt != nil:
 			return lt, settle(ctx, o, true, bounded, nil)
 		case r.again && again < rateAgain && ctx.Err() == nil:
@@ -179,7 +179,8 @@ func rateRefusal(o *Op, r rateTake) *errs.RateRefused {
 
 // takeOnce begins fn's transaction on a pinned connection and takes a
 // token in it: the transaction holding it, or what the refusal read (the
-// transaction rolled back and the connection given back).
+// transaction rolled back and the connection given back). An error has
+// been classified and reported (failed).
 func (rateTokens) takeOnce(ctx context.Context, o *Op, t *RateTable, db *sql.DB, opts *sql.TxOptions) (*LockedTx, rateTake, error) {
 	conn, err := pinXact(ctx, o, db)
 	if err != nil {
@@ -207,10 +208,10 @@ func (rateTokens) takeOnce(ctx context.Context, o *Op, t *RateTable, db *sql.DB,
 		// in a new transaction, whose snapshot sees it
 		return nil, rateTake{again: true}, nil
 	case err != nil:
-		return nil, r, t.wrap("take a token of "+o.Key.String(), err)
+		return nil, r, failed(ctx, o, t.wrap("take a token of "+o.Key.String(), err))
 	case r.rows < 0:
 		if r, err = t.sql.figures(ctx, t, db, o.target.rkey, n); err != nil {
-			return nil, r, t.wrap("read the tokens of "+o.Key.String(), err)
+			return nil, r, failed(ctx, o, t.wrap("read the tokens of "+o.Key.String(), err))
 		}
 	}
 	return nil, r, nil
