@@ -299,15 +299,34 @@ func TestConformanceRate(t *testing.T) {
 				t.Errorf("Transaction WithFencing: %v, want ErrInvalidArgument", err)
 			}
 			if g, ok := r1.(gormLocker); ok {
-				// inside the caller's transaction: refused, nothing taken
+				// inside the caller's transaction: the token is that
+				// transaction's, given back by a ROLLBACK TO the savepoint
+				// around fn (fn failed) or by the caller's ROLLBACK
+				nestedKey := ormlock.Rate(uniq(t, "nested")[0], 1, time.Hour)
 				err := g.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-					return gormlock.Transaction(tx, key, func(*gorm.DB) error {
-						t.Error("fn ran inside the caller's transaction")
-						return nil
-					})
+					if err := gormlock.Transaction(tx, nestedKey, func(*gorm.DB) error { return errRateFn }); !errors.Is(err, errRateFn) {
+						t.Errorf("nested, fn failed: %v", err)
+					}
+					return gormlock.Transaction(tx, nestedKey, func(*gorm.DB) error { return nil })
 				})
-				if !errors.Is(err, ormlock.ErrInvalidArgument) {
-					t.Errorf("nested Transaction of a Rate: %v, want ErrInvalidArgument", err)
+				if err != nil {
+					t.Fatalf("nested Transaction of a Rate after a refunded one: %v", err)
+				}
+				if err := r2.Transaction(ctx, nestedKey, func(tx txn) error { return nil }); !errors.Is(err, ormlock.ErrNotAcquired) {
+					t.Errorf("after the caller committed a nested token: %v, want ErrNotAcquired", err)
+				}
+				rolled := ormlock.Rate(uniq(t, "nestedrb")[0], 1, time.Hour)
+				err = g.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+					if err := gormlock.Transaction(tx, rolled, func(*gorm.DB) error { return nil }); err != nil {
+						t.Errorf("nested: %v", err)
+					}
+					return errRateFn // the caller rolls back
+				})
+				if !errors.Is(err, errRateFn) {
+					t.Fatal(err)
+				}
+				if err := r2.Transaction(ctx, rolled, func(tx txn) error { return nil }); err != nil {
+					t.Errorf("after the caller rolled back a nested token: %v, want the token free", err)
 				}
 			}
 			name := uniq(t, "bad")[0]

@@ -52,7 +52,7 @@ func (rateTokens) Name() string       { return "rate limit tokens (FOR UPDATE SK
 func (rateTokens) SharedMode() bool   { return false }
 func (rateTokens) ServerWait() bool   { return false }
 func (rateTokens) SessionLevel() bool { return false }
-func (rateTokens) XactLevel() bool    { return false }
+func (rateTokens) XactLevel() bool    { return true } // a token is its transaction's: a savepoint gives it back
 func (rateTokens) OneMessage() bool   { return false }
 
 // rateTarget is the target of a rate key: its row key in the rate table
@@ -105,29 +105,91 @@ func (rateTokens) beginLocked(ctx context.Context, o *Op, db *sql.DB, opts *sql.
 	if err != nil {
 		return nil, err
 	}
-	wait, bounded, err := attempt(ctx, o)
+	var lt *LockedTx
+	err = rateLoop(ctx, o, t, db, func() (bool, rateTake, error) {
+		var r rateTake
+		var err error
+		lt, r, err = rateMech.takeOnce(ctx, o, t, db, opts)
+		return lt != nil, r, err
+	})
 	if err != nil {
 		return nil, err
+	}
+	return lt, nil
+}
+
+// TakeRate takes a token of o's rate key in the caller's open transaction
+// q (a Transaction nested in it: gormlock's inside db.Transaction), where
+// it stays until that transaction ends: its COMMIT keeps the use, its
+// ROLLBACK (or a ROLLBACK TO the savepoint the caller opened around fn)
+// gives the token back. The key's rows are read first on db (one round
+// trip more than a Transaction's own take), and the missing ones inserted
+// there, in a statement of their own. Unlike a Transaction's own take, a take that
+// meets a token marked after q's snapshot (PostgreSQL above READ
+// COMMITTED) cannot begin again: it fails with the server's error.
+func TakeRate(ctx context.Context, o *Op, q Querier, db *sql.DB) error {
+	t, err := NewRateTable(o.Dialect, o.Cfg.RateTable)
+	if err != nil {
+		return err
+	}
+	n, per := keys.RateOf(o.Key)
+	// the key's rows are made sure of first, on db: a take in q that found
+	// them missing would leave q holding InnoDB's lock on the gap where
+	// the INSERT goes (a ROLLBACK TO SAVEPOINT keeps it), and on
+	// PostgreSQL above READ COMMITTED q's snapshot would not see them
+	if r, err := t.sql.figures(ctx, t, db, o.target.rkey, n); err != nil {
+		return o.Abandon(ctx, t.wrap("read the tokens of "+o.Key.String(), err))
+	} else if r.rows < int64(n) {
+		if err := t.sql.fill(ctx, t, db, o.target.rkey, n); err != nil {
+			return o.Abandon(ctx, t.wrap("insert the token rows of "+o.Key.String(), err))
+		}
+	}
+	return rateLoop(ctx, o, t, db, func() (bool, rateTake, error) {
+		if err := ctx.Err(); err != nil {
+			return false, rateTake{}, notAcquired(ctx, o, err)
+		}
+		r, err := t.sql.take(ctx, t, q, o.target.rkey, n, per)
+		if err == nil && r.tok == 0 && r.rows < 0 {
+			r, err = t.sql.figures(ctx, t, db, o.target.rkey, n)
+		}
+		if err != nil {
+			return false, r, failed(ctx, o, t.wrap("take a token of "+o.Key.String(), err))
+		}
+		// rows missing again (a Prune meanwhile): a refusal, never an
+		// INSERT that q's locks could keep waiting
+		r.rows = max(r.rows, int64(n))
+		return r.tok > 0, r, nil
+	})
+}
+
+// rateLoop takes a token of o's rate key with take (one try: whether it
+// took one, else what the refusal read; an error reported already),
+// inserting the key's missing rows on db once per round, and waits for
+// one as the wait allows (the steps above).
+func rateLoop(ctx context.Context, o *Op, t *RateTable, db *sql.DB, take func() (bool, rateTake, error)) error {
+	wait, bounded, err := attempt(ctx, o)
+	if err != nil {
+		return err
 	}
 	ph := o.phase(ctx, wait)
 	pause := semRetryMin
 	filled, again := false, 0
 	for {
-		lt, r, err := rateMech.takeOnce(ctx, o, t, db, opts)
+		ok, r, err := take()
 		switch {
-		case err != nil: // classified (failed) and reported already
-			return nil, err
-		case lt != nil:
-			return lt, settle(ctx, o, true, bounded, nil)
+		case err != nil:
+			return err
+		case ok:
+			return settle(ctx, o, true, bounded, nil)
 		case r.again && again < rateAgain && ctx.Err() == nil:
 			again++
 			continue
 		case r.again:
-			return nil, notAcquired(ctx, o, errs.Join(ctxErr(ctx), fmt.Errorf("the tokens free were marked after the transaction's snapshot %d times in a row (concurrent takes at REPEATABLE READ or SERIALIZABLE)", again)))
+			return notAcquired(ctx, o, errs.Join(ctxErr(ctx), fmt.Errorf("the tokens free were marked after the transaction's snapshot %d times in a row (concurrent takes at REPEATABLE READ or SERIALIZABLE)", again)))
 		case r.rows < int64(rateN(o)) && !filled:
 			// missing rows: insert them on their own, then take again
 			if err := t.sql.fill(ctx, t, db, o.target.rkey, rateN(o)); err != nil {
-				return nil, failed(ctx, o, t.wrap("insert the token rows of "+o.Key.String(), err))
+				return failed(ctx, o, t.wrap("insert the token rows of "+o.Key.String(), err))
 			}
 			filled = true
 			continue
@@ -136,9 +198,9 @@ func (rateTokens) beginLocked(ctx context.Context, o *Op, db *sql.DB, opts *sql.
 		left := time.Until(ph.end)
 		if ph.end.IsZero() || left <= 0 {
 			if bounded && !ph.end.IsZero() {
-				return nil, notAcquired(ctx, o, errs.Join(context.DeadlineExceeded, refusal))
+				return notAcquired(ctx, o, errs.Join(context.DeadlineExceeded, refusal))
 			}
-			return nil, notAcquired(ctx, o, refusal)
+			return notAcquired(ctx, o, refusal)
 		}
 		sleep := pause
 		if refusal.Open == 0 && refusal.After > 0 {
@@ -150,9 +212,9 @@ func (rateTokens) beginLocked(ctx context.Context, o *Op, db *sql.DB, opts *sql.
 			}
 		}
 		if !sleepCtx(ctx, min(sleep, left)) {
-			return nil, notAcquired(ctx, o, errs.Join(ctxErr(ctx), refusal))
+			return notAcquired(ctx, o, errs.Join(ctxErr(ctx), refusal))
 		}
-		filled = false
+		filled, again = false, 0
 	}
 }
 

@@ -36,10 +36,13 @@ func TransactionOf[TTx any, D Driver[TTx]](ctx context.Context, d D, pkg string,
 // run, whose row is written in the same transaction around fn.
 func inLockTx[TTx any, D Driver[TTx]](ctx context.Context, d D, p Pool, op *lockproto.Op, r *ledger.Run) error {
 	if p.Tx != nil {
-		if keys.IsRate(op.Key) {
+		n, ok := any(d).(Nester[TTx])
+		switch {
+		case ok && keys.IsRate(op.Key):
+			return nestedRate(ctx, d, n, p, op)
+		case keys.IsRate(op.Key):
 			return fmt.Errorf("%w: %s.%s of %s: db is inside a transaction; a Rate's token is taken in the transaction Transaction begins for fn, so call it outside the caller's", errs.ErrInvalidArgument, p.Pkg, op.Verb, op.Key.String())
-		}
-		if n, ok := any(d).(Nester[TTx]); ok {
+		case ok:
 			return nested(ctx, d, n, p, op, r)
 		}
 	}
