@@ -108,7 +108,9 @@ func Semaphore[K KeyType](key K, n int) Key { return keys.Semaphore(keys.Of[Key]
 // Rate returns the key of at most n acquisitions of key per interval per:
 // a rate limit that commits or rolls back with the transaction, accepted
 // as the key of Transaction by every adapter (gormlock, entlock, sqllock,
-// pgxlock) and refused by every other verb with [ErrInvalidArgument].
+// pgxlock; gormlock's inside db.Transaction too, where the token is the
+// caller's transaction's) and refused by every other verb with
+// [ErrInvalidArgument].
 //
 // The key keeps n token rows in the rate table ([WithRateTable], created
 // by Migrate). A Transaction takes one free token inside fn's own
