@@ -29,6 +29,7 @@ var aliased = map[string]reflect.Type{
 	"ObserverFunc":  reflect.TypeFor[ormlock.ObserverFunc](),
 	"Option":        reflect.TypeFor[ormlock.Option](),
 	"PanicError":    reflect.TypeFor[ormlock.PanicError](),
+	"RateUsage":     reflect.TypeFor[ormlock.RateUsage](),
 	"Run":           reflect.TypeFor[ormlock.Run](),
 }
 

@@ -91,6 +91,12 @@
 // (at most n holders); Holders lists every holder of any key. What each
 // combines with: docs/PROTOCOL.md (Lock shapes).
 //
+// A rate limit is a key of Transaction too: [Rate] (at most n acquisitions
+// per interval across every replica, a token row taken inside fn's
+// transaction, given back when it rolls back; holders never wait for one
+// another). Each adapter's Usage reads its tokens in use, [RetryAfter] a
+// refusal's next due token. docs/PROTOCOL.md (Rate limits).
+//
 // # Slots
 //
 // RunOnce records one run per (job, slot). A [Schedule] maps the time a job

@@ -1,6 +1,10 @@
 package ormlock
 
-import "github.com/ormlock/ormlock/internal/keys"
+import (
+	"time"
+
+	"github.com/ormlock/ormlock/internal/keys"
+)
 
 // Key names a lock. Most code names locks with a string; numeric keys exist so
 // that code which already calls pg_advisory_xact_lock(12345) or
@@ -100,3 +104,46 @@ func Shared[K KeyType](key K) Key { return keys.Shared(keys.Of[Key](key)) }
 // budget ends. n must be 1 to 128 ([ErrInvalidKey]); key must be one plain
 // key.
 func Semaphore[K KeyType](key K, n int) Key { return keys.Semaphore(keys.Of[Key](key), n) }
+
+// Rate returns the key of at most n acquisitions of key per interval per:
+// a rate limit that commits or rolls back with the transaction, accepted
+// as the key of Transaction by every adapter (gormlock, entlock, sqllock,
+// pgxlock; gormlock's inside db.Transaction too, where the token is the
+// caller's transaction's) and refused by every other verb with
+// [ErrInvalidArgument].
+//
+// The key keeps n token rows in the rate table ([WithRateTable], created
+// by Migrate). A Transaction takes one free token inside fn's own
+// transaction (SELECT … FOR UPDATE SKIP LOCKED, then marks it used until
+// now + per by the database server's clock): the use is committed with
+// fn's work, and a transaction that rolls back (fn's error, a panic, a
+// failed COMMIT) gives its token back. Holders of one key never wait for
+// one another: each locks its own token row, and a taken row is skipped.
+//
+// The promise, by the server's clock: in any interval of length per, the
+// tokens taken by committed transactions plus those held by transactions
+// still open never exceed n (a sliding window: each token is used at most
+// once per per, so there is no burst of 2n across a window's edge). A
+// transaction counts at the moment it took its token, not when it
+// commits: Rate bounds how many start per interval, not how many run at
+// once (that is [Semaphore]).
+//
+// When no token is free, fn is not called and the error wraps
+// [ErrNotAcquired], saying when the next token is due as far as the
+// server can tell (an open holder's rollback may free one sooner).
+// [WithWait] waits for it within its budget, sleeping until that time or,
+// while a token is held by an open transaction, with a backoff (from
+// 10 ms, doubling, at most 500 ms).
+//
+// n must be 1 to 10,000 and per 1 s to 168 h (7 days), else
+// [ErrInvalidKey]; key must be one plain key (a Rate of All, Shared or
+// Semaphore, or a Rate inside them, is ErrInvalidKey). Callers that
+// disagree on n or per for one key share its tokens: a caller uses the
+// tokens 1 to its own n, each marked used for its own per, so together
+// they admit at most max(n) per interval of min(per). MySQL needs 8.0 and
+// MariaDB 10.6 (SKIP LOCKED), and a Galera cluster is refused; see
+// docs/PROTOCOL.md (Rate limits) for the SQL, the round trips and how the
+// rows are pruned.
+func Rate[K KeyType](key K, n int, per time.Duration) Key {
+	return keys.Rate(keys.Of[Key](key), n, per)
+}

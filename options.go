@@ -105,6 +105,19 @@ func WithLedgerTable(name string) Option {
 	}
 }
 
+// WithRateTable sets the token table of rate limits ([Rate]), which
+// Migrate creates. It must be a plain identifier. The default is
+// "ormlock_rate_tokens".
+func WithRateTable(name string) Option {
+	return func(c *config.Config) {
+		if err := config.ValidIdentifier("WithRateTable: table name", name); err != nil {
+			c.Fail(err)
+			return
+		}
+		c.RateTable = name
+	}
+}
+
 // WithOwner sets the instance id written to the ledger's owner column: valid
 // UTF-8 without NUL bytes, at most 255 characters. The default (or
 // WithOwner("")) is "hostname/pid".

@@ -94,3 +94,11 @@ func AdvanceFences[T TxLike](ctx context.Context, x interface {
 }, by int64, opts ...ormlock.Option) (int64, error) {
 	return verbs.AdvanceFences(ctx, binder[T]{x}, pkg, by, opts)
 }
+
+// Usage reads the tokens of the rate limit key ([ormlock.Rate]) in use
+// behind x, the client or the *Driver (see gormlock.Usage).
+func Usage[T TxLike](ctx context.Context, x interface {
+	Tx(context.Context) (T, error)
+}, key ormlock.Key, opts ...ormlock.Option) (ormlock.RateUsage, error) {
+	return verbs.Usage(ctx, binder[T]{x}, pkg, key, opts)
+}

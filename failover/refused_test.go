@@ -16,6 +16,7 @@ import (
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/pgxlock"
+	"github.com/ormlock/ormlock/sqllock"
 )
 
 // TestPGliteRefused runs the real pglite-socket (npm
@@ -113,5 +114,15 @@ func TestGalera(t *testing.T) {
 	}
 	for i, node := range g.Nodes {
 		assertAllRefused(t, fmt.Sprintf("node %d", i+1), "Galera", "mysql", openPool(t, "mysql", node.DSN()))
+	}
+	// a rate limit too: SKIP LOCKED is local to a node, and a conflicting
+	// take of the last token would be found only at COMMIT, after fn ran
+	ran := 0
+	err := sqllock.Transaction(ctx, openPool(t, "mysql", g.Nodes[0].DSN()), ormlock.Rate("ormlock-galera-rate", 1, time.Minute), func(context.Context, *sql.Tx) error {
+		ran++
+		return nil
+	})
+	if !errors.Is(err, ormlock.ErrUnsupportedDialect) || !strings.Contains(err.Error(), "Galera") || ran != 0 {
+		t.Errorf("Transaction of a Rate on a Galera node: %v (fn ran %d times), want ErrUnsupportedDialect naming Galera", err, ran)
 	}
 }

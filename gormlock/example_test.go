@@ -77,3 +77,21 @@ func ExampleNew() {
 		log.Fatal(err)
 	}
 }
+
+// A tenant's emails, at most 100 a minute across every replica: the token
+// is taken in the transaction, so an email that fails (rolled back) does
+// not use up the quota.
+func ExampleUsage() {
+	var db *gorm.DB // opened elsewhere; gormlock.Migrate(db) run once
+	limit := ormlock.Rate("emails:tenant-42", 100, time.Minute)
+	err := gormlock.Transaction(db, limit, func(tx *gorm.DB) error {
+		return tx.Exec("INSERT INTO outbox (tenant, body) VALUES (?, ?)", 42, "hello").Error
+	}, ormlock.WithWait(2*time.Second))
+	if errors.Is(err, ormlock.ErrNotAcquired) {
+		after, _ := ormlock.RetryAfter(err)
+		log.Print("limit reached; the next token is due in ", after)
+	}
+	if u, err := gormlock.Usage(db, limit); err == nil {
+		log.Print(u.Used, " used, ", u.Free, " free")
+	}
+}

@@ -142,3 +142,11 @@ func AdvanceFences(db *gorm.DB, by int64, opts ...ormlock.Option) (int64, error)
 func RunOnce(db *gorm.DB, job string, slot time.Time, fn func(tx *gorm.DB) error, opts ...ormlock.Option) error {
 	return verbs.RunOnceOf[*gorm.DB](ctxOf(db), driver{binder{db}, fn}, pkg, job, slot, fn == nil, opts)
 }
+
+// Usage reads the tokens of the rate limit key ([ormlock.Rate]) in use,
+// by the database server's clock, without taking one ([ormlock.RateUsage]);
+// any other key is [ormlock.ErrInvalidArgument]. The context is GORM's
+// (db.WithContext).
+func Usage(db *gorm.DB, key ormlock.Key, opts ...ormlock.Option) (ormlock.RateUsage, error) {
+	return verbs.Usage(ctxOf(db), binder{db}, pkg, key, opts)
+}

@@ -192,3 +192,9 @@ func pgxOptions(opts *sql.TxOptions) (pgx.TxOptions, error) {
 	}
 	return o, nil
 }
+
+// Usage reads the tokens of the rate limit key ([ormlock.Rate]) in use
+// behind pool (see gormlock.Usage).
+func Usage(ctx context.Context, pool *pgxpool.Pool, key ormlock.Key, opts ...ormlock.Option) (ormlock.RateUsage, error) {
+	return verbs.Usage(ctx, binder{pool}, pkg, key, opts)
+}

@@ -144,3 +144,24 @@ func ExampleOpen() {
 		fmt.Println("another replica settles today")
 	}
 }
+
+// At most 100 emails a minute per tenant across every replica; an email
+// whose transaction rolls back gives its token back.
+func ExampleUsage() {
+	ctx := context.Background()
+	if err := sqllock.Migrate(ctx, db); err != nil { // once: creates the rate table
+		return
+	}
+	limit := ormlock.Rate("emails:tenant-42", 100, time.Minute)
+	err := sqllock.Transaction(ctx, db, limit, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, "INSERT INTO outbox (tenant, body) VALUES ($1, $2)", 42, "hello")
+		return err
+	})
+	if after, ok := ormlock.RetryAfter(err); ok {
+		fmt.Println("over the limit; retry after", after)
+	}
+	u, err := sqllock.Usage(ctx, db, limit)
+	if err == nil {
+		fmt.Printf("%d of %d used in the last %v\n", u.Used, u.N, u.Per)
+	}
+}

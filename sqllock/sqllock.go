@@ -168,3 +168,9 @@ func claimed(fn func(ctx context.Context, tx *sql.Tx) error) verbs.Claimed {
 		return lockproto.RunTx(ctx, tx, "sqllock.RunOnce", func() error { return fn(ctx, tx) })
 	}
 }
+
+// Usage reads the tokens of the rate limit key ([ormlock.Rate]) in use
+// behind db (see gormlock.Usage).
+func Usage(ctx context.Context, db *sql.DB, key ormlock.Key, opts ...ormlock.Option) (ormlock.RateUsage, error) {
+	return verbs.Usage(ctx, binder{db}, pkg, key, opts)
+}

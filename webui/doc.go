@@ -51,6 +51,15 @@
 // page is a plain URL that shows the same view to whoever opens it, so it
 // can be pasted into an incident channel. Nothing needs JavaScript.
 //
+// Rate limits (ormlock.Rate) named with WithRates get a table of their
+// tokens: n and per, the tokens used by transactions that committed within
+// the last per, the free ones and when the next used one is free again, by
+// the database server's clock (a token held by a transaction still open is
+// not seen until it commits), and, with WithRefusals, how many takes this
+// process saw refused, by key: a [Refusals] given to the verbs as their
+// observer counts them (a process's own counts; otelormlock exports a
+// fleet's, by key with its WithKeyAttribute).
+//
 // What it cannot show: PostgreSQL advisory keys are hashes and MySQL named
 // locks carry no listing that says what they are for, so the view shows
 // the holders of the keys it is given (WithLocks, WithLeaders), not of

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/config"
+	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/ledger"
 )
 
@@ -32,6 +33,9 @@ type settings struct {
 	schedules map[string]ormlock.Schedule
 	locks     []ormlock.Key
 	leaders   []ormlock.Key
+	rates     []ormlock.Key
+	rateTable string
+	refusals  *Refusals
 	hosts     []string
 	zone      *time.Location
 	timeout   time.Duration
@@ -106,6 +110,35 @@ func WithLeaders(keys ...ormlock.Key) Option {
 	return func(s *settings) { s.leaders = append(s.leaders, keys...) }
 }
 
+// WithRates names the rate limits ([ormlock.Rate] keys) whose tokens the
+// view shows: n and per, the tokens used within the last per by
+// transactions that committed, the free ones, when the next used one is
+// free again (by the database server's clock), and, with WithRefusals,
+// how many takes this process saw refused. They count among MaxWatched.
+// The default is none.
+func WithRates(keys ...ormlock.Key) Option {
+	return func(s *settings) { s.rates = append(s.rates, keys...) }
+}
+
+// WithRateTable reads the rate limits' token table name, as
+// [ormlock.WithRateTable] names it. The default is "ormlock_rate_tokens".
+func WithRateTable(name string) Option {
+	return func(s *settings) {
+		if err := config.ValidIdentifier("WithRateTable: table name", name); err != nil {
+			s.fail("%v", err)
+			return
+		}
+		s.rateTable = name
+	}
+}
+
+// WithRefusals shows r's counts of refusals by key beside the keys of
+// WithRates: r must also be the verbs' observer ([Refusals]). The default
+// is none (the column shows "-").
+func WithRefusals(r *Refusals) Option {
+	return func(s *settings) { s.refusals = r }
+}
+
 // WithAllowedHosts adds host names (or host:port) to those the view
 // answers for: a request whose Host header is not among them gets 421
 // Misdirected Request, which defeats DNS rebinding (a hostile page whose
@@ -163,7 +196,7 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 func newSettings(opts []Option) (*settings, error) {
-	s := &settings{ledger: config.DefaultLedgerTable, zone: time.UTC, timeout: 5 * time.Second}
+	s := &settings{ledger: config.DefaultLedgerTable, rateTable: config.DefaultRateTable, zone: time.UTC, timeout: 5 * time.Second}
 	for _, o := range opts {
 		if o != nil {
 			o(s)
@@ -172,8 +205,16 @@ func newSettings(opts []Option) (*settings, error) {
 	if s.err != nil {
 		return nil, s.err
 	}
-	if n := len(s.locks) + len(s.leaders); n > MaxWatched {
-		return nil, fmt.Errorf("%w: webui: %d keys to watch (WithLocks, WithLeaders), at most %d", ormlock.ErrInvalidArgument, n, MaxWatched)
+	if n := len(s.locks) + len(s.leaders) + len(s.rates); n > MaxWatched {
+		return nil, fmt.Errorf("%w: webui: %d keys to watch (WithLocks, WithLeaders, WithRates), at most %d", ormlock.ErrInvalidArgument, n, MaxWatched)
+	}
+	for _, k := range s.rates {
+		if err := k.Validate(); err != nil {
+			return nil, fmt.Errorf("webui: %w", err)
+		}
+		if !keys.IsRate(k) {
+			return nil, fmt.Errorf("%w: webui: WithRates: %s is not a rate limit (ormlock.Rate)", ormlock.ErrInvalidArgument, k.String())
+		}
 	}
 	for _, k := range append(append([]ormlock.Key{}, s.locks...), s.leaders...) {
 		if err := k.Validate(); err != nil {

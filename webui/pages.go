@@ -55,6 +55,7 @@ type overview struct {
 
 	Locks        []holderRow
 	Leaders      []leaderRow
+	Rates        []rateRow
 	LocksError   string
 	Fences       []fenceRow
 	FencesError  string
@@ -212,7 +213,12 @@ func (h *handler) overview(ctx context.Context, p params) (*view, error) {
 	}
 	if !genuine {
 		o.LocksError = "unknown: " + v.Refused
-	} else if err := h.r.ro(ctx, func(tx *sql.Tx) error { return h.locks(ctx, tx, d, o, p.loc) }); err != nil {
+	} else if err := h.r.ro(ctx, func(tx *sql.Tx) error {
+		if err := h.locks(ctx, tx, d, o, p.loc); err != nil {
+			return err
+		}
+		return h.rates(ctx, tx, d, o, p.loc)
+	}); err != nil {
 		o.LocksError = h.problem(ctx, err)
 	}
 	err = h.r.ro(ctx, func(tx *sql.Tx) error {

@@ -74,7 +74,7 @@ func (r *reader) ro(ctx context.Context, f func(tx *sql.Tx) error) error {
 }
 
 func (r *reader) cfg() config.Config {
-	return config.New(ormlock.WithNamespace(r.s.namespace), ormlock.WithLedgerTable(r.s.ledger))
+	return config.New(ormlock.WithNamespace(r.s.namespace), ormlock.WithLedgerTable(r.s.ledger), ormlock.WithRateTable(r.s.rateTable))
 }
 
 // binder binds the view's transaction tx, on a server of dialect d, for

@@ -34,6 +34,8 @@ const (
 	// MinLeaseTTL and MaxLeaseTTL bound ormlock.WithLease's ttl.
 	MinLeaseTTL = time.Second
 	MaxLeaseTTL = 24 * time.Hour
+	// DefaultRateTable is the rate limits' token table (ormlock.Rate).
+	DefaultRateTable = "ormlock_rate_tokens"
 )
 
 // MaxOwnerLen is the longest owner id ormlock.WithOwner accepts, in
@@ -59,6 +61,8 @@ type Config struct {
 	Hook Hook
 	// LedgerTable is the RunOnce ledger table.
 	LedgerTable string
+	// RateTable is the rate limits' token table (ormlock.WithRateTable).
+	RateTable string
 	// Owner identifies this instance in the ledger and in diagnostics.
 	Owner string
 	// OwnerRow makes a Session on MySQL/MariaDB write the owner row that
@@ -106,7 +110,7 @@ type Option func(*Config)
 
 // New returns the defaults with opts applied in order.
 func New(opts ...Option) Config {
-	c := Config{Keepalive: DefaultKeepalive, LedgerTable: DefaultLedgerTable, LeaseTable: DefaultLeaseTable}
+	c := Config{Keepalive: DefaultKeepalive, LedgerTable: DefaultLedgerTable, LeaseTable: DefaultLeaseTable, RateTable: DefaultRateTable}
 	return c.With(opts...)
 }
 

@@ -23,8 +23,10 @@ type Key struct {
 	name   string // kindName: the name; kindAll: the elements (shapes.go); kindBad: why
 	id     int64
 	cl, ob int32
-	shared bool  // Shared: the lock is taken in share mode (PostgreSQL)
-	n      int32 // Semaphore: at most n holders (0: not a semaphore)
+	shared bool          // Shared: the lock is taken in share mode (PostgreSQL)
+	n      int32         // Semaphore: at most n holders (0: not a semaphore)
+	rate   int32         // Rate: at most rate tokens per per (0: not a rate, rate.go)
+	per    time.Duration // Rate: the limit's interval
 }
 
 type keyKind uint8
@@ -83,6 +85,9 @@ func (k Key) Validate() error {
 		return k.validateSet()
 	case kindBad:
 		return fmt.Errorf("%w: %s", errs.ErrInvalidKey, k.name)
+	}
+	if k.rate != 0 {
+		return k.validateRate()
 	}
 	if k.n != 0 {
 		return k.validateSemaphore()
@@ -148,6 +153,9 @@ func prefix(s string, n int) string {
 // shape "shared(K)", "semaphore(K,N)" or "all(K1,K2,...)", bounded
 // (shapes.go).
 func (k Key) String() string {
+	if k.rate != 0 {
+		return k.rateString()
+	}
 	if k.kind == kindAll || k.shared || k.n != 0 || k.kind == kindBad {
 		return k.shapeString()
 	}
@@ -235,6 +243,8 @@ type keyStruct = struct {
 	cl, ob int32
 	shared bool
 	n      int32
+	rate   int32
+	per    time.Duration
 }
 
 // Root is the constraint of [Of]'s first type argument, ormlock.Key:

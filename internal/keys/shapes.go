@@ -45,6 +45,8 @@ func All(ks ...Key) Key {
 			return k
 		case k.n != 0:
 			return bad("a Semaphore cannot be an element of All")
+		case k.rate != 0:
+			return bad("a Rate cannot be an element of All")
 		case k.kind == kindAll:
 			b = append(b, k.name...)
 		default:
@@ -64,6 +66,8 @@ func Shared(k Key) Key {
 		return k
 	case k.n != 0:
 		return bad("a Semaphore cannot be Shared")
+	case k.rate != 0:
+		return bad("a Rate cannot be Shared")
 	case k.kind == kindAll:
 		es := Elements(k)
 		for i := range es {
@@ -81,8 +85,8 @@ func Semaphore(k Key, n int) Key {
 	switch {
 	case k.kind == kindBad:
 		return k
-	case k.kind == kindAll || k.shared || k.n != 0:
-		return bad("Semaphore takes one plain key, not " + k.shapeString())
+	case k.kind == kindAll || k.shared || k.n != 0 || k.rate != 0:
+		return bad("Semaphore takes one plain key, not " + k.String())
 	case n < 1:
 		return bad("Semaphore of " + k.base() + ": n is " + strconv.Itoa(n) + ", at least 1 is needed")
 	case n > MaxSemaphore:
@@ -100,7 +104,7 @@ func Plain(k Key) Key {
 	if k.kind == kindAll {
 		return Key{}
 	}
-	k.shared, k.n = false, 0
+	k.shared, k.n, k.rate, k.per = false, 0, 0, 0
 	return k
 }
 

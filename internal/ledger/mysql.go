@@ -43,6 +43,9 @@ func (myLedger) migrate(ctx context.Context, db *sql.DB, op *lockproto.Op, t *Ta
 		if err := createFence(ctx, conn, op); err != nil {
 			return err
 		}
+		if err := createRate(ctx, conn, op); err != nil {
+			return err
+		}
 		return t.upgrade(ctx, conn)
 	})
 }

@@ -51,6 +51,10 @@ func (pgLedger) migrate(ctx context.Context, db *sql.DB, op *lockproto.Op, t *Ta
 		_ = tx.Rollback()
 		return err
 	}
+	if err := createRate(ctx, tx, op); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
 	if err := tx.Commit(); err != nil {
 		return errs.Wrap(err, "commit ledger table %q", t.name)
 	}

@@ -13,6 +13,7 @@ import (
 	"weak"
 
 	"github.com/ormlock/ormlock/internal/errs"
+	"github.com/ormlock/ormlock/internal/keys"
 )
 
 // Fake locks. Some servers accept the lock functions and exclude nobody:
@@ -337,6 +338,7 @@ func checkMySQL(ctx context.Context, db CheckQuerier) (verdict func() (*serverFa
 			}
 			f.fakeLocks = err
 		}
+		f.rate = rateVersionVerdict(vars["version"], isOn(vars["wsrep_on"]) && !isNone(vars["wsrep_provider"]))
 		return f, nil
 	}, nil
 }
@@ -389,6 +391,9 @@ func (f *serverFacts) refuse(o *Op) error {
 	}
 	if f.keepalive != nil && keepsAlive(o) {
 		return fmt.Errorf("%w: %s: %w", errs.ErrUnsupportedDialect, o.Verb, f.keepalive)
+	}
+	if f.rate != nil && keys.IsRate(o.Key) {
+		return fmt.Errorf("%w: %s of %s: %w", errs.ErrUnsupportedDialect, o.Verb, o.Key.String(), f.rate)
 	}
 	return nil
 }

@@ -95,6 +95,7 @@ type serverFacts struct {
 	fakeLocks error
 	keepalive error  // MySQL: the Session keepalive's check cannot work
 	product   string // what the server is (ServerProduct), which events carry
+	rate      error  // MySQL: Rate's FOR UPDATE SKIP LOCKED is missing or not correct (ratetable.go)
 }
 
 // ServerProduct names a server by the version string its check read

@@ -101,6 +101,10 @@ type Holding struct {
 	// OneHolder: the lock is looked up for its one holder (Holder); a set
 	// or a semaphore, which have several, is refused.
 	OneHolder bool
+	// Rate: a rate limit (keys.Rate) is accepted, its token taken in the
+	// transaction the verb begins for fn (Transaction); every other use
+	// refuses one.
+	Rate bool
 }
 
 // The holdings of the verbs.
@@ -116,6 +120,9 @@ var (
 	HeldForLead = Holding{Session: true, Owner: true, OneKey: true}
 	// HeldForHolder is Holder's look-up of one holder.
 	HeldForHolder = Holding{OneHolder: true}
+	// HeldForTransaction is HeldForTx for Transaction, the one verb a rate
+	// limit is the key of.
+	HeldForTransaction = Holding{Rate: true}
 )
 
 // NewOp is NewOpHeld for a lock held for one transaction (HeldForTx).
@@ -131,6 +138,9 @@ func NewOpHeld(d Dialect, verb string, k keys.Key, cfg config.Config, h Holding)
 		return nil, err
 	}
 	if err := k.Validate(); err != nil {
+		return nil, err
+	}
+	if err := rateCombines(verb, h, k, cfg); err != nil {
 		return nil, err
 	}
 	if err := shapeCombines(verb, h, k, cfg); err != nil {

@@ -38,6 +38,8 @@ type Target struct {
 	// above is a semaphore's slot n+1, which only a caller with a larger
 	// n takes (slotProbe)
 	above lockItem
+	// rkey is a rate key's row key in the rate table (kindRate, rate.go)
+	rkey string
 }
 
 // lockItem is one server lock of a shape.
@@ -60,6 +62,9 @@ const (
 	kindShared
 	// kindSemaphore: any one of the items (slots).
 	kindSemaphore
+	// kindRate: a token of a rate limit, taken in fn's transaction
+	// (rate.go); no server lock.
+	kindRate
 )
 
 // kinds are what each kind of target is, which the protocol asks in
@@ -75,6 +80,7 @@ var kinds = [...]struct {
 	kindAll:       {oneMessage: true, several: true},
 	kindShared:    {oneMessage: true, shared: true},
 	kindSemaphore: {oneMessage: true, several: true, anyOne: true},
+	kindRate:      {},
 }
 
 // newTarget resolves k in namespace ns for dialect d (keys.Postgres,
@@ -88,6 +94,9 @@ func newTargetOf(d Dialect, k keys.Key, ns string, lease bool) (Target, error) {
 	m, err := mechanismFor(d, lease)
 	if err != nil {
 		return Target{}, err
+	}
+	if keys.IsRate(k) {
+		return rateTarget(k, ns), nil
 	}
 	t := Target{kind: kindKey, key: k, mech: m}
 	switch {

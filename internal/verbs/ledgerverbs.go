@@ -15,6 +15,7 @@ import (
 	"github.com/ormlock/ormlock/internal/lockproto"
 	_ "github.com/ormlock/ormlock/internal/pgxdriver" // pgx's connections, for every adapter (lockproto.RegisterPgDriver)
 	"github.com/ormlock/ormlock/internal/sched"
+	"github.com/ormlock/ormlock/internal/status"
 )
 
 // Claimed runs fn for a claimed run of RunOnce's claim mode, outside the
@@ -167,6 +168,10 @@ func Prune[B Binder](ctx context.Context, b B, pkg string, olderThan time.Durati
 		return 0, p.mend(err)
 	}
 	n, err := t.PruneOlderThan(ctx, p.sqlDB(), p.Cfg, olderThan, ledger.PruneBatch)
+	if err == nil {
+		// the rate table's idle tokens, not counted in n (ledger rows)
+		_, err = ledger.PruneRate(ctx, p.Dialect, p.sqlDB(), p.Cfg, olderThan)
+	}
 	return n, p.mend(err)
 }
 
@@ -187,4 +192,24 @@ func AdvanceFences[B Binder](ctx context.Context, b B, pkg string, by int64, opt
 	}
 	n, err := ledger.AdvanceFences(ctx, p.sqlDB(), p.Dialect, pkg+".AdvanceFences", by, p.Cfg)
 	return n, p.mend(err)
+}
+
+// Usage reads the tokens of the rate limit k (keys.Rate) in use
+// (lockproto.ReadRateUsage); any other key is refused.
+func Usage[B Binder](ctx context.Context, b B, pkg string, k keys.Key, opts []config.Option) (status.RateUsage, error) {
+	var a Args
+	if k.Validate() == nil && !keys.IsRate(k) {
+		a.Err = fmt.Errorf("%w: %s.Usage of %s: Usage reads a rate limit (ormlock.Rate)", errs.ErrInvalidArgument, pkg, k.String())
+	}
+	p, err := Open(ctx, b, pkg, "Usage", opts, a)
+	defer p.release()
+	if err != nil {
+		return status.RateUsage{}, err
+	}
+	op, err := p.Op(ctx, "Usage", k, p.Cfg, false, lockproto.HeldForTransaction)
+	if err != nil {
+		return status.RateUsage{}, p.mend(err)
+	}
+	u, err := lockproto.ReadRateUsage(ctx, p.reader(), op)
+	return u, p.mend(err)
 }

@@ -22,7 +22,7 @@ type Locked[F any] func(ctx context.Context, fn F, lt *lockproto.LockedTx) error
 // held, commits when fn returns nil and rolls back otherwise (a panic
 // included), then releases the lock: every adapter's Transaction.
 func TransactionOf[TTx any, D Driver[TTx]](ctx context.Context, d D, pkg string, k keys.Key, nilFn bool, opts []config.Option) error {
-	p, op, err := Prepare(ctx, d, pkg, "Transaction", k, opts, Args{NilFn: nilFn}, true, lockproto.HeldForTx)
+	p, op, err := Prepare(ctx, d, pkg, "Transaction", k, opts, Args{NilFn: nilFn}, true, lockproto.HeldForTransaction)
 	defer p.release()
 	if err != nil {
 		return p.mend(err)
@@ -36,7 +36,13 @@ func TransactionOf[TTx any, D Driver[TTx]](ctx context.Context, d D, pkg string,
 // run, whose row is written in the same transaction around fn.
 func inLockTx[TTx any, D Driver[TTx]](ctx context.Context, d D, p Pool, op *lockproto.Op, r *ledger.Run) error {
 	if p.Tx != nil {
-		if n, ok := any(d).(Nester[TTx]); ok {
+		n, ok := any(d).(Nester[TTx])
+		switch {
+		case ok && keys.IsRate(op.Key):
+			return nestedRate(ctx, d, n, p, op)
+		case keys.IsRate(op.Key):
+			return fmt.Errorf("%w: %s.%s of %s: db is inside a transaction; a Rate's token is taken in the transaction Transaction begins for fn, so call it outside the caller's", errs.ErrInvalidArgument, p.Pkg, op.Verb, op.Key.String())
+		case ok:
 			return nested(ctx, d, n, p, op, r)
 		}
 	}
