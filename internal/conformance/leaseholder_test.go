@@ -93,3 +93,60 @@ func TestHolderLease(t *testing.T) {
 		testdb.AssertNoLeaks(t, k, db)
 	})
 }
+
+// Holders of leased shapes: each reader of a shared key is a row of its own
+// (Shared, Mode "shared"), a semaphore's held slot names its slot; all of
+// them leases, with their epochs, and no connection.
+func TestHoldersLeaseShapes(t *testing.T) {
+	forEachAdapterOn(t, "sqllock", func(t *testing.T, a adapter, k testdb.Kind) {
+		ctx := context.Background()
+		r := openRunner(t, a, k)
+		opts := leaseOpts(t, k, r, 5*time.Second)
+		name := "holders-lease-" + t.Name()
+		shared := ormlock.Shared(ormlock.Name(name))
+		sem := ormlock.Semaphore(ormlock.Name(name+"-sem"), 3)
+		release := make(chan struct{})
+		held := make(chan error, 3)
+		done := make(chan error, 3)
+		for _, key := range []ormlock.Key{shared, shared, sem} {
+			go func() {
+				done <- r.Session(ctx, key, func(context.Context) error {
+					held <- nil
+					<-release
+					return nil
+				}, opts...)
+			}()
+		}
+		for range 3 {
+			select {
+			case err := <-done:
+				close(release)
+				t.Fatalf("a Session ended before holding: %v", err)
+			case <-held:
+			}
+		}
+		hs, err := sqllock.Holders(ctx, r.Pool(), shared, opts...)
+		if err != nil || len(hs) != 2 {
+			t.Errorf("Holders of a key two readers lease: %+v, %v", hs, err)
+		}
+		for _, h := range hs {
+			if !h.Held || h.Mechanism != "lease" || !h.Shared || h.Mode != "shared" || h.Epoch <= 0 || h.PID != 0 || !strings.Contains(h.Lock, " reader=") {
+				t.Errorf("a reader's lease: %+v", h)
+			}
+		}
+		hs, err = sqllock.Holders(ctx, r.Pool(), sem, opts...)
+		if err != nil || len(hs) != 1 || hs[0].Mechanism != "lease" || hs[0].Slot < 1 || hs[0].Slot > 3 || hs[0].Shared || hs[0].Epoch <= 0 {
+			t.Errorf("Holders of a semaphore one lease holds: %+v, %v", hs, err)
+		}
+		close(release)
+		for range 3 {
+			if err := <-done; err != nil {
+				t.Error(err)
+			}
+		}
+		if hs, err := sqllock.Holders(ctx, r.Pool(), shared, opts...); err != nil || len(hs) != 0 {
+			t.Errorf("Holders after the release: %+v, %v", hs, err)
+		}
+		testdb.AssertNoLeaks(t, k, r.Pool())
+	})
+}
