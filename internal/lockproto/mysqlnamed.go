@@ -19,7 +19,8 @@ import (
 // QUERY, max_statement_time) or failed; the lock was not taken.
 var errGetLockNull = errors.New("ormlock: GET_LOCK returned NULL (interrupted: KILL QUERY or max_statement_time)")
 
-// MySQLGetLock runs GET_LOCK(name, timeout) on the pinned connection q. A
+// MySQLGetLock runs GET_LOCK(name, timeout) on the pinned connection q, as
+// a text statement without arguments (one round trip; see writeMySQLName). A
 // result of 1 is acquired, 0 is held elsewhere (timeout); NULL (an error such
 // as a killed query) is never "acquired" and is returned as an error.
 func MySQLGetLock(ctx context.Context, q Querier, name string, wait time.Duration) (bool, error) {
@@ -46,7 +47,7 @@ func mysqlGetLock(ctx context.Context, q Querier, name string, wait time.Duratio
 
 // mysqlGetLockProbe is mysqlGetLock; with probe, the same statement also
 // asks whether probe's lock is held (IS_USED_LOCK: no round trip more).
-// The statement is text without arguments (mysqlLockStmt): one COM_QUERY.
+// The statement is text without arguments (writeMySQLName): one COM_QUERY.
 func mysqlGetLockProbe(ctx context.Context, q Querier, name string, wait time.Duration, sess *mysqlLockConnVars, probe *slotProbe) (bool, error) {
 	var res sql.NullInt64
 	dest := []any{&res}
@@ -92,8 +93,8 @@ func mysqlGetLockProbe(ctx context.Context, q Querier, name string, wait time.Du
 //     which every client character set the servers accept reads alike).
 //   - CAST(binary AS CHAR) is a string of the connection's character set
 //     (character_set_connection) with the same bytes: a copy, no
-//     conversion. A bound parameter (today's COM_STMT_EXECUTE, and every
-//     released version's) arrives as a string of character_set_client
+//     conversion. A bound parameter (a COM_STMT_EXECUTE's, as earlier
+//     releases sent the name) arrives as a string of character_set_client
 //     converted to character_set_connection, which is a copy too when the
 //     two are one character set (they are after the handshake, SET NAMES,
 //     or the DSN's charset: utf8mb4, latin1, binary alike). So both reach
@@ -102,7 +103,9 @@ func mysqlGetLockProbe(ctx context.Context, q Querier, name string, wait time.Du
 //     later (which converts the name from its character set to utf8 and
 //     lower-cases it). Tested both ways by TestMySQLNameLiteralIdentity.
 //   - Timeouts are numeric literals (mysqlTimeout), never text from a
-//     caller.
+//     caller: the seconds a bound parameter sent, fractions kept (MariaDB
+//     reads the timeout as a double, so a whole-second literal would turn a
+//     20 ms wait into 0 or 1 s).
 
 // writeMySQLName writes name as the expression CAST(X'…' AS CHAR) (above).
 func writeMySQLName(b *strings.Builder, name string) {

@@ -92,7 +92,11 @@ func (h *heldItems) tryAll(t Target, ph lockPhase, ctx context.Context, q Querie
 	res := make([]sql.NullInt64, len(t.items))
 	dest := make([]any, len(res), len(res)+2)
 	var b strings.Builder
-	b.Grow(mysqlStmtSize(64, "") + len(t.items)*mysqlStmtSize(len("GET_LOCK(, 0), "), t.items[0].mysql))
+	size := len("SELECT , @@autocommit, @@completion_type")
+	for _, it := range t.items {
+		size += mysqlStmtSize(len("GET_LOCK(, 0), "), it.mysql)
+	}
+	b.Grow(size)
 	b.WriteString("SELECT ")
 	for i, it := range t.items {
 		if i > 0 {
@@ -153,7 +157,11 @@ func mysqlReleaseItems(ctx context.Context, q Querier, items []lockItem) error {
 	res := make([]sql.NullInt64, len(items))
 	dest := make([]any, len(res))
 	var b strings.Builder
-	b.Grow(mysqlStmtSize(8, "") + len(items)*mysqlStmtSize(len("RELEASE_LOCK(), "), items[0].mysql))
+	size := len("SELECT ")
+	for _, it := range items {
+		size += mysqlStmtSize(len("RELEASE_LOCK(), "), it.mysql)
+	}
+	b.Grow(size)
 	b.WriteString("SELECT ")
 	for i := range items {
 		if i > 0 {
