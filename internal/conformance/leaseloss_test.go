@@ -299,8 +299,20 @@ func TestLeaseLoss(t *testing.T) {
 		})
 		t.Run("frozen server", func(t *testing.T) {
 			name := key(t)
+			db, admin := db, admin
+			var p *testdb.Proxy
+			var dsn string
+			if k == testdb.PgBouncer {
+				// the holder's cancelled renewal reaches PgBouncer when
+				// the proxy thaws: on a PgBouncer of its own, as above
+				var s *testdb.Server
+				s, db, admin = privateServerOf(t, k)
+				p = testdb.StartProxy(t, s.Addr())
+				dsn = strings.Replace(s.DSN(), s.Addr(), p.Addr(), 1)
+			} else {
+				p, dsn = testdb.ProxyDSN(t, k)
+			}
 			f := newFenced(t, k, admin)
-			p, dsn := testdb.ProxyDSN(t, k)
 			frozenDB, err := sql.Open(k.Driver(), dsn)
 			if err != nil {
 				t.Fatal(err)
@@ -322,7 +334,14 @@ func TestLeaseLoss(t *testing.T) {
 // Migrate and returns a pool of its clients' DSN and an admin pool.
 func privateServer(t *testing.T, k testdb.Kind) (db, admin *sql.DB) {
 	t.Helper()
-	s := testdb.Start(t, k)
+	_, db, admin = privateServerOf(t, k)
+	return db, admin
+}
+
+// privateServerOf is privateServer, returning the server too.
+func privateServerOf(t *testing.T, k testdb.Kind) (s *testdb.Server, db, admin *sql.DB) {
+	t.Helper()
+	s = testdb.Start(t, k)
 	db, err := sql.Open(k.Driver(), s.DSN())
 	if err != nil {
 		t.Fatal(err)
@@ -335,7 +354,7 @@ func privateServer(t *testing.T, k testdb.Kind) (db, admin *sql.DB) {
 	if err := sqllock.Migrate(context.Background(), db); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
-	return db, admin
+	return s, db, admin
 }
 
 // TestLeaseLossClockStep: a private server's clock steps 10s forward

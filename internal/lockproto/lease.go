@@ -29,7 +29,7 @@ import (
 type leaseMech struct{ sql leaseSQL }
 
 // leaseMechs are the lease mechanism of each dialect.
-var leaseMechs = map[Dialect]Mechanism{Postgres: leaseMech{pgLease{}}, MySQL: leaseMech{myLease{}}}
+var leaseMechs = map[Dialect]Mechanism{Postgres: leaseMech{pgFencedLease{}}, MySQL: leaseMech{myLease{}}}
 
 // ownSession is a Mechanism whose Session is its own protocol rather than
 // a lock held on a pinned connection (Op.Session asks).

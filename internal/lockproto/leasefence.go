@@ -28,12 +28,34 @@ ON CONFLICT (namespace, lock_key) DO UPDATE SET token = EXCLUDED.token WHERE f.t
 ON DUPLICATE KEY UPDATE token = GREATEST(token, VALUES(token))`)
 }
 
-// raiseFence raises the fencing counter of each row just granted to its
-// epoch, one autocommitted statement per row.
+// pgFencedLease is PostgreSQL's lease whose grant raises the fencing
+// counters in its own statement (a data-modifying WITH around pgLease's
+// upsert, in the grant's transaction): no round trip of its own.
+type pgFencedLease struct{ pgLease }
+
+func (s pgFencedLease) acquireSQL(q, f string, n int) string {
+	return `WITH g AS (` + s.pgLease.acquireSQL(q, f, n) + `),
+r AS (INSERT INTO ` + f + ` AS f (namespace, lock_key, token) SELECT g.namespace, g.lock_key, g.epoch FROM g
+	ON CONFLICT (namespace, lock_key) DO UPDATE SET token = EXCLUDED.token WHERE f.token < EXCLUDED.token)
+SELECT namespace, lock_key, epoch FROM g`
+}
+
+// raisesFence says acquireSQL raises the counters itself.
+func (pgFencedLease) raisesFence() bool { return true }
+
+// raiseFence raises the fencing counter of each key just granted to its
+// epoch, one autocommitted statement per key, unless the grant's own
+// statement did (pgFencedLease; a shared lease's statement does not).
 func (h *leaseHeld) raiseFence(ctx context.Context, rows []leaseRow) error {
+	if r, ok := h.m.sql.(interface{ raisesFence() bool }); ok && r.raisesFence() && !h.shared {
+		return nil
+	}
 	s := h.o.Dialect.server()
 	q := raiseFenceSQL(s, h.fence)
-	for _, r := range rows {
+	for i, r := range rows {
+		if i > 0 && rows[i-1].ns == r.ns && rows[i-1].key == r.key {
+			continue // a shared lease's reader row: its key row's epoch
+		}
 		key := PerServer[any](s, r.key, []byte(r.key))
 		if _, err := h.db.ExecContext(ctx, q, r.ns, key, r.epoch); err != nil {
 			return errs.Wrap(err, "fence table %s: raise the counter of %q to its lease's epoch %d", h.fence, h.o.Key.String(), r.epoch)
