@@ -90,7 +90,7 @@ func TestPgThen(t *testing.T) {
 		lockRefused(sqlErr{"57014", "canceling statement due to user request"}, true) {
 		t.Error("the wait's timeouts")
 	}
-	if _, ran := o.ThenRows(); ran {
+	if _, ran, _ := o.ThenRows(); ran {
 		t.Error("ran before any message")
 	}
 }
