@@ -114,7 +114,16 @@ func (h *leaseHeld) acquire(ctx context.Context) error {
 	backoff := 5 * time.Millisecond
 	for {
 		sent := time.Now()
-		ok, err := h.tryAll(ctx)
+		// a try is let finish once ctx ended (GraceCtx: a statement cut
+		// under way may still be granted after the call returned, which a
+		// release sent before it could not undo); a grant that came as
+		// ctx ended is given back here
+		tctx, done := GraceCtx(ctx)
+		ok, err := h.tryAll(tctx)
+		done()
+		if err == nil && ok && ctx.Err() != nil {
+			ok, err = false, errs.Join(ctx.Err(), releaseWithin(ctx, h.release))
+		}
 		if err != nil || ok {
 			if ok {
 				h.deadline = sent.Add(h.ttl - leaseMargin(h.ttl))
