@@ -150,8 +150,8 @@ func comUpdate(t *testing.T) int {
 }
 
 // TestLeaseBurstShortTTL reproduces a loss found by bench's TestLeaseOpCost
-// (docs/BENCHMARKS.md, Leases: "a burst of leases with a short TTL behind
-// PgBouncer"): 1,000 Sessions take leases of a 3 s TTL at once on a pool
+// (a burst of leases with a short TTL behind PgBouncer: docs/BENCHMARKS.md,
+// Leases): 1,000 Sessions take leases of a 3 s TTL at once on a pool
 // of 4 connections behind PgBouncer, and none may be lost while held for
 // two TTLs. bench lost one lease so in two runs (and none in a third, after
 // later lease commits); this ran clean when written. It runs only when
