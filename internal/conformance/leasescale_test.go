@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -146,4 +147,70 @@ func comUpdate(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// TestLeaseBurstShortTTL reproduces a loss found by bench's TestLeaseOpCost
+// (a burst of leases with a short TTL behind PgBouncer: docs/BENCHMARKS.md,
+// Leases): 1,000 Sessions take leases of a 3 s TTL at once on a pool
+// of 4 connections behind PgBouncer, and none may be lost while held for
+// two TTLs. bench lost one lease so in two runs (and none in a third, after
+// later lease commits); this ran clean when written. It runs only when
+// ORMLOCK_TEST_LEASE_BURST is set, not in make test: a reproducer of a
+// load-dependent loss, not a check of every run.
+func TestLeaseBurstShortTTL(t *testing.T) {
+	if os.Getenv("ORMLOCK_TEST_LEASE_BURST") == "" {
+		t.Skip("a reproducer of a loss seen under a burst (docs/BENCHMARKS.md, Leases): set ORMLOCK_TEST_LEASE_BURST=1 to run it")
+	}
+	const n, ttl = 1000, 3 * time.Second
+	k := testdb.PgBouncer
+	db := testdb.Open(t, k)
+	db.SetMaxOpenConns(4)
+	db.SetMaxIdleConns(4)
+	ledger := testdb.Table(t, k, "lburst")
+	table := ledger + "_l"
+	t.Cleanup(func() { _, _ = testdb.AdminDB(t, k).Exec("DROP TABLE IF EXISTS " + table) })
+	tables := []ormlock.Option{ormlock.WithLedgerTable(ledger), ormlock.WithLeaseTable(table)}
+	ctx := context.Background()
+	if err := sqllock.Migrate(ctx, db, tables...); err != nil {
+		t.Fatal(err)
+	}
+	opts := append(tables, ormlock.WithLease(ttl))
+	release := make(chan struct{})
+	lost := make(chan error, n)
+	held := make(chan struct{}, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			err := sqllock.Session(ctx, db, fmt.Sprintf("burst-%d", i), func(ctx context.Context) error {
+				held <- struct{}{}
+				select {
+				case <-release:
+				case <-ctx.Done():
+					lost <- fmt.Errorf("lease %d lost: %w", i, context.Cause(ctx))
+				}
+				return nil
+			}, opts...)
+			if err != nil {
+				lost <- err
+			}
+		})
+	}
+	for range n {
+		<-held
+	}
+	time.Sleep(2 * ttl)
+	close(release)
+	wg.Wait()
+	close(lost)
+	count := 0
+	for err := range lost {
+		if count == 0 {
+			t.Error(err)
+		}
+		count++
+	}
+	if count > 0 {
+		t.Errorf("%d of %d leases lost or failed", count, n)
+	}
+	testdb.AssertNoLeaks(t, k, db)
 }
