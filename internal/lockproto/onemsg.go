@@ -55,8 +55,8 @@ const (
 
 // lockOneMessage begins a transaction with begin on the pinned pgx
 // connection conn (see isPgx) and takes o's lock in the same message (see
-// pgLockMessage; for fn's transaction a try-once lock may be the prepared
-// statement, see pgTryStmt). On success it returns the transaction, which
+// pgLockMessage, pgShapeMessage and pgThenMessage; for fn's transaction a
+// try-once lock may be the prepared statement, see pgTryStmt). On success it returns the transaction, which
 // owns conn from then on, and for a Session the session's
 // idle_in_transaction_session_timeout; on failure conn has been given back
 // (its transaction ended: ROLLBACK confirmed by the server) or destroyed,
@@ -122,7 +122,9 @@ func (pgAdvisory) lockOneMessage(ctx context.Context, o *Op, db *sql.DB, conn pi
 }
 
 // lockSend sends o's lock message on x's connection (see lockOneMessage):
-// as text, or on a direct connection as the prepared statement.
+// as text (a set's or a semaphore's one statement: pgShapeMessage; one key
+// followed by RunOnce's claim: pgThenMessage), or on a direct connection as
+// the prepared statement.
 func (pgAdvisory) lockSend(o *Op, x *lockExchange, begin string, use lockTxFor, wait time.Duration, long, wantIso bool) error {
 	if o.target.several() {
 		return x.send(pgShapeMessage(begin, o.target, wait, long, wantIso))
