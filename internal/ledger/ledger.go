@@ -62,6 +62,13 @@
 //     also reports 1; so any non-zero count is confirmed by reading the row
 //     back (its status is then 'running' with this owner, or 'done').
 //
+// In the transactional mode on PostgreSQL with pgx, the claim travels in
+// the message that begins the transaction and takes the lock, after the
+// lock's statement (claimText: literals only, lockproto.Op.SetThen), and
+// the mark done in the message that commits (doneText,
+// lockproto.CommitWith): the run costs the round trips of the plain
+// transaction (docs/PROTOCOL.md, RunOnce).
+//
 // After fn the row is marked 'done' (or, in claim mode, 'failed' with the
 // error text) by an UPDATE that matches only this claim (status 'running',
 // this owner and started_at), so a run that lost its lock can never

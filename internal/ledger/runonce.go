@@ -103,7 +103,7 @@ func (r *Run) InTx(ctx context.Context, q lockproto.Querier, fn func() error) er
 		}
 		return err
 	}
-	if _, sent := r.op.ThenRows(); sent {
+	if _, sent, _ := r.op.ThenRows(); sent {
 		return r.doneIn(ctx, q)
 	}
 	return r.t.finish(ctx, q, r.ns, r.job, r.slot, r.owner, started, StatusDone, "")
@@ -113,7 +113,9 @@ func (r *Run) InTx(ctx context.Context, q lockproto.Querier, fn func() error) er
 // travelled with the lock (lockproto.Op.SetThen, by NewRun), whose rows
 // say whether it claimed; otherwise a statement of its own in q.
 func (r *Run) claimIn(ctx context.Context, q lockproto.Querier) (time.Time, bool, error) {
-	if n, sent := r.op.ThenRows(); sent {
+	if n, sent, err := r.op.ThenRows(); sent && err != nil {
+		return time.Time{}, false, r.t.wrap("claim", err)
+	} else if sent {
 		return time.Time{}, n == 1, nil
 	}
 	return r.t.claim(ctx, q, r.ns, r.job, r.slot, r.owner)

@@ -90,7 +90,7 @@ func (pgAdvisory) lockOneMessage(ctx context.Context, o *Op, db *sql.DB, conn pi
 	if err != nil && lockRefused(err, wait > 0) {
 		err = nil // lock_timeout expired, or the try raised (pgthen.go): held elsewhere
 	}
-	if err == nil && ok && status != 'T' {
+	if err == nil && ok && status != 'T' && rep.thenErr == nil {
 		err = fmt.Errorf("transaction status %q after the lock", status)
 	}
 	if err != nil {
@@ -129,7 +129,7 @@ func (pgAdvisory) lockSend(o *Op, x *lockExchange, begin string, use lockTxFor, 
 	}
 	if o.sendsThen(use) {
 		err := x.send(pgThenMessage(o, begin, wait, wantIso))
-		o.then.ran, o.then.rows = err == nil && x.rep.ok, x.rep.then
+		o.then.ran, o.then.rows, o.then.err = err == nil && x.rep.ok, x.rep.then, x.rep.thenErr
 		return err
 	}
 	var ps *pgConnState

@@ -177,6 +177,9 @@ type lockReply struct {
 	mark  int64
 	slot  int   // a semaphore's slot taken (1 to n), 0 when none, -1 when none and slot n+1 is held
 	then  int64 // the rows the statement after the lock's affected (lockLayout.then)
+	// thenErr is the error of the statement after the lock's, which was
+	// taken (lockLayout.then): the transaction failed, with the lock
+	thenErr error
 }
 
 // readLockReply reads the answer to a lock message to its end, without
@@ -203,14 +206,14 @@ func readLockReply(mrr PgReply, l lockLayout) (lockReply, error) {
 		var err error
 		if tag, err = mrr.CloseResult(); err != nil {
 			_ = mrr.Close()
-			return lockReply{}, err
+			return thenFailed(rep, rowErr, l, err)
 		}
 		if n > 0 {
 			rows = n
 		}
 	}
 	if err := mrr.Close(); err != nil {
-		return lockReply{}, err
+		return thenFailed(rep, rowErr, l, err)
 	}
 	switch {
 	case results == 0:
@@ -222,6 +225,18 @@ func readLockReply(mrr PgReply, l lockLayout) (lockReply, error) {
 		rep.then = tagRows(tag)
 	}
 	return rep, rowErr
+}
+
+// thenFailed is readLockReply's answer to err, which ended the reply: with
+// a statement after the lock's (lockLayout.then) whose lock was taken (its
+// row read, true), that statement's error, the transaction failed with the
+// lock (lockReply.thenErr); otherwise err.
+func thenFailed(rep lockReply, rowErr error, l lockLayout, err error) (lockReply, error) {
+	if l.then && rep.ok && rowErr == nil {
+		rep.thenErr = err
+		return rep, nil
+	}
+	return lockReply{}, err
 }
 
 // parseLockRow reads the lock's row (see lockLayout).

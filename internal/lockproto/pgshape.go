@@ -30,9 +30,11 @@ import (
 //     on its own) and lock_timeout (each key's wait, never 0, which would
 //     disable it) to the budget, saving both; the lock statement sets them
 //     back after the last key. A key not granted in time raises
-//     lock_not_available (55P03) or, the budget spent over several keys,
-//     query_canceled by the statement timeout (57014): either ends the
-//     message, not acquired, and the transaction is rolled back. (Setting
+//     lock_not_available (55P03), "not acquired"; the budget spent over
+//     several keys, the statement timeout's query_canceled (57014), "not
+//     acquired" with that error kept (failed), as a server's own statement
+//     timeout is for one key. Either ends the message, and the transaction
+//     is rolled back. (Setting
 //     lock_timeout before each key to what is left of the budget, the
 //     other way, costs the server an expression per key to parse and plan,
 //     which measured 2.4 times the whole of this statement.) The client's

@@ -53,6 +53,7 @@ type thenStmt struct {
 	stmt   string
 	ran    bool   // it ran in the message that began fn's transaction, which goes on
 	rows   int64  // the rows it affected (its command tag's count)
+	err    error  // its error, after the lock was taken (the transaction failed; the caller reports it)
 	before string // sent before COMMIT in its message (CommitWith)
 }
 
@@ -63,13 +64,16 @@ func (o *Op) SetThen(stmt string) { o.then = &thenStmt{stmt: stmt} }
 
 // ThenRows reports whether the statement of SetThen ran in the message
 // that began fn's transaction (the lock was taken and the transaction goes
-// on) and, if so, how many rows it affected. When it did not, the caller
-// runs its own statement in the transaction.
-func (o *Op) ThenRows() (int64, bool) {
+// on) and, if so, how many rows it affected, or its error: the lock was
+// taken, and the transaction, which holds it, has failed (the caller
+// reports the error and rolls it back, as after a statement of its own
+// that failed). When it did not run, the caller runs its own statement in
+// the transaction.
+func (o *Op) ThenRows() (int64, bool, error) {
 	if o.then == nil {
-		return 0, false
+		return 0, false, nil
 	}
-	return o.then.rows, o.then.ran
+	return o.then.rows, o.then.ran, o.then.err
 }
 
 // sendsThen reports whether o's lock message for use carries the
@@ -101,13 +105,12 @@ func pgThenMessage(o *Op, begin string, wait time.Duration, iso bool) (string, l
 }
 
 // lockRefused reports whether err is a lock message's "not acquired": the
-// wait's lock_timeout (or a set's statement_timeout) expired, or the
-// try-once lock of pgThenMessage raised.
+// wait's lock_timeout expired, or the try-once lock of pgThenMessage
+// raised. (A statement timeout, a set's budget among them, is "not
+// acquired" with the server's error kept: failed.)
 func lockRefused(err error, wait bool) bool {
 	if wait {
-		// lock_timeout, or a set's statement_timeout (pgshape.go)
-		return SQLState(err) == sqlStateLockNotAvailable ||
-			SQLState(err) == "57014" && strings.Contains(err.Error(), "statement timeout")
+		return SQLState(err) == sqlStateLockNotAvailable
 	}
 	return raised(err, pgNotAcquiredSetting)
 }
@@ -140,7 +143,7 @@ func tagRows(tag string) int64 {
 // rolls back and returns an error wrapping errs.ErrLockLost (the claim was
 // no longer this run's); Rollback sends no update.
 func CommitWith(o *Op, q Querier, update string) bool {
-	if _, ok := q.(*OneMessageTx); !ok || o.then == nil || !o.then.ran {
+	if _, ok := q.(*OneMessageTx); !ok || o.then == nil || !o.then.ran || o.then.err != nil {
 		return false
 	}
 	o.then.before = "WITH f AS (" + update + " RETURNING 1) SELECT CASE WHEN count(*) = 1 THEN true ELSE current_setting('" +
