@@ -335,7 +335,9 @@ func lockOutcome(ctx context.Context, x *lockExchange, sendErr error, wait time.
 	if err != nil && lockRefused(err, wait > 0) {
 		err = nil // lock_timeout expired, or the try raised (pgthen.go): held elsewhere
 	}
-	if err == nil && ok && x.status != 'T' {
+	if err == nil && ok && x.status != 'T' && x.rep.thenErr == nil {
+		// (a claim that failed after the lock was granted leaves the
+		// transaction failed, for the ledger to report: pgthen.go)
 		err = fmt.Errorf("transaction status %q after the lock", x.status)
 	}
 	if err != nil {
