@@ -369,6 +369,9 @@ FROM pg_roles WHERE rolname IN ('chaos_app', 'chaos_runner')`).Scan(&attrs); err
 				exec("GRANT CREATE, SELECT, INSERT, UPDATE, DELETE ON ormlock." + led + " TO 'chaos_app'@'%'")
 				// Migrate creates the fencing counters' table beside the ledger
 				exec("GRANT CREATE, SELECT, INSERT, UPDATE, DELETE ON ormlock." + led + "_fence TO 'chaos_app'@'%'")
+				// and the lease and rate limit tables (their default names)
+				exec("GRANT CREATE, SELECT, INSERT, UPDATE, DELETE ON ormlock.ormlock_leases TO 'chaos_app'@'%'")
+				exec("GRANT CREATE, SELECT, INSERT, UPDATE, DELETE ON ormlock.ormlock_rate_tokens TO 'chaos_app'@'%'")
 				appDSN = strings.Replace(dsn, "root@", "chaos_app@", 1)
 				runnerDSN = strings.Replace(dsn, "root@", "chaos_runner@", 1)
 			}

@@ -164,7 +164,9 @@ func leaseHolders(ctx context.Context, q Querier, op *Op, it lockItem) ([]Holder
 	key := FenceID(it.key)
 	rows, err := rq.QueryContext(ctx, ls.holdersSQL(t.q), op.Cfg.Namespace, ls.keyArg(key))
 	if err != nil {
-		if t.s.MissingTable(err) {
+		// no table, or (MySQL/MariaDB) no database selected, where GET_LOCK
+		// names still work but no table can be read: no lease
+		if t.s.MissingTable(err) || MySQLErrno(err) == 1046 {
 			return nil, nil
 		}
 		return nil, errs.Wrap(err, "lease table %q: look up the lease of %s", t.name, key)
