@@ -29,7 +29,7 @@ func leaseOpts(t *testing.T, k testdb.Kind, r runner, ttl time.Duration) []ormlo
 	if err := r.Migrate(context.Background(), opts...); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
-	return append(opts, ormlock.WithLease(ttl))
+	return slices.Clip(append(opts, ormlock.WithLease(ttl))) // appended to by each caller on its own
 }
 
 // leaseTableOf is the lease table leaseOpts made.
