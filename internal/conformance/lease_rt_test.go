@@ -2,6 +2,7 @@ package conformance_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -60,7 +61,13 @@ func TestLeaseRoundTrips(t *testing.T) {
 				})
 			}
 			for range held {
-				<-in
+				select {
+				case <-in:
+				case <-time.After(30 * time.Second):
+					close(leave)
+					wg.Wait()
+					return fmt.Errorf("the Sessions did not all hold: %v", errs)
+				}
 			}
 			time.Sleep(800 * time.Millisecond) // two renewal intervals
 			close(leave)

@@ -29,7 +29,7 @@ func leaseOpts(t *testing.T, k testdb.Kind, r runner, ttl time.Duration) []ormlo
 	if err := r.Migrate(context.Background(), opts...); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
-	return append(opts, ormlock.WithLease(ttl))
+	return slices.Clip(append(opts, ormlock.WithLease(ttl))) // appended to by each caller on its own
 }
 
 // leaseTableOf is the lease table leaseOpts made.
@@ -405,7 +405,13 @@ func TestLeaseBatchPartialLoss(t *testing.T) {
 			})
 		}
 		for range 3 {
-			<-in
+			select {
+			case <-in:
+			case <-time.After(30 * time.Second):
+				close(leave)
+				wg.Wait()
+				t.Fatalf("the three Sessions did not all hold: %v", errs)
+			}
 		}
 		if _, err := testdb.AdminDB(t, k).Exec("UPDATE " + table + " SET holder = 'someone else' WHERE lock_key = 'name:" + base + "1'"); err != nil {
 			t.Fatal(err)

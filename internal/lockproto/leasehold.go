@@ -149,12 +149,36 @@ func (h *leaseHeld) acquire(ctx context.Context) error {
 // tryAll tries each candidate in turn until one is taken.
 func (h *leaseHeld) tryAll(ctx context.Context) (bool, error) {
 	for _, rows := range h.candidates() {
-		ok, err := h.try(ctx, rows)
+		ok, err := h.tryAgain(ctx, rows)
 		if err != nil || ok {
 			return ok, err
 		}
 	}
 	return false, nil
+}
+
+// leaseDeadlockTries bounds the tries of one candidate that the server
+// ended as a deadlock victim.
+const leaseDeadlockTries = 4
+
+// tryAgain is try, again after a deadlock: on MySQL/MariaDB the acquire's
+// reads of the high-water mark and the fencing counter take shared gap
+// locks (INSERT ... SELECT at REPEATABLE READ), so acquirers of different
+// keys of one namespace can deadlock each other; the victim, which wrote
+// nothing, tries again after a short jittered pause. A certification
+// conflict on Galera is reported as a deadlock too: there the other node
+// wrote the key's row, and the next try finds it held.
+func (h *leaseHeld) tryAgain(ctx context.Context, rows []leaseRow) (bool, error) {
+	for i := 1; ; i++ {
+		ok, err := h.try(ctx, rows)
+		if err == nil || !lockDeadlock(err) || i == leaseDeadlockTries || ctx.Err() != nil {
+			return ok, err
+		}
+		time.Sleep(time.Duration(1+rand.N(4*i)) * time.Millisecond)
+		for j := range rows {
+			rows[j].epoch = 0
+		}
+	}
 }
 
 // try takes every row of rows or none: one statement for one row, a short
