@@ -127,7 +127,7 @@ func (pgAdvisory) lockOneMessage(ctx context.Context, o *Op, db *sql.DB, conn pi
 // the prepared statement.
 func (pgAdvisory) lockSend(o *Op, x *lockExchange, begin string, use lockTxFor, wait time.Duration, long, wantIso bool) error {
 	if o.target.several() {
-		return x.send(pgShapeMessage(begin, o.target, wait, long, wantIso))
+		return lockShape(o, x, begin, use, wait, long, wantIso)
 	}
 	if o.sendsThen(use) {
 		err := x.send(pgThenMessage(o, begin, wait, wantIso))
