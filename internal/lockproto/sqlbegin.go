@@ -261,17 +261,7 @@ func beginArmed(ctx context.Context, o *Op, conn *sql.Conn, opts *sql.TxOptions,
 		wait    time.Duration // attempt's, set before BEGIN is asked for
 	)
 	armed := setSend(conn, func(w PgWire) error {
-		x.pc = w
-		var sc serverCancel
-		if ctx.Done() != nil {
-			sc = w.CancelRequest
-		}
-		// as lockOneMessage: a semaphore's statements only try, its wait
-		// is rounds of them (pgShapeRounds)
-		var done func()
-		x.ctx, done = stmtCtx(ctx, wait > 0 && !o.target.anyOne(), sc)
-		sendErr = pgShapeRounds(ctx, o, &x, wait, pgMech.lockSend(o, &x, begin, forFn, wait, false, wantIso))
-		done()
+		sendErr = x.lock(ctx, o, w, begin, forFn, wait, false, wantIso)
 		return sendErr
 	})
 	if !armed {
@@ -313,13 +303,10 @@ func beginArmed(ctx context.Context, o *Op, conn *sql.Conn, opts *sql.TxOptions,
 	// in its ROLLBACK's message
 	var probe *slotProbe
 	if err == nil && x.status == 'T' && o.target.anyOne() {
-		probe = &slotProbe{it: o.target.above}
-		var b strings.Builder
-		b.WriteString("SELECT ")
-		pgHeldLiteral(&b, probe.it)
-		b.WriteString("; ")
+		var stmt string
+		probe, stmt = refusedProbe(o)
 		if wtx := armedTx(conn); wtx != nil {
-			wtx.beforeRollback, wtx.seen = b.String(), &probe.seen
+			wtx.beforeRollback, wtx.seen = stmt, &probe.seen
 		}
 	}
 	if withinGrace(ctx, txCancel, tx.Rollback) != nil {
