@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
 )
 
 // PostgreSQL: BEGIN and the lock in one message.

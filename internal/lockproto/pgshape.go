@@ -211,6 +211,3 @@ func refusedProbe(o *Op) (*slotProbe, string) {
 	b.WriteString("; ")
 	return &slotProbe{it: o.target.above}, b.String()
 }
-
-// noop is the release of a context that needs none.
-func noop() {}
