@@ -146,9 +146,9 @@
 // (the default) and READ UNCOMMITTED travel with the lock; REPEATABLE
 // READ and SERIALIZABLE keep the two-connection protocol. A lock shape
 // ([ormlock.All], [ormlock.Semaphore], [ormlock.Shared]) costs two round
-// trips too, and a transactional [RunOnce] three: its ledger claim travels
-// with BEGIN and the lock, its mark done is a statement of its own before
-// COMMIT (see docs/PROTOCOL.md, database/sql's BEGIN). On another driver (lib/pq,
+// trips too, and so does a transactional [RunOnce]: its ledger claim
+// travels with BEGIN and the lock, its mark done with COMMIT (see
+// docs/PROTOCOL.md, database/sql's BEGIN). On another driver (lib/pq,
 // go-sql-driver/mysql) the wrapper changes nothing. (*sql.Conn).Raw on
 // the pool hands the wrapper's connection; the driver's own is not
 // reachable through it.

@@ -151,13 +151,8 @@ func canonicalOn(k testdb.Kind, names []string) []string {
 // a statement of its own (shapes.go), RunOnce's ledger claim and its mark
 // done are statements of their own too.
 func sqlShapeRoundTrips(a adapter, want map[string]int) {
-	if a.name == "sqllock-wrapped" {
-		// sqllock.Open's pool: database/sql's BEGIN carries the lock and
-		// the claim (2 everywhere), but the mark done is a statement of
-		// its own before COMMIT (lockproto.CommitWith takes a
-		// *OneMessageTx only)
-		want["RunOnce, a fresh slot"] = 3
-	}
+	// sqllock.Open's pool: database/sql's BEGIN carries the lock and the
+	// claim, its COMMIT the mark done (2 everywhere)
 	if a.name != "sqllock" {
 		return
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/lockproto"
@@ -212,11 +213,51 @@ WHERE namespace = ` + pgText(ns) + ` AND job = ` + pgText(job) + ` AND slot = ` 
 		` AND status = 'running' AND owner = ` + pgText(owner)
 }
 
-// pgText is s as a text literal that reads the same whatever the session's
-// settings (standard_conforming_strings, the client encoding): its UTF-8
-// bytes in hex, converted to text.
+// pgText is s as a string literal that reads the same whatever the
+// session's settings and that the planner folds to a constant of the
+// compared column's type, so that the ledger's primary key is searched on
+// every key column (a function of a constant, such as convert_from of a hex
+// decode, is compared as text and is no index condition of a varchar
+// column: the statement scanned the ledger). The form is an escape string
+// (E'...', read alike with standard_conforming_strings on or off) of
+// ASCII text only: printable ASCII as itself, a quote doubled, a
+// backslash escaped, every other character a Unicode escape (\uXXXX or
+// \UXXXXXXXX), which the server reads as that character in its own
+// encoding, so neither the client encoding nor the connection's settings
+// change the text. Callers pass valid UTF-8 without NUL (ValidateJob, the
+// owner's and namespace's checks); anything else keeps the hex form, which
+// the server refuses as it refuses the bound parameter.
 func pgText(s string) string {
-	return "convert_from(decode('" + hex.EncodeToString([]byte(s)) + "', 'hex'), 'UTF8')"
+	if !utf8.ValidString(s) || strings.ContainsRune(s, 0) {
+		return "convert_from(decode('" + hex.EncodeToString([]byte(s)) + "', 'hex'), 'UTF8')"
+	}
+	b := make([]byte, 0, len(s)+3)
+	b = append(b, "E'"...)
+	for _, r := range s {
+		switch {
+		case r == '\'':
+			b = append(b, "''"...)
+		case r == '\\':
+			b = append(b, `\\`...)
+		case r >= 0x20 && r < 0x7f:
+			b = append(b, byte(r))
+		case r < 0x10000:
+			b = append(b, `\u`...)
+			b = appendHex(b, uint32(r), 4)
+		default:
+			b = append(b, `\U`...)
+			b = appendHex(b, uint32(r), 8)
+		}
+	}
+	return string(append(b, '\''))
+}
+
+// appendHex appends v as n upper-case hex digits.
+func appendHex(b []byte, v uint32, n int) []byte {
+	for i := n - 1; i >= 0; i-- {
+		b = append(b, "0123456789ABCDEF"[v>>(4*uint(i))&0xf])
+	}
+	return b
 }
 
 // pgTime is a slot (UTC, whole seconds, years 1000 to 9999: ValidateSlot)

@@ -5,12 +5,9 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/ormlock/ormlock/internal/errs"
 )
 
 // PostgreSQL: BEGIN and the lock in one message.
@@ -70,36 +67,14 @@ func (pgAdvisory) lockOneMessage(ctx context.Context, o *Op, db *sql.DB, conn pi
 	long := use == forSession
 	wantIso := !strings.Contains(begin, "ISOLATION")
 	var x lockExchange
-	done := noop
 	w, err := conn.wire()
 	if err == nil {
-		x.pc = w
-		var sc serverCancel
-		if ctx.Done() != nil {
-			sc = w.CancelRequest
-		}
-		// a cancellation asks the server to end the statement, which leaves
-		// nothing waiting there (see stmtCtx); a semaphore's statements
-		// only try (its wait is rounds of them: pgshape.go)
-		x.ctx, done = stmtCtx(ctx, wait > 0 && !o.target.anyOne(), sc)
-		err = pgShapeRounds(ctx, o, &x, wait, pgMech.lockSend(o, &x, begin, use, wait, long, wantIso))
+		err = x.lock(ctx, o, w, begin, use, wait, long, wantIso)
 	}
 	rep, status := x.rep, x.status
-	done()
-	ok := rep.ok
-	if err != nil && lockRefused(err, wait > 0) {
-		err = nil // lock_timeout expired, or the try raised (pgthen.go): held elsewhere
-	}
-	if err == nil && ok && status != 'T' && rep.thenErr == nil {
-		err = fmt.Errorf("transaction status %q after the lock", status)
-	}
-	if err != nil {
-		err = errs.Wrap(err, "BEGIN and pg_advisory_xact_lock")
-	} else if ok && ctx.Err() != nil {
-		// the lock came as the caller gave up: given back below, by a
-		// ROLLBACK the server confirms
-		ok, err = false, ctx.Err()
-	}
+	// a lock that came as the caller gave up is given back below, by a
+	// ROLLBACK the server confirms
+	ok, err := lockOutcome(ctx, &x, err, wait)
 	txCtx, txCancel := txContext(ctx)
 	tx := &OneMessageTx{pin: conn, conn: conn.sqlConn(), db: db, ctx: txCtx, cancel: txCancel}
 	if wantIso {
@@ -127,7 +102,7 @@ func (pgAdvisory) lockOneMessage(ctx context.Context, o *Op, db *sql.DB, conn pi
 // the prepared statement.
 func (pgAdvisory) lockSend(o *Op, x *lockExchange, begin string, use lockTxFor, wait time.Duration, long, wantIso bool) error {
 	if o.target.several() {
-		return x.send(pgShapeMessage(begin, o.target, wait, long, wantIso))
+		return lockShape(o, x, begin, use, wait, long, wantIso)
 	}
 	if o.sendsThen(use) {
 		err := x.send(pgThenMessage(o, begin, wait, wantIso))
@@ -165,6 +140,24 @@ type lockExchange struct {
 	pc     PgWire
 	rep    lockReply
 	status byte
+}
+
+// lock sends o's lock message on w (lockSend), and for a semaphore with a
+// wait its further rounds (pgShapeRounds), with x.ctx ending as ctx does:
+// a cancellation asks the server to end the statement, which leaves
+// nothing waiting there (see stmtCtx); a semaphore's statements only try
+// (its wait is rounds of them: pgshape.go). Read the outcome with
+// lockOutcome.
+func (x *lockExchange) lock(ctx context.Context, o *Op, w PgWire, begin string, use lockTxFor, wait time.Duration, long, wantIso bool) error {
+	x.pc = w
+	var sc serverCancel
+	if ctx.Done() != nil {
+		sc = w.CancelRequest
+	}
+	var done func()
+	x.ctx, done = stmtCtx(ctx, wait > 0 && !o.target.anyOne(), sc)
+	defer done()
+	return pgShapeRounds(ctx, o, x, wait, pgMech.lockSend(o, x, begin, use, wait, long, wantIso))
 }
 
 // send sends msg and reads its reply, whose last row is laid out as l says.

@@ -196,14 +196,18 @@ func rollbackRefused(ctx context.Context, o *Op, tx *OneMessageTx, cancel contex
 		_ = withinGrace(ctx, cancel, tx.Rollback)
 		return
 	}
-	var b strings.Builder
-	b.WriteString("SELECT ")
-	pgHeldLiteral(&b, o.target.above)
-	b.WriteString("; ROLLBACK")
-	p := &slotProbe{it: o.target.above}
-	_ = withinGrace(ctx, cancel, func() error { return tx.endRead(b.String(), &p.seen) })
+	p, stmt := refusedProbe(o)
+	_ = withinGrace(ctx, cancel, func() error { return tx.endRead(stmt+"ROLLBACK", &p.seen) })
 	o.reportProbe(ctx, p)
 }
 
-// noop is the release of a context that needs none.
-func noop() {}
+// refusedProbe is the probe of a semaphore refused cleanly, whether its
+// slot n+1 is held, and the statement that asks it before ROLLBACK in the
+// same message ("SELECT …; ").
+func refusedProbe(o *Op) (*slotProbe, string) {
+	var b strings.Builder
+	b.WriteString("SELECT ")
+	pgHeldLiteral(&b, o.target.above)
+	b.WriteString("; ")
+	return &slotProbe{it: o.target.above}, b.String()
+}

@@ -2,6 +2,7 @@ package lockproto
 
 import (
 	"context"
+	"database/sql"
 	"strconv"
 	"strings"
 	"time"
@@ -55,6 +56,10 @@ type thenStmt struct {
 	rows   int64  // the rows it affected (its command tag's count)
 	err    error  // its error, after the lock was taken (the transaction failed; the caller reports it)
 	before string // sent before COMMIT in its message (CommitWith)
+	// wtx is the wrapped connector's transaction whose BEGIN carried the
+	// lock and the statement (sqlbegin.go): CommitWith puts before in its
+	// COMMIT's message too
+	wtx *wrappedTx
 }
 
 // SetThen makes stmt, literals only, travel after the lock statement in
@@ -133,7 +138,8 @@ func tagRows(tag string) int64 {
 
 // CommitWith makes fn's transaction q, begun by BeginLocked for o, send
 // update before its COMMIT in the message that commits (where q is a
-// *OneMessageTx whose lock message carried o's statement of SetThen;
+// *OneMessageTx, or the *sql.Tx of a wrapped connector's pool whose BEGIN
+// carried the lock, and the lock message carried o's statement of SetThen;
 // reports false otherwise, and the caller sends update itself). update
 // must affect exactly one row: it is sent as
 //
@@ -143,11 +149,19 @@ func tagRows(tag string) int64 {
 // rolls back and returns an error wrapping errs.ErrLockLost (the claim was
 // no longer this run's); Rollback sends no update.
 func CommitWith(o *Op, q Querier, update string) bool {
-	if _, ok := q.(*OneMessageTx); !ok || o.then == nil || !o.then.ran || o.then.err != nil {
+	if o.then == nil || !o.then.ran || o.then.err != nil {
+		return false
+	}
+	_, one := q.(*OneMessageTx)
+	_, wrapped := q.(*sql.Tx)
+	if wrapped = wrapped && o.then.wtx != nil; !one && !wrapped {
 		return false
 	}
 	o.then.before = "WITH f AS (" + update + " RETURNING 1) SELECT CASE WHEN count(*) = 1 THEN true ELSE current_setting('" +
 		pgClaimLostSetting + "')::bool END FROM f; "
+	if wrapped {
+		o.then.wtx.beforeCommit = o.then.before
+	}
 	return true
 }
 

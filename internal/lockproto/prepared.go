@@ -57,10 +57,11 @@ const pgConnStateKey = "ormlock.session"
 // behind a pooler, which statements it prepared), kept with it in its
 // PgWire.CustomData.
 type pgConnState struct {
-	known    bool    // direct was read
-	direct   bool    // the connection reaches its backend without a pooler
-	prepared [2]bool // pgTryStmt[i] is prepared on the backend
-	mark     int64   // random, written into the statements this connection prepares
+	known    bool             // direct was read
+	direct   bool             // the connection reaches its backend without a pooler
+	prepared [2]bool          // pgTryStmt[i] is prepared on the backend
+	shapes   map[string]*bool // the shapes' statements by name (pgShapePrepared), prepared when true
+	mark     int64            // random, written into the statements this connection prepares
 }
 
 // pgConnStateOf returns pc's pgConnState, created on first use; nil when
@@ -99,7 +100,16 @@ func (pgAdvisory) lockPrepared(o *Op, x *lockExchange, ps *pgConnState, begin st
 	// direct: the backend's pid is the one the connection announced
 	o.fence.pid = x.pc.PID()
 	i := pgTryIndex(o.target.pg)
-	l := lockLayout{iso: true, mark: true}
+	return execPrepared(x, ps, &ps.prepared[i], pgTryStmt[i].name, lockLayout{iso: true, mark: true},
+		func(prepare bool) string { return pgTryMessage(begin, o.target.pg, prepare, ps.mark) })
+}
+
+// execPrepared sends msg(false), the message that EXECUTEs the prepared
+// statement name, when *prepared says it is prepared on x's connection, or
+// msg(true), which PREPAREs it first (with ps.mark), and reads its reply as
+// l says; *prepared follows. The reply is trusted only when it carries the
+// connection's mark.
+func execPrepared(x *lockExchange, ps *pgConnState, prepared *bool, name string, l lockLayout, msg func(prepare bool) string) error {
 	// ours: the answer carries the connection's mark; otherwise, on a
 	// connection still in the transaction the message began (status
 	// 'T' or 'E'), the statement of that name is not the library's
@@ -109,12 +119,12 @@ func (pgAdvisory) lockPrepared(o *Op, x *lockExchange, ps *pgConnState, begin st
 	ours := func(err error) bool { return err == nil && x.rep.mark == ps.mark }
 	foreign := func() bool { return !x.pc.IsClosed() && (x.status == 'T' || x.status == 'E') }
 	drop := func() bool {
-		ps.prepared[i] = false
-		rerr := x.pc.Exec(x.ctx, "ROLLBACK; DEALLOCATE "+pgTryStmt[i].name).Close()
+		*prepared = false
+		rerr := x.pc.Exec(x.ctx, "ROLLBACK; DEALLOCATE "+name).Close()
 		return (rerr == nil || SQLState(rerr) == sqlStateNoStatement) && x.pc.TxStatus() == 'I'
 	}
-	if ps.prepared[i] {
-		err := x.send(pgTryMessage(begin, o.target.pg, false, ps.mark), l)
+	if *prepared {
+		err := x.send(msg(false), l)
 		if ours(err) || !foreign() {
 			return err
 		}
@@ -122,17 +132,17 @@ func (pgAdvisory) lockPrepared(o *Op, x *lockExchange, ps *pgConnState, begin st
 			return errs.Join(errNotOurStatement, err)
 		}
 	}
-	err := x.send(pgTryMessage(begin, o.target.pg, true, ps.mark), l)
+	err := x.send(msg(true), l)
 	if err != nil && SQLState(err) == sqlStateDupStatement && x.status == 'E' {
 		// a statement of that name the record does not know (a
 		// PREPARE whose answer was lost, or a foreign one)
 		if !drop() {
 			return err
 		}
-		err = x.send(pgTryMessage(begin, o.target.pg, true, ps.mark), l)
+		err = x.send(msg(true), l)
 	}
 	if ours(err) {
-		ps.prepared[i] = true
+		*prepared = true
 		return nil
 	}
 	return errs.Join(errNotOurStatement, err)

@@ -205,9 +205,12 @@ type wrappedTx struct {
 	// its answer's first column read into seen (rollbackRefused's probe)
 	beforeRollback string
 	seen           *bool
+	// beforeCommit, when set, travels before COMMIT in its message
+	// (CommitWith)
+	beforeCommit string
 }
 
-func (t *wrappedTx) Commit() error { return t.end("COMMIT", nil) }
+func (t *wrappedTx) Commit() error { return t.end(t.beforeCommit+"COMMIT", nil) }
 func (t *wrappedTx) Rollback() error {
 	if t.beforeRollback != "" {
 		return t.end(t.beforeRollback+"ROLLBACK", t.seen)
@@ -217,6 +220,9 @@ func (t *wrappedTx) Rollback() error {
 
 func (t *wrappedTx) end(stmt string, seen *bool) error {
 	idle, err := pgEnd(t.ctx, t.w, stmt, seen)
+	if err != nil && t.beforeCommit != "" && strings.HasSuffix(stmt, "COMMIT") && !t.w.IsClosed() {
+		idle, err = endFailed(t.ctx, t.w, err) // CommitWith's statement failed
+	}
 	if err == nil && !idle {
 		err = fmt.Errorf("ormlock: transaction status %q after %s: %w", t.w.TxStatus(), stmt, driver.ErrBadConn)
 	}
@@ -255,17 +261,7 @@ func beginArmed(ctx context.Context, o *Op, conn *sql.Conn, opts *sql.TxOptions,
 		wait    time.Duration // attempt's, set before BEGIN is asked for
 	)
 	armed := setSend(conn, func(w PgWire) error {
-		x.pc = w
-		var sc serverCancel
-		if ctx.Done() != nil {
-			sc = w.CancelRequest
-		}
-		// as lockOneMessage: a semaphore's statements only try, its wait
-		// is rounds of them (pgShapeRounds)
-		var done func()
-		x.ctx, done = stmtCtx(ctx, wait > 0 && !o.target.anyOne(), sc)
-		sendErr = pgShapeRounds(ctx, o, &x, wait, pgMech.lockSend(o, &x, begin, forFn, wait, false, wantIso))
-		done()
+		sendErr = x.lock(ctx, o, w, begin, forFn, wait, false, wantIso)
 		return sendErr
 	})
 	if !armed {
@@ -298,23 +294,20 @@ func beginArmed(ctx context.Context, o *Op, conn *sql.Conn, opts *sql.TxOptions,
 			}
 			return nil, level, nil
 		}
+		if o.then != nil && o.then.ran {
+			o.then.wtx = armedTx(conn) // CommitWith's statement rides on its COMMIT
+		}
 		return lt, sql.LevelDefault, err
 	}
 	// as rollbackRefused: a semaphore refused cleanly asks about slot n+1
 	// in its ROLLBACK's message
 	var probe *slotProbe
 	if err == nil && x.status == 'T' && o.target.anyOne() {
-		probe = &slotProbe{it: o.target.above}
-		var b strings.Builder
-		b.WriteString("SELECT ")
-		pgHeldLiteral(&b, probe.it)
-		b.WriteString("; ")
-		_ = conn.Raw(func(dc any) error {
-			if c, ok := dc.(*armedConn); ok && c.tx != nil {
-				c.tx.beforeRollback, c.tx.seen = b.String(), &probe.seen
-			}
-			return nil
-		})
+		var stmt string
+		probe, stmt = refusedProbe(o)
+		if wtx := armedTx(conn); wtx != nil {
+			wtx.beforeRollback, wtx.seen = stmt, &probe.seen
+		}
 	}
 	if withinGrace(ctx, txCancel, tx.Rollback) != nil {
 		Destroy(conn)
@@ -347,4 +340,17 @@ func lockOutcome(ctx context.Context, x *lockExchange, sendErr error, wait time.
 		return false, ctx.Err()
 	}
 	return ok, nil
+}
+
+// armedTx is the transaction the last armed BEGIN opened on conn, nil when
+// none.
+func armedTx(conn *sql.Conn) *wrappedTx {
+	var tx *wrappedTx
+	_ = conn.Raw(func(dc any) error {
+		if c, ok := dc.(*armedConn); ok {
+			tx = c.tx
+		}
+		return nil
+	})
+	return tx
 }
