@@ -53,7 +53,7 @@ type leaseSQL interface {
 	// releaseShared gives up the reader holder of the key row of (ns,
 	// key) at epoch: its reader row deleted, the key row's readers counted
 	// down and, with the last, the key row expired.
-	releaseShared(ctx context.Context, db *sql.DB, q, ns, key, holder string, epoch int64) error
+	releaseShared(ctx context.Context, db Querier, q, ns, key, holder string, epoch int64) error
 	// renewSQL extends n leases by (key, epoch, holder), rows locked in
 	// key order; its rows affected are the leases renewed.
 	renewSQL(q string, n int) string
