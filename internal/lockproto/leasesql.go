@@ -251,11 +251,18 @@ func (pgLease) acquired(ctx context.Context, q leaseQuerier, query string, args 
 
 // renewSQL: $1 ttl in microseconds, then (namespace, lock_key, reader,
 // epoch, holder) per lease; the rows are locked in key order (the sort
-// below the locking) before any is written.
+// below the locking) before any is written. Its wait for a row lock is
+// bounded by the server (lock_timeout, a quarter of the TTL, set for the
+// statement's own transaction before any row is locked), below the
+// client's timeout of the renewal (a third of the TTL): a blocked renewal
+// fails with the server's lock timeout instead of being cancelled by the
+// client, whose cancel request (pgx's, when a statement's context ends)
+// crashes PgBouncer before 1.19.1 ("bad client state").
 func (s pgLease) renewSQL(q string, n int) string {
 	return `UPDATE ` + q + ` AS l SET expires_at = GREATEST(l.expires_at, clock_timestamp() + $1::bigint * interval '1 microsecond'), renewals = l.renewals + 1
 FROM (SELECT namespace, lock_key, reader FROM ` + q + `
-	WHERE (namespace, lock_key, reader, epoch, holder) IN (` + tuples(s, n, 5, 1) + `) AND expires_at > clock_timestamp()
+	WHERE set_config('lock_timeout', ($1::bigint / 4000)::text, true) IS NOT NULL
+	AND (namespace, lock_key, reader, epoch, holder) IN (` + tuples(s, n, 5, 1) + `) AND expires_at > clock_timestamp()
 	ORDER BY namespace, lock_key, reader FOR UPDATE) AS c
 WHERE l.namespace = c.namespace AND l.lock_key = c.lock_key AND l.reader = c.reader`
 }
