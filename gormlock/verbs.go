@@ -108,8 +108,13 @@ func Runs(db *gorm.DB, job string, limit int, opts ...ormlock.Option) ([]ormlock
 // the longest period of the jobs plus the latest a trigger may come, or a
 // pruned slot runs again. db must not be inside a transaction. An
 // olderThan shorter than the catch-up window of [ormlock.WithCatchUp],
-// given with it, plus 1 minute is refused. See docs/PROTOCOL.md (The
-// ledger) and docs/SCHEDULES.md (Clocks of catch-up and Prune).
+// given with it, plus 1 minute is refused. It also deletes the rate
+// table's idle tokens and the lease table's rows ([ormlock.WithLease]) of
+// every namespace whose lease expired more than olderThan ago (not counted
+// in the result); each key's epoch lives on in its fencing counter, so a
+// later grant's epoch is still above the pruned one. See docs/PROTOCOL.md
+// (The ledger; Leases) and docs/SCHEDULES.md (Clocks of catch-up and
+// Prune).
 func Prune(db *gorm.DB, olderThan time.Duration, opts ...ormlock.Option) (int64, error) {
 	return verbs.Prune(ctxOf(db), binder{db}, pkg, olderThan, opts)
 }

@@ -87,6 +87,8 @@ func Runs(ctx context.Context, pool *pgxpool.Pool, job string, limit int, opts .
 // the database server's clock, batch by batch (an olderThan
 // shorter than the catch-up window given with it plus 1 minute is
 // refused).
+// It also deletes the lease rows expired for longer than olderThan
+// (docs/PROTOCOL.md, Leases).
 func Prune(ctx context.Context, pool *pgxpool.Pool, olderThan time.Duration, opts ...ormlock.Option) (int64, error) {
 	return verbs.Prune(ctx, binder{pool}, pkg, olderThan, opts)
 }

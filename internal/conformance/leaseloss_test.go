@@ -112,6 +112,29 @@ func (h *leaseHolder) waitReturned(t *testing.T) {
 	}
 }
 
+// lostReturn bounds how long after the holder learned of its loss
+// Session may take to return while the server does not answer its
+// release: the release of a lease known lost is given a second
+// (leaseLostGrace), and the rest is slack for a loaded machine; far
+// below the 15s release timeout it waited before.
+const lostReturn = 5 * time.Second
+
+// waitReturnedWithin is waitReturned, failing when Session did not
+// return within d of the holder's learning of the loss.
+func (h *leaseHolder) waitReturnedWithin(t *testing.T, d time.Duration) {
+	t.Helper()
+	select {
+	case err := <-h.err:
+		if !errors.Is(err, ormlock.ErrLockLost) {
+			t.Errorf("Session returned %v, want ErrLockLost", err)
+		}
+		t.Logf("figure: Session returned %v after the holder learned of the loss", time.Since(h.endedAt).Round(time.Millisecond))
+	case <-time.After(time.Until(h.endedAt.Add(d))):
+		t.Errorf("Session did not return within %v of the loss while the server did not answer its release", d)
+		h.waitReturned(t)
+	}
+}
+
 // takeLease takes key once on db, waiting up to wait, and returns the
 // epoch and when fn ran.
 func takeLease(t *testing.T, db *sql.DB, key string, wait time.Duration) (int64, time.Time) {
@@ -289,12 +312,13 @@ func TestLeaseLoss(t *testing.T) {
 				t.Fatalf("lock the lease row: %d rows, %v", n, err)
 			}
 			h.waitCancelled(t)
-			// the row lock also holds the holder's release back, until
-			// it ends (or the release's own timeout)
+			// the row lock also holds the holder's release back; a lease
+			// known lost gives its release a second, not releaseTimeout
+			// (15s), so Session returns while the row lock is still held
+			h.waitReturnedWithin(t, lostReturn)
 			if err := blocker.Rollback(); err != nil {
 				t.Fatal(err)
 			}
-			h.waitReturned(t)
 			afterLoss(t, h, db, f, name, true)
 		})
 		t.Run("frozen server", func(t *testing.T) {
@@ -322,10 +346,11 @@ func TestLeaseLoss(t *testing.T) {
 			p.FreezeAll()
 			h.waitCancelled(t)
 			// the server is fine; only the holder's way to it froze: the
-			// key is taken over once the lease expired
+			// key is taken over once the lease expired, and the holder's
+			// release, of a lease known lost, is given up after a second
+			h.waitReturnedWithin(t, lostReturn)
 			afterLoss(t, h, db, f, name, true)
 			p.Thaw()
-			h.waitReturned(t)
 		})
 	})
 }

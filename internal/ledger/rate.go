@@ -44,3 +44,14 @@ func PruneRate(ctx context.Context, d lockproto.Dialect, db *sql.DB, cfg config.
 	}
 	return t.Prune(ctx, db, olderThan, PruneBatch)
 }
+
+// PruneLease deletes the lease rows of cfg's lease table expired for more
+// than olderThan (lockproto.LeaseTable.Prune): Prune's third step, in
+// every namespace; each key's epoch survives in its fencing counter.
+func PruneLease(ctx context.Context, d lockproto.Dialect, db *sql.DB, cfg config.Config, olderThan time.Duration) (int64, error) {
+	t, err := lockproto.NewLeaseTable(d, cfg.LeaseTableName())
+	if err != nil {
+		return 0, err
+	}
+	return t.Prune(ctx, db, olderThan, PruneBatch)
+}

@@ -122,7 +122,7 @@ func (h *leaseHeld) acquire(ctx context.Context) error {
 		ok, err := h.tryAll(tctx)
 		done()
 		if err == nil && ok && ctx.Err() != nil {
-			ok, err = false, errs.Join(ctx.Err(), releaseWithin(ctx, h.release))
+			ok, err = false, errs.Join(ctx.Err(), h.free(ctx, false))
 		}
 		if err != nil || ok {
 			if ok {
@@ -251,7 +251,7 @@ func (h *leaseHeld) took(ctx context.Context, rows []leaseRow, err error) (bool,
 		}
 	}
 	h.rows = rows
-	_ = releaseWithin(ctx, h.release)
+	_ = h.free(ctx, false)
 	h.rows = nil
 	return false, h.wrap(err)
 }
@@ -273,27 +273,6 @@ func (h *leaseHeld) token() int64 {
 		return 0
 	}
 	return h.rows[0].epoch
-}
-
-// release expires the holder's rows, by holder id (which names one
-// acquisition), each in a statement of its own; in share mode, gives up
-// its reader's place in the key row (releaseShared).
-func (h *leaseHeld) release(ctx context.Context) error {
-	if h.shared {
-		r := h.rows[0]
-		if err := h.m.sql.releaseShared(ctx, h.db, h.table, r.ns, r.key, h.holder, r.epoch); err != nil {
-			return errs.Wrap(err, "lease table %s: release %q", h.table, h.o.Key.String())
-		}
-		return nil
-	}
-	q := h.m.sql.releaseSQL(h.table)
-	var first error
-	for _, r := range h.rows {
-		if _, err := h.db.ExecContext(ctx, q, r.ns, r.key, r.reader, r.holder); err != nil && first == nil {
-			first = errs.Wrap(err, "lease table %s: release %q", h.table, h.o.Key.String())
-		}
-	}
-	return first
 }
 
 // check touches every row of the lease in fn's transaction tx, by (key,

@@ -174,32 +174,20 @@ func (b *renewBatch) exec(hs []*leaseHeld) (got, want int64, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), leaseEvery(b.key.ttl))
 	defer cancel()
 	seen := make(map[leaseRow]struct{})
-	args := []any{b.key.ttl.Microseconds()}
+	var rows []leaseRow
 	for _, h := range hs {
 		for _, r := range h.rows {
 			if _, dup := seen[r]; dup {
 				continue
 			}
 			seen[r] = struct{}{}
-			args = append(args, r.ns, r.key, r.reader, r.epoch, r.holder)
+			rows = append(rows, r)
 		}
 	}
-	// the tuples padded to a power of two with the last one again (a row
-	// matches once however often it is named), so that a pool's
-	// statement cache holds a few texts, not one per number of leases
-	n := len(seen)
-	if n == 0 {
+	if len(rows) == 0 {
 		return 0, 0, nil
 	}
-	last := args[len(args)-5:]
-	for p := 1; ; p *= 2 {
-		if p >= n {
-			for ; n < p; n++ {
-				args = append(args, last...)
-			}
-			break
-		}
-	}
+	n, args := b.sql.renewArgs(b.key.ttl.Microseconds(), rows)
 	res, err := b.key.db.ExecContext(ctx, b.sql.renewSQL(b.key.table, n), args...)
 	if err != nil {
 		return 0, int64(len(seen)), err

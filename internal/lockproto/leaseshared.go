@@ -52,7 +52,7 @@ RETURNING epoch`
 	return err
 }
 
-func (pgLease) releaseShared(ctx context.Context, db *sql.DB, q, ns, key, holder string, epoch int64) error {
+func (pgLease) releaseShared(ctx context.Context, db Querier, q, ns, key, holder string, epoch int64) error {
 	_, err := db.ExecContext(ctx, `WITH d AS (DELETE FROM `+q+` WHERE namespace = $1 AND lock_key = $2 AND reader = $3 AND holder = $3)
 UPDATE `+q+` SET expires_at = CASE WHEN readers <= 1 THEN LEAST(expires_at, clock_timestamp()) ELSE expires_at END,
 	readers = readers - 1, renewals = renewals + 1
@@ -107,7 +107,7 @@ VALUES (?, ?, ?, ?, 'shared', ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVA
 	return nil
 }
 
-func (myLease) releaseShared(ctx context.Context, db *sql.DB, q, ns, key, holder string, epoch int64) error {
+func (myLease) releaseShared(ctx context.Context, db Querier, q, ns, key, holder string, epoch int64) error {
 	if _, err := db.ExecContext(ctx, "DELETE FROM "+q+" WHERE namespace = ? AND lock_key = ? AND reader = ? AND holder = ?", ns, key, holder, holder); err != nil {
 		return err
 	}

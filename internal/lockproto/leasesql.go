@@ -53,10 +53,13 @@ type leaseSQL interface {
 	// releaseShared gives up the reader holder of the key row of (ns,
 	// key) at epoch: its reader row deleted, the key row's readers counted
 	// down and, with the last, the key row expired.
-	releaseShared(ctx context.Context, db *sql.DB, q, ns, key, holder string, epoch int64) error
+	releaseShared(ctx context.Context, db Querier, q, ns, key, holder string, epoch int64) error
 	// renewSQL extends n leases by (key, epoch, holder), rows locked in
 	// key order; its rows affected are the leases renewed.
 	renewSQL(q string, n int) string
+	// renewArgs are renewSQL's arguments for the distinct rows rs (ttl
+	// in microseconds), and the n to build renewSQL with.
+	renewArgs(ttl int64, rs []leaseRow) (n int, args []any)
 	// releaseSQL expires one lease row by (key, reader, holder): the
 	// holder id names one acquisition, whose epoch the holder may not know
 	// (an acquire cut short by its context).
@@ -249,17 +252,6 @@ func (pgLease) acquired(ctx context.Context, q leaseQuerier, query string, args 
 	return rows.Err()
 }
 
-// renewSQL: $1 ttl in microseconds, then (namespace, lock_key, reader,
-// epoch, holder) per lease; the rows are locked in key order (the sort
-// below the locking) before any is written.
-func (s pgLease) renewSQL(q string, n int) string {
-	return `UPDATE ` + q + ` AS l SET expires_at = GREATEST(l.expires_at, clock_timestamp() + $1::bigint * interval '1 microsecond'), renewals = l.renewals + 1
-FROM (SELECT namespace, lock_key, reader FROM ` + q + `
-	WHERE (namespace, lock_key, reader, epoch, holder) IN (` + tuples(s, n, 5, 1) + `) AND expires_at > clock_timestamp()
-	ORDER BY namespace, lock_key, reader FOR UPDATE) AS c
-WHERE l.namespace = c.namespace AND l.lock_key = c.lock_key AND l.reader = c.reader`
-}
-
 func (pgLease) releaseSQL(q string) string {
 	return `UPDATE ` + q + ` SET expires_at = LEAST(expires_at, clock_timestamp()), renewals = renewals + 1
 WHERE namespace = $1 AND lock_key = $2 AND reader = $3 AND holder = $4`
@@ -327,12 +319,6 @@ func (myLease) acquired(ctx context.Context, q leaseQuerier, query string, args 
 	}
 	rs[0].epoch = id
 	return nil
-}
-
-func (s myLease) renewSQL(q string, n int) string {
-	return "UPDATE " + q + ` SET expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), renewals = renewals + 1
-WHERE (namespace, lock_key, reader, epoch, holder) IN (` + tuples(s, n, 5, 0) + `) AND expires_at > UTC_TIMESTAMP(6)
-ORDER BY namespace, lock_key, reader`
 }
 
 func (myLease) releaseSQL(q string) string {

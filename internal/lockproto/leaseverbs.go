@@ -69,7 +69,7 @@ func (m leaseMech) session(ctx context.Context, o *Op, db *sql.DB, fn func(ctx c
 // it was) and reports the release; a lease whose release failed expires
 // by itself at its TTL, which is no loss. It returns lost.
 func (h *leaseHeld) end(ctx context.Context, lost error) error {
-	rerr := releaseWithin(ctx, h.release)
+	rerr := h.free(ctx, lost != nil)
 	switch {
 	case rerr != nil:
 		h.o.Emit(ctx, config.EventReleaseFailed, rerr)
@@ -135,8 +135,8 @@ func (l *leaseTx) beforeCommit(ctx context.Context, tx Tx) error {
 // error of the transaction, whose outcome it does not change.
 func (l *leaseTx) end(ctx context.Context) error {
 	l.once.Do(func() {
-		l.h.stop()
-		if rerr := releaseWithin(ctx, l.h.release); rerr != nil {
+		lost := l.h.stop()
+		if rerr := l.h.free(ctx, lost != nil); rerr != nil {
 			l.h.o.Emit(ctx, config.EventReleaseFailed, rerr)
 		}
 	})

@@ -136,6 +136,30 @@ func (sl *Log) since(t *testing.T, start, end string) []string {
 	return nil
 }
 
+// ErrorsDuring runs f once and returns the errors the server logged for
+// the statements of the log's pools while it ran (the text after
+// "ERROR:  ").
+func (sl *Log) ErrorsDuring(t *testing.T, f func()) []string {
+	t.Helper()
+	start := sl.mark(t)
+	f()
+	end := sl.mark(t)
+	var out []string
+	in := false
+	for _, l := range sl.lines(t) {
+		switch {
+		case strings.Contains(l, start):
+			in = true
+		case strings.Contains(l, end):
+			return out
+		case in && strings.Contains(l, " "+sl.app+": ERROR:  "):
+			out = append(out, l[strings.Index(l, "ERROR:  ")+8:])
+		}
+	}
+	t.Fatalf("marker %q not found in %s", end, sl.path)
+	return nil
+}
+
 var marks atomic.Int64
 
 // mark logs a unique statement from another connection and waits until the

@@ -147,7 +147,8 @@ func Runs[B Binder](ctx context.Context, b B, pkg, job string, limit int, opts [
 	return rs, p.mend(err)
 }
 
-// Prune deletes the ledger's finished and stale rows older than olderThan.
+// Prune deletes the ledger's finished and stale rows older than olderThan,
+// the rate table's idle tokens and the lease rows expired for longer.
 func Prune[B Binder](ctx context.Context, b B, pkg string, olderThan time.Duration, opts []config.Option) (int64, error) {
 	p, err := Open(ctx, b, pkg, "Prune", opts, Args{Err: ledger.CheckPrune(pkg+".Prune", olderThan)})
 	defer p.release()
@@ -171,6 +172,11 @@ func Prune[B Binder](ctx context.Context, b B, pkg string, olderThan time.Durati
 	if err == nil {
 		// the rate table's idle tokens, not counted in n (ledger rows)
 		_, err = ledger.PruneRate(ctx, p.Dialect, p.sqlDB(), p.Cfg, olderThan)
+	}
+	if err == nil {
+		// the lease table's rows expired for longer than olderThan, not
+		// counted in n either (their epochs live on in the fencing counters)
+		_, err = ledger.PruneLease(ctx, p.Dialect, p.sqlDB(), p.Cfg, olderThan)
 	}
 	return n, p.mend(err)
 }
