@@ -66,10 +66,17 @@ func TestGaleraLeases(t *testing.T) {
 			if most > v.max {
 				t.Errorf("%s: %d holders at once across the nodes, want at most %d", v.name, most, v.max)
 			}
-			for i, n := range got {
-				if n == 0 {
-					t.Errorf("%s: the clients of node %d never acquired", v.name, i+1)
+			// exclusion is exercised across nodes once two of them took
+			// turns; no verb promises every node a turn in 3s (a Lead's
+			// node that just resigned often campaigns first again)
+			nodes := 0
+			for _, n := range got {
+				if n > 0 {
+					nodes++
 				}
+			}
+			if nodes < 2 {
+				t.Errorf("%s: the clients of only %d node acquired: %v", v.name, nodes, got)
 			}
 		})
 	}
