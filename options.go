@@ -144,6 +144,13 @@ func WithTxOptions(o *sql.TxOptions) Option { return func(c *config.Config) { c.
 // off: the ledger row and fn's work commit together.
 func WithClaim() Option { return func(c *config.Config) { c.Claim = true } }
 
+// WithoutCampaign makes Lead a follower: it never campaigns and never
+// calls fn, and returns the context's cause when db's context ends. Run a
+// replica that must never lead (a host being drained, a read-only region)
+// with it, and read who leads with Holder. Any verb but Lead refuses it
+// with an error wrapping [ErrInvalidArgument]. See docs/OPERATIONS.md.
+func WithoutCampaign() Option { return func(c *config.Config) { c.NoCampaign = true } }
+
 // WithSharedLockConns makes a Session or Lead hold its lock on one of at
 // most n lock connections that the Sessions and Leads of this process
 // asking for it share per pool, instead of a connection of its own: 1,000

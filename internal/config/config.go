@@ -73,6 +73,9 @@ type Config struct {
 	TxOptions *sql.TxOptions
 	// Claim selects RunOnce's claim mode.
 	Claim bool
+	// NoCampaign makes Lead follow without campaigning
+	// (ormlock.WithoutCampaign).
+	NoCampaign bool
 	// Fencing issues a fencing token per acquisition (ormlock.WithFencing).
 	Fencing bool
 	// CatchUpWindow and CatchUpPolicy: RunScheduled's catch-up of missed

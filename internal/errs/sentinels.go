@@ -26,6 +26,8 @@ var (
 	ErrInvalidKey = errors.New("ormlock: invalid key")
 	// ErrStaleToken is ormlock.ErrStaleToken.
 	ErrStaleToken = errors.New("ormlock: stale fencing token")
+	// ErrPaused is ormlock.ErrPaused.
+	ErrPaused = errors.New("ormlock: job paused")
 	// ErrImplicitCommit is ormlock.ErrImplicitCommit (and
 	// lockproto.ErrImplicitCommit, which the protocol wraps).
 	ErrImplicitCommit = errors.New("ormlock: the transaction was committed implicitly while fn ran (MySQL/MariaDB commits before a DDL statement such as CREATE TABLE or TRUNCATE): fn's writes before it stay committed and were not rolled back; run a job that needs DDL with ormlock.WithClaim, outside one transaction")
