@@ -73,13 +73,16 @@ type handler struct {
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	hd := w.Header()
-	hd.Set("Content-Security-Policy", ContentSecurityPolicy)
+	hd.Set("Content-Security-Policy", h.s.csp())
 	hd.Set("X-Content-Type-Options", "nosniff")
 	hd.Set("Referrer-Policy", "no-referrer")
 	hd.Set("X-Frame-Options", "DENY")
 	hd.Set("Cache-Control", "no-store")
 	if !h.s.hostAllowed(req.Host) {
 		plain(w, http.StatusMisdirectedRequest, "ormlock webui: this view does not answer for the host named in the request (see webui.WithAllowedHosts, ormlock ui --allow-host)")
+		return
+	}
+	if h.s.actions != nil && h.routeAction(w, req) {
 		return
 	}
 	switch req.Method {
@@ -160,6 +163,9 @@ func (h *handler) page(w http.ResponseWriter, req *http.Request, build func(ctx 
 		code = http.StatusServiceUnavailable
 	}
 	v.P = p
+	if h.s.actions != nil && code == http.StatusOK {
+		h.offerActions(ctx, req, v)
+	}
 	h.render(w, code, v)
 }
 

@@ -40,6 +40,7 @@ type settings struct {
 	zone      *time.Location
 	timeout   time.Duration
 	logger    *slog.Logger
+	actions   *actionSettings // nil: read-only (WithActions)
 	err       error
 }
 

@@ -14,7 +14,10 @@ import (
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
-const levelError = slog.LevelError
+const (
+	levelError = slog.LevelError
+	levelInfo  = slog.LevelInfo
+)
 
 func attr(k, v string) slog.Attr { return slog.String(k, v) }
 
@@ -36,6 +39,7 @@ type view struct {
 
 	Overview *overview
 	Job      *jobPage
+	Act      *actView // actions are on (WithActions): what the page offers
 }
 
 type zoneLink struct {
@@ -106,7 +110,8 @@ type holderRow struct {
 
 type leaderRow struct {
 	holderRow
-	Token string
+	Token  string
+	Resign string // the resign action's confirmation page, when actions are on
 }
 
 type fenceRow struct {
@@ -127,6 +132,10 @@ type jobPage struct {
 type runRow struct {
 	ID, Status, StatusClass, Owner, Duration, Error string
 	Slot, Started, Finished                         shownTime
+	// Skip and Rerun are the actions' confirmation pages, when actions
+	// are on and the slot's status allows them
+	Skip, Rerun string
+	slot        time.Time
 }
 
 // base fills what every page shows; page and here (parameter, value
@@ -471,7 +480,7 @@ func (h *handler) cells(p params, name string, runs []ormlock.Run, limit int, no
 
 func statusClass(s string) string {
 	switch s {
-	case ledger.StatusDone, ledger.StatusFailed, ledger.StatusRunning:
+	case ledger.StatusDone, ledger.StatusFailed, ledger.StatusRunning, statusSkipped, statusRerun:
 		return s
 	}
 	return "unknown"
@@ -514,7 +523,7 @@ func (h *handler) job(ctx context.Context, p params) (*view, error) {
 	cells := h.cells(p, p.job, runs, limit, time.Now())
 	for _, c := range cells {
 		r := c.run
-		row := runRow{ID: c.id(), Status: c.status, StatusClass: c.status, Slot: showTime(r.Slot, p.loc)}
+		row := runRow{ID: c.id(), Status: c.status, StatusClass: c.status, Slot: showTime(r.Slot, p.loc), slot: r.Slot}
 		if c.status != "missed" {
 			row.Owner = clean(r.Owner, 255)
 			row.Started = showTime(r.Started, p.loc)

@@ -1,0 +1,152 @@
+package webui
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/sched"
+	"github.com/ormlock/ormlock/sqllock"
+)
+
+// The ledger's statuses that the operators' actions write: a slot that
+// never runs (paused, or skipped) and one asked to run again.
+const (
+	statusSkipped = "skipped"
+	statusRerun   = "rerun"
+)
+
+// csp is the Content-Security-Policy of every response: forms may post
+// to the view itself only when actions are on.
+func (s *settings) csp() string {
+	if s.actions != nil {
+		return ActionsContentSecurityPolicy
+	}
+	return ContentSecurityPolicy
+}
+
+// actView is what a page offers when actions are on.
+type actView struct {
+	Author  string // who the service says acts ("" when it refuses)
+	Refused string // why the service's function refused this reader
+
+	// the job page
+	Pause, Resume string // confirmation pages
+	Paused        bool
+	PausedBy      string // "alice: incident 42", when paused
+	PausedAt      shownTime
+	ControlError  string
+	Upcoming      []upcoming // the next firings of a scheduled job
+	Log           []actionRow
+	LogError      string
+}
+
+type upcoming struct {
+	Slot shownTime
+	Skip string
+}
+
+type actionRow struct {
+	ID                             int64
+	Kind, Job, Key, Author, Reason string
+	Outcome                        string
+	Slot, At                       shownTime
+}
+
+// upcomingShown is how many of a scheduled job's next firings its page
+// offers to skip.
+const upcomingShown = 3
+
+// actionLogShown is how many entries of a job's actions log its page shows.
+const actionLogShown = 20
+
+// offerActions adds the actions' links to v: a job's pause or resume, its
+// runs' skip and rerun and its next firings' skip, a leader's resign; and
+// on a job's page its control (paused or not) and its actions log. The
+// links lead to confirmation pages (GET), whose forms post the action.
+func (h *handler) offerActions(ctx context.Context, req *http.Request, v *view) {
+	a := &actView{}
+	v.Act = a
+	a.Author, a.Refused = h.s.actions.authorOf(req)
+	if a.Author == "" {
+		return
+	}
+	p := v.P
+	if o := v.Overview; o != nil {
+		for i := range o.Leaders {
+			if i < len(h.s.leaders) {
+				o.Leaders[i].Resign = p.link("act", "kind", string(ormlock.ActionResign), "key", h.s.leaders[i].String())
+			}
+		}
+	}
+	j := v.Job
+	if j == nil {
+		return
+	}
+	job := p.job
+	link := func(kind ormlock.ActionKind, slot time.Time) string {
+		s := ""
+		if !slot.IsZero() {
+			s = slot.UTC().Format(time.RFC3339)
+		}
+		return p.link("act", "kind", string(kind), "job", job, "slot", s)
+	}
+	for i := range j.Runs {
+		r := &j.Runs[i]
+		switch r.Status {
+		case "failed", "missed", statusSkipped:
+			r.Rerun = link(ormlock.ActionRerun, r.slot)
+		}
+		switch r.Status {
+		case "failed", "missed", statusRerun:
+			r.Skip = link(ormlock.ActionSkip, r.slot)
+		}
+	}
+	if s, ok := h.s.schedules[job]; ok {
+		t := time.Now()
+		for range upcomingShown {
+			t = sched.Next(s, t)
+			if t.IsZero() {
+				break
+			}
+			a.Upcoming = append(a.Upcoming, upcoming{Slot: showTime(t, p.loc), Skip: link(ormlock.ActionSkip, t)})
+		}
+	}
+	opts := h.verbOptions()
+	a.Pause, a.Resume = link(ormlock.ActionPause, time.Time{}), link(ormlock.ActionResume, time.Time{})
+	cs, err := sqllock.Controls(ctx, h.r.db, opts...)
+	if err != nil {
+		a.ControlError = h.problem(ctx, err)
+	}
+	for _, c := range cs {
+		if c.Job == job && c.Paused {
+			a.Paused, a.PausedAt = true, showTime(c.Changed, p.loc)
+			a.PausedBy = clean(c.Author, maxAuthorLen)
+			if c.Reason != "" {
+				a.PausedBy += ": " + clean(c.Reason, maxReasonLen)
+			}
+		}
+	}
+	log, err := sqllock.Actions(ctx, h.r.db, job, actionLogShown, opts...)
+	if err != nil {
+		a.LogError = h.problem(ctx, err)
+	}
+	for _, r := range log {
+		a.Log = append(a.Log, actionRowOf(r, p.loc))
+	}
+}
+
+func actionRowOf(r ormlock.ActionRecord, loc *time.Location) actionRow {
+	return actionRow{
+		ID: r.ID, Kind: clean(string(r.Kind), 16), Job: clean(r.Job, 200), Key: clean(r.Key, 300),
+		Author: clean(r.Author, maxAuthorLen), Reason: clean(r.Reason, maxReasonLen), Outcome: clean(r.Outcome, 500),
+		Slot: showTime(r.Slot, loc), At: showTime(r.At, loc),
+	}
+}
+
+// verbOptions are the options of the verbs the actions call: the view's
+// namespace and ledger table.
+func (h *handler) verbOptions() []ormlock.Option {
+	return []ormlock.Option{ormlock.WithNamespace(h.s.namespace), ormlock.WithLedgerTable(h.s.ledger)}
+}
