@@ -174,20 +174,33 @@ func (h *handler) knownJob(ctx context.Context, job string) error {
 	return refuse(http.StatusNotFound, "job %q is unknown here: no run in the ledger, no control row, no schedule given to the view", clean(job, 100))
 }
 
+// checkJob runs knownJob for a job's action within one of the view's
+// turns at the database.
+func (h *handler) checkJob(ctx context.Context, a ormlock.Action) error {
+	if a.Kind == ormlock.ActionResign {
+		return nil
+	}
+	select {
+	case h.sem <- struct{}{}:
+		defer func() { <-h.sem }()
+	case <-ctx.Done():
+		return refuse(http.StatusServiceUnavailable, "the view is busy: %s", describe(ctx.Err(), h.s.timeout))
+	}
+	return h.knownJob(ctx, a.Job)
+}
+
 // act carries a out for author within the request's deadline and one of
 // the view's turns at the database: the checks of knownJob, then the
 // adapters' Act, which checks and records it (sqllock.Act).
 func (h *handler) act(ctx context.Context, a ormlock.Action, author string) (ormlock.ActionRecord, error) {
+	if err := h.checkJob(ctx, a); err != nil {
+		return ormlock.ActionRecord{}, err
+	}
 	select {
 	case h.sem <- struct{}{}:
 		defer func() { <-h.sem }()
 	case <-ctx.Done():
 		return ormlock.ActionRecord{}, refuse(http.StatusServiceUnavailable, "the view is busy: %s", describe(ctx.Err(), h.s.timeout))
-	}
-	if a.Kind != ormlock.ActionResign {
-		if err := h.knownJob(ctx, a.Job); err != nil {
-			return ormlock.ActionRecord{}, err
-		}
 	}
 	rec, err := sqllock.Act(ctx, h.r.db, a.By(author, a.Reason), h.verbOptions()...)
 	if err != nil {

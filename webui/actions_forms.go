@@ -59,15 +59,13 @@ func (h *handler) confirm(w http.ResponseWriter, req *http.Request) {
 		h.renderAct(w, aerr.code, &actPage{Title: "Bad request", Author: clean(author, maxAuthorLen), Problem: aerr.msg}, p)
 		return
 	}
-	if a.Kind != ormlock.ActionResign {
-		ctx, cancel := context.WithTimeout(req.Context(), h.s.timeout)
-		err := h.knownJob(ctx, a.Job)
-		cancel()
-		if err != nil {
-			code, msg := h.statusOf(err)
-			h.renderAct(w, code, &actPage{Title: actTitle(a), Author: clean(author, maxAuthorLen), Problem: msg}, p)
-			return
-		}
+	ctx, cancel := context.WithTimeout(req.Context(), h.s.timeout)
+	err = h.checkJob(ctx, a)
+	cancel()
+	if err != nil {
+		code, msg := h.statusOf(err)
+		h.renderAct(w, code, &actPage{Title: actTitle(a), Author: clean(author, maxAuthorLen), Problem: msg}, p)
+		return
 	}
 	pg := &actPage{Title: actTitle(a), Author: clean(author, maxAuthorLen), Effects: effects(a), Never: never}
 	pg.What = "Confirm: " + pg.Title + "."

@@ -40,11 +40,26 @@ It only reads, in read-only transactions: a database user with SELECT on the
 ledger and fence tables is enough. PostgreSQL advisory keys are hashes, so
 it shows the holders of the keys it is given, not of every lock held.
 
+Actions (pause, resume, skip, rerun, resign) are off: ormlock ui has no
+source of authors of its own. --actions-author-header NAME turns them on for
+a trusted reverse proxy in front of it, which authenticates operators and
+sets header NAME to the operator's name on every request it forwards (and
+strips it from the client's): each action is taken, and recorded, as that
+author; a request without the header changes nothing (403). It is refused
+unless --listen is a loopback address, so that only the proxy on the same
+host can reach the view and set the header. Each action is confirmed on a
+page of its own whose form carries a CSRF token (a key drawn at start, so a
+form posts back only to this process); scripts post JSON to
+/api/v1/actions with Content-Type: application/json and the header
+X-Ormlock-Action: 1 (docs/OPERATIONS.md). The database user then needs to
+write the controls table, the actions log and the ledger.
+
 Examples:
   ormlock ui --dsn "$DSN"
   ormlock ui --schedule 'nightly-report=0 2 * * *' --tz Europe/Berlin \
       --leader queue-consumer --lock backup
   ormlock ui --listen 10.0.0.5:8080 --allow-host ops.internal
+  ormlock ui --actions-author-header X-Forwarded-User --allow-host ops.internal
 `
 
 // repeated is a flag that may be given several times.
@@ -60,6 +75,7 @@ func uiCmd(args []string, stdout, stderr io.Writer) error {
 	listen := fs.fl.String("listen", "127.0.0.1:8080", "serve on `ADDR` (host:port; port 0 picks a free one)")
 	tz := fs.fl.String("tz", "UTC", "show times in `ZONE` (and UTC) unless a page's ?tz= says otherwise; the zone of --schedule's cron expressions and days")
 	timeout := fs.fl.Duration("timeout", 5*time.Second, "answer a page within `DURATION`, database reads included")
+	authorHeader := fs.fl.String("actions-author-header", "", "take actions (pause, resume, skip, rerun, resign) as the author named by header `NAME`, which a trusted reverse proxy on this host sets; only with a loopback --listen")
 	var locks, leaders, schedules, hosts repeated
 	fs.fl.Var(&locks, "lock", "show the holder of lock `KEY` (repeatable; read as in ormlock run)")
 	fs.fl.Var(&leaders, "leader", "show the leader of Lead key `KEY`, with its fencing token (repeatable)")
@@ -120,6 +136,13 @@ func uiCmd(args []string, stdout, stderr io.Writer) error {
 		wopts = append(wopts, webui.WithSchedule(job, sched))
 	}
 	loopback := isLoopback(host)
+	if *authorHeader != "" {
+		opt, err := actionsFromHeader(*authorHeader, loopback, *listen)
+		if err != nil {
+			return err
+		}
+		wopts = append(wopts, opt)
+	}
 	if !loopback && host != "" && host != "0.0.0.0" && host != "::" {
 		wopts = append(wopts, webui.WithAllowedHosts(host))
 	}
@@ -151,7 +174,11 @@ func uiCmd(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stderr, "ormlock: only requests for localhost and the --allow-host names are answered (Host header)\n")
 		}
 	}
-	fmt.Fprintf(stdout, "ormlock ui: serving http://%s/ (read-only; Ctrl-C stops)\n", ln.Addr())
+	mode := "read-only"
+	if *authorHeader != "" {
+		mode = "actions by the author in header " + *authorHeader
+	}
+	fmt.Fprintf(stdout, "ormlock ui: serving http://%s/ (%s; Ctrl-C stops)\n", ln.Addr(), mode)
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, WriteTimeout: *timeout + 30*time.Second, IdleTimeout: time.Minute}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
@@ -176,4 +203,27 @@ func isLoopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// actionsFromHeader is the view's actions with the author read from
+// header name, which a reverse proxy on this host sets: refused unless the
+// view listens on loopback only (anyone else could set the header). A
+// request must carry the header exactly once.
+func actionsFromHeader(name string, loopback bool, listen string) (webui.Option, error) {
+	if strings.ContainsAny(name, " \t\r\n:") || http.CanonicalHeaderKey(name) == "" {
+		return nil, usagef("--actions-author-header %q is not a header name", name)
+	}
+	if !loopback {
+		return nil, usagef("--actions-author-header needs a loopback --listen (got %s): anyone who reaches the view could set the header and act as anyone", listen)
+	}
+	return webui.WithActions(func(req *http.Request) (string, error) {
+		vs := req.Header.Values(name)
+		switch {
+		case len(vs) == 0:
+			return "", fmt.Errorf("no %s header: the proxy names no author", name)
+		case len(vs) > 1:
+			return "", fmt.Errorf("%d %s headers: the author is ambiguous", len(vs), name)
+		}
+		return strings.TrimSpace(vs[0]), nil
+	}), nil
 }
