@@ -78,6 +78,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	hd.Set("Referrer-Policy", "no-referrer")
 	hd.Set("X-Frame-Options", "DENY")
 	hd.Set("Cache-Control", "no-store")
+	if isAPI(req.URL.Path) {
+		h.api(w, req) // the JSON API (api.go): its own host and method checks, in JSON
+		return
+	}
 	if !h.s.hostAllowed(req.Host) {
 		plain(w, http.StatusMisdirectedRequest, "ormlock webui: this view does not answer for the host named in the request (see webui.WithAllowedHosts, ormlock ui --allow-host)")
 		return
