@@ -122,7 +122,8 @@ Exit statuses of ormlock run:
   128+n           ormlock was interrupted by signal n before COMMAND started
 ormlock lead exits with COMMAND's status when it ends by itself, and as
 ormlock run otherwise (2, 70, 77, 126, 127, 128+n): see ormlock lead --help.
-The other commands exit 0, 2 on a usage error and 70 on any other error.
+The other commands exit 0, 2 on a usage error (pause, resume, skip, rerun
+and lead resign also on an action refused) and 70 on any other error.
 
 Examples:
   export ORMLOCK_DSN=postgres://app:secret@db.internal:5432/app
