@@ -51,7 +51,6 @@ const (
 	apiMaxRuns       = maxHistory
 	apiActions       = 50
 	apiMaxActions    = 500
-	routeActions     = "actions"
 	errNoSuchAPIPath = "ormlock webui: no such API path: the paths are /api/v1/jobs, /api/v1/jobs/{job}/runs, /api/v1/runs?job=, /api/v1/holders, /api/v1/leaders, /api/v1/fences, /api/v1/controls, /api/v1/actions"
 )
 
@@ -66,25 +65,23 @@ type apiRequest struct {
 	q      url.Values
 }
 
-// api answers a request of the JSON API.
+// refuse answers a request the view refuses (a host it does not answer
+// for, a method it does not take): as JSON when the path is the API's,
+// else as text.
+func refuse(w http.ResponseWriter, req *http.Request, code int, msg string) {
+	if isAPI(req.URL.Path) {
+		apiError(w, code, msg)
+		return
+	}
+	plain(w, code, msg)
+}
+
+// api answers a GET or HEAD request of the JSON API (ServeHTTP checked
+// the host and the method as for the pages: anything but GET and HEAD is
+// 405, in JSON; the actions' router, when WithActions turned actions on,
+// takes POST /api/v1/actions before that check).
 func (h *handler) api(w http.ResponseWriter, req *http.Request) {
-	if !h.s.hostAllowed(req.Host) {
-		apiError(w, http.StatusMisdirectedRequest, "ormlock webui: this view does not answer for the host named in the request (see webui.WithAllowedHosts, ormlock ui --allow-host)")
-		return
-	}
 	route, job, inPath, found := apiRoute(req.URL.EscapedPath())
-	if req.Method == http.MethodPost && found && route == routeActions && h.apiPost(w, req) {
-		return
-	}
-	switch req.Method {
-	case http.MethodGet:
-	case http.MethodHead:
-		w = headWriter{w}
-	default:
-		w.Header().Set("Allow", "GET, HEAD")
-		apiError(w, http.StatusMethodNotAllowed, "ormlock webui: read-only: GET and HEAD only")
-		return
-	}
 	if !found {
 		apiError(w, http.StatusNotFound, errNoSuchAPIPath)
 		return
@@ -125,7 +122,7 @@ func apiRoute(escaped string) (route, job string, inPath, found bool) {
 		return "", "", false, false
 	}
 	switch rest {
-	case "jobs", "runs", "holders", "leaders", "fences", "controls", routeActions:
+	case "jobs", "runs", "holders", "leaders", "fences", "controls", "actions":
 		return rest, "", false, true
 	}
 	seg, ok := strings.CutPrefix(rest, "jobs/")

@@ -27,7 +27,7 @@ func (h *handler) apiRead(ctx context.Context, r apiRequest) (any, error) {
 	}
 	read := map[string]func(context.Context, apiRequest, lockproto.Dialect, string) (any, error){
 		"jobs": h.apiJobs, "runs": h.apiRuns, "holders": h.apiHolders, "leaders": h.apiLeaders,
-		"fences": h.apiFences, "controls": h.apiControls, routeActions: h.apiActions,
+		"fences": h.apiFences, "controls": h.apiControls, "actions": h.apiActions,
 	}[r.route]
 	return read(ctx, r, d, refused)
 }
