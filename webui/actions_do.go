@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/verbs"
 	"github.com/ormlock/ormlock/sqllock"
 )
 
@@ -36,12 +37,16 @@ func (h *handler) routeAction(w http.ResponseWriter, req *http.Request) bool {
 		h.actForm(w, req)
 	case req.URL.Path == actAPIPath && req.Method == http.MethodPost:
 		h.actAPI(w, req)
-	case req.URL.Path == actPath || req.Method != http.MethodGet && req.Method != http.MethodHead && req.URL.Path == actAPIPath:
-		w.Header().Set("Allow", map[bool]string{true: "GET, HEAD, POST", false: "POST"}[req.URL.Path == actPath])
-		plain(w, http.StatusMethodNotAllowed, "ormlock webui: "+req.URL.Path+" takes "+w.Header().Get("Allow"))
-	case req.Method == http.MethodPost:
+	case req.URL.Path == actPath:
+		w.Header().Set("Allow", "GET, HEAD, POST")
+		plain(w, http.StatusMethodNotAllowed, "ormlock webui: act takes GET (the confirmation page) and POST (its form)")
+	case req.URL.Path == actAPIPath && req.Method != http.MethodGet && req.Method != http.MethodHead:
+		// GET /api/v1/actions is the API's read of the actions log
+		w.Header().Set("Allow", "GET, HEAD, POST")
+		refuse(w, req, http.StatusMethodNotAllowed, "ormlock webui: api/v1/actions takes POST (an action) and GET (the actions log)")
+	case req.Method != http.MethodGet && req.Method != http.MethodHead:
 		w.Header().Set("Allow", "GET, HEAD")
-		plain(w, http.StatusMethodNotAllowed, "ormlock webui: actions are posted to act (the confirmation page's form) or api/v1/actions (JSON) only")
+		refuse(w, req, http.StatusMethodNotAllowed, "ormlock webui: actions are posted to act (the confirmation page's form) or api/v1/actions (JSON) only")
 	default:
 		return false
 	}
@@ -70,7 +75,7 @@ type actionError struct {
 
 func (e *actionError) Error() string { return e.msg }
 
-func refuse(code int, format string, args ...any) *actionError {
+func refusal(code int, format string, args ...any) *actionError {
 	return &actionError{code: code, msg: fmt.Sprintf(format, args...)}
 }
 
@@ -83,36 +88,36 @@ func (h *handler) action(in actionInput) (ormlock.Action, *actionError) {
 	var a ormlock.Action
 	for _, f := range []struct{ name, v string }{{"kind", in.Kind}, {"job", in.Job}, {"slot", in.Slot}, {"key", in.Key}, {"reason", in.Reason}} {
 		if !utf8.ValidString(f.v) {
-			return a, refuse(http.StatusBadRequest, "%s is not valid UTF-8", f.name)
+			return a, refusal(http.StatusBadRequest, "%s is not valid UTF-8", f.name)
 		}
 	}
 	if n := utf8.RuneCountInString(in.Reason); n > maxReasonLen {
-		return a, refuse(http.StatusBadRequest, "the reason is %d characters long, at most %d", n, maxReasonLen)
+		return a, refusal(http.StatusBadRequest, "the reason is %d characters long, at most %d", n, maxReasonLen)
 	}
 	kind := ormlock.ActionKind(in.Kind)
 	switch kind {
 	case ormlock.ActionPause, ormlock.ActionResume, ormlock.ActionSkip, ormlock.ActionRerun:
 		if in.Job == "" {
-			return a, refuse(http.StatusBadRequest, "%s needs the job", kind)
+			return a, refusal(http.StatusBadRequest, "%s needs the job", kind)
 		}
 		if err := checkJobParam("job", in.Job, 0); err != nil {
-			return a, refuse(http.StatusBadRequest, "%s", err.Error())
+			return a, refusal(http.StatusBadRequest, "%s", err.Error())
 		}
 		if in.Key != "" {
-			return a, refuse(http.StatusBadRequest, "%s takes no key (only resign does)", kind)
+			return a, refusal(http.StatusBadRequest, "%s takes no key (only resign does)", kind)
 		}
 	case ormlock.ActionResign:
 		if in.Job != "" || in.Slot != "" {
-			return a, refuse(http.StatusBadRequest, "resign takes a key, not a job or slot")
+			return a, refusal(http.StatusBadRequest, "resign takes a key, not a job or slot")
 		}
 		for _, k := range h.s.leaders {
 			if k.String() == in.Key {
 				return ormlock.Resign(k).By("", in.Reason), nil
 			}
 		}
-		return a, refuse(http.StatusBadRequest, "key %q is not a leader key this view watches (webui.WithLeaders, ormlock ui --leader)", clean(in.Key, 200))
+		return a, refusal(http.StatusBadRequest, "key %q is not a leader key this view watches (webui.WithLeaders, ormlock ui --leader)", clean(in.Key, 200))
 	default:
-		return a, refuse(http.StatusBadRequest, "kind %q is not an action: pause, resume, skip, rerun or resign", clean(in.Kind, 40))
+		return a, refusal(http.StatusBadRequest, "kind %q is not an action: pause, resume, skip, rerun or resign", clean(in.Kind, 40))
 	}
 	a = ormlock.Action{Kind: kind, Job: in.Job, Reason: in.Reason}
 	switch kind {
@@ -120,19 +125,19 @@ func (h *handler) action(in actionInput) (ormlock.Action, *actionError) {
 		slot, err := time.Parse(time.RFC3339, in.Slot)
 		switch {
 		case in.Slot == "":
-			return a, refuse(http.StatusBadRequest, "%s needs the slot (RFC 3339, such as 2026-01-02T00:00:00Z)", kind)
+			return a, refusal(http.StatusBadRequest, "%s needs the slot (RFC 3339, such as 2026-01-02T00:00:00Z)", kind)
 		case err != nil:
-			return a, refuse(http.StatusBadRequest, "slot %q is not an RFC 3339 time (such as 2026-01-02T00:00:00Z)", clean(in.Slot, 60))
+			return a, refusal(http.StatusBadRequest, "slot %q is not an RFC 3339 time (such as 2026-01-02T00:00:00Z)", clean(in.Slot, 60))
 		case !slot.Truncate(time.Second).Equal(slot):
-			return a, refuse(http.StatusBadRequest, "slot %s is not a whole second: no schedule fires there", clean(in.Slot, 60))
+			return a, refusal(http.StatusBadRequest, "slot %s is not a whole second: no schedule fires there", clean(in.Slot, 60))
 		}
 		if s, ok := h.s.schedules[in.Job]; ok && !s.Slot(slot).Equal(slot) {
-			return a, refuse(http.StatusBadRequest, "slot %s is not a firing of job %q's schedule (its slot is %s)", slot.UTC().Format(time.RFC3339), clean(in.Job, 100), s.Slot(slot).UTC().Format(time.RFC3339))
+			return a, refusal(http.StatusBadRequest, "slot %s is not a firing of job %q's schedule (its slot is %s)", slot.UTC().Format(time.RFC3339), clean(in.Job, 100), s.Slot(slot).UTC().Format(time.RFC3339))
 		}
 		a.Slot = slot.UTC()
 	default:
 		if in.Slot != "" {
-			return a, refuse(http.StatusBadRequest, "%s takes no slot (only skip and rerun do)", kind)
+			return a, refusal(http.StatusBadRequest, "%s takes no slot (only skip and rerun do)", kind)
 		}
 	}
 	return a, nil
@@ -151,27 +156,25 @@ func (h *handler) knownJob(ctx context.Context, job string) error {
 		return err
 	}
 	if err := checkJobParam("job", job, d); err != nil {
-		return refuse(http.StatusBadRequest, "%s", err.Error())
+		return refusal(http.StatusBadRequest, "%s", err.Error())
 	}
-	var n int
+	known := false
 	err = h.r.ro(ctx, func(tx *sql.Tx) error {
 		runs, err := h.r.runs(ctx, tx, d, job, 1, nil)
-		n = len(runs)
+		if err != nil || len(runs) > 0 {
+			known = len(runs) > 0
+			return err
+		}
+		cs, err := verbs.Controls(ctx, binder{h.r, d, tx}, "webui", nil)
+		for _, c := range cs {
+			known = known || c.Job == job
+		}
 		return err
 	})
-	if err != nil || n > 0 {
+	if err != nil || known {
 		return err
 	}
-	cs, err := sqllock.Controls(ctx, h.r.db, h.verbOptions()...)
-	if err != nil {
-		return err
-	}
-	for _, c := range cs {
-		if c.Job == job {
-			return nil
-		}
-	}
-	return refuse(http.StatusNotFound, "job %q is unknown here: no run in the ledger, no control row, no schedule given to the view", clean(job, 100))
+	return refusal(http.StatusNotFound, "job %q is unknown here: no run in the ledger, no control row, no schedule given to the view", clean(job, 100))
 }
 
 // checkJob runs knownJob for a job's action within one of the view's
@@ -184,7 +187,7 @@ func (h *handler) checkJob(ctx context.Context, a ormlock.Action) error {
 	case h.sem <- struct{}{}:
 		defer func() { <-h.sem }()
 	case <-ctx.Done():
-		return refuse(http.StatusServiceUnavailable, "the view is busy: %s", describe(ctx.Err(), h.s.timeout))
+		return refusal(http.StatusServiceUnavailable, "the view is busy: %s", describe(ctx.Err(), h.s.timeout))
 	}
 	return h.knownJob(ctx, a.Job)
 }
@@ -200,7 +203,7 @@ func (h *handler) act(ctx context.Context, a ormlock.Action, author string) (orm
 	case h.sem <- struct{}{}:
 		defer func() { <-h.sem }()
 	case <-ctx.Done():
-		return ormlock.ActionRecord{}, refuse(http.StatusServiceUnavailable, "the view is busy: %s", describe(ctx.Err(), h.s.timeout))
+		return ormlock.ActionRecord{}, refusal(http.StatusServiceUnavailable, "the view is busy: %s", describe(ctx.Err(), h.s.timeout))
 	}
 	rec, err := sqllock.Act(ctx, h.r.db, a.By(author, a.Reason), h.verbOptions()...)
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/apiv1"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/internal/testdb/ledgertest"
 	"github.com/ormlock/ormlock/webui"
@@ -370,8 +371,8 @@ func TestActions(t *testing.T) {
 		if code != http.StatusOK {
 			t.Fatalf("rerun: %d %s", code, body)
 		}
-		var res webui.ActionResult
-		if err := json.Unmarshal([]byte(body), &res); err != nil || res.Kind != "rerun" || res.Author != "bob" || res.ID == 0 || !res.Slot.Equal(slot(2)) {
+		var res apiv1.Action
+		if err := json.Unmarshal([]byte(body), &res); err != nil || res.Kind != "rerun" || res.Author != "bob" || res.ID == 0 || res.Slot == nil || !res.Slot.Equal(slot(2)) {
 			t.Errorf("rerun answered %s (%v)", body, err)
 		}
 		if code, body = postAPI(t, srv, "bob", map[string]string{"kind": "skip", "job": "act-job", "slot": slot(1).Format(time.RFC3339), "reason": "no"}); code != http.StatusOK {

@@ -2,12 +2,14 @@ package webui
 
 import (
 	"context"
+	"database/sql"
 	"net/http"
 	"time"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/lockproto"
 	"github.com/ormlock/ormlock/internal/sched"
-	"github.com/ormlock/ormlock/sqllock"
+	"github.com/ormlock/ormlock/internal/verbs"
 )
 
 // The ledger's statuses that the operators' actions write: a slot that
@@ -32,14 +34,18 @@ type actView struct {
 	Refused string // why the service's function refused this reader
 
 	// the job page
-	Pause, Resume string // confirmation pages
-	Paused        bool
-	PausedBy      string // "alice: incident 42", when paused
-	PausedAt      shownTime
-	ControlError  string
+	Pause, Resume string     // confirmation pages
 	Upcoming      []upcoming // the next firings of a scheduled job
-	Log           []actionRow
-	LogError      string
+}
+
+// jobControl is a job's row of the controls table and its latest actions,
+// as its page shows them (whether actions are on or not).
+type jobControl struct {
+	Paused   bool
+	PausedBy string // "alice: incident 42", when paused
+	PausedAt shownTime
+	Log      []actionRow
+	Error    string
 }
 
 type upcoming struct {
@@ -62,8 +68,7 @@ const upcomingShown = 3
 const actionLogShown = 20
 
 // offerActions adds the actions' links to v: a job's pause or resume, its
-// runs' skip and rerun and its next firings' skip, a leader's resign; and
-// on a job's page its control (paused or not) and its actions log. The
+// runs' skip and rerun and its next firings' skip, a leader's resign. The
 // links lead to confirmation pages (GET), whose forms post the action.
 func (h *handler) offerActions(ctx context.Context, req *http.Request, v *view) {
 	a := &actView{}
@@ -113,28 +118,45 @@ func (h *handler) offerActions(ctx context.Context, req *http.Request, v *view) 
 			a.Upcoming = append(a.Upcoming, upcoming{Slot: showTime(t, p.loc), Skip: link(ormlock.ActionSkip, t)})
 		}
 	}
-	opts := h.verbOptions()
 	a.Pause, a.Resume = link(ormlock.ActionPause, time.Time{}), link(ormlock.ActionResume, time.Time{})
-	cs, err := sqllock.Controls(ctx, h.r.db, opts...)
-	if err != nil {
-		a.ControlError = h.problem(ctx, err)
+}
+
+// control reads job's row of the controls table and its latest actions
+// in read-only transactions, as the JSON API does; a ledger whose
+// controls table does not exist yet (Migrate not run since upgrading) has
+// none to show.
+func (h *handler) control(ctx context.Context, d lockproto.Dialect, job string, loc *time.Location) *jobControl {
+	c := &jobControl{}
+	var cs []ormlock.JobControl
+	var log []ormlock.ActionRecord
+	err := h.r.ro(ctx, func(tx *sql.Tx) error {
+		var err error
+		if cs, err = verbs.Controls(ctx, binder{h.r, d, tx}, "webui", nil); err != nil {
+			return err
+		}
+		log, err = verbs.Actions(ctx, binder{h.r, d, tx}, "webui", job, actionLogShown, nil)
+		return err
+	})
+	switch {
+	case lockproto.IsMissingTable(err):
+		return c
+	case err != nil:
+		c.Error = h.problem(ctx, err)
+		return c
 	}
-	for _, c := range cs {
-		if c.Job == job && c.Paused {
-			a.Paused, a.PausedAt = true, showTime(c.Changed, p.loc)
-			a.PausedBy = clean(c.Author, maxAuthorLen)
-			if c.Reason != "" {
-				a.PausedBy += ": " + clean(c.Reason, maxReasonLen)
+	for _, r := range cs {
+		if r.Job == job && r.Paused {
+			c.Paused, c.PausedAt = true, showTime(r.Changed, loc)
+			c.PausedBy = clean(r.Author, maxAuthorLen)
+			if r.Reason != "" {
+				c.PausedBy += ": " + clean(r.Reason, maxReasonLen)
 			}
 		}
 	}
-	log, err := sqllock.Actions(ctx, h.r.db, job, actionLogShown, opts...)
-	if err != nil {
-		a.LogError = h.problem(ctx, err)
-	}
 	for _, r := range log {
-		a.Log = append(a.Log, actionRowOf(r, p.loc))
+		c.Log = append(c.Log, actionRowOf(r, loc))
 	}
+	return c
 }
 
 func actionRowOf(r ormlock.ActionRecord, loc *time.Location) actionRow {

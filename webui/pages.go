@@ -127,6 +127,7 @@ type jobPage struct {
 	Scheduled bool
 	Limit     int
 	More      string
+	Control   *jobControl // paused or not, and the job's actions log
 }
 
 type runRow struct {
@@ -544,5 +545,6 @@ func (h *handler) job(ctx context.Context, p params) (*view, error) {
 		j.Runs = append(j.Runs, row)
 	}
 	j.Plot = newPlot(cells, p.loc)
+	j.Control = h.control(ctx, d, p.job, p.loc)
 	return v, nil
 }
