@@ -1,5 +1,6 @@
-// Package webui is a small, read-only web view of what ormlock keeps in a
-// database: per job, its latest runs as a strip of slots coloured by status
+// Package webui is a small web view of what ormlock keeps in a database,
+// read-only unless the embedding service turns its actions on (see
+// Actions): per job, its latest runs as a strip of slots coloured by status
 // (done, failed, running, stale, and missed where the job's schedule is
 // given) and who runs it now,
 // a job's history with a plot of duration per slot, the holders of the
@@ -69,8 +70,9 @@
 //
 // # Safe by construction
 //
-//   - Read-only: GET and HEAD are the only methods answered (405
-//     otherwise; HEAD as GET without the body, for uptime checkers), and
+//   - Read-only (unless WithActions): GET and HEAD are the only methods
+//     answered (405 otherwise; HEAD as GET without the body, for uptime
+//     checkers), and
 //     every read runs in a read-only READ COMMITTED transaction that is
 //     rolled back; the view
 //     writes nothing, so a database user with only SELECT on the ledger and
@@ -81,7 +83,8 @@
 //     format characters are shown as \uXXXX escapes, in the SVG plot's
 //     texts too.
 //   - Content-Security-Policy [ContentSecurityPolicy]: the view's own
-//     stylesheet only, no inline style or script, no framing, no form;
+//     stylesheet only, no inline style or script, no framing, no form
+//     (with actions on, forms that post to the view itself only);
 //     with X-Content-Type-Options nosniff, Referrer-Policy no-referrer and
 //     Cache-Control no-store.
 //   - A Host-header allowlist against DNS rebinding: loopback names by
@@ -97,6 +100,55 @@
 //     text (a failed connection's text names host, user and database).
 //   - A hot standby, or any server whose locks exclude nobody, is shown as
 //     refused (the library's own server check), not as "no holders".
+//
+// # Actions
+//
+// [WithActions] turns on the operators' actions: pause and resume a job
+// (its page), skip or rerun a slot (its row in the runs table, and the
+// next firings of a job whose schedule the view knows), ask a leader to
+// resign (its row on the overview) — each as the adapters' Act does it
+// (sqllock.Act), changing only ormlock's own tables and recorded in the
+// actions log with its author, time and reason; none terminates a
+// database session or releases another process's lock. Off by default.
+//
+//	h, err := webui.Handler(db, webui.WithLeaders(leaderKey),
+//		webui.WithActions(func(r *http.Request) (string, error) {
+//			u, ok := session.User(r) // the service's own authentication
+//			if !ok || !u.IsOperator() {
+//				return "", errors.New("operators only")
+//			}
+//			return u.Email, nil
+//		}, webui.WithCSRFKey(sharedSecret)))
+//
+// Authors: the function is the service's; each action request asks it, and
+// one it refuses (an error or "") is answered 403 and changes nothing. The
+// view never invents an author.
+//
+// Confirmation: a page's link ("pause…", "rerun…") opens a confirmation
+// page (GET act?kind=…&job=…&slot=…) that says what the action will do and
+// never does, with a reason field; only its form, posted to the same URL,
+// acts. A job the view knows nothing of (no run, no controls row, no
+// WithSchedule) is refused 404; a slot that is not a firing of the job's
+// known schedule, or not a whole second, is refused 400; Act refuses a
+// running or done slot, and a resign when nobody leads.
+//
+// CSRF: the form carries a token, the HMAC-SHA256 of the author and an
+// expiry ([WithTokenTTL], default 1h) under a key: [WithCSRFKey], which the
+// service's replicas share, or else a key drawn per process (a form then
+// posts back only to the replica that showed it). A post without a valid
+// token for the author the function names now, or whose Sec-Fetch-Site or
+// Origin names another site, changes nothing (403). The
+// Content-Security-Policy allows forms to post to the view itself
+// ([ActionsContentSecurityPolicy]); without actions it allows none.
+//
+// The JSON API: POST /api/v1/actions with Content-Type application/json,
+// the header [ActionHeader] and a body {"kind","job","slot","key","reason"}
+// (key: the text of a WithLeaders key), by an author the function names;
+// no cross-site form can send it, so it needs no token. It answers the
+// action's entry of the actions log, as GET /api/v1/actions shows them.
+//
+// A job's page shows, in either mode, whether it is paused (by whom, why,
+// since when) and its latest actions.
 //
 // # Authentication is the embedding service's
 //
