@@ -19,7 +19,7 @@ import (
 // the status saying why: 400 bad input or refused by Act (a running or done
 // slot, nobody leads), 403 a refused author or another site, 404 an
 // unknown job, 415 not JSON or without the ActionHeader, 503 the database.
-func (h *handler) actAPI(w http.ResponseWriter, req *http.Request) {
+func (h actor) actAPI(w http.ResponseWriter, req *http.Request) {
 	if why := crossSite(req); why != "" {
 		apiError(w, http.StatusForbidden, why+": nothing was changed")
 		return

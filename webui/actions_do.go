@@ -26,7 +26,7 @@ const (
 // whether it was: the confirmation page (GET /act), its form (POST /act)
 // and the JSON API's action (POST /api/v1/actions). Every other POST is
 // answered 405; other requests are the read-only view's.
-func (h *handler) routeAction(w http.ResponseWriter, req *http.Request) bool {
+func (h actor) routeAction(w http.ResponseWriter, req *http.Request) bool {
 	switch {
 	case req.URL.Path == actPath && (req.Method == http.MethodGet || req.Method == http.MethodHead):
 		if req.Method == http.MethodHead {
@@ -84,7 +84,7 @@ func refusal(code int, format string, args ...any) *actionError {
 // whole-second slot (skip, rerun) that is a firing of the job's schedule
 // when the view knows it (WithSchedule), a reason of at most 1000
 // characters.
-func (h *handler) action(in actionInput) (ormlock.Action, *actionError) {
+func (h actor) action(in actionInput) (ormlock.Action, *actionError) {
 	var a ormlock.Action
 	for _, f := range []struct{ name, v string }{{"kind", in.Kind}, {"job", in.Job}, {"slot", in.Slot}, {"key", in.Key}, {"reason", in.Reason}} {
 		if !utf8.ValidString(f.v) {
@@ -147,7 +147,7 @@ func (h *handler) action(in actionInput) (ormlock.Action, *actionError) {
 // the ledger, no row in the controls table (a replica's RunScheduled
 // writes one) and no schedule given with WithSchedule — a typo that would
 // pause or skip nothing.
-func (h *handler) knownJob(ctx context.Context, job string) error {
+func (h actor) knownJob(ctx context.Context, job string) error {
 	if _, ok := h.s.schedules[job]; ok {
 		return nil
 	}
@@ -179,7 +179,7 @@ func (h *handler) knownJob(ctx context.Context, job string) error {
 
 // checkJob runs knownJob for a job's action within one of the view's
 // turns at the database.
-func (h *handler) checkJob(ctx context.Context, a ormlock.Action) error {
+func (h actor) checkJob(ctx context.Context, a ormlock.Action) error {
 	if a.Kind == ormlock.ActionResign {
 		return nil
 	}
@@ -195,7 +195,7 @@ func (h *handler) checkJob(ctx context.Context, a ormlock.Action) error {
 // act carries a out for author within the request's deadline and one of
 // the view's turns at the database: the checks of knownJob, then the
 // adapters' Act, which checks and records it (sqllock.Act).
-func (h *handler) act(ctx context.Context, a ormlock.Action, author string) (ormlock.ActionRecord, error) {
+func (h actor) act(ctx context.Context, a ormlock.Action, author string) (ormlock.ActionRecord, error) {
 	if err := h.checkJob(ctx, a); err != nil {
 		return ormlock.ActionRecord{}, err
 	}
@@ -215,7 +215,7 @@ func (h *handler) act(ctx context.Context, a ormlock.Action, author string) (orm
 }
 
 // statusOf is the status code and text of a failed action.
-func (h *handler) statusOf(err error) (int, string) {
+func (h actor) statusOf(err error) (int, string) {
 	var ae *actionError
 	switch {
 	case errors.As(err, &ae):

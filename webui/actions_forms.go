@@ -42,10 +42,10 @@ const never = "Actions change only ormlock's own tables (the controls table, the
 
 // confirm serves GET /act?kind=...: what the action will do, and a form
 // that posts it, signed for the author the service names.
-func (h *handler) confirm(w http.ResponseWriter, req *http.Request) {
-	p, err := h.params(req.URL.Query())
+func (h actor) confirm(w http.ResponseWriter, req *http.Request) {
+	p, err := h.hd.params(req.URL.Query())
 	if err != nil {
-		h.renderAct(w, http.StatusBadRequest, &actPage{Title: "Bad request", Problem: clean(err.Error(), 500)}, h.defaultParams())
+		h.renderAct(w, http.StatusBadRequest, &actPage{Title: "Bad request", Problem: clean(err.Error(), 500)}, h.hd.defaultParams())
 		return
 	}
 	author, why := h.s.actions.authorOf(req)
@@ -85,10 +85,10 @@ func (h *handler) confirm(w http.ResponseWriter, req *http.Request) {
 // the body. It changes nothing unless the request comes from the view's
 // own origin, the service's function names an author, and the token was
 // made for that author by a key of the view and has not expired.
-func (h *handler) actForm(w http.ResponseWriter, req *http.Request) {
-	p, err := h.params(withoutAction(req.URL.Query()))
+func (h actor) actForm(w http.ResponseWriter, req *http.Request) {
+	p, err := h.hd.params(withoutAction(req.URL.Query()))
 	if err != nil {
-		p = h.defaultParams()
+		p = h.hd.defaultParams()
 	}
 	if why := crossSite(req); why != "" {
 		h.renderAct(w, http.StatusForbidden, &actPage{Title: "Refused", Problem: why + ": nothing was changed"}, p)
@@ -148,7 +148,7 @@ func withoutAction(q map[string][]string) map[string][]string {
 	return out
 }
 
-func (h *handler) renderAct(w http.ResponseWriter, code int, pg *actPage, p params) {
+func (h actor) renderAct(w http.ResponseWriter, code int, pg *actPage, p params) {
 	pg.CSS, pg.Home = "static/style.css", p.Home()
 	var buf bytes.Buffer
 	if err := actTmpl.Execute(&buf, pg); err != nil {
@@ -163,7 +163,7 @@ func (h *handler) renderAct(w http.ResponseWriter, code int, pg *actPage, p para
 
 // backTo is the page an action's pages lead back to: the job's, or the
 // overview for a leader.
-func (h *handler) backTo(p params, a ormlock.Action) (href, name string) {
+func (h actor) backTo(p params, a ormlock.Action) (href, name string) {
 	if a.Kind == ormlock.ActionResign || a.Job == "" {
 		return p.Home(), "the overview"
 	}

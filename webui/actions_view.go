@@ -19,6 +19,17 @@ const (
 	statusRerun   = "rerun"
 )
 
+// actor serves the actions and a job's control for the handler hd, whose
+// settings, reader and turns at the database it shares.
+type actor struct {
+	hd  *handler
+	s   *settings
+	r   *reader
+	sem chan struct{}
+}
+
+func actorOf(h *handler) actor { return actor{hd: h, s: h.s, r: h.r, sem: h.sem} }
+
 // csp is the Content-Security-Policy of every response: forms may post
 // to the view itself only when actions are on.
 func (s *settings) csp() string {
@@ -70,7 +81,7 @@ const actionLogShown = 20
 // offerActions adds the actions' links to v: a job's pause or resume, its
 // runs' skip and rerun and its next firings' skip, a leader's resign. The
 // links lead to confirmation pages (GET), whose forms post the action.
-func (h *handler) offerActions(ctx context.Context, req *http.Request, v *view) {
+func (h actor) offerActions(ctx context.Context, req *http.Request, v *view) {
 	a := &actView{}
 	v.Act = a
 	a.Author, a.Refused = h.s.actions.authorOf(req)
@@ -125,7 +136,7 @@ func (h *handler) offerActions(ctx context.Context, req *http.Request, v *view) 
 // in read-only transactions, as the JSON API does; a ledger whose
 // controls table does not exist yet (Migrate not run since upgrading) has
 // none to show.
-func (h *handler) control(ctx context.Context, d lockproto.Dialect, job string, loc *time.Location) *jobControl {
+func (h actor) control(ctx context.Context, d lockproto.Dialect, job string, loc *time.Location) *jobControl {
 	c := &jobControl{}
 	var cs []ormlock.JobControl
 	var log []ormlock.ActionRecord
@@ -141,7 +152,7 @@ func (h *handler) control(ctx context.Context, d lockproto.Dialect, job string, 
 	case lockproto.IsMissingTable(err):
 		return c
 	case err != nil:
-		c.Error = h.problem(ctx, err)
+		c.Error = h.hd.problem(ctx, err)
 		return c
 	}
 	for _, r := range cs {
@@ -169,6 +180,6 @@ func actionRowOf(r ormlock.ActionRecord, loc *time.Location) actionRow {
 
 // verbOptions are the options of the verbs the actions call: the view's
 // namespace and ledger table.
-func (h *handler) verbOptions() []ormlock.Option {
+func (h actor) verbOptions() []ormlock.Option {
 	return []ormlock.Option{ormlock.WithNamespace(h.s.namespace), ormlock.WithLedgerTable(h.s.ledger)}
 }

@@ -82,7 +82,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		refuse(w, req, http.StatusMisdirectedRequest, "ormlock webui: this view does not answer for the host named in the request (see webui.WithAllowedHosts, ormlock ui --allow-host)")
 		return
 	}
-	if h.s.actions != nil && h.routeAction(w, req) {
+	if h.s.actions != nil && actorOf(h).routeAction(w, req) {
 		return
 	}
 	switch req.Method {
@@ -168,7 +168,7 @@ func (h *handler) page(w http.ResponseWriter, req *http.Request, build func(ctx 
 	}
 	v.P = p
 	if h.s.actions != nil && code == http.StatusOK {
-		h.offerActions(ctx, req, v)
+		actorOf(h).offerActions(ctx, req, v)
 	}
 	h.render(w, code, v)
 }

@@ -545,6 +545,6 @@ func (h *handler) job(ctx context.Context, p params) (*view, error) {
 		j.Runs = append(j.Runs, row)
 	}
 	j.Plot = newPlot(cells, p.loc)
-	j.Control = h.control(ctx, d, p.job, p.loc)
+	j.Control = actorOf(h).control(ctx, d, p.job, p.loc)
 	return v, nil
 }
