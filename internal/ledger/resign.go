@@ -226,7 +226,7 @@ func (pgResign) readSQL(q resignTables) string {
 }
 
 func (pgResign) scanTime(v any) (time.Time, error) { return v.(*time.Time).UTC(), nil }
-func (pgResign) timeDest() any                      { return new(time.Time) }
+func (pgResign) timeDest() any                     { return new(time.Time) }
 
 type myResign struct{}
 
@@ -261,4 +261,4 @@ func (myResign) readSQL(q resignTables) string {
 }
 
 func (myResign) scanTime(v any) (time.Time, error) { return parseMySQLTime(*v.(*string)) }
-func (myResign) timeDest() any                      { return new(string) }
+func (myResign) timeDest() any                     { return new(string) }
