@@ -24,7 +24,11 @@ var ErrNotLeader = errors.New("ormlock: not the leader")
 // after a first try at start-up, a background goroutine waits for the lock
 // on the server while this instance does not lead, so it takes over as soon
 // as the leader releases it or its connection dies; [Elector.Close]
-// releases the lock.
+// releases the lock. With [WithoutCampaign] it follows: it never
+// campaigns, and IsLeader always returns ErrNotLeader. A leader asked to
+// step down (ormlock.Resign, docs/OPERATIONS.md) stops leading within one
+// keepalive interval, stays out of the election for the resign's
+// cooldown, and campaigns again after it.
 //
 // It is only as exclusive as the keepalive allows: a leader learns of a lost
 // lock up to two keepalive intervals late, and election knows nothing of
@@ -65,6 +69,9 @@ func NewElector(b Backend, key string, opts ...Option) (*Elector, error) {
 	if err != nil {
 		return &Elector{err: err}, err
 	}
+	if cfg.follow { // WithoutCampaign: never leads, nothing runs
+		return &Elector{b: b, key: key, cfg: cfg}, nil
+	}
 	ctx, stop := context.WithCancel(context.Background())
 	e := &Elector{b: b, key: key, cfg: cfg, stop: stop, done: make(chan struct{})}
 	first := make(chan struct{})
@@ -73,7 +80,8 @@ func NewElector(b Backend, key string, opts ...Option) (*Elector, error) {
 	return e, nil
 }
 
-// IsLeader returns nil when this instance leads, else [ErrNotLeader]. It
+// IsLeader returns nil when this instance leads, else [ErrNotLeader]
+// (always, for a follower made with [WithoutCampaign]). It
 // does not touch the database (the background goroutine keeps the state),
 // so it is cheap enough for gocron to call before every run. ctx is not
 // used.

@@ -18,6 +18,10 @@ import (
 
 // Defaults of the shared options (documented on the options).
 const (
+	// DefaultResignCooldown is ormlock.DefaultResignCooldown: how long a
+	// leader asked to resign stays out of the election when the action
+	// names no cooldown.
+	DefaultResignCooldown = 30 * time.Second
 	// DefaultKeepalive is the Session keepalive interval.
 	DefaultKeepalive = 2 * time.Second
 	// MinKeepalive is the shortest keepalive interval accepted: a check

@@ -45,11 +45,17 @@ const (
 //     turned out lost by the time it was released;
 //   - when leadership was lost while fn ran (fn's context ended with
 //     ErrLockLost), Lead waits for fn to return and campaigns again;
+//   - when o.Resign is set, each term polls it for a resign (see
+//     leadresign.go); one asked while the term leads cancels fn's context
+//     with a cause wrapping errs.ErrLockLost that names its author and
+//     reason, and once fn has returned and the key is released, Lead
+//     waits out the resign's cooldown, then campaigns again;
 //   - when ctx ends, Lead returns context.Cause(ctx), once fn (if it runs)
 //     has returned and what was held is released.
 //
 // Observers see each term as a Session's events with Verb "Lead":
-// acquired is elected, lock_lost is deposed, released is a term that ended
+// acquired is elected, lock_lost is deposed (asked to resign too),
+// released is a term that ended
 // by fn's return or ctx's end; a campaign's wait that ran out is
 // not_acquired.
 func (o *Op) Lead(ctx context.Context, db *sql.DB, fn func(ctx context.Context) error) error {
@@ -76,16 +82,26 @@ func Campaign(ctx context.Context, o *Op, session func(ctx context.Context, term
 			return err
 		}
 		var elected, deposed bool
+		var asked *ResignAsk
 		start := time.Now()
 		err = session(ctx, term, func(fctx context.Context) error {
 			elected = true
-			ferr := fn(term.TermContext(fctx)) // event.go
+			rctx, w := watchResign(fctx, term, o.Resign, time.Now()) // leadresign.go
+			ferr := fn(term.TermContext(rctx))                       // event.go
+			asked = w.end()
 			deposed = errors.Is(context.Cause(fctx), errs.ErrLockLost)
 			return ferr
 		})
 		switch {
 		case ctx.Err() != nil:
 			return context.Cause(ctx)
+		case asked != nil:
+			// released: stay out for the cooldown, then campaign again
+			if !sleepCtx(ctx, asked.cooldown()) {
+				return context.Cause(ctx)
+			}
+			backoff = leadBackoffMin
+			continue
 		case deposed:
 			backoff = leadBackoffMin
 			continue // campaign again at once
@@ -113,7 +129,7 @@ func nextTerm(o *Op) (*Op, error) {
 	if err != nil {
 		return nil, err
 	}
-	t.Job, t.fence.id, t.LockConns, t.LazyDB = o.Job, o.fence.id, o.LockConns, o.LazyDB
+	t.Job, t.fence.id, t.LockConns, t.LazyDB, t.Resign = o.Job, o.fence.id, o.LockConns, o.LazyDB, o.Resign
 	newTerm(o, t) // event.go
 	return t, nil
 }

@@ -14,6 +14,9 @@ import (
 // Act carries out the operator's action a and records it in the actions
 // log.
 func Act[B Binder](ctx context.Context, b B, pkg string, a status.Action, opts []config.Option) (status.ActionRecord, error) {
+	if a.Kind == status.ActionResign {
+		return Resign(ctx, b, pkg, a, opts)
+	}
 	return status.ActionRecord{}, fmt.Errorf("%w: %s.Act: not built yet", errs.ErrInvalidArgument, pkg)
 }
 
