@@ -124,11 +124,18 @@ func (l *Locker) Lock(ctx context.Context, job string) (gocron.Lock, error) {
 	}
 	h := &heldRun{l: l, job: job, slot: slot, gctx: ctx, cfg: &l.cfg, b: l.b, release: make(chan struct{}), done: make(chan error, 1)}
 	started := make(chan struct{})
-	firing := schedhook.Firing(false)
+	extra := []ormlock.Option{schedhook.Firing(false)}
 	if l.firstFiring(job) {
 		// one firing, one run: with ormlock.WithCatchUp, the newest slot
 		// of the window that has not run, the current one if it has not
-		firing = schedhook.Firing(true)
+		extra[0] = schedhook.Firing(true)
+	}
+	if !l.hasTask(job) {
+		// gocron runs the job once per Lock, and the Locker cannot call
+		// it: a slot an operator asked to rerun runs in place of a
+		// firing's own slot that is taken, never after it (see
+		// docs/SCHEDULES.md, Operators' controls)
+		extra = append(extra, schedhook.OneRun())
 	}
 
 	// The attempt honours ctx; the hold, once the slot is claimed, does
@@ -138,7 +145,13 @@ func (l *Locker) Lock(ctx context.Context, job string) (gocron.Lock, error) {
 	detach := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
 	go func() {
 		defer cancel(nil)
+		calls := 0
 		h.done <- l.cfg.claim(hctx, l.b, job, s, now, func(rctx context.Context) error {
+			if calls++; calls > 1 {
+				// a slot an operator asked to rerun, after the firing's
+				// own run: the job's Task runs it
+				return l.rerun(h, rctx)
+			}
 			if ran, ok := ormlock.Slot(rctx); ok {
 				h.slot = ran // a caught-up slot; read after started
 			}
@@ -152,7 +165,7 @@ func (l *Locker) Lock(ctx context.Context, job string) (gocron.Lock, error) {
 			close(started)
 			<-h.release
 			return h.failure // set by JobFailed before Unlock, if the job failed
-		}, firing)
+		}, extra...)
 	}()
 	select {
 	case <-started:

@@ -83,10 +83,11 @@ func (c *config) report(err error) {
 }
 
 // skipped reports whether err is an expected outcome for a replica that
-// does not run: another instance holds the slot or leads, or the slot is
-// done.
+// does not run: another instance holds the slot or leads, the slot is
+// done, or an operator paused the job (ormlock.ErrPaused: every replica's
+// firing is skipped while it is paused, which is no failure to report).
 func skipped(err error) bool {
-	return errors.Is(err, ormlock.ErrAlreadyDone) || errors.Is(err, ormlock.ErrNotAcquired)
+	return errors.Is(err, ormlock.ErrAlreadyDone) || errors.Is(err, ormlock.ErrNotAcquired) || errors.Is(err, ormlock.ErrPaused)
 }
 
 // WithJobSchedule sets the schedule of one job of a [Locker]: the slot of a
