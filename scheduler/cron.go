@@ -31,7 +31,10 @@ var _ cron.Job = JobFunc(nil)
 // describe the cron spec's times (nil: the job's [WithJobSchedule], so that
 // a set-up in strict mode names every job's schedule once); put the wrapper
 // innermost in a chain. Other
-// errors, and a [JobFunc]'s own, go to the error handler. Bad input wraps
+// errors, and a [JobFunc]'s own, go to the error handler; a firing of a job
+// an operator paused is a skip too ([ormlock.ErrPaused]), and a slot an
+// operator asked to rerun runs at the next firing, after its own slot, by
+// another call of the wrapped job (a JobFunc reads it with ormlock.Slot). Bad input wraps
 // [ormlock.ErrInvalidArgument], and the wrapper returned with it fails closed
 // (it runs nothing). See docs/SCHEDULES.md (JobWrapper (robfig/cron)).
 func JobWrapper(b Backend, job string, schedule ormlock.Schedule, opts ...Option) (cron.JobWrapper, error) {

@@ -30,7 +30,11 @@ import (
 // run. A shutdown never leaves a 'running' row or a held lock behind. The job
 // name is gocron's (gocron.WithName), the same on every replica. The job's
 // context is gocron's unless [Locker.Task] wraps its task, which then runs
-// under the run's lock context. A Locker is safe for concurrent use. See
+// under the run's lock context. A slot an operator asked to rerun
+// ([ormlock.Rerun]) runs at the next firing of any replica: after the
+// firing's own run, by the Task's function, before Unlock returns; or, for
+// a job without a Task, in place of a firing whose own slot is taken (see
+// docs/SCHEDULES.md, Operators' controls). A Locker is safe for concurrent use. See
 // docs/SCHEDULES.md (Locker (gocron); The job's context).
 type Locker struct {
 	b     Backend
@@ -92,7 +96,8 @@ func (l *Locker) schedule(job string) (ormlock.Schedule, error) {
 
 // Lock claims the current slot of job for this instance, and holds it until
 // the returned lock's Unlock. It returns an error wrapping
-// [ormlock.ErrAlreadyDone] when the slot has been run,
+// [ormlock.ErrAlreadyDone] when the slot has been run, [ormlock.ErrPaused]
+// when an operator paused the job (the slot is recorded 'skipped'),
 // [ormlock.ErrNotAcquired] when another instance is running it (or, with
 // [WithExclusive], running the job) or when ctx ended before the run was
 // claimed (the error wraps ctx's cause too), and any other error when the

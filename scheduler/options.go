@@ -113,7 +113,8 @@ func WithJobSchedule(job string, schedule ormlock.Schedule) Option {
 }
 
 // WithErrorHandler sets the function that receives every error other than a
-// skip (a slot done, or held by another instance): a run that could not
+// skip (a slot done, held by another instance, or of a job an operator
+// paused: [ormlock.ErrPaused]): a run that could not
 // start, a failed release or a lost lock, a wrapped job's error, a failed or
 // lost leadership. It is called on the scheduler's or the Elector's goroutine
 // and must not block for long. Applies to all constructors. The default logs

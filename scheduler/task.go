@@ -26,6 +26,13 @@ import (
 // [Locker.JobFailed] does, for this run even when several of the job are in
 // progress, so a wrapped job needs no [Locker.RecordFailures].
 //
+// fn also runs the slots an operator asked to rerun ([ormlock.Rerun]):
+// after a firing's own run, the Locker calls fn for each pending rerun
+// (ormlock.Slot(ctx) the rerun's slot), on the claim's goroutine rather
+// than gocron's, before the firing's Unlock returns; its error or panic
+// (recovered) marks that slot 'failed' and is reported. The fn of the
+// job's last Task call runs them.
+//
 // gocron calls Lock and then the task on one goroutine, with one context
 // per job, shared by all its runs; the task takes the run that this
 // Locker's Lock of job claimed on that context. So that two runs of a job
