@@ -74,18 +74,22 @@ func JobWrapper(b Backend, job string, schedule ormlock.Schedule, opts ...Option
 			// through unchanged).
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			ran := false
+			ran, failed := false, false
 			err := cfg.claim(ctx, b, job, schedule, now, func(ctx context.Context) error {
 				ran = true
 				if f, ok := j.(JobFunc); ok {
-					return f(ctx)
+					err := f(ctx)
+					failed = failed || err != nil
+					return err
 				}
 				j.Run()
 				return nil
 			})
 			switch {
 			case err == nil:
-			case skipped(err) && !ran:
+			case skipped(err) && !failed:
+				// no slot failed: a skip, also when another slot of the
+				// firing ran (a rerun after a slot done elsewhere)
 				if cfg.logger != nil {
 					cfg.logger.Info("ormlock: skipped", "job", job, "slot", slot.Format(time.RFC3339Nano), "reason", err.Error())
 				}

@@ -155,7 +155,9 @@ func (l *Locker) Lock(ctx context.Context, job string) (gocron.Lock, error) {
 			if calls++; calls > 1 {
 				// a slot an operator asked to rerun, after the firing's
 				// own run: the job's Task runs it
-				return l.rerun(h, rctx)
+				err := l.rerun(h, rctx)
+				h.failed = h.failed || err != nil
+				return err
 			}
 			if ran, ok := ormlock.Slot(rctx); ok {
 				h.slot = ran // a caught-up slot; read after started
@@ -169,6 +171,7 @@ func (l *Locker) Lock(ctx context.Context, job string) (gocron.Lock, error) {
 			}
 			close(started)
 			<-h.release
+			h.failed = h.failure != nil
 			return h.failure // set by JobFailed before Unlock, if the job failed
 		}, extra...)
 	}()
@@ -373,6 +376,7 @@ type heldRun struct {
 	gctx    context.Context // the context Lock was given: gocron's job context
 	ctx     context.Context // the run's (its verb's fn context), for its Task
 	wrapped bool            // taken by a Task (l.mu)
+	failed  bool            // a run of the firing failed (claim goroutine; read after done)
 	cfg     *config
 	b       Backend
 	release chan struct{}
@@ -390,7 +394,9 @@ func (h *heldRun) Unlock(context.Context) error {
 	h.once.Do(func() {
 		h.l.unhold(h)
 		close(h.release)
-		if err := <-h.done; err != nil {
+		if err := <-h.done; err != nil && (h.failed || !skipped(err)) {
+			// a skip after the run (a rerun that another replica took)
+			// is none of the firing's errors
 			h.err = wrapf(err, "job %q, slot %s", h.job, h.slot.Format(time.RFC3339Nano))
 			h.cfg.report(h.err)
 		}
