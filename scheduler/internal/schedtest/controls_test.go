@@ -1,0 +1,386 @@
+package schedtest_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-co-op/gocron/v2"
+	"github.com/robfig/cron/v3"
+	"gorm.io/gorm"
+
+	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/scheduler"
+	"github.com/ormlock/ormlock/scheduler/gormsched"
+	"github.com/ormlock/ormlock/scheduler/sqlsched"
+	"github.com/ormlock/ormlock/sqllock"
+)
+
+// The operators' controls against three running replicas of a scheduler,
+// each with its own pool and adapter, a job every second, as operators use
+// them: pause the job and every replica skips its next firings (no run,
+// each slot recorded 'skipped' with the pause's author and reason, the
+// skip wrapping ormlock.ErrPaused and not reported as a failure); resume
+// it under catch-up and no paused slot runs; rerun a failed slot and it
+// runs exactly once, on some replica's next firing; skip a future slot and
+// it never runs.
+
+// controlled is one scheduler set-up under test: three replicas started,
+// an operator's Act, and the ledger's rows of the job.
+type controlled struct {
+	job  string
+	act  func(a ormlock.Action) (ormlock.ActionRecord, error)
+	runs func() ([]ormlock.Run, error)
+	// fail records the slot failed in the ledger before the replicas
+	// start (a run whose job returned an error)
+	fail func(slot time.Time) error
+	// start starts the three replicas, each calling ran for every run of
+	// the job, and returns what stops them (waiting for their runs)
+	start func(ran func(replica string, slot time.Time, ok bool)) (stop func())
+	// pausedSeen reports how many firings of each replica returned an
+	// error wrapping ormlock.ErrPaused, when the set-up can see it
+	pausedSeen func() map[string]int
+	handled    *errs
+}
+
+// slotRuns counts the job's runs per slot, in process.
+type slotRuns struct {
+	mu    sync.Mutex
+	runs  map[time.Time][]string
+	noSlt []string // runs that could not read their slot
+}
+
+func (s *slotRuns) ran(replica string, slot time.Time, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !ok {
+		s.noSlt = append(s.noSlt, replica)
+		return
+	}
+	if s.runs == nil {
+		s.runs = map[time.Time][]string{}
+	}
+	s.runs[slot.UTC()] = append(s.runs[slot.UTC()], replica)
+}
+
+func (s *slotRuns) of(slot time.Time) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.runs[slot.UTC()]...)
+}
+
+func (s *slotRuns) slots() []time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []time.Time
+	for t := range s.runs {
+		out = append(out, t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Before(out[j]) })
+	return out
+}
+
+// testControls runs the scenario on c.
+func testControls(t *testing.T, c controlled) {
+	failed := time.Now().UTC().Truncate(time.Second).Add(-30 * time.Second) // out of the catch-up window
+	if err := c.fail(failed); err == nil || !strings.Contains(err.Error(), "settlement failed") {
+		t.Fatalf("the failing run of %s: %v", failed.Format(time.RFC3339), err)
+	}
+	var sr slotRuns
+	stop := c.start(sr.ran)
+	stopped := false
+	defer func() {
+		if !stopped {
+			stop()
+		}
+	}()
+	act := func(a ormlock.Action) ormlock.ActionRecord {
+		t.Helper()
+		rec, err := c.act(a)
+		if err != nil {
+			t.Fatalf("Act(%s): %v", a.Kind, err)
+		}
+		return rec
+	}
+	time.Sleep(2 * time.Second) // the job runs
+
+	act(ormlock.Pause(c.job).By("alice", "incident 42"))
+	pausedAt := time.Now()
+	time.Sleep(3500 * time.Millisecond)
+	resumeAt := time.Now()
+	act(ormlock.Resume(c.job).By("alice", "incident 42 over"))
+	act(ormlock.Rerun(c.job, failed).By("bob", "the settlement of "+failed.Format(time.RFC3339)))
+	future := time.Now().UTC().Truncate(time.Second).Add(3 * time.Second)
+	act(ormlock.Skip(c.job, future).By("carol", "bank holiday"))
+	time.Sleep(time.Until(future.Add(2500 * time.Millisecond)))
+	stop()
+	stopped = true
+
+	// the paused slots: fired after the pause, before the resume
+	var paused []time.Time
+	for s := pausedAt.UTC().Truncate(time.Second).Add(2 * time.Second); !s.Add(time.Second).After(resumeAt); s = s.Add(time.Second) {
+		paused = append(paused, s)
+	}
+	if len(paused) < 2 {
+		t.Fatalf("only %d slots fell wholly within the pause (%s to %s): the machine is too slow for this test", len(paused), pausedAt.Format(time.RFC3339Nano), resumeAt.Format(time.RFC3339Nano))
+	}
+	rows, err := c.runs()
+	if err != nil {
+		t.Fatalf("Runs: %v", err)
+	}
+	ledger := map[time.Time]ormlock.Run{}
+	for _, r := range rows {
+		ledger[r.Slot.UTC()] = r
+	}
+	for _, s := range paused {
+		if who := sr.of(s); len(who) > 0 {
+			t.Errorf("paused slot %s ran on %v", s.Format(time.RFC3339), who)
+		}
+		r, ok := ledger[s]
+		switch {
+		case !ok:
+			t.Errorf("paused slot %s: no ledger row (want 'skipped')", s.Format(time.RFC3339))
+		case r.Status != "skipped" || !strings.Contains(r.Error, "alice") || !strings.Contains(r.Error, "incident 42"):
+			t.Errorf("paused slot %s: status %q, error %q; want 'skipped' naming the pause's author and reason", s.Format(time.RFC3339), r.Status, r.Error)
+		}
+	}
+	if who := sr.of(failed); len(who) != 1 {
+		t.Errorf("the failed slot %s asked to rerun ran %d times (%v), want once", failed.Format(time.RFC3339), len(who), who)
+	}
+	if r := ledger[failed]; r.Status != "done" {
+		t.Errorf("the rerun slot %s: status %q (error %q), want done", failed.Format(time.RFC3339), r.Status, r.Error)
+	}
+	if who := sr.of(future); len(who) > 0 {
+		t.Errorf("the skipped slot %s ran on %v", future.Format(time.RFC3339), who)
+	}
+	if r := ledger[future]; r.Status != "skipped" || !strings.Contains(r.Error, "bank holiday") {
+		t.Errorf("the skipped slot %s: status %q, error %q; want 'skipped' with the reason", future.Format(time.RFC3339), r.Status, r.Error)
+	}
+	// exactly once, and alive after the resume
+	after := 0
+	for _, s := range sr.slots() {
+		if who := sr.of(s); len(who) > 1 {
+			t.Errorf("slot %s ran %d times: %v", s.Format(time.RFC3339), len(who), who)
+		}
+		if s.After(resumeAt.Add(time.Second)) {
+			after++
+		}
+		if r := ledger[s]; r.Status != "done" {
+			t.Errorf("slot %s ran; its ledger row is %q (error %q)", s.Format(time.RFC3339), r.Status, r.Error)
+		}
+	}
+	if after < 2 {
+		t.Errorf("%d slots ran after the resume, want at least 2", after)
+	}
+	if len(sr.noSlt) > 0 {
+		t.Errorf("runs on %v could not read their slot", sr.noSlt)
+	}
+	if c.pausedSeen != nil {
+		seen := c.pausedSeen()
+		for _, replica := range []string{"replica-a", "replica-b", "replica-c"} {
+			if seen[replica] == 0 {
+				t.Errorf("%s saw no firing skipped with ErrPaused (saw %v)", replica, seen)
+			}
+		}
+	}
+	for _, err := range c.handled.get() {
+		t.Errorf("error handler: %v", err)
+	}
+	t.Logf("%d slots ran, paused %d (%s to %s), rerun %s, skipped %s",
+		len(sr.slots()), len(paused), paused[0].Format("15:04:05"), paused[len(paused)-1].Format("15:04:05"), failed.Format("15:04:05"), future.Format("15:04:05"))
+}
+
+// errSettlement is the job's error in the failed run.
+var errSettlement = errors.New("settlement failed")
+
+// pausedLocker is a gocron Locker that counts the Locks that returned an
+// error wrapping ormlock.ErrPaused; it hands gocron's context to the
+// scheduler's Locker as it is (so that its Task finds its run).
+type pausedLocker struct {
+	*scheduler.Locker
+	replica string
+	seen    *pausedCount
+}
+
+type pausedCount struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (p *pausedCount) add(replica string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.n == nil {
+		p.n = map[string]int{}
+	}
+	p.n[replica]++
+}
+
+func (p *pausedCount) get() map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range p.n {
+		out[k] = v
+	}
+	return out
+}
+
+func (p pausedLocker) Lock(ctx context.Context, job string) (gocron.Lock, error) {
+	l, err := p.Locker.Lock(ctx, job)
+	if errors.Is(err, ormlock.ErrPaused) {
+		p.seen.add(p.replica)
+	}
+	return l, err
+}
+
+// Three gocron schedulers on GORM, each its own Locker with
+// ormlock.WithCatchUp(…, CatchUpLatest) (a Locker's policy): two wrap the
+// job with Locker.Task (ormlock.Slot(ctx) is the run's slot, a rerun's
+// too), one runs it unwrapped (it reads Locker.Slot, and runs a rerun in
+// place of a firing whose own slot is taken).
+func TestControlsGocron(t *testing.T) {
+	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+		admin := openMigrated(t, k)
+		job := jobName(t)
+		var handled errs
+		var seen pausedCount
+		c := controlled{
+			job:     job,
+			handled: &handled,
+			act: func(a ormlock.Action) (ormlock.ActionRecord, error) {
+				return gormlock.Act(admin, a)
+			},
+			runs: func() ([]ormlock.Run, error) { return gormlock.Runs(admin, job, 1000) },
+			fail: func(slot time.Time) error {
+				return gormlock.RunOnce(admin, job, slot, func(*gorm.DB) error { return errSettlement }, ormlock.WithClaim())
+			},
+			pausedSeen: seen.get,
+		}
+		c.start = func(ran func(replica string, slot time.Time, ok bool)) func() {
+			var scheds []gocron.Scheduler
+			for i := range 3 {
+				replica := fmt.Sprintf("replica-%c", 'a'+i)
+				b := gormsched.Backend(openGorm(t, k), ormlock.WithOwner(replica), ormlock.WithCatchUp(10*time.Second, ormlock.CatchUpLatest))
+				l, err := scheduler.NewLocker(b, everySecond(t), scheduler.WithErrorHandler(handled.handle))
+				if err != nil {
+					t.Fatal(err)
+				}
+				s, err := gocron.NewScheduler(gocron.WithDistributedLocker(pausedLocker{l, replica, &seen}),
+					gocron.WithGlobalJobOptions(l.RecordFailures()))
+				if err != nil {
+					t.Fatal(err)
+				}
+				task := gocron.NewTask(l.Task(job, func(ctx context.Context) error {
+					slot, ok := ormlock.Slot(ctx)
+					ran(replica, slot, ok)
+					return nil
+				}))
+				if i == 2 {
+					task = gocron.NewTask(func() {
+						slot, ok := l.Slot(job)
+						ran(replica, slot, ok)
+					})
+				}
+				if _, err := s.NewJob(gocron.CronJob("* * * * * *", true), task, gocron.WithName(job)); err != nil {
+					t.Fatal(err)
+				}
+				s.Start()
+				scheds = append(scheds, s)
+				time.Sleep(200 * time.Millisecond)
+			}
+			return func() {
+				for _, s := range scheds {
+					if err := s.Shutdown(); err != nil {
+						t.Errorf("Shutdown: %v", err)
+					}
+				}
+			}
+		}
+		testControls(t, c)
+	})
+}
+
+// Three robfig/cron instances on database/sql, each its own JobWrapper
+// with ormlock.WithCatchUp(…, CatchUpAll): every firing catches up every
+// slot of the window that has not run, and still no paused or skipped
+// slot runs.
+func TestControlsRobfig(t *testing.T) {
+	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+		ctx := context.Background()
+		admin := testdb.Open(t, k)
+		t.Cleanup(func() { testdb.AssertNoLeaks(t, k, admin) })
+		if err := sqllock.Migrate(ctx, admin); err != nil {
+			t.Fatal(err)
+		}
+		job := jobName(t)
+		var handled errs
+		var seen pausedCount
+		c := controlled{
+			job:     job,
+			handled: &handled,
+			act: func(a ormlock.Action) (ormlock.ActionRecord, error) {
+				return sqllock.Act(ctx, admin, a)
+			},
+			runs: func() ([]ormlock.Run, error) { return sqllock.Runs(ctx, admin, job, 1000) },
+			fail: func(slot time.Time) error {
+				return sqllock.RunOnce(ctx, admin, job, slot, func(context.Context, *sql.Tx) error { return errSettlement }, ormlock.WithClaim())
+			},
+			pausedSeen: seen.get,
+		}
+		c.start = func(ran func(replica string, slot time.Time, ok bool)) func() {
+			var crons []*cron.Cron
+			for i := range 3 {
+				replica := fmt.Sprintf("replica-%c", 'a'+i)
+				db := testdb.Open(t, k)
+				t.Cleanup(func() { testdb.AssertNoLeaks(t, k, db) })
+				b := sqlsched.Backend(db, ormlock.WithOwner(replica), ormlock.WithCatchUp(10*time.Second, ormlock.CatchUpAll))
+				w, err := scheduler.JobWrapper(b, job, everySecond(t), scheduler.WithErrorHandler(handled.handle),
+					scheduler.WithCronLogger(pausedLog{replica, &seen}))
+				if err != nil {
+					t.Fatal(err)
+				}
+				cr := cron.New(cron.WithSeconds())
+				if _, err := cr.AddJob("* * * * * *", cron.NewChain(w).Then(scheduler.JobFunc(func(ctx context.Context) error {
+					slot, ok := ormlock.Slot(ctx)
+					ran(replica, slot, ok)
+					return nil
+				}))); err != nil {
+					t.Fatal(err)
+				}
+				cr.Start()
+				crons = append(crons, cr)
+				time.Sleep(200 * time.Millisecond)
+			}
+			return func() {
+				for _, cr := range crons {
+					<-cr.Stop().Done()
+				}
+			}
+		}
+		testControls(t, c)
+	})
+}
+
+// pausedLog is a cron.Logger that counts the skips JobWrapper logs whose
+// reason wraps ormlock.ErrPaused.
+type pausedLog struct {
+	replica string
+	seen    *pausedCount
+}
+
+func (p pausedLog) Info(msg string, kv ...any) {
+	if msg == "ormlock: skipped" && strings.Contains(fmt.Sprint(kv...), ormlock.ErrPaused.Error()) {
+		p.seen.add(p.replica)
+	}
+}
+
+func (pausedLog) Error(error, string, ...any) {}
