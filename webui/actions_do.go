@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/internal/lockproto"
 	"github.com/ormlock/ormlock/internal/verbs"
 	"github.com/ormlock/ormlock/sqllock"
 )
@@ -220,6 +221,8 @@ func (h actor) statusOf(err error) (int, string) {
 	switch {
 	case errors.As(err, &ae):
 		return ae.code, ae.msg
+	case lockproto.IsMissingTable(err):
+		return http.StatusServiceUnavailable, "the actions' tables do not exist: run Migrate (ormlock migrate) of this version, from every replica's start-up or once: " + describe(err, h.s.timeout)
 	case errors.Is(err, ormlock.ErrInvalidArgument), errors.Is(err, ormlock.ErrInvalidKey):
 		// Act refused it: a running or done slot, no leader, not a firing
 		return http.StatusBadRequest, clean(strings.TrimPrefix(err.Error(), "ormlock: "), 500)

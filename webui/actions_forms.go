@@ -3,6 +3,7 @@ package webui
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"embed"
 	"html/template"
 	"mime"
@@ -68,6 +69,9 @@ func (h actor) confirm(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	pg := &actPage{Title: actTitle(a), Author: clean(author, maxAuthorLen), Effects: effects(a), Never: never}
+	if a.Kind == ormlock.ActionResign {
+		pg.Effects = append([]string{h.leaderNow(req.Context(), a.Key)}, pg.Effects...)
+	}
 	pg.What = "Confirm: " + pg.Title + "."
 	pg.Back, pg.BackName = h.backTo(p, a)
 	pg.Form = &actFormView{
@@ -212,4 +216,34 @@ func effects(a ormlock.Action) []string {
 	return []string{
 		"The leader's work is cancelled within one keepalive interval (one renewal interval under leases), with a cause that says it was asked to resign; it releases the lock and stays out of the election for " + ormlock.DefaultResignCooldown.String() + ", and another campaigner takes over.",
 		"Refused when nobody leads.", logged}
+}
+
+// leaderNow says who leads key now, as the overview's leaders table does.
+func (h actor) leaderNow(ctx context.Context, key ormlock.Key) string {
+	ctx, cancel := context.WithTimeout(ctx, h.s.timeout)
+	defer cancel()
+	select {
+	case h.sem <- struct{}{}:
+		defer func() { <-h.sem }()
+	case <-ctx.Done():
+		return "Who leads now is unknown: the view is busy."
+	}
+	d, err := h.r.dialectOf(ctx)
+	var hi ormlock.HolderInfo
+	if err == nil {
+		err = h.r.ro(ctx, func(tx *sql.Tx) error {
+			var err error
+			hi, err = h.r.holder(ctx, tx, d, key)
+			return err
+		})
+	}
+	switch {
+	case err != nil:
+		return "Who leads now is unknown: " + describe(err, h.s.timeout)
+	case !hi.Held:
+		return "Nobody leads now: the resign will be refused."
+	case hi.Owner == "":
+		return "A leader holds the key now (its owner is not known)."
+	}
+	return "Now led by " + clean(hi.Owner, maxAuthorLen) + ", for " + showDuration(hi.HeldFor) + "."
 }

@@ -352,7 +352,25 @@ func TestActions(t *testing.T) {
 		hourly, _ := ormlock.Every(time.Hour, nil)
 		ledgertest.InsertRun(t, k, table, "", "act-job", slot(3), "done", "a", slot(3), time.Second, "")
 		ledgertest.InsertRun(t, k, table, "", "act-job", slot(2), "failed", "a", slot(2), time.Second, "boom")
-		srv := serve(t, db, webui.WithLedgerTable(table), webui.WithSchedule("act-job", hourly), webui.WithActions(headerAuthor, webui.WithCSRFKey(testKey)))
+		leader := ormlock.Name("act-leader-" + string(k))
+		ledgertest.Leading(t, db, table, leader, "act-owner")
+		srv := serve(t, db, webui.WithLedgerTable(table), webui.WithSchedule("act-job", hourly), webui.WithActions(headerAuthor, webui.WithCSRFKey(testKey)),
+			webui.WithLeaders(leader, ormlock.Name("act-nobody")))
+		// resign: the overview links each leader to its confirmation page,
+		// which names who leads
+		_, body := send(t, srv, http.MethodGet, "/", "", userHeader, "alice")
+		mustContain(t, body, `class="resign"`, "act?key=act-leader")
+		for key, want := range map[string]string{leader.String(): "Now led by act-owner", "act-nobody": "Nobody leads now"} {
+			if code, body := send(t, srv, http.MethodGet, "/act?kind=resign&key="+url.QueryEscape(key), "", userHeader, "alice"); code != http.StatusOK || !strings.Contains(body, want) {
+				t.Errorf("resign %s's confirmation page: %d, want %q\n%s", key, code, want, body)
+			}
+		}
+		if code, body := postAPI(t, srv, "alice", map[string]string{"kind": "resign", "key": "act-nobody"}); code != http.StatusBadRequest {
+			t.Errorf("resign of a key nobody leads: %d %s", code, body)
+		}
+		if code, body := postAPI(t, srv, "alice", map[string]string{"kind": "resign", "key": leader.String(), "reason": "sick host"}); code != http.StatusOK || !strings.Contains(body, `"author":"alice"`) {
+			t.Errorf("resign: %d %s", code, body)
+		}
 		code, body := send(t, srv, http.MethodGet, "/job?name=act-job", "", userHeader, "alice")
 		if code != http.StatusOK {
 			t.Fatalf("GET /job: %d\n%s", code, body)
