@@ -406,3 +406,25 @@ func TestActions(t *testing.T) {
 		}
 	})
 }
+
+// TestActionOptions: a bad actions option is an error of Handler wrapping
+// ormlock.ErrInvalidArgument, before the database is contacted.
+func TestActionOptions(t *testing.T) {
+	db, err := sql.Open("pgx", "postgres://nobody@127.0.0.1:1/none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for what, opt := range map[string]webui.Option{
+		"nil author":      webui.WithActions(nil),
+		"short key":       webui.WithActions(headerAuthor, webui.WithCSRFKey([]byte("short"))),
+		"short token TTL": webui.WithActions(headerAuthor, webui.WithTokenTTL(time.Second)),
+	} {
+		if _, err := webui.Handler(db, opt); !errors.Is(err, ormlock.ErrInvalidArgument) {
+			t.Errorf("%s: %v, want ErrInvalidArgument", what, err)
+		}
+	}
+	if _, err := webui.Handler(db, webui.WithActions(headerAuthor, webui.WithCSRFKey(testKey), webui.WithTokenTTL(10*time.Minute))); err != nil {
+		t.Errorf("good options: %v", err)
+	}
+}
