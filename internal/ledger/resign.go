@@ -113,7 +113,7 @@ func Resign(ctx context.Context, db *sql.DB, op *lockproto.Op, verb string, a st
 		Author: a.Author, Reason: a.Reason,
 		Outcome: fmt.Sprintf("leader %s asked to step down; it stays out for %v", ownerText(h.Owner), cooldown),
 	}
-	err = inTx(ctx, db, func(tx *sql.Tx) error {
+	err = resignTx(ctx, db, func(tx *sql.Tx) error {
 		if r.At, err = t.ServerNow(ctx, tx); err != nil {
 			return err
 		}
@@ -139,9 +139,9 @@ func ownerText(owner string) string {
 	return fmt.Sprintf("%q", owner)
 }
 
-// inTx runs f in a transaction of db, committed when f returns nil and
+// resignTx runs f in a transaction of db, committed when f returns nil and
 // rolled back otherwise (a panic included).
-func inTx(ctx context.Context, db *sql.DB, f func(tx *sql.Tx) error) (err error) {
+func resignTx(ctx context.Context, db *sql.DB, f func(tx *sql.Tx) error) (err error) {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return errs.Wrap(err, "begin the action's transaction")
