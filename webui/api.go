@@ -13,7 +13,7 @@ import (
 	"github.com/ormlock/ormlock/internal/lockproto"
 )
 
-// The JSON API, version 1 (docs/OPERATIONS.md, "API"): the view's data
+// The JSON API, version 1 (docs/OPERATIONS.md, API): the view's data
 // for scripts and dashboards, under the same handler, with the same host
 // check, deadline (WithTimeout), turns at the database and bounds as the
 // pages, and read-only as they are. Every answer is a struct of package

@@ -14,6 +14,7 @@ import (
 	"github.com/ormlock/ormlock/internal/apiv1"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/internal/testdb/ledgertest"
+	"github.com/ormlock/ormlock/sqllock"
 	"github.com/ormlock/ormlock/webui"
 )
 
@@ -105,12 +106,24 @@ func TestAPIShapes(t *testing.T) {
 		if len(fences.Fences) != 1 || fences.Fences[0].Token != *leaders.Leaders[0].Token {
 			t.Errorf("fences: %+v", fences)
 		}
+		job := "job " + hostile[0]
+		rec, err := sqllock.Act(context.Background(), db, ormlock.Pause(job).By("alice \u202E", "incident <42>"), ormlock.WithLedgerTable(table))
+		if err != nil {
+			t.Fatal(err)
+		}
 		var controls apiv1.ControlList
 		getJSON(t, srv, srv.URL, http.MethodGet, "/api/v1/controls", 200, &controls)
+		if len(controls.Controls) != 1 || !controls.Controls[0].Paused || controls.Controls[0].Job != job || controls.Controls[0].Author != "alice \u202E" || controls.Controls[0].ChangedAt.IsZero() {
+			t.Errorf("controls: %+v", controls)
+		}
 		var actions apiv1.ActionList
-		getJSON(t, srv, srv.URL, http.MethodGet, "/api/v1/actions?job="+url.QueryEscape(hostile[0]), 200, &actions)
-		if len(controls.Controls) != 0 || len(actions.Actions) != 0 {
-			t.Errorf("controls %+v, actions %+v", controls, actions)
+		getJSON(t, srv, srv.URL, http.MethodGet, "/api/v1/actions?job="+url.QueryEscape(job), 200, &actions)
+		if len(actions.Actions) != 1 || actions.Actions[0].ID != rec.ID || actions.Actions[0].Kind != "pause" || actions.Actions[0].Reason != "incident <42>" || actions.Actions[0].Slot != nil {
+			t.Errorf("actions: %+v", actions)
+		}
+		getJSON(t, srv, srv.URL, http.MethodGet, "/api/v1/actions?job=other", 200, &actions)
+		if len(actions.Actions) != 0 {
+			t.Errorf("actions of another job: %+v", actions)
 		}
 	})
 }

@@ -2,7 +2,7 @@
 // (/api/v1/..., package webui), and of the command's --json output
 // (ormlock runs, holder, controls, actions and the action verbs): one
 // struct per answer, whose JSON field names are a compatibility promise
-// documented in docs/OPERATIONS.md ("API"). Names are snake_case; times
+// documented in docs/OPERATIONS.md (API). Names are snake_case; times
 // are RFC 3339 in UTC (time.Time's JSON form, "Z", with a fraction when
 // the time has one); durations are whole milliseconds in fields ending
 // in _ms. A field is added in a later version only; none is renamed or
