@@ -11,6 +11,7 @@ import (
 	"github.com/go-co-op/gocron/v2"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/schedhook"
 )
 
 // ErrNotLeader is returned by [Elector.IsLeader] when this instance is not
@@ -74,9 +75,12 @@ func NewElector(b Backend, key string, opts ...Option) (*Elector, error) {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	e := &Elector{b: b, key: key, cfg: cfg, stop: stop, done: make(chan struct{})}
-	first := make(chan struct{})
-	go e.campaign(ctx, first)
-	<-first
+	first, tried := make(chan struct{}), make(chan struct{})
+	go e.campaign(ctx, first, tried)
+	select {
+	case <-first: // elected, or the campaign's first call returned
+	case <-tried: // the first attempt found the lock held
+	}
 	return e, nil
 }
 
@@ -111,12 +115,14 @@ func (e *Elector) Close() error {
 	return nil
 }
 
-// campaign tries the lock once, so that NewElector returns at once (leading
-// when the lock was free), then campaigns with the backend's Lead until
-// Close. A loss is reported when found; Lead retries connection errors
-// itself, and after one it does not retry (a refused login) the campaign
-// starts again after the retry interval.
-func (e *Elector) campaign(ctx context.Context, first chan struct{}) {
+// campaign campaigns with the backend's Lead until Close, its first
+// attempt trying the lock once (schedhook.FirstTry closes tried after
+// it), so that NewElector returns at once (leading when the lock was
+// free). Every term is a Lead's, so a leader asked to resign steps down
+// whichever attempt elected it. A loss is reported when found; Lead
+// retries connection errors itself, and after one it does not retry (a
+// refused login) the campaign starts again after the retry interval.
+func (e *Elector) campaign(ctx context.Context, first, tried chan struct{}) {
 	defer close(e.done)
 	var once sync.Once
 	signal := func() { once.Do(func() { close(first) }) }
@@ -134,7 +140,7 @@ func (e *Elector) campaign(ctx context.Context, first chan struct{}) {
 		return nil
 	}
 	f := e.b.Funcs()
-	err := f.Session(ctx, e.key, lead)
+	err := f.Lead(ctx, e.key, lead, schedhook.FirstTry(tried))
 	signal()
 	for ctx.Err() == nil {
 		// Not reported: another instance led at the first try, or a

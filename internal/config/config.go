@@ -80,6 +80,9 @@ type Config struct {
 	// NoCampaign makes Lead follow without campaigning
 	// (ormlock.WithoutCampaign).
 	NoCampaign bool
+	// FirstTry, when set, makes Lead's first campaign attempt try once,
+	// and is closed when that attempt has ended (schedhook.FirstTry).
+	FirstTry chan struct{}
 	// Fencing issues a fencing token per acquisition (ormlock.WithFencing).
 	Fencing bool
 	// CatchUpWindow and CatchUpPolicy: RunScheduled's catch-up of missed

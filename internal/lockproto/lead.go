@@ -33,7 +33,8 @@ const (
 
 // Lead campaigns for o's key on db and runs fn while this caller leads:
 //
-//   - a campaign is a Session (see [Op.Session]) whose wait is leadWait,
+//   - a campaign is a Session (see [Op.Session]) whose wait is leadWait
+//     (none for the first attempt with Cfg.FirstTry, closed once it ended),
 //     asked again as soon as a wait ran out, and after an error with a
 //     bounded backoff; an error that no retry can cure (see Permanent)
 //     is returned at once;
@@ -73,11 +74,23 @@ func (o *Op) Lead(ctx context.Context, db *sql.DB, fn func(ctx context.Context) 
 // while the lock is held, after any per-attempt check.
 func Campaign(ctx context.Context, o *Op, session func(ctx context.Context, term *Op, fn func(ctx context.Context) error) error, fn func(ctx context.Context) error) error {
 	backoff := leadBackoffMin
+	first := o.Cfg.FirstTry // closed once the first attempt has ended
+	tried := func() {
+		if first != nil {
+			close(first)
+			first = nil
+		}
+	}
+	defer tried()
 	for {
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
-		term, err := nextTerm(o)
+		wait := leadWait
+		if first != nil {
+			wait = 0 // the first attempt tries once
+		}
+		term, err := nextTerm(o, wait)
 		if err != nil {
 			return err
 		}
@@ -86,12 +99,14 @@ func Campaign(ctx context.Context, o *Op, session func(ctx context.Context, term
 		start := time.Now()
 		err = session(ctx, term, func(fctx context.Context) error {
 			elected = true
+			tried()
 			rctx, w := watchResign(fctx, term, o.Resign, time.Now()) // leadresign.go
 			ferr := fn(term.TermContext(rctx))                       // event.go
 			asked = w.end()
 			deposed = errors.Is(context.Cause(fctx), errs.ErrLockLost)
 			return ferr
 		})
+		tried()
 		switch {
 		case ctx.Err() != nil:
 			return context.Cause(ctx)
@@ -122,9 +137,9 @@ func Campaign(ctx context.Context, o *Op, session func(ctx context.Context, term
 
 // nextTerm returns a fresh Op for one campaign attempt of o: its own timings
 // and fencing token, and the campaign's wait.
-func nextTerm(o *Op) (*Op, error) {
+func nextTerm(o *Op, wait time.Duration) (*Op, error) {
 	cfg := o.Cfg
-	cfg.Wait = leadWait
+	cfg.Wait, cfg.FirstTry = wait, nil
 	t, err := NewOpHeld(o.Dialect, o.Verb, o.Key, cfg, o.hold)
 	if err != nil {
 		return nil, err

@@ -151,7 +151,7 @@ func Lead[B Binder](ctx context.Context, b B, pkg string, k keys.Key, fn func(ct
 		return p.mend(err)
 	}
 	if p.Cfg.NoCampaign {
-		return follow(ctx)
+		return follow(ctx, p.Cfg.FirstTry)
 	}
 	op.Resign = resignReader(p, op)
 	return op.Use(ctx, func(ctx context.Context) error {
@@ -169,8 +169,12 @@ func Lead[B Binder](ctx context.Context, b B, pkg string, k keys.Key, fn func(ct
 }
 
 // follow is Lead WithoutCampaign: it never campaigns nor calls fn, and
-// returns ctx's cause when ctx ends.
-func follow(ctx context.Context) error {
+// returns ctx's cause when ctx ends. Its first attempt, none, has ended
+// at once (tried, schedhook.FirstTry).
+func follow(ctx context.Context, tried chan struct{}) error {
+	if tried != nil {
+		close(tried)
+	}
 	<-ctx.Done()
 	return context.Cause(ctx)
 }
