@@ -185,16 +185,20 @@ func (a *actionSettings) authorOf(req *http.Request) (string, string) {
 }
 
 // crossSite reports why req, a POST, does not come from the view's own
-// pages, or "": a browser names the site that sent it in Sec-Fetch-Site
-// and Origin. A request without either (an old browser, a script) is
-// judged by its token alone (forms) or its custom header (the API).
+// pages, or "". A browser names the site that sent a request in
+// Sec-Fetch-Site, which decides when present: only same-origin passes
+// (the view's own form). Without it (an older browser, a script), an
+// Origin header must name the view's host; an opaque one ("null") is
+// refused. (With the view's Referrer-Policy, no-referrer, a browser sends
+// "Origin: null" on the view's own form posts, so Origin cannot decide
+// where Sec-Fetch-Site is sent.) A request with neither is judged by its
+// token alone (forms) or its custom header (the API).
 func crossSite(req *http.Request) string {
-	switch site := req.Header.Get("Sec-Fetch-Site"); site {
-	case "", "same-origin":
-	case "none":
-		// a request the user made by hand (a bookmark), not a page's
-	default:
-		return "the request came from another site (Sec-Fetch-Site: " + clean(site, 40) + ")"
+	if site := req.Header.Get("Sec-Fetch-Site"); site != "" {
+		if site != "same-origin" {
+			return "the request came from another site (Sec-Fetch-Site: " + clean(site, 40) + ")"
+		}
+		return ""
 	}
 	origin := req.Header.Get("Origin")
 	if origin == "" {

@@ -233,6 +233,8 @@ func TestActionsCSRF(t *testing.T) {
 		refused("a cross-site form post (Origin)", code, body)
 		code, body = send(t, srv, http.MethodPost, action, form, "Content-Type", ct, "Origin", "null", userHeader, "alice")
 		refused("a post from an opaque origin", code, body)
+		code, body = send(t, srv, http.MethodPost, action, form, "Content-Type", ct, "Origin", srv.URL, "Sec-Fetch-Site", "cross-site", userHeader, "alice")
+		refused("a cross-site post naming the view's origin", code, body)
 		code, body = send(t, srv, http.MethodPost, action, form, "Content-Type", ct, "Sec-Fetch-Site", "same-site", userHeader, "alice")
 		refused("a post from a sibling site", code, body)
 		code, body = postForm(t, srv, action, "", "r", userHeader, "alice")

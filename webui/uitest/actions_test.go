@@ -65,14 +65,63 @@ func (s *slotRuns) slots() []time.Time {
 	return out
 }
 
-// pausedLocker counts, per replica, the firings the scheduler's Locker
-// refused with ormlock.ErrPaused.
-type pausedLocker struct {
+// firingLocker records, per replica, the outcome of each of the
+// scheduler Locker's Locks (each firing asks one): granted or refused,
+// and refused with ormlock.ErrPaused (the replica that claimed a paused
+// slot and recorded it 'skipped'; the others found its lock held).
+type firingLocker struct {
 	*scheduler.Locker
 	replica string
-	seen    *counts
+	log     *firings
 }
 
+type firing struct {
+	at      time.Time
+	granted bool
+	paused  bool
+}
+
+type firings struct {
+	mu sync.Mutex
+	by map[string][]firing
+}
+
+func (f *firings) add(replica string, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.by == nil {
+		f.by = map[string][]firing{}
+	}
+	f.by[replica] = append(f.by[replica], firing{at: time.Now(), granted: err == nil, paused: errors.Is(err, ormlock.ErrPaused)})
+}
+
+// within counts replica's firings between from and to: granted, refused,
+// and refused because the job was paused.
+func (f *firings) within(replica string, from, to time.Time) (granted, refused, paused int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, x := range f.by[replica] {
+		switch {
+		case x.at.Before(from) || x.at.After(to):
+		case x.granted:
+			granted++
+		case x.paused:
+			refused++
+			paused++
+		default:
+			refused++
+		}
+	}
+	return granted, refused, paused
+}
+
+func (p firingLocker) Lock(ctx context.Context, job string) (gocron.Lock, error) {
+	l, err := p.Locker.Lock(ctx, job)
+	p.log.add(p.replica, err)
+	return l, err
+}
+
+// counts counts by replica.
 type counts struct {
 	mu sync.Mutex
 	n  map[string]int
@@ -91,14 +140,6 @@ func (c *counts) get(k string) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.n[k]
-}
-
-func (p pausedLocker) Lock(ctx context.Context, job string) (gocron.Lock, error) {
-	l, err := p.Locker.Lock(ctx, job)
-	if errors.Is(err, ormlock.ErrPaused) {
-		p.seen.add(p.replica)
-	}
-	return l, err
 }
 
 var errSettlement = errors.New("settlement failed: upstream refused the batch")
@@ -132,7 +173,7 @@ func testActions(t *testing.T, k testdb.Kind) {
 	// three replicas of the service: a gocron scheduler each, on a pool
 	// of its own, and a Lead of the same key
 	var runs slotRuns
-	var paused counts
+	var fired firings
 	var handled []error
 	var hmu sync.Mutex
 	leaderKey := ormlock.Name("settlement-leader-" + string(k))
@@ -165,7 +206,7 @@ func testActions(t *testing.T, k testdb.Kind) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, err := gocron.NewScheduler(gocron.WithDistributedLocker(pausedLocker{l, replica, &paused}), gocron.WithGlobalJobOptions(l.RecordFailures()))
+		s, err := gocron.NewScheduler(gocron.WithDistributedLocker(firingLocker{l, replica, &fired}), gocron.WithGlobalJobOptions(l.RecordFailures()))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -333,10 +374,20 @@ func testActions(t *testing.T, k testdb.Kind) {
 			t.Errorf("paused slot %s: status %q, error %q; want 'skipped' by alice for incident 42", s.Format(time.RFC3339), r.Status, r.Error)
 		}
 	}
+	// while the job was paused, every replica's every firing was refused
+	// (the replica that claimed the slot with ErrPaused, the others by its
+	// lock), and none granted
+	pausedFirings := 0
 	for i := range 3 {
-		if replica := fmt.Sprintf("replica-%c", 'a'+i); paused.get(replica) == 0 {
-			t.Errorf("%s saw no firing refused with ErrPaused", replica)
+		replica := fmt.Sprintf("replica-%c", 'a'+i)
+		granted, refused, p := fired.within(replica, pausedAt.Add(500*time.Millisecond), resumeAt)
+		if granted > 0 || refused == 0 {
+			t.Errorf("%s, while the job was paused: %d firings granted, %d refused; want none granted", replica, granted, refused)
 		}
+		pausedFirings += p
+	}
+	if pausedFirings < len(pausedSlots) {
+		t.Errorf("%d firings refused with ErrPaused for %d paused slots, want one each", pausedFirings, len(pausedSlots))
 	}
 	if who := runs.of(failed); len(who) != 1 {
 		t.Errorf("the failed slot asked to rerun ran %d times (%v), want once", len(who), who)
