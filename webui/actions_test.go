@@ -386,6 +386,8 @@ func TestActions(t *testing.T) {
 		}
 		_, body = send(t, srv, http.MethodGet, "/job?name=act-job", "", userHeader, "alice")
 		mustContain(t, body, `id="paused"`, "Paused by alice: incident 42", `id="resume"`, `id="action-log"`)
+		_, body, _ = get(t, srv, "/") // read-only for a reader the service names no author for
+		mustContain(t, body, `status paused" title="paused by alice: incident 42">paused<`)
 		// rerun the failed slot, skip the missed one, through the API
 		code, body = postAPI(t, srv, "bob", map[string]string{"kind": "rerun", "job": "act-job", "slot": slot(2).Format(time.RFC3339), "reason": "upstream back"})
 		if code != http.StatusOK {

@@ -170,6 +170,37 @@ func (h actor) control(ctx context.Context, d lockproto.Dialect, job string, loc
 	return c
 }
 
+// markPaused marks the paused jobs among rows (whose ledger names are
+// jobs, in order) from the controls table; a ledger without one has none.
+func (h actor) markPaused(ctx context.Context, d lockproto.Dialect, rows []jobRow, jobs []string) {
+	var cs []ormlock.JobControl
+	err := h.r.ro(ctx, func(tx *sql.Tx) error {
+		var err error
+		cs, err = verbs.Controls(ctx, binder{h.r, d, tx}, "webui", nil)
+		return err
+	})
+	if err != nil {
+		if !lockproto.IsMissingTable(err) {
+			h.hd.problem(ctx, err)
+		}
+		return
+	}
+	paused := map[string]string{}
+	for _, c := range cs {
+		if c.Paused {
+			paused[c.Job] = "paused by " + clean(c.Author, maxAuthorLen)
+			if c.Reason != "" {
+				paused[c.Job] += ": " + clean(c.Reason, maxReasonLen)
+			}
+		}
+	}
+	for i := range rows {
+		if i < len(jobs) {
+			rows[i].Paused = paused[jobs[i]]
+		}
+	}
+}
+
 func actionRowOf(r ormlock.ActionRecord, loc *time.Location) actionRow {
 	return actionRow{
 		ID: r.ID, Kind: clean(string(r.Kind), 16), Job: clean(r.Job, 200), Key: clean(r.Key, 300),

@@ -79,6 +79,7 @@ type jobRow struct {
 	ShownRuns  int
 	Cells      int          // slots in the strip, which Failed and Missed count
 	Now        []runningNow // its running runs (not stale), newest first
+	Paused     string       // "paused by AUTHOR: REASON" when an operator paused it
 	NowMore    int          // running runs beyond those in Now
 }
 
@@ -196,6 +197,7 @@ func (h *handler) overview(ctx context.Context, p params) (*view, error) {
 	o := &overview{Namespace: clean(h.s.namespace, 128), Ledger: h.s.ledger, StripSlots: limit}
 	v.Overview = o
 	now := time.Now()
+	var shown []string // the jobs' names as the ledger holds them
 	err = h.r.ro(ctx, func(tx *sql.Tx) error {
 		names, err := h.r.jobs(ctx, tx, d, p.after, jobsPerPage+1)
 		if err != nil {
@@ -206,6 +208,7 @@ func (h *handler) overview(ctx context.Context, p params) (*view, error) {
 			o.Next = p.link("", "after", names[len(names)-1], "limit", limitParam(p))
 		}
 		budget := maxLiveness
+		shown = names
 		for _, name := range names {
 			runs, err := h.r.runs(ctx, tx, d, name, limit, lookups(genuine, &budget))
 			if err != nil {
@@ -217,6 +220,8 @@ func (h *handler) overview(ctx context.Context, p params) (*view, error) {
 	})
 	if err != nil {
 		o.JobsError = h.problem(ctx, err)
+	} else {
+		actorOf(h).markPaused(ctx, d, o.Jobs, shown)
 	}
 	if p.after != "" {
 		o.First = p.link("", "limit", limitParam(p))
