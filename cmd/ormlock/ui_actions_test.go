@@ -96,4 +96,11 @@ func TestUIActions(t *testing.T) {
 	if code, body := request(http.MethodPost, url+"api/v1/actions", json, "Content-Type", "application/json", "X-Ormlock-Action", "1"); code != http.StatusForbidden {
 		t.Errorf("POST /api/v1/actions without the author header: %d\n%s", code, body)
 	}
+	if code, body := request(http.MethodPost, url+"api/v1/actions", json, "Content-Type", "application/json", "X-Ormlock-Action", "1", "X-Forwarded-User", "alice"); code != http.StatusOK || !strings.Contains(body, `"author":"alice"`) {
+		t.Errorf("POST /api/v1/actions as alice: %d\n%s", code, body)
+	}
+	cs, err := gormlock.Controls(db, ormlock.WithLedgerTable(table))
+	if err != nil || len(cs) != 1 || !cs[0].Paused || cs[0].Author != "alice" {
+		t.Errorf("after the pause: controls %+v, %v", cs, err)
+	}
 }
