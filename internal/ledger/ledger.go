@@ -120,6 +120,12 @@ const (
 	StatusRunning = "running"
 	StatusDone    = "done"
 	StatusFailed  = "failed"
+	// StatusSkipped: never runs (a paused job's slot, or one an operator
+	// skipped); its error column holds why.
+	StatusSkipped = "skipped"
+	// StatusRerun: an operator asked for the slot to run again; the next
+	// RunScheduled of the job runs it (a claim takes it like 'failed').
+	StatusRerun = "rerun"
 )
 
 // MaxJobLen is the longest RunOnce job name, in characters: the ledger's job

@@ -61,7 +61,7 @@ FROM generate_series(0, 3999) AS g`, tbl.q)); err != nil {
 		if !found {
 			t.Errorf("%+v: mark done does not read the primary key with an Index Cond: %s", c, plan)
 		}
-		plan = explain(t, db, tbl, statement{query: tbl.sql.claimText(tbl, c.ns, c.job, slot, c.owner)}, "")
+		plan = explain(t, db, tbl, statement{query: tbl.sql.claimText(tbl, c.ns, c.job, slot, c.owner, false)}, "")
 		if msg := tbl.planProblem(plan, false, ""); msg != "" {
 			t.Errorf("%+v: claim: %s: %s", c, msg, plan)
 		}
