@@ -67,7 +67,7 @@ func Resign(ctx context.Context, db *sql.DB, t *Table, verb, ns string, a status
 		return status.ActionRecord{}, err
 	}
 	if t.cq == "" || t.aq == "" {
-		return status.ActionRecord{}, t.noControls(verb)
+		return status.ActionRecord{}, CtlOf(t).noControls(verb)
 	}
 	h, err := holder(ctx)
 	if err != nil {
@@ -92,10 +92,10 @@ func Resign(ctx context.Context, db *sql.DB, t *Table, verb, ns string, a status
 		}
 		rs := lockproto.PerServer[resignServer](t.s, pgResign{}, myResign{})
 		if _, err := tx.ExecContext(ctx, rs.upsertSQL(t), r.Namespace, r.Key, t.slotArg(now), h.Owner, cooldown.Milliseconds(), r.Author, r.Reason, t.slotArg(now)); err != nil {
-			return t.wrapCtl("write the leader's row", err)
+			return CtlOf(t).wrapCtl("write the leader's row", err)
 		}
 		if err := t.ctl.insertAction(ctx, t, tx, &r); err != nil {
-			return t.wrapCtl("log the action", err)
+			return CtlOf(t).wrapCtl("log the action", err)
 		}
 		return nil
 	})

@@ -49,7 +49,7 @@ func (r *ResignReader) Probe(ctx context.Context) (time.Time, bool, error) {
 	var n int
 	now := r.rs.timeDest()
 	if err := r.db.QueryRowContext(ctx, query, arg).Scan(&n, now); err != nil {
-		return time.Time{}, false, r.t.wrapCtl("look for the controls table", err)
+		return time.Time{}, false, CtlOf(r.t).wrapCtl("look for the controls table", err)
 	}
 	t, err := r.rs.scanTime(now)
 	return t, n > 0, err
@@ -65,7 +65,7 @@ func (r *ResignReader) Asked(ctx context.Context) (lockproto.ResignAsk, bool, er
 	case err == sql.ErrNoRows:
 		return a, false, nil
 	case err != nil:
-		return a, false, r.t.wrapCtl("read the leader's row", err)
+		return a, false, CtlOf(r.t).wrapCtl("read the leader's row", err)
 	}
 	a.Cooldown = time.Duration(ms) * time.Millisecond
 	a.At, err = r.rs.scanTime(at)
