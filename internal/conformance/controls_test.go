@@ -75,6 +75,7 @@ func TestJobControls(t *testing.T) {
 				func() error { return r.RunOnce(ctx, job, at(-3), fn, opt, obs) },
 				func() error { return r.RunOnce(ctx, job, at(-2), fn, opt, obs, ormlock.WithClaim()) },
 				func() error { return firing(-1, obs) },
+				func() error { return r.RunOnce(ctx, job, at(-7), fn, opt, obs, ormlock.WithLease(10*time.Second)) },
 			} {
 				if err := call(); !errors.Is(err, ormlock.ErrPaused) || !strings.Contains(err.Error(), "paused by alice: incident 42") {
 					t.Errorf("call %d of a paused job: %v, want ErrPaused with the reason", i, err)
@@ -83,10 +84,10 @@ func TestJobControls(t *testing.T) {
 			if n := calls.Load() - before; n != 0 {
 				t.Errorf("fn ran %d times for a paused job", n)
 			}
-			if n := events.Load(); n != 3 {
-				t.Errorf("%d EventAlreadyDone wrapping ErrPaused, want 3", n)
+			if n := events.Load(); n != 4 {
+				t.Errorf("%d EventAlreadyDone wrapping ErrPaused, want 4", n)
 			}
-			for m := -3; m <= -1; m++ {
+			for _, m := range []int{-7, -3, -2, -1} {
 				if row := rowAt(t, r, tbl, job, at(m)); row.Status != "skipped" || !strings.Contains(row.Error, "paused by alice") {
 					t.Errorf("slot %d: %+v, want skipped by the pause", m, row)
 				}
@@ -112,7 +113,7 @@ func TestJobControls(t *testing.T) {
 			for m := -8; m <= 0; m++ {
 				row := rowAt(t, r, tbl, job, at(m))
 				switch {
-				case m >= -3 && m <= -1 && row.Status != "skipped":
+				case (m == -7 || m >= -3 && m <= -1) && row.Status != "skipped":
 					t.Errorf("paused slot %d after the resume: %+v, want it skipped", m, row)
 				case m == 0 && row.Status != "done":
 					t.Errorf("current slot after the resume: %+v, want it done", row)
