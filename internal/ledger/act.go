@@ -214,7 +214,9 @@ func (c Ctl) markByAction(ctx context.Context, q lockproto.Querier, verb, ns str
 	if err := t.ctl.markSlot(ctx, t, q, ns, a.Job, slot, target, "", errText, from); err != nil {
 		return "", t.wrap("mark the slot "+target, err)
 	}
-	after, err := c.slotStatus(ctx, q, ns, a.Job, slot, false)
+	// a locking read: on MySQL/MariaDB a plain one would read the
+	// transaction's snapshot, not a run committed since
+	after, err := c.slotStatus(ctx, q, ns, a.Job, slot, true)
 	if err != nil {
 		return "", err
 	}
