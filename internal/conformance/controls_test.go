@@ -64,16 +64,30 @@ func TestJobControls(t *testing.T) {
 			if rec := act(ormlock.Pause(job).By("bob", "")); !strings.HasPrefix(rec.Outcome, "already paused") {
 				t.Errorf("second pause: %+v", rec)
 			}
+			var events atomic.Int64
+			obs := ormlock.WithObserver(ormlock.ObserverFunc(func(_ context.Context, e ormlock.Event) {
+				if e.Kind == ormlock.EventAlreadyDone && errors.Is(e.Err, ormlock.ErrPaused) && e.Job == job {
+					events.Add(1)
+				}
+			}))
+			before := calls.Load()
 			for i, call := range []func() error{
-				func() error { return r.RunOnce(ctx, job, at(-3), fn, opt) },
-				func() error { return r.RunOnce(ctx, job, at(-2), fn, opt, ormlock.WithClaim()) },
-				func() error { return firing(-1) },
+				func() error { return r.RunOnce(ctx, job, at(-3), fn, opt, obs) },
+				func() error { return r.RunOnce(ctx, job, at(-2), fn, opt, obs, ormlock.WithClaim()) },
+				func() error { return firing(-1, obs) },
+				func() error { return r.RunOnce(ctx, job, at(-7), fn, opt, obs, ormlock.WithLease(10*time.Second)) },
 			} {
 				if err := call(); !errors.Is(err, ormlock.ErrPaused) || !strings.Contains(err.Error(), "paused by alice: incident 42") {
 					t.Errorf("call %d of a paused job: %v, want ErrPaused with the reason", i, err)
 				}
 			}
-			for m := -3; m <= -1; m++ {
+			if n := calls.Load() - before; n != 0 {
+				t.Errorf("fn ran %d times for a paused job", n)
+			}
+			if n := events.Load(); n != 4 {
+				t.Errorf("%d EventAlreadyDone wrapping ErrPaused, want 4", n)
+			}
+			for _, m := range []int{-7, -3, -2, -1} {
 				if row := rowAt(t, r, tbl, job, at(m)); row.Status != "skipped" || !strings.Contains(row.Error, "paused by alice") {
 					t.Errorf("slot %d: %+v, want skipped by the pause", m, row)
 				}
@@ -99,7 +113,7 @@ func TestJobControls(t *testing.T) {
 			for m := -8; m <= 0; m++ {
 				row := rowAt(t, r, tbl, job, at(m))
 				switch {
-				case m >= -3 && m <= -1 && row.Status != "skipped":
+				case (m == -7 || m >= -3 && m <= -1) && row.Status != "skipped":
 					t.Errorf("paused slot %d after the resume: %+v, want it skipped", m, row)
 				case m == 0 && row.Status != "done":
 					t.Errorf("current slot after the resume: %+v, want it done", row)

@@ -9,12 +9,8 @@ import (
 	"time"
 
 	"github.com/ormlock/ormlock"
-	"github.com/ormlock/ormlock/entlock"
-	"github.com/ormlock/ormlock/gormlock"
 	"github.com/ormlock/ormlock/internal/lockproto"
 	"github.com/ormlock/ormlock/internal/testdb"
-	"github.com/ormlock/ormlock/pgxlock"
-	"github.com/ormlock/ormlock/sqllock"
 )
 
 // Leaders asked to step down (ormlock.Resign through each adapter's Act),
@@ -108,6 +104,10 @@ func leadResign(t *testing.T, a adapter, k testdb.Kind, rs [2]runner, every time
 		!strings.Contains(rec.Outcome, fmt.Sprintf("replica-%d", first.replica)) {
 		t.Errorf("Act(Resign) = %+v", rec)
 	}
+	log, err := rs[0].(actor).Actions(ctx, "", 10, opts...)
+	if err != nil || len(log) == 0 || log[0].ID != rec.ID || log[0].Key != key || log[0].Kind != ormlock.ActionResign {
+		t.Errorf("Actions after the resign = %+v, %v; want its entry first", log, err)
+	}
 	cause := recv(t, causes, every+margin, "resign of the leader within one check interval")
 	if !errors.Is(cause, ormlock.ErrLockLost) || !strings.Contains(cause.Error(), "asked to resign by op: move") {
 		t.Fatalf("resigned leader's cause = %v, want ErrLockLost saying it was asked to resign by op: move", cause)
@@ -194,70 +194,18 @@ func TestLeadWithoutCampaign(t *testing.T) {
 
 // resignAct is r's adapter's Act.
 func resignAct(ctx context.Context, r runner, a ormlock.Action, opts ...ormlock.Option) (ormlock.ActionRecord, error) {
-	switch l := r.(type) {
-	case gormLocker:
-		return gormlock.Act(l.db.WithContext(ctx), a, opts...)
-	case entLocker:
-		return entlock.Act(ctx, l.client, a, opts...)
-	case sqlLocker:
-		return sqllock.Act(ctx, l.db, a, l.with(opts)...)
-	case pgxLocker:
-		return pgxlock.Act(ctx, l.pools.pool(), a, l.with(opts)...)
-	}
-	panic(fmt.Sprintf("no Act for %T", r))
+	return r.(actor).Act(ctx, a, opts...)
 }
 
-// controlsLedger makes sure the controls tables of the test's ledger
-// table tbl exist, and drops them, and the owners table of MySQL/MariaDB
-// Leads, after the test; it returns tbl.
+// controlsLedger returns tbl, the test's ledger table, whose Migrate
+// created its controls table and actions log (dropped with it), and drops
+// the owners table of MySQL/MariaDB Leads after the test.
 func controlsLedger(t *testing.T, k testdb.Kind, tbl string) string {
 	t.Helper()
-	admin := testdb.AdminDB(t, k)
 	t.Cleanup(func() {
-		for _, s := range []string{"_controls", "_actions", lockproto.OwnersTableSuffix} {
-			if _, err := admin.Exec("DROP TABLE IF EXISTS " + tbl + s); err != nil {
-				t.Errorf("drop %s%s: %v", tbl, s, err)
-			}
+		if _, err := testdb.AdminDB(t, k).Exec("DROP TABLE IF EXISTS " + tbl + lockproto.OwnersTableSuffix); err != nil {
+			t.Errorf("drop the owners table: %v", err)
 		}
 	})
-	for _, ddl := range controlsDDL(k, tbl) {
-		if _, err := admin.Exec(ddl); err != nil {
-			t.Fatalf("create the controls tables: %v", err)
-		}
-	}
 	return tbl
-}
-
-// controlsDDL is the controls table and actions log of ledger tbl, for
-// the servers whose Migrate does not create them yet.
-func controlsDDL(k testdb.Kind, tbl string) []string {
-	if k.Dialect() == "mysql" {
-		return []string{
-			"CREATE TABLE IF NOT EXISTS " + tbl + `_controls (
-	namespace VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL DEFAULT '',
-	kind VARCHAR(16) NOT NULL, name VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
-	paused TINYINT(1) NOT NULL DEFAULT 0, schedule TEXT NULL, resign_at DATETIME(6) NULL,
-	resign_owner VARCHAR(255) NOT NULL DEFAULT '', cooldown_ms BIGINT NOT NULL DEFAULT 0,
-	author VARCHAR(255) NOT NULL DEFAULT '', reason TEXT NULL, changed_at DATETIME(6) NOT NULL,
-	PRIMARY KEY (namespace, kind, name)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`,
-			"CREATE TABLE IF NOT EXISTS " + tbl + `_actions (
-	id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
-	namespace VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL DEFAULT '',
-	kind VARCHAR(16) NOT NULL, name VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
-	slot DATETIME(6) NULL, author VARCHAR(255) NOT NULL, reason TEXT NULL, outcome TEXT NULL,
-	at DATETIME(6) NOT NULL, KEY (namespace, name, id)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`,
-		}
-	}
-	return []string{
-		"CREATE TABLE IF NOT EXISTS " + tbl + `_controls (
-	namespace varchar(128) NOT NULL DEFAULT '', kind varchar(16) NOT NULL, name varchar(255) NOT NULL,
-	paused boolean NOT NULL DEFAULT false, schedule text, resign_at timestamptz,
-	resign_owner varchar(255) NOT NULL DEFAULT '', cooldown_ms bigint NOT NULL DEFAULT 0,
-	author varchar(255) NOT NULL DEFAULT '', reason text, changed_at timestamptz NOT NULL,
-	PRIMARY KEY (namespace, kind, name))`,
-		"CREATE TABLE IF NOT EXISTS " + tbl + `_actions (
-	id bigserial PRIMARY KEY, namespace varchar(128) NOT NULL DEFAULT '', kind varchar(16) NOT NULL,
-	name varchar(255) NOT NULL, slot timestamptz, author varchar(255) NOT NULL, reason text,
-	outcome text, at timestamptz NOT NULL)`,
-	}
 }

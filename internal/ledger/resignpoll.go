@@ -15,7 +15,7 @@ import (
 type ResignReader struct {
 	db  *sql.DB
 	rs  resignServer
-	q   resignTables
+	t   *Table
 	ns  string
 	key string
 }
@@ -28,17 +28,13 @@ var _ lockproto.ResignReader = (*ResignReader)(nil)
 // exists.
 func NewResignReader(db *sql.DB, op *lockproto.Op) *ResignReader {
 	t, err := NewTable(op.Dialect, op.Cfg.LedgerTable)
-	if err != nil {
-		return nil
-	}
-	controls, actions, err := controlTables(t)
-	if err != nil {
+	if err != nil || t.cq == "" {
 		return nil
 	}
 	return &ResignReader{
 		db:  db,
 		rs:  lockproto.PerServer[resignServer](t.s, pgResign{}, myResign{}),
-		q:   resignTables{t: t, controls: t.s.Quote(controls), actions: t.s.Quote(actions)},
+		t:   t,
 		ns:  op.Cfg.Namespace,
 		key: op.Key.String(),
 	}
@@ -49,11 +45,11 @@ func NewResignReader(db *sql.DB, op *lockproto.Op) *ResignReader {
 // server logs no error at every term of a ledger Migrate has not
 // upgraded).
 func (r *ResignReader) Probe(ctx context.Context) (time.Time, bool, error) {
-	query, arg := r.rs.probeSQL(r.q)
+	query, arg := r.rs.clockProbeSQL(r.t)
 	var n int
 	now := r.rs.timeDest()
 	if err := r.db.QueryRowContext(ctx, query, arg).Scan(&n, now); err != nil {
-		return time.Time{}, false, r.q.wrap(err, "look for the controls table")
+		return time.Time{}, false, CtlOf(r.t).wrapCtl("look for the controls table", err)
 	}
 	t, err := r.rs.scanTime(now)
 	return t, n > 0, err
@@ -64,12 +60,12 @@ func (r *ResignReader) Asked(ctx context.Context) (lockproto.ResignAsk, bool, er
 	var a lockproto.ResignAsk
 	var ms int64
 	at := r.rs.timeDest()
-	err := r.db.QueryRowContext(ctx, r.rs.readSQL(r.q), r.ns, r.key).Scan(at, &a.Owner, &ms, &a.Author, &a.Reason)
+	err := r.db.QueryRowContext(ctx, r.rs.readSQL(r.t), r.ns, r.key).Scan(at, &a.Owner, &ms, &a.Author, &a.Reason)
 	switch {
 	case err == sql.ErrNoRows:
 		return a, false, nil
 	case err != nil:
-		return a, false, r.q.wrap(err, "read the leader's row")
+		return a, false, CtlOf(r.t).wrapCtl("read the leader's row", err)
 	}
 	a.Cooldown = time.Duration(ms) * time.Millisecond
 	a.At, err = r.rs.scanTime(at)

@@ -9,16 +9,14 @@ import (
 	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/ledger"
+	"github.com/ormlock/ormlock/internal/lockproto"
 	"github.com/ormlock/ormlock/internal/status"
 )
 
 // Act carries out the operator's action a and records it in the actions
 // log: the jobs' actions by ledger.Table.Act, each in one transaction of
-// its own; a resign by Resign (resignverb.go).
+// its own; a resign by ledger.Resign, told who holds the key now.
 func Act[B Binder](ctx context.Context, b B, pkg string, a status.Action, opts []config.Option) (status.ActionRecord, error) {
-	if a.Kind == status.ActionResign {
-		return Resign(ctx, b, pkg, a, opts)
-	}
 	verb := pkg + ".Act"
 	p, t, err := openControls(ctx, b, pkg, "Act", opts, Args{Err: checkAction(verb, a)})
 	defer p.release()
@@ -28,7 +26,13 @@ func Act[B Binder](ctx context.Context, b B, pkg string, a status.Action, opts [
 	if err != nil {
 		return status.ActionRecord{}, p.mend(err)
 	}
-	rec, err := t.Act(ctx, p.sqlDB(), verb, p.Cfg.Namespace, a)
+	if a.Kind == status.ActionResign {
+		rec, err := ledger.Resign(ctx, p.sqlDB(), t, verb, p.Cfg.Namespace, a, func(ctx context.Context) (lockproto.HolderInfo, error) {
+			return Holder(ctx, b, pkg, a.Key, opts)
+		})
+		return rec, p.mend(err)
+	}
+	rec, err := ledger.CtlOf(t).Act(ctx, p.sqlDB(), verb, p.Cfg.Namespace, a)
 	return rec, p.mend(err)
 }
 
@@ -55,7 +59,7 @@ func Controls[B Binder](ctx context.Context, b B, pkg string, opts []config.Opti
 	if err != nil {
 		return nil, p.mend(err)
 	}
-	cs, err := t.Controls(ctx, p.reader(), pkg+".Controls", p.Cfg.Namespace)
+	cs, err := ledger.CtlOf(t).Controls(ctx, p.reader(), pkg+".Controls", p.Cfg.Namespace)
 	return cs, p.mend(err)
 }
 
@@ -67,7 +71,7 @@ func Actions[B Binder](ctx context.Context, b B, pkg, job string, limit int, opt
 	if err != nil {
 		return nil, p.mend(err)
 	}
-	as, err := t.Actions(ctx, p.reader(), pkg+".Actions", p.Cfg.Namespace, job, limit)
+	as, err := ledger.CtlOf(t).Actions(ctx, p.reader(), pkg+".Actions", p.Cfg.Namespace, job, limit)
 	return as, p.mend(err)
 }
 
