@@ -27,8 +27,9 @@ import (
 // The operators' controls against three running replicas of a scheduler,
 // each with its own pool and adapter, a job every second, as operators use
 // them: pause the job and every replica skips its next firings (no run,
-// each slot recorded 'skipped' with the pause's author and reason, the
-// skip wrapping ormlock.ErrPaused and not reported as a failure); resume
+// each slot recorded 'skipped' with the pause's author and reason; the
+// replica whose claim records it gets ErrPaused, the others the lock held
+// or the row skipped; none is reported as a failure); resume
 // it under catch-up and no paused slot runs; rerun a failed slot and it
 // runs exactly once, on some replica's next firing; skip a future slot and
 // it never runs.
@@ -46,7 +47,7 @@ type controlled struct {
 	// the job, and returns what stops them (waiting for their runs)
 	start func(ran func(replica string, slot time.Time, ok bool)) (stop func())
 	// pausedSeen reports how many firings of each replica returned an
-	// error wrapping ormlock.ErrPaused, when the set-up can see it
+	// error wrapping ormlock.ErrPaused
 	pausedSeen func() map[string]int
 	handled    *errs
 }
@@ -110,23 +111,24 @@ func testControls(t *testing.T, c controlled) {
 		}
 		return rec
 	}
-	time.Sleep(2 * time.Second) // the job runs
+	time.Sleep(1500 * time.Millisecond) // the job runs
 
 	act(ormlock.Pause(c.job).By("alice", "incident 42"))
 	pausedAt := time.Now()
-	time.Sleep(3500 * time.Millisecond)
+	time.Sleep(3600 * time.Millisecond)
 	resumeAt := time.Now()
 	act(ormlock.Resume(c.job).By("alice", "incident 42 over"))
 	act(ormlock.Rerun(c.job, failed).By("bob", "the settlement of "+failed.Format(time.RFC3339)))
-	future := time.Now().UTC().Truncate(time.Second).Add(3 * time.Second)
+	future := time.Now().UTC().Truncate(time.Second).Add(2 * time.Second)
 	act(ormlock.Skip(c.job, future).By("carol", "bank holiday"))
-	time.Sleep(time.Until(future.Add(2500 * time.Millisecond)))
+	time.Sleep(time.Until(future.Add(1500 * time.Millisecond)))
 	stop()
 	stopped = true
 
-	// the paused slots: fired after the pause, before the resume
+	// the paused slots: their firings came after the pause was
+	// committed, and a second before the resume
 	var paused []time.Time
-	for s := pausedAt.UTC().Truncate(time.Second).Add(2 * time.Second); !s.Add(time.Second).After(resumeAt); s = s.Add(time.Second) {
+	for s := pausedAt.UTC().Add(1200 * time.Millisecond).Truncate(time.Second); !s.Add(time.Second).After(resumeAt); s = s.Add(time.Second) {
 		paused = append(paused, s)
 	}
 	if len(paused) < 2 {
@@ -170,26 +172,28 @@ func testControls(t *testing.T, c controlled) {
 		if who := sr.of(s); len(who) > 1 {
 			t.Errorf("slot %s ran %d times: %v", s.Format(time.RFC3339), len(who), who)
 		}
-		if s.After(resumeAt.Add(time.Second)) {
+		if s.After(resumeAt) {
 			after++
 		}
 		if r := ledger[s]; r.Status != "done" {
 			t.Errorf("slot %s ran; its ledger row is %q (error %q)", s.Format(time.RFC3339), r.Status, r.Error)
 		}
 	}
-	if after < 2 {
-		t.Errorf("%d slots ran after the resume, want at least 2", after)
+	if after < 1 {
+		t.Errorf("%d slots ran after the resume, want at least 1", after)
 	}
 	if len(sr.noSlt) > 0 {
 		t.Errorf("runs on %v could not read their slot", sr.noSlt)
 	}
-	if c.pausedSeen != nil {
-		seen := c.pausedSeen()
-		for _, replica := range []string{"replica-a", "replica-b", "replica-c"} {
-			if seen[replica] == 0 {
-				t.Errorf("%s saw no firing skipped with ErrPaused (saw %v)", replica, seen)
-			}
-		}
+	// Each paused slot's firings: one replica's claim records it skipped
+	// and returns ErrPaused; the others' find its lock held
+	// (ErrNotAcquired) or its row skipped (ErrAlreadyDone): skips all.
+	seen, total := c.pausedSeen(), 0
+	for _, n := range seen {
+		total += n
+	}
+	if total < len(paused) {
+		t.Errorf("%d firings skipped with ErrPaused (%v), want at least one per paused slot (%d)", total, seen, len(paused))
 	}
 	for _, err := range c.handled.get() {
 		t.Errorf("error handler: %v", err)
