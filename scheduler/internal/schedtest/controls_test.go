@@ -388,3 +388,132 @@ func (p pausedLog) Info(msg string, kv ...any) {
 }
 
 func (pausedLog) Error(error, string, ...any) {}
+
+// Where a gocron Locker runs a slot an operator asked to rerun, by hand
+// (Lock, the task, Unlock, as gocron calls them) on a fixed clock. A job
+// with a Locker.Task: after the firing's own run, before Unlock returns,
+// by the Task's function with ormlock.Slot(ctx) the rerun's slot (its
+// error marks the slot failed and is reported). A job without one: never
+// after the firing's own run (it stays 'rerun'), but in place of a firing
+// whose own slot is taken, which Locker.Slot names.
+func TestLockerReruns(t *testing.T) {
+	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+		ctx := context.Background()
+		admin := openMigrated(t, k)
+		hourly := everyHour(t)
+		ten := time.Date(2031, 5, 6, 10, 0, 0, 0, time.UTC)
+		nine := ten.Add(-time.Hour)
+		eight := ten.Add(-2 * time.Hour)
+		at := func(d time.Duration) scheduler.Option {
+			return scheduler.WithClock(func() time.Time { return ten.Add(d) })
+		}
+		var handled errs
+		newLocker := func(owner string, d time.Duration) *scheduler.Locker {
+			l, err := scheduler.NewLocker(gormsched.Backend(openGorm(t, k), ormlock.WithOwner(owner)), hourly, at(d), scheduler.WithErrorHandler(handled.handle))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		}
+		rerun := func(job string, slots ...time.Time) {
+			t.Helper()
+			for _, slot := range slots {
+				if err := gormlock.RunOnce(admin, job, slot, func(*gorm.DB) error { return errSettlement }, ormlock.WithClaim()); !errors.Is(err, errSettlement) {
+					t.Fatalf("the failing run of %s: %v", slot.Format(time.RFC3339), err)
+				}
+				if _, err := gormlock.Act(admin, ormlock.Rerun(job, slot).By("bob", "again")); err != nil {
+					t.Fatalf("Act(rerun %s): %v", slot.Format(time.RFC3339), err)
+				}
+			}
+		}
+		status := func(job string) map[time.Time]string {
+			t.Helper()
+			runs, err := gormlock.Runs(admin, job, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := map[time.Time]string{}
+			for _, r := range runs {
+				out[r.Slot.UTC()] = r.Status
+			}
+			return out
+		}
+
+		// with a Task: the own slot, then both reruns (oldest first), the
+		// second failing
+		job := jobName(t) + ".task"
+		rerun(job, eight, nine)
+		a := newLocker("a", 100*time.Millisecond)
+		var slots []time.Time
+		task := a.Task(job, func(ctx context.Context) error {
+			slot, _ := ormlock.Slot(ctx)
+			slots = append(slots, slot)
+			if !ormlock.Held(ctx) {
+				return errors.New("not held")
+			}
+			if slot.Equal(nine) {
+				return errSettlement
+			}
+			return nil
+		})
+		gctx, cancel := context.WithCancel(ctx) // gocron's job context
+		defer cancel()
+		l, err := a.Lock(gctx, job)
+		if err != nil {
+			t.Fatalf("Lock: %v", err)
+		}
+		if err := task(gctx); err != nil {
+			t.Fatalf("the task: %v", err)
+		}
+		if err := l.Unlock(gctx); !errors.Is(err, errSettlement) {
+			t.Errorf("Unlock: %v, want the rerun's error", err)
+		}
+		if want := []time.Time{ten, eight, nine}; fmt.Sprint(slots) != fmt.Sprint(want) {
+			t.Errorf("the task's function ran for %v, want %v", slots, want)
+		}
+		if st := status(job); st[ten] != "done" || st[eight] != "done" || st[nine] != "failed" {
+			t.Errorf("ledger after the firing: %v", st)
+		}
+		if got := handled.get(); len(got) != 1 || !errors.Is(got[0], errSettlement) {
+			t.Errorf("error handler: %v, want the rerun's error", got)
+		}
+
+		// without a Task: not after the own run; in place of a firing
+		// whose own slot is done
+		job = jobName(t) + ".plain"
+		rerun(job, nine)
+		b, c := newLocker("b", 100*time.Millisecond), newLocker("c", 3*time.Second)
+		l, err = b.Lock(ctx, job)
+		if err != nil {
+			t.Fatalf("b.Lock: %v", err)
+		}
+		if slot, ok := b.Slot(job); !ok || !slot.Equal(ten) {
+			t.Errorf("b.Slot = %v, %v; want %s", slot, ok, ten.Format(time.RFC3339))
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatalf("b.Unlock: %v", err)
+		}
+		if st := status(job); st[ten] != "done" || st[nine] != "rerun" {
+			t.Errorf("ledger after b's firing: %v, want 10:00 done and 09:00 still rerun", st)
+		}
+		l, err = c.Lock(ctx, job)
+		if err != nil {
+			t.Fatalf("c.Lock (own slot done, a rerun pending): %v", err)
+		}
+		if slot, ok := c.Slot(job); !ok || !slot.Equal(nine) {
+			t.Errorf("c.Slot = %v, %v; want the rerun's %s", slot, ok, nine.Format(time.RFC3339))
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatalf("c.Unlock: %v", err)
+		}
+		if st := status(job); st[nine] != "done" {
+			t.Errorf("ledger after c's firing: %v, want 09:00 done", st)
+		}
+		if _, err := c.Lock(ctx, job); !errors.Is(err, ormlock.ErrAlreadyDone) {
+			t.Errorf("c.Lock again: %v, want ErrAlreadyDone", err)
+		}
+		if got := handled.get(); len(got) != 1 {
+			t.Errorf("error handler: %v", got)
+		}
+	})
+}
