@@ -64,14 +64,27 @@ func TestJobControls(t *testing.T) {
 			if rec := act(ormlock.Pause(job).By("bob", "")); !strings.HasPrefix(rec.Outcome, "already paused") {
 				t.Errorf("second pause: %+v", rec)
 			}
+			var events atomic.Int64
+			obs := ormlock.WithObserver(ormlock.ObserverFunc(func(_ context.Context, e ormlock.Event) {
+				if e.Kind == ormlock.EventAlreadyDone && errors.Is(e.Err, ormlock.ErrPaused) && e.Job == job {
+					events.Add(1)
+				}
+			}))
+			before := calls.Load()
 			for i, call := range []func() error{
-				func() error { return r.RunOnce(ctx, job, at(-3), fn, opt) },
-				func() error { return r.RunOnce(ctx, job, at(-2), fn, opt, ormlock.WithClaim()) },
-				func() error { return firing(-1) },
+				func() error { return r.RunOnce(ctx, job, at(-3), fn, opt, obs) },
+				func() error { return r.RunOnce(ctx, job, at(-2), fn, opt, obs, ormlock.WithClaim()) },
+				func() error { return firing(-1, obs) },
 			} {
 				if err := call(); !errors.Is(err, ormlock.ErrPaused) || !strings.Contains(err.Error(), "paused by alice: incident 42") {
 					t.Errorf("call %d of a paused job: %v, want ErrPaused with the reason", i, err)
 				}
+			}
+			if n := calls.Load() - before; n != 0 {
+				t.Errorf("fn ran %d times for a paused job", n)
+			}
+			if n := events.Load(); n != 3 {
+				t.Errorf("%d EventAlreadyDone wrapping ErrPaused, want 3", n)
 			}
 			for m := -3; m <= -1; m++ {
 				if row := rowAt(t, r, tbl, job, at(m)); row.Status != "skipped" || !strings.Contains(row.Error, "paused by alice") {

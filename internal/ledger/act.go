@@ -105,9 +105,10 @@ func CheckAuthor(verb string, a status.Action) error {
 
 // Act carries out a (checked by CheckAction) in namespace ns on db, in
 // one transaction with its entry in the actions log, which it returns.
-func (t *Table) Act(ctx context.Context, db *sql.DB, verb, ns string, a status.Action) (status.ActionRecord, error) {
+func (c Ctl) Act(ctx context.Context, db *sql.DB, verb, ns string, a status.Action) (status.ActionRecord, error) {
+	t := c.t
 	if t.cq == "" || t.aq == "" {
-		return status.ActionRecord{}, t.noControls(verb)
+		return status.ActionRecord{}, c.noControls(verb)
 	}
 	rec := status.ActionRecord{Namespace: ns, Kind: a.Kind, Job: a.Job, Author: a.Author, Reason: a.Reason}
 	if !a.Slot.IsZero() {
@@ -115,23 +116,23 @@ func (t *Table) Act(ctx context.Context, db *sql.DB, verb, ns string, a status.A
 	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
-		return status.ActionRecord{}, t.wrapCtl("begin", err)
+		return status.ActionRecord{}, c.wrapCtl("begin", err)
 	}
 	defer func() { _ = tx.Rollback() }()
 	switch a.Kind {
 	case status.ActionPause, status.ActionResume:
-		rec.Outcome, err = t.setPause(ctx, tx, ns, a)
+		rec.Outcome, err = c.setPause(ctx, tx, ns, a)
 	default:
-		rec.Outcome, err = t.markByAction(ctx, tx, verb, ns, a.Kind, rec.Slot, a)
+		rec.Outcome, err = c.markByAction(ctx, tx, verb, ns, a.Kind, rec.Slot, a)
 	}
 	if err != nil {
 		return status.ActionRecord{}, err
 	}
 	if err := t.ctl.insertAction(ctx, t, tx, &rec); err != nil {
-		return status.ActionRecord{}, t.wrapCtl("log the action", err)
+		return status.ActionRecord{}, c.wrapCtl("log the action", err)
 	}
 	if err := tx.Commit(); err != nil {
-		return status.ActionRecord{}, t.wrapCtl("commit the action", err)
+		return status.ActionRecord{}, c.wrapCtl("commit the action", err)
 	}
 	return rec, nil
 }
@@ -145,38 +146,40 @@ type control struct {
 
 // readControl reads the job's row of the controls table (FOR UPDATE when
 // lock is set).
-func (t *Table) readControl(ctx context.Context, q lockproto.Querier, ns, job string, lock bool) (control, error) {
+func (c Ctl) readControl(ctx context.Context, q lockproto.Querier, ns, job string, lock bool) (control, error) {
+	t := c.t
 	query := t.ctl.readControlSQL(t)
 	if lock {
 		query += " FOR UPDATE"
 	}
-	var c control
-	err := q.QueryRowContext(ctx, query, ns, job).Scan(&c.paused, &c.schedule, &c.author, &c.reason)
+	var row control
+	err := q.QueryRowContext(ctx, query, ns, job).Scan(&row.paused, &row.schedule, &row.author, &row.reason)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return control{}, nil
 	case err != nil:
-		return control{}, t.wrapCtl("read the job's controls", err)
+		return control{}, c.wrapCtl("read the job's controls", err)
 	}
-	c.found = true
-	return c, nil
+	row.found = true
+	return row, nil
 }
 
 // setPause pauses or resumes a.Job.
-func (t *Table) setPause(ctx context.Context, q lockproto.Querier, ns string, a status.Action) (string, error) {
-	c, err := t.readControl(ctx, q, ns, a.Job, true)
+func (c Ctl) setPause(ctx context.Context, q lockproto.Querier, ns string, a status.Action) (string, error) {
+	t := c.t
+	row, err := c.readControl(ctx, q, ns, a.Job, true)
 	if err != nil {
 		return "", err
 	}
 	pause := a.Kind == status.ActionPause
 	switch {
-	case pause && c.paused:
-		return "already paused (by " + c.author + ")", nil
-	case !pause && !c.paused:
+	case pause && row.paused:
+		return "already paused (by " + row.author + ")", nil
+	case !pause && !row.paused:
 		return "already running (not paused)", nil
 	}
 	if err := t.ctl.setPaused(ctx, t, q, ns, a.Job, pause, a.Author, a.Reason); err != nil {
-		return "", t.wrapCtl("set the pause flag", err)
+		return "", c.wrapCtl("set the pause flag", err)
 	}
 	if pause {
 		return "paused", nil
@@ -185,15 +188,16 @@ func (t *Table) setPause(ctx context.Context, q lockproto.Querier, ns string, a 
 }
 
 // markByAction skips or reruns a.Job's slot.
-func (t *Table) markByAction(ctx context.Context, q lockproto.Querier, verb, ns string, kind status.ActionKind, slot time.Time, a status.Action) (string, error) {
-	c, err := t.readControl(ctx, q, ns, a.Job, false)
+func (c Ctl) markByAction(ctx context.Context, q lockproto.Querier, verb, ns string, kind status.ActionKind, slot time.Time, a status.Action) (string, error) {
+	t := c.t
+	row, err := c.readControl(ctx, q, ns, a.Job, false)
 	if err != nil {
 		return "", err
 	}
-	if err := checkFiring(verb, a.Job, c.schedule, slot); err != nil {
+	if err := checkFiring(verb, a.Job, row.schedule, slot); err != nil {
 		return "", err
 	}
-	before, err := t.slotStatus(ctx, q, ns, a.Job, slot, true)
+	before, err := c.slotStatus(ctx, q, ns, a.Job, slot, true)
 	if err != nil {
 		return "", err
 	}
@@ -210,7 +214,9 @@ func (t *Table) markByAction(ctx context.Context, q lockproto.Querier, verb, ns 
 	if err := t.ctl.markSlot(ctx, t, q, ns, a.Job, slot, target, "", errText, from); err != nil {
 		return "", t.wrap("mark the slot "+target, err)
 	}
-	after, err := t.slotStatus(ctx, q, ns, a.Job, slot, false)
+	// a locking read: on MySQL/MariaDB a plain one would read the
+	// transaction's snapshot, not a run committed since
+	after, err := c.slotStatus(ctx, q, ns, a.Job, slot, true)
 	if err != nil {
 		return "", err
 	}
@@ -225,7 +231,8 @@ func (t *Table) markByAction(ctx context.Context, q lockproto.Querier, verb, ns 
 
 // slotStatus reads the status of the slot's ledger row, "" when it has
 // none.
-func (t *Table) slotStatus(ctx context.Context, q lockproto.Querier, ns, job string, slot time.Time, lock bool) (string, error) {
+func (c Ctl) slotStatus(ctx context.Context, q lockproto.Querier, ns, job string, slot time.Time, lock bool) (string, error) {
+	t := c.t
 	query := t.ctl.slotStatusSQL(t)
 	if lock {
 		query += " FOR UPDATE"

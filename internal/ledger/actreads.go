@@ -48,25 +48,26 @@ func CheckActions(verb, job string, limit int) error {
 
 // Controls reads the jobs' rows of the controls table in namespace ns, by
 // job name (at most MaxControls).
-func (t *Table) Controls(ctx context.Context, q Querier, verb, ns string) ([]status.JobControl, error) {
+func (c Ctl) Controls(ctx context.Context, q Querier, verb, ns string) ([]status.JobControl, error) {
+	t := c.t
 	if t.cq == "" {
-		return nil, t.noControls(verb)
+		return nil, c.noControls(verb)
 	}
 	rows, err := q.QueryContext(ctx, t.ctl.controlsSQL(t), ns, MaxControls)
 	if err != nil {
-		return nil, t.wrapCtl("read the controls", err)
+		return nil, c.wrapCtl("read the controls", err)
 	}
 	defer rows.Close()
 	out := []status.JobControl{}
 	for rows.Next() {
-		var c status.JobControl
-		if err := t.ctl.scanControl(rows.Scan, &c); err != nil {
-			return nil, t.wrapCtl("read the controls", err)
+		var jc status.JobControl
+		if err := t.ctl.scanControl(rows.Scan, &jc); err != nil {
+			return nil, c.wrapCtl("read the controls", err)
 		}
-		out = append(out, c)
+		out = append(out, jc)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, t.wrapCtl("read the controls", err)
+		return nil, c.wrapCtl("read the controls", err)
 	}
 	return out, nil
 }
@@ -74,9 +75,10 @@ func (t *Table) Controls(ctx context.Context, q Querier, verb, ns string) ([]sta
 // Actions reads the last limit entries of the actions log in namespace
 // ns, of name (a job, or a leader's key text) or of every name when it is
 // "", newest first.
-func (t *Table) Actions(ctx context.Context, q Querier, verb, ns, name string, limit int) ([]status.ActionRecord, error) {
+func (c Ctl) Actions(ctx context.Context, q Querier, verb, ns, name string, limit int) ([]status.ActionRecord, error) {
+	t := c.t
 	if t.aq == "" {
-		return nil, t.noControls(verb)
+		return nil, c.noControls(verb)
 	}
 	args := []any{ns, limit}
 	if name != "" {
@@ -84,19 +86,19 @@ func (t *Table) Actions(ctx context.Context, q Querier, verb, ns, name string, l
 	}
 	rows, err := q.QueryContext(ctx, t.ctl.actionsSQL(t, name != ""), args...)
 	if err != nil {
-		return nil, t.wrapCtl("read the actions log", err)
+		return nil, c.wrapCtl("read the actions log", err)
 	}
 	defer rows.Close()
 	out := []status.ActionRecord{}
 	for rows.Next() {
 		var a status.ActionRecord
 		if err := t.ctl.scanAction(rows.Scan, &a); err != nil {
-			return nil, t.wrapCtl("read the actions log", err)
+			return nil, c.wrapCtl("read the actions log", err)
 		}
 		out = append(out, a)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, t.wrapCtl("read the actions log", err)
+		return nil, c.wrapCtl("read the actions log", err)
 	}
 	return out, nil
 }

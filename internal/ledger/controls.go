@@ -23,6 +23,13 @@ import (
 // claims as before: whether it exists is asked once per pool and table,
 // and asked again at most once a minute while it is missing (ControlsOn).
 
+// Ctl is the operators' side of a ledger table: its controls table and
+// actions log (the methods are here, not on Table, which has enough).
+type Ctl struct{ t *Table }
+
+// CtlOf returns t's operators' side.
+func CtlOf(t *Table) Ctl { return Ctl{t} }
+
 // ReprobeControls is how long a pool remembers that a ledger has no
 // controls table before it looks again.
 const ReprobeControls = time.Minute
@@ -56,7 +63,8 @@ func ctlStateOf(key *sql.DB, table string) *ctlState {
 // of a server): when it was last found missing more than ReprobeControls
 // ago, or never looked for, q is asked. An error of that question counts
 // as missing, unremembered: the call claims as before.
-func (t *Table) ControlsOn(ctx context.Context, key *sql.DB, q lockproto.Querier) bool {
+func (c Ctl) ControlsOn(ctx context.Context, key *sql.DB, q lockproto.Querier) bool {
+	t := c.t
 	if t.cq == "" || q == nil {
 		return false
 	}
@@ -92,14 +100,16 @@ func MarkControls(key *sql.DB, table string) {
 
 // noControls is the error of an action on a ledger whose controls table
 // or actions log cannot exist (its name is too long) or does not.
-func (t *Table) noControls(verb string) error {
+func (c Ctl) noControls(verb string) error {
+	t := c.t
 	return errs.Mark(errs.ErrInvalidArgument, nil, "%s: the ledger table %q has no controls table and actions log: their names (%q, %q) would pass 63 bytes; use a shorter ledger table name (ormlock.WithLedgerTable)",
 		verb, t.name, t.name+"_controls", t.name+"_actions")
 }
 
 // wrapCtl annotates a statement's error on the controls table or the
 // actions log, with a hint when either is missing.
-func (t *Table) wrapCtl(what string, err error) error {
+func (c Ctl) wrapCtl(what string, err error) error {
+	t := c.t
 	if t.s.MissingTable(err) {
 		return errs.Wrap(err, "the controls table or actions log of ledger table %q does not exist (create them with Migrate): %s", t.name, what)
 	}

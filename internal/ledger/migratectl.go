@@ -18,15 +18,16 @@ import (
 
 // migrateControls creates t's controls table and actions log and widens
 // its status CHECK.
-func (t *Table) migrateControls(ctx context.Context, q lockproto.Querier) error {
-	if err := t.createControls(ctx, q); err != nil {
+func (c Ctl) migrateControls(ctx context.Context, q lockproto.Querier) error {
+	if err := c.createControls(ctx, q); err != nil {
 		return err
 	}
-	return t.widenStatus(ctx, q)
+	return c.widenStatus(ctx, q)
 }
 
 // createControls creates t's controls table and actions log on q.
-func (t *Table) createControls(ctx context.Context, q lockproto.Querier) error {
+func (c Ctl) createControls(ctx context.Context, q lockproto.Querier) error {
+	t := c.t
 	for _, stmt := range lockproto.PerServer(t.s, schema.Postgres, schema.MySQL).ControlStatements(t.name) {
 		if _, err := q.ExecContext(ctx, stmt); err != nil {
 			return errs.Wrap(err, "ledger table %q: create the controls table and the actions log", t.name)
@@ -37,7 +38,8 @@ func (t *Table) createControls(ctx context.Context, q lockproto.Querier) error {
 
 // widenStatus replaces each CHECK constraint of t that tests status
 // without 'skipped' by schema.StatusList's, under the same name.
-func (t *Table) widenStatus(ctx context.Context, q lockproto.Querier) error {
+func (c Ctl) widenStatus(ctx context.Context, q lockproto.Querier) error {
+	t := c.t
 	query, arg := t.ctl.narrowChecksSQL(t)
 	rows, err := queryAll(ctx, q, query, arg)
 	if err != nil {

@@ -49,7 +49,7 @@ func (myLedger) migrate(ctx context.Context, db *sql.DB, op *lockproto.Op, t *Ta
 		if err := t.upgrade(ctx, conn); err != nil {
 			return err
 		}
-		return t.migrateControls(ctx, conn)
+		return CtlOf(t).migrateControls(ctx, conn)
 	})
 }
 

@@ -62,7 +62,7 @@ func (r *Run) Settle(ctx context.Context, db *sql.DB, tx lockproto.Querier, err 
 // recordPaused records the slot 'skipped' while the job is paused, and
 // returns the pause's reason text ("" when it was resumed meanwhile).
 func (r *Run) recordPaused(ctx context.Context, q lockproto.Querier) (string, error) {
-	c, err := r.t.readControl(ctx, q, r.ns, r.job, false)
+	c, err := CtlOf(r.t).readControl(ctx, q, r.ns, r.job, false)
 	if err != nil || !c.paused {
 		return "", err
 	}

@@ -56,7 +56,7 @@ func (pgLedger) migrate(ctx context.Context, db *sql.DB, op *lockproto.Op, t *Ta
 		_ = tx.Rollback()
 		return err
 	}
-	if err := t.migrateControls(ctx, tx); err != nil {
+	if err := CtlOf(t).migrateControls(ctx, tx); err != nil {
 		_ = tx.Rollback()
 		return err
 	}

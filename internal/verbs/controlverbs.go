@@ -32,7 +32,7 @@ func Act[B Binder](ctx context.Context, b B, pkg string, a status.Action, opts [
 		})
 		return rec, p.mend(err)
 	}
-	rec, err := t.Act(ctx, p.sqlDB(), verb, p.Cfg.Namespace, a)
+	rec, err := ledger.CtlOf(t).Act(ctx, p.sqlDB(), verb, p.Cfg.Namespace, a)
 	return rec, p.mend(err)
 }
 
@@ -59,7 +59,7 @@ func Controls[B Binder](ctx context.Context, b B, pkg string, opts []config.Opti
 	if err != nil {
 		return nil, p.mend(err)
 	}
-	cs, err := t.Controls(ctx, p.reader(), pkg+".Controls", p.Cfg.Namespace)
+	cs, err := ledger.CtlOf(t).Controls(ctx, p.reader(), pkg+".Controls", p.Cfg.Namespace)
 	return cs, p.mend(err)
 }
 
@@ -71,7 +71,7 @@ func Actions[B Binder](ctx context.Context, b B, pkg, job string, limit int, opt
 	if err != nil {
 		return nil, p.mend(err)
 	}
-	as, err := t.Actions(ctx, p.reader(), pkg+".Actions", p.Cfg.Namespace, job, limit)
+	as, err := ledger.CtlOf(t).Actions(ctx, p.reader(), pkg+".Actions", p.Cfg.Namespace, job, limit)
 	return as, p.mend(err)
 }
 

@@ -47,7 +47,7 @@ func (p Pool) Run(ctx context.Context, job string, slot time.Time) (*ledger.Run,
 	}
 	// the claim reads the job's pause flag where the controls table exists
 	// (asked once per pool and table, ledger.Table.ControlsOn)
-	r, err := ledger.NewRun(verb, op, job, slot, func(t *ledger.Table) bool { return t.ControlsOn(ctx, p.cacheKey(), p.reader()) })
+	r, err := ledger.NewRun(verb, op, job, slot, func(t *ledger.Table) bool { return ledger.CtlOf(t).ControlsOn(ctx, p.cacheKey(), p.reader()) })
 	if err != nil {
 		return nil, nil, err
 	}
@@ -77,7 +77,7 @@ func RunScheduled[B Binder](ctx context.Context, b B, pkg, job string, schedule 
 		if p.Tx == nil {
 			rd.DB = p.sqlDB()
 		}
-		rd.Controls = t.ControlsOn(ctx, p.cacheKey(), p.reader())
+		rd.Controls = ledger.CtlOf(t).ControlsOn(ctx, p.cacheKey(), p.reader())
 		return rd, nil
 	}, once)
 }
