@@ -517,3 +517,65 @@ func TestLockerReruns(t *testing.T) {
 		}
 	})
 }
+
+// A gocron Locker's catch-up (CatchUpLatest, at a job's first firing)
+// after a resume does not run the slot that fell while the job was paused:
+// the paused firing recorded it 'skipped', which catch-up counts as taken.
+func TestLockerCatchUpAfterResume(t *testing.T) {
+	forEachKind(t, func(t *testing.T, k testdb.Kind) {
+		ctx := context.Background()
+		admin := openMigrated(t, k)
+		job := jobName(t)
+		hourly, current := hourlyMidway(t)
+		paused := current.Add(-time.Hour)
+		var handled errs
+		newLocker := func(owner string, clock func() time.Time, opts ...ormlock.Option) *scheduler.Locker {
+			l, err := scheduler.NewLocker(gormsched.Backend(openGorm(t, k), append(opts, ormlock.WithOwner(owner))...), hourly,
+				scheduler.WithClock(clock), scheduler.WithErrorHandler(handled.handle))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		}
+		act := func(a ormlock.Action) {
+			t.Helper()
+			if _, err := gormlock.Act(admin, a.By("alice", "incident 42")); err != nil {
+				t.Fatalf("Act(%s): %v", a.Kind, err)
+			}
+		}
+		act(ormlock.Pause(job))
+		late := newLocker("paused", func() time.Time { return paused.Add(100 * time.Millisecond) })
+		if _, err := late.Lock(ctx, job); !errors.Is(err, ormlock.ErrPaused) {
+			t.Fatalf("Lock of the paused job: %v, want ErrPaused", err)
+		}
+		act(ormlock.Resume(job))
+		l, err := newLocker("a", time.Now).Lock(ctx, job)
+		if err != nil {
+			t.Fatalf("Lock after the resume: %v", err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// a replica started now: its first firing catches up the newest
+		// missed slot of the window when its own is taken
+		catchUp := newLocker("b", time.Now, ormlock.WithCatchUp(2*time.Hour, ormlock.CatchUpLatest))
+		if _, err := catchUp.Lock(ctx, job); !errors.Is(err, ormlock.ErrAlreadyDone) {
+			t.Fatalf("the catch-up's Lock: %v, want ErrAlreadyDone (the paused slot is not run)", err)
+		}
+		runs, err := gormlock.Runs(admin, job, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range runs {
+			if r.Slot.Equal(paused) && (r.Status != "skipped" || !strings.Contains(r.Error, "paused by alice")) {
+				t.Errorf("the paused slot: %q (%q), want skipped", r.Status, r.Error)
+			}
+		}
+		if len(runs) != 2 {
+			t.Errorf("ledger: %+v, want the paused slot skipped and the current one done", runs)
+		}
+		for _, err := range handled.get() {
+			t.Errorf("error handler: %v", err)
+		}
+	})
+}
