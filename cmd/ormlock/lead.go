@@ -28,6 +28,11 @@ connection, checked every --keepalive.
     it started get SIGTERM, SIGKILL after --grace, exactly as in ormlock run;
     once none is left ormlock campaigns again, and runs COMMAND anew when
     elected.
+  - Asked to step down (an operator's Act with ormlock.Resign, see
+    docs/OPERATIONS.md): seen within one --keepalive (one renewal under
+    --lease), then as a lost leadership: COMMAND's processes stop, the lock
+    is released, and ormlock stays out of the election for the resign's
+    cooldown (30 s by default) before it campaigns again.
   - COMMAND exiting by itself (or killed by a signal) ends ormlock lead: the
     lock is released and ormlock exits with COMMAND's status. If the lock
     turned out lost as COMMAND exited, the exit status is 77.
