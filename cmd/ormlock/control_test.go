@@ -186,3 +186,49 @@ func TestActionVerbsHelp(t *testing.T) {
 		}
 	}
 }
+
+// TestLeadResign: ormlock lead resign KEY asks a Lead to step down: its
+// fn's ctx ends with a cause wrapping ErrLockLost that says so; the action
+// is logged with the key.
+func TestLeadResign(t *testing.T) {
+	dialects(t, func(t *testing.T, k testdb.Kind) {
+		db, table := openLedger(t, k)
+		key := uniq(t, "leader")
+		ctx, cancel := context.WithCancel(context.Background())
+		causes, done := make(chan error, 4), make(chan error, 1)
+		go func() {
+			done <- gormlock.Lead(db.WithContext(ctx), key, func(ctx context.Context) error {
+				<-ctx.Done()
+				causes <- context.Cause(ctx)
+				return nil
+			}, ormlock.WithLedgerTable(table), ormlock.WithKeepalive(time.Second))
+		}()
+		defer func() {
+			cancel()
+			<-done
+		}()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			h, err := gormlock.Holder(db, key)
+			if err == nil && h.Held || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		code, out, stderr := runBin(t, k, "lead", "resign", "--json", "--author", "bob", "--reason", "host sick", "--cooldown", "1s", "--ledger-table", table, key)
+		want(t, code, stderr, 0)
+		var a apiv1.Action
+		decodeJSON(t, "lead resign --json", out, &a)
+		if a.Kind != "resign" || a.Key != key || a.Author != "bob" {
+			t.Errorf("lead resign --json: %+v", a)
+		}
+		select {
+		case cause := <-causes:
+			if !errors.Is(cause, ormlock.ErrLockLost) || !strings.Contains(cause.Error(), "resign") {
+				t.Errorf("the leader's cause: %v", cause)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("the leader was not asked to step down within 30s")
+		}
+	})
+}
