@@ -432,3 +432,33 @@ func TestActionOptions(t *testing.T) {
 		t.Errorf("good options: %v", err)
 	}
 }
+
+// TestViewWithoutControls: a ledger whose controls table and actions log
+// do not exist yet (Migrate not run since upgrading) is shown as before,
+// with no error, and an action on it says to run Migrate.
+func TestViewWithoutControls(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, k testdb.Kind, db *sql.DB, table string) {
+		ledgertest.InsertRun(t, k, table, "", "old-job", slot(1), "failed", "a", slot(1), time.Second, "boom")
+		q := `"`
+		if k.Dialect() == "mysql" {
+			q = "`"
+		}
+		for _, suffix := range []string{"_controls", "_actions"} {
+			if _, err := db.Exec("DROP TABLE " + q + table + suffix + q); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, srv := range []*httptest.Server{serve(t, db, webui.WithLedgerTable(table)), serve(t, db, webui.WithLedgerTable(table), webui.WithActions(headerAuthor))} {
+			for _, path := range []string{"/", "/job?name=old-job"} {
+				code, body := send(t, srv, http.MethodGet, path, "", userHeader, "alice")
+				if code != http.StatusOK || strings.Contains(body, `class="error"`) || !strings.Contains(body, "old-job") {
+					t.Errorf("GET %s without the controls table: %d\n%s", path, code, body)
+				}
+			}
+		}
+		srv := serve(t, db, webui.WithLedgerTable(table), webui.WithActions(headerAuthor))
+		if code, body := postAPI(t, srv, "alice", map[string]string{"kind": "pause", "job": "old-job"}); code != http.StatusServiceUnavailable || !strings.Contains(body, "Migrate") {
+			t.Errorf("an action without the controls table: %d %s", code, body)
+		}
+	})
+}

@@ -138,6 +138,9 @@ func (h actor) offerActions(ctx context.Context, req *http.Request, v *view) {
 // none to show.
 func (h actor) control(ctx context.Context, d lockproto.Dialect, job string, loc *time.Location) *jobControl {
 	c := &jobControl{}
+	if !h.hasControls() {
+		return c
+	}
 	var cs []ormlock.JobControl
 	var log []ormlock.ActionRecord
 	err := h.r.ro(ctx, func(tx *sql.Tx) error {
@@ -173,6 +176,9 @@ func (h actor) control(ctx context.Context, d lockproto.Dialect, job string, loc
 // markPaused marks the paused jobs among rows (whose ledger names are
 // jobs, in order) from the controls table; a ledger without one has none.
 func (h actor) markPaused(ctx context.Context, d lockproto.Dialect, rows []jobRow, jobs []string) {
+	if !h.hasControls() {
+		return
+	}
 	var cs []ormlock.JobControl
 	err := h.r.ro(ctx, func(tx *sql.Tx) error {
 		var err error
@@ -199,6 +205,13 @@ func (h actor) markPaused(ctx context.Context, d lockproto.Dialect, rows []jobRo
 			rows[i].Paused = paused[jobs[i]]
 		}
 	}
+}
+
+// hasControls reports whether the ledger can have a controls table and an
+// actions log: none exists when their names would pass 63 bytes (as no
+// fence table does).
+func (h actor) hasControls() bool {
+	return len(h.s.ledger+"_controls") <= 63 && len(h.s.ledger+"_actions") <= 63
 }
 
 func actionRowOf(r ormlock.ActionRecord, loc *time.Location) actionRow {
