@@ -59,8 +59,9 @@ deps:
 
 ## ui-test: the browser test of the web view (package webui, ormlock ui):
 ## installs Debian's chromium when missing (as root), then drives it headless
-## (--no-sandbox) over the view on PostgreSQL and MariaDB, checks each page
-## and saves screenshots in webui/uitest/screenshots/. Its module
+## (--no-sandbox) over the view on PostgreSQL and MariaDB, checks each page,
+## takes the operators' actions from the view against three gocron replicas
+## and three Leads, and saves screenshots in webui/uitest/screenshots/. Its module
 ## (webui/uitest, chromedp) is not part of make test; .ci/run runs both.
 ui-test: deps ui-deps
 	cd $(UI_MODULE) && UITEST_SCREENSHOTS=$(CURDIR)/$(UI_MODULE)/screenshots $(GO) test -count=1 -timeout 10m -v ./...

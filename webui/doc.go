@@ -89,7 +89,9 @@
 //     every read runs in a read-only READ COMMITTED transaction that is
 //     rolled back; the view
 //     writes nothing, so a database user with only SELECT on the ledger and
-//     fence tables serves it (the tests run it so).
+//     fence tables serves it (the tests run it so). With actions on, an
+//     action writes the controls table, the actions log and the ledger
+//     through the adapters' Act, in a transaction of its own.
 //   - Every value is escaped: job names, owners, error texts and holders'
 //     application names are user data. html/template escapes them for
 //     their context, and control, bidirectional (U+202E...) and other

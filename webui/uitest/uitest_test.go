@@ -2,7 +2,8 @@
 // webui) on real servers: it fills a ledger (done, failed, running and
 // missed slots, hostile job names), holds a lock, elects a leader, serves
 // the view and loads each page, checks what a reader sees and saves
-// screenshots. It is a module of its own, so that the library's go.mod
+// screenshots; and it acts from the view (actions_test.go) against three
+// replicas of a gocron service and three Leads. It is a module of its own, so that the library's go.mod
 // names no browser driver, and `make test` does not run it: `make ui-test`
 // does (it installs Debian's chromium when missing).
 //
