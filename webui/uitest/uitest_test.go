@@ -3,9 +3,10 @@
 // missed slots, hostile job names), holds a lock, elects a leader, serves
 // the view and loads each page, checks what a reader sees and saves
 // screenshots; and it acts from the view (actions_test.go) against three
-// replicas of a gocron service and three Leads. It is a module of its own, so that the library's go.mod
-// names no browser driver, and `make test` does not run it: `make ui-test`
-// does (it installs Debian's chromium when missing).
+// replicas of a gocron service and three Leads. It is a module of its own,
+// so that the library's go.mod names no browser driver nor scheduler, and
+// `make test` does not run it: `make ui-test` does (it installs Debian's
+// chromium when missing).
 //
 // Screenshots go to $UITEST_SCREENSHOTS (make ui-test: webui/uitest/screenshots),
 // else to a temporary directory, named <server>-<page>.png.
