@@ -23,6 +23,7 @@ import (
 	"github.com/ormlock/ormlock/internal/apiv1"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/internal/testdb/ledgertest"
+	"github.com/ormlock/ormlock/sqllock"
 	"github.com/ormlock/ormlock/webui"
 )
 
@@ -459,6 +460,41 @@ func TestViewWithoutControls(t *testing.T) {
 		srv := serve(t, db, webui.WithLedgerTable(table), webui.WithActions(headerAuthor))
 		if code, body := postAPI(t, srv, "alice", map[string]string{"kind": "pause", "job": "old-job"}); code != http.StatusServiceUnavailable || !strings.Contains(body, "Migrate") {
 			t.Errorf("an action without the controls table: %d %s", code, body)
+		}
+	})
+}
+
+// TestActionsEscaping: hostile job names, authors and reasons are inert
+// on the confirmation pages, the outcome pages and the job's page with
+// its actions log, and the action reaches the job by its exact name.
+func TestActionsEscaping(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, k testdb.Kind, db *sql.DB, table string) {
+		srv := serve(t, db, webui.WithLedgerTable(table), webui.WithActions(headerAuthor, webui.WithCSRFKey(testKey)))
+		for i, h := range hostile {
+			job := "job " + h
+			ledgertest.InsertRun(t, k, table, "", job, slot(1), "failed", "o", slot(1), time.Second, "boom")
+			author := "<b>op</b>" + strconv.Itoa(i) // a header cannot carry control characters
+			path := "/act?kind=rerun&job=" + url.QueryEscape(job) + "&slot=" + url.QueryEscape(slot(1).Format(time.RFC3339))
+			code, body := send(t, srv, http.MethodGet, path, "", userHeader, author)
+			if code != http.StatusOK {
+				t.Fatalf("GET %s: %d\n%s", path, code, body)
+			}
+			assertInert(t, "confirmation page of "+strconv.Quote(h), body)
+			action, token := confirmPage(t, srv, path, author)
+			code, body = postForm(t, srv, action, token, "reason "+h, userHeader, author)
+			if code != http.StatusOK || !strings.Contains(body, `id="outcome"`) {
+				t.Fatalf("rerun of %q: %d\n%s", job, code, body)
+			}
+			assertInert(t, "outcome page of "+strconv.Quote(h), body)
+			runs, err := sqllock.Runs(t.Context(), db, job, 1, ormlock.WithLedgerTable(table))
+			if err != nil || len(runs) != 1 || runs[0].Status != "rerun" {
+				t.Errorf("the rerun of %q did not reach its ledger row: %+v %v", job, runs, err)
+			}
+			_, body = send(t, srv, http.MethodGet, "/job?name="+url.QueryEscape(job), "", userHeader, author)
+			assertInert(t, "job page with actions of "+strconv.Quote(h), body)
+			if !strings.Contains(body, `id="action-log"`) || !strings.Contains(body, "&lt;b&gt;op&lt;/b&gt;") {
+				t.Errorf("the job page of %q lacks its actions log with the author escaped", job)
+			}
 		}
 	})
 }
