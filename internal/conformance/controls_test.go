@@ -161,11 +161,14 @@ func TestJobControls(t *testing.T) {
 			if rec := act(ormlock.Rerun(job, missed).By("dave", "")); !strings.HasSuffix(rec.Outcome, "now rerun") {
 				t.Errorf("rerun of a missed slot: %+v", rec)
 			}
+			// two replicas: this pool, and one that learns of the controls
+			// table by looking for it
+			r2 := openRunner(t, a, k)
 			before := calls.Load()
 			var wg sync.WaitGroup
 			errs := make([]error, 2)
-			for i := range errs {
-				wg.Go(func() { errs[i] = firing(1) })
+			for i, rr := range []runner{r, r2} {
+				wg.Go(func() { errs[i] = rr.RunScheduled(ctx, job, every, fn, opt, schedhook.Now(at(1))) })
 			}
 			wg.Wait()
 			for i, err := range errs {
