@@ -44,7 +44,7 @@ func TestLeaseLeadResign(t *testing.T) {
 // leadResign runs the test of TestLeadResign on rs, whose Leads check
 // their lock every interval, with opts (the ledger table among them).
 func leadResign(t *testing.T, a adapter, k testdb.Kind, rs [2]runner, every time.Duration, opts ...ormlock.Option) {
-	const cooldown = 2 * time.Second
+	const cooldown = time.Second
 	const margin = 2 * time.Second
 	key := "resign-" + t.Name()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -109,6 +109,7 @@ func leadResign(t *testing.T, a adapter, k testdb.Kind, rs [2]runner, every time
 		t.Errorf("Actions after the resign = %+v, %v; want its entry first", log, err)
 	}
 	cause := recv(t, causes, every+margin, "resign of the leader within one check interval")
+	t.Logf("the leader's fn saw the resign %v after the action committed (check interval %v)", time.Since(asked), every)
 	if !errors.Is(cause, ormlock.ErrLockLost) || !strings.Contains(cause.Error(), "asked to resign by op: move") {
 		t.Fatalf("resigned leader's cause = %v, want ErrLockLost saying it was asked to resign by op: move", cause)
 	}

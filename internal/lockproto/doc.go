@@ -99,7 +99,7 @@
 // release) is bounded by the caller's context, by the rules in deadline.go.
 // The other verbs: session.go (Session, on a connection of its own, or on
 // shared lock connections: sharedlock.go, sharedconn.go), lead.go (Lead,
-// Campaign), holder.go (who holds a lock), owner.go (WithOwner), nested.go
+// Campaign; leadresign.go: a term's poll for a resign), holder.go (who holds a lock), owner.go (WithOwner), nested.go
 // (a lock in the caller's own open transaction: gormlock's nested call,
 // sqllock's and pgxlock's Lock).
 //
