@@ -17,6 +17,10 @@ import (
 // aliased are the root's types that are aliases of a type defined under
 // internal/ (doc.go, Where the types live), each with its reflect.Type.
 var aliased = map[string]reflect.Type{
+	"Action":        reflect.TypeFor[ormlock.Action](),
+	"ActionKind":    reflect.TypeFor[ormlock.ActionKind](),
+	"ActionRecord":  reflect.TypeFor[ormlock.ActionRecord](),
+	"JobControl":    reflect.TypeFor[ormlock.JobControl](),
 	"CatchUpPolicy": reflect.TypeFor[ormlock.CatchUpPolicy](),
 	"Event":         reflect.TypeFor[ormlock.Event](),
 	"EventHook":     reflect.TypeFor[ormlock.EventHook](),

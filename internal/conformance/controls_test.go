@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"gorm.io/gorm"
+
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/gormlock"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/schedhook"
 )
@@ -75,6 +78,7 @@ func TestJobControls(t *testing.T) {
 				func() error { return r.RunOnce(ctx, job, at(-3), fn, opt, obs) },
 				func() error { return r.RunOnce(ctx, job, at(-2), fn, opt, obs, ormlock.WithClaim()) },
 				func() error { return firing(-1, obs) },
+				func() error { return r.RunOnce(ctx, job, at(-7), fn, opt, obs, ormlock.WithLease(10*time.Second)) },
 			} {
 				if err := call(); !errors.Is(err, ormlock.ErrPaused) || !strings.Contains(err.Error(), "paused by alice: incident 42") {
 					t.Errorf("call %d of a paused job: %v, want ErrPaused with the reason", i, err)
@@ -83,10 +87,10 @@ func TestJobControls(t *testing.T) {
 			if n := calls.Load() - before; n != 0 {
 				t.Errorf("fn ran %d times for a paused job", n)
 			}
-			if n := events.Load(); n != 3 {
-				t.Errorf("%d EventAlreadyDone wrapping ErrPaused, want 3", n)
+			if n := events.Load(); n != 4 {
+				t.Errorf("%d EventAlreadyDone wrapping ErrPaused, want 4", n)
 			}
-			for m := -3; m <= -1; m++ {
+			for _, m := range []int{-7, -3, -2, -1} {
 				if row := rowAt(t, r, tbl, job, at(m)); row.Status != "skipped" || !strings.Contains(row.Error, "paused by alice") {
 					t.Errorf("slot %d: %+v, want skipped by the pause", m, row)
 				}
@@ -112,7 +116,7 @@ func TestJobControls(t *testing.T) {
 			for m := -8; m <= 0; m++ {
 				row := rowAt(t, r, tbl, job, at(m))
 				switch {
-				case m >= -3 && m <= -1 && row.Status != "skipped":
+				case (m == -7 || m >= -3 && m <= -1) && row.Status != "skipped":
 					t.Errorf("paused slot %d after the resume: %+v, want it skipped", m, row)
 				case m == 0 && row.Status != "done":
 					t.Errorf("current slot after the resume: %+v, want it done", row)
@@ -230,4 +234,36 @@ func rowAt(t *testing.T, r runner, tbl, job string, slot time.Time) ormlock.Run 
 		}
 	}
 	return ormlock.Run{}
+}
+
+// RunOnce of a paused job inside the caller's transaction (gormlock in
+// db.Transaction, on PostgreSQL): ErrPaused, fn not called, and the slot
+// recorded 'skipped' in that transaction, which commits it.
+func TestPausedRunOnceNested(t *testing.T) {
+	for _, k := range []testdb.Kind{testdb.Postgres, testdb.PgBouncer} {
+		t.Run(string(k), func(t *testing.T) {
+			t.Parallel()
+			g := gormWith(t, k).(gormLocker)
+			tbl := ledgerTable(t, k, g)
+			opt := ormlock.WithLedgerTable(tbl)
+			job := "nested-paused-" + string(k)
+			if _, err := g.Act(context.Background(), ormlock.Pause(job).By("alice", "nested"), opt); err != nil {
+				t.Fatal(err)
+			}
+			ran := false
+			err := g.db.Transaction(func(tx *gorm.DB) error {
+				err := gormlock.RunOnce(tx, job, testdb.Slot(0), func(*gorm.DB) error { ran = true; return nil }, opt)
+				if !errors.Is(err, ormlock.ErrPaused) {
+					return fmt.Errorf("nested RunOnce of a paused job: %v, want ErrPaused", err)
+				}
+				return nil
+			})
+			if err != nil || ran {
+				t.Fatalf("outer transaction: %v (fn ran: %v)", err, ran)
+			}
+			if row := rowAt(t, g, tbl, job, testdb.Slot(0)); row.Status != "skipped" || row.Error != "paused by alice: nested" {
+				t.Errorf("nested paused slot: %+v", row)
+			}
+		})
+	}
 }
