@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
+	"github.com/google/uuid"
 	"github.com/robfig/cron/v3"
 	"gorm.io/gorm"
 
@@ -205,15 +206,8 @@ func testControls(t *testing.T, c controlled) {
 // errSettlement is the job's error in the failed run.
 var errSettlement = errors.New("settlement failed")
 
-// pausedLocker is a gocron Locker that counts the Locks that returned an
-// error wrapping ormlock.ErrPaused; it hands gocron's context to the
-// scheduler's Locker as it is (so that its Task finds its run).
-type pausedLocker struct {
-	*scheduler.Locker
-	replica string
-	seen    *pausedCount
-}
-
+// pausedCount counts, per replica, the firings skipped with an error
+// wrapping ormlock.ErrPaused.
 type pausedCount struct {
 	mu sync.Mutex
 	n  map[string]int
@@ -236,14 +230,6 @@ func (p *pausedCount) get() map[string]int {
 		out[k] = v
 	}
 	return out
-}
-
-func (p pausedLocker) Lock(ctx context.Context, job string) (gocron.Lock, error) {
-	l, err := p.Locker.Lock(ctx, job)
-	if errors.Is(err, ormlock.ErrPaused) {
-		p.seen.add(p.replica)
-	}
-	return l, err
 }
 
 // Three gocron schedulers on GORM, each its own Locker with
@@ -278,8 +264,7 @@ func TestControlsGocron(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				s, err := gocron.NewScheduler(gocron.WithDistributedLocker(pausedLocker{l, replica, &seen}),
-					gocron.WithGlobalJobOptions(l.RecordFailures()))
+				s, err := gocron.NewScheduler(gocron.WithDistributedLocker(l), gocron.WithGlobalJobOptions(l.RecordFailures()))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -294,7 +279,14 @@ func TestControlsGocron(t *testing.T) {
 						ran(replica, slot, ok)
 					})
 				}
-				if _, err := s.NewJob(gocron.CronJob("* * * * * *", true), task, gocron.WithName(job)); err != nil {
+				// how a program sees its paused firings: gocron's listener
+				// of the Locker's errors
+				paused := gocron.AfterLockError(func(_ uuid.UUID, _ string, err error) {
+					if errors.Is(err, ormlock.ErrPaused) {
+						seen.add(replica)
+					}
+				})
+				if _, err := s.NewJob(gocron.CronJob("* * * * * *", true), task, gocron.WithName(job), gocron.WithEventListeners(paused)); err != nil {
 					t.Fatal(err)
 				}
 				s.Start()
