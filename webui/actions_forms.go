@@ -81,6 +81,9 @@ func (h actor) confirm(w http.ResponseWriter, req *http.Request) {
 		Button: actTitle(a),
 		Cancel: pg.Back,
 	}
+	if pg.Form.Cancel == "" {
+		pg.Form.Cancel = p.Home()
+	}
 	h.renderAct(w, http.StatusOK, pg, p)
 }
 
@@ -165,11 +168,11 @@ func (h actor) renderAct(w http.ResponseWriter, code int, pg *actPage, p params)
 	_, _ = w.Write(buf.Bytes())
 }
 
-// backTo is the page an action's pages lead back to: the job's, or the
-// overview for a leader.
+// backTo is the page an action's pages lead back to besides the
+// overview: the job's ("" for a leader's).
 func (h actor) backTo(p params, a ormlock.Action) (href, name string) {
 	if a.Kind == ormlock.ActionResign || a.Job == "" {
-		return p.Home(), "the overview"
+		return "", "" // the page's own link to the overview
 	}
 	return p.link("job", "name", a.Job), "job " + clean(a.Job, 100)
 }

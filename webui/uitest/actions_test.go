@@ -276,7 +276,11 @@ func testActions(t *testing.T, k testdb.Kind) {
 		if got := text("#act"); !strings.Contains(got, "ormlock's own tables") {
 			t.Errorf("%s: the confirmation page does not say what the action never does: %s", what, got)
 		}
-		do(what+": confirm", chromedp.SendKeys(chromedp.CSS("#reason"), reason), chromedp.Click(chromedp.CSS("#confirm")), visible("#outcome"))
+		do(what+": the reason", chromedp.SendKeys(chromedp.CSS("#reason"), reason))
+		if what == "pause" || what == "resign" {
+			screenshot(t, bctx, string(k)+"-confirm-"+what)
+		}
+		do(what+": confirm", chromedp.Click(chromedp.CSS("#confirm")), visible("#outcome"))
 		t.Logf("%s: %s", what, text("#outcome"))
 	}
 
