@@ -40,14 +40,8 @@ func TestLeaseManyOnFewConns(t *testing.T) {
 			db.SetMaxOpenConns(4)
 			db.SetMaxIdleConns(4)
 		}
-		ledger := testdb.Table(t, k, "lscale")
-		table := ledger + "_l"
-		t.Cleanup(func() { _, _ = testdb.AdminDB(t, k).Exec("DROP TABLE IF EXISTS " + table) })
-		tables := []ormlock.Option{ormlock.WithLedgerTable(ledger), ormlock.WithLeaseTable(table)}
+		table, tables := leaseTablesOf(t, k, db, "lscale")
 		ctx := context.Background()
-		if err := sqllock.Migrate(ctx, db, tables...); err != nil {
-			t.Fatal(err)
-		}
 		opts := append(tables, ormlock.WithLease(5*time.Second))
 
 		// fn returns when release is closed: each Session then expires its
@@ -166,14 +160,8 @@ func TestLeaseBurstShortTTL(t *testing.T) {
 	db := testdb.Open(t, k)
 	db.SetMaxOpenConns(4)
 	db.SetMaxIdleConns(4)
-	ledger := testdb.Table(t, k, "lburst")
-	table := ledger + "_l"
-	t.Cleanup(func() { _, _ = testdb.AdminDB(t, k).Exec("DROP TABLE IF EXISTS " + table) })
-	tables := []ormlock.Option{ormlock.WithLedgerTable(ledger), ormlock.WithLeaseTable(table)}
+	_, tables := leaseTablesOf(t, k, db, "lburst")
 	ctx := context.Background()
-	if err := sqllock.Migrate(ctx, db, tables...); err != nil {
-		t.Fatal(err)
-	}
 	opts := append(tables, ormlock.WithLease(ttl))
 	release := make(chan struct{})
 	lost := make(chan error, n)
@@ -213,4 +201,19 @@ func TestLeaseBurstShortTTL(t *testing.T) {
 		t.Errorf("%d of %d leases lost or failed", count, n)
 	}
 	testdb.AssertNoLeaks(t, k, db)
+}
+
+// leaseTablesOf migrates a ledger and a lease table of the test's own on
+// db, dropped at its end, and returns the lease table and the options
+// that name both.
+func leaseTablesOf(t *testing.T, k testdb.Kind, db *sql.DB, prefix string) (string, []ormlock.Option) {
+	t.Helper()
+	ledger := testdb.Table(t, k, prefix)
+	table := ledger + "_l"
+	t.Cleanup(func() { _, _ = testdb.AdminDB(t, k).Exec("DROP TABLE IF EXISTS " + table) })
+	tables := []ormlock.Option{ormlock.WithLedgerTable(ledger), ormlock.WithLeaseTable(table)}
+	if err := sqllock.Migrate(context.Background(), db, tables...); err != nil {
+		t.Fatal(err)
+	}
+	return table, tables
 }
