@@ -17,12 +17,16 @@ import (
 // aliased are the root's types that are aliases of a type defined under
 // internal/ (doc.go, Where the types live), each with its reflect.Type.
 var aliased = map[string]reflect.Type{
+	"Action":        reflect.TypeFor[ormlock.Action](),
+	"ActionKind":    reflect.TypeFor[ormlock.ActionKind](),
+	"ActionRecord":  reflect.TypeFor[ormlock.ActionRecord](),
 	"CatchUpPolicy": reflect.TypeFor[ormlock.CatchUpPolicy](),
 	"Event":         reflect.TypeFor[ormlock.Event](),
 	"EventHook":     reflect.TypeFor[ormlock.EventHook](),
 	"EventKind":     reflect.TypeFor[ormlock.EventKind](),
 	"HolderInfo":    reflect.TypeFor[ormlock.HolderInfo](),
 	"Hook":          reflect.TypeFor[ormlock.Hook](),
+	"JobControl":    reflect.TypeFor[ormlock.JobControl](),
 	"KeepaliveHook": reflect.TypeFor[ormlock.KeepaliveHook](),
 	"Key":           reflect.TypeFor[ormlock.Key](),
 	"Observer":      reflect.TypeFor[ormlock.Observer](),
