@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"gorm.io/gorm"
+
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/gormlock"
 	"github.com/ormlock/ormlock/internal/testdb"
 	"github.com/ormlock/ormlock/schedhook"
 )
@@ -158,11 +161,14 @@ func TestJobControls(t *testing.T) {
 			if rec := act(ormlock.Rerun(job, missed).By("dave", "")); !strings.HasSuffix(rec.Outcome, "now rerun") {
 				t.Errorf("rerun of a missed slot: %+v", rec)
 			}
+			// two replicas: this pool, and one that learns of the controls
+			// table by looking for it
+			r2 := openRunner(t, a, k)
 			before := calls.Load()
 			var wg sync.WaitGroup
 			errs := make([]error, 2)
-			for i := range errs {
-				wg.Go(func() { errs[i] = firing(1) })
+			for i, rr := range []runner{r, r2} {
+				wg.Go(func() { errs[i] = rr.RunScheduled(ctx, job, every, fn, opt, schedhook.Now(at(1))) })
 			}
 			wg.Wait()
 			for i, err := range errs {
@@ -231,4 +237,36 @@ func rowAt(t *testing.T, r runner, tbl, job string, slot time.Time) ormlock.Run 
 		}
 	}
 	return ormlock.Run{}
+}
+
+// RunOnce of a paused job inside the caller's transaction (gormlock in
+// db.Transaction, on PostgreSQL): ErrPaused, fn not called, and the slot
+// recorded 'skipped' in that transaction, which commits it.
+func TestPausedRunOnceNested(t *testing.T) {
+	for _, k := range []testdb.Kind{testdb.Postgres, testdb.PgBouncer} {
+		t.Run(string(k), func(t *testing.T) {
+			t.Parallel()
+			g := gormWith(t, k).(gormLocker)
+			tbl := ledgerTable(t, k, g)
+			opt := ormlock.WithLedgerTable(tbl)
+			job := "nested-paused-" + string(k)
+			if _, err := g.Act(context.Background(), ormlock.Pause(job).By("alice", "nested"), opt); err != nil {
+				t.Fatal(err)
+			}
+			ran := false
+			err := g.db.Transaction(func(tx *gorm.DB) error {
+				err := gormlock.RunOnce(tx, job, testdb.Slot(0), func(*gorm.DB) error { ran = true; return nil }, opt)
+				if !errors.Is(err, ormlock.ErrPaused) {
+					return fmt.Errorf("nested RunOnce of a paused job: %v, want ErrPaused", err)
+				}
+				return nil
+			})
+			if err != nil || ran {
+				t.Fatalf("outer transaction: %v (fn ran: %v)", err, ran)
+			}
+			if row := rowAt(t, g, tbl, job, testdb.Slot(0)); row.Status != "skipped" || row.Error != "paused by alice: nested" {
+				t.Errorf("nested paused slot: %+v", row)
+			}
+		})
+	}
 }

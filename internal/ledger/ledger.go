@@ -9,7 +9,11 @@
 // implementations of ledgerServer (server.go), which NewTable picks once
 // from the dialect's lockproto.Server; the table (table.go), the claim
 // (claim.go), the reads (reads.go), the catch-up, Prune, the stale rows and
-// the upgrades call it and never branch on the dialect.
+// the upgrades call it and never branch on the dialect. The operators'
+// controls (controls.go: the pause flag the claim reads, pause.go; the
+// actions, act.go; the schedule and the reruns of RunScheduled,
+// schedule.go) have their SQL in ctlpostgres.go and ctlmysql.go, behind
+// ctlServer, and their methods on Ctl.
 //
 // # The table
 //
