@@ -23,13 +23,18 @@ const (
 	// paused stay 'skipped' (catch-up does not run them).
 	ActionResume = status.ActionResume
 	// ActionSkip records a slot 'skipped' (with the action's reason) so
-	// that it never runs; refused for a slot 'running' or 'done'.
+	// that it never runs: RunOnce of it returns an error wrapping
+	// [ErrAlreadyDone], as for a done slot, and catch-up counts it taken.
+	// A slot not yet due can be skipped. Refused for a slot 'running' or
+	// 'done', and for a slot that is not a firing of the schedule a
+	// replica's RunScheduled recorded for the job.
 	ActionSkip = status.ActionSkip
 	// ActionRerun asks for a 'failed', 'skipped' or missed slot to run
 	// again: the slot is marked 'rerun' in the ledger, and the next firing
 	// of the job on any replica (RunScheduled, the scheduler's Task and
-	// JobWrapper) runs it once, after its own slot. Refused for a slot
-	// 'running' or 'done'.
+	// JobWrapper) runs it once, after its own slot (none while the job is
+	// paused). Refused for a slot 'running' or 'done', and for a slot that
+	// is not a firing of the job's recorded schedule.
 	ActionRerun = status.ActionRerun
 	// ActionResign asks the current leader of a key ([Lead]) to step
 	// down: its fn's ctx is cancelled with a cause wrapping [ErrLockLost]

@@ -21,5 +21,8 @@ func ExampleMigrateSQL() {
 	// CREATE TABLE IF NOT EXISTS "ormlock_runs" (
 	// CREATE INDEX IF NOT EXISTS "ormlock_runs_ns_slot" ON "ormlock_runs" (namespace, slot)
 	// CREATE TABLE IF NOT EXISTS "ormlock_runs_fence" (
+	// CREATE TABLE IF NOT EXISTS "ormlock_runs_controls" (
+	// CREATE TABLE IF NOT EXISTS "ormlock_runs_actions" (
+	// CREATE INDEX IF NOT EXISTS "ormlock_runs_actions_ns_name" ON "ormlock_runs_actions" (namespace, name, id)
 	// CREATE TABLE IF NOT EXISTS "job_leases" (
 }

@@ -22,7 +22,8 @@ const (
 	EventReleaseFailed = config.EventReleaseFailed
 	// EventLockLost: a Session's lock connection failed while fn ran.
 	EventLockLost = config.EventLockLost
-	// EventAlreadyDone: RunOnce found the slot already done.
+	// EventAlreadyDone: RunOnce found the slot already done (or skipped),
+	// or, with Err wrapping [ErrPaused], its job paused: fn was not called.
 	EventAlreadyDone = config.EventAlreadyDone
 	// EventSemaphoreMismatch: a Semaphore(k, n) acquisition saw slot n+1
 	// of k held, so another caller uses k with a larger n and up to that

@@ -28,12 +28,20 @@ type Reader struct {
 	Cfg config.Config
 	T   *Table
 	Q   Querier
+	// Controls says whether the ledger's controls table exists
+	// (Table.ControlsOn): the job's schedule is then recorded and its
+	// 'rerun' slots run after each firing (schedule.go).
+	Controls bool
+	// DB is the primary's pool, where the schedule is recorded; nil
+	// inside the caller's transaction (nothing is recorded).
+	DB *sql.DB
 }
 
 // Scheduled is RunScheduled, written once for every adapter: it runs the
 // slot of now (the configured Now, else time.Now()) under s with run, and first, when cfg asks
 // for catch-up (ormlock.WithCatchUp), the missed slots before it, each
-// claimed by run as a normal run is. open is called at every call (the
+// claimed by run as a normal run is; then the job's slots an operator
+// marked 'rerun' (schedule.go). open is called at every call (the
 // adapter checks its arguments and db there); run is the adapter's
 // RunOnce, which puts the slot in fn's context. A skip (ErrAlreadyDone,
 // ErrNotAcquired) of a missed slot goes on to the next; a failure stops
@@ -57,11 +65,15 @@ func Scheduled(ctx context.Context, verb, job string, s sched.Slotter, open func
 	if err != nil {
 		return err
 	}
+	if r.Controls {
+		r.recordSchedule(ctx, job, s)
+	}
 	now := r.Cfg.NowTime()
 	current := s.Slot(now)
+	runCurrent := func(slot time.Time) error { return r.afterCurrent(ctx, job, run, run(slot)) }
 	mode := r.Cfg.Firing
 	if r.Cfg.CatchUpWindow <= 0 || mode == config.FiringLater {
-		return run(current)
+		return runCurrent(current)
 	}
 	if !sched.Enumerable(s) {
 		return fmt.Errorf("%w: %s: WithCatchUp needs a schedule made by ormlock.Cron or ormlock.Every (got %T)", errs.ErrInvalidArgument, verb, s)
@@ -94,9 +106,9 @@ func Scheduled(ctx context.Context, verb, job string, s sched.Slotter, open func
 		// one firing, one run: the current slot if it has not run, else
 		// the newest missed one
 		if taken[current.UnixMicro()] && len(missed) > 0 && w.within(missed[0]) {
-			return run(missed[0])
+			return runCurrent(missed[0])
 		}
-		return run(current)
+		return runCurrent(current)
 	}
 	ran := false
 	for _, slot := range missed {
@@ -114,7 +126,7 @@ func Scheduled(ctx context.Context, verb, job string, s sched.Slotter, open func
 			return errs.Wrap(err, "job %q, catch-up of slot %s", job, slot.Format(time.RFC3339))
 		}
 	}
-	err = run(current)
+	err = runCurrent(current)
 	if ran && skip(err) {
 		return nil
 	}

@@ -12,10 +12,16 @@ import (
 )
 
 // claim claims (ns, job, slot) for owner (see the package doc): ok is false when
-// the slot is already done; started is the claim's started_at, which the
-// finishing UPDATE matches.
-func (t *Table) claim(ctx context.Context, q lockproto.Querier, ns, job string, slot time.Time, owner string) (started time.Time, ok bool, err error) {
-	return t.sql.claim(ctx, t, q, ns, job, slot, owner)
+// the slot is already done or skipped; started is the claim's started_at, which the
+// finishing UPDATE matches. With ctl (the controls table exists) the
+// statement reads the job's pause flag too, and a slot it would take of a
+// paused job is errClaimPaused (pause.go).
+func (t *Table) claim(ctx context.Context, q lockproto.Querier, ns, job string, slot time.Time, owner string, ctl bool) (started time.Time, ok bool, err error) {
+	started, ok, err = t.sql.claim(ctx, t, q, ns, job, slot, owner, ctl)
+	if err != nil && ctl && t.ctl.pausedErr(err) {
+		return time.Time{}, false, errClaimPaused
+	}
+	return started, ok, err
 }
 
 // finish records the end of the claim (job, slot, owner, started): status

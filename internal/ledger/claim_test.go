@@ -39,7 +39,7 @@ func TestClaimAnswerLost(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r, err := NewRun("ledger test", op, job, slot)
+			r, err := NewRun("ledger test", op, job, slot, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -240,7 +240,7 @@ func TestTableClaimEdges(t *testing.T) {
 		}
 		claim := func(ns, owner string) (time.Time, bool) {
 			t.Helper()
-			started, ok, err := tbl.claim(ctx, db, ns, job, slot, owner)
+			started, ok, err := tbl.claim(ctx, db, ns, job, slot, owner, false)
 			if err != nil {
 				t.Fatalf("claim by %s: %v", owner, err)
 			}

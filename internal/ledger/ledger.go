@@ -9,7 +9,11 @@
 // implementations of ledgerServer (server.go), which NewTable picks once
 // from the dialect's lockproto.Server; the table (table.go), the claim
 // (claim.go), the reads (reads.go), the catch-up, Prune, the stale rows and
-// the upgrades call it and never branch on the dialect.
+// the upgrades call it and never branch on the dialect. The operators'
+// controls (controls.go: the pause flag the claim reads, pause.go; the
+// actions, act.go; the schedule and the reruns of RunScheduled,
+// schedule.go) have their SQL in ctlpostgres.go and ctlmysql.go, behind
+// ctlServer, and their methods on Ctl.
 //
 // # The table
 //
@@ -18,7 +22,8 @@
 //	namespace    varchar(128)   ormlock.WithNamespace, '' for none (utf8mb4_bin)
 //	job          varchar(191)   the job name (utf8mb4_bin on MySQL: exact match)
 //	slot         timestamptz / DATETIME(6) in UTC
-//	status       'running', 'done' or 'failed'
+//	status       'running', 'done', 'failed', 'skipped' or 'rerun' (the
+//	             operators', controls.go)
 //	owner        varchar(255)   the instance (ormlock.WithOwner)
 //	started_at   timestamptz / DATETIME(6) in UTC, the server's clock
 //	finished_at  timestamptz / DATETIME(6) in UTC, NULL while running
@@ -45,9 +50,11 @@
 //
 // Both modes claim the slot with one statement that never raises a
 // duplicate-key error: it inserts a 'running' row, or takes over an existing
-// row that is not 'done' (a claim-mode run that failed, or whose owner died;
-// safe because the caller holds the (job, slot) lock), and leaves a 'done'
-// row untouched.
+// row that is not 'done' or 'skipped' (a claim-mode run that failed, or
+// whose owner died, or a slot an operator asked to rerun; safe because the
+// caller holds the (job, slot) lock), and leaves a 'done' or 'skipped' row
+// untouched (ErrAlreadyDone). Where the ledger has its controls table, the
+// same statement reads the job's pause flag (pause.go, controls.go).
 //
 //   - PostgreSQL: INSERT ... ON CONFLICT (namespace, job, slot) DO UPDATE
 //     ... WHERE status <> 'done' RETURNING started_at. A row comes back exactly when the
@@ -120,6 +127,12 @@ const (
 	StatusRunning = "running"
 	StatusDone    = "done"
 	StatusFailed  = "failed"
+	// StatusSkipped: never runs (a paused job's slot, or one an operator
+	// skipped); its error column holds why.
+	StatusSkipped = "skipped"
+	// StatusRerun: an operator asked for the slot to run again; the next
+	// RunScheduled of the job runs it (a claim takes it like 'failed').
+	StatusRerun = "rerun"
 )
 
 // MaxJobLen is the longest RunOnce job name, in characters: the ledger's job

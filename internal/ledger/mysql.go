@@ -46,23 +46,37 @@ func (myLedger) migrate(ctx context.Context, db *sql.DB, op *lockproto.Op, t *Ta
 		if err := createRate(ctx, conn, op); err != nil {
 			return err
 		}
-		return t.upgrade(ctx, conn)
+		if err := t.upgrade(ctx, conn); err != nil {
+			return err
+		}
+		return CtlOf(t).migrateControls(ctx, conn)
 	})
 }
 
 func (myLedger) timeArg(v time.Time) any { return v.UTC().Format(mysqlTime) }
 
 // claim: INSERT ... ON DUPLICATE KEY UPDATE, confirmed by reading the row
-// back when it reports a change (see the package doc).
-func (l myLedger) claim(ctx context.Context, t *Table, q lockproto.Querier, ns, job string, slot time.Time, owner string) (time.Time, bool, error) {
+// back when it reports a change (see the package doc). A 'done' or
+// 'skipped' row is left as it is. With ctl, the statement reads the job's
+// pause flag (myPaused): a paused job's slot is written 'skipped' rather
+// than 'running' (a 'rerun' row is left pending), and the read-back, which
+// reads the flag again, answers errClaimPaused; the caller records the
+// reason (pause.go).
+func (l myLedger) claim(ctx context.Context, t *Table, q lockproto.Querier, ns, job string, slot time.Time, owner string, ctl bool) (time.Time, bool, error) {
+	st, keep, args := "'running'", "status IN ('done', 'skipped')", []any{ns, job, l.timeArg(slot), owner, owner}
+	if ctl {
+		st = "IF(" + myPaused(t) + ", 'skipped', 'running')"
+		keep = "(status IN ('done', 'skipped') OR (status = 'rerun' AND VALUES(status) = 'skipped'))"
+		args = []any{ns, job, l.timeArg(slot), ns, job, owner, owner}
+	}
 	res, err := q.ExecContext(ctx, "INSERT INTO "+t.q+` (namespace, job, slot, status, owner, started_at)
-VALUES (?, ?, ?, 'running', ?, UTC_TIMESTAMP(6))
+VALUES (?, ?, ?, `+st+`, ?, UTC_TIMESTAMP(6))
 ON DUPLICATE KEY UPDATE
-owner = IF(status = 'done', owner, ?),
-started_at = IF(status = 'done', started_at, UTC_TIMESTAMP(6)),
-finished_at = IF(status = 'done', finished_at, NULL),
-error = IF(status = 'done', error, NULL),
-status = IF(status = 'done', status, 'running')`, ns, job, l.timeArg(slot), owner, owner)
+owner = IF(`+keep+`, owner, ?),
+started_at = IF(`+keep+`, started_at, UTC_TIMESTAMP(6)),
+finished_at = IF(`+keep+`, finished_at, NULL),
+error = IF(`+keep+`, error, NULL),
+status = IF(`+keep+`, status, VALUES(status))`, args...)
 	if err != nil {
 		return time.Time{}, false, t.wrap("claim", err)
 	}
@@ -73,16 +87,38 @@ status = IF(status = 'done', status, 'running')`, ns, job, l.timeArg(slot), owne
 	if n == 0 {
 		return time.Time{}, false, nil
 	}
+	return l.readBack(ctx, t, q, ns, job, slot, owner, ctl)
+}
+
+// myPaused is the job's pause flag in a claim's statement (namespace, job).
+func myPaused(t *Table) string {
+	return "COALESCE((SELECT c.paused FROM " + t.cq + " c WHERE c.namespace = ? AND c.kind = 'job' AND c.name = ?), 0)"
+}
+
+// readBack reads the row a claim changed: claimed when it is this owner's
+// 'running' claim, done (ok false) when 'done' or 'skipped', and with ctl
+// errClaimPaused when the job is paused.
+func (l myLedger) readBack(ctx context.Context, t *Table, q lockproto.Querier, ns, job string, slot time.Time, owner string, ctl bool) (time.Time, bool, error) {
+	paused, args := "0", []any{ns, job, l.timeArg(slot)}
+	if ctl {
+		paused, args = myPaused(t), []any{ns, job, ns, job, l.timeArg(slot)}
+	}
 	var status, rowOwner, startedText string
-	err = q.QueryRowContext(ctx, "SELECT status, owner, DATE_FORMAT(started_at, "+mysqlFormat+") FROM "+t.q+
-		" WHERE namespace = ? AND job = ? AND slot = ?", ns, job, l.timeArg(slot)).Scan(&status, &rowOwner, &startedText)
+	var isPaused bool
+	err := q.QueryRowContext(ctx, "SELECT status, owner, DATE_FORMAT(started_at, "+mysqlFormat+"), "+paused+" FROM "+t.q+
+		" WHERE namespace = ? AND job = ? AND slot = ?", args...).Scan(&status, &rowOwner, &startedText, &isPaused)
 	if err != nil {
 		return time.Time{}, false, t.wrap("read back the claim", err)
 	}
+	mine := status == StatusRunning && rowOwner == owner
 	switch {
 	case status == StatusDone:
 		return time.Time{}, false, nil
-	case status == StatusRunning && rowOwner == owner:
+	case isPaused && !mine:
+		return time.Time{}, false, errClaimPaused
+	case status == StatusSkipped:
+		return time.Time{}, false, nil
+	case mine:
 		started, err := parseMySQLTime(startedText)
 		return started, err == nil, err
 	}
@@ -201,6 +237,6 @@ func (myLedger) addNamespace(ctx context.Context, t *Table, q lockproto.Querier)
 }
 
 // claimText: GET_LOCK never travels with BEGIN (lockproto).
-func (myLedger) claimText(*Table, string, string, time.Time, string) string { return "" }
+func (myLedger) claimText(*Table, string, string, time.Time, string, bool) string { return "" }
 
 func (myLedger) doneText(*Table, string, string, time.Time, string) string { return "" }

@@ -150,7 +150,7 @@ func testLedgerPlans(t *testing.T, k testdb.Kind) {
 	}
 	var checks []check
 
-	started, ok, err := tbl.claim(ctx, rec, "", job, slot, owner)
+	started, ok, err := tbl.claim(ctx, rec, "", job, slot, owner, false)
 	if err != nil || !ok {
 		t.Fatalf("claim: ok=%v err=%v", ok, err)
 	}

@@ -56,6 +56,10 @@ func (pgLedger) migrate(ctx context.Context, db *sql.DB, op *lockproto.Op, t *Ta
 		_ = tx.Rollback()
 		return err
 	}
+	if err := CtlOf(t).migrateControls(ctx, tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
 	if err := tx.Commit(); err != nil {
 		return errs.Wrap(err, "commit ledger table %q", t.name)
 	}
@@ -65,14 +69,20 @@ func (pgLedger) migrate(ctx context.Context, db *sql.DB, op *lockproto.Op, t *Ta
 func (pgLedger) timeArg(v time.Time) any { return v }
 
 // claim: INSERT ... ON CONFLICT DO UPDATE ... RETURNING, a row back exactly
-// when the slot was claimed (see the package doc).
-func (pgLedger) claim(ctx context.Context, t *Table, q lockproto.Querier, ns, job string, slot time.Time, owner string) (time.Time, bool, error) {
+// when the slot was claimed (see the package doc); with ctl, the pause
+// flag's read (pgClaimWhere) in the same statement.
+func (pgLedger) claim(ctx context.Context, t *Table, q lockproto.Querier, ns, job string, slot time.Time, owner string, ctl bool) (time.Time, bool, error) {
+	insert := `VALUES ($4, $1, $2, 'running', $3, clock_timestamp())`
+	if ctl {
+		insert = `SELECT $4::varchar, $1::varchar, $2::timestamptz, 'running', $3::varchar, clock_timestamp()
+WHERE CASE ` + pgClaimWhen(t, "$4", "$1", "$2") + ` ELSE true END`
+	}
 	var started time.Time
 	err := q.QueryRowContext(ctx, `INSERT INTO `+t.q+` AS r (namespace, job, slot, status, owner, started_at)
-VALUES ($4, $1, $2, 'running', $3, clock_timestamp())
+`+insert+`
 ON CONFLICT (namespace, job, slot) DO UPDATE
 SET status = 'running', owner = EXCLUDED.owner, started_at = EXCLUDED.started_at, finished_at = NULL, error = NULL
-WHERE r.status <> 'done'
+WHERE r.status NOT IN ('done', 'skipped')
 RETURNING started_at`, job, slot, owner, ns).Scan(&started)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
@@ -81,6 +91,19 @@ RETURNING started_at`, job, slot, owner, ns).Scan(&started)
 		return time.Time{}, false, t.wrap("claim", err)
 	}
 	return started, true, nil
+}
+
+// pgClaimWhen is the claim's test of the pause flag, in the order a CASE
+// keeps: a slot done or skipped is not taken (nothing raised); else a
+// paused job's raises (reading a setting that does not exist, SQLSTATE
+// 42704 naming pgPausedSetting), which fails the statement and its
+// transaction, and the caller records the slot skipped (pause.go). ns,
+// job and slot are the statement's parameters or literals.
+func pgClaimWhen(t *Table, ns, job, slot string) string {
+	return `WHEN EXISTS (SELECT 1 FROM ` + t.q + ` d WHERE d.namespace = ` + ns + ` AND d.job = ` + job + ` AND d.slot = ` + slot +
+		` AND d.status IN ('done', 'skipped')) THEN false
+WHEN EXISTS (SELECT 1 FROM ` + t.cq + ` c WHERE c.namespace = ` + ns + ` AND c.kind = 'job' AND c.name = ` + job +
+		` AND c.paused) THEN current_setting('` + pgPausedSetting + `')::bool`
 }
 
 func (pgLedger) finishSQL(t *Table) string {
@@ -195,13 +218,19 @@ func (pgLedger) addNamespace(ctx context.Context, t *Table, q lockproto.Querier)
 // row changed since the snapshot would fail with a serialization error.
 // Its command tag says whether it claimed (INSERT 0 1) or found the slot
 // done (INSERT 0 0).
-func (pgLedger) claimText(t *Table, ns, job string, slot time.Time, owner string) string {
+func (pgLedger) claimText(t *Table, ns, job string, slot time.Time, owner string, ctl bool) string {
+	where := `WHERE current_setting('transaction_isolation') NOT IN ('repeatable read', 'serializable')`
+	if ctl {
+		// the isolation first: a CASE tests in order
+		where = `WHERE CASE WHEN current_setting('transaction_isolation') IN ('repeatable read', 'serializable') THEN false
+` + pgClaimWhen(t, pgText(ns), pgText(job), pgTime(slot)) + ` ELSE true END`
+	}
 	return `INSERT INTO ` + t.q + ` AS r (namespace, job, slot, status, owner, started_at)
 SELECT ` + pgText(ns) + `, ` + pgText(job) + `, ` + pgTime(slot) + `, 'running', ` + pgText(owner) + `, clock_timestamp()
-WHERE current_setting('transaction_isolation') NOT IN ('repeatable read', 'serializable')
+` + where + `
 ON CONFLICT (namespace, job, slot) DO UPDATE
 SET status = 'running', owner = EXCLUDED.owner, started_at = EXCLUDED.started_at, finished_at = NULL, error = NULL
-WHERE r.status <> 'done'`
+WHERE r.status NOT IN ('done', 'skipped')`
 }
 
 // doneText marks done the claim of claimText, made in this same

@@ -23,13 +23,16 @@ type Run struct {
 	job   string
 	slot  time.Time
 	owner string
+	ctl   bool // the ledger's controls table exists: the claim reads the pause flag
 }
 
 // NewRun checks job and slot (verb names the caller in errors) and the
 // ledger settings of op.Cfg: the table name, the namespace (part of the
 // row's identity, as it is of the lock's) and the owner, which defaults to
-// DefaultOwner.
-func NewRun(verb string, op *lockproto.Op, job string, slot time.Time) (*Run, error) {
+// DefaultOwner. controls, when set, says whether the table's controls
+// table exists (Table.ControlsOn), so that the claim reads the job's pause
+// flag (pause.go).
+func NewRun(verb string, op *lockproto.Op, job string, slot time.Time, controls func(t *Table) bool) (*Run, error) {
 	if err := ValidateJob(verb, job); err != nil {
 		return nil, err
 	}
@@ -47,9 +50,10 @@ func NewRun(verb string, op *lockproto.Op, job string, slot time.Time) (*Run, er
 		owner = DefaultOwner()
 	}
 	r := &Run{op: op, t: t, ns: op.Cfg.Namespace, job: job, slot: keys.NormalizeSlot(slot), owner: owner}
+	r.ctl = controls != nil && controls(t)
 	if !op.Cfg.Claim {
 		// the claim travels with the lock where it can (InTx)
-		if claim := t.sql.claimText(t, r.ns, job, r.slot, owner); claim != "" {
+		if claim := t.sql.claimText(t, r.ns, job, r.slot, owner, r.ctl); claim != "" {
 			op.SetThen(claim)
 		}
 	}
@@ -59,12 +63,14 @@ func NewRun(verb string, op *lockproto.Op, job string, slot time.Time) (*Run, er
 // Slot is the normalized slot (UTC, whole microseconds).
 func (r *Run) Slot() time.Time { return r.slot }
 
+// alreadyDone is the error of a slot done or skipped (an operator's skip,
+// or a paused job's earlier firing: it never runs).
 func (r *Run) alreadyDone(ctx context.Context) error {
 	r.op.Emit(ctx, config.EventAlreadyDone, nil)
 	if r.ns != "" {
-		return fmt.Errorf("%w: job %q in namespace %q, slot %s", errs.ErrAlreadyDone, r.job, r.ns, r.slot.Format(time.RFC3339Nano))
+		return fmt.Errorf("%w (or skipped): job %q in namespace %q, slot %s", errs.ErrAlreadyDone, r.job, r.ns, r.slot.Format(time.RFC3339Nano))
 	}
-	return fmt.Errorf("%w: job %q, slot %s", errs.ErrAlreadyDone, r.job, r.slot.Format(time.RFC3339Nano))
+	return fmt.Errorf("%w (or skipped): job %q, slot %s", errs.ErrAlreadyDone, r.job, r.slot.Format(time.RFC3339Nano))
 }
 
 // InTx is the body of the transactional mode. The caller has opened a
@@ -75,10 +81,15 @@ func (r *Run) alreadyDone(ctx context.Context) error {
 // fn leaves no row.
 //
 // It returns an error wrapping errs.ErrAlreadyDone (fn not called) when
-// the slot is done, and fn's error unchanged when fn fails.
+// the slot is done or skipped, errClaimPaused (fn not called; the caller
+// ends the transaction and calls Settle) when the job is paused, and fn's
+// error unchanged when fn fails.
 func (r *Run) InTx(ctx context.Context, q lockproto.Querier, fn func() error) error {
 	started, ok, err := r.claimIn(ctx, q)
 	if err != nil {
+		if errors.Is(err, errClaimPaused) {
+			return err
+		}
 		if r.t.s.SerializationFailure(err) {
 			return fmt.Errorf("ormlock: job %q, slot %s: another instance ran this slot while this call waited for the lock, "+
 				"and the transaction's snapshot (REPEATABLE READ or SERIALIZABLE, taken before the wait) cannot see its outcome; "+
@@ -114,11 +125,14 @@ func (r *Run) InTx(ctx context.Context, q lockproto.Querier, fn func() error) er
 // say whether it claimed; otherwise a statement of its own in q.
 func (r *Run) claimIn(ctx context.Context, q lockproto.Querier) (time.Time, bool, error) {
 	if n, sent, err := r.op.ThenRows(); sent && err != nil {
+		if r.ctl && r.t.ctl.pausedErr(err) {
+			return time.Time{}, false, errClaimPaused
+		}
 		return time.Time{}, false, r.t.wrap("claim", err)
 	} else if sent {
 		return time.Time{}, n == 1, nil
 	}
-	return r.t.claim(ctx, q, r.ns, r.job, r.slot, r.owner)
+	return r.t.claim(ctx, q, r.ns, r.job, r.slot, r.owner, r.ctl)
 }
 
 // doneIn marks done the claim that travelled with the lock: in the message
@@ -169,9 +183,13 @@ func (r *Run) Claimed(ctx context.Context, db *sql.DB, fn func(ctx context.Conte
 		// call gave up, released the lock and returned would take over
 		// the row of the slot's next run, even this replica's.
 		cctx, cdone := lockproto.GraceCtx(lctx)
-		started, ok, err := r.t.claim(cctx, conn, r.ns, r.job, r.slot, r.owner)
+		started, ok, err := r.t.claim(cctx, conn, r.ns, r.job, r.slot, r.owner, r.ctl)
 		err = r.done(cctx, conn, err)
 		cdone()
+		if errors.Is(err, errClaimPaused) {
+			// recorded while the lock is held
+			return r.Settle(ctx, db, nil, err)
+		}
 		if err != nil {
 			return r.claimFailed(ctx, lctx, db, err)
 		}

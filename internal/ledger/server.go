@@ -20,14 +20,17 @@ type ledgerServer interface {
 	migrate(ctx context.Context, db *sql.DB, op *lockproto.Op, t *Table) error
 	// timeArg is a slot or started_at as a statement argument.
 	timeArg(v time.Time) any
-	// claim is Table.claim.
-	claim(ctx context.Context, t *Table, q lockproto.Querier, ns, job string, slot time.Time, owner string) (time.Time, bool, error)
+	// claim is Table.claim: with ctl, it reads the job's pause flag too
+	// (the controls table exists) and answers errClaimPaused for a slot it
+	// would take (pause.go).
+	claim(ctx context.Context, t *Table, q lockproto.Querier, ns, job string, slot time.Time, owner string, ctl bool) (time.Time, bool, error)
 	// claimText is claim's statement for the message that begins the
 	// transaction and takes the lock (lockproto.Op.Then), literals only,
 	// affecting one row when the slot is claimed; doneText marks that
 	// claim done before COMMIT (lockproto.CommitWith). "" where the lock
 	// never travels with BEGIN.
-	claimText(t *Table, ns, job string, slot time.Time, owner string) string
+	// With ctl, a paused job's claim raises (ctlServer.pausedErr).
+	claimText(t *Table, ns, job string, slot time.Time, owner string, ctl bool) string
 	doneText(t *Table, ns, job string, slot time.Time, owner string) string
 	// finishSQL marks a claim done or failed (status, error, job, slot,
 	// owner, started_at, namespace).

@@ -116,7 +116,7 @@ func claimUntil(t *testing.T, tbl *Table, db *sql.DB, cfg config.Config, job str
 		op, err := lockproto.NewOp(tbl.d, "ledger test", keys.RunKey(job, slot), cfg)
 		if err == nil {
 			var r *Run
-			if r, err = NewRun("ledger test", op, job, slot); err == nil {
+			if r, err = NewRun("ledger test", op, job, slot, nil); err == nil {
 				err = r.Claimed(context.Background(), db, func(context.Context) error {
 					close(started)
 					<-release

@@ -8,6 +8,7 @@ import (
 	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/errs"
 	"github.com/ormlock/ormlock/internal/lockproto"
+	"github.com/ormlock/ormlock/internal/schema"
 )
 
 // Table is the ledger table of one dialect.
@@ -15,8 +16,12 @@ type Table struct {
 	d    lockproto.Dialect
 	s    lockproto.Server
 	sql  ledgerServer // the table's SQL on s (postgres.go, mysql.go)
+	ctl  ctlServer    // the controls' SQL on s (ctlpostgres.go, ctlmysql.go)
 	name string
 	q    string // quoted name
+	// cq and aq are the quoted names of the controls table and the actions
+	// log, "" when their names do not fit (schema.ControlsTable)
+	cq, aq string
 }
 
 // NewTable validates name (config.ValidIdentifier) for dialect d.
@@ -28,7 +33,15 @@ func NewTable(d lockproto.Dialect, name string) (*Table, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Table{d: d, s: s, sql: lockproto.PerServer[ledgerServer](s, pgLedger{}, myLedger{}), name: name, q: s.Quote(name)}, nil
+	t := &Table{d: d, s: s, sql: lockproto.PerServer[ledgerServer](s, pgLedger{}, myLedger{}),
+		ctl: lockproto.PerServer[ctlServer](s, pgCtl{}, myCtl{}), name: name, q: s.Quote(name)}
+	if c, ok := schema.ControlsTable(name); ok {
+		t.cq = s.Quote(c)
+	}
+	if a, ok := schema.ActionsTable(name); ok {
+		t.aq = s.Quote(a)
+	}
+	return t, nil
 }
 
 // Name returns the table's (unquoted) name.

@@ -31,6 +31,12 @@ FROM generate_series(0, 3999) AS g`, tbl.q)); err != nil {
 	if _, err := db.ExecContext(ctx, "ANALYZE "+tbl.q); err != nil {
 		t.Fatal(err)
 	}
+	// the claim that reads the pause flag reaches the ledger's rows
+	// through the key too
+	if err := CtlOf(tbl).createControls(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = db.Exec("DROP TABLE IF EXISTS " + tbl.cq + ", " + tbl.aq) })
 	slot := time.Date(2025, 1, 1, 7, 0, 0, 0, time.UTC)
 	for _, c := range []struct{ ns, job, owner string }{
 		{"", "job-7", "host/1"},
@@ -61,9 +67,11 @@ FROM generate_series(0, 3999) AS g`, tbl.q)); err != nil {
 		if !found {
 			t.Errorf("%+v: mark done does not read the primary key with an Index Cond: %s", c, plan)
 		}
-		plan = explain(t, db, tbl, statement{query: tbl.sql.claimText(tbl, c.ns, c.job, slot, c.owner)}, "")
-		if msg := tbl.planProblem(plan, false, ""); msg != "" {
-			t.Errorf("%+v: claim: %s: %s", c, msg, plan)
+		for _, ctl := range []bool{false, true} {
+			plan = explain(t, db, tbl, statement{query: tbl.sql.claimText(tbl, c.ns, c.job, slot, c.owner, ctl)}, "")
+			if msg := tbl.planProblem(plan, false, ""); msg != "" {
+				t.Errorf("%+v: claim (pause flag read: %v): %s: %s", c, ctl, msg, plan)
+			}
 		}
 	}
 }

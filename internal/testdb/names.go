@@ -21,8 +21,9 @@ func TableName(tb testing.TB, prefix string) string {
 	return fmt.Sprintf("%s_%016x", prefix, uint64(keyhash.Int64(tb.Name())))
 }
 
-// Table returns TableName(tb, prefix) and drops that table, and the fence
-// table a ledger of that name gets (name + "_fence"), on the shared server
+// Table returns TableName(tb, prefix) and drops that table, and the fence,
+// controls and actions tables a ledger of that name gets (name +
+// "_fence", "_controls", "_actions"), on the shared server
 // of kind k when the test ends. The caller creates it.
 func Table(tb testing.TB, k Kind, prefix string) string {
 	tb.Helper()
@@ -31,6 +32,8 @@ func Table(tb testing.TB, k Kind, prefix string) string {
 		admin := AdminDB(tb, k)
 		_, _ = admin.Exec("DROP TABLE IF EXISTS " + name)
 		_, _ = admin.Exec("DROP TABLE IF EXISTS " + name + "_fence")
+		_, _ = admin.Exec("DROP TABLE IF EXISTS " + name + "_controls")
+		_, _ = admin.Exec("DROP TABLE IF EXISTS " + name + "_actions")
 	})
 	return name
 }

@@ -128,7 +128,13 @@ func RunOnceOf[TTx any, D Driver[TTx]](ctx context.Context, d D, pkg, job string
 		if p.Cfg.Claim {
 			return p.mend(r.Claimed(ctx, p.sqlDB(), func(ctx context.Context) error { return claimed[TTx](ctx, d, p, op) }))
 		}
-		return p.mend(inLockTx[TTx](ctx, d, p, op, r))
+		// a paused job's slot is recorded skipped once fn's transaction
+		// is over (ledger.Run.Settle), in the caller's when it is inside one
+		var in lockproto.Querier
+		if p.Tx != nil {
+			in = p.Tx
+		}
+		return p.mend(r.Settle(ctx, p.sqlDB(), in, inLockTx[TTx](ctx, d, p, op, r)))
 	})
 }
 

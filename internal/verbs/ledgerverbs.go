@@ -45,7 +45,9 @@ func (p Pool) Run(ctx context.Context, job string, slot time.Time) (*ledger.Run,
 	if err != nil {
 		return nil, nil, err
 	}
-	r, err := ledger.NewRun(verb, op, job, slot)
+	// the claim reads the job's pause flag where the controls table exists
+	// (asked once per pool and table, ledger.Table.ControlsOn)
+	r, err := ledger.NewRun(verb, op, job, slot, func(t *ledger.Table) bool { return ledger.CtlOf(t).ControlsOn(ctx, p.cacheKey(), p.reader()) })
 	if err != nil {
 		return nil, nil, err
 	}
@@ -71,7 +73,12 @@ func RunScheduled[B Binder](ctx context.Context, b B, pkg, job string, schedule 
 		if err != nil {
 			return ledger.Reader{}, err
 		}
-		return ledger.Reader{Cfg: p.Cfg, T: t, Q: p.reader()}, nil
+		rd := ledger.Reader{Cfg: p.Cfg, T: t, Q: p.reader()}
+		if p.Tx == nil {
+			rd.DB = p.sqlDB()
+		}
+		rd.Controls = ledger.CtlOf(t).ControlsOn(ctx, p.cacheKey(), p.reader())
+		return rd, nil
 	}, once)
 }
 
@@ -90,7 +97,11 @@ func Migrate[B Binder](ctx context.Context, b B, pkg string, opts []config.Optio
 	if err != nil {
 		return p.mend(err)
 	}
-	return p.mend(ledger.Migrate(ctx, p.sqlDB(), op))
+	if err := ledger.Migrate(ctx, p.sqlDB(), op); err != nil {
+		return p.mend(err)
+	}
+	ledger.MarkControls(p.cacheKey(), cfg.LedgerTable)
+	return nil
 }
 
 // Holder asks the server who holds k (Shared(k): as for k).
