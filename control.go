@@ -3,6 +3,7 @@ package ormlock
 import (
 	"time"
 
+	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/internal/status"
 )
@@ -46,7 +47,7 @@ const (
 
 // DefaultResignCooldown is how long a leader that was asked to resign
 // stays out of the election when the action names no Cooldown.
-const DefaultResignCooldown = 30 * time.Second
+const DefaultResignCooldown = config.DefaultResignCooldown
 
 // Action is an operator's action, which each adapter's Act carries out
 // and records in the actions log:

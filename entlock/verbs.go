@@ -22,7 +22,11 @@ func Session[T TxLike, K ormlock.KeyType](ctx context.Context, x interface {
 }
 
 // Lead is ormlock's Lead for ent: each term is a [Session] on x (the
-// client or the *Driver); ctx ends the campaign.
+// client or the *Driver); ctx ends the campaign. A leader asked to step
+// down ([Act] with [ormlock.Resign]) sees fn's ctx cancelled with a cause
+// wrapping [ormlock.ErrLockLost] within one keepalive (lease renewal)
+// interval and stays out for the cooldown; [ormlock.WithoutCampaign]
+// follows without campaigning (see gormlock.Lead).
 func Lead[T TxLike, K ormlock.KeyType](ctx context.Context, x interface {
 	Tx(context.Context) (T, error)
 }, key K, fn func(ctx context.Context) error, opts ...ormlock.Option) error {

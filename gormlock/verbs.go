@@ -35,7 +35,15 @@ func Session[K ormlock.KeyType](db *gorm.DB, key K, fn func(ctx context.Context)
 // [ormlock.WithFencing] every term gets a greater token
 // ([ormlock.FencingToken]); [ormlock.WithOwner] names this replica for
 // [Holder]. An invalid key or option, an unsupported dialect or a refused
-// login is returned at once. See docs/PROTOCOL.md (Lead).
+// login is returned at once. A leader asked to step down ([Act] with
+// [ormlock.Resign]; each term polls the key's row of the controls table
+// through the pool once per keepalive interval, once per renewal interval
+// under [ormlock.WithLease]) sees fn's ctx cancelled with a cause wrapping
+// [ormlock.ErrLockLost] that says who asked and why; it releases the lock
+// once fn returns, stays out of the election for the resign's cooldown,
+// then campaigns again. With [ormlock.WithoutCampaign] Lead follows: it
+// never campaigns nor calls fn, and returns the context's cause when it
+// ends. See docs/PROTOCOL.md (Lead) and docs/OPERATIONS.md (Leaders).
 func Lead[K ormlock.KeyType](db *gorm.DB, key K, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
 	return verbs.Lead(ctxOf(db), binder{db}, pkg, keys.Of[ormlock.Key](key), fn, opts)
 }

@@ -34,7 +34,11 @@ func Session[K ormlock.KeyType](ctx context.Context, pool *pgxpool.Pool, key K, 
 }
 
 // Lead is ormlock's Lead on pool: each term is a [Session]; ctx ends the
-// campaign.
+// campaign. A leader asked to step down ([Act] with [ormlock.Resign])
+// sees fn's ctx cancelled with a cause wrapping [ormlock.ErrLockLost]
+// within one keepalive (lease renewal) interval and stays out for the
+// cooldown; [ormlock.WithoutCampaign] follows without campaigning (see
+// gormlock.Lead).
 func Lead[K ormlock.KeyType](ctx context.Context, pool *pgxpool.Pool, key K, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
 	return verbs.Lead(ctx, binder{pool}, pkg, keys.Of[ormlock.Key](key), fn, opts)
 }

@@ -71,6 +71,16 @@ func ClaimNoTx() ormlock.Option {
 	return func(c *config.Config) { c.Claim, c.ClaimNoTx = true, true }
 }
 
+// FirstTry makes Lead's first campaign attempt try once instead of
+// waiting for the lock, and close tried when that attempt has ended,
+// elected or not (when elected, before fn is called); the campaign then
+// goes on as usual. A scheduler that must know at start-up whether this
+// instance leads (scheduler.NewElector) waits for tried, or for fn. Any
+// other verb ignores it.
+func FirstTry(tried chan struct{}) ormlock.Option {
+	return func(c *config.Config) { c.FirstTry = tried }
+}
+
 // CheckOptions returns the error that every verb given opts returns before
 // taking a lock (an invalid option, wrapping [ormlock.ErrInvalidArgument]
 // or [ormlock.ErrInvalidKey]), or nil.

@@ -11,6 +11,7 @@ import (
 	"github.com/go-co-op/gocron/v2"
 
 	"github.com/ormlock/ormlock"
+	"github.com/ormlock/ormlock/schedhook"
 )
 
 // ErrNotLeader is returned by [Elector.IsLeader] when this instance is not
@@ -24,7 +25,11 @@ var ErrNotLeader = errors.New("ormlock: not the leader")
 // after a first try at start-up, a background goroutine waits for the lock
 // on the server while this instance does not lead, so it takes over as soon
 // as the leader releases it or its connection dies; [Elector.Close]
-// releases the lock.
+// releases the lock. With [WithoutCampaign] it follows: it never
+// campaigns, and IsLeader always returns ErrNotLeader. A leader asked to
+// step down (ormlock.Resign, docs/OPERATIONS.md) stops leading within one
+// keepalive interval, stays out of the election for the resign's
+// cooldown, and campaigns again after it.
 //
 // It is only as exclusive as the keepalive allows: a leader learns of a lost
 // lock up to two keepalive intervals late, and election knows nothing of
@@ -65,15 +70,22 @@ func NewElector(b Backend, key string, opts ...Option) (*Elector, error) {
 	if err != nil {
 		return &Elector{err: err}, err
 	}
+	if cfg.follow { // WithoutCampaign: never leads, nothing runs
+		return &Elector{b: b, key: key, cfg: cfg}, nil
+	}
 	ctx, stop := context.WithCancel(context.Background())
 	e := &Elector{b: b, key: key, cfg: cfg, stop: stop, done: make(chan struct{})}
-	first := make(chan struct{})
-	go e.campaign(ctx, first)
-	<-first
+	first, tried := make(chan struct{}), make(chan struct{})
+	go e.campaign(ctx, first, tried)
+	select {
+	case <-first: // elected, or the campaign's first call returned
+	case <-tried: // the first attempt found the lock held
+	}
 	return e, nil
 }
 
-// IsLeader returns nil when this instance leads, else [ErrNotLeader]. It
+// IsLeader returns nil when this instance leads, else [ErrNotLeader]
+// (always, for a follower made with [WithoutCampaign]). It
 // does not touch the database (the background goroutine keeps the state),
 // so it is cheap enough for gocron to call before every run. ctx is not
 // used.
@@ -103,12 +115,14 @@ func (e *Elector) Close() error {
 	return nil
 }
 
-// campaign tries the lock once, so that NewElector returns at once (leading
-// when the lock was free), then campaigns with the backend's Lead until
-// Close. A loss is reported when found; Lead retries connection errors
-// itself, and after one it does not retry (a refused login) the campaign
-// starts again after the retry interval.
-func (e *Elector) campaign(ctx context.Context, first chan struct{}) {
+// campaign campaigns with the backend's Lead until Close, its first
+// attempt trying the lock once (schedhook.FirstTry closes tried after
+// it), so that NewElector returns at once (leading when the lock was
+// free). Every term is a Lead's, so a leader asked to resign steps down
+// whichever attempt elected it. A loss is reported when found; Lead
+// retries connection errors itself, and after one it does not retry (a
+// refused login) the campaign starts again after the retry interval.
+func (e *Elector) campaign(ctx context.Context, first, tried chan struct{}) {
 	defer close(e.done)
 	var once sync.Once
 	signal := func() { once.Do(func() { close(first) }) }
@@ -126,7 +140,7 @@ func (e *Elector) campaign(ctx context.Context, first chan struct{}) {
 		return nil
 	}
 	f := e.b.Funcs()
-	err := f.Session(ctx, e.key, lead)
+	err := f.Lead(ctx, e.key, lead, schedhook.FirstTry(tried))
 	signal()
 	for ctx.Err() == nil {
 		// Not reported: another instance led at the first try, or a

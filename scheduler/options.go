@@ -34,6 +34,7 @@ type config struct {
 	pruner        *pruner  // WithPrune; nil: no pruning
 	strict        bool     // WithStrict: refuse jobs without their own schedule
 	refires       *refires // firings per slot, to report a trigger denser than its schedule
+	follow        bool     // WithoutCampaign: an Elector that never campaigns
 }
 
 func newConfig(opts []Option) (config, error) {

@@ -50,7 +50,11 @@ func Session[K ormlock.KeyType](ctx context.Context, db *sql.DB, key K, fn func(
 }
 
 // Lead is ormlock's Lead on db: each term is a [Session]; ctx ends the
-// campaign.
+// campaign. A leader asked to step down ([Act] with [ormlock.Resign])
+// sees fn's ctx cancelled with a cause wrapping [ormlock.ErrLockLost]
+// within one keepalive (lease renewal) interval and stays out for the
+// cooldown; [ormlock.WithoutCampaign] follows without campaigning (see
+// gormlock.Lead).
 func Lead[K ormlock.KeyType](ctx context.Context, db *sql.DB, key K, fn func(ctx context.Context) error, opts ...ormlock.Option) error {
 	return verbs.Lead(ctx, binder{db}, pkg, keys.Of[ormlock.Key](key), fn, opts)
 }

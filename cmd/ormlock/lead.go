@@ -28,6 +28,11 @@ connection, checked every --keepalive.
     it started get SIGTERM, SIGKILL after --grace, exactly as in ormlock run;
     once none is left ormlock campaigns again, and runs COMMAND anew when
     elected.
+  - Asked to step down (an operator's Act with ormlock.Resign, see
+    docs/OPERATIONS.md): seen within one --keepalive (one renewal under
+    --lease), then as a lost leadership: COMMAND's processes stop, the lock
+    is released, and ormlock stays out of the election for the resign's
+    cooldown (30 s by default) before it campaigns again.
   - COMMAND exiting by itself (or killed by a signal) ends ormlock lead: the
     lock is released and ormlock exits with COMMAND's status. If the lock
     turned out lost as COMMAND exited, the exit status is 77.
@@ -57,6 +62,10 @@ connection, checked every --keepalive.
 
 KEY reads as in ormlock run (a name, id:N, pair:C,O, name:X).
 
+ormlock lead resign KEY (no --) asks KEY's current leader to step down
+instead: see ormlock lead resign --help. A campaign for a key named
+"resign" is ormlock lead resign -- COMMAND.
+
 Exit statuses: COMMAND's own (128+n when signal n killed it); 2 usage error;
 70 ormlock error (database unreachable at start, login refused); 77 lock
 lost as COMMAND exited by itself; 126/127 COMMAND not executable/not found;
@@ -75,6 +84,9 @@ Examples:
 `
 
 func leadCmd(args []string, stdout, stderr io.Writer) error {
+	if isResign(args) {
+		return actCmd(actSpecs["lead resign"], args[1:], stdout, stderr)
+	}
 	var f runFlags
 	f.tz, f.policy = "UTC", "latest" // --once-per's, not lead's: check passes them
 	var fencing bool

@@ -18,6 +18,10 @@ import (
 
 // Defaults of the shared options (documented on the options).
 const (
+	// DefaultResignCooldown is ormlock.DefaultResignCooldown: how long a
+	// leader asked to resign stays out of the election when the action
+	// names no cooldown.
+	DefaultResignCooldown = 30 * time.Second
 	// DefaultKeepalive is the Session keepalive interval.
 	DefaultKeepalive = 2 * time.Second
 	// MinKeepalive is the shortest keepalive interval accepted: a check
@@ -76,6 +80,9 @@ type Config struct {
 	// NoCampaign makes Lead follow without campaigning
 	// (ormlock.WithoutCampaign).
 	NoCampaign bool
+	// FirstTry, when set, makes Lead's first campaign attempt try once,
+	// and is closed when that attempt has ended (schedhook.FirstTry).
+	FirstTry chan struct{}
 	// Fencing issues a fencing token per acquisition (ormlock.WithFencing).
 	Fencing bool
 	// CatchUpWindow and CatchUpPolicy: RunScheduled's catch-up of missed

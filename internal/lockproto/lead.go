@@ -33,7 +33,8 @@ const (
 
 // Lead campaigns for o's key on db and runs fn while this caller leads:
 //
-//   - a campaign is a Session (see [Op.Session]) whose wait is leadWait,
+//   - a campaign is a Session (see [Op.Session]) whose wait is leadWait
+//     (none for the first attempt with Cfg.FirstTry, closed once it ended),
 //     asked again as soon as a wait ran out, and after an error with a
 //     bounded backoff; an error that no retry can cure (see Permanent)
 //     is returned at once;
@@ -45,11 +46,17 @@ const (
 //     turned out lost by the time it was released;
 //   - when leadership was lost while fn ran (fn's context ended with
 //     ErrLockLost), Lead waits for fn to return and campaigns again;
+//   - when o.Resign is set, each term polls it for a resign (see
+//     leadresign.go); one asked while the term leads cancels fn's context
+//     with a cause wrapping errs.ErrLockLost that names its author and
+//     reason, and once fn has returned and the key is released, Lead
+//     waits out the resign's cooldown, then campaigns again;
 //   - when ctx ends, Lead returns context.Cause(ctx), once fn (if it runs)
 //     has returned and what was held is released.
 //
 // Observers see each term as a Session's events with Verb "Lead":
-// acquired is elected, lock_lost is deposed, released is a term that ended
+// acquired is elected, lock_lost is deposed (asked to resign too),
+// released is a term that ended
 // by fn's return or ctx's end; a campaign's wait that ran out is
 // not_acquired.
 func (o *Op) Lead(ctx context.Context, db *sql.DB, fn func(ctx context.Context) error) error {
@@ -67,25 +74,49 @@ func (o *Op) Lead(ctx context.Context, db *sql.DB, fn func(ctx context.Context) 
 // while the lock is held, after any per-attempt check.
 func Campaign(ctx context.Context, o *Op, session func(ctx context.Context, term *Op, fn func(ctx context.Context) error) error, fn func(ctx context.Context) error) error {
 	backoff := leadBackoffMin
+	first := o.Cfg.FirstTry // closed once the first attempt has ended
+	tried := func() {
+		if first != nil {
+			close(first)
+			first = nil
+		}
+	}
+	defer tried()
 	for {
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
-		term, err := nextTerm(o)
+		wait := leadWait
+		if first != nil {
+			wait = 0 // the first attempt tries once
+		}
+		term, err := nextTerm(o, wait)
 		if err != nil {
 			return err
 		}
 		var elected, deposed bool
+		var asked *ResignAsk
 		start := time.Now()
 		err = session(ctx, term, func(fctx context.Context) error {
 			elected = true
-			ferr := fn(term.TermContext(fctx)) // event.go
+			tried()
+			rctx, w := watchResign(fctx, term, o.Resign, time.Now()) // leadresign.go
+			ferr := fn(term.TermContext(rctx))                       // event.go
+			asked = w.end()
 			deposed = errors.Is(context.Cause(fctx), errs.ErrLockLost)
 			return ferr
 		})
+		tried()
 		switch {
 		case ctx.Err() != nil:
 			return context.Cause(ctx)
+		case asked != nil:
+			// released: stay out for the cooldown, then campaign again
+			if !sleepCtx(ctx, asked.cooldown()) {
+				return context.Cause(ctx)
+			}
+			backoff = leadBackoffMin
+			continue
 		case deposed:
 			backoff = leadBackoffMin
 			continue // campaign again at once
@@ -106,14 +137,14 @@ func Campaign(ctx context.Context, o *Op, session func(ctx context.Context, term
 
 // nextTerm returns a fresh Op for one campaign attempt of o: its own timings
 // and fencing token, and the campaign's wait.
-func nextTerm(o *Op) (*Op, error) {
+func nextTerm(o *Op, wait time.Duration) (*Op, error) {
 	cfg := o.Cfg
-	cfg.Wait = leadWait
+	cfg.Wait, cfg.FirstTry = wait, nil
 	t, err := NewOpHeld(o.Dialect, o.Verb, o.Key, cfg, o.hold)
 	if err != nil {
 		return nil, err
 	}
-	t.Job, t.fence.id, t.LockConns, t.LazyDB = o.Job, o.fence.id, o.LockConns, o.LazyDB
+	t.Job, t.fence.id, t.LockConns, t.LazyDB, t.Resign = o.Job, o.fence.id, o.LockConns, o.LazyDB, o.Resign
 	newTerm(o, t) // event.go
 	return t, nil
 }

@@ -47,6 +47,9 @@ type Op struct {
 	// carry it, so that an observer can label them by job rather than by
 	// key, which differs per slot.
 	Job string
+	// Resign, when set, is where a Lead's terms poll for a resign
+	// (leadresign.go); nil: none is looked for.
+	Resign ResignReader
 
 	// then, when set (SetThen), is a statement that travels after the
 	// lock statement in the message that begins fn's transaction on

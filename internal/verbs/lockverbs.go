@@ -140,13 +140,20 @@ func Session[B Binder](ctx context.Context, b B, pkg string, k keys.Key, fn func
 // asks the server about its locks again at every term). A connection error
 // of the first such check is left to the campaign's retries; an invalid
 // key or option, an ended context, or any other permanent error is
-// returned at once.
+// returned at once. Each term polls the key's row of the controls table
+// for a resign (ledger.ResignReader, through the primary's pool). With
+// WithoutCampaign (config.NoCampaign), once the arguments are checked, it
+// follows: it waits for ctx's end and returns its cause.
 func Lead[B Binder](ctx context.Context, b B, pkg string, k keys.Key, fn func(ctx context.Context) error, opts []config.Option) error {
-	p, op, err := Prepare(ctx, b, pkg, "Lead", k, opts, Args{NilFn: fn == nil}, true, lockproto.HeldForLead)
+	p, op, err := Prepare(ctx, b, pkg, "Lead", k, opts, Args{NilFn: fn == nil, Follows: true}, true, lockproto.HeldForLead)
 	defer p.release()
 	if err != nil && (op == nil || lockproto.Permanent(err)) {
 		return p.mend(err)
 	}
+	if p.Cfg.NoCampaign {
+		return follow(ctx, p.Cfg.FirstTry)
+	}
+	op.Resign = resignReader(p, op)
 	return op.Use(ctx, func(ctx context.Context) error {
 		return p.mend(lockproto.Campaign(ctx, op, func(ctx context.Context, term *lockproto.Op, fn func(ctx context.Context) error) error {
 			// each term asks again, under the pool's cache key: once per
@@ -159,4 +166,29 @@ func Lead[B Binder](ctx context.Context, b B, pkg string, k keys.Key, fn func(ct
 			return term.Session(ctx, p.DB, fn)
 		}, fn))
 	})
+}
+
+// follow is Lead WithoutCampaign: it never campaigns nor calls fn, and
+// returns ctx's cause when ctx ends. Its first attempt, none, has ended
+// at once (tried, schedhook.FirstTry).
+func follow(ctx context.Context, tried chan struct{}) error {
+	if tried != nil {
+		close(tried)
+	}
+	<-ctx.Done()
+	return context.Cause(ctx)
+}
+
+// resignReader is where op's terms poll for a resign: the key's row of
+// the controls table beside the ledger table, read through the primary's
+// pool; nil (none looked for) when the handle is inside the caller's
+// transaction, whose connection a poll must not use.
+func resignReader(p Pool, op *lockproto.Op) lockproto.ResignReader {
+	if p.Tx != nil {
+		return nil
+	}
+	if r := ledger.NewResignReader(p.sqlDB(), op); r != nil {
+		return r
+	}
+	return nil
 }

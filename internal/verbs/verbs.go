@@ -110,6 +110,9 @@ type Args struct {
 	NilFn bool
 	// Err is the first error of the other arguments, if any.
 	Err error
+	// Follows says that the verb takes WithoutCampaign (Lead, which then
+	// follows); every other verb refuses it.
+	Follows bool
 }
 
 // Open runs steps 1 to 5 of the precedence for one call of verb and
@@ -125,6 +128,10 @@ func Open[B Binder](ctx context.Context, b B, pkg, verb string, opts []config.Op
 	if err := p.Cfg.Err(); err != nil {
 		p.release()
 		return Pool{}, err
+	}
+	if p.Cfg.NoCampaign && !a.Follows {
+		p.release()
+		return Pool{}, fmt.Errorf("%w: %s.%s: WithoutCampaign is Lead's alone (a follower that never campaigns)", errs.ErrInvalidArgument, pkg, verb)
 	}
 	return p, nil
 }
