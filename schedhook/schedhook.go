@@ -52,6 +52,16 @@ func Firing(first bool) ormlock.Option {
 	}
 }
 
+// OneRun makes RunScheduled call fn at most once per call, for a
+// scheduler that can hand one firing one run only (a gocron Locker whose
+// job's task it cannot call itself): a slot an operator asked to rerun
+// ([ormlock.Rerun]) then runs in place of the call's own slot when that
+// one is not run by this call (done, run by another replica, paused), and
+// stays pending otherwise. Without it the pending reruns run after the
+// call's own slot, each with fn. See docs/SCHEDULES.md (Operators'
+// controls).
+func OneRun() ormlock.Option { return func(c *config.Config) { c.OneRun = true } }
+
 // ClaimNoTx is [ormlock.WithClaim] for a job that needs no transaction:
 // RunOnce and RunScheduled commit the claim, run fn outside any
 // transaction and then record its outcome, and sqllock's and pgxlock's fn

@@ -31,7 +31,10 @@ var _ cron.Job = JobFunc(nil)
 // describe the cron spec's times (nil: the job's [WithJobSchedule], so that
 // a set-up in strict mode names every job's schedule once); put the wrapper
 // innermost in a chain. Other
-// errors, and a [JobFunc]'s own, go to the error handler. Bad input wraps
+// errors, and a [JobFunc]'s own, go to the error handler; a firing of a job
+// an operator paused is a skip too ([ormlock.ErrPaused]), and a slot an
+// operator asked to rerun runs at the next firing, after its own slot, by
+// another call of the wrapped job (a JobFunc reads it with ormlock.Slot). Bad input wraps
 // [ormlock.ErrInvalidArgument], and the wrapper returned with it fails closed
 // (it runs nothing). See docs/SCHEDULES.md (JobWrapper (robfig/cron)).
 func JobWrapper(b Backend, job string, schedule ormlock.Schedule, opts ...Option) (cron.JobWrapper, error) {
@@ -71,18 +74,22 @@ func JobWrapper(b Backend, job string, schedule ormlock.Schedule, opts ...Option
 			// through unchanged).
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			ran := false
+			ran, failed := false, false
 			err := cfg.claim(ctx, b, job, schedule, now, func(ctx context.Context) error {
 				ran = true
 				if f, ok := j.(JobFunc); ok {
-					return f(ctx)
+					err := f(ctx)
+					failed = failed || err != nil
+					return err
 				}
 				j.Run()
 				return nil
 			})
 			switch {
 			case err == nil:
-			case skipped(err) && !ran:
+			case skipped(err) && !failed:
+				// no slot failed: a skip, also when another slot of the
+				// firing ran (a rerun after a slot done elsewhere)
 				if cfg.logger != nil {
 					cfg.logger.Info("ormlock: skipped", "job", job, "slot", slot.Format(time.RFC3339Nano), "reason", err.Error())
 				}

@@ -139,6 +139,20 @@
 //     adapter that runs nothing (Lock and IsLeader return the error, the
 //     wrapper reports it), so an ignored error cannot run jobs unlocked;
 //     nil and zero values refuse too.
+//   - Operators' controls (ormlock.Pause, Resume, Skip, Rerun, carried
+//     out by the adapters' Act) reach the Locker and the JobWrapper
+//     through RunScheduled, on every replica. A paused job's firing runs
+//     nothing, its slot is recorded 'skipped', and the error wraps
+//     [ormlock.ErrPaused]: a skip, not reported. A slot asked to rerun
+//     runs once on the next firing of any replica, after the firing's own
+//     slot: the JobWrapper calls its job again (a [JobFunc] reads the
+//     slot with ormlock.Slot); the Locker calls the function of the job's
+//     [Locker.Task] itself, before Unlock returns; a Locker job without a
+//     Task, which the Locker cannot call, runs the rerun in place of a
+//     firing whose own slot is taken (with several replicas, the next
+//     firing; [Locker.Slot] names it). The [Elector] knows no jobs: the
+//     job controls do not reach jobs run under it alone. See
+//     docs/SCHEDULES.md (Operators' controls).
 //   - The ledger table is not created here: call gormlock.Migrate (or
 //     entlock.Migrate, sqllock.Migrate, pgxlock.Migrate) at start-up, as for RunOnce; a missing table makes
 //     every run fail with an error that says so.

@@ -30,7 +30,11 @@ import (
 // run. A shutdown never leaves a 'running' row or a held lock behind. The job
 // name is gocron's (gocron.WithName), the same on every replica. The job's
 // context is gocron's unless [Locker.Task] wraps its task, which then runs
-// under the run's lock context. A Locker is safe for concurrent use. See
+// under the run's lock context. A slot an operator asked to rerun
+// ([ormlock.Rerun]) runs at the next firing of any replica: after the
+// firing's own run, by the Task's function, before Unlock returns; or, for
+// a job without a Task, in place of a firing whose own slot is taken (see
+// docs/SCHEDULES.md, Operators' controls). A Locker is safe for concurrent use. See
 // docs/SCHEDULES.md (Locker (gocron); The job's context).
 type Locker struct {
 	b     Backend
@@ -92,7 +96,8 @@ func (l *Locker) schedule(job string) (ormlock.Schedule, error) {
 
 // Lock claims the current slot of job for this instance, and holds it until
 // the returned lock's Unlock. It returns an error wrapping
-// [ormlock.ErrAlreadyDone] when the slot has been run,
+// [ormlock.ErrAlreadyDone] when the slot has been run, [ormlock.ErrPaused]
+// when an operator paused the job (the slot is recorded 'skipped'),
 // [ormlock.ErrNotAcquired] when another instance is running it (or, with
 // [WithExclusive], running the job) or when ctx ended before the run was
 // claimed (the error wraps ctx's cause too), and any other error when the
@@ -124,11 +129,18 @@ func (l *Locker) Lock(ctx context.Context, job string) (gocron.Lock, error) {
 	}
 	h := &heldRun{l: l, job: job, slot: slot, gctx: ctx, cfg: &l.cfg, b: l.b, release: make(chan struct{}), done: make(chan error, 1)}
 	started := make(chan struct{})
-	firing := schedhook.Firing(false)
+	extra := []ormlock.Option{schedhook.Firing(false)}
 	if l.firstFiring(job) {
 		// one firing, one run: with ormlock.WithCatchUp, the newest slot
 		// of the window that has not run, the current one if it has not
-		firing = schedhook.Firing(true)
+		extra[0] = schedhook.Firing(true)
+	}
+	if !l.hasTask(job) {
+		// gocron runs the job once per Lock, and the Locker cannot call
+		// it: a slot an operator asked to rerun runs in place of a
+		// firing's own slot that is taken, never after it (see
+		// docs/SCHEDULES.md, Operators' controls)
+		extra = append(extra, schedhook.OneRun())
 	}
 
 	// The attempt honours ctx; the hold, once the slot is claimed, does
@@ -138,7 +150,15 @@ func (l *Locker) Lock(ctx context.Context, job string) (gocron.Lock, error) {
 	detach := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
 	go func() {
 		defer cancel(nil)
+		calls := 0
 		h.done <- l.cfg.claim(hctx, l.b, job, s, now, func(rctx context.Context) error {
+			if calls++; calls > 1 {
+				// a slot an operator asked to rerun, after the firing's
+				// own run: the job's Task runs it
+				err := l.rerun(h, rctx)
+				h.failed = h.failed || err != nil
+				return err
+			}
 			if ran, ok := ormlock.Slot(rctx); ok {
 				h.slot = ran // a caught-up slot; read after started
 			}
@@ -151,8 +171,9 @@ func (l *Locker) Lock(ctx context.Context, job string) (gocron.Lock, error) {
 			}
 			close(started)
 			<-h.release
+			h.failed = h.failure != nil
 			return h.failure // set by JobFailed before Unlock, if the job failed
-		}, firing)
+		}, extra...)
 	}()
 	select {
 	case <-started:
@@ -355,6 +376,7 @@ type heldRun struct {
 	gctx    context.Context // the context Lock was given: gocron's job context
 	ctx     context.Context // the run's (its verb's fn context), for its Task
 	wrapped bool            // taken by a Task (l.mu)
+	failed  bool            // a run of the firing failed (claim goroutine; read after done)
 	cfg     *config
 	b       Backend
 	release chan struct{}
@@ -372,7 +394,9 @@ func (h *heldRun) Unlock(context.Context) error {
 	h.once.Do(func() {
 		h.l.unhold(h)
 		close(h.release)
-		if err := <-h.done; err != nil {
+		if err := <-h.done; err != nil && (h.failed || !skipped(err)) {
+			// a skip after the run (a rerun that another replica took)
+			// is none of the firing's errors
 			h.err = wrapf(err, "job %q, slot %s", h.job, h.slot.Format(time.RFC3339Nano))
 			h.cfg.report(h.err)
 		}

@@ -84,10 +84,11 @@ func (c *config) report(err error) {
 }
 
 // skipped reports whether err is an expected outcome for a replica that
-// does not run: another instance holds the slot or leads, or the slot is
-// done.
+// does not run: another instance holds the slot or leads, the slot is
+// done, or an operator paused the job (ormlock.ErrPaused: every replica's
+// firing is skipped while it is paused, which is no failure to report).
 func skipped(err error) bool {
-	return errors.Is(err, ormlock.ErrAlreadyDone) || errors.Is(err, ormlock.ErrNotAcquired)
+	return errors.Is(err, ormlock.ErrAlreadyDone) || errors.Is(err, ormlock.ErrNotAcquired) || errors.Is(err, ormlock.ErrPaused)
 }
 
 // WithJobSchedule sets the schedule of one job of a [Locker]: the slot of a
@@ -113,7 +114,8 @@ func WithJobSchedule(job string, schedule ormlock.Schedule) Option {
 }
 
 // WithErrorHandler sets the function that receives every error other than a
-// skip (a slot done, or held by another instance): a run that could not
+// skip (a slot done, held by another instance, or of a job an operator
+// paused: [ormlock.ErrPaused]): a run that could not
 // start, a failed release or a lost lock, a wrapped job's error, a failed or
 // lost leadership. It is called on the scheduler's or the Elector's goroutine
 // and must not block for long. Applies to all constructors. The default logs

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/ormlock/ormlock"
 )
@@ -24,6 +25,13 @@ import (
 // panic, which goes on to gocron) marks the run's slot 'failed' as
 // [Locker.JobFailed] does, for this run even when several of the job are in
 // progress, so a wrapped job needs no [Locker.RecordFailures].
+//
+// fn also runs the slots an operator asked to rerun ([ormlock.Rerun]):
+// after a firing's own run, the Locker calls fn for each pending rerun
+// (ormlock.Slot(ctx) the rerun's slot), on the claim's goroutine rather
+// than gocron's, before the firing's Unlock returns; its error or panic
+// (recovered) marks that slot 'failed' and is reported. The fn of the
+// job's last Task call runs them.
 //
 // gocron calls Lock and then the task on one goroutine, with one context
 // per job, shared by all its runs; the task takes the run that this
@@ -63,6 +71,7 @@ func (l *Locker) Task(job string, fn func(ctx context.Context) error) func(ctx c
 	if l.tasks[job] == nil {
 		l.tasks[job] = &handoff{}
 	}
+	l.tasks[job].fn = fn // the last Task of job runs its reruns
 	l.mu.Unlock()
 	return func(ctx context.Context) error {
 		h, err := l.take(job, ctx)
@@ -79,6 +88,52 @@ func (l *Locker) Task(job string, fn func(ctx context.Context) error) func(ctx c
 type handoff struct {
 	pending *heldRun      // locked, not yet taken by the task nor unlocked
 	taken   chan struct{} // closed when pending is taken or unlocked
+	// fn is the job's function (of its last Task), which runs the slots
+	// an operator asked to rerun after a firing's own run (Locker.rerun)
+	fn func(ctx context.Context) error
+}
+
+// hasTask reports whether job has a Task, whose function can run a
+// second slot in one firing (a rerun).
+func (l *Locker) hasTask(job string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.tasks[job] != nil
+}
+
+// rerun runs, for h's firing, a slot of its job that an operator asked
+// to rerun (ormlock.Rerun), after the firing's own run ended (Unlock):
+// the job's Task function with rctx, the rerun's lock context
+// (ormlock.Slot is the rerun's slot), ended also when gocron's job
+// context ends. It runs on the claim's goroutine, before Unlock returns,
+// so gocron counts it as part of the firing. Its error or panic marks the
+// slot 'failed' and is reported by Unlock.
+func (l *Locker) rerun(h *heldRun, rctx context.Context) (err error) {
+	l.mu.Lock()
+	var fn func(ctx context.Context) error
+	if ho := l.tasks[h.job]; ho != nil {
+		fn = ho.fn
+	}
+	l.mu.Unlock()
+	slot, _ := ormlock.Slot(rctx)
+	at := slot.Format(time.RFC3339Nano)
+	switch {
+	case fn == nil: // unreachable: Lock asks for one run without a Task
+		return fmt.Errorf("ormlock: scheduler: job %q: the rerun of slot %s needs the job's Locker.Task, which can run a second slot in one firing", h.job, at)
+	case h.gctx.Err() != nil:
+		return wrapf(context.Cause(h.gctx), "job %q: gocron's context ended before the rerun of slot %s started", h.job, at)
+	}
+	ctx, cancel := context.WithCancelCause(rctx)
+	stop := context.AfterFunc(h.gctx, func() { cancel(context.Cause(h.gctx)) })
+	defer func() {
+		stop()
+		cancel(nil)
+		if p := recover(); p != nil {
+			// not gocron's goroutine: nobody would recover it
+			err = fmt.Errorf("ormlock: scheduler: job %q, rerun of slot %s: panic: %v", h.job, at, p)
+		}
+	}()
+	return fn(ctx)
 }
 
 // take returns the run of job that this Locker's Lock claimed on ctx, for

@@ -60,6 +60,19 @@
 // observer counts them (a process's own counts; otelormlock exports a
 // fleet's, by key with its WithKeyAttribute).
 //
+// # JSON API
+//
+// The same handler answers JSON under /api/v1/ for scripts and
+// dashboards: /api/v1/jobs (paged by name, each job with its newest run),
+// /api/v1/jobs/{job}/runs (paged by slot: ?limit= and a ?before= cursor,
+// with a next link), /api/v1/runs?job= (the same for any name),
+// /api/v1/holders, /api/v1/leaders, /api/v1/fences, /api/v1/controls and
+// /api/v1/actions?job=. Field names are versioned with the path (snake_case,
+// RFC 3339 times in UTC, durations in milliseconds), the JSON is ASCII
+// only (every other character a \u escape, so hostile names are inert and
+// exact), and the pages' host check, deadline, bounds and read-only rules
+// hold, with errors as {"error": "..."}: see docs/OPERATIONS.md (API).
+//
 // What it cannot show: PostgreSQL advisory keys are hashes and MySQL named
 // locks carry no listing that says what they are for, so the view shows
 // the holders of the keys it is given (WithLocks, WithLeaders), not of

@@ -79,7 +79,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	hd.Set("X-Frame-Options", "DENY")
 	hd.Set("Cache-Control", "no-store")
 	if !h.s.hostAllowed(req.Host) {
-		plain(w, http.StatusMisdirectedRequest, "ormlock webui: this view does not answer for the host named in the request (see webui.WithAllowedHosts, ormlock ui --allow-host)")
+		refuse(w, req, http.StatusMisdirectedRequest, "ormlock webui: this view does not answer for the host named in the request (see webui.WithAllowedHosts, ormlock ui --allow-host)")
 		return
 	}
 	switch req.Method {
@@ -90,7 +90,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		w = headWriter{w}
 	default:
 		hd.Set("Allow", "GET, HEAD")
-		plain(w, http.StatusMethodNotAllowed, "ormlock webui: read-only: GET and HEAD only")
+		refuse(w, req, http.StatusMethodNotAllowed, "ormlock webui: read-only: GET and HEAD only")
 		return
 	}
 	switch req.URL.Path {
@@ -103,6 +103,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		hd.Set("Cache-Control", "max-age=300")
 		_, _ = w.Write(styleCSS)
 	default:
+		if isAPI(req.URL.Path) {
+			h.api(w, req) // the JSON API (api.go)
+			return
+		}
 		plain(w, http.StatusNotFound, "ormlock webui: no such page")
 	}
 }

@@ -20,6 +20,15 @@
 //	                                               an asynchronous replica
 //	ormlock --version                              the module version it was built from
 //	ormlock ui [flags]                             webui.Handler on 127.0.0.1:8080
+//	ormlock runs --json JOB, holder --json KEY     the JSON API's RunList, HolderList
+//	ormlock pause JOB, ormlock resume JOB          gormlock.Act(ormlock.Pause/Resume)
+//	ormlock skip JOB SLOT, ormlock rerun JOB SLOT  gormlock.Act(ormlock.Skip/Rerun); SLOT RFC 3339
+//	ormlock lead resign KEY                        gormlock.Act(ormlock.Resign), --cooldown
+//	ormlock controls, ormlock actions [JOB]        gormlock.Controls, gormlock.Actions
+//
+// The actions take --author (default $USER@hostname) and --reason, and
+// --json prints the actions log's entry; they change only ormlock's own
+// tables. See docs/OPERATIONS.md (Command).
 //
 // The database is --dsn or $ORMLOCK_DSN: a postgres:// (or postgresql://)
 // URL or key=value string, opened with pgx, or a mysql:// URL or a
@@ -70,7 +79,9 @@
 // A lost leadership is no exit: COMMAND's processes are stopped as by
 // ormlock run on a loss, and ormlock campaigns again.
 //
-// The other commands exit 0, 2 on a usage error, 70 on any other error.
+// The other commands exit 0, 2 on a usage error, 70 on any other error;
+// pause, resume, skip, rerun and lead resign exit 2 too when the action is
+// refused (nothing changed then).
 // An unreachable server is 70, not 2: the invocation may be right and a
 // retry may work.
 //

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/gormlock"
+	"github.com/ormlock/ormlock/internal/apiv1"
 	"github.com/ormlock/ormlock/internal/config"
 	"github.com/ormlock/ormlock/internal/keys"
 	"github.com/ormlock/ormlock/keyhash"
@@ -67,6 +68,11 @@ server's clock:
 A free lock prints "free", and stderr says which namespace was looked in:
 a lock taken under another namespace (--namespace, $ORMLOCK_NAMESPACE) is
 another lock.
+
+--json prints {"holders": [...]} instead, one entry per line above (a free
+key's entry has "held": false; a --once-per run's has its "run_slot"), with
+the JSON API's field names (docs/OPERATIONS.md, API): durations in
+milliseconds, times RFC 3339 in UTC, ASCII only.
 `
 
 // holderRuns is how many of a job's latest runs holder reads for running
@@ -79,6 +85,7 @@ func holderCmd(args []string, stdout, stderr io.Writer) error {
 	c.register(fs, true) // on MySQL/MariaDB the owners table is the ledger's
 	maxHolders := fs.fl.Int("max-holders", 0, "KEY is a semaphore of `N` slots (ormlock run --max-holders N): list the holder of each held slot")
 	lease := fs.fl.Bool("lease", false, "KEY is a lease (ormlock run --lease, WithLease): read the lease table only")
+	asJSON := fs.fl.Bool("json", false, "print the holders as JSON (the API's field names: docs/OPERATIONS.md, API)")
 	arg, key, err := parseKeyArg(fs, args, "KEY")
 	if err != nil {
 		return err
@@ -93,54 +100,95 @@ func holderCmd(args []string, stdout, stderr io.Writer) error {
 	if *lease {
 		opts = append(opts, ormlock.WithLease(0)) // the TTL is the holder's
 	}
+	out := &holderOut{json: *asJSON, key: key.String(), w: stdout, list: apiv1.HolderList{Holders: []apiv1.Holder{}}}
 	if *maxHolders > 0 {
-		return withDB(&c, func(db *gorm.DB) error { return semaphoreHolders(db, arg, key, *maxHolders, &c, opts, stdout, stderr) })
+		return withDB(&c, func(db *gorm.DB) error {
+			return out.flush(semaphoreHolders(db, arg, key, *maxHolders, &c, opts, out, stderr))
+		})
 	}
-	return withDB(&c, func(db *gorm.DB) error {
-		h, err := gormlock.Holder(db, key, opts...)
-		if err != nil {
-			return err
-		}
-		if h.Held || !keys.IsName(keys.Key(key)) {
-			fmt.Fprintln(stdout, h.String())
-			if !h.Held {
-				fmt.Fprintf(stderr, "ormlock: %q is free %s\n", arg, c.where())
-			}
-			return nil
-		}
-		// A --once-per job: the lock is its run's.
-		found, stale, ledgerErr, err := c.runHolders(db, arg, opts, stdout)
-		if err != nil || found {
-			return err
-		}
-		fmt.Fprintln(stdout, h.String())
-		if ledgerErr != nil {
-			// The ledger is a second place to look, not what was asked.
-			fmt.Fprintf(stderr, "ormlock: %q is free %s; ledger table %s was not read, so a --once-per run of it would not show: %s\n", arg, c.where(), c.ledger, bare(ledgerErr))
-			return nil
-		}
-		fmt.Fprintf(stderr, "ormlock: %q is free %s, and ledger table %s has no run of it holding its lock (ormlock run --once-per)\n", arg, c.where(), c.ledger)
-		for _, r := range stale {
-			fmt.Fprintf(stderr, "ormlock: the run of slot %s is recorded running (owner %s, started %s) but nobody holds its lock: stale, its owner died or lost the lock before recording the end; "+
-				"a later trigger of that slot (--catch-up, a retry within the slot) takes it over, and gormlock.Prune deletes it once older than its window\n",
-				r.Slot.UTC().Format(time.RFC3339), quoteField(r.Owner), r.Started.UTC().Format(time.RFC3339))
+	return withDB(&c, func(db *gorm.DB) error { return out.flush(holderOf(db, arg, key, &c, opts, out, stderr)) })
+}
+
+// holderOf prints the holder of key (arg as given), or of its --once-per
+// runs.
+func holderOf(db *gorm.DB, arg string, key ormlock.Key, c *common, opts []ormlock.Option, out *holderOut, stderr io.Writer) error {
+	h, err := gormlock.Holder(db, key, opts...)
+	if err != nil {
+		return err
+	}
+	if h.Held || !keys.IsName(keys.Key(key)) {
+		out.add(h, time.Time{})
+		if !h.Held {
+			fmt.Fprintf(stderr, "ormlock: %q is free %s\n", arg, c.where())
 		}
 		return nil
-	})
+	}
+	// A --once-per job: the lock is its run's.
+	found, stale, ledgerErr, err := c.runHolders(db, arg, opts, out)
+	if err != nil || found {
+		return err
+	}
+	out.add(h, time.Time{})
+	if ledgerErr != nil {
+		// The ledger is a second place to look, not what was asked.
+		fmt.Fprintf(stderr, "ormlock: %q is free %s; ledger table %s was not read, so a --once-per run of it would not show: %s\n", arg, c.where(), c.ledger, bare(ledgerErr))
+		return nil
+	}
+	fmt.Fprintf(stderr, "ormlock: %q is free %s, and ledger table %s has no run of it holding its lock (ormlock run --once-per)\n", arg, c.where(), c.ledger)
+	for _, r := range stale {
+		fmt.Fprintf(stderr, "ormlock: the run of slot %s is recorded running (owner %s, started %s) but nobody holds its lock: stale, its owner died or lost the lock before recording the end; "+
+			"a later trigger of that slot (--catch-up, a retry within the slot) takes it over, and gormlock.Prune deletes it once older than its window\n",
+			r.Slot.UTC().Format(time.RFC3339), quoteField(r.Owner), r.Started.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// holderOut prints holders: a line each (HolderInfo.String), or with
+// --json one apiv1.HolderList when flushed.
+type holderOut struct {
+	json bool
+	key  string // the key's text, for JSON
+	w    io.Writer
+	list apiv1.HolderList
+}
+
+// add prints h, the holder of the run of slot run when run is not zero.
+func (o *holderOut) add(h ormlock.HolderInfo, run time.Time) {
+	switch {
+	case o.json:
+		j := apiv1.HolderOf(o.key, h)
+		if !run.IsZero() {
+			r := run.UTC()
+			j.RunSlot = &r
+		}
+		o.list.Holders = append(o.list.Holders, j)
+	case run.IsZero():
+		fmt.Fprintln(o.w, h.String())
+	default:
+		fmt.Fprintf(o.w, "run=%s %s\n", run.UTC().Format(time.RFC3339Nano), h.String())
+	}
+}
+
+// flush writes the JSON list, unless err.
+func (o *holderOut) flush(err error) error {
+	if err != nil || !o.json {
+		return err
+	}
+	return apiv1.Encode(o.w, o.list, true)
 }
 
 // semaphoreHolders prints the holder of each held slot of the semaphore of
 // n slots on key, or "free" when none is held.
-func semaphoreHolders(db *gorm.DB, arg string, key ormlock.Key, n int, c *common, opts []ormlock.Option, stdout, stderr io.Writer) error {
+func semaphoreHolders(db *gorm.DB, arg string, key ormlock.Key, n int, c *common, opts []ormlock.Option, out *holderOut, stderr io.Writer) error {
 	hs, err := gormlock.Holders(db, ormlock.Semaphore(key, n), opts...)
 	if err != nil {
 		return err
 	}
 	for _, h := range hs {
-		fmt.Fprintln(stdout, h.String())
+		out.add(h, time.Time{})
 	}
 	if len(hs) == 0 {
-		fmt.Fprintln(stdout, ormlock.HolderInfo{}.String())
+		out.add(ormlock.HolderInfo{}, time.Time{})
 		fmt.Fprintf(stderr, "ormlock: no slot of the semaphore %q (%d slots) is held %s\n", arg, n, c.where())
 	}
 	return nil
@@ -153,7 +201,7 @@ func semaphoreHolders(db *gorm.DB, arg string, key ormlock.Key, n int, c *common
 // missing ledger table is no runs; ledgerErr is why the ledger could not
 // be read otherwise (no database selected, no privilege), and err the
 // failure of a holder lookup.
-func (c *common) runHolders(db *gorm.DB, job string, opts []ormlock.Option, stdout io.Writer) (found bool, stale []ormlock.Run, ledgerErr, err error) {
+func (c *common) runHolders(db *gorm.DB, job string, opts []ormlock.Option, out *holderOut) (found bool, stale []ormlock.Run, ledgerErr, err error) {
 	runs, rerr := gormlock.Runs(db, job, holderRuns, opts...)
 	switch {
 	case errors.Is(rerr, ormlock.ErrInvalidArgument) || isMissingTable(rerr):
@@ -176,7 +224,7 @@ func (c *common) runHolders(db *gorm.DB, job string, opts []ormlock.Option, stdo
 			continue
 		}
 		found = true
-		fmt.Fprintf(stdout, "run=%s %s\n", r.Slot.UTC().Format(time.RFC3339Nano), h.String())
+		out.add(h, r.Slot)
 	}
 	return found, stale, nil, nil
 }
@@ -200,9 +248,15 @@ the end), owner, start, duration and error. A run of ormlock run --once-per
 --lease that holds its live lease shows "running (lease)"; once its lease has
 expired without the end recorded, it is stale.
 
+--json prints {"job": ..., "runs": [...]} instead, with the JSON API's
+field names (docs/OPERATIONS.md, API): "status" is the ledger's (running,
+done, failed, skipped, rerun) and "stale" says whether a running run's lock
+was found free.
+
 Examples:
   ormlock runs --dsn "$DSN" nightly-report
   ormlock runs --limit 30 --ledger-table billing_runs nightly-report
+  ormlock runs --json nightly-report | jq -r '.runs[] | select(.status == "failed") | .slot'
 `
 
 func runsCmd(args []string, stdout, stderr io.Writer) error {
@@ -210,6 +264,7 @@ func runsCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("runs", runsUsage, stdout)
 	c.register(fs, true)
 	limit := fs.fl.Int("limit", 10, "show at most `N` runs")
+	asJSON := fs.fl.Bool("json", false, "print the runs as JSON (the API's field names: docs/OPERATIONS.md, API)")
 	job, err := parseOneArg(fs, args, "JOB")
 	if err != nil {
 		return err
@@ -228,6 +283,9 @@ func runsCmd(args []string, stdout, stderr io.Writer) error {
 		}
 		if len(runs) == 0 {
 			fmt.Fprintf(stderr, "ormlock: no runs of %q in ledger table %s %s\n", job, c.ledger, c.where())
+		}
+		if *asJSON {
+			return apiv1.Encode(stdout, apiv1.RunList{Job: job, Runs: apiv1.RunsOf(runs)}, true)
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "SLOT\tSTATUS\tOWNER\tSTARTED\tDURATION\tERROR")

@@ -62,6 +62,10 @@ connection, checked every --keepalive.
 
 KEY reads as in ormlock run (a name, id:N, pair:C,O, name:X).
 
+ormlock lead resign KEY (no --) asks KEY's current leader to step down
+instead: see ormlock lead resign --help. A campaign for a key named
+"resign" is ormlock lead resign -- COMMAND.
+
 Exit statuses: COMMAND's own (128+n when signal n killed it); 2 usage error;
 70 ormlock error (database unreachable at start, login refused); 77 lock
 lost as COMMAND exited by itself; 126/127 COMMAND not executable/not found;
@@ -80,6 +84,9 @@ Examples:
 `
 
 func leadCmd(args []string, stdout, stderr io.Writer) error {
+	if isResign(args) {
+		return actCmd(actSpecs["lead resign"], args[1:], stdout, stderr)
+	}
 	var f runFlags
 	f.tz, f.policy = "UTC", "latest" // --once-per's, not lead's: check passes them
 	var fencing bool

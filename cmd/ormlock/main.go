@@ -65,6 +65,12 @@ var commands = []struct {
 	{"migrate", "create the ledger table for --once-per", migrateCmd},
 	{"fence", "advance every fencing counter after a failover (fence advance --by N)", fenceCmd},
 	{"ui", "serve a read-only web view of the runs, locks and leaders", uiCmd},
+	{"pause", "pause a job on every replica (its slots are recorded skipped)", pauseCmd},
+	{"resume", "resume a paused job", resumeCmd},
+	{"skip", "record a slot of a job skipped, so that it never runs", skipCmd},
+	{"rerun", "run a failed, skipped or missed slot again at the job's next firing", rerunCmd},
+	{"controls", "show the jobs' controls: paused or not, by whom, the schedule", controlsCmd},
+	{"actions", "show the operators' actions log", actionsCmd},
 }
 
 const mainUsage = `ormlock: flock(1) for a fleet, on the database it already has.
@@ -78,6 +84,11 @@ Usage:
   ormlock migrate [flags]
   ormlock fence advance --by N [flags]
   ormlock ui [flags]           (a web view on 127.0.0.1:8080)
+  ormlock pause|resume [flags] JOB
+  ormlock skip|rerun [flags] JOB SLOT        (SLOT: RFC 3339)
+  ormlock lead resign [flags] KEY
+  ormlock controls [flags]
+  ormlock actions [flags] [JOB]
   ormlock help COMMAND         (or ormlock COMMAND --help)
   ormlock --version            (or ormlock version)
 
@@ -111,7 +122,8 @@ Exit statuses of ormlock run:
   128+n           ormlock was interrupted by signal n before COMMAND started
 ormlock lead exits with COMMAND's status when it ends by itself, and as
 ormlock run otherwise (2, 70, 77, 126, 127, 128+n): see ormlock lead --help.
-The other commands exit 0, 2 on a usage error and 70 on any other error.
+The other commands exit 0, 2 on a usage error (pause, resume, skip, rerun
+and lead resign also on an action refused) and 70 on any other error.
 
 Examples:
   export ORMLOCK_DSN=postgres://app:secret@db.internal:5432/app
@@ -121,6 +133,10 @@ Examples:
   0 2 * * * ormlock run --once-per '0 2 * * *' --done-exit-code 0 --conflict-exit-code 0 nightly-report -- ./report.sh
   ormlock holder backup
   ormlock runs nightly-report
+  ormlock runs --json nightly-report | jq '.runs[] | select(.status == "failed")'
+  ormlock pause --reason "incident 42" nightly-report   # author: $USER@hostname
+  ormlock rerun nightly-report 2026-12-03T02:00:00Z
+  ormlock lead resign queue-consumer
 `
 
 func printMainUsage(w io.Writer) {

@@ -103,6 +103,10 @@ type Config struct {
 	// Firing is how RunScheduled answers a scheduler's firing
 	// (schedhook.Firing): as configured, or with one run.
 	Firing Firing
+	// OneRun makes RunScheduled call fn at most once (schedhook.OneRun):
+	// a pending rerun runs only in place of a slot of the call's own that
+	// it did not run (taken, done, paused), never after one it ran.
+	OneRun bool
 	// Lease, when positive, takes the lock as a lease of this time to
 	// live (ormlock.WithLease): a row of LeaseTable, not a server lock.
 	Lease time.Duration

@@ -26,7 +26,10 @@ import (
 //     takes a failed one; on other replicas the same slot is
 //     ErrNotAcquired or ErrAlreadyDone): one read of the ledger per
 //     firing, by its primary key's prefix (namespace, job). None runs
-//     when the firing's own slot is paused.
+//     when the firing's own slot is paused. Under schedhook.OneRun (a
+//     scheduler that answers one firing with one run) the reruns are read
+//     only when the own slot was a skip, and the first that runs ends
+//     the firing.
 //
 // Both happen only where the controls table exists (ControlsOn): a
 // ledger without it costs nothing more.
@@ -83,7 +86,8 @@ func (r Reader) reruns(ctx context.Context, job string) ([]time.Time, error) {
 // result: err unless it is a skip and a rerun ran (nil) or failed (its
 // error).
 func (r Reader) afterCurrent(ctx context.Context, job string, run func(slot time.Time) error, err error) error {
-	if !r.Controls || errors.Is(err, errs.ErrPaused) {
+	if !r.Controls || errors.Is(err, errs.ErrPaused) || r.Cfg.OneRun && !skip(err) {
+		// schedhook.OneRun: a rerun only in place of an own slot not run
 		return err
 	}
 	slots, rerr := r.reruns(ctx, job)
@@ -95,6 +99,9 @@ func (r Reader) afterCurrent(ctx context.Context, job string, run func(slot time
 		switch rerr := run(slot); {
 		case rerr == nil:
 			ran = true
+			if r.Cfg.OneRun {
+				return nil
+			}
 		case skip(rerr):
 		case errors.Is(rerr, errs.ErrPaused):
 			return err
