@@ -18,15 +18,11 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 test: deps
 	@$(MAKE) --no-print-directory test-modules
 
-## test-modules: make test without installing anything first
+## test-modules: make test without installing anything first: every
+## module's tests side by side, the root module's slow conformance suite in
+## shards (scripts/test-modules says how)
 test-modules:
-	@failed=""; for m in $(MODULES); do \
-		echo "==> go test -race ./... in $$m"; \
-		(cd $$m && $(GO) test -race -count=1 -timeout 20m ./...) || failed="$$failed $$m"; \
-	done; \
-	echo "==> scripts/consumer-check"; GO=$(GO) scripts/consumer-check || failed="$$failed consumer-check"; \
-	if [ -n "$$failed" ]; then echo "make test: FAILED in:$$failed"; exit 1; fi; \
-	echo "make test: every module passed"
+	@GO=$(GO) scripts/test-modules $(MODULES)
 
 ## deps: install the Debian packages the tests need, when missing (redis-server
 ## serves the bench module's Redis contender, whose smoke test runs in make test;

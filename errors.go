@@ -95,6 +95,8 @@ type PanicError = errs.PanicError
 // ErrPaused is returned by RunOnce and RunScheduled (and so by the
 // scheduler's Locker, Task and JobWrapper) for a slot of a job an operator
 // paused ([Pause]): the slot is recorded 'skipped' in the ledger with the
-// pause's reason and is never run later, not even by catch-up after the
-// job is resumed; fn is not called. See docs/OPERATIONS.md.
+// pause's reason and is not run later, not even by catch-up after the
+// job is resumed, unless an operator reruns it ([Rerun]); fn is not
+// called. A slot already done or skipped answers [ErrAlreadyDone] as
+// before. See docs/OPERATIONS.md.
 var ErrPaused = errs.ErrPaused

@@ -222,21 +222,21 @@ func testSkewedNode(t *testing.T, g *testdb.Galera, dbs []*sql.DB) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if h.lost() {
-		t.Errorf("the holder on node 1 lost its lease (%v) with node 3's clock %v ahead", h.cause, skew)
+	if h.Lost() {
+		t.Errorf("the holder on node 1 lost its lease (%v) with node 3's clock %v ahead", h.Cause, skew)
 	}
-	h.release()
-	if err := <-h.err; err != nil {
+	h.Release()
+	if err := <-h.Err; err != nil {
 		t.Errorf("holder on node 1: %v", err)
 	}
 	after, _, err := epochOf(t, dbs[2], "galera-skew", lease, ormlock.WithWait(10*time.Second))
 	t.Logf("figure: Galera, node 3's clock %v ahead (measured %v), lease TTL %v held on node 1 for %v: node 3 took it %d times in %d tries; after release node 3 got epoch %d (holder's %d)",
-		skew, g.Nodes[2].Skew(t), ttl, 4*ttl, taken, tries, after, h.epoch)
+		skew, g.Nodes[2].Skew(t), ttl, 4*ttl, taken, tries, after, h.Epoch)
 	if taken != 0 {
 		t.Errorf("node 3 took the lease %d times while node 1 held it", taken)
 	}
-	if err != nil || after <= h.epoch {
-		t.Errorf("after release: epoch %d, %v; want one above %d", after, err, h.epoch)
+	if err != nil || after <= h.Epoch {
+		t.Errorf("after release: epoch %d, %v; want one above %d", after, err, h.Epoch)
 	}
 }
 
@@ -259,28 +259,28 @@ func TestGaleraLeaseNodeKill(t *testing.T) {
 	killed := time.Now()
 	g.Kill(t, 2)
 	t.Logf("figure: Galera: node 3 killed (kill -9); nodes 1 and 2 synced as a cluster of 2 after %v", time.Since(killed).Round(time.Millisecond))
-	doomed.waitLost(t, "node 3's holder", 2*ttl)
+	waitLost(t, doomed, "node 3's holder", 2*ttl)
 	taken, grantedAt, err := epochOf(t, dbs[1], "galera-kill-lost", lease, ormlock.WithWait(3*ttl))
 	if err != nil {
 		t.Fatalf("node 2 taking over node 3's lease: %v", err)
 	}
 	t.Logf("figure: Galera, lease TTL %v: node 3's holder learned of the loss %v after the kill; node 2 took the lease over %v after the kill, epoch %d (was %d)",
-		ttl, doomed.endedAt.Sub(killed).Round(time.Millisecond), grantedAt.Sub(killed).Round(time.Millisecond), taken, doomed.epoch)
-	if taken <= doomed.epoch {
-		t.Errorf("takeover epoch %d, want above %d", taken, doomed.epoch)
+		ttl, doomed.EndedAt.Sub(killed).Round(time.Millisecond), grantedAt.Sub(killed).Round(time.Millisecond), taken, doomed.Epoch)
+	if taken <= doomed.Epoch {
+		t.Errorf("takeover epoch %d, want above %d", taken, doomed.Epoch)
 	}
-	if !doomed.endedAt.Before(grantedAt) {
-		t.Errorf("node 2 was granted the lease (%v) before node 3's holder learned of its loss (%v)", grantedAt, doomed.endedAt)
+	if !doomed.EndedAt.Before(grantedAt) {
+		t.Errorf("node 2 was granted the lease (%v) before node 3's holder learned of its loss (%v)", grantedAt, doomed.EndedAt)
 	}
 	if _, _, err := epochOf(t, dbs[1], "galera-kill-kept", lease); !errors.Is(err, ormlock.ErrNotAcquired) {
 		t.Errorf("node 2 taking node 1's held lease: %v, want ErrNotAcquired", err)
 	}
 	time.Sleep(ttl)
-	if kept.lost() {
-		t.Errorf("node 1's holder lost its lease (%v) when node 3 was killed", kept.cause)
+	if kept.Lost() {
+		t.Errorf("node 1's holder lost its lease (%v) when node 3 was killed", kept.Cause)
 	}
-	kept.release()
-	if err := <-kept.err; err != nil {
+	kept.Release()
+	if err := <-kept.Err; err != nil {
 		t.Errorf("node 1's holder: %v", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/internal/testdb/holding"
 	"github.com/ormlock/ormlock/sqllock"
 )
 
@@ -92,81 +93,18 @@ func contend(t *testing.T, v leaseVerb, dbs []*sql.DB, workers int, base string,
 	return holders.Max(), n
 }
 
-// holding is a Session holding a lease in the background until release
-// is called or its lease is lost.
-type holding struct {
-	epoch   int64         // the lease's epoch (fencing token)
-	done    chan struct{} // closed when fn's ctx ended
-	cause   error         // context.Cause of fn's ctx, set before done closes
-	endedAt time.Time     // when fn saw its ctx end
-	err     chan error    // Session's result
-	release func()
-}
-
 // hold starts a Session of key on db with opts and waits until fn runs.
-func hold(t *testing.T, db *sql.DB, key string, opts ...ormlock.Option) *holding {
+func hold(t *testing.T, db *sql.DB, key string, opts ...ormlock.Option) *holding.Holding {
 	t.Helper()
-	h := &holding{done: make(chan struct{}), err: make(chan error, 1)}
-	stop := make(chan struct{})
-	var once sync.Once
-	h.release = func() { once.Do(func() { close(stop) }) }
-	in := make(chan struct{})
-	go func() {
-		h.err <- sqllock.Session(context.Background(), db, key, func(ctx context.Context) error {
-			h.epoch, _ = ormlock.FencingToken(ctx)
-			close(in)
-			select {
-			case <-ctx.Done():
-				h.endedAt = time.Now()
-				h.cause = context.Cause(ctx)
-				close(h.done)
-				return ctx.Err()
-			case <-stop:
-				return nil
-			}
-		}, opts...)
-	}()
-	select {
-	case <-in:
-	case err := <-h.err:
-		t.Fatalf("Session %q: %v", key, err)
-	case <-time.After(30 * time.Second):
-		t.Fatalf("Session %q: not held after 30s", key)
-	}
-	t.Cleanup(h.release)
-	return h
+	return holding.Start(t, db, key, opts...)
 }
 
-// lost reports whether the holder's fn ctx ended (its lease lost).
-func (h *holding) lost() bool {
-	select {
-	case <-h.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// waitLost waits up to d for the holder to learn of the loss and checks
-// the cause and Session's error are ErrLockLost.
-func (h *holding) waitLost(t *testing.T, what string, d time.Duration) {
+// waitLost waits up to d for h to learn of the loss, then for its Session
+// to return, and checks both say ErrLockLost.
+func waitLost(t *testing.T, h *holding.Holding, what string, d time.Duration) {
 	t.Helper()
-	select {
-	case <-h.done:
-	case <-time.After(d):
-		t.Fatalf("%s: the holder's fn ctx was not cancelled within %v", what, d)
-	}
-	if !errors.Is(h.cause, ormlock.ErrLockLost) {
-		t.Errorf("%s: fn's ctx cause %v, want ErrLockLost", what, h.cause)
-	}
-	select {
-	case err := <-h.err:
-		if !errors.Is(err, ormlock.ErrLockLost) {
-			t.Errorf("%s: Session returned %v, want ErrLockLost", what, err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Errorf("%s: Session did not return 30s after the loss", what)
-	}
+	h.WaitCancelled(t, what, d)
+	h.WaitReturned(t, what, 30*time.Second)
 }
 
 // epochOf takes key once in a Session on db with opts (waiting as opts

@@ -48,18 +48,18 @@ func TestPGLeaseSyncFailover(t *testing.T) {
 	_, _, errHeld := epochOf(t, db, "pg-sync-held", lease)
 	time.Sleep(10 * time.Second) // beyond the TTL: renewed on the promoted server
 	t.Logf("figure: PostgreSQL synchronous failover: epochs %v before the promotion, %d after; a lease held across it lost: %v",
-		before, after, h.lost())
+		before, after, h.Lost())
 	if after <= before[len(before)-1] {
 		t.Errorf("epoch after the promotion %d, want above %d", after, before[len(before)-1])
 	}
 	if !errors.Is(errHeld, ormlock.ErrNotAcquired) {
 		t.Errorf("taking the lease held across the failover: %v, want ErrNotAcquired", errHeld)
 	}
-	if h.lost() {
-		t.Errorf("the lease held across the failover was lost: %v", h.cause)
+	if h.Lost() {
+		t.Errorf("the lease held across the failover was lost: %v", h.Cause)
 	}
-	h.release()
-	if err := <-h.err; err != nil {
+	h.Release()
+	if err := <-h.Err; err != nil {
 		t.Errorf("holder across the failover: %v", err)
 	}
 }
@@ -143,7 +143,7 @@ func TestPGLeasePromotedClockAhead(t *testing.T) {
 	const ttl = 4 * time.Second
 	lease := ormlock.WithLease(ttl)
 	h := hold(t, db, "pg-clock", lease)
-	if err := fencedWrite(db, "postgres", "pg_clock_fenced", h.epoch); err != nil {
+	if err := fencedWrite(db, "postgres", "pg_clock_fenced", h.Epoch); err != nil {
 		t.Fatalf("the holder's fenced write before the failover: %v", err)
 	}
 	r.WaitReplayed(t)
@@ -163,13 +163,13 @@ func TestPGLeasePromotedClockAhead(t *testing.T) {
 	if err := fencedWrite(db, "postgres", "pg_clock_fenced", taken); err != nil {
 		t.Errorf("the new holder's fenced write: %v", err)
 	}
-	h.waitLost(t, "holder after the promotion", ttl)
+	waitLost(t, h, "holder after the promotion", ttl)
 	t.Logf("figure: PostgreSQL standby with its clock %v ahead (measured %v) promoted under a %v lease: taken over %v after the switch (epoch %d, was %d); the holder learned %v after the switch",
-		30*time.Second, r.Standby.Skew(t).Round(time.Millisecond), ttl, grantedAt.Sub(switched).Round(time.Millisecond), taken, h.epoch, h.endedAt.Sub(switched).Round(time.Millisecond))
-	if taken <= h.epoch {
-		t.Errorf("takeover epoch %d, want above %d", taken, h.epoch)
+		30*time.Second, r.Standby.Skew(t).Round(time.Millisecond), ttl, grantedAt.Sub(switched).Round(time.Millisecond), taken, h.Epoch, h.EndedAt.Sub(switched).Round(time.Millisecond))
+	if taken <= h.Epoch {
+		t.Errorf("takeover epoch %d, want above %d", taken, h.Epoch)
 	}
-	if err := fencedWrite(db, "postgres", "pg_clock_fenced", h.epoch); !errors.Is(err, ormlock.ErrStaleToken) {
+	if err := fencedWrite(db, "postgres", "pg_clock_fenced", h.Epoch); !errors.Is(err, ormlock.ErrStaleToken) {
 		t.Errorf("the old holder's fenced write after the takeover: %v, want ErrStaleToken", err)
 	}
 }

@@ -11,10 +11,12 @@ import (
 // [ormlock.Skip], [ormlock.Rerun], [ormlock.Resign], each with its By) in
 // the namespace in effect, and records it in the actions log, returning
 // the entry. It changes only ormlock's own tables, which [Migrate]
-// creates; an action without an author, an unknown job's slot that is no
-// firing of its recorded schedule, or a skip or rerun of a slot 'running'
-// or 'done' is refused with an error wrapping [ormlock.ErrInvalidArgument]
-// and changes nothing. The context is GORM's (db.WithContext). See
+// creates; an action without an author, a slot that is not a firing of
+// the schedule a replica recorded for the job, or a skip or rerun of a
+// slot 'running' or 'done' is refused with an error wrapping
+// [ormlock.ErrInvalidArgument] and changes nothing (and is not logged).
+// db must not be inside a transaction: an action commits with its log
+// entry in a transaction of its own. The context is GORM's (db.WithContext). See
 // docs/OPERATIONS.md.
 func Act(db *gorm.DB, a ormlock.Action, opts ...ormlock.Option) (ormlock.ActionRecord, error) {
 	return verbs.Act(ctxOf(db), binder{db}, pkg, a, opts)

@@ -15,12 +15,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/ormlock/ormlock"
 	"github.com/ormlock/ormlock/internal/testdb"
+	"github.com/ormlock/ormlock/internal/testdb/holding"
 	"github.com/ormlock/ormlock/sqllock"
 )
 
@@ -28,54 +28,18 @@ import (
 const lossTTL = 2 * time.Second
 
 // leaseHolder is a Session holding a lease in the background.
-type leaseHolder struct {
-	epoch   int64
-	done    chan struct{} // closed when fn's ctx ended
-	cause   error         // context.Cause of fn's ctx, before done closes
-	endedAt time.Time
-	err     chan error // Session's result
-	release func()
-}
+type leaseHolder struct{ *holding.Holding }
 
 // holdLease starts a Session of key on db under a lease of lossTTL and
 // waits until fn runs.
-func holdLease(t *testing.T, db *sql.DB, key string, opts ...ormlock.Option) *leaseHolder {
+func holdLease(t *testing.T, db *sql.DB, key string, opts ...ormlock.Option) leaseHolder {
 	t.Helper()
-	h := &leaseHolder{done: make(chan struct{}), err: make(chan error, 1)}
-	stop := make(chan struct{})
-	var once sync.Once
-	h.release = func() { once.Do(func() { close(stop) }) }
-	in := make(chan struct{})
-	opts = append([]ormlock.Option{ormlock.WithLease(lossTTL)}, opts...)
-	go func() {
-		h.err <- sqllock.Session(context.Background(), db, key, func(ctx context.Context) error {
-			h.epoch, _ = ormlock.FencingToken(ctx)
-			close(in)
-			select {
-			case <-ctx.Done():
-				h.endedAt = time.Now()
-				h.cause = context.Cause(ctx)
-				close(h.done)
-				return ctx.Err()
-			case <-stop:
-				return nil
-			}
-		}, opts...)
-	}()
-	select {
-	case <-in:
-	case err := <-h.err:
-		t.Fatalf("Session %q with a lease: %v", key, err)
-	case <-time.After(30 * time.Second):
-		t.Fatalf("Session %q with a lease: not held after 30s", key)
-	}
-	t.Cleanup(h.release)
-	return h
+	return leaseHolder{holding.Start(t, db, key, append([]ormlock.Option{ormlock.WithLease(lossTTL)}, opts...)...)}
 }
 
 // waitLost waits for the holder to learn of the loss (waitCancelled),
 // then for Session to return ErrLockLost (waitReturned).
-func (h *leaseHolder) waitLost(t *testing.T) {
+func (h leaseHolder) waitLost(t *testing.T) {
 	t.Helper()
 	h.waitCancelled(t)
 	h.waitReturned(t)
@@ -84,32 +48,18 @@ func (h *leaseHolder) waitLost(t *testing.T) {
 // waitCancelled waits for the holder's fn ctx to end, at most its TTL
 // and a second (its deadline runs from its last renewal, at most a TTL
 // before now), and checks the cause is ErrLockLost.
-func (h *leaseHolder) waitCancelled(t *testing.T) {
+func (h leaseHolder) waitCancelled(t *testing.T) {
 	t.Helper()
 	start := time.Now()
-	select {
-	case <-h.done:
-	case <-time.After(lossTTL + time.Second):
-		t.Fatalf("the holder's fn ctx was not cancelled within its TTL (%v) and a second", lossTTL)
-	}
-	t.Logf("figure: the holder learned of the loss %v after it", h.endedAt.Sub(start).Round(time.Millisecond))
-	if !errors.Is(h.cause, ormlock.ErrLockLost) {
-		t.Errorf("fn's ctx cause %v, want ErrLockLost", h.cause)
-	}
+	h.WaitCancelled(t, "the holder", lossTTL+time.Second)
+	t.Logf("figure: the holder learned of the loss %v after it", h.EndedAt.Sub(start).Round(time.Millisecond))
 }
 
 // waitReturned waits for Session to return after the loss and checks its
 // error is ErrLockLost.
-func (h *leaseHolder) waitReturned(t *testing.T) {
+func (h leaseHolder) waitReturned(t *testing.T) {
 	t.Helper()
-	select {
-	case err := <-h.err:
-		if !errors.Is(err, ormlock.ErrLockLost) {
-			t.Errorf("Session returned %v, want ErrLockLost", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Errorf("Session did not return 30s after the loss")
-	}
+	h.WaitReturned(t, "the holder", 30*time.Second)
 }
 
 // lostReturn bounds how long after the holder learned of its loss
@@ -121,15 +71,15 @@ const lostReturn = 5 * time.Second
 
 // waitReturnedWithin is waitReturned, failing when Session did not
 // return within d of the holder's learning of the loss.
-func (h *leaseHolder) waitReturnedWithin(t *testing.T, d time.Duration) {
+func (h leaseHolder) waitReturnedWithin(t *testing.T, d time.Duration) {
 	t.Helper()
 	select {
-	case err := <-h.err:
+	case err := <-h.Err:
 		if !errors.Is(err, ormlock.ErrLockLost) {
 			t.Errorf("Session returned %v, want ErrLockLost", err)
 		}
-		t.Logf("figure: Session returned %v after the holder learned of the loss", time.Since(h.endedAt).Round(time.Millisecond))
-	case <-time.After(time.Until(h.endedAt.Add(d))):
+		t.Logf("figure: Session returned %v after the holder learned of the loss", time.Since(h.EndedAt).Round(time.Millisecond))
+	case <-time.After(time.Until(h.EndedAt.Add(d))):
 		t.Errorf("Session did not return within %v of the loss while the server did not answer its release", d)
 		h.waitReturned(t)
 	}
@@ -190,34 +140,25 @@ func (f fenced) write(tok int64) error {
 // afterLoss checks what follows every loss: the next holder gets a greater
 // epoch, granted after the old holder learned (when learnedFirst), its
 // fenced write passes, and the old holder's is refused.
-func afterLoss(t *testing.T, h *leaseHolder, db *sql.DB, f fenced, key string, learnedFirst bool) {
+func afterLoss(t *testing.T, h leaseHolder, db *sql.DB, f fenced, key string, learnedFirst bool) {
 	t.Helper()
-	if err := f.write(h.epoch); err != nil {
+	if err := f.write(h.Epoch); err != nil {
 		t.Fatalf("the holder's fenced write before the takeover: %v", err)
 	}
 	next, at := takeLease(t, db, key, 3*lossTTL)
-	if next <= h.epoch {
-		t.Errorf("the next holder's epoch %d is not above the lost one's %d: fencing cannot tell them apart", next, h.epoch)
+	if next <= h.Epoch {
+		t.Errorf("the next holder's epoch %d is not above the lost one's %d: fencing cannot tell them apart", next, h.Epoch)
 	}
-	if learnedFirst && !h.lost() {
+	if learnedFirst && !h.Lost() {
 		t.Errorf("the key was granted again (%v) before the holder learned of its loss", at)
-	} else if learnedFirst && !h.endedAt.Before(at) {
-		t.Errorf("the key was granted again (%v) before the holder learned of its loss (%v)", at, h.endedAt)
+	} else if learnedFirst && !h.EndedAt.Before(at) {
+		t.Errorf("the key was granted again (%v) before the holder learned of its loss (%v)", at, h.EndedAt)
 	}
 	if err := f.write(next); err != nil {
 		t.Errorf("the next holder's fenced write: %v", err)
 	}
-	if err := f.write(h.epoch); !errors.Is(err, ormlock.ErrStaleToken) {
+	if err := f.write(h.Epoch); !errors.Is(err, ormlock.ErrStaleToken) {
 		t.Errorf("the lost holder's fenced write after the takeover: %v, want ErrStaleToken", err)
-	}
-}
-
-func (h *leaseHolder) lost() bool {
-	select {
-	case <-h.done:
-		return true
-	default:
-		return false
 	}
 }
 
@@ -270,7 +211,7 @@ func TestLeaseLoss(t *testing.T) {
 			name := key(t)
 			f := newFenced(t, k, admin)
 			h := holdLease(t, db, name)
-			if err := f.write(h.epoch); err != nil {
+			if err := f.write(h.Epoch); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := admin.Exec("UPDATE ormlock_leases SET expires_at = " + leaseNow(k) + " WHERE " + leaseRow(name)); err != nil {
@@ -278,13 +219,13 @@ func TestLeaseLoss(t *testing.T) {
 			}
 			next, _ := takeLease(t, db, name, 0)
 			h.waitLost(t)
-			if next <= h.epoch {
-				t.Errorf("takeover epoch %d, want above %d", next, h.epoch)
+			if next <= h.Epoch {
+				t.Errorf("takeover epoch %d, want above %d", next, h.Epoch)
 			}
 			if err := f.write(next); err != nil {
 				t.Errorf("the next holder's fenced write: %v", err)
 			}
-			if err := f.write(h.epoch); !errors.Is(err, ormlock.ErrStaleToken) {
+			if err := f.write(h.Epoch); !errors.Is(err, ormlock.ErrStaleToken) {
 				t.Errorf("the lost holder's fenced write: %v, want ErrStaleToken", err)
 			}
 		})
@@ -405,21 +346,21 @@ func TestLeaseLossClockStep(t *testing.T) {
 		}
 		f := newFenced(t, k, admin)
 		h := holdLease(t, db, "lease-clock-step")
-		if err := f.write(h.epoch); err != nil {
+		if err := f.write(h.Epoch); err != nil {
 			t.Fatal(err)
 		}
 		s.Clock().Step(t, 10*time.Second)
 		next, at := takeLease(t, db, "lease-clock-step", 0)
 		h.waitLost(t)
 		t.Logf("figure: %s, clock stepped 10s forward under a %v lease: taken over with epoch %d (was %d); the holder learned %v after the takeover",
-			k, lossTTL, next, h.epoch, h.endedAt.Sub(at).Round(time.Millisecond))
-		if next <= h.epoch {
-			t.Errorf("takeover epoch %d, want above %d", next, h.epoch)
+			k, lossTTL, next, h.Epoch, h.EndedAt.Sub(at).Round(time.Millisecond))
+		if next <= h.Epoch {
+			t.Errorf("takeover epoch %d, want above %d", next, h.Epoch)
 		}
 		if err := f.write(next); err != nil {
 			t.Errorf("the next holder's fenced write: %v", err)
 		}
-		if err := f.write(h.epoch); !errors.Is(err, ormlock.ErrStaleToken) {
+		if err := f.write(h.Epoch); !errors.Is(err, ormlock.ErrStaleToken) {
 			t.Errorf("the lost holder's fenced write: %v, want ErrStaleToken", err)
 		}
 		s.AssertNoLeaks(t, db)

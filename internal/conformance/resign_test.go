@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -37,7 +38,8 @@ func TestLeaseLeadResign(t *testing.T) {
 		rs := [2]runner{openRunner(t, a, k), openRunner(t, a, k)}
 		opts := leaseOpts(t, k, rs[0], ttl)
 		controlsLedger(t, k, testdb.TableName(t, "c")) // leaseOpts's ledger
-		leadResign(t, a, k, rs, ttl/3, opts...)
+		// in a namespace: the leaders' and the action's
+		leadResign(t, a, k, rs, ttl/3, append(opts, ormlock.WithNamespace("resign-ns"))...)
 	})
 }
 
@@ -46,6 +48,7 @@ func TestLeaseLeadResign(t *testing.T) {
 func leadResign(t *testing.T, a adapter, k testdb.Kind, rs [2]runner, every time.Duration, opts ...ormlock.Option) {
 	const cooldown = time.Second
 	const margin = 2 * time.Second
+	opts = slices.Clip(opts) // each replica appends its owner
 	key := "resign-" + t.Name()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -102,7 +105,7 @@ func leadResign(t *testing.T, a adapter, k testdb.Kind, rs [2]runner, every time
 	}
 	if rec.ID == 0 || rec.Kind != ormlock.ActionResign || rec.Key != key || rec.Author != "op" || rec.Reason != "move" || rec.At.IsZero() ||
 		!strings.Contains(rec.Outcome, fmt.Sprintf("replica-%d", first.replica)) {
-		t.Errorf("Act(Resign) = %+v", rec)
+		t.Errorf("Act(Resign) = %+v; the leader is replica-%d", rec, first.replica)
 	}
 	log, err := rs[0].(actor).Actions(ctx, "", 10, opts...)
 	if err != nil || len(log) == 0 || log[0].ID != rec.ID || log[0].Key != key || log[0].Kind != ormlock.ActionResign {

@@ -80,6 +80,7 @@ func Resign(ctx context.Context, db *sql.DB, t *Table, verb, ns string, a status
 	if cooldown == 0 {
 		cooldown = config.DefaultResignCooldown
 	}
+	ms := max(cooldown.Milliseconds(), 1) // 0 would read as the default
 	r := status.ActionRecord{
 		Namespace: ns, Kind: status.ActionResign, Key: a.Key.String(),
 		Author: a.Author, Reason: a.Reason,
@@ -91,7 +92,7 @@ func Resign(ctx context.Context, db *sql.DB, t *Table, verb, ns string, a status
 			return err
 		}
 		rs := lockproto.PerServer[resignServer](t.s, pgResign{}, myResign{})
-		if _, err := tx.ExecContext(ctx, rs.upsertSQL(t), r.Namespace, r.Key, t.slotArg(now), h.Owner, cooldown.Milliseconds(), r.Author, r.Reason, t.slotArg(now)); err != nil {
+		if _, err := tx.ExecContext(ctx, rs.upsertSQL(t), r.Namespace, r.Key, t.slotArg(now), h.Owner, ms, r.Author, r.Reason, t.slotArg(now)); err != nil {
 			return CtlOf(t).wrapCtl("write the leader's row", err)
 		}
 		if err := t.ctl.insertAction(ctx, t, tx, &r); err != nil {
