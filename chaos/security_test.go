@@ -360,7 +360,7 @@ FROM pg_roles WHERE rolname IN ('chaos_app', 'chaos_runner')`).Scan(&attrs); err
 				}
 				cleanup := func() {
 					_, _ = admin.Exec("DROP USER IF EXISTS 'chaos_app'@'%', 'chaos_runner'@'%'")
-					_, _ = admin.Exec("DROP TABLE IF EXISTS " + led + ", " + led + "_fence")
+					_, _ = admin.Exec("DROP TABLE IF EXISTS " + led + ", " + led + "_fence, " + led + "_controls, " + led + "_actions")
 				}
 				cleanup()
 				t.Cleanup(cleanup)
@@ -372,6 +372,9 @@ FROM pg_roles WHERE rolname IN ('chaos_app', 'chaos_runner')`).Scan(&attrs); err
 				// and the lease and rate limit tables (their default names)
 				exec("GRANT CREATE, SELECT, INSERT, UPDATE, DELETE ON ormlock.ormlock_leases TO 'chaos_app'@'%'")
 				exec("GRANT CREATE, SELECT, INSERT, UPDATE, DELETE ON ormlock.ormlock_rate_tokens TO 'chaos_app'@'%'")
+				// and the operators' controls table and actions log beside the ledger
+				exec("GRANT CREATE, SELECT, INSERT, UPDATE, DELETE ON ormlock." + led + "_controls TO 'chaos_app'@'%'")
+				exec("GRANT CREATE, SELECT, INSERT, UPDATE, DELETE ON ormlock." + led + "_actions TO 'chaos_app'@'%'")
 				appDSN = strings.Replace(dsn, "root@", "chaos_app@", 1)
 				runnerDSN = strings.Replace(dsn, "root@", "chaos_runner@", 1)
 			}
@@ -414,11 +417,16 @@ FROM pg_roles WHERE rolname IN ('chaos_app', 'chaos_runner')`).Scan(&attrs); err
 			slot := time.Date(2037, 1, 1, 0, 0, 0, 0, time.UTC)
 			verbs(t, "app", app, slot)
 
-			// the runner has no CREATE: only its rights on the ledger table
+			// the runner has no CREATE: only its rights on the ledger table,
+			// and on the controls table, whose pause flag every claim reads
+			// and whose schedule RunScheduled records (docs/OPERATIONS.md,
+			// The tables)
 			if k == testdb.Postgres {
 				exec("GRANT SELECT, INSERT, UPDATE, DELETE ON chaos_app." + led + " TO chaos_runner")
+				exec("GRANT SELECT, INSERT, UPDATE ON chaos_app." + led + "_controls TO chaos_runner")
 			} else {
 				exec("GRANT SELECT, INSERT, UPDATE, DELETE ON ormlock." + led + " TO 'chaos_runner'@'%'")
+				exec("GRANT SELECT, INSERT, UPDATE ON ormlock." + led + "_controls TO 'chaos_runner'@'%'")
 				var grants []string
 				rows, err := admin.Query("SHOW GRANTS FOR 'chaos_runner'@'%'")
 				if err != nil {
