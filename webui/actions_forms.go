@@ -1,14 +1,12 @@
 package webui
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"embed"
 	"html/template"
 	"mime"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/ormlock/ormlock"
@@ -157,15 +155,7 @@ func withoutAction(q map[string][]string) map[string][]string {
 
 func (h actor) renderAct(w http.ResponseWriter, code int, pg *actPage, p params) {
 	pg.CSS, pg.Home = "static/style.css", p.Home()
-	var buf bytes.Buffer
-	if err := actTmpl.Execute(&buf, pg); err != nil {
-		plain(w, http.StatusInternalServerError, "ormlock webui: cannot render the page")
-		return
-	}
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
-	w.WriteHeader(code)
-	_, _ = w.Write(buf.Bytes())
+	writeHTML(w, code, actTmpl, pg)
 }
 
 // backTo is the page an action's pages lead back to besides the

@@ -178,8 +178,14 @@ func (h *handler) render(w http.ResponseWriter, code int, v *view) {
 	if v.Title == "" {
 		v.Title = "ormlock"
 	}
+	writeHTML(w, code, pageTmpl, v)
+}
+
+// writeHTML renders t with data and writes it with code, or a plain 500
+// when it does not render (nothing of it is written then).
+func writeHTML(w http.ResponseWriter, code int, t *template.Template, data any) {
 	var buf bytes.Buffer
-	if err := pageTmpl.Execute(&buf, v); err != nil {
+	if err := t.Execute(&buf, data); err != nil {
 		plain(w, http.StatusInternalServerError, "ormlock webui: cannot render the page")
 		return
 	}
