@@ -69,19 +69,6 @@ func TestPoolOfOne(t *testing.T) {
 			if !errors.Is(err, ormlock.ErrInvalidArgument) {
 				t.Errorf("WithFencing on a pool of one: %v, want ErrInvalidArgument", err)
 			}
-			// claim mode holds the lock on one connection for the run and
-			// writes the ledger on another: refused, naming the pool size
-			tbl := ormlock.WithLedgerTable(testdb.Table(t, k, "pgx_one"))
-			if err := pgxlock.Migrate(ctx, pool, tbl); err != nil {
-				t.Fatal(err)
-			}
-			err = pgxlock.RunOnce(ctx, pool, key, testdb.Slot(1), func(context.Context, pgx.Tx) error {
-				t.Error("fn ran in claim mode on a pool of one")
-				return nil
-			}, tbl, ormlock.WithClaim())
-			if !errors.Is(err, ormlock.ErrInvalidArgument) {
-				t.Errorf("WithClaim on a pool of one: %v, want ErrInvalidArgument", err)
-			}
 			if n := pool.Stat().AcquiredConns(); n != 0 {
 				t.Errorf("%d connections still acquired", n)
 			}

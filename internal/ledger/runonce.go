@@ -169,15 +169,7 @@ func (r *Run) doneIn(ctx context.Context, q lockproto.Querier) error {
 // the slot as long as the row is still this run's 'running' claim (the
 // finishing UPDATE matches only that). If another instance did take it over,
 // the row is left to it.
-//
-// On a pool of one connection (MaxOpenConns 1) a lock that holds a
-// connection (not a lease) leaves none for the claim, which would wait for
-// it forever: that is refused before anything is sent.
 func (r *Run) Claimed(ctx context.Context, db *sql.DB, fn func(ctx context.Context) error) error {
-	if r.op.HoldsConn() && db.Stats().MaxOpenConnections == 1 {
-		return fmt.Errorf("%w: %s of job %q with ormlock.WithClaim needs two connections of the pool (the lock is held on one while the run lasts, and the ledger's claim is written on another), and its MaxOpenConns is 1: allow two, or hold the run with ormlock.WithLease, which holds no connection",
-			errs.ErrInvalidArgument, r.op.Verb, r.job)
-	}
 	return r.op.Session(ctx, db, func(lctx context.Context) error {
 		// The claim runs on a connection of its own: failing to get one
 		// (an exhausted pool) writes nothing, and needs no clean-up.

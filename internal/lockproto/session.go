@@ -20,14 +20,6 @@ type sessionHold struct {
 	every time.Duration
 }
 
-// HoldsConn reports whether a Session of o holds a connection of the pool
-// it is given while fn runs (an advisory or named lock, also on a shared
-// lock connection); a lease holds none.
-func (o *Op) HoldsConn() bool {
-	_, lease := o.target.mech.(ownSession)
-	return !lease
-}
-
 // Session holds the lock on a connection pinned from db, for as long as fn
 // runs, while fn itself uses the normal pool through its context.
 //
