@@ -61,7 +61,9 @@ func pgxOp(t *testing.T, pool *pgxpool.Pool, db *lazyCount, verb string, k keys.
 		t.Fatal(err)
 	}
 	o.LockConns, o.LazyDB = pgxdriver.Pool(pool), db
-	o.Cfg.Keepalive = 50 * time.Millisecond
+	// a ping's timeout is the interval: 150ms leaves a loaded machine
+	// (make test runs the suites side by side) room to answer
+	o.Cfg.Keepalive = 150 * time.Millisecond
 	return o
 }
 
@@ -146,7 +148,7 @@ func TestPgxNativeLockConnection(t *testing.T) {
 					if n := pool.Stat().AcquiredConns(); n != 1 {
 						t.Errorf("%d connection(s) of the pool acquired while the lock is held, want 1", n)
 					}
-					time.Sleep(200 * time.Millisecond) // keepalives on the pgx connection
+					time.Sleep(400 * time.Millisecond) // keepalives on the pgx connection
 					other := pgxOp(t, pool, lazy, "Transaction", key)
 					if _, err := other.BeginLocked(ctx, nil, nil); !errors.Is(err, errs.ErrNotAcquired) {
 						t.Errorf("a Transaction on the Session's key: %v, want ErrNotAcquired", err)
