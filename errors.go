@@ -97,6 +97,9 @@ type PanicError = errs.PanicError
 // paused ([Pause]): the slot is recorded 'skipped' in the ledger with the
 // pause's reason and is not run later, not even by catch-up after the
 // job is resumed, unless an operator reruns it ([Rerun]); fn is not
-// called. A slot already done or skipped answers [ErrAlreadyDone] as
-// before. See docs/OPERATIONS.md.
+// called. Every replica whose claim reaches the slot while the job is
+// paused gets it, also after another replica recorded the slot skipped (a
+// replica that finds the slot's lock held gets [ErrNotAcquired], as for any
+// slot). A slot already done answers [ErrAlreadyDone] as before, and so
+// does a skipped slot of a job that is not paused. See docs/OPERATIONS.md.
 var ErrPaused = errs.ErrPaused

@@ -94,14 +94,17 @@ RETURNING started_at`, job, slot, owner, ns).Scan(&started)
 }
 
 // pgClaimWhen is the claim's test of the pause flag, in the order a CASE
-// keeps: a slot done or skipped is not taken (nothing raised); else a
-// paused job's raises (reading a setting that does not exist, SQLSTATE
-// 42704 naming pgPausedSetting), which fails the statement and its
-// transaction, and the caller records the slot skipped (pause.go). ns,
-// job and slot are the statement's parameters or literals.
+// keeps: a slot done is not taken (nothing raised); else a paused job's
+// raises (reading a setting that does not exist, SQLSTATE 42704 naming
+// pgPausedSetting), which fails the statement and its transaction, and the
+// caller records the slot skipped (pause.go) — a slot another replica
+// already recorded skipped is left as it is, and this replica reports the
+// pause too, as MySQL/MariaDB's read-back does; a skipped slot of a job
+// that is not paused is left by the ON CONFLICT's condition. ns, job and
+// slot are the statement's parameters or literals.
 func pgClaimWhen(t *Table, ns, job, slot string) string {
 	return `WHEN EXISTS (SELECT 1 FROM ` + t.q + ` d WHERE d.namespace = ` + ns + ` AND d.job = ` + job + ` AND d.slot = ` + slot +
-		` AND d.status IN ('done', 'skipped')) THEN false
+		` AND d.status = 'done') THEN false
 WHEN EXISTS (SELECT 1 FROM ` + t.cq + ` c WHERE c.namespace = ` + ns + ` AND c.kind = 'job' AND c.name = ` + job +
 		` AND c.paused) THEN current_setting('` + pgPausedSetting + `')::bool`
 }
