@@ -441,7 +441,9 @@ func TestRunsStale(t *testing.T) {
 		ctx := context.Background()
 		r, tbl := openWithLedger(t, a, k)
 		opt := ormlock.WithLedgerTable(tbl)
-		opts := []ormlock.Option{opt, ormlock.WithClaim(), ormlock.WithKeepalive(100 * time.Millisecond)}
+		// a ping's timeout is its interval: 250ms leaves a loaded machine
+		// room to answer, and still finds the killed connection at once
+		opts := []ormlock.Option{opt, ormlock.WithClaim(), ormlock.WithKeepalive(250 * time.Millisecond)}
 		job := "stale-" + a.name
 		old := time.Now().Add(-30 * 24 * time.Hour).UTC().Truncate(time.Hour)
 		liveSlot, lostSlot := old, old.Add(time.Hour)

@@ -214,6 +214,13 @@ func (c Ctl) markByAction(ctx context.Context, q lockproto.Querier, verb, ns str
 	if err := t.ctl.markSlot(ctx, t, q, ns, a.Job, slot, target, "", errText, from); err != nil {
 		return "", t.wrap("mark the slot "+target, err)
 	}
+	if target == StatusRerun {
+		// the firings' read of the reruns looks at the ledger only while
+		// some are asked (schedule.go)
+		if err := t.ctl.askRerun(ctx, t, q, ns, a.Job); err != nil {
+			return "", c.wrapCtl("count the rerun asked", err)
+		}
+	}
 	// a locking read: on MySQL/MariaDB a plain one would read the
 	// transaction's snapshot, not a run committed since
 	after, err := c.slotStatus(ctx, q, ns, a.Job, slot, true)

@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"database/sql"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,7 +55,10 @@ func ctlStateOf(key *sql.DB, table string) *ctlState {
 	if v, ok := ctlStates.Load(k); ok {
 		return v.(*ctlState)
 	}
-	v, _ := ctlStates.LoadOrStore(k, new(ctlState))
+	v, loaded := ctlStates.LoadOrStore(k, new(ctlState))
+	if !loaded { // forgotten with the pool, as lockproto's caches are
+		runtime.AddCleanup(key, func(k ctlKey) { ctlStates.Delete(k) }, k)
+	}
 	return v.(*ctlState)
 }
 

@@ -141,14 +141,31 @@ ON DUPLICATE KEY UPDATE schedule = ?`, ns, job, text, text)
 	return err
 }
 
-func (myCtl) rerunsSQL(t *Table) string {
-	return "SELECT DATE_FORMAT(slot, " + mysqlFormat + ") FROM " + t.q + " WHERE namespace = ? AND job = ? AND status = 'rerun' ORDER BY slot LIMIT ?"
+func (myCtl) askRerun(ctx context.Context, t *Table, q lockproto.Querier, ns, job string) error {
+	_, err := q.ExecContext(ctx, "INSERT INTO "+t.cq+` (namespace, kind, name, rerun_asked, changed_at)
+VALUES (?, 'job', ?, 1, UTC_TIMESTAMP(6))
+ON DUPLICATE KEY UPDATE rerun_asked = rerun_asked + 1`, ns, job)
+	return err
 }
 
-func (myCtl) scanSlot(scan func(dest ...any) error) (time.Time, error) {
-	var s string
-	if err := scan(&s); err != nil {
-		return time.Time{}, err
+func (myCtl) rerunsSQL(t *Table) string {
+	return "SELECT c.rerun_asked, DATE_FORMAT(l.slot, " + mysqlFormat + ") FROM " + t.cq + " c\n" +
+		"LEFT JOIN " + t.q + " l ON l.namespace = c.namespace AND l.job = c.name AND l.status = 'rerun'\n" +
+		"WHERE c.namespace = ? AND c.kind = 'job' AND c.name = ? AND c.rerun_asked > c.rerun_seen\n" +
+		"ORDER BY l.slot LIMIT ?"
+}
+
+func (myCtl) scanRerun(scan func(dest ...any) error) (int64, time.Time, bool, error) {
+	var asked int64
+	var s sql.NullString
+	if err := scan(&asked, &s); err != nil || !s.Valid {
+		return asked, time.Time{}, false, err
 	}
-	return parseMySQLTime(s)
+	slot, err := parseMySQLTime(s.String)
+	return asked, slot, err == nil, err
+}
+
+func (myCtl) seenReruns(ctx context.Context, t *Table, q lockproto.Querier, ns, job string, asked int64) error {
+	_, err := q.ExecContext(ctx, "UPDATE "+t.cq+" SET rerun_seen = ?\nWHERE namespace = ? AND kind = 'job' AND name = ? AND rerun_seen < ?", asked, ns, job, asked)
+	return err
 }

@@ -116,12 +116,29 @@ WHERE c.schedule IS DISTINCT FROM EXCLUDED.schedule`, ns, job, text)
 	return err
 }
 
-func (pgCtl) rerunsSQL(t *Table) string {
-	return `SELECT slot FROM ` + t.q + ` WHERE namespace = $1 AND job = $2 AND status = 'rerun' ORDER BY slot LIMIT $3`
+func (pgCtl) askRerun(ctx context.Context, t *Table, q lockproto.Querier, ns, job string) error {
+	_, err := q.ExecContext(ctx, `INSERT INTO `+t.cq+` AS c (namespace, kind, name, rerun_asked, changed_at)
+VALUES ($1, 'job', $2, 1, clock_timestamp())
+ON CONFLICT (namespace, kind, name) DO UPDATE SET rerun_asked = c.rerun_asked + 1`, ns, job)
+	return err
 }
 
-func (pgCtl) scanSlot(scan func(dest ...any) error) (time.Time, error) {
-	var v time.Time
-	err := scan(&v)
-	return v.UTC(), err
+func (pgCtl) rerunsSQL(t *Table) string {
+	return `SELECT c.rerun_asked, l.slot FROM ` + t.cq + ` c
+LEFT JOIN ` + t.q + ` l ON l.namespace = c.namespace AND l.job = c.name AND l.status = 'rerun'
+WHERE c.namespace = $1 AND c.kind = 'job' AND c.name = $2 AND c.rerun_asked > c.rerun_seen
+ORDER BY l.slot LIMIT $3`
+}
+
+func (pgCtl) scanRerun(scan func(dest ...any) error) (int64, time.Time, bool, error) {
+	var asked int64
+	var v sql.NullTime
+	err := scan(&asked, &v)
+	return asked, v.Time.UTC(), v.Valid, err
+}
+
+func (pgCtl) seenReruns(ctx context.Context, t *Table, q lockproto.Querier, ns, job string, asked int64) error {
+	_, err := q.ExecContext(ctx, `UPDATE `+t.cq+` SET rerun_seen = $3
+WHERE namespace = $1 AND kind = 'job' AND name = $2 AND rerun_seen < $3`, ns, job, asked)
+	return err
 }

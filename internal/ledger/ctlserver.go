@@ -46,8 +46,17 @@ type ctlServer interface {
 	scanAction(scan func(dest ...any) error, a *status.ActionRecord) error
 	// recordSchedule upserts a job's schedule text.
 	recordSchedule(ctx context.Context, t *Table, q lockproto.Querier, ns, job, text string) error
-	// rerunsSQL reads the slots of a job marked 'rerun', oldest first
-	// (namespace, job, limit); scanSlot reads one.
+	// askRerun counts one more rerun asked of a job in its controls row
+	// (rerun_asked), inserting the row.
+	askRerun(ctx context.Context, t *Table, q lockproto.Querier, ns, job string) error
+	// rerunsSQL reads, when the job's controls row has reruns asked and
+	// not yet seen done (rerun_asked > rerun_seen), its rerun_asked and
+	// the slots of the job marked 'rerun', oldest first (none: one row
+	// whose slot is NULL); nothing otherwise, without reading the ledger
+	// (namespace, job, limit). scanRerun reads one row (ok false: NULL).
 	rerunsSQL(t *Table) string
-	scanSlot(scan func(dest ...any) error) (time.Time, error)
+	scanRerun(scan func(dest ...any) error) (asked int64, slot time.Time, ok bool, err error)
+	// seenReruns records that every rerun asked up to asked has run
+	// (rerun_seen, never moved back).
+	seenReruns(ctx context.Context, t *Table, q lockproto.Querier, ns, job string, asked int64) error
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 	"weak"
@@ -59,26 +60,51 @@ func (r Reader) recordSchedule(ctx context.Context, job string, s sched.Slotter)
 	if err := inTx(ctx, r.DB, func(tx *sql.Tx) error {
 		return r.T.ctl.recordSchedule(ctx, r.T, tx, r.Cfg.Namespace, job, k.marker)
 	}); err == nil {
-		recorded.Store(k, struct{}{})
+		if _, loaded := recorded.LoadOrStore(k, struct{}{}); !loaded {
+			runtime.AddCleanup(r.DB, func(k recordedKey) { recorded.Delete(k) }, k) // forgotten with the pool
+		}
 	}
 }
 
-// reruns reads the slots of job marked 'rerun', oldest first.
+// reruns reads the slots of job marked 'rerun', oldest first. The read
+// costs one lookup of the job's controls row by its key while no rerun
+// is pending, however big the ledger: the job's rows are read only when
+// an operator asked for reruns that a firing has not yet seen done
+// (rerun_asked > rerun_seen); one that finds none left records so.
 func (r Reader) reruns(ctx context.Context, job string) ([]time.Time, error) {
 	rows, err := r.Q.QueryContext(ctx, r.T.ctl.rerunsSQL(r.T), r.Cfg.Namespace, job, MaxReruns)
 	if err != nil {
 		return nil, r.T.wrap("read the slots to rerun", err)
 	}
 	defer rows.Close()
-	var out []time.Time
+	var (
+		out   []time.Time
+		asked int64
+		read  bool
+	)
 	for rows.Next() {
-		slot, err := r.T.ctl.scanSlot(rows.Scan)
+		a, slot, ok, err := r.T.ctl.scanRerun(rows.Scan)
 		if err != nil {
 			return nil, r.T.wrap("read the slots to rerun", err)
 		}
-		out = append(out, slot)
+		asked, read = a, true
+		if ok {
+			out = append(out, slot)
+		}
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, r.T.wrap("read the slots to rerun", err)
+	}
+	rows.Close()
+	if read && len(out) == 0 && r.DB != nil {
+		// every rerun asked up to asked has run (or was pruned): later
+		// firings read the controls row only (inside the caller's
+		// transaction, a later firing outside one records it)
+		if err := r.T.ctl.seenReruns(ctx, r.T, r.DB, r.Cfg.Namespace, job, asked); err != nil {
+			return nil, r.T.wrap("record the reruns done", err)
+		}
+	}
+	return out, nil
 }
 
 // afterCurrent runs, after the firing's own slot (whose result is err),

@@ -38,6 +38,8 @@ var MySQL = Family{
 	resign_at    DATETIME(6)  NULL,
 	resign_owner VARCHAR(255) CHARACTER SET utf8mb4 NOT NULL DEFAULT '',
 	cooldown_ms  BIGINT       NOT NULL DEFAULT 0,
+	rerun_asked  BIGINT       NOT NULL DEFAULT 0,
+	rerun_seen   BIGINT       NOT NULL DEFAULT 0,
 	author       VARCHAR(255) CHARACTER SET utf8mb4 NOT NULL DEFAULT '',
 	reason       TEXT         CHARACTER SET utf8mb4 NULL,
 	changed_at   DATETIME(6)  NOT NULL,

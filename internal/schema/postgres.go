@@ -37,6 +37,8 @@ var Postgres = Family{
 	resign_at    timestamptz,
 	resign_owner varchar(255) NOT NULL DEFAULT '',
 	cooldown_ms  bigint       NOT NULL DEFAULT 0,
+	rerun_asked  bigint       NOT NULL DEFAULT 0,
+	rerun_seen   bigint       NOT NULL DEFAULT 0,
 	author       varchar(255) NOT NULL DEFAULT '',
 	reason       text,
 	changed_at   timestamptz  NOT NULL,
