@@ -72,11 +72,12 @@ func ClaimNoTx() ormlock.Option {
 }
 
 // FirstTry makes Lead's first campaign attempt try once instead of
-// waiting for the lock, and close tried when that attempt has ended,
-// elected or not (when elected, before fn is called); the campaign then
-// goes on as usual. A scheduler that must know at start-up whether this
-// instance leads (scheduler.NewElector) waits for tried, or for fn. Any
-// other verb ignores it.
+// waiting for the lock, and close tried when that attempt has ended
+// without electing this instance; the campaign then goes on as usual.
+// When the attempt elects it, fn is called and tried is closed only when
+// that term ends, so a scheduler that must know at start-up whether this
+// instance leads (scheduler.NewElector) waits for tried or for fn's
+// start, and whichever comes first answers it. Any other verb ignores it.
 func FirstTry(tried chan struct{}) ormlock.Option {
 	return func(c *config.Config) { c.FirstTry = tried }
 }

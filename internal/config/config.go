@@ -81,7 +81,8 @@ type Config struct {
 	// (ormlock.WithoutCampaign).
 	NoCampaign bool
 	// FirstTry, when set, makes Lead's first campaign attempt try once,
-	// and is closed when that attempt has ended (schedhook.FirstTry).
+	// and is closed when that attempt has ended unelected, or when the term
+	// it won ends (schedhook.FirstTry).
 	FirstTry chan struct{}
 	// Fencing issues a fencing token per acquisition (ormlock.WithFencing).
 	Fencing bool

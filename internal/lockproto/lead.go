@@ -98,8 +98,8 @@ func Campaign(ctx context.Context, o *Op, session func(ctx context.Context, term
 		var asked *ResignAsk
 		start := time.Now()
 		err = session(ctx, term, func(fctx context.Context) error {
+			// tried stays open while elected: the caller's fn tells it
 			elected = true
-			tried()
 			rctx, w := watchResign(fctx, term, o.Resign, time.Now()) // leadresign.go
 			ferr := fn(term.TermContext(rctx))                       // event.go
 			asked = w.end()
