@@ -479,6 +479,9 @@ func (s *Server) launch(logOff int64) error {
 		err = s.ping(ctx)
 		cancel()
 		if err == nil {
+			if s.kind == PgBouncer {
+				go s.revive(p, logOff)
+			}
 			return nil
 		}
 		if p.exited() {
@@ -495,6 +498,28 @@ func (s *Server) launch(logOff int64) error {
 		case <-p.done:
 		case <-time.After(100 * time.Millisecond):
 		}
+	}
+}
+
+// revive starts PgBouncer again on its port when p, its process, exits
+// while it is meant to run (not stopped by Stop, Restart or Close).
+// PgBouncer 1.18 can exit on a FATAL of its own when clients cancel
+// queries and servers drop connections under load ("server in bad
+// state"); the tests that provoke that on purpose (a lock connection
+// killed) would otherwise leave every later PgBouncer test of the binary
+// without its pooler. The exit and the log's last lines are printed.
+func (s *Server) revive(p *proc, logOff int64) {
+	<-p.done
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.p != p {
+		return // stopped on purpose, or already replaced
+	}
+	s.p = nil
+	fmt.Fprintf(os.Stderr, "testdb: %s on port %d exited unexpectedly (%v); starting it again; last lines of %s:\n%s\n",
+		s.kind, s.port, p.err, s.logPath, logTail(s.logPath, logOff))
+	if err := s.startLocked(true); err != nil {
+		fmt.Fprintf(os.Stderr, "testdb: %s: %v\n", s.kind, err)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -367,5 +368,43 @@ func TestRestart(t *testing.T) {
 				t.Errorf("temp dir not removed: %v", err)
 			}
 		})
+	}
+}
+
+// TestPgBouncerRevived checks that a private PgBouncer that dies (as 1.18
+// does on a FATAL of its own) is started again on its port, while one
+// stopped on purpose stays stopped.
+func TestPgBouncerRevived(t *testing.T) {
+	s := testdb.Start(t, testdb.PgBouncer)
+	db, err := sql.Open("pgx", s.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	selectOne(t, db)
+	pid, port := s.PID(), s.Port()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for s.PID() == pid || s.PID() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("PgBouncer not started again after it died")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if s.Port() != port {
+		t.Errorf("port changed: %d -> %d", port, s.Port())
+	}
+	db2, err := sql.Open("pgx", s.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db2.Close()
+	selectOne(t, db2)
+	s.Stop(t)
+	time.Sleep(300 * time.Millisecond)
+	if s.PID() != 0 {
+		t.Error("a PgBouncer stopped on purpose was started again")
 	}
 }
