@@ -28,24 +28,32 @@ func TestLeadResign(t *testing.T) {
 		const keepalive = 200 * time.Millisecond
 		rs := [2]runner{openRunner(t, a, k), openRunner(t, a, k)}
 		tbl := controlsLedger(t, k, ledgerTable(t, k, rs[0]))
-		leadResign(t, a, k, rs, keepalive, ormlock.WithKeepalive(keepalive), ormlock.WithLedgerTable(tbl))
+		opts := []ormlock.Option{ormlock.WithKeepalive(keepalive), ormlock.WithLedgerTable(tbl)}
+		leadResign(t, a, k, rs, keepalive, opts, opts...)
 	})
 }
 
+// TestLeaseLeadResign is TestLeadResign for leaders WithLease, asked to
+// step down by an operator whose Act does not say WithLease (the lease
+// table is where it looks when no server lock holds the key).
 func TestLeaseLeadResign(t *testing.T) {
 	forEach(t, func(t *testing.T, a adapter, k testdb.Kind) {
 		const ttl = time.Second // renewed every third of it
 		rs := [2]runner{openRunner(t, a, k), openRunner(t, a, k)}
 		opts := leaseOpts(t, k, rs[0], ttl)
 		controlsLedger(t, k, testdb.TableName(t, "c")) // leaseOpts's ledger
-		// in a namespace: the leaders' and the action's
-		leadResign(t, a, k, rs, ttl/3, append(opts, ormlock.WithNamespace("resign-ns"))...)
+		// in a namespace: the leaders' and the action's; the action
+		// does not say the leader campaigns WithLease
+		ns := ormlock.WithNamespace("resign-ns")
+		act := []ormlock.Option{ormlock.WithLedgerTable(testdb.TableName(t, "c")), ormlock.WithLeaseTable(leaseTableOf(t, k)), ns}
+		leadResign(t, a, k, rs, ttl/3, act, append(opts, ns)...)
 	})
 }
 
 // leadResign runs the test of TestLeadResign on rs, whose Leads check
-// their lock every interval, with opts (the ledger table among them).
-func leadResign(t *testing.T, a adapter, k testdb.Kind, rs [2]runner, every time.Duration, opts ...ormlock.Option) {
+// their lock every interval, with opts (the ledger table among them);
+// the operator's Act and Actions get act.
+func leadResign(t *testing.T, a adapter, k testdb.Kind, rs [2]runner, every time.Duration, act []ormlock.Option, opts ...ormlock.Option) {
 	const cooldown = time.Second
 	const margin = 2 * time.Second
 	opts = slices.Clip(opts) // each replica appends its owner
@@ -54,10 +62,10 @@ func leadResign(t *testing.T, a adapter, k testdb.Kind, rs [2]runner, every time
 	defer cancel()
 
 	// refused: a key nobody holds, an action without an author
-	if _, err := resignAct(ctx, rs[0], ormlock.Resign(key).By("op", "move"), opts...); !errors.Is(err, ormlock.ErrInvalidArgument) || !strings.Contains(err.Error(), "nobody holds") {
+	if _, err := resignAct(ctx, rs[0], ormlock.Resign(key).By("op", "move"), act...); !errors.Is(err, ormlock.ErrInvalidArgument) || !strings.Contains(err.Error(), "nobody holds") {
 		t.Fatalf("Act(Resign) of a free key = %v, want ErrInvalidArgument saying nobody holds it", err)
 	}
-	if _, err := resignAct(ctx, rs[0], ormlock.Resign(key), opts...); !errors.Is(err, ormlock.ErrInvalidArgument) {
+	if _, err := resignAct(ctx, rs[0], ormlock.Resign(key), act...); !errors.Is(err, ormlock.ErrInvalidArgument) {
 		t.Fatalf("Act(Resign) without an author = %v, want ErrInvalidArgument", err)
 	}
 
@@ -98,7 +106,7 @@ func leadResign(t *testing.T, a adapter, k testdb.Kind, rs [2]runner, every time
 	first := recv(t, terms, 15*time.Second, "leader")
 	a1 := ormlock.Resign(key).By("op", "move")
 	a1.Cooldown = cooldown
-	rec, err := resignAct(ctx, rs[1-first.replica], a1, opts...)
+	rec, err := resignAct(ctx, rs[1-first.replica], a1, act...)
 	asked := time.Now()
 	if err != nil {
 		t.Fatalf("Act(Resign): %v", err)
@@ -107,7 +115,7 @@ func leadResign(t *testing.T, a adapter, k testdb.Kind, rs [2]runner, every time
 		!strings.Contains(rec.Outcome, fmt.Sprintf("replica-%d", first.replica)) {
 		t.Errorf("Act(Resign) = %+v; the leader is replica-%d", rec, first.replica)
 	}
-	log, err := rs[0].(actor).Actions(ctx, "", 10, opts...)
+	log, err := rs[0].(actor).Actions(ctx, "", 10, act...)
 	if err != nil || len(log) == 0 || log[0].ID != rec.ID || log[0].Key != key || log[0].Kind != ormlock.ActionResign {
 		t.Errorf("Actions after the resign = %+v, %v; want its entry first", log, err)
 	}
