@@ -31,12 +31,12 @@ func TestQueryNestsKeepaliveDoesNot(t *testing.T) {
 			defer db.Close()
 			v := sqlVerbs(db)
 			ctx, caller := tel.tp.Tracer("test").Start(context.Background(), "caller")
-			const keepalive = 100 * time.Millisecond
+			const keepalive = 300 * time.Millisecond // a ping's timeout is its interval: not shorter, under load
 			if err := v.session(ctx, ormlock.Name("otelsql-"+t.Name()), func(ctx context.Context) error {
 				if _, err := db.ExecContext(ctx, "SELECT 2"); err != nil {
 					return err
 				}
-				time.Sleep(6 * keepalive) // the keepalive pings meanwhile
+				time.Sleep(4 * keepalive) // the keepalive pings meanwhile
 				return nil
 			}, tel.opt, ormlock.WithKeepalive(keepalive)); err != nil {
 				t.Fatal(err)

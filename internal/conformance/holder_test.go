@@ -428,7 +428,7 @@ func TestHolderHeldForExcludesTheWait(t *testing.T) {
 				heldB <- time.Now()
 				<-releaseB
 				return nil
-			}, ormlock.WithWait(time.Minute), ormlock.WithKeepalive(100*time.Millisecond))
+			}, ormlock.WithWait(time.Minute), ormlock.WithKeepalive(250*time.Millisecond))
 		}()
 		// B waits on the server, inside its lock transaction
 		deadline := time.Now().Add(10 * time.Second)
@@ -463,7 +463,7 @@ func TestHolderHeldForExcludesTheWait(t *testing.T) {
 			}
 		}
 		check("at once")
-		time.Sleep(350 * time.Millisecond) // past a few keepalives
+		time.Sleep(800 * time.Millisecond) // past a few keepalives
 		check("after keepalives")
 		close(releaseB)
 		if err := <-errB; err != nil {

@@ -83,7 +83,7 @@ func testTaskContext(t *testing.T, k testdb.Kind, ob otherBackend) {
 	job := jobName(t)
 	hourly, slot := hourlyMidway(t)
 	var handled errs
-	l, err := scheduler.NewLocker(backend(ormlock.WithHook(markHook{}), ormlock.WithKeepalive(100*time.Millisecond)),
+	l, err := scheduler.NewLocker(backend(ormlock.WithHook(markHook{}), ormlock.WithKeepalive(250*time.Millisecond)),
 		hourly, scheduler.WithErrorHandler(handled.handle))
 	if err != nil {
 		t.Fatal(err)
