@@ -73,7 +73,7 @@ func TestLockLostErrors(t *testing.T) {
 			h := holderOf(t, r, key)
 			testdb.Kill(t, k, h.PID)
 			return awaitLoss(fctx)
-		}, ormlock.WithKeepalive(50*time.Millisecond))
+		}, ormlock.WithKeepalive(250*time.Millisecond)) // not shorter: a loss under load before the kill would leave no holder to kill
 		checkLost(t, "Session, keepalive", err, context.Canceled)
 
 		// the release finds it

@@ -51,6 +51,19 @@ func TestLeaseManyOnFewConns(t *testing.T) {
 		stop := func() { once.Do(func() { close(release) }) }
 		held := make(chan error, 2*leaseScaleN)
 		var wg sync.WaitGroup
+		// releases that failed, and losses: a loaded machine can make a
+		// release wait past its grace, and such a lease expires at its
+		// TTL (an event, not the Session's error)
+		var endMu sync.Mutex
+		var ended []string
+		watch := ormlock.WithObserver(ormlock.ObserverFunc(func(_ context.Context, e ormlock.Event) {
+			if e.Kind == ormlock.EventReleaseFailed || e.Kind == ormlock.EventLockLost {
+				endMu.Lock()
+				ended = append(ended, fmt.Sprintf("%s %s: %v", e.Kind, e.Key, e.Err))
+				endMu.Unlock()
+			}
+		}))
+		opts = append(opts, watch)
 		for i := range leaseScaleN {
 			wg.Go(func() {
 				err := sqllock.Session(ctx, db, fmt.Sprintf("scale-%s-%d", k, i), func(ctx context.Context) error {
@@ -114,8 +127,13 @@ func TestLeaseManyOnFewConns(t *testing.T) {
 
 		stop()
 		wg.Wait()
-		if n := liveLeases(t, k, table); n != 0 {
-			t.Errorf("%d live leases after the release", n)
+		// only the leases whose release failed, or that were lost, may
+		// be left, to expire at their TTL
+		for _, e := range ended {
+			t.Logf("observer: %s", e)
+		}
+		if n := liveLeases(t, k, table); n > len(ended) {
+			t.Errorf("%d live leases after the release; %d releases failed or leases were lost", n, len(ended))
 		}
 		testdb.AssertNoLeaks(t, k, db)
 	})
