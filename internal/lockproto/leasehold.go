@@ -37,6 +37,11 @@ type leaseHeld struct {
 	lostErr  error       // why it was lost, once it was
 	onLost   func(err error)
 	batch    *renewBatch // the renewals' batch, while in one (guarded by renewMu)
+	// flying counts the renewal statements naming the lease under way,
+	// landed is closed when the last of them ended (leaserenew.go,
+	// board and land): a release waits for them (leaserelease.go).
+	flying int
+	landed chan struct{}
 }
 
 // leaseMargin is how much of a lease's TTL its holder gives up to the

@@ -44,7 +44,14 @@ func (h *leaseHeld) free(ctx context.Context, lost bool) error {
 	defer conn.Close()
 	sctx, scancel := context.WithCancel(rctx)
 	defer scancel()
-	return withinGrace(ctx, scancel, func() error { return h.release(sctx, conn) })
+	return withinGrace(ctx, scancel, func() error {
+		// after the renewals under way, which could otherwise extend
+		// the row again (leaserenew.go, board)
+		if !h.awaitLanded(sctx) {
+			return errs.Wrap(context.Cause(sctx), "lease table %s: release %q: a renewal under way did not end", h.table, h.o.Key.String())
+		}
+		return h.release(sctx, conn)
+	})
 }
 
 // release expires the holder's rows on q, by holder id (which names one

@@ -167,15 +167,21 @@ func (b *renewBatch) renew(hs []*leaseHeld, n int) {
 	}
 }
 
-// exec sends one renewal statement for hs's rows, bounded by the
-// interval, and returns the rows it renewed and the rows it named: the
-// distinct rows of hs (the readers of one shared key share its key row).
+// exec sends one renewal statement for the rows of hs's leases still
+// held, bounded by the interval, and returns the rows it renewed and the
+// rows it named: the distinct rows of those leases (the readers of one
+// shared key share its key row). A lease stopped meanwhile is left out;
+// each other one is on board (board) until the statement has ended.
 func (b *renewBatch) exec(hs []*leaseHeld) (got, want int64, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), leaseEvery(b.key.ttl))
 	defer cancel()
 	seen := make(map[leaseRow]struct{})
 	var rows []leaseRow
 	for _, h := range hs {
+		if !h.board() {
+			continue
+		}
+		defer h.land()
 		for _, r := range h.rows {
 			if _, dup := seen[r]; dup {
 				continue
@@ -213,4 +219,58 @@ func SetLeaseRenewHook(f func(ns, key string) bool) {
 		return true
 	}
 	renewHookP.Store(&hook)
+}
+
+// Why a release waits for the renewals under way. A renewal statement
+// names the lease's row with the condition that it has not expired, and
+// the release expires it. On MySQL/MariaDB the renewal's "now" is its
+// statement's start (UTC_TIMESTAMP): a renewal of many rows, sent before
+// a release, that reaches the row after the release committed (or waited
+// on its row lock) finds it expired only at the release's later time,
+// counts it live and extends it for a whole TTL, so a released lease
+// would stay taken by nobody until then. So a renewal boards each lease
+// it names before it is sent, a lease that stopped boards no more, and
+// the release waits until the renewals on board have landed
+// (awaitLanded) before it is sent.
+
+// board marks one more renewal of h under way; false when h has stopped
+// (released or lost), whose rows no renewal may name any more.
+func (h *leaseHeld) board() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.done {
+		return false
+	}
+	if h.flying == 0 {
+		h.landed = make(chan struct{})
+	}
+	h.flying++
+	return true
+}
+
+// land ends a renewal of h that board started.
+func (h *leaseHeld) land() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.flying--; h.flying == 0 {
+		close(h.landed)
+		h.landed = nil
+	}
+}
+
+// awaitLanded waits, once h has stopped, until no renewal of h is under
+// way, or ctx ends (false).
+func (h *leaseHeld) awaitLanded(ctx context.Context) bool {
+	h.mu.Lock()
+	ch := h.landed
+	h.mu.Unlock()
+	if ch == nil {
+		return true
+	}
+	select {
+	case <-ch:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
